@@ -1,0 +1,93 @@
+/* conf: /etc/mqd.conf parsing and validation. The keys are rows of one table
+ * (conf.c); the sample etc/mqd.conf and man/mqd.conf.5 are checked against it.
+ *
+ * File format: `key = value` lines, `#` comments, sections `[topic NAME]` (per-topic
+ * overrides) and `[user NAME]` (PLAIN users). Topic keys in the global part are the
+ * defaults for every topic. Errors read "FILE:LINE: key: reason".
+ */
+#ifndef MQD_CONF_H
+#define MQD_CONF_H
+
+#include "mqd.h"
+#include "store/store.h"
+#include "util/util.h"
+#include <stdio.h>
+
+typedef enum { MQD_OFFSET_RESET_EARLIEST = 0, MQD_OFFSET_RESET_LATEST = 1 } mqd_offset_reset_t;
+
+/* Settings of one topic (or the defaults, name == NULL). */
+typedef struct mqd_topic_conf {
+    char *name;                  /* owned; NULL for the global defaults */
+    uint32_t partitions;         /* partitions = N (sections only; default: default_partitions) */
+    mqd_plog_config_t log;       /* flush, flush_interval_ms, flush_messages, segment_bytes,
+                                    segment_ms, retention_bytes, retention_ms, index_interval_bytes */
+    bool retention_consumed;     /* retention = consumed */
+    mqd_offset_reset_t auto_offset_reset;
+    uint32_t max_delivery_count; /* 0 = unlimited */
+    bool dead_letter;            /* dead_letter = on: rejected/over-delivered go to T/$DeadLetterQueue */
+    int64_t dedup_window_ms;     /* 0 = off */
+    uint64_t set_mask;           /* bit i set: table row i was given in this section */
+} mqd_topic_conf_t;
+
+typedef struct mqd_user_conf {
+    char *name;          /* owned */
+    char *password_hash; /* owned; "pbkdf2-sha256$ITER$SALT_B64$HASH_B64" */
+} mqd_user_conf_t;
+
+typedef struct mqd_conf {
+    char *path;               /* owned; file it was loaded from, NULL if none */
+    char **listen;            /* owned; "HOST:PORT" each */
+    size_t n_listen;
+    char *data_dir;           /* default MQD_LOCALSTATEDIR "/lib/mqd" */
+    mqd_loglevel_t log_level; /* log_level = info */
+    bool auto_create_topics;  /* on */
+    uint32_t default_partitions;  /* 1 */
+    uint64_t max_message_size;    /* 16 MiB */
+    uint32_t max_frame_size;      /* 128 KiB */
+    uint32_t idle_timeout_ms;     /* 60000; 0 = off */
+    bool allow_anonymous;         /* built-in default on (loopback-only listener);
+                                     the installed etc/mqd.conf turns it off */
+    uint32_t max_connections;     /* 10000 */
+    uint32_t max_sessions;        /* per connection, 64 */
+    uint32_t max_links_per_session; /* 1024 */
+    uint32_t link_credit;         /* credit granted to producers per link, 1000 */
+    uint32_t prefetch_bytes;      /* max bytes read from a log per consumer refill, 1 MiB */
+    char *metrics_listen;         /* owned; NULL = off */
+    mqd_topic_conf_t topic_defaults;
+    mqd_topic_conf_t *topics;     /* owned array of [topic NAME] sections */
+    size_t n_topics;
+    mqd_user_conf_t *users;       /* owned array of [user NAME] sections */
+    size_t n_users;
+} mqd_conf_t;
+
+/* Allocates a config holding the built-in defaults. */
+int mqd_conf_new(mqd_conf_t **out);
+void mqd_conf_free(mqd_conf_t *c);
+
+/* Reads `path` into `c` (layered over what is there). On error returns MQD_EINVAL
+ * (MQD_ENOENT if the file is missing) and writes "FILE:LINE: key: reason" to err. */
+int mqd_conf_load_file(mqd_conf_t *c, const char *path, char *err, size_t errlen);
+/* Applies one "KEY=VALUE" (from --set); KEY may be "topic.NAME.KEY" for a topic
+ * section. Same validation as the file; err reads "--set: key: reason". */
+int mqd_conf_set(mqd_conf_t *c, const char *key_eq_value, char *err, size_t errlen);
+/* Adds a listener "HOST:PORT" (from --listen); the first call replaces the default. */
+int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t errlen);
+/* Cross-field checks after everything is loaded. */
+int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen);
+
+/* The effective settings for `topic`: its section over the defaults. Writes into *out
+ * (out->name borrowed from the section or NULL; do not free). */
+void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *out);
+/* Finds a user, or NULL. */
+const mqd_user_conf_t *mqd_conf_user(const mqd_conf_t *c, const char *name);
+/* Checks a password against a stored hash (PBKDF2-HMAC-SHA256, constant-time compare). */
+bool mqd_conf_password_ok(const char *password_hash, const char *password);
+/* Produces a new "pbkdf2-sha256$..." hash with a random salt into out (>= 160 bytes). */
+int mqd_conf_password_hash(const char *password, uint32_t iterations, char *out, size_t outlen);
+
+/* Writes the commented sample config generated from the table. */
+int mqd_conf_write_sample(FILE *f);
+/* Splits "HOST:PORT" / "[V6]:PORT"; host buffer >= 256. */
+int mqd_conf_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port);
+
+#endif

@@ -1,0 +1,35 @@
+/* route: the address grammar of ARCHITECTURE §1 and the key -> partition hash. */
+#ifndef MQD_ROUTE_H
+#define MQD_ROUTE_H
+
+#include "mqd.h"
+
+#define MQD_NAME_MAX 255
+
+typedef enum {
+    MQD_ADDR_TOPIC = 0,           /* T                              */
+    MQD_ADDR_PARTITION,           /* T/Partitions/N                 */
+    MQD_ADDR_GROUP,               /* T/ConsumerGroups/G             */
+    MQD_ADDR_GROUP_PARTITION,     /* T/ConsumerGroups/G/Partitions/N */
+    MQD_ADDR_MANAGEMENT,          /* $management                    */
+} mqd_addr_kind_t;
+
+typedef struct mqd_addr {
+    mqd_addr_kind_t kind;
+    char topic[MQD_NAME_MAX + 1]; /* case-sensitive; "T/$DeadLetterQueue" is a topic of its own */
+    char group[MQD_NAME_MAX + 1]; /* lower-cased (groups compare case-insensitively) */
+    uint32_t partition;
+} mqd_addr_t;
+
+/* Parses an address (not NUL-terminated: len bytes). The fixed words are
+ * case-insensitive. MQD_EINVAL for anything else (empty, bad characters, bad N, too long). */
+int mqd_addr_parse(const char *s, size_t len, mqd_addr_t *out);
+/* A topic name: 1..255 of [A-Za-z0-9._~:@$-], not "." / ".."; "T/$DeadLetterQueue" allowed. */
+bool mqd_topic_name_valid(const char *s, size_t len);
+
+/* Kafka's murmur2 (seed 0x9747b28c), as its default partitioner uses. */
+uint32_t mqd_murmur2(const void *data, size_t len);
+/* (murmur2(key) & 0x7fffffff) % nparts: the partition Kafka picks for the same key. */
+uint32_t mqd_route_key_partition(const void *key, size_t len, uint32_t nparts);
+
+#endif

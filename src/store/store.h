@@ -1,0 +1,159 @@
+/* store: partition logs (segment files + sparse indexes) and the flusher thread.
+ *
+ * Threading contract. One thread (the broker's event loop, "the owner") calls every
+ * function here except where noted. fdatasync runs on the store's own flusher thread;
+ * when a log's stable offset advances, the flusher calls the `wake` function given to
+ * mqd_store_open (from the flusher thread); the owner then calls mqd_store_dispatch(),
+ * which invokes each log's `on_stable` callback on the owner thread.
+ *
+ * Offsets. Every record gets the next offset of its partition (0, 1, 2, ...).
+ *   end offset     next offset to be assigned (everything below was appended)
+ *   stable offset  every record below it meets the topic's flush promise:
+ *                    flush=sync   -> fdatasync'd
+ *                    flush=async  -> written to the page cache (fsync on an interval)
+ *                  The broker settles sends `accepted` exactly when their offset < stable,
+ *                  and consumers read only below it (replication will lower the bound to
+ *                  the high watermark; transactions to the last stable offset).
+ *   durable offset every record below it has been fdatasync'd (<= stable in async mode)
+ *   start offset   the first offset still on disk (retention moves it up)
+ */
+#ifndef MQD_STORE_H
+#define MQD_STORE_H
+
+#include "mqd.h"
+#include <sys/uio.h>
+
+typedef struct mqd_store mqd_store_t; /* all partition logs + the flusher thread */
+typedef struct mqd_plog mqd_plog_t;   /* one partition's log, owned by the store */
+
+typedef enum { MQD_FLUSH_SYNC = 0, MQD_FLUSH_ASYNC = 1 } mqd_flush_mode_t;
+
+typedef struct mqd_plog_config {
+    uint64_t segment_bytes;       /* roll when the active segment reaches this (default 1 GiB) */
+    int64_t segment_ms;           /* roll when the active segment is older (default 7 days; 0 off) */
+    mqd_flush_mode_t flush;       /* default MQD_FLUSH_SYNC */
+    uint32_t flush_interval_ms;   /* async: fsync at least this often (default 1000) */
+    uint64_t flush_messages;      /* async: also fsync after this many records (0 = off) */
+    uint64_t retention_bytes;     /* delete old segments while the log is bigger (0 = off) */
+    int64_t retention_ms;         /* delete segments whose newest record is older (0 = off) */
+    uint32_t index_interval_bytes;/* one offset-index entry per this many log bytes (default 4096) */
+} mqd_plog_config_t;
+
+/* Fills `c` with the defaults above. */
+void mqd_plog_config_default(mqd_plog_config_t *c);
+
+/* Record flags (32 bits). Low byte: kind; the rest: attributes. */
+#define MQD_REC_DATA 0x00u        /* an ordinary message */
+#define MQD_REC_CTRL_COMMIT 0x01u /* control record: transaction `txn` committed */
+#define MQD_REC_CTRL_ABORT 0x02u  /* control record: transaction `txn` aborted */
+#define MQD_REC_KIND_MASK 0xffu
+#define MQD_REC_TXN 0x100u        /* data record written inside transaction `txn` */
+
+/* A record to append. `data` is copied before the call returns. */
+typedef struct mqd_rec_in {
+    const void *data;
+    uint32_t len;
+    int64_t timestamp_ms; /* 0 -> now */
+    uint32_t flags;
+    uint64_t txn;         /* transaction id, 0 if none */
+} mqd_rec_in_t;
+
+/* A record read back. `data` points into the mqd_read_t buffer that returned it. */
+typedef struct mqd_rec {
+    uint64_t offset;
+    int64_t timestamp_ms;
+    uint32_t epoch;       /* leader epoch it was written under */
+    uint32_t flags;
+    uint64_t txn;
+    const uint8_t *data;
+    uint32_t len;
+} mqd_rec_t;
+
+/* A reusable read buffer: init once, pass to mqd_plog_read many times, free once. */
+typedef struct mqd_read {
+    mqd_rec_t *recs;
+    size_t n;            /* records returned by the last read */
+    size_t cap_recs;
+    uint8_t *buf;
+    size_t cap_buf;
+    uint64_t next_offset;/* offset after the last record returned (where to read next) */
+} mqd_read_t;
+
+void mqd_read_init(mqd_read_t *r);
+void mqd_read_free(mqd_read_t *r);
+
+/* Called on the owner thread from mqd_store_dispatch() when `log`'s stable offset rose. */
+typedef void (*mqd_plog_stable_cb)(mqd_plog_t *log, uint64_t stable_offset, void *arg);
+/* Called from the flusher thread; must only wake the owner (e.g. event_active). */
+typedef void (*mqd_store_wake_fn)(void *arg);
+
+/* Opens the store rooted at `data_dir` (creates `data_dir/topics`). Starts the flusher.
+ * `wake` may be NULL (then the owner must poll mqd_store_dispatch). */
+int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out);
+/* Flushes and fsyncs everything, writes recovery checkpoints, stops the flusher,
+ * closes every log. NULL is a no-op. */
+void mqd_store_close(mqd_store_t *st);
+/* Runs stable callbacks for every log whose stable offset advanced. Owner thread. */
+void mqd_store_dispatch(mqd_store_t *st);
+/* Hands every log's appends made since the last call to the flusher (one write +
+ * one fdatasync per log per batch: group commit). The broker calls this once per
+ * event-loop iteration after handling input; tests call it after appending. */
+void mqd_store_commit(mqd_store_t *st);
+
+/* Opens (creating if needed) partition `partition` of `topic`: recovers the tail,
+ * rebuilds bad indexes. Returns the store-owned log; valid until mqd_store_close or
+ * mqd_store_drop_topic. Opening an open log returns the same pointer and applies `cfg`. */
+int mqd_store_log_open(mqd_store_t *st, const char *topic, uint32_t partition,
+                       const mqd_plog_config_t *cfg, mqd_plog_t **out);
+/* Finds an open log, or NULL. */
+mqd_plog_t *mqd_store_log_find(mqd_store_t *st, const char *topic, uint32_t partition);
+/* Closes and deletes every partition of `topic` from disk. */
+int mqd_store_drop_topic(mqd_store_t *st, const char *topic);
+
+void mqd_plog_set_config(mqd_plog_t *log, const mqd_plog_config_t *cfg);
+void mqd_plog_set_stable_cb(mqd_plog_t *log, mqd_plog_stable_cb cb, void *arg);
+
+/* Appends n records; assigns consecutive offsets starting at *first_offset (out).
+ * The bytes are in the log's pending batch until mqd_store_commit; reads see them
+ * only once stable. Returns MQD_EFAILED if the partition failed (fsync EIO,
+ * corruption), MQD_ETOOBIG if a record exceeds 2 GiB. */
+int mqd_plog_append(mqd_plog_t *log, const mqd_rec_in_t *recs, size_t n, uint64_t *first_offset);
+
+/* Reads records with offset in [from, min(upper, stable)) into `r`, at most
+ * max_records and about max_bytes (always at least one record if any is readable).
+ * from < start offset -> MQD_ERANGE. Nothing readable -> 0 with r->n == 0. */
+int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_records,
+                  size_t max_bytes, mqd_read_t *r);
+
+/* First offset whose timestamp >= ts_ms (end offset if none). */
+int mqd_plog_offset_for_time(mqd_plog_t *log, int64_t ts_ms, uint64_t *out);
+
+uint64_t mqd_plog_start_offset(const mqd_plog_t *log);
+uint64_t mqd_plog_end_offset(const mqd_plog_t *log);
+uint64_t mqd_plog_stable_offset(const mqd_plog_t *log);
+uint64_t mqd_plog_durable_offset(const mqd_plog_t *log);
+uint64_t mqd_plog_size_bytes(const mqd_plog_t *log);
+int64_t mqd_plog_last_timestamp(const mqd_plog_t *log); /* 0 if empty */
+bool mqd_plog_failed(const mqd_plog_t *log);
+bool mqd_plog_unhealthy(const mqd_plog_t *log); /* mid-log corruption found at open */
+const char *mqd_plog_topic(const mqd_plog_t *log);
+uint32_t mqd_plog_partition(const mqd_plog_t *log);
+
+/* Leader epoch stamped on records appended from now on (replication). */
+void mqd_plog_set_epoch(mqd_plog_t *log, uint32_t epoch);
+
+/* Deletes every record at offset >= `offset` (replication: follower truncation after
+ * a leader change). Waits for in-flight flushes. */
+int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset);
+
+/* Deletes whole segments by the log's retention_bytes/retention_ms, and those wholly
+ * below `keep_from` (the lowest offset some reader, group or open transaction still
+ * needs; UINT64_MAX for no limit). Never deletes the active segment. Returns the
+ * number of segments deleted (>= 0) or an error. */
+int mqd_plog_retain(mqd_plog_t *log, uint64_t keep_from, int64_t now_ms);
+
+/* Blocks the calling (owner) thread until stable >= offset or the log failed; for
+ * tools and tests that have no event loop. Runs mqd_store_commit first. */
+int mqd_plog_wait_stable(mqd_plog_t *log, uint64_t offset);
+
+#endif

@@ -1,0 +1,40 @@
+/* util: logging, clocks, CRC32C, small helpers shared by all subsystems. */
+#ifndef MQD_UTIL_H
+#define MQD_UTIL_H
+
+#include "mqd.h"
+#include <stdarg.h>
+
+/* ---- logging: one line per event to stderr (journald picks it up) ---- */
+typedef enum { MQD_LOG_ERROR = 0, MQD_LOG_WARN, MQD_LOG_NOTICE, MQD_LOG_INFO, MQD_LOG_DEBUG } mqd_loglevel_t;
+
+void mqd_log_set_level(mqd_loglevel_t lvl);
+mqd_loglevel_t mqd_log_get_level(void);
+/* Parses "error|warn|notice|info|debug"; returns 0 or MQD_EINVAL. */
+int mqd_log_level_parse(const char *s, mqd_loglevel_t *out);
+/* Writes "LEVEL subsys: message" as one line; safe from any thread. */
+void mqd_logf(mqd_loglevel_t lvl, const char *subsys, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void mqd_vlogf(mqd_loglevel_t lvl, const char *subsys, const char *fmt, va_list ap);
+
+#define MQD_ERR(sub, ...) mqd_logf(MQD_LOG_ERROR, sub, __VA_ARGS__)
+#define MQD_WARN(sub, ...) mqd_logf(MQD_LOG_WARN, sub, __VA_ARGS__)
+#define MQD_NOTICE(sub, ...) mqd_logf(MQD_LOG_NOTICE, sub, __VA_ARGS__)
+#define MQD_INFO(sub, ...) mqd_logf(MQD_LOG_INFO, sub, __VA_ARGS__)
+#define MQD_DEBUG(sub, ...) \
+    do { if (mqd_log_get_level() >= MQD_LOG_DEBUG) mqd_logf(MQD_LOG_DEBUG, sub, __VA_ARGS__); } while (0)
+
+/* ---- clocks ---- */
+int64_t mqd_now_ms(void);   /* wall clock, ms since the epoch */
+uint64_t mqd_mono_ns(void); /* monotonic, ns */
+
+/* ---- CRC32C (Castagnoli), hardware-accelerated where the CPU allows ---- */
+uint32_t mqd_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* ---- files ---- */
+/* fsync the directory that holds `path` (after create/rename/unlink). */
+int mqd_fsync_dir(const char *dirpath);
+/* mkdir -p; 0 or MQD_EIO. */
+int mqd_mkdirs(const char *path, unsigned mode);
+
+#endif
