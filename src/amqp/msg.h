@@ -42,7 +42,10 @@ typedef struct mqd_msg_info {
 
 /* Scans an encoded message. 0, or MQD_EINVAL if it is not a well-formed sequence of
  * message sections (bad constructor, length past the end, sections out of order,
- * nesting deeper than MQD_MSG_MAX_DEPTH). */
+ * nesting deeper than MQD_MSG_MAX_DEPTH). Section descriptors may be the ulong codes or
+ * the symbolic names. A message with no body section is accepted (body_off == n); an
+ * empty buffer is not. Header/properties fields of an unexpected type read as absent.
+ * *out is written only on success; its spans point into p. */
 int mqd_msg_scan(const uint8_t *p, size_t n, mqd_msg_info_t *out);
 
 /* What mqd adds when delivering a stored record. */
@@ -65,14 +68,21 @@ typedef struct mqd_buf {
     size_t cap;
 } mqd_buf_t;
 
+/* Frees b->p and zeroes the buffer (safe on a zeroed buffer or NULL). */
 void mqd_buf_free(mqd_buf_t *b);
+/* Ensures at least `need` free bytes after b->len (b->cap - b->len >= need); b->len is
+ * unchanged. Start from a zeroed mqd_buf_t. 0 or MQD_ENOMEM (b unchanged). */
 int mqd_buf_reserve(mqd_buf_t *b, size_t need);
 
 /* Writes into `out` (replacing its content) the message `p[0..n)` (scanned into `info`)
  * with the annotations of `ann` merged into its message-annotations section: existing
  * keys of the same name are replaced, other entries kept byte-for-byte; a section is
  * created after header/delivery-annotations when there is none. Everything else is
- * copied unchanged. 0 or MQD_ENOMEM / MQD_EINVAL. */
+ * copied unchanged. 0 or MQD_ENOMEM / MQD_EINVAL (out->len is then 0).
+ * Replaced keys: x-opt-partition-id/-offset/-sequence-number/-enqueued-time always;
+ * x-opt-partition-key and the dead-letter keys only when ann gives them (otherwise the
+ * message's own entries stay). Keys are written as symbols. `info` must come from
+ * mqd_msg_scan of the same bytes; its spans are re-checked, never trusted blindly. */
 int mqd_msg_annotate(const uint8_t *p, size_t n, const mqd_msg_info_t *info,
                      const mqd_msg_ann_t *ann, mqd_buf_t *out);
 
@@ -80,7 +90,10 @@ int mqd_msg_annotate(const uint8_t *p, size_t n, const mqd_msg_info_t *info,
 #define MQD_MSG_FORMAT_BATCH 0x80013700u
 
 /* Splits a batch message: calls cb for each data section's bytes (one inner encoded
- * message each). Returns 0, the first non-zero cb return, or MQD_EINVAL. */
+ * message each; the pointer is into p, valid as long as p). Returns 0, the first non-zero
+ * cb return, or MQD_EINVAL. The whole outer message is checked before the first cb, and a
+ * body that is not one or more data sections is MQD_EINVAL; inner messages are not
+ * scanned here (cb does that). */
 typedef int (*mqd_msg_batch_cb)(const uint8_t *inner, size_t len, void *arg);
 int mqd_msg_batch_split(const uint8_t *p, size_t n, mqd_msg_batch_cb cb, void *arg);
 

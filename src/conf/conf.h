@@ -58,6 +58,8 @@ typedef struct mqd_conf {
     size_t n_topics;
     mqd_user_conf_t *users;       /* owned array of [user NAME] sections */
     size_t n_users;
+    int listen_source;            /* internal: who set `listen` (0 built-in, 1 file, 2 command
+                                     line); a new source's first listen replaces the list */
 } mqd_conf_t;
 
 /* Allocates a config holding the built-in defaults. */
@@ -65,13 +67,23 @@ int mqd_conf_new(mqd_conf_t **out);
 void mqd_conf_free(mqd_conf_t *c);
 
 /* Reads `path` into `c` (layered over what is there). On error returns MQD_EINVAL
- * (MQD_ENOENT if the file is missing) and writes "FILE:LINE: key: reason" to err. */
+ * (MQD_ENOENT if the file is missing) and writes "FILE:LINE: key: reason" to err.
+ * After an error `c` is partly updated: load into a fresh config and discard it on
+ * failure (reload keeps the old config that way). The first `listen` in the file
+ * replaces the listeners set so far. Values: sizes take k/M/G/T or KiB/MiB/GiB/TiB (all
+ * powers of 1024) or plain bytes; durations take ms/s/m/h/d, a bare number is ms;
+ * booleans on/off, yes/no, true/false, 1/0. */
 int mqd_conf_load_file(mqd_conf_t *c, const char *path, char *err, size_t errlen);
 /* Applies one "KEY=VALUE" (from --set); KEY may be "topic.NAME.KEY" for a topic
  * section. Same validation as the file; err reads "--set: key: reason". */
 int mqd_conf_set(mqd_conf_t *c, const char *key_eq_value, char *err, size_t errlen);
 /* Adds a listener "HOST:PORT" (from --listen); the first call replaces the default. */
 int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t errlen);
+/* Names the settings that differ between a running config `old` and a reloaded `nw`
+ * but take effect only after a restart (all but log_level and the users), as
+ * "key, topic.NAME, ..." in buf (truncated to len); returns how many there are. A
+ * changed topic default is named by its key, a changed [topic NAME] as topic.NAME. */
+size_t mqd_conf_restart_needed(const mqd_conf_t *old, const mqd_conf_t *nw, char *buf, size_t len);
 /* Cross-field checks after everything is loaded. */
 int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen);
 
@@ -82,11 +94,21 @@ void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *ou
 const mqd_user_conf_t *mqd_conf_user(const mqd_conf_t *c, const char *name);
 /* Checks a password against a stored hash (PBKDF2-HMAC-SHA256, constant-time compare). */
 bool mqd_conf_password_ok(const char *password_hash, const char *password);
-/* Produces a new "pbkdf2-sha256$..." hash with a random salt into out (>= 160 bytes). */
+/* Produces a new "pbkdf2-sha256$..." hash with a random salt into out (>= 160 bytes).
+ * iterations 0 means MQD_CONF_PBKDF2_ITERATIONS; at least MQD_CONF_PBKDF2_MIN_ITERATIONS. */
 int mqd_conf_password_hash(const char *password, uint32_t iterations, char *out, size_t outlen);
+#define MQD_CONF_PBKDF2_ITERATIONS 100000u
+#define MQD_CONF_PBKDF2_MIN_ITERATIONS 1000u
+#define MQD_CONF_PBKDF2_MAX_ITERATIONS 10000000u /* bounds the work a stored hash can ask for */
 
-/* Writes the commented sample config generated from the table. */
+/* Writes the commented sample config generated from the table (etc/mqd.conf is its
+ * output; a unit test compares them). */
 int mqd_conf_write_sample(FILE *f);
+/* Writes the key reference of mqd.conf(5) (troff) generated from the table. */
+int mqd_conf_write_man_keys(FILE *f);
+/* Number of keys in the table and the name of key i (tests, docs). */
+size_t mqd_conf_key_count(void);
+const char *mqd_conf_key_name(size_t i);
 /* Splits "HOST:PORT" / "[V6]:PORT"; host buffer >= 256. */
 int mqd_conf_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port);
 

@@ -21,7 +21,9 @@ int mqd_meta_schema_version(mqd_meta_t *m);
 uint64_t mqd_meta_txn_count(const mqd_meta_t *m);
 
 /* Explicit transaction around several writes (nesting is an error: MQD_ESTATE).
- * A write outside begin/commit runs in its own transaction. */
+ * A write outside begin/commit runs in its own transaction. A failed write inside
+ * begin/commit leaves the transaction open: the caller decides (usually rollback).
+ * If COMMIT itself fails the transaction is rolled back and MQD_EDB returned. */
 int mqd_meta_begin(mqd_meta_t *m);
 int mqd_meta_commit(mqd_meta_t *m);
 int mqd_meta_rollback(mqd_meta_t *m);
@@ -31,20 +33,26 @@ typedef struct mqd_meta_topic {
     char name[256];
     uint32_t partitions;
     int64_t created_ms;
-    char *config_json; /* owned by the caller after a get/list callback returns: free() it */
+    char *config_json; /* may be NULL. After mqd_meta_topic_get the caller owns it (free());
+                          in a mqd_meta_topic_list callback it is borrowed until cb returns */
 } mqd_meta_topic_t;
 
-/* Inserts or updates (partition count may only grow: MQD_EINVAL otherwise). */
+/* Inserts or updates (partition count may only grow: MQD_EINVAL otherwise). Adds the
+ * partitions rows for new partition ids. config_json NULL on an update keeps the stored
+ * config; created_ms is set on insert only. */
 int mqd_meta_topic_put(mqd_meta_t *m, const char *name, uint32_t partitions, const char *config_json);
 int mqd_meta_topic_get(mqd_meta_t *m, const char *name, mqd_meta_topic_t *out); /* MQD_ENOENT */
-/* Deletes the topic and its partitions, groups' offsets, ack ranges and epochs. */
+/* Deletes the topic and its partitions, groups' offsets, ack ranges and epochs, in one
+ * transaction. MQD_ENOENT if the topic row did not exist (orphan rows are still removed). */
 int mqd_meta_topic_delete(mqd_meta_t *m, const char *name);
 /* cb gets each topic in name order; t->config_json is freed after cb returns. A
  * non-zero cb return stops the walk and is returned. */
 typedef int (*mqd_meta_topic_cb)(const mqd_meta_topic_t *t, void *arg);
 int mqd_meta_topic_list(mqd_meta_t *m, mqd_meta_topic_cb cb, void *arg);
 
-/* ---- consumer-group offsets (next offset to consume) ---- */
+/* ---- consumer-group offsets (next offset to consume) ----
+ * Group names compare case-insensitively ("$Default" == "$default"); topics do not.
+ * Offsets and positions must be <= INT64_MAX (SQLite integers), else MQD_EINVAL. */
 typedef struct mqd_meta_offset {
     const char *topic;
     const char *group;

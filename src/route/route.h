@@ -22,14 +22,19 @@ typedef struct mqd_addr {
 } mqd_addr_t;
 
 /* Parses an address (not NUL-terminated: len bytes). The fixed words are
- * case-insensitive. MQD_EINVAL for anything else (empty, bad characters, bad N, too long). */
+ * case-insensitive. MQD_EINVAL for anything else (empty, bad characters, bad N, too long).
+ * N is plain decimal digits (leading zeros tolerated) below 2^31. "$management" (any case)
+ * takes no suffix. "T/$DeadLetterQueue" (case-sensitive) is the topic name for the
+ * dead-letter topic of T, and takes the same suffixes as any topic. *out is written only
+ * on success. */
 int mqd_addr_parse(const char *s, size_t len, mqd_addr_t *out);
 /* A topic name: 1..255 of [A-Za-z0-9._~:@$-], not "." / ".."; "T/$DeadLetterQueue" allowed. */
 bool mqd_topic_name_valid(const char *s, size_t len);
 
 /* Kafka's murmur2 (seed 0x9747b28c), as its default partitioner uses. */
 uint32_t mqd_murmur2(const void *data, size_t len);
-/* (murmur2(key) & 0x7fffffff) % nparts: the partition Kafka picks for the same key. */
+/* (murmur2(key) & 0x7fffffff) % nparts: the partition Kafka picks for the same key.
+ * nparts == 0 returns 0. */
 uint32_t mqd_route_key_partition(const void *key, size_t len, uint32_t nparts);
 
 #endif

@@ -37,6 +37,8 @@ typedef struct mqd_plog_config {
     uint64_t retention_bytes;     /* delete old segments while the log is bigger (0 = off) */
     int64_t retention_ms;         /* delete segments whose newest record is older (0 = off) */
     uint32_t index_interval_bytes;/* one offset-index entry per this many log bytes (default 4096) */
+    bool retention_consumed;      /* retention = consumed: mqd_plog_retain also deletes every
+                                   * segment wholly below keep_from (default false) */
 } mqd_plog_config_t;
 
 /* Fills `c` with the defaults above. */
@@ -121,6 +123,8 @@ int mqd_plog_append(mqd_plog_t *log, const mqd_rec_in_t *recs, size_t n, uint64_
 
 /* Reads records with offset in [from, min(upper, stable)) into `r`, at most
  * max_records and about max_bytes (always at least one record if any is readable).
+ * May return fewer (it stops at a segment end or after 8192 records); read on from
+ * r->next_offset. Safe while the flusher writes.
  * from < start offset -> MQD_ERANGE. Nothing readable -> 0 with r->n == 0. */
 int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_records,
                   size_t max_bytes, mqd_read_t *r);
@@ -146,10 +150,13 @@ void mqd_plog_set_epoch(mqd_plog_t *log, uint32_t epoch);
  * a leader change). Waits for in-flight flushes. */
 int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset);
 
-/* Deletes whole segments by the log's retention_bytes/retention_ms, and those wholly
- * below `keep_from` (the lowest offset some reader, group or open transaction still
- * needs; UINT64_MAX for no limit). Never deletes the active segment. Returns the
- * number of segments deleted (>= 0) or an error. */
+/* Deletes whole old segments, oldest first, by the log's retention_bytes/retention_ms
+ * (and, with retention_consumed, every segment wholly below keep_from). `keep_from` is
+ * the lowest offset some reader, group or open transaction still needs (for retention =
+ * consumed: the min committed offset of all groups, lowered by those): nothing at or
+ * after it is ever deleted; UINT64_MAX for no such limit. Never deletes the active
+ * segment. Returns the number of segments deleted (>= 0) or an error. The directory
+ * fsync after the unlinks runs on the flusher thread. */
 int mqd_plog_retain(mqd_plog_t *log, uint64_t keep_from, int64_t now_ms);
 
 /* Blocks the calling (owner) thread until stable >= offset or the log failed; for

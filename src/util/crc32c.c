@@ -56,17 +56,23 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
 }
 #endif
 
+/* Runs before main (and before any thread exists), so the table and the CPU probe
+ * are never initialised concurrently by the event loop and the flusher. */
+__attribute__((constructor)) static void crc_init(void)
+{
+    init_table();
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    have_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+#else
+    have_hw = 0;
+#endif
+}
+
 uint32_t mqd_crc32c(uint32_t crc, const void *data, size_t len)
 {
-    if (have_hw < 0) {
-        init_table();
-#if defined(__x86_64__)
-        __builtin_cpu_init();
-        have_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-#else
-        have_hw = 0;
-#endif
-    }
+    if (have_hw < 0)
+        crc_init();
     crc = ~crc;
 #if defined(__x86_64__)
     if (have_hw)

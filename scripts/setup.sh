@@ -1,0 +1,45 @@
+#!/bin/bash
+# Installs the build and test dependencies (Debian 12), then builds mqd out of tree.
+#   scripts/setup.sh                 -> build/        (dev build, -Werror)
+#   scripts/setup.sh --sanitizers    -> build-san/    (ASan + UBSan)
+# Safe to run again: it only redoes what is missing or out of date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+top=$PWD
+builddir=build
+cfgflags=()
+if [ "${1:-}" = "--sanitizers" ]; then
+    builddir=build-san
+    cfgflags=(--enable-sanitizers)
+fi
+
+pkgs=(build-essential autoconf automake pkg-config
+      libqpid-proton11-dev libevent-dev libsqlite3-dev libssl-dev libcmocka-dev libjansson-dev
+      python3 python3-qpid-proton python3-uamqp socat stunnel4 openssl nodejs npm)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    # node may come from elsewhere on the image; don't fight it
+    if command -v node >/dev/null && command -v npm >/dev/null; then
+        missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+    fi
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    # shellcheck disable=SC2068
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ${missing[@]}
+fi
+
+if [ -f tests/interop/node/package.json ] && [ ! -d tests/interop/node/node_modules/rhea ]; then
+    (cd tests/interop/node && npm install --no-audit --no-fund --loglevel=error) ||
+        echo "setup: npm install failed; the rhea tests will be skipped" >&2
+fi
+
+[ -x configure ] && [ configure -nt configure.ac ] || ./autogen.sh >/dev/null
+mkdir -p "$builddir"
+cd "$builddir"
+[ -f config.status ] || "$top/configure" -q "${cfgflags[@]}"
+make -j"$(nproc)" -s
+make -j"$(nproc)" -s check TESTS= >/dev/null   # build the test programs too

@@ -1,0 +1,577 @@
+/* Proton event handling: connection, session and link lifecycle, producer transfers
+ * (append, settle when stable) and consumer deliveries (stored bytes + annotations).
+ *
+ * A consumer delivery's tag is its position: partition (u32) + offset (u64), so a
+ * disposition finds its record without any per-delivery allocation. */
+#include "config.h"
+#include "server/broker.h"
+
+#include <proton/condition.h>
+#include <proton/disposition.h>
+#include <proton/sasl.h>
+#include <proton/terminus.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STICKY_BURST 64
+
+static void link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char *arg)
+{
+    char desc[512];
+    snprintf(desc, sizeof desc, fmt, arg);
+    pn_condition_t *c = pn_link_condition(l);
+    pn_condition_set_name(c, cond);
+    pn_condition_set_description(c, desc);
+    pn_link_open(l);
+    pn_link_close(l);
+    MQD_INFO("link", "refused attach: %s: %s", cond, desc);
+}
+
+static mqd_lstate_t *lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind)
+{
+    mqd_lstate_t *ls = calloc(1, sizeof *ls);
+    if (!ls)
+        return NULL;
+    ls->kind = kind;
+    ls->conn = c;
+    ls->link = l;
+    mqd_dlist_init(&ls->tnode);
+    pn_link_set_context(l, ls);
+    return ls;
+}
+
+static void tag_decode(pn_delivery_t *d, uint32_t *part, uint64_t *off)
+{
+    pn_delivery_tag_t t = pn_delivery_tag(d);
+    *part = UINT32_MAX;
+    *off = 0;
+    if (t.size == 12) {
+        memcpy(part, t.start, 4);
+        memcpy(off, t.start + 4, 8);
+    }
+}
+
+void mqd_lstate_free(mqd_lstate_t *ls)
+{
+    mqd_topic_t *t = ls->topic;
+    if (ls->kind == MQD_LS_CONSUMER && t) {
+        /* unsettled deliveries go back to the partition for another consumer */
+        for (pn_delivery_t *d = pn_unsettled_head(ls->link); d; d = pn_unsettled_next(d)) {
+            uint32_t part;
+            uint64_t off;
+            tag_decode(d, &part, &off);
+            if (part < t->nparts && !pn_delivery_settled(d))
+                mqd_shared_release(&t->parts[part], off, false);
+        }
+        mqd_topic_dispatch_soon(t);
+    }
+    mqd_dlist_del(&ls->tnode);
+    free(ls->browse_next);
+    free(ls->acc);
+    if (ls->kind == MQD_LS_CONSUMER && t)
+        mqd_topics_persist(t->srv, true); /* a clean detach keeps its acks across a crash */
+    if (t && t->temporary && ls->kind == MQD_LS_CONSUMER && mqd_dlist_empty(&t->consumers))
+        mqd_topic_delete(t->srv, t);
+    free(ls);
+}
+
+/* ---------------------------------------------------------------- producers */
+
+static void producer_attach(mqd_conn_t *c, pn_link_t *l)
+{
+    mqd_server_t *s = c->srv;
+    pn_terminus_t *rt = pn_link_remote_target(l);
+    if (pn_terminus_get_type(rt) == PN_COORDINATOR)
+        return link_refuse(l, "amqp:not-implemented", "transactions are not supported yet%s", "");
+    const char *addr = pn_terminus_get_address(rt);
+    mqd_lstate_t *ls = lstate_new(c, l, MQD_LS_PRODUCER);
+    if (!ls)
+        return link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+    if (addr) {
+        mqd_addr_t a;
+        if (mqd_addr_parse(addr, strlen(addr), &a) != 0 ||
+            (a.kind != MQD_ADDR_TOPIC && a.kind != MQD_ADDR_PARTITION))
+            return link_refuse(l, "amqp:not-found", "cannot send to address '%s'", addr);
+        bool create = s->conf->auto_create_topics && strncmp(a.topic, "$tmp.", 5) != 0;
+        mqd_topic_t *t;
+        if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)
+            return link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
+        if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
+            return link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
+        ls->topic = t;
+        ls->fixed_part = a.kind == MQD_ADDR_PARTITION;
+        ls->part = a.partition;
+    }
+    pn_terminus_copy(pn_link_target(l), rt);
+    pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
+    pn_link_set_max_message_size(l, s->conf->max_message_size);
+    pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
+    pn_link_open(l);
+    pn_link_flow(l, (int)s->conf->link_credit);
+}
+
+static void reject(pn_delivery_t *d, const char *cond, const char *desc)
+{
+    pn_condition_t *pc = pn_disposition_condition(pn_delivery_local(d));
+    pn_condition_set_name(pc, cond);
+    pn_condition_set_description(pc, desc);
+    pn_delivery_update(d, PN_REJECTED);
+    pn_delivery_settle(d);
+}
+
+static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t *p,
+                                 const mqd_msg_info_t *mi)
+{
+    if (ls->fixed_part && ls->topic == t)
+        return ls->part;
+    if (mi->partition_key.len)
+        return mqd_route_key_partition(p + mi->partition_key.off, mi->partition_key.len, t->nparts);
+    if (mi->group_id.len)
+        return mqd_route_key_partition(p + mi->group_id.off, mi->group_id.len, t->nparts);
+    if (ls->sticky_left == 0) {
+        ls->part = (ls->part + 1) % t->nparts;
+        ls->sticky_left = STICKY_BURST;
+    }
+    ls->sticky_left--;
+    return ls->part % t->nparts;
+}
+
+/* Anonymous relay: the topic named by the message's `to`. */
+static mqd_topic_t *relay_topic(mqd_conn_t *c, const uint8_t *p, const mqd_msg_info_t *mi,
+                                uint32_t *fixed, bool *has_fixed)
+{
+    mqd_addr_t a;
+    *has_fixed = false;
+    if (mi->to.len == 0 || mqd_addr_parse((const char *)p + mi->to.off, mi->to.len, &a) != 0)
+        return NULL;
+    if (a.kind != MQD_ADDR_TOPIC && a.kind != MQD_ADDR_PARTITION)
+        return NULL;
+    mqd_topic_t *t;
+    bool create = c->srv->conf->auto_create_topics && strncmp(a.topic, "$tmp.", 5) != 0;
+    if (mqd_topic_get(c->srv, a.topic, create, 0, &t) != 0)
+        return NULL;
+    if (a.kind == MQD_ADDR_PARTITION) {
+        if (a.partition >= t->nparts)
+            return NULL;
+        *fixed = a.partition;
+        *has_fixed = true;
+    }
+    return t;
+}
+
+/* Pulls what Proton has buffered for the current transfer into the link's buffer, so
+ * that Proton's session window reopens while a large message is still arriving. */
+static int transfer_accumulate(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
+{
+    size_t pending = pn_delivery_pending(d);
+    if (ls->acc_len + pending > c->srv->conf->max_message_size)
+        return MQD_ETOOBIG;
+    if (ls->acc_len + pending > ls->acc_cap) {
+        size_t ncap = ls->acc_cap ? ls->acc_cap : 4096;
+        while (ncap < ls->acc_len + pending)
+            ncap *= 2;
+        uint8_t *nb = realloc(ls->acc, ncap);
+        if (!nb)
+            return MQD_ENOMEM;
+        ls->acc = nb;
+        ls->acc_cap = ncap;
+    }
+    while (pending > 0) {
+        ssize_t got = pn_link_recv(ls->link, (char *)ls->acc + ls->acc_len, pending);
+        if (got <= 0)
+            break;
+        ls->acc_len += (size_t)got;
+        pending = pn_delivery_pending(d);
+    }
+    return 0;
+}
+
+static void message_too_big(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
+{
+    char why[160];
+    snprintf(why, sizeof why, "message exceeds max_message_size %llu",
+             (unsigned long long)c->srv->conf->max_message_size);
+    pn_condition_t *lc = pn_link_condition(ls->link);
+    pn_condition_set_name(lc, "amqp:link:message-size-exceeded");
+    pn_condition_set_description(lc, why);
+    reject(d, "amqp:link:message-size-exceeded", why);
+    pn_link_close(ls->link);
+    ls->acc_len = 0;
+    MQD_INFO("link", "detached producer peer=%s: %s", c->peer, why);
+}
+
+/* Stores one complete message; returns after queuing its settlement. */
+static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
+                          size_t size, bool presettled)
+{
+    mqd_msg_info_t mi;
+    if (mqd_msg_scan(msg, size, &mi) != 0) {
+        if (!presettled)
+            reject(d, "amqp:decode-error", "malformed message sections");
+        return;
+    }
+    mqd_topic_t *t = ls->topic;
+    uint32_t fixed = 0;
+    bool has_fixed = false;
+    if (!t)
+        t = relay_topic(c, msg, &mi, &fixed, &has_fixed);
+    if (!t) {
+        if (!presettled)
+            reject(d, "amqp:not-found", "no such address in `to`");
+        return;
+    }
+    uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &mi);
+    int rc = mqd_part_append(&t->parts[part], msg, size, c, presettled ? NULL : d, NULL);
+    if (rc != 0) {
+        MQD_WARN("link", "append to %s/%u failed: %s", t->name, part, mqd_strerror(rc));
+        if (!presettled)
+            reject(d, rc == MQD_EFAILED ? "amqp:internal-error" : "amqp:resource-limit-exceeded",
+                   mqd_strerror(rc));
+    }
+}
+
+static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
+{
+    mqd_server_t *s = c->srv;
+    pn_link_t *l = ls->link;
+    if (pn_link_state(l) & PN_LOCAL_CLOSED)
+        return;
+    if (pn_delivery_aborted(d)) {
+        ls->acc_len = 0;
+        pn_delivery_settle(d);
+        return;
+    }
+    const uint8_t *msg;
+    size_t size;
+    if (ls->acc_len == 0 && !pn_delivery_partial(d)) {
+        /* the whole message arrived in this event: no copy into the link buffer */
+        size = pn_delivery_pending(d);
+        if (size > s->conf->max_message_size)
+            return message_too_big(c, ls, d);
+        if (size > c->rbuf_cap) {
+            uint8_t *nb = realloc(c->rbuf, size);
+            if (!nb)
+                return reject(d, "amqp:resource-limit-exceeded", "out of memory");
+            c->rbuf = nb;
+            c->rbuf_cap = size;
+        }
+        ssize_t got = size ? pn_link_recv(l, (char *)c->rbuf, size) : 0;
+        if (got < 0 || (size_t)got != size)
+            size = 0;
+        msg = c->rbuf;
+    } else {
+        int rc = transfer_accumulate(c, ls, d);
+        if (rc == MQD_ETOOBIG)
+            return message_too_big(c, ls, d);
+        if (rc != 0 || pn_delivery_partial(d))
+            return;
+        msg = ls->acc;
+        size = ls->acc_len;
+        ls->acc_len = 0;
+    }
+    pn_link_advance(l);
+    bool presettled = pn_delivery_settled(d);
+    store_message(c, ls, d, msg, size, presettled);
+    if (presettled)
+        pn_delivery_settle(d);
+    if (ls->acc_cap > (1u << 20) && ls->acc_len == 0) {
+        free(ls->acc); /* don't keep a large buffer per idle link */
+        ls->acc = NULL;
+        ls->acc_cap = 0;
+    }
+    int credit = pn_link_credit(l);
+    if (credit < (int)s->conf->link_credit / 2)
+        pn_link_flow(l, (int)s->conf->link_credit - credit);
+}
+
+/* ---------------------------------------------------------------- consumers */
+
+static int dynamic_topic(mqd_conn_t *c, pn_terminus_t *src, mqd_topic_t **out)
+{
+    mqd_server_t *s = c->srv;
+    char name[64];
+    snprintf(name, sizeof name, "$tmp.%llx.%x", (unsigned long long)++s->tmp_seq,
+             (unsigned)(mqd_mono_ns() & 0xffffff));
+    int rc = mqd_topic_get(s, name, true, 1, out);
+    if (rc == 0) {
+        (*out)->temporary = true;
+        pn_terminus_set_address(src, name);
+    }
+    return rc;
+}
+
+static bool is_copy_mode(pn_terminus_t *t)
+{
+    return pn_terminus_get_distribution_mode(t) == PN_DIST_MODE_COPY;
+}
+
+static void consumer_attach(mqd_conn_t *c, pn_link_t *l)
+{
+    mqd_server_t *s = c->srv;
+    pn_terminus_t *rs = pn_link_remote_source(l);
+    pn_terminus_t *ls_src = pn_link_source(l);
+    mqd_topic_t *t = NULL;
+    pn_terminus_copy(ls_src, rs);
+    pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
+    if (pn_terminus_is_dynamic(rs)) {
+        if (dynamic_topic(c, ls_src, &t) != 0)
+            return link_refuse(l, "amqp:internal-error", "cannot create a dynamic node%s", "");
+    } else {
+        const char *addr = pn_terminus_get_address(rs);
+        mqd_addr_t a;
+        if (!addr || mqd_addr_parse(addr, strlen(addr), &a) != 0)
+            return link_refuse(l, "amqp:not-found", "cannot receive from address '%s'",
+                               addr ? addr : "(null)");
+        if (a.kind != MQD_ADDR_TOPIC)
+            return link_refuse(l, "amqp:not-implemented", "address form not supported yet: '%s'",
+                               addr);
+        bool create = s->conf->auto_create_topics && strncmp(a.topic, "$tmp.", 5) != 0;
+        if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)
+            return link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
+    }
+    bool browse = is_copy_mode(rs);
+    mqd_lstate_t *ls = lstate_new(c, l, browse ? MQD_LS_BROWSER : MQD_LS_CONSUMER);
+    if (!ls)
+        return link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+    ls->topic = t;
+    if (browse) {
+        ls->browse_next = calloc(t->nparts, sizeof *ls->browse_next);
+        for (uint32_t i = 0; ls->browse_next && i < t->nparts; i++)
+            ls->browse_next[i] = mqd_plog_start_offset(t->parts[i].log);
+    }
+    mqd_dlist_push(&t->consumers, &ls->tnode);
+    pn_link_set_max_message_size(l, s->conf->max_message_size);
+    pn_link_open(l);
+}
+
+/* Sends one record on a consumer link. */
+static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, uint32_t dcount)
+{
+    mqd_server_t *s = ls->conn->srv;
+    mqd_msg_info_t mi;
+    if (mqd_msg_scan(rec->data, rec->len, &mi) != 0) {
+        MQD_WARN("link", "skipping unparseable record %s/%u@%llu", ls->topic->name, part,
+                 (unsigned long long)rec->offset);
+        return MQD_EINVAL;
+    }
+    mqd_msg_ann_t ann = {
+        .partition_id = (int32_t)part,
+        .offset = (int64_t)rec->offset,
+        .enqueued_ms = rec->timestamp_ms,
+        .pkey = mi.partition_key.len ? rec->data + mi.partition_key.off : NULL,
+        .pkey_len = mi.partition_key.len,
+        .delivery_count = dcount,
+    };
+    int rc = mqd_msg_annotate(rec->data, rec->len, &mi, &ann, &s->scratch);
+    if (rc != 0)
+        return rc;
+    char tag[12];
+    memcpy(tag, &part, 4);
+    memcpy(tag + 4, &rec->offset, 8);
+    pn_delivery_t *d = pn_delivery(ls->link, pn_dtag(tag, sizeof tag));
+    pn_link_send(ls->link, (const char *)s->scratch.p, s->scratch.len);
+    pn_link_advance(ls->link);
+    if (ls->kind == MQD_LS_BROWSER)
+        pn_delivery_settle(d);
+    else
+        ls->unsettled++;
+    mqd_conn_mark_dirty(ls->conn);
+    return 0;
+}
+
+static size_t browse_pump(mqd_lstate_t *ls)
+{
+    mqd_topic_t *t = ls->topic;
+    mqd_server_t *s = t->srv;
+    mqd_read_t *rd = &s->browse_rd;
+    for (uint32_t k = 0; k < t->nparts; k++) {
+        uint32_t i = (t->rr_part + k) % t->nparts;
+        int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], UINT64_MAX, 1,
+                               s->conf->prefetch_bytes, rd);
+        if (rc == MQD_ERANGE) {
+            ls->browse_next[i] = mqd_plog_start_offset(t->parts[i].log);
+            continue;
+        }
+        if (rc != 0 || rd->n == 0)
+            continue;
+        ls->browse_next[i] = rd->recs[0].offset + 1;
+        deliver(ls, i, &rd->recs[0], 0);
+        t->rr_part = i + 1;
+        return 1;
+    }
+    return 0;
+}
+
+static size_t pump_one(mqd_lstate_t *ls);
+
+/* One delivery if the link has credit and a record is ready; honours drain. */
+size_t mqd_consumer_pump(mqd_lstate_t *ls)
+{
+    if (ls->conn->closed || pn_link_credit(ls->link) <= 0 ||
+        pn_link_state(ls->link) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE))
+        return 0;
+    size_t n = pump_one(ls);
+    if (n == 0 && pn_link_get_drain(ls->link)) {
+        pn_link_drained(ls->link);
+        mqd_conn_mark_dirty(ls->conn);
+    }
+    return n;
+}
+
+static size_t pump_one(mqd_lstate_t *ls)
+{
+    if (ls->kind == MQD_LS_BROWSER)
+        return browse_pump(ls);
+    mqd_topic_t *t = ls->topic;
+    for (uint32_t k = 0; k < t->nparts; k++) {
+        uint32_t i = (t->rr_part + k) % t->nparts;
+        mqd_rec_t rec;
+        uint32_t dc;
+        while (mqd_shared_next(&t->parts[i], &rec, &dc)) {
+            if (deliver(ls, i, &rec, dc) == 0) {
+                t->rr_part = i + 1;
+                return 1;
+            }
+            mqd_shared_done(&t->parts[i], rec.offset); /* unreadable: skip, don't loop */
+        }
+    }
+    return 0;
+}
+
+static void consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
+{
+    uint64_t state = pn_delivery_remote_state(d);
+    if (!pn_delivery_settled(d) && state == 0)
+        return; /* nothing decided yet */
+    mqd_topic_t *t = ls->topic;
+    uint32_t part;
+    uint64_t off;
+    tag_decode(d, &part, &off);
+    if (ls->kind == MQD_LS_CONSUMER && t && part < t->nparts) {
+        mqd_part_t *p = &t->parts[part];
+        switch (state) {
+        case PN_RELEASED:
+            mqd_shared_release(p, off, false);
+            break;
+        case PN_MODIFIED: {
+            pn_disposition_t *rd = pn_delivery_remote(d);
+            mqd_shared_release(p, off, pn_disposition_is_failed(rd));
+            break;
+        }
+        default: /* accepted, rejected, or settled without outcome */
+            mqd_shared_done(p, off);
+            break;
+        }
+        if (ls->unsettled)
+            ls->unsettled--;
+        mqd_topic_dispatch_soon(t);
+    }
+    if (!pn_delivery_settled(d))
+        pn_delivery_update(d, state);
+    pn_delivery_settle(d);
+}
+
+/* ---------------------------------------------------------------- events */
+
+static void connection_open(mqd_conn_t *c, pn_connection_t *pc)
+{
+    pn_data_t *caps = pn_connection_offered_capabilities(pc);
+    pn_data_put_array(caps, false, PN_SYMBOL);
+    pn_data_enter(caps);
+    pn_data_put_symbol(caps, pn_bytes(strlen("ANONYMOUS-RELAY"), "ANONYMOUS-RELAY"));
+    pn_data_exit(caps);
+    pn_connection_open(pc);
+    MQD_INFO("conn", "open peer=%s user=%s container=%s", c->peer,
+             c->user[0] ? c->user : "anonymous", pn_connection_remote_container(pc) ?: "-");
+}
+
+static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
+{
+    if (pn_link_state(l) & PN_LOCAL_ACTIVE)
+        return;
+    if (pn_link_is_receiver(l))
+        producer_attach(c, l);
+    else
+        consumer_attach(c, l);
+    if (!pn_link_is_receiver(l)) {
+        mqd_lstate_t *ls = pn_link_get_context(l);
+        if (ls && ls->topic)
+            mqd_topic_dispatch_soon(ls->topic);
+    }
+}
+
+static void link_remote_close(pn_link_t *l)
+{
+    mqd_lstate_t *ls = pn_link_get_context(l);
+    if (ls) {
+        pn_link_set_context(l, NULL);
+        mqd_lstate_free(ls);
+    }
+    if (!(pn_link_state(l) & PN_LOCAL_CLOSED))
+        pn_link_close(l);
+}
+
+void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
+{
+    switch (pn_event_type(e)) {
+    case PN_CONNECTION_REMOTE_OPEN:
+        connection_open(c, pn_event_connection(e));
+        break;
+    case PN_CONNECTION_REMOTE_CLOSE:
+        pn_connection_close(pn_event_connection(e));
+        break;
+    case PN_SESSION_REMOTE_OPEN: {
+        pn_session_t *ss = pn_event_session(e);
+        pn_session_set_incoming_capacity(ss, 8u << 20);
+        pn_session_open(ss);
+        break;
+    }
+    case PN_SESSION_REMOTE_CLOSE: {
+        pn_session_t *ss = pn_event_session(e);
+        for (pn_link_t *l = pn_link_head(c->driver.connection, 0); l; l = pn_link_next(l, 0))
+            if (pn_link_session(l) == ss)
+                link_remote_close(l);
+        pn_session_close(ss);
+        break;
+    }
+    case PN_LINK_REMOTE_OPEN:
+        link_remote_open(c, pn_event_link(e));
+        break;
+    case PN_LINK_REMOTE_CLOSE:
+    case PN_LINK_REMOTE_DETACH:
+        link_remote_close(pn_event_link(e));
+        break;
+    case PN_LINK_FLOW: {
+        mqd_lstate_t *ls = pn_link_get_context(pn_event_link(e));
+        if (ls && (ls->kind == MQD_LS_CONSUMER || ls->kind == MQD_LS_BROWSER))
+            mqd_topic_dispatch_soon(ls->topic);
+        break;
+    }
+    case PN_DELIVERY: {
+        pn_delivery_t *d = pn_event_delivery(e);
+        pn_link_t *l = pn_delivery_link(d);
+        mqd_lstate_t *ls = pn_link_get_context(l);
+        if (!ls) {
+            if (pn_link_is_receiver(l) && !pn_delivery_partial(d)) {
+                pn_link_advance(l);
+                pn_delivery_settle(d);
+            }
+            break;
+        }
+        if (ls->kind == MQD_LS_PRODUCER)
+            producer_transfer(c, ls, d);
+        else if (pn_delivery_updated(d) || pn_delivery_settled(d))
+            consumer_disposition(ls, d);
+        break;
+    }
+    case PN_TRANSPORT_ERROR: {
+        pn_condition_t *tc = pn_transport_condition(pn_event_transport(e));
+        MQD_INFO("conn", "transport error peer=%s: %s: %s", c->peer,
+                 pn_condition_get_name(tc) ?: "-", pn_condition_get_description(tc) ?: "-");
+        break;
+    }
+    default:
+        break;
+    }
+}

@@ -1,0 +1,544 @@
+/* conf: reading mqd.conf and --set/--listen into an mqd_conf_t. Every key goes through
+ * the table in conf_table.c; this file only knows lines, sections and scopes.
+ *
+ * A failed load leaves `c` partly updated: callers build a fresh config, load into it
+ * and swap it in only on success (that is how SIGHUP reload keeps the old one). */
+#include "config.h"
+#include "conf/conf_int.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the list setter relies on `listen` being followed by its count */
+_Static_assert(offsetof(mqd_conf_t, n_listen) == offsetof(mqd_conf_t, listen) + sizeof(char **),
+               "listen/n_listen layout");
+
+enum { SRC_BUILTIN = 0, SRC_FILE = 1, SRC_CLI = 2 };
+
+/* Where a key line lands: the global part, a topic section or a user section. */
+typedef struct section {
+    mqd_conf_scope_t kind; /* MQD_CS_GLOBAL, MQD_CS_TOPIC or MQD_CS_USER */
+    mqd_topic_conf_t *topic;
+    mqd_user_conf_t *user;
+} section_t;
+
+/* Parser state for one file. */
+typedef struct parse {
+    mqd_conf_t *c;
+    const char *file;
+    int line;
+    section_t sec;
+    bool listen_seen; /* first listen of this file replaces the list */
+    char **seen;      /* "topic NAME" / "user NAME" sections of this file */
+    size_t n_seen;
+    char *err;
+    size_t errlen;
+} parse_t;
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err != NULL && errlen > 0) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return MQD_EINVAL;
+}
+
+/* ---- construction ---- */
+
+static void free_topic(mqd_topic_conf_t *t)
+{
+    free(t->name);
+}
+
+static void free_user(mqd_user_conf_t *u)
+{
+    free(u->name);
+    mqd_conf_row_free_fields(MQD_CS_USER, u);
+}
+
+void mqd_conf_free(mqd_conf_t *c)
+{
+    if (c == NULL)
+        return;
+    free(c->path);
+    mqd_conf_row_free_fields(MQD_CS_GLOBAL, c);
+    for (size_t i = 0; i < c->n_topics; i++)
+        free_topic(&c->topics[i]);
+    free(c->topics);
+    for (size_t i = 0; i < c->n_users; i++)
+        free_user(&c->users[i]);
+    free(c->users);
+    free(c);
+}
+
+int mqd_conf_new(mqd_conf_t **out)
+{
+    char why[256];
+    int rc = 0;
+    mqd_conf_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return MQD_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < mqd_conf_nrows; i++) {
+        const mqd_conf_row_t *r = &mqd_conf_rows[i];
+        if (r->def == NULL || r->scope == MQD_CS_TOPIC || r->scope == MQD_CS_USER)
+            continue;
+        void *base = r->scope == MQD_CS_GLOBAL ? (void *)c : (void *)&c->topic_defaults;
+        rc = mqd_conf_row_apply(r, base, r->def, why, sizeof why);
+    }
+    if (rc != 0) {
+        mqd_conf_free(c);
+        return rc == MQD_EINVAL ? MQD_ENOMEM : rc; /* a bad built-in default is a bug */
+    }
+    c->listen_source = SRC_BUILTIN;
+    *out = c;
+    return 0;
+}
+
+/* ---- sections ---- */
+
+static int valid_name(const char *s)
+{
+    if (*s == '\0' || strlen(s) > 255)
+        return 0;
+    for (; *s; s++)
+        if (isspace((unsigned char)*s) || *s == '[' || *s == ']' || *s == '#' || *s == '=')
+            return 0;
+    return 1;
+}
+
+static mqd_topic_conf_t *topic_find(const mqd_conf_t *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_topics; i++)
+        if (strcmp(c->topics[i].name, name) == 0)
+            return &c->topics[i];
+    return NULL;
+}
+
+/* Finds or appends a [topic NAME] section (fields zero: only set_mask bits count). */
+static int topic_get(mqd_conf_t *c, const char *name, mqd_topic_conf_t **out)
+{
+    mqd_topic_conf_t *t = topic_find(c, name);
+    if (t == NULL) {
+        char *dup = strdup(name);
+        mqd_topic_conf_t *grown =
+            dup ? realloc(c->topics, (c->n_topics + 1) * sizeof *grown) : NULL;
+        if (grown == NULL) {
+            free(dup);
+            return MQD_ENOMEM;
+        }
+        c->topics = grown;
+        t = &grown[c->n_topics++];
+        memset(t, 0, sizeof *t);
+        t->name = dup;
+    }
+    *out = t;
+    return 0;
+}
+
+static int user_get(mqd_conf_t *c, const char *name, mqd_user_conf_t **out)
+{
+    for (size_t i = 0; i < c->n_users; i++) {
+        if (strcmp(c->users[i].name, name) == 0) {
+            *out = &c->users[i];
+            return 0;
+        }
+    }
+    char *dup = strdup(name);
+    mqd_user_conf_t *grown = dup ? realloc(c->users, (c->n_users + 1) * sizeof *grown) : NULL;
+    if (grown == NULL) {
+        free(dup);
+        return MQD_ENOMEM;
+    }
+    c->users = grown;
+    mqd_user_conf_t *u = &grown[c->n_users++];
+    memset(u, 0, sizeof *u);
+    u->name = dup;
+    *out = u;
+    return 0;
+}
+
+/* Points sec at the section `kind NAME`; kind is "topic" or "user". */
+static int section_open(mqd_conf_t *c, const char *kind, const char *name, section_t *sec,
+                        char *why, size_t whylen)
+{
+    if (!valid_name(name)) {
+        snprintf(why, whylen, "invalid name '%s'", name);
+        return MQD_EINVAL;
+    }
+    if (strcmp(kind, "topic") == 0) {
+        sec->kind = MQD_CS_TOPIC;
+        sec->user = NULL;
+        return topic_get(c, name, &sec->topic);
+    }
+    if (strcmp(kind, "user") == 0) {
+        sec->kind = MQD_CS_USER;
+        sec->topic = NULL;
+        return user_get(c, name, &sec->user);
+    }
+    snprintf(why, whylen, "unknown section kind '%s' (expected topic or user)", kind);
+    return MQD_EINVAL;
+}
+
+/* ---- applying one key ---- */
+
+/* Drops every listener (before a new source's first one). */
+static void listen_clear(mqd_conf_t *c)
+{
+    for (size_t i = 0; i < c->n_listen; i++)
+        free(c->listen[i]);
+    free(c->listen);
+    c->listen = NULL;
+    c->n_listen = 0;
+}
+
+/* Applies key = val in section sec; *replace_listen says this listen replaces the list. */
+static int apply_key(mqd_conf_t *c, const section_t *sec, const char *key, const char *val,
+                     bool *replace_listen, char *why, size_t whylen)
+{
+    const mqd_conf_row_t *r = mqd_conf_row_find(key);
+    void *base = NULL;
+    if (r == NULL) {
+        const char *s = mqd_conf_row_suggest(key);
+        if (s != NULL)
+            snprintf(why, whylen, "unknown key (did you mean '%s'?)", s);
+        else
+            snprintf(why, whylen, "unknown key");
+        return MQD_EINVAL;
+    }
+    static const char *const where[] = {
+        [MQD_CS_GLOBAL] = "the global part (before any section)",
+        [MQD_CS_TOPIC] = "a [topic NAME] section",
+        [MQD_CS_USER] = "a [user NAME] section",
+    };
+    if (sec->kind == MQD_CS_GLOBAL && (r->scope == MQD_CS_GLOBAL || r->scope == MQD_CS_BOTH))
+        base = r->scope == MQD_CS_GLOBAL ? (void *)c : (void *)&c->topic_defaults;
+    else if (sec->kind == MQD_CS_TOPIC && (r->scope == MQD_CS_TOPIC || r->scope == MQD_CS_BOTH))
+        base = sec->topic;
+    else if (sec->kind == MQD_CS_USER && r->scope == MQD_CS_USER)
+        base = sec->user;
+    if (base == NULL) {
+        mqd_conf_scope_t only = r->scope == MQD_CS_BOTH ? MQD_CS_GLOBAL : r->scope;
+        snprintf(why, whylen, "not allowed in %s; only in %s%s", where[sec->kind], where[only],
+                 r->scope == MQD_CS_BOTH ? " or a [topic NAME] section" : "");
+        return MQD_EINVAL;
+    }
+    if (r->type == MQD_CT_LIST && *replace_listen) {
+        /* validate before dropping the old list, so a bad value changes nothing */
+        if (r->check != NULL && r->check(val, why, whylen) != 0)
+            return MQD_EINVAL;
+        listen_clear(c);
+        *replace_listen = false;
+    }
+    int rc = mqd_conf_row_apply(r, base, val, why, whylen);
+    if (rc == 0 && base != (void *)c && sec->kind != MQD_CS_USER)
+        ((mqd_topic_conf_t *)base)->set_mask |= UINT64_C(1) << (r - mqd_conf_rows);
+    if (rc == MQD_ENOMEM)
+        snprintf(why, whylen, "out of memory");
+    return rc;
+}
+
+/* ---- the file ---- */
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Cuts a trailing comment: '#' at the start or after whitespace (values such as
+ * password hashes may contain '#' inside a word). */
+static void cut_comment(char *s)
+{
+    for (char *p = s; *p; p++) {
+        if (*p == '#' && (p == s || p[-1] == ' ' || p[-1] == '\t')) {
+            *p = '\0';
+            return;
+        }
+    }
+}
+
+static int parse_section(parse_t *ps, char *text)
+{
+    char why[256], label[300];
+    size_t n = strlen(text);
+    if (text[n - 1] != ']')
+        return fail(ps->err, ps->errlen, "%s:%d: %s: expected [topic NAME] or [user NAME]",
+                    ps->file, ps->line, text);
+    text[n - 1] = '\0';
+    char *inner = trim(text + 1);
+    char *name = inner + strcspn(inner, " \t");
+    if (*name != '\0')
+        *name++ = '\0';
+    name = trim(name);
+    snprintf(label, sizeof label, "[%s %s]", inner, name);
+    for (size_t i = 0; i < ps->n_seen; i++)
+        if (strcmp(ps->seen[i], label) == 0)
+            return fail(ps->err, ps->errlen, "%s:%d: %s: duplicate section", ps->file, ps->line,
+                        label);
+    int rc = section_open(ps->c, inner, name, &ps->sec, why, sizeof why);
+    if (rc != 0)
+        return rc == MQD_EINVAL
+                   ? fail(ps->err, ps->errlen, "%s:%d: %s: %s", ps->file, ps->line, label, why)
+                   : rc;
+    char *dup = strdup(label);
+    char **grown = dup ? realloc(ps->seen, (ps->n_seen + 1) * sizeof *grown) : NULL;
+    if (grown == NULL) {
+        free(dup);
+        return MQD_ENOMEM;
+    }
+    ps->seen = grown;
+    ps->seen[ps->n_seen++] = dup;
+    return 0;
+}
+
+static int parse_line(parse_t *ps, char *raw)
+{
+    char why[512];
+    cut_comment(raw);
+    char *s = trim(raw);
+    if (*s == '\0')
+        return 0;
+    if (*s == '[')
+        return parse_section(ps, s);
+    char *eq = strchr(s, '=');
+    if (eq == NULL) {
+        s[strcspn(s, " \t")] = '\0';
+        return fail(ps->err, ps->errlen, "%s:%d: %s: expected 'key = value'", ps->file, ps->line,
+                    s);
+    }
+    *eq = '\0';
+    char *key = trim(s), *val = trim(eq + 1);
+    bool replace = !ps->listen_seen;
+    int rc = apply_key(ps->c, &ps->sec, key, val, &replace, why, sizeof why);
+    if (rc != 0)
+        return fail(ps->err, ps->errlen, "%s:%d: %s: %s", ps->file, ps->line, key, why);
+    if (strcmp(key, "listen") == 0)
+        ps->listen_seen = true;
+    return 0;
+}
+
+int mqd_conf_load_file(mqd_conf_t *c, const char *path, char *err, size_t errlen)
+{
+    parse_t ps = {
+        .c = c, .file = path, .sec = {MQD_CS_GLOBAL, NULL, NULL}, .err = err, .errlen = errlen};
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fail(err, errlen, "%s: %s", path, strerror(errno));
+        return errno == ENOENT ? MQD_ENOENT : MQD_EINVAL;
+    }
+    while (rc == 0 && getline(&line, &cap, f) >= 0) {
+        ps.line++;
+        rc = parse_line(&ps, line);
+    }
+    if (rc == 0 && ferror(f))
+        rc = fail(err, errlen, "%s: read error", path);
+    if (rc == 0 && ps.listen_seen)
+        c->listen_source = SRC_FILE;
+    if (rc == 0) {
+        char *dup = strdup(path);
+        if (dup == NULL)
+            rc = MQD_ENOMEM;
+        else {
+            free(c->path);
+            c->path = dup;
+        }
+    }
+    fclose(f);
+    free(line);
+    for (size_t i = 0; i < ps.n_seen; i++)
+        free(ps.seen[i]);
+    free(ps.seen);
+    return rc;
+}
+
+/* ---- command line ---- */
+
+int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t errlen)
+{
+    char why[256];
+    section_t glob = {MQD_CS_GLOBAL, NULL, NULL};
+    bool replace = c->listen_source != SRC_CLI;
+    int rc = apply_key(c, &glob, "listen", hostport, &replace, why, sizeof why);
+    if (rc != 0)
+        return fail(err, errlen, "--listen: %s", why), rc;
+    c->listen_source = SRC_CLI;
+    return 0;
+}
+
+/* Splits "topic.NAME.KEY" / "user.NAME.KEY" (NAME may hold dots: KEY is after the last). */
+static int split_section_key(char *k, section_t *sec, mqd_conf_t *c, const char **key, char *why,
+                             size_t whylen)
+{
+    char *dot = strchr(k, '.');
+    char *last = strrchr(k, '.');
+    if (dot == NULL) {
+        *key = k;
+        return 0;
+    }
+    if (dot == last) {
+        snprintf(why, whylen, "expected KEY, topic.NAME.KEY or user.NAME.KEY");
+        return MQD_EINVAL;
+    }
+    *dot = '\0';
+    *last = '\0';
+    *key = last + 1;
+    return section_open(c, k, dot + 1, sec, why, whylen);
+}
+
+int mqd_conf_set(mqd_conf_t *c, const char *key_eq_value, char *err, size_t errlen)
+{
+    char why[512];
+    char *copy = strdup(key_eq_value);
+    int rc = MQD_ENOMEM;
+    if (copy == NULL)
+        goto out;
+    char *eq = strchr(copy, '=');
+    if (eq == NULL) {
+        rc = fail(err, errlen, "--set: %s: expected KEY=VALUE", trim(copy));
+        goto out;
+    }
+    *eq = '\0';
+    char *full = trim(copy), *val = trim(eq + 1);
+    char label[300];
+    snprintf(label, sizeof label, "%s", full);
+    section_t sec = {MQD_CS_GLOBAL, NULL, NULL};
+    const char *key = full;
+    rc = split_section_key(full, &sec, c, &key, why, sizeof why);
+    bool replace = c->listen_source != SRC_CLI;
+    if (rc == 0)
+        rc = apply_key(c, &sec, key, val, &replace, why, sizeof why);
+    if (rc == 0 && strcmp(key, "listen") == 0)
+        c->listen_source = SRC_CLI;
+    if (rc == MQD_EINVAL)
+        fail(err, errlen, "--set: %s: %s", label, why);
+out:
+    free(copy);
+    return rc;
+}
+
+/* ---- queries ---- */
+
+void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *out)
+{
+    const mqd_topic_conf_t *sec = topic ? topic_find(c, topic) : NULL;
+    mqd_topic_conf_t t = c->topic_defaults;
+    t.name = NULL;
+    t.set_mask = 0;
+    t.partitions = c->default_partitions;
+    for (size_t i = 0; sec != NULL && i < mqd_conf_nrows; i++) {
+        const mqd_conf_row_t *r = &mqd_conf_rows[i];
+        if ((sec->set_mask & (UINT64_C(1) << i)) == 0)
+            continue;
+        memcpy((char *)&t + r->off, (const char *)sec + r->off, r->width);
+    }
+    if (sec != NULL) {
+        t.name = sec->name;
+        t.set_mask = sec->set_mask;
+    }
+    *out = t;
+}
+
+const mqd_user_conf_t *mqd_conf_user(const mqd_conf_t *c, const char *name)
+{
+    for (size_t i = 0; name != NULL && i < c->n_users; i++)
+        if (strcmp(c->users[i].name, name) == 0)
+            return &c->users[i];
+    return NULL;
+}
+
+int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen)
+{
+    const char *src = c->path ? c->path : "configuration";
+    if (c->n_listen == 0)
+        return fail(err, errlen, "%s: listen: at least one listener is needed", src);
+    if (c->data_dir == NULL || c->data_dir[0] == '\0')
+        return fail(err, errlen, "%s: data_dir: must be set", src);
+    for (size_t i = 0; i < c->n_users; i++)
+        if (c->users[i].password_hash == NULL)
+            return fail(err, errlen, "%s: [user %s]: password_hash: missing", src,
+                        c->users[i].name);
+    if (c->metrics_listen != NULL) {
+        for (size_t i = 0; i < c->n_listen; i++)
+            if (strcmp(c->metrics_listen, c->listen[i]) == 0)
+                return fail(err, errlen, "%s: metrics_listen: %s is also an AMQP listener", src,
+                            c->metrics_listen);
+    }
+    if (!c->allow_anonymous && c->n_users == 0)
+        MQD_WARN("conf",
+                 "%s: allow_anonymous is off and no [user NAME] section exists: no "
+                 "client can log in (add one with mqd-passwd)",
+                 src);
+    return 0;
+}
+
+/* ---- value checks used by the table ---- */
+
+int mqd_conf_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port)
+{
+    const char *colon, *h = s;
+    size_t hl;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':')
+            return MQD_EINVAL;
+        h = s + 1;
+        hl = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL || memchr(s, ':', (size_t)(colon - s)) != NULL)
+            return MQD_EINVAL; /* no port, or an IPv6 address without brackets */
+        hl = (size_t)(colon - s);
+    }
+    if (hl == 0 || hl >= hostlen || hl >= 256)
+        return MQD_EINVAL;
+    char *end = NULL;
+    errno = 0;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (!isdigit((unsigned char)colon[1]) || *end != '\0' || errno != 0 || p > 65535)
+        return MQD_EINVAL;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (uint16_t)p;
+    return 0;
+}
+
+int mqd_conf_check_hostport(const char *v, char *why, size_t whylen)
+{
+    char host[256];
+    uint16_t port;
+    if (mqd_conf_parse_hostport(v, host, sizeof host, &port) == 0)
+        return 0;
+    snprintf(why, whylen, "expected HOST:PORT or [IPV6]:PORT, got '%s'", v);
+    return MQD_EINVAL;
+}
+
+int mqd_conf_check_hostport_or_empty(const char *v, char *why, size_t whylen)
+{
+    return v[0] == '\0' ? 0 : mqd_conf_check_hostport(v, why, whylen);
+}
+
+int mqd_conf_check_nonempty(const char *v, char *why, size_t whylen)
+{
+    if (v[0] != '\0')
+        return 0;
+    snprintf(why, whylen, "must not be empty");
+    return MQD_EINVAL;
+}

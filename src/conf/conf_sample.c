@@ -1,0 +1,148 @@
+/* The sample config (etc/mqd.conf) and the key reference of mqd.conf(5), both written
+ * from the table so neither can drift from what the parser accepts. */
+#include "config.h"
+#include "conf/conf_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define WRAP 88
+
+static const char *const scope_doc[] = {
+    [MQD_CS_GLOBAL] = "global part only",
+    [MQD_CS_TOPIC] = "[topic NAME] sections only",
+    [MQD_CS_BOTH] = "global part (default for every topic) or [topic NAME]",
+    [MQD_CS_USER] = "[user NAME] sections only",
+};
+
+/* Writes text word-wrapped, each line starting with prefix. */
+static void wrap(FILE *f, const char *prefix, const char *text)
+{
+    size_t col = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        size_t w = strcspn(p, " ");
+        if (col > 0 && col + 1 + w > WRAP) {
+            fputc('\n', f);
+            col = 0;
+        }
+        if (col == 0) {
+            fputs(prefix, f);
+            col = strlen(prefix);
+        } else {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(p, 1, w, f);
+        col += w;
+        p += w;
+        while (*p == ' ')
+            p++;
+    }
+    if (col > 0)
+        fputc('\n', f);
+}
+
+static void sample_row(FILE *f, const mqd_conf_row_t *r)
+{
+    char desc[128];
+    mqd_conf_row_describe(r, desc, sizeof desc);
+    fprintf(f, "\n# %s: %s; default %s\n", r->name, desc, mqd_conf_row_default_doc(r));
+    wrap(f, "#   ", r->help);
+    if (r->sample != NULL)
+        fprintf(f, "%s = %s\n", r->name, r->sample);
+    else if (r->def != NULL && r->scope != MQD_CS_USER)
+        fprintf(f, "#%s =%s%s\n", r->name, r->def[0] ? " " : "", r->def);
+}
+
+/* intro is wrapped; example is printed as it is (commented-out config lines). */
+static void sample_part(FILE *f, mqd_conf_scope_t scope, const char *title, const char *intro,
+                        const char *example)
+{
+    fprintf(f, "\n# ======== %s ========\n", title);
+    if (intro != NULL)
+        wrap(f, "# ", intro);
+    if (example != NULL)
+        fputs(example, f);
+    for (size_t i = 0; i < mqd_conf_nrows; i++)
+        if (mqd_conf_rows[i].scope == scope)
+            sample_row(f, &mqd_conf_rows[i]);
+}
+
+int mqd_conf_write_sample(FILE *f)
+{
+    fputs("# mqd.conf: configuration of the mqd AMQP 1.0 broker. See mqd.conf(5).\n"
+          "#\n"
+          "# Generated from the key table (src/conf/conf_table.c) by `make regen-conf`;\n"
+          "# a unit test fails if this file and the table differ.\n"
+          "#\n"
+          "# Format: `key = value`; `#` starts a comment. Sizes take KiB, MiB, GiB (or k, M, G);\n"
+          "# durations take ms, s, m, h, d (a bare number is milliseconds); booleans take\n"
+          "# on/off. A commented-out key shows its built-in default.\n",
+          f);
+    sample_part(f, MQD_CS_GLOBAL, "server", NULL, NULL);
+    sample_part(f, MQD_CS_BOTH, "topic defaults",
+                "These apply to every topic; a [topic NAME] section overrides them for one "
+                "topic.",
+                NULL);
+    sample_part(f, MQD_CS_TOPIC, "per-topic sections",
+                "A [topic NAME] section takes the keys below and any topic default above, "
+                "for example:",
+                "#\n# [topic orders]\n# partitions = 8\n# flush = async\n# retention_ms = 3d\n");
+    sample_part(f, MQD_CS_USER, "users",
+                "With allow_anonymous = off, clients log in with SASL PLAIN as a user listed "
+                "here. Sections go after the global part. To add a user, run",
+                "#\n#   mqd-passwd alice >> /etc/mqd.conf\n#\n# which reads a password and "
+                "appends\n#\n# [user alice]\n# password_hash = pbkdf2-sha256$100000$...$...\n");
+    return ferror(f) ? MQD_EIO : 0;
+}
+
+/* troff: escape backslashes; a line must not start with '.' or '\''. */
+static void man_text(FILE *f, const char *s)
+{
+    if (*s == '.' || *s == '\'')
+        fputs("\\&", f);
+    for (; *s; s++) {
+        if (*s == '\\')
+            fputs("\\e", f);
+        else if (*s == '-')
+            fputs("\\-", f);
+        else
+            fputc(*s, f);
+    }
+    fputc('\n', f);
+}
+
+int mqd_conf_write_man_keys(FILE *f)
+{
+    static const mqd_conf_scope_t order[] = {MQD_CS_GLOBAL, MQD_CS_BOTH, MQD_CS_TOPIC, MQD_CS_USER};
+    static const char *const titles[] = {"Server keys", "Topic keys", "Topic section keys",
+                                         "User section keys"};
+    char desc[128], line[512];
+    for (size_t s = 0; s < MQD_ARRAY_LEN(order); s++) {
+        fprintf(f, ".SS %s\n", titles[s]);
+        for (size_t i = 0; i < mqd_conf_nrows; i++) {
+            const mqd_conf_row_t *r = &mqd_conf_rows[i];
+            if (r->scope != order[s])
+                continue;
+            mqd_conf_row_describe(r, desc, sizeof desc);
+            fprintf(f, ".TP\n.B %s\n", r->name);
+            snprintf(line, sizeof line, "%s; default %s; %s.", desc, mqd_conf_row_default_doc(r),
+                     scope_doc[r->scope]);
+            man_text(f, line);
+            fputs(".br\n", f);
+            man_text(f, r->help);
+        }
+    }
+    return ferror(f) ? MQD_EIO : 0;
+}
+
+size_t mqd_conf_key_count(void)
+{
+    return mqd_conf_nrows;
+}
+
+const char *mqd_conf_key_name(size_t i)
+{
+    return i < mqd_conf_nrows ? mqd_conf_rows[i].name : NULL;
+}

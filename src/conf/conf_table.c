@@ -1,0 +1,444 @@
+/* The configuration table: one row per key, with type, bounds, default, field and help.
+ * The parser, the sample etc/mqd.conf and the key list in mqd.conf(5) all come from
+ * these rows, so adding a key here is the whole job (then regenerate the sample). */
+#include "config.h"
+#include "conf/conf_int.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define KiB (UINT64_C(1) << 10)
+#define MiB (UINT64_C(1) << 20)
+#define GiB (UINT64_C(1) << 30)
+#define TiB (UINT64_C(1) << 40)
+#define SEC UINT64_C(1000)
+#define MIN (60 * SEC)
+#define HOUR (60 * MIN)
+#define DAY (24 * HOUR)
+
+#define G_FIELD(f) offsetof(mqd_conf_t, f), sizeof(((mqd_conf_t *)0)->f)
+#define T_FIELD(f) offsetof(mqd_topic_conf_t, f), sizeof(((mqd_topic_conf_t *)0)->f)
+#define U_FIELD(f) offsetof(mqd_user_conf_t, f), sizeof(((mqd_user_conf_t *)0)->f)
+
+static const char *const level_names[] = {"error", "warn", "notice", "info", "debug", NULL};
+static const char *const flush_names[] = {"sync", "async", NULL};
+static const char *const retention_names[] = {"default", "consumed", NULL};
+static const char *const reset_names[] = {"earliest", "latest", NULL};
+
+/* The log defaults repeat mqd_plog_config_default (store.h): conf does not link the
+ * store library, and the sample and man page need them as text anyway. */
+const mqd_conf_row_t mqd_conf_rows[] = {
+    /* ---- server (global part only) ---- */
+    {"listen", MQD_CT_LIST, MQD_CS_GLOBAL, 0, 0, "127.0.0.1:5672", NULL, "127.0.0.1:5672",
+     G_FIELD(listen), NULL, mqd_conf_check_hostport,
+     "Address for AMQP connections, HOST:PORT or [IPV6]:PORT (0.0.0.0 or [::] for every "
+     "interface). Repeat the key for more listeners; the first listen in a file replaces the "
+     "built-in default, and --listen on the command line replaces the file's.",
+     false},
+    {"data_dir", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, MQD_LOCALSTATEDIR "/lib/mqd",
+     "LOCALSTATEDIR/lib/mqd", "/var/lib/mqd", G_FIELD(data_dir), NULL, mqd_conf_check_nonempty,
+     "Directory holding meta.db and the partition logs (topics/T/N/). Needs a file system "
+     "where fsync works.",
+     false},
+    {"log_level", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "info", NULL, NULL, G_FIELD(log_level),
+     level_names, NULL, "Least important kind of message written to the log. Reloadable (SIGHUP).",
+     true},
+    {"auto_create_topics", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "on", NULL, NULL,
+     G_FIELD(auto_create_topics), NULL, NULL,
+     "Create a topic with default_partitions partitions when a link first names it.", false},
+    {"default_partitions", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 65536, "1", NULL, NULL,
+     G_FIELD(default_partitions), NULL, NULL,
+     "Partitions of a topic created automatically or without an explicit count.", false},
+    {"max_message_size", MQD_CT_SIZE, MQD_CS_GLOBAL, 1 * KiB, 1 * GiB, "16MiB", NULL, NULL,
+     G_FIELD(max_message_size), NULL, NULL,
+     "Largest message accepted; stated as max-message-size on every attach.", false},
+    {"max_frame_size", MQD_CT_SIZE, MQD_CS_GLOBAL, 512, 64 * MiB, "128KiB", NULL, NULL,
+     G_FIELD(max_frame_size), NULL, NULL, "Largest AMQP frame offered in open (max-frame-size).",
+     false},
+    {"idle_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, DAY, "60s", NULL, NULL,
+     G_FIELD(idle_timeout_ms), NULL, NULL,
+     "Close a connection that sends nothing for this long (AMQP idle-time-out; the broker "
+     "advertises half). 0 turns it off.",
+     false},
+    {"allow_anonymous", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "on", NULL, "off",
+     G_FIELD(allow_anonymous), NULL, NULL,
+     "Accept clients that do not authenticate (SASL ANONYMOUS or no SASL layer). The built-in "
+     "default is on for a loopback development broker; an installed broker turns it off and "
+     "lists users in [user NAME] sections: `mqd-passwd alice >> /etc/mqd.conf` adds one.",
+     false},
+    {"max_connections", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 1000000, "10000", NULL, NULL,
+     G_FIELD(max_connections), NULL, NULL, "Connections accepted at once; more are refused.",
+     false},
+    {"max_sessions", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 65536, "64", NULL, NULL, G_FIELD(max_sessions),
+     NULL, NULL, "Sessions per connection (AMQP channel-max + 1).", false},
+    {"max_links_per_session", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 1048576, "1024", NULL, NULL,
+     G_FIELD(max_links_per_session), NULL, NULL, "Links per session (AMQP handle-max + 1).", false},
+    {"link_credit", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 1000000, "1000", NULL, NULL,
+     G_FIELD(link_credit), NULL, NULL,
+     "Credit granted to each sending client link; refilled as messages become durable.", false},
+    {"prefetch_bytes", MQD_CT_SIZE, MQD_CS_GLOBAL, 4 * KiB, 1 * GiB, "1MiB", NULL, NULL,
+     G_FIELD(prefetch_bytes), NULL, NULL, "Most bytes read from a log for one consumer at a time.",
+     false},
+    {"metrics_listen", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "off", NULL, G_FIELD(metrics_listen),
+     NULL, mqd_conf_check_hostport_or_empty,
+     "HOST:PORT for the Prometheus text endpoint (/metrics). Empty turns it off.", false},
+
+    /* ---- topics: global part = defaults for every topic, [topic NAME] overrides ---- */
+    {"partitions", MQD_CT_UINT, MQD_CS_TOPIC, 1, 65536, NULL, "default_partitions", NULL,
+     T_FIELD(partitions), NULL, NULL,
+     "Partitions of this topic (sections only). A topic's partition count can grow, never "
+     "shrink.",
+     false},
+    {"flush", MQD_CT_ENUM, MQD_CS_BOTH, 0, 0, "sync", NULL, NULL, T_FIELD(log.flush), flush_names,
+     NULL,
+     "sync: a message is accepted once fdatasync'd (group commit). async: accepted once "
+     "written to the page cache and fsync'd every flush_interval_ms; a power failure or "
+     "kernel crash may lose up to that much acknowledged data, a crash of mqd loses none.",
+     false},
+    {"flush_interval_ms", MQD_CT_DURATION, MQD_CS_BOTH, 1, HOUR, "1s", NULL, NULL,
+     T_FIELD(log.flush_interval_ms), NULL, NULL, "flush = async: fsync at least this often.",
+     false},
+    {"flush_messages", MQD_CT_UINT, MQD_CS_BOTH, 0, 1000000000, "0", NULL, NULL,
+     T_FIELD(log.flush_messages), NULL, NULL,
+     "flush = async: also fsync after this many messages. 0 turns it off.", false},
+    {"segment_bytes", MQD_CT_SIZE, MQD_CS_BOTH, 4 * KiB, 2 * GiB, "1GiB", NULL, NULL,
+     T_FIELD(log.segment_bytes), NULL, NULL, "Start a new segment file at this size.", false},
+    {"segment_ms", MQD_CT_DURATION, MQD_CS_BOTH, 0, 3650 * DAY, "7d", NULL, NULL,
+     T_FIELD(log.segment_ms), NULL, NULL,
+     "Start a new segment when the active one is older than this. 0 turns it off.", false},
+    {"retention_bytes", MQD_CT_SIZE, MQD_CS_BOTH, 0, UINT64_C(1) << 60, "0", NULL, NULL,
+     T_FIELD(log.retention_bytes), NULL, NULL,
+     "Delete the oldest segments while a partition is bigger than this. 0 turns it off.", false},
+    {"retention_ms", MQD_CT_DURATION, MQD_CS_BOTH, 0, 36500 * DAY, "0", NULL, NULL,
+     T_FIELD(log.retention_ms), NULL, NULL,
+     "Delete segments whose newest message is older than this. 0 turns it off.", false},
+    {"retention", MQD_CT_ENUM, MQD_CS_BOTH, 0, 0, "default", NULL, NULL,
+     T_FIELD(retention_consumed), retention_names, NULL,
+     "default: only retention_bytes/retention_ms delete data. consumed: also delete segments "
+     "every consumer group has consumed (queue-like).",
+     false},
+    {"index_interval_bytes", MQD_CT_SIZE, MQD_CS_BOTH, 64, 16 * MiB, "4KiB", NULL, NULL,
+     T_FIELD(log.index_interval_bytes), NULL, NULL,
+     "One offset-index entry per this many log bytes (smaller: faster seeks, bigger index).",
+     false},
+    {"auto_offset_reset", MQD_CT_ENUM, MQD_CS_BOTH, 0, 0, "earliest", NULL, NULL,
+     T_FIELD(auto_offset_reset), reset_names, NULL,
+     "Where a consumer group with no committed offset starts.", false},
+    {"max_delivery_count", MQD_CT_UINT, MQD_CS_BOTH, 0, 1000000, "0", NULL, NULL,
+     T_FIELD(max_delivery_count), NULL, NULL,
+     "Deliveries of a message (counted by modified with delivery-failed) before it is dead "
+     "lettered or dropped. 0: unlimited.",
+     false},
+    {"dead_letter", MQD_CT_BOOL, MQD_CS_BOTH, 0, 0, "off", NULL, NULL, T_FIELD(dead_letter), NULL,
+     NULL, "Send rejected and over-delivered messages to the topic T/$DeadLetterQueue.", false},
+    {"dedup_window_ms", MQD_CT_DURATION, MQD_CS_BOTH, 0, 7 * DAY, "0", NULL, NULL,
+     T_FIELD(dedup_window_ms), NULL, NULL,
+     "Drop a message whose message-id was seen on the partition within this window "
+     "(exactly-once produce). 0 turns it off.",
+     false},
+
+    /* ---- users ---- */
+    {"password_hash", MQD_CT_STRING, MQD_CS_USER, 0, 0, NULL, "none", NULL, U_FIELD(password_hash),
+     NULL, mqd_conf_check_password_hash,
+     "The user's password as pbkdf2-sha256$ITERATIONS$SALT$HASH, made by mqd-passwd. Users "
+     "are reloadable (SIGHUP).",
+     true},
+};
+
+const size_t mqd_conf_nrows = MQD_ARRAY_LEN(mqd_conf_rows);
+
+/* set_mask has 64 bits, one per row */
+_Static_assert(MQD_ARRAY_LEN(mqd_conf_rows) <= 64, "too many config rows for set_mask");
+
+const mqd_conf_row_t *mqd_conf_row_find(const char *name)
+{
+    for (size_t i = 0; i < mqd_conf_nrows; i++)
+        if (strcmp(mqd_conf_rows[i].name, name) == 0)
+            return &mqd_conf_rows[i];
+    return NULL;
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[65];
+    if (la > 64 || lb > 64)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t sub = diag + (tolower((unsigned char)a[i - 1]) != b[j - 1]);
+            size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+            row[j] = sub < best ? sub : best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *mqd_conf_row_suggest(const char *name)
+{
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < mqd_conf_nrows; i++) {
+        size_t d = edit_distance(name, mqd_conf_rows[i].name);
+        if (d < best_d) {
+            best_d = d;
+            best = mqd_conf_rows[i].name;
+        }
+    }
+    /* a suggestion must be closer than a rewrite: at most a third of the key wrong */
+    size_t limit = strlen(name) / 3 < 2 ? 2 : strlen(name) / 3;
+    return best_d <= limit ? best : NULL;
+}
+
+/* ---- number parsing ---- */
+
+typedef struct unit {
+    const char *suffix;
+    uint64_t mult;
+} unit_t;
+
+static const unit_t size_units[] = {
+    {"", 1},      {"b", 1},    {"k", KiB},   {"kb", KiB},  {"kib", KiB},
+    {"m", MiB},   {"mb", MiB}, {"mib", MiB}, {"g", GiB},   {"gb", GiB},
+    {"gib", GiB}, {"t", TiB},  {"tb", TiB},  {"tib", TiB}, {NULL, 0},
+};
+
+static const unit_t duration_units[] = {
+    {"", 1}, {"ms", 1}, {"s", SEC}, {"m", MIN}, {"h", HOUR}, {"d", DAY}, {NULL, 0},
+};
+
+/* Parses digits then an optional unit from `units`; rejects signs, blanks, overflow. */
+static bool parse_number(const char *s, const unit_t *units, uint64_t *out)
+{
+    uint64_t v = 0;
+    const char *p = s;
+    if (!isdigit((unsigned char)*p))
+        return false;
+    for (; isdigit((unsigned char)*p); p++) {
+        if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    while (*p == ' ' || *p == '\t')
+        p++;
+    for (const unit_t *u = units; u->suffix != NULL; u++) {
+        if (strcasecmp(p, u->suffix) == 0) {
+            if (u->mult != 0 && v > UINT64_MAX / u->mult)
+                return false;
+            *out = v * u->mult;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"on", "yes", "true", "1"};
+    static const char *const no[] = {"off", "no", "false", "0"};
+    for (size_t i = 0; i < MQD_ARRAY_LEN(yes); i++) {
+        if (strcasecmp(s, yes[i]) == 0 || strcasecmp(s, no[i]) == 0) {
+            *out = strcasecmp(s, yes[i]) == 0;
+            return true;
+        }
+    }
+    return false;
+}
+
+void mqd_conf_row_fmt(const mqd_conf_row_t *r, uint64_t v, char *buf, size_t len)
+{
+    static const unit_t sizes[] = {{"TiB", TiB}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}};
+    static const unit_t times[] = {{"d", DAY}, {"h", HOUR}, {"m", MIN}, {"s", SEC}};
+    const unit_t *u = r->type == MQD_CT_SIZE ? sizes : r->type == MQD_CT_DURATION ? times : NULL;
+    for (size_t i = 0; u != NULL && v != 0 && i < 4; i++) {
+        if (v % u[i].mult == 0) {
+            snprintf(buf, len, "%" PRIu64 "%s", v / u[i].mult, u[i].suffix);
+            return;
+        }
+    }
+    snprintf(buf, len, "%" PRIu64 "%s", v, r->type == MQD_CT_DURATION && v ? "ms" : "");
+}
+
+/* "a, b or c" from an enum's names. */
+static void join_names(const char *const *names, const char *sep_mid, const char *last_sep,
+                       char *buf, size_t len)
+{
+    size_t n = 0, used = 0;
+    while (names[n] != NULL)
+        n++;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && used < len; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == n ? last_sep : sep_mid;
+        int w = snprintf(buf + used, len - used, "%s%s", sep, names[i]);
+        used += w > 0 ? (size_t)w : 0;
+    }
+}
+
+void mqd_conf_row_describe(const mqd_conf_row_t *r, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+    mqd_conf_row_fmt(r, r->min, lo, sizeof lo);
+    mqd_conf_row_fmt(r, r->max, hi, sizeof hi);
+    switch (r->type) {
+    case MQD_CT_BOOL: snprintf(buf, len, "on | off"); break;
+    case MQD_CT_UINT: snprintf(buf, len, "integer %s..%s", lo, hi); break;
+    case MQD_CT_SIZE: snprintf(buf, len, "size %s..%s", lo, hi); break;
+    case MQD_CT_DURATION: snprintf(buf, len, "duration %s..%s", lo, hi); break;
+    case MQD_CT_ENUM: join_names(r->names, " | ", " | ", buf, len); break;
+    case MQD_CT_STRING: snprintf(buf, len, "string"); break;
+    case MQD_CT_LIST: snprintf(buf, len, "HOST:PORT, repeatable"); break;
+    }
+}
+
+const char *mqd_conf_row_default_doc(const mqd_conf_row_t *r)
+{
+    if (r->def_doc != NULL)
+        return r->def_doc;
+    return r->def != NULL ? r->def : "none";
+}
+
+/* ---- storing values ---- */
+
+static void store_uint(const mqd_conf_row_t *r, void *base, uint64_t v)
+{
+    char *f = (char *)base + r->off;
+    if (r->width == sizeof(uint64_t)) {
+        memcpy(f, &v, sizeof v); /* int64_t fields: v <= max < 2^63 */
+    } else if (r->width == sizeof(uint32_t)) {
+        uint32_t w = (uint32_t)v;
+        memcpy(f, &w, sizeof w);
+    } else {
+        bool b = v != 0;
+        memcpy(f, &b, sizeof b);
+    }
+}
+
+static int apply_number(const mqd_conf_row_t *r, void *base, const char *val, char *why,
+                        size_t whylen)
+{
+    static const char *const expect[] = {
+        [MQD_CT_UINT] = "a whole number",
+        [MQD_CT_SIZE] = "a size like 4096, 64KiB, 16MiB or 1GiB",
+        [MQD_CT_DURATION] = "a duration like 500ms, 30s, 5m, 2h or 7d",
+    };
+    uint64_t v = 0;
+    const unit_t none[] = {{"", 1}, {NULL, 0}};
+    const unit_t *units = r->type == MQD_CT_SIZE       ? size_units
+                          : r->type == MQD_CT_DURATION ? duration_units
+                                                       : none;
+    if (!parse_number(val, units, &v)) {
+        snprintf(why, whylen, "expected %s, got '%s'", expect[r->type], val);
+        return MQD_EINVAL;
+    }
+    if (v < r->min || v > r->max) {
+        char lo[32], hi[32];
+        mqd_conf_row_fmt(r, r->min, lo, sizeof lo);
+        mqd_conf_row_fmt(r, r->max, hi, sizeof hi);
+        snprintf(why, whylen, "'%s' is out of range %s..%s", val, lo, hi);
+        return MQD_EINVAL;
+    }
+    store_uint(r, base, v);
+    return 0;
+}
+
+static int apply_enum(const mqd_conf_row_t *r, void *base, const char *val, char *why,
+                      size_t whylen)
+{
+    for (size_t i = 0; r->names[i] != NULL; i++) {
+        if (strcasecmp(val, r->names[i]) == 0) {
+            if (r->width == sizeof(bool))
+                store_uint(r, base, i);
+            else {
+                int e = (int)i; /* enum fields are int-sized */
+                memcpy((char *)base + r->off, &e, sizeof e);
+            }
+            return 0;
+        }
+    }
+    char list[128];
+    join_names(r->names, ", ", " or ", list, sizeof list);
+    snprintf(why, whylen, "expected %s, got '%s'", list, val);
+    return MQD_EINVAL;
+}
+
+static int apply_string(const mqd_conf_row_t *r, void *base, const char *val, char *why,
+                        size_t whylen)
+{
+    char *copy = NULL;
+    if (r->check != NULL && r->check(val, why, whylen) != 0)
+        return MQD_EINVAL;
+    if (val[0] != '\0' && (copy = strdup(val)) == NULL)
+        return MQD_ENOMEM; /* empty string = unset (NULL) */
+    char **f = (char **)((char *)base + r->off);
+    if (r->type == MQD_CT_STRING) {
+        free(*f);
+        *f = copy;
+        return 0;
+    }
+    /* a list: char ** followed by its size_t count (listen, n_listen) */
+    size_t *n = (size_t *)((char *)base + r->off + sizeof(char **));
+    char **grown = realloc(*(char ***)f, (*n + 1) * sizeof(char *));
+    if (grown == NULL || copy == NULL) {
+        free(copy);
+        if (grown != NULL)
+            *(char ***)f = grown;
+        return MQD_ENOMEM;
+    }
+    grown[(*n)++] = copy;
+    *(char ***)f = grown;
+    return 0;
+}
+
+int mqd_conf_row_apply(const mqd_conf_row_t *r, void *base, const char *val, char *why,
+                       size_t whylen)
+{
+    bool b;
+    switch (r->type) {
+    case MQD_CT_BOOL:
+        if (!parse_bool(val, &b)) {
+            snprintf(why, whylen, "expected on or off (or yes/no, true/false, 1/0), got '%s'", val);
+            return MQD_EINVAL;
+        }
+        store_uint(r, base, b);
+        return 0;
+    case MQD_CT_UINT:
+    case MQD_CT_SIZE:
+    case MQD_CT_DURATION: return apply_number(r, base, val, why, whylen);
+    case MQD_CT_ENUM: return apply_enum(r, base, val, why, whylen);
+    case MQD_CT_STRING:
+    case MQD_CT_LIST: return apply_string(r, base, val, why, whylen);
+    }
+    return MQD_EINVAL;
+}
+
+void mqd_conf_row_free_fields(mqd_conf_scope_t scope, void *base)
+{
+    for (size_t i = 0; i < mqd_conf_nrows; i++) {
+        const mqd_conf_row_t *r = &mqd_conf_rows[i];
+        if (r->scope != scope)
+            continue;
+        char **f = (char **)((char *)base + r->off);
+        if (r->type == MQD_CT_STRING) {
+            free(*f);
+            *f = NULL;
+        } else if (r->type == MQD_CT_LIST) {
+            size_t *n = (size_t *)((char *)base + r->off + sizeof(char **));
+            char **v = *(char ***)f;
+            for (size_t j = 0; j < *n; j++)
+                free(v[j]);
+            free(v);
+            *(char ***)f = NULL;
+            *n = 0;
+        }
+    }
+}

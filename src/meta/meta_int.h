@@ -1,0 +1,60 @@
+/* meta internals shared by meta.c and meta_migrate.c. */
+#ifndef MQD_META_INT_H
+#define MQD_META_INT_H
+
+#include "meta/meta.h"
+
+#include <sqlite3.h>
+
+/* Every statement the handle uses, prepared once at open (SQL text in meta.c). */
+enum meta_stmt {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_TOPIC_PARTS,
+    ST_TOPIC_INSERT,
+    ST_TOPIC_UPDATE,
+    ST_PART_INSERT,
+    ST_TOPIC_GET,
+    ST_TOPIC_LIST,
+    ST_TOPIC_DELETE,
+    ST_OFFSETS_DEL_TOPIC,
+    ST_ACKS_DEL_TOPIC,
+    ST_EPOCHS_DEL_TOPIC,
+    ST_OFFSET_PUT,
+    ST_OFFSET_GET,
+    ST_OFFSET_LIST,
+    ST_OFFSETS_DEL_GROUP,
+    ST_ACKS_DEL_GROUP,
+    ST_ACKS_PUT,
+    ST_ACKS_GET,
+    ST_EPOCH_PUT,
+    ST_EPOCH_LIST,
+    ST_EPOCH_TRUNC,
+    ST_TXN_PUT,
+    ST_TXN_DELETE,
+    ST_TXN_LIST,
+    ST_COUNTER_BUMP,
+    ST_COUNTER_GET,
+    ST_KV_PUT,
+    ST_KV_GET,
+    ST__COUNT
+};
+
+struct mqd_meta {
+    sqlite3 *db;
+    sqlite3_stmt *st[ST__COUNT];
+    bool in_txn;        /* inside mqd_meta_begin .. commit/rollback */
+    uint64_t txn_count; /* committed write transactions (migrations not counted) */
+};
+
+/* Logs sqlite3_errmsg with `what` and returns MQD_EDB. */
+int meta_dberr(mqd_meta_t *m, const char *what);
+/* Runs plain SQL (no results), MQD_EDB on failure. */
+int meta_exec(mqd_meta_t *m, const char *sql);
+/* Applies every pending numbered migration, each in its own transaction. */
+int meta_migrate(mqd_meta_t *m);
+/* Number of migrations this build knows (= the schema version after open). */
+int meta_schema_latest(void);
+
+#endif

@@ -1,0 +1,204 @@
+/* The broker's internal object model, shared by server/ (loop, listeners, connections),
+ * amqp/ (Proton event handling, links) and group/ (shared-mode cursors).
+ *
+ * Ownership: the server owns topics and connections; a topic owns its partitions; a
+ * partition owns its shared-group state; a connection owns its link states (freed when
+ * the connection is freed, from a deferred callback). Everything runs on the event-loop
+ * thread; only the store's flusher thread is elsewhere (it wakes us through ev_wake).
+ */
+#ifndef MQD_BROKER_H
+#define MQD_BROKER_H
+
+#include "mqd.h"
+#include "amqp/msg.h"
+#include "conf/conf.h"
+#include "meta/meta.h"
+#include "route/route.h"
+#include "store/store.h"
+#include "util/util.h"
+
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <proton/connection_driver.h>
+#include <proton/engine.h>
+#include <proton/logger.h>
+
+typedef struct mqd_server mqd_server_t;
+typedef struct mqd_conn mqd_conn_t;
+typedef struct mqd_topic mqd_topic_t;
+typedef struct mqd_part mqd_part_t;
+typedef struct mqd_lstate mqd_lstate_t;
+
+/* ---- intrusive doubly linked list ---- */
+typedef struct mqd_dlist {
+    struct mqd_dlist *prev, *next;
+} mqd_dlist_t;
+
+static inline void mqd_dlist_init(mqd_dlist_t *l) { l->prev = l->next = l; }
+static inline bool mqd_dlist_empty(const mqd_dlist_t *l) { return l->next == l; }
+static inline void mqd_dlist_push(mqd_dlist_t *head, mqd_dlist_t *n)
+{
+    n->prev = head->prev;
+    n->next = head;
+    head->prev->next = n;
+    head->prev = n;
+}
+static inline void mqd_dlist_del(mqd_dlist_t *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->prev = n->next = n;
+}
+#define MQD_CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/* ---- a send waiting for its records to become stable ---- */
+typedef struct mqd_pending {
+    struct mqd_pending *next;
+    mqd_conn_t *conn;     /* holds a reference */
+    pn_delivery_t *dlv;   /* valid while conn is alive */
+    uint64_t last_offset; /* settle when stable > last_offset */
+} mqd_pending_t;
+
+/* ---- offsets waiting to be delivered again (sorted ascending) ---- */
+typedef struct mqd_redeliver {
+    uint64_t *v;
+    size_t n, cap;
+} mqd_redeliver_t;
+
+/* ---- shared (queue) mode state of one partition for the group $shared ---- */
+typedef struct mqd_shared {
+    uint64_t floor;      /* every offset below is done (acked/rejected) */
+    uint64_t next_read;  /* next never-delivered offset */
+    uint8_t *done;       /* bitmap: bit i = offset floor+i done (above floor) */
+    size_t done_bits;    /* capacity in bits */
+    mqd_redeliver_t redeliver;
+    /* delivery counts of offsets redelivered after `modified(delivery-failed)` */
+    uint64_t *dc_off;
+    uint32_t *dc_val;
+    size_t dc_n, dc_cap;
+    uint64_t inflight;   /* delivered, unsettled */
+    bool dirty;          /* ack state changed since last persisted */
+} mqd_shared_t;
+
+struct mqd_part {
+    mqd_topic_t *topic;
+    uint32_t id;
+    mqd_plog_t *log;
+    mqd_pending_t *pend_head, *pend_tail; /* FIFO by offset */
+    mqd_shared_t shared;
+    mqd_read_t rd;         /* read-ahead for next_read */
+    size_t rd_pos;         /* next record in rd to hand out */
+};
+
+struct mqd_topic {
+    mqd_server_t *srv;
+    char *name;
+    uint32_t nparts;
+    mqd_part_t *parts;
+    mqd_topic_conf_t conf;     /* effective settings (conf.name not owned) */
+    bool temporary;            /* dynamic reply-to node: deleted when its link goes */
+    mqd_dlist_t consumers;     /* mqd_lstate_t.tnode of consuming links */
+    uint32_t rr_part;          /* partition round robin for dispatch */
+    struct mqd_topic *hnext;   /* hash chain */
+    bool dispatch_queued;
+    mqd_dlist_t dnode;         /* in server->dispatch_q when queued */
+};
+
+typedef enum { MQD_LS_PRODUCER = 1, MQD_LS_CONSUMER, MQD_LS_BROWSER, MQD_LS_REFUSED } mqd_ls_kind_t;
+
+/* Per-link state, the pn_link's context. */
+struct mqd_lstate {
+    mqd_ls_kind_t kind;
+    mqd_conn_t *conn;
+    pn_link_t *link;
+    mqd_topic_t *topic;       /* NULL for anonymous relay producers */
+    bool fixed_part;          /* T/Partitions/N */
+    uint32_t part;
+    uint32_t sticky_left;     /* round robin: messages left on `part` */
+    mqd_dlist_t tnode;        /* in topic->consumers */
+    uint64_t tag_seq;
+    uint64_t *browse_next;    /* browser: next offset per partition */
+    uint64_t unsettled;       /* consumer: deliveries not yet settled */
+    uint8_t *acc;             /* producer: a transfer arriving in several frames */
+    size_t acc_len, acc_cap;
+};
+
+struct mqd_conn {
+    mqd_server_t *srv;
+    int fd;
+    char peer[64];
+    pn_connection_driver_t driver;
+    struct event *ev_read, *ev_write, *ev_timer;
+    mqd_dlist_t node;        /* in srv->conns */
+    mqd_dlist_t dirty_node;  /* in srv->dirty when queued for a flush */
+    int refs;                /* pending sends hold references */
+    bool closed;             /* driver finished; freeing deferred */
+    bool want_write;
+    char user[128];
+    size_t rbuf_cap;         /* scratch for incoming transfers */
+    uint8_t *rbuf;
+};
+
+struct mqd_server {
+    struct event_base *base;
+    mqd_conf_t *conf;
+    mqd_store_t *store;
+    mqd_meta_t *meta;
+    struct evconnlistener **listeners;
+    size_t n_listeners;
+    struct event *ev_wake;   /* flusher -> loop */
+    struct event *ev_tick;   /* end-of-iteration: flush connections, commit the store */
+    struct event *ev_sig[4];
+    struct event *ev_timer;  /* periodic: persist ack state, retention */
+    mqd_dlist_t conns;
+    mqd_dlist_t dirty;
+    mqd_dlist_t dispatch_q;
+    mqd_dlist_t graveyard;   /* closed connections awaiting their last unref */
+    size_t n_conns;
+    mqd_topic_t **topics;    /* hash table */
+    size_t topics_cap, n_topics;
+    mqd_buf_t scratch;       /* annotate output */
+    mqd_read_t browse_rd;    /* browsers' reads */
+    bool stopping;
+    bool tick_queued;
+    uint64_t tmp_seq;
+    char *conf_path;
+};
+
+/* server.c */
+void mqd_conn_mark_dirty(mqd_conn_t *c);
+void mqd_conn_unref(mqd_conn_t *c);
+void mqd_server_tick_soon(mqd_server_t *s);
+
+/* topic.c */
+int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts, mqd_topic_t **out);
+mqd_topic_t *mqd_topic_find(mqd_server_t *s, const char *name);
+int mqd_topics_load(mqd_server_t *s);
+void mqd_topics_free(mqd_server_t *s);
+int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t);
+/* Appends one message (already scanned) to partition p; queues settlement of dlv. */
+int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *c, pn_delivery_t *dlv,
+                    uint64_t *offset_out);
+void mqd_topic_dispatch_soon(mqd_topic_t *t);
+void mqd_server_run_dispatch(mqd_server_t *s);
+void mqd_topics_persist(mqd_server_t *s, bool force);
+
+/* shared.c: shared-mode cursor */
+int mqd_shared_init(mqd_part_t *p);
+void mqd_shared_free(mqd_shared_t *sh);
+/* Next offset to deliver (redelivery first); false if nothing readable. */
+bool mqd_shared_next(mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount);
+void mqd_shared_done(mqd_part_t *p, uint64_t offset);
+void mqd_shared_release(mqd_part_t *p, uint64_t offset, bool failed);
+int mqd_shared_save(mqd_part_t *p);
+
+/* link.c: Proton events */
+void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e);
+/* Sends what a consumer link can take; returns number delivered. */
+size_t mqd_consumer_pump(mqd_lstate_t *ls);
+void mqd_lstate_free(mqd_lstate_t *ls);
+
+/* sasl.c */
+void mqd_sasl_setup(mqd_conn_t *c);
+
+#endif

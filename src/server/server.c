@@ -1,0 +1,508 @@
+/* The event loop, listeners and the connection lifecycle.
+ *
+ * Each connection is a non-blocking socket driven through pn_connection_driver. Protocol
+ * work on one connection often makes work for another (a send becomes stable, a consumer
+ * gets data), so connections touched outside their own I/O callback are put on a dirty
+ * list; one low-priority "tick" event, run after all ready I/O of the loop iteration,
+ * processes their Proton events, writes their output, and hands the iteration's appends
+ * to the store (group commit: one write + one fdatasync per partition per batch).
+ */
+#include "config.h"
+#include "server/server.h"
+#include "server/broker.h"
+
+#include <errno.h>
+#include <event2/thread.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+/* three levels so that I/O shares libevent's default (middle) priority with the
+ * listeners' accept events, and the tick runs after both */
+#define PRIO_IO 1
+#define PRIO_TICK 2
+
+static void conn_process(mqd_conn_t *c);
+
+void mqd_server_tick_soon(mqd_server_t *s)
+{
+    if (!s->tick_queued) {
+        s->tick_queued = true;
+        event_active(s->ev_tick, 0, 0);
+    }
+}
+
+void mqd_conn_mark_dirty(mqd_conn_t *c)
+{
+    if (c->closed)
+        return;
+    if (mqd_dlist_empty(&c->dirty_node))
+        mqd_dlist_push(&c->srv->dirty, &c->dirty_node);
+    mqd_server_tick_soon(c->srv);
+}
+
+static void conn_free(mqd_conn_t *c)
+{
+    pn_connection_t *pc = c->driver.connection;
+    /* link states are the links' contexts: free them before Proton frees the links */
+    if (pc) {
+        for (pn_link_t *l = pn_link_head(pc, 0); l; l = pn_link_next(l, 0)) {
+            mqd_lstate_t *ls = pn_link_get_context(l);
+            if (ls) {
+                pn_link_set_context(l, NULL);
+                mqd_lstate_free(ls);
+            }
+        }
+    }
+    pn_connection_driver_destroy(&c->driver);
+    free(c->rbuf);
+    free(c);
+}
+
+void mqd_conn_unref(mqd_conn_t *c)
+{
+    if (--c->refs == 0)
+        conn_free(c);
+}
+
+/* Deferred teardown (STYLE rule 11): never free a connection inside its own handler. */
+static void conn_close_deferred(mqd_conn_t *c)
+{
+    if (c->closed)
+        return;
+    c->closed = true;
+    mqd_server_t *s = c->srv;
+    MQD_INFO("conn", "close peer=%s user=%s", c->peer, c->user[0] ? c->user : "-");
+    event_free(c->ev_read);
+    event_free(c->ev_write);
+    event_free(c->ev_timer);
+    c->ev_read = c->ev_write = c->ev_timer = NULL;
+    close(c->fd);
+    c->fd = -1;
+    mqd_dlist_del(&c->node);
+    mqd_dlist_del(&c->dirty_node);
+    s->n_conns--;
+    /* release consumer deliveries and detach link states while the engine is alive */
+    pn_connection_t *pc = c->driver.connection;
+    for (pn_link_t *l = pn_link_head(pc, 0); l; l = pn_link_next(l, 0)) {
+        mqd_lstate_t *ls = pn_link_get_context(l);
+        if (ls) {
+            pn_link_set_context(l, NULL);
+            mqd_lstate_free(ls);
+        }
+    }
+    /* the last reference is dropped by the next tick, outside any handler of c */
+    mqd_dlist_push(&s->graveyard, &c->dirty_node);
+    mqd_server_tick_soon(s);
+}
+
+static void conn_write(mqd_conn_t *c)
+{
+    for (;;) {
+        pn_bytes_t wb = pn_connection_driver_write_buffer(&c->driver);
+        if (wb.size == 0)
+            break;
+        ssize_t n = send(c->fd, wb.start, wb.size, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (!c->want_write) {
+                    c->want_write = true;
+                    event_add(c->ev_write, NULL);
+                }
+                return;
+            }
+            if (errno == EINTR)
+                continue;
+            pn_connection_driver_write_close(&c->driver);
+            return;
+        }
+        pn_connection_driver_write_done(&c->driver, (size_t)n);
+    }
+    if (c->want_write) {
+        c->want_write = false;
+        event_del(c->ev_write);
+    }
+}
+
+static void conn_schedule_timer(mqd_conn_t *c)
+{
+    pn_transport_t *t = c->driver.transport;
+    int64_t now = mqd_now_ms();
+    int64_t next = pn_transport_tick(t, now);
+    if (next > 0) {
+        int64_t d = next - now;
+        if (d < 1)
+            d = 1;
+        struct timeval tv = {.tv_sec = d / 1000, .tv_usec = (d % 1000) * 1000};
+        event_add(c->ev_timer, &tv);
+    }
+}
+
+/* Processes all Proton events, writes output, notices the end of the connection. */
+static void conn_process(mqd_conn_t *c)
+{
+    if (c->closed)
+        return;
+    for (int round = 0; round < 8; round++) {
+        pn_event_t *e;
+        while ((e = pn_connection_driver_next_event(&c->driver)) != NULL)
+            mqd_amqp_handle(c, e);
+        conn_write(c);
+        if (pn_connection_driver_read_closed(&c->driver) &&
+            !pn_connection_driver_write_closed(&c->driver) &&
+            pn_connection_driver_write_buffer(&c->driver).size == 0) {
+            /* the peer sent EOF and our last frames are out: end the connection */
+            pn_connection_driver_write_close(&c->driver);
+        }
+        if (!pn_connection_driver_has_event(&c->driver))
+            break;
+    }
+    if (pn_connection_driver_read_closed(&c->driver) && c->ev_read)
+        event_del(c->ev_read); /* a socket at EOF stays readable: stop polling it */
+    if (pn_connection_driver_finished(&c->driver)) {
+        conn_close_deferred(c);
+        return;
+    }
+    conn_schedule_timer(c);
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_conn_t *c = arg;
+    for (int i = 0; i < 8; i++) {
+        pn_rwbytes_t rb = pn_connection_driver_read_buffer(&c->driver);
+        if (rb.size == 0)
+            break;
+        ssize_t n = recv(fd, rb.start, rb.size, 0);
+        if (n > 0) {
+            pn_connection_driver_read_done(&c->driver, (size_t)n);
+            if ((size_t)n < rb.size)
+                break;
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n < 0 && errno == EINTR)
+            continue;
+        pn_connection_driver_read_close(&c->driver);
+        break;
+    }
+    conn_process(c);
+    mqd_server_tick_soon(c->srv);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_conn_t *c = arg;
+    conn_write(c);
+    conn_process(c);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_conn_t *c = arg;
+    conn_process(c);
+}
+
+static int conn_setup_transport(mqd_conn_t *c)
+{
+    mqd_server_t *s = c->srv;
+    if (pn_connection_driver_init(&c->driver, NULL, NULL) != 0)
+        return MQD_ENOMEM;
+    pn_transport_t *t = c->driver.transport;
+    pn_transport_set_server(t);
+    pn_transport_set_max_frame(t, s->conf->max_frame_size);
+    pn_transport_set_idle_timeout(t, s->conf->idle_timeout_ms);
+    pn_transport_set_channel_max(t, (uint16_t)(s->conf->max_sessions > 0 ? s->conf->max_sessions - 1 : 0));
+    mqd_sasl_setup(c);
+    pn_connection_set_context(c->driver.connection, c);
+    /* server-side containers identify themselves */
+    pn_connection_set_container(c->driver.connection, "mqd");
+    return pn_connection_driver_bind(&c->driver) == 0 ? 0 : MQD_EINVAL;
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg)
+{
+    mqd_server_t *s = arg;
+    if (s->stopping || s->n_conns >= s->conf->max_connections) {
+        MQD_WARN("conn", "refused: %s", s->stopping ? "stopping" : "max_connections reached");
+        close(fd);
+        return;
+    }
+    mqd_conn_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->srv = s;
+    c->fd = fd;
+    c->refs = 1;
+    mqd_dlist_init(&c->node);
+    mqd_dlist_init(&c->dirty_node);
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (sa->sa_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, host, sizeof host);
+        port = ntohs(((struct sockaddr_in *)sa)->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, host, sizeof host);
+        port = ntohs(((struct sockaddr_in6 *)sa)->sin6_port);
+    }
+    snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    evutil_make_socket_nonblocking(fd);
+    if (conn_setup_transport(c) != 0) {
+        close(fd);
+        pn_connection_driver_destroy(&c->driver);
+        free(c);
+        return;
+    }
+    c->ev_read = event_new(s->base, fd, EV_READ | EV_PERSIST, on_read, c);
+    c->ev_write = event_new(s->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+    c->ev_timer = evtimer_new(s->base, on_timer, c);
+    event_priority_set(c->ev_read, PRIO_IO);
+    event_priority_set(c->ev_write, PRIO_IO);
+    event_add(c->ev_read, NULL);
+    mqd_dlist_push(&s->conns, &c->node);
+    s->n_conns++;
+    MQD_DEBUG("conn", "open peer=%s", c->peer);
+    conn_process(c);
+}
+
+/* End of a loop iteration: dispatch consumers, flush touched connections, commit. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_server_t *s = arg;
+    s->tick_queued = false;
+    mqd_store_commit(s->store);
+    mqd_server_run_dispatch(s);
+    while (!mqd_dlist_empty(&s->dirty)) {
+        mqd_dlist_t *n = s->dirty.next;
+        mqd_dlist_del(n);
+        conn_process(MQD_CONTAINER(n, mqd_conn_t, dirty_node));
+    }
+    mqd_store_commit(s->store);
+    while (!mqd_dlist_empty(&s->graveyard)) {
+        mqd_dlist_t *n = s->graveyard.next;
+        mqd_dlist_del(n);
+        mqd_conn_unref(MQD_CONTAINER(n, mqd_conn_t, dirty_node));
+    }
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_server_t *s = arg;
+    mqd_store_dispatch(s->store);
+    mqd_server_tick_soon(s);
+}
+
+static void wake_from_flusher(void *arg)
+{
+    mqd_server_t *s = arg;
+    event_active(s->ev_wake, 0, 0);
+}
+
+static void on_periodic(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_server_t *s = arg;
+    mqd_topics_persist(s, false);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    mqd_server_t *s = arg;
+    if (sig == SIGHUP) {
+        mqd_server_reload(s);
+        return;
+    }
+    MQD_NOTICE("server", "signal %d: stopping", (int)sig);
+    mqd_server_stop(s);
+}
+
+static int listen_one(mqd_server_t *s, const char *hostport)
+{
+    char host[256];
+    uint16_t port;
+    if (mqd_conf_parse_hostport(hostport, host, sizeof host, &port) != 0)
+        return MQD_EINVAL;
+    struct sockaddr_storage ss;
+    int sslen = sizeof ss;
+    char spec[300];
+    snprintf(spec, sizeof spec, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
+    if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&ss, &sslen) != 0) {
+        MQD_ERR("server", "listen %s: not an IP address and port", hostport);
+        return MQD_EINVAL;
+    }
+    struct evconnlistener *l =
+        evconnlistener_new_bind(s->base, on_accept, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+                                                           LEV_OPT_CLOSE_ON_EXEC,
+                                512, (struct sockaddr *)&ss, sslen);
+    if (!l) {
+        MQD_ERR("server", "listen %s: %s", hostport, strerror(errno));
+        return MQD_EIO;
+    }
+    s->listeners[s->n_listeners++] = l;
+    MQD_NOTICE("server", "listening on %s", hostport);
+    return 0;
+}
+
+static void proton_log_sink(intptr_t ctx, pn_log_subsystem_t sub, pn_log_level_t sev, const char *msg)
+{
+    MQD_DEBUG("proton", "%s", msg);
+}
+
+int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
+{
+    int rc = MQD_ENOMEM;
+    mqd_server_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return MQD_ENOMEM;
+    s->conf = conf;
+    s->conf_path = conf_path ? strdup(conf_path) : NULL;
+    mqd_dlist_init(&s->conns);
+    mqd_dlist_init(&s->dirty);
+    mqd_dlist_init(&s->dispatch_q);
+    mqd_dlist_init(&s->graveyard);
+    mqd_read_init(&s->browse_rd);
+    evthread_use_pthreads();
+    s->base = event_base_new();
+    if (!s->base)
+        goto err;
+    event_base_priority_init(s->base, 3);
+    pn_logger_t *pl = pn_default_logger();
+    pn_logger_set_log_sink(pl, proton_log_sink, 0);
+    s->ev_wake = event_new(s->base, -1, 0, on_wake, s);
+    s->ev_tick = event_new(s->base, -1, 0, on_tick, s);
+    event_priority_set(s->ev_wake, PRIO_IO);
+    event_priority_set(s->ev_tick, PRIO_TICK);
+    s->ev_timer = event_new(s->base, -1, EV_PERSIST, on_periodic, s);
+    struct timeval one = {1, 0};
+    event_add(s->ev_timer, &one);
+
+    if ((rc = mqd_mkdirs(conf->data_dir, 0750)) != 0) {
+        MQD_ERR("server", "data_dir %s: cannot create", conf->data_dir);
+        goto err;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/meta.db", conf->data_dir);
+    if ((rc = mqd_meta_open(path, &s->meta)) != 0)
+        goto err;
+    if ((rc = mqd_store_open(conf->data_dir, wake_from_flusher, s, &s->store)) != 0)
+        goto err;
+    if ((rc = mqd_topics_load(s)) != 0)
+        goto err;
+    s->listeners = calloc(conf->n_listen ? conf->n_listen : 1, sizeof *s->listeners);
+    if (!s->listeners)
+        goto err;
+    for (size_t i = 0; i < conf->n_listen; i++)
+        if ((rc = listen_one(s, conf->listen[i])) != 0)
+            goto err;
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    for (size_t i = 0; i < MQD_ARRAY_LEN(sigs); i++) {
+        s->ev_sig[i] = evsignal_new(s->base, sigs[i], on_signal, s);
+        event_add(s->ev_sig[i], NULL);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    *out = s;
+    return 0;
+err:
+    mqd_server_free(s);
+    return rc;
+}
+
+int mqd_server_run(mqd_server_t *s)
+{
+    MQD_NOTICE("server", "ready");
+    return event_base_dispatch(s->base) < 0 ? MQD_EIO : 0;
+}
+
+void mqd_server_stop(mqd_server_t *s)
+{
+    if (s->stopping)
+        return;
+    s->stopping = true;
+    for (size_t i = 0; i < s->n_listeners; i++)
+        evconnlistener_disable(s->listeners[i]);
+    /* let in-flight appends reach the disk, then close connections */
+    mqd_store_commit(s->store);
+    mqd_topics_persist(s, true);
+    event_base_loopexit(s->base, NULL);
+}
+
+int mqd_server_reload(mqd_server_t *s)
+{
+    if (!s->conf_path) {
+        MQD_NOTICE("server", "SIGHUP: no config file to reload");
+        return 0;
+    }
+    mqd_conf_t *nc;
+    char err[512];
+    if (mqd_conf_new(&nc) != 0)
+        return MQD_ENOMEM;
+    int rc = mqd_conf_load_file(nc, s->conf_path, err, sizeof err);
+    if (rc == 0)
+        rc = mqd_conf_validate(nc, err, sizeof err);
+    if (rc != 0) {
+        MQD_ERR("server", "reload failed, keeping the running config: %s", err);
+        mqd_conf_free(nc);
+        return rc;
+    }
+    /* what can change at run time: log level and users; the rest needs a restart */
+    mqd_log_set_level(nc->log_level);
+    mqd_user_conf_t *u = s->conf->users;
+    size_t nu = s->conf->n_users;
+    s->conf->users = nc->users;
+    s->conf->n_users = nc->n_users;
+    s->conf->log_level = nc->log_level;
+    nc->users = u;
+    nc->n_users = nu;
+    mqd_conf_free(nc);
+    MQD_NOTICE("server", "reloaded %s (log level, users)", s->conf_path);
+    return 0;
+}
+
+void mqd_server_free(mqd_server_t *s)
+{
+    if (!s)
+        return;
+    while (!mqd_dlist_empty(&s->conns)) {
+        mqd_conn_t *c = MQD_CONTAINER(s->conns.next, mqd_conn_t, node);
+        conn_close_deferred(c);
+    }
+    while (!mqd_dlist_empty(&s->graveyard)) {
+        mqd_dlist_t *n = s->graveyard.next;
+        mqd_dlist_del(n);
+        mqd_conn_unref(MQD_CONTAINER(n, mqd_conn_t, dirty_node));
+    }
+    for (size_t i = 0; i < s->n_listeners; i++)
+        evconnlistener_free(s->listeners[i]);
+    free(s->listeners);
+    if (s->store)
+        mqd_topics_persist(s, true);
+    mqd_store_close(s->store); /* fsyncs what is left, so pending sends are durable */
+    mqd_topics_free(s);
+    mqd_meta_close(s->meta);
+    for (size_t i = 0; i < MQD_ARRAY_LEN(s->ev_sig); i++)
+        if (s->ev_sig[i])
+            event_free(s->ev_sig[i]);
+    if (s->ev_wake)
+        event_free(s->ev_wake);
+    if (s->ev_tick)
+        event_free(s->ev_tick);
+    if (s->ev_timer)
+        event_free(s->ev_timer);
+    if (s->base)
+        event_base_free(s->base);
+    mqd_buf_free(&s->scratch);
+    mqd_read_free(&s->browse_rd);
+    free(s->conf_path);
+    free(s);
+}

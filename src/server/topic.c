@@ -1,0 +1,340 @@
+/* Topics and partitions: the registry (hash by name, persisted in meta.db), appends with
+ * settlement when the store reports the records stable, and consumer dispatch. */
+#include "config.h"
+#include "server/broker.h"
+
+#include <jansson.h>
+#include <proton/disposition.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t hash_name(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+mqd_topic_t *mqd_topic_find(mqd_server_t *s, const char *name)
+{
+    if (s->topics_cap == 0)
+        return NULL;
+    for (mqd_topic_t *t = s->topics[hash_name(name) & (s->topics_cap - 1)]; t; t = t->hnext)
+        if (strcmp(t->name, name) == 0)
+            return t;
+    return NULL;
+}
+
+static int table_grow(mqd_server_t *s)
+{
+    size_t ncap = s->topics_cap ? s->topics_cap * 2 : 64;
+    mqd_topic_t **nt = calloc(ncap, sizeof *nt);
+    if (!nt)
+        return MQD_ENOMEM;
+    for (size_t i = 0; i < s->topics_cap; i++) {
+        mqd_topic_t *t = s->topics[i];
+        while (t) {
+            mqd_topic_t *next = t->hnext;
+            size_t b = hash_name(t->name) & (ncap - 1);
+            t->hnext = nt[b];
+            nt[b] = t;
+            t = next;
+        }
+    }
+    free(s->topics);
+    s->topics = nt;
+    s->topics_cap = ncap;
+    return 0;
+}
+
+static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
+{
+    mqd_part_t *p = arg;
+    while (p->pend_head && p->pend_head->last_offset < stable) {
+        mqd_pending_t *pe = p->pend_head;
+        p->pend_head = pe->next;
+        if (!p->pend_head)
+            p->pend_tail = NULL;
+        if (!pe->conn->closed) {
+            pn_delivery_update(pe->dlv, PN_ACCEPTED);
+            pn_delivery_settle(pe->dlv);
+            mqd_conn_mark_dirty(pe->conn);
+        }
+        mqd_conn_unref(pe->conn);
+        free(pe);
+    }
+    if (!mqd_dlist_empty(&p->topic->consumers))
+        mqd_topic_dispatch_soon(p->topic);
+}
+
+static int part_open(mqd_topic_t *t, uint32_t id)
+{
+    mqd_part_t *p = &t->parts[id];
+    p->topic = t;
+    p->id = id;
+    mqd_read_init(&p->rd);
+    int rc = mqd_store_log_open(t->srv->store, t->name, id, &t->conf.log, &p->log);
+    if (rc != 0) {
+        MQD_ERR("topic", "open %s/%u: %s", t->name, id, mqd_strerror(rc));
+        return rc;
+    }
+    mqd_plog_set_stable_cb(p->log, on_stable, p);
+    return mqd_shared_init(p);
+}
+
+static int topic_grow(mqd_topic_t *t, uint32_t nparts)
+{
+    if (nparts <= t->nparts)
+        return 0;
+    mqd_part_t *np = realloc(t->parts, nparts * sizeof *np);
+    if (!np)
+        return MQD_ENOMEM;
+    t->parts = np;
+    memset(&np[t->nparts], 0, (nparts - t->nparts) * sizeof *np);
+    /* realloc moved the partitions: the store callbacks must follow */
+    for (uint32_t i = 0; i < t->nparts; i++)
+        mqd_plog_set_stable_cb(np[i].log, on_stable, &np[i]);
+    for (uint32_t i = t->nparts; i < nparts; i++) {
+        int rc = part_open(t, i);
+        t->nparts = i + (np[i].log ? 1 : 0);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static char *topic_config_json(const mqd_topic_t *t)
+{
+    json_t *o = json_pack("{s:s, s:I}", "flush", t->conf.log.flush == MQD_FLUSH_SYNC ? "sync" : "async",
+                          "segment_bytes", (json_int_t)t->conf.log.segment_bytes);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool persist,
+                        mqd_topic_t **out)
+{
+    if (s->n_topics + 1 > s->topics_cap / 2 && table_grow(s) != 0)
+        return MQD_ENOMEM;
+    mqd_topic_t *t = calloc(1, sizeof *t);
+    if (!t || !(t->name = strdup(name))) {
+        free(t);
+        return MQD_ENOMEM;
+    }
+    t->srv = s;
+    mqd_conf_topic(s->conf, name, &t->conf);
+    t->conf.name = NULL;
+    mqd_dlist_init(&t->consumers);
+    mqd_dlist_init(&t->dnode);
+    int rc = topic_grow(t, nparts);
+    if (rc == 0 && persist) {
+        char *cj = topic_config_json(t);
+        rc = mqd_meta_topic_put(s->meta, name, nparts, cj ? cj : "{}");
+        free(cj);
+    }
+    size_t b = hash_name(name) & (s->topics_cap - 1);
+    t->hnext = s->topics[b];
+    s->topics[b] = t;
+    s->n_topics++;
+    if (rc != 0) {
+        mqd_topic_delete(s, t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts,
+                  mqd_topic_t **out)
+{
+    mqd_topic_t *t = mqd_topic_find(s, name);
+    if (t) {
+        *out = t;
+        return 0;
+    }
+    if (!create)
+        return MQD_ENOENT;
+    mqd_topic_conf_t tc;
+    mqd_conf_topic(s->conf, name, &tc);
+    uint32_t n = create_parts ? create_parts : tc.partitions;
+    if (n == 0)
+        n = s->conf->default_partitions ? s->conf->default_partitions : 1;
+    int rc = topic_create(s, name, n, true, &t);
+    if (rc == 0) {
+        MQD_INFO("topic", "created topic=%s partitions=%u", name, n);
+        *out = t;
+    }
+    return rc;
+}
+
+static int load_one(const mqd_meta_topic_t *mt, void *arg)
+{
+    mqd_server_t *s = arg;
+    mqd_topic_t *t;
+    int rc = topic_create(s, mt->name, mt->partitions ? mt->partitions : 1, false, &t);
+    if (rc != 0)
+        MQD_ERR("topic", "cannot open topic %s: %s", mt->name, mqd_strerror(rc));
+    return rc;
+}
+
+int mqd_topics_load(mqd_server_t *s)
+{
+    int rc = mqd_meta_topic_list(s->meta, load_one, s);
+    if (rc == 0)
+        MQD_NOTICE("topic", "recovered %zu topics", s->n_topics);
+    return rc;
+}
+
+static void part_free(mqd_part_t *p)
+{
+    while (p->pend_head) {
+        mqd_pending_t *pe = p->pend_head;
+        p->pend_head = pe->next;
+        mqd_conn_unref(pe->conn);
+        free(pe);
+    }
+    p->pend_tail = NULL;
+    mqd_shared_free(&p->shared);
+    mqd_read_free(&p->rd);
+    if (p->log)
+        mqd_plog_set_stable_cb(p->log, NULL, NULL);
+}
+
+static void topic_unlink(mqd_server_t *s, mqd_topic_t *t)
+{
+    mqd_topic_t **pp = &s->topics[hash_name(t->name) & (s->topics_cap - 1)];
+    while (*pp && *pp != t)
+        pp = &(*pp)->hnext;
+    if (*pp) {
+        *pp = t->hnext;
+        s->n_topics--;
+    }
+    mqd_dlist_del(&t->dnode);
+}
+
+static void topic_free(mqd_topic_t *t)
+{
+    for (uint32_t i = 0; i < t->nparts; i++)
+        part_free(&t->parts[i]);
+    free(t->parts);
+    free(t->name);
+    free(t);
+}
+
+int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t)
+{
+    topic_unlink(s, t);
+    char *name = strdup(t->name);
+    topic_free(t);
+    if (!name)
+        return MQD_ENOMEM;
+    int rc = mqd_store_drop_topic(s->store, name);
+    int rc2 = mqd_meta_topic_delete(s->meta, name);
+    if (rc2 != 0 && rc2 != MQD_ENOENT && rc == 0)
+        rc = rc2;
+    free(name);
+    return rc;
+}
+
+void mqd_topics_free(mqd_server_t *s)
+{
+    for (size_t i = 0; i < s->topics_cap; i++) {
+        mqd_topic_t *t = s->topics[i];
+        while (t) {
+            mqd_topic_t *next = t->hnext;
+            topic_free(t);
+            t = next;
+        }
+    }
+    free(s->topics);
+    s->topics = NULL;
+    s->topics_cap = s->n_topics = 0;
+}
+
+int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *c,
+                    pn_delivery_t *dlv, uint64_t *offset_out)
+{
+    mqd_rec_in_t rec = {.data = data, .len = (uint32_t)len, .timestamp_ms = mqd_now_ms()};
+    uint64_t off;
+    int rc = mqd_plog_append(p->log, &rec, 1, &off);
+    if (rc != 0)
+        return rc;
+    if (offset_out)
+        *offset_out = off;
+    if (!dlv)
+        return 0;
+    mqd_pending_t *pe = malloc(sizeof *pe);
+    if (!pe)
+        return MQD_ENOMEM; /* appended but unacknowledged: the client will resend */
+    pe->next = NULL;
+    pe->conn = c;
+    pe->dlv = dlv;
+    pe->last_offset = off;
+    c->refs++;
+    if (p->pend_tail)
+        p->pend_tail->next = pe;
+    else
+        p->pend_head = pe;
+    p->pend_tail = pe;
+    mqd_server_tick_soon(c->srv);
+    return 0;
+}
+
+void mqd_topic_dispatch_soon(mqd_topic_t *t)
+{
+    if (mqd_dlist_empty(&t->dnode))
+        mqd_dlist_push(&t->srv->dispatch_q, &t->dnode);
+    mqd_server_tick_soon(t->srv);
+}
+
+/* Round robin over the topic's consumers with credit until none can take more. */
+static void topic_dispatch(mqd_topic_t *t)
+{
+    for (int guard = 0; guard < 100000; guard++) {
+        size_t sent = 0;
+        mqd_dlist_t *n = t->consumers.next;
+        while (n != &t->consumers) {
+            mqd_lstate_t *ls = MQD_CONTAINER(n, mqd_lstate_t, tnode);
+            n = n->next;
+            sent += mqd_consumer_pump(ls);
+        }
+        if (sent == 0)
+            break;
+    }
+}
+
+void mqd_server_run_dispatch(mqd_server_t *s)
+{
+    while (!mqd_dlist_empty(&s->dispatch_q)) {
+        mqd_dlist_t *n = s->dispatch_q.next;
+        mqd_dlist_del(n);
+        topic_dispatch(MQD_CONTAINER(n, mqd_topic_t, dnode));
+    }
+}
+
+/* Writes changed shared-mode ack state in one SQLite transaction. */
+void mqd_topics_persist(mqd_server_t *s, bool force)
+{
+    bool began = false;
+    for (size_t i = 0; i < s->topics_cap; i++) {
+        for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext) {
+            for (uint32_t k = 0; k < t->nparts; k++) {
+                mqd_part_t *p = &t->parts[k];
+                if (!p->shared.dirty)
+                    continue;
+                if (!began) {
+                    if (mqd_meta_begin(s->meta) != 0)
+                        return;
+                    began = true;
+                }
+                mqd_shared_save(p);
+            }
+        }
+    }
+    if (began && mqd_meta_commit(s->meta) != 0)
+        mqd_meta_rollback(s->meta);
+    MQD_UNUSED(force);
+}

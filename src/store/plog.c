@@ -1,0 +1,481 @@
+/* Partition logs on the owner thread: open, append into the pending batch, read,
+ * time lookup, retention, and the parts of truncation that need no disk sync. */
+#include "config.h"
+#include "store/store_int.h"
+#include "util/util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define READ_CHUNK_MIN (64u << 10)
+#define READ_CHUNK_MAX (8u << 20)
+
+void mqd_plog_config_default(mqd_plog_config_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->segment_bytes = 1ull << 30;
+    c->segment_ms = 7ll * 24 * 3600 * 1000;
+    c->flush = MQD_FLUSH_SYNC;
+    c->flush_interval_ms = 1000;
+    c->index_interval_bytes = 4096;
+}
+
+static void clamp_config(mqd_plog_config_t *c)
+{
+    /* Index positions are u32: keep segments well below 4 GiB. */
+    if (c->segment_bytes == 0 || c->segment_bytes > (3ull << 30))
+        c->segment_bytes = 3ull << 30;
+    if (c->index_interval_bytes == 0)
+        c->index_interval_bytes = 4096;
+    if (c->flush_interval_ms == 0)
+        c->flush_interval_ms = 1000;
+}
+
+static int topic_name_ok(const char *t)
+{
+    return t && *t && strcmp(t, ".") != 0 && strcmp(t, "..") != 0 && !strchr(t, '/') &&
+           strlen(t) < 256;
+}
+
+void plog_free(mqd_plog_t *log)
+{
+    if (!log)
+        return;
+    while (log->head) {
+        seg_t *s = log->head;
+        log->head = s->next;
+        seg_free(s);
+    }
+    while (log->queue) {
+        batch_t *b = log->queue;
+        log->queue = b->next;
+        free(b->buf);
+        free(b);
+    }
+    if (log->pending) {
+        free(log->pending->buf);
+        free(log->pending);
+    }
+    pthread_mutex_destroy(&log->mu);
+    free(log->topic);
+    free(log->dir);
+    free(log);
+}
+
+int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,
+              const mqd_plog_config_t *cfg, mqd_plog_t **out)
+{
+    if (!topic_name_ok(topic))
+        return MQD_EINVAL;
+    mqd_plog_t *log = calloc(1, sizeof *log);
+    if (!log)
+        return MQD_ENOMEM;
+    pthread_mutex_init(&log->mu, NULL);
+    log->st = st;
+    log->partition = partition;
+    log->topic = strdup(topic);
+    size_t n = strlen(st->root) + strlen(topic) + 32;
+    log->dir = malloc(n);
+    int rc = MQD_ENOMEM;
+    if (!log->topic || !log->dir)
+        goto err;
+    snprintf(log->dir, n, "%s/topics/%s/%u", st->root, topic, partition);
+    if (cfg)
+        log->cfg = *cfg;
+    else
+        mqd_plog_config_default(&log->cfg);
+    clamp_config(&log->cfg);
+    rc = mqd_mkdirs(log->dir, 0755);
+    if (rc == 0)
+        rc = log_recover(log);
+    if (rc != 0)
+        goto err;
+    log->last_sync_ms = log->last_ckpt_ms = mqd_now_ms();
+    log->ckpt_durable = UINT64_MAX; /* write one soon after open */
+    *out = log;
+    return 0;
+err:
+    MQD_ERR("store", "cannot open %s/%u: %s", topic, partition, mqd_strerror(rc));
+    plog_free(log);
+    return rc;
+}
+
+void mqd_plog_set_config(mqd_plog_t *log, const mqd_plog_config_t *cfg)
+{
+    mqd_plog_config_t c = *cfg;
+    clamp_config(&c);
+    pthread_mutex_lock(&log->mu);
+    log->cfg = c;
+    pthread_mutex_unlock(&log->mu);
+}
+
+void mqd_plog_set_stable_cb(mqd_plog_t *log, mqd_plog_stable_cb cb, void *arg)
+{
+    log->cb = cb;
+    log->cb_arg = arg;
+}
+
+void mqd_plog_set_epoch(mqd_plog_t *log, uint32_t epoch)
+{
+    log->epoch = epoch;
+}
+
+static int batch_reserve(mqd_plog_t *log, size_t more)
+{
+    if (!log->pending) {
+        log->pending = store_batch_get(log->st);
+        if (!log->pending)
+            return MQD_ENOMEM;
+        log->pending->first_off = log->end;
+    }
+    batch_t *b = log->pending;
+    if (b->len + more <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 64 << 10;
+    while (cap < b->len + more)
+        cap *= 2;
+    uint8_t *p = realloc(b->buf, cap);
+    if (!p)
+        return MQD_ENOMEM;
+    b->buf = p;
+    b->cap = cap;
+    return 0;
+}
+
+int mqd_plog_append(mqd_plog_t *log, const mqd_rec_in_t *recs, size_t n, uint64_t *first_offset)
+{
+    if (__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
+        return MQD_EFAILED;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (recs[i].len > REC_MAX_DATA)
+            return MQD_ETOOBIG;
+        total += REC_HDR + recs[i].len;
+    }
+    int rc = batch_reserve(log, total);
+    if (rc != 0)
+        return rc;
+    batch_t *b = log->pending;
+    int64_t now = 0;
+    uint64_t first = log->end;
+    for (size_t i = 0; i < n; i++) {
+        const mqd_rec_in_t *r = &recs[i];
+        uint8_t *p = b->buf + b->len;
+        uint32_t len = REC_LEN_MIN + r->len;
+        uint64_t off = log->end++;
+        int64_t ts = r->timestamp_ms;
+        if (ts == 0)
+            ts = now ? now : (now = mqd_now_ms());
+        memcpy(p, &len, 4);
+        memcpy(p + 8, &off, 8);
+        memcpy(p + 16, &ts, 8);
+        memcpy(p + 24, &log->epoch, 4);
+        memcpy(p + 28, &r->flags, 4);
+        memcpy(p + 32, &r->txn, 8);
+        if (r->len)
+            memcpy(p + REC_HDR, r->data, r->len);
+        uint32_t crc = mqd_crc32c(0, p + 8, len - 4);
+        memcpy(p + 4, &crc, 4);
+        b->len += REC_HDR + r->len;
+        b->nrec++;
+    }
+    b->end_off = log->end;
+    *first_offset = first;
+    return 0;
+}
+
+/* ---- reads ---- */
+
+void mqd_read_init(mqd_read_t *r)
+{
+    memset(r, 0, sizeof *r);
+}
+
+void mqd_read_free(mqd_read_t *r)
+{
+    free(r->recs);
+    free(r->buf);
+    memset(r, 0, sizeof *r);
+}
+
+static int read_reserve(mqd_read_t *r, size_t bytes, size_t recs)
+{
+    if (bytes > r->cap_buf) {
+        uint8_t *p = realloc(r->buf, bytes);
+        if (!p)
+            return MQD_ENOMEM;
+        r->buf = p;
+        r->cap_buf = bytes;
+    }
+    if (recs > r->cap_recs) {
+        size_t c = r->cap_recs ? r->cap_recs * 2 : 64;
+        while (c < recs)
+            c *= 2;
+        mqd_rec_t *p = realloc(r->recs, c * sizeof *p);
+        if (!p)
+            return MQD_ENOMEM;
+        r->recs = p;
+        r->cap_recs = c;
+    }
+    return 0;
+}
+
+typedef struct rd_pos {
+    int fd;
+    uint64_t pos, seg_end, at_off;
+    int has_next;
+} rd_pos_t;
+
+/* Locates `from` (or the next segment's start) under the log mutex. */
+static int read_locate(mqd_plog_t *log, uint64_t from, rd_pos_t *p)
+{
+    pthread_mutex_lock(&log->mu);
+    seg_t *s = log->tail;
+    while (s && s->base > from)
+        s = s->prev;
+    int rc = s ? 0 : MQD_ERANGE;
+    if (s) {
+        p->fd = s->fd;
+        p->pos = seg_lookup_pos(s, from, &p->at_off);
+        p->seg_end = s->size;
+        p->has_next = s->next != NULL;
+        if (p->pos >= p->seg_end && s->next) {
+            s = s->next;
+            p->fd = s->fd;
+            p->pos = 0;
+            p->at_off = s->base;
+            p->seg_end = s->size;
+            p->has_next = s->next != NULL;
+        }
+    }
+    pthread_mutex_unlock(&log->mu);
+    return rc;
+}
+
+typedef struct rd_lim { uint64_t from, bound; size_t max_recs, max_bytes; } rd_lim_t;
+
+/* Parses records in r->buf[0..got); returns 1 when the read is complete, 0 when more
+ * bytes are needed (p->pos moved to the first unparsed record), or an error. */
+static int read_parse(mqd_plog_t *log, mqd_read_t *r, size_t got, rd_pos_t *p,
+                      const rd_lim_t *l, size_t *used)
+{
+    size_t c = 0;
+    while (c + REC_HDR <= got) {
+        const uint8_t *h = r->buf + c;
+        uint32_t len = rd32(h);
+        uint64_t off = rd64(h + 8);
+        if (off >= l->bound)
+            return 1;
+        if (len < REC_LEN_MIN || off != p->at_off)
+            goto corrupt;
+        if (c + 4 + len > got)
+            break;
+        if (off >= l->from) {
+            if (r->n && (*used + 4 + len > l->max_bytes))
+                return 1;
+            if (mqd_crc32c(0, h + 8, len - 4) != rd32(h + 4))
+                goto corrupt;
+            mqd_rec_t *o = &r->recs[r->n++];
+            o->offset = off;
+            o->timestamp_ms = (int64_t)rd64(h + 16);
+            o->epoch = rd32(h + 24);
+            o->flags = rd32(h + 28);
+            o->txn = rd64(h + 32);
+            o->data = h + REC_HDR;
+            o->len = len - REC_LEN_MIN;
+            *used += 4 + len;
+            r->next_offset = off + 1;
+            if (r->n >= l->max_recs)
+                return 1;
+        }
+        c += 4 + len;
+        p->at_off++;
+    }
+    p->pos += c;
+    return 0;
+corrupt:
+    MQD_ERR("store", "%s: bad record near offset %" PRIu64 " while reading", log->dir, p->at_off);
+    return MQD_ECORRUPT;
+}
+
+static size_t chunk_for(const mqd_plog_t *log, size_t max_bytes)
+{
+    size_t want = max_bytes < READ_CHUNK_MAX ? max_bytes : READ_CHUNK_MAX;
+    want += log->cfg.index_interval_bytes + REC_HDR;
+    return want < READ_CHUNK_MIN ? READ_CHUNK_MIN : want > READ_CHUNK_MAX ? READ_CHUNK_MAX : want;
+}
+
+int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_records,
+                  size_t max_bytes, mqd_read_t *r)
+{
+    uint64_t stable = mqd_plog_stable_offset(log);
+    rd_lim_t l = {from, upper < stable ? upper : stable,
+                  max_records == 0 ? 1 : max_records < 8192 ? max_records : 8192, max_bytes};
+    r->n = 0;
+    r->next_offset = from;
+    if (from < log->start)
+        return MQD_ERANGE;
+    if (from >= l.bound)
+        return 0;
+    rd_pos_t p;
+    int rc = read_locate(log, from, &p);
+    size_t want = chunk_for(log, max_bytes), used = 0;
+    while (rc == 0) {
+        if (p.pos >= p.seg_end) {
+            if (r->n || !p.has_next)
+                break;
+            rc = read_locate(log, p.at_off, &p);
+            continue;
+        }
+        size_t n = (size_t)(p.seg_end - p.pos < want ? p.seg_end - p.pos : want);
+        rc = read_reserve(r, n, l.max_recs);
+        ssize_t got = rc ? -1 : pread(p.fd, r->buf, n, (off_t)p.pos);
+        if (rc == 0 && got <= 0)
+            rc = got == 0 ? 1 : MQD_EIO; /* 0: a failed log cut its unsynced tail */
+        if (rc == 0)
+            rc = read_parse(log, r, (size_t)got, &p, &l, &used);
+        if (rc == 1 || (rc == 0 && r->n))
+            return 0; /* done, or a partial chunk after some records: caller reads on */
+        if (rc == 0 && r->n == 0 && p.pos < p.seg_end) {
+            uint8_t h[4]; /* a record larger than the chunk: size the next read to it */
+            if (pread(p.fd, h, 4, (off_t)p.pos) == 4 && 4 + (size_t)rd32(h) > want)
+                want = 4 + (size_t)rd32(h);
+        }
+        if (r->n >= l.max_recs)
+            break;
+    }
+    return rc < 0 ? rc : 0;
+}
+
+int mqd_plog_offset_for_time(mqd_plog_t *log, int64_t ts_ms, uint64_t *out)
+{
+    uint64_t from = UINT64_MAX;
+    pthread_mutex_lock(&log->mu);
+    for (seg_t *s = log->head; s; s = s->next) {
+        if (s->next_off > s->base && s->max_ts >= ts_ms) {
+            from = seg_lookup_time(s, ts_ms);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&log->mu);
+    if (from == UINT64_MAX) {
+        *out = log->end;
+        return 0;
+    }
+    mqd_read_t r;
+    mqd_read_init(&r);
+    int rc = 0;
+    uint64_t found = log->end;
+    while (found == log->end) {
+        rc = mqd_plog_read(log, from, UINT64_MAX, 1024, 1 << 20, &r);
+        if (rc != 0 || r.n == 0)
+            break;
+        for (size_t i = 0; i < r.n && found == log->end; i++)
+            if (r.recs[i].timestamp_ms >= ts_ms)
+                found = r.recs[i].offset;
+        from = r.next_offset;
+    }
+    mqd_read_free(&r);
+    if (rc == 0)
+        *out = found;
+    return rc;
+}
+
+/* ---- accessors ---- */
+
+uint64_t mqd_plog_start_offset(const mqd_plog_t *log) { return log->start; }
+uint64_t mqd_plog_end_offset(const mqd_plog_t *log) { return log->end; }
+
+uint64_t mqd_plog_stable_offset(const mqd_plog_t *log)
+{
+    /* A failed log reports nothing past its last good sync as stable. */
+    if (__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
+        return __atomic_load_n(&log->durable, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&log->stable, __ATOMIC_ACQUIRE);
+}
+
+uint64_t mqd_plog_durable_offset(const mqd_plog_t *log)
+{
+    return __atomic_load_n(&log->durable, __ATOMIC_ACQUIRE);
+}
+
+uint64_t mqd_plog_size_bytes(const mqd_plog_t *log)
+{
+    mqd_plog_t *l = (mqd_plog_t *)log; /* the mutex is not part of the logical state */
+    uint64_t n = 0;
+    pthread_mutex_lock(&l->mu);
+    for (seg_t *s = l->head; s; s = s->next)
+        n += s->size;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
+int64_t mqd_plog_last_timestamp(const mqd_plog_t *log)
+{
+    mqd_plog_t *l = (mqd_plog_t *)log;
+    int64_t ts = 0;
+    pthread_mutex_lock(&l->mu);
+    for (seg_t *s = l->tail; s && ts == 0; s = s->prev)
+        ts = s->next_off > s->base ? s->max_ts : 0;
+    pthread_mutex_unlock(&l->mu);
+    return ts;
+}
+
+bool mqd_plog_failed(const mqd_plog_t *log) { return __atomic_load_n(&log->failed, __ATOMIC_ACQUIRE); }
+bool mqd_plog_unhealthy(const mqd_plog_t *log)
+{
+    return __atomic_load_n(&log->unhealthy, __ATOMIC_ACQUIRE);
+}
+const char *mqd_plog_topic(const mqd_plog_t *log) { return log->topic; }
+uint32_t mqd_plog_partition(const mqd_plog_t *log) { return log->partition; }
+
+/* ---- retention ---- */
+
+static int deletable(const mqd_plog_t *log, const seg_t *s, uint64_t total, uint64_t keep_from,
+                     int64_t now_ms)
+{
+    const mqd_plog_config_t *c = &log->cfg;
+    if (!s->next || s->next->base > keep_from || s->next->base > mqd_plog_stable_offset(log))
+        return 0;
+    if (c->retention_consumed)
+        return 1;
+    if (c->retention_bytes && total - s->size >= c->retention_bytes)
+        return 1;
+    return c->retention_ms && s->max_ts < now_ms - c->retention_ms;
+}
+
+int mqd_plog_retain(mqd_plog_t *log, uint64_t keep_from, int64_t now_ms)
+{
+    uint64_t total = mqd_plog_size_bytes(log);
+    int n = 0;
+    for (;;) {
+        pthread_mutex_lock(&log->mu);
+        seg_t *s = log->head;
+        int del = deletable(log, s, total, keep_from, now_ms);
+        if (del) {
+            /* Only the flusher touches the tail, and s is never the tail. */
+            log->head = s->next;
+            log->head->prev = NULL;
+            log->start = log->head->base;
+        }
+        pthread_mutex_unlock(&log->mu);
+        if (!del)
+            break;
+        MQD_INFO("store", "%s: retention deletes segment %" PRIu64 " (%" PRIu64 " bytes)",
+                 log->dir, s->base, s->size);
+        total -= s->size;
+        seg_unlink(log, s);
+        seg_free(s);
+        n++;
+    }
+    if (n) {
+        /* The directory fsync is the flusher's job: the owner never waits on disk. */
+        __atomic_store_n(&log->dir_dirty, 1, __ATOMIC_RELEASE);
+        store_kick(log->st);
+    }
+    return n;
+}

@@ -1,0 +1,621 @@
+/* The store: the set of partition logs and the flusher thread.
+ *
+ * Batching design. The owner (event loop) never issues a write or a sync. mqd_plog_append
+ * encodes records (header + CRC) into the log's in-memory pending batch; mqd_store_commit
+ * moves each pending batch onto the log's hand-off queue under the log mutex (a pointer
+ * swap) and kicks the flusher. The flusher takes every queued batch of a log at once,
+ * writes them with ONE pwritev at the end of the active segment, updates the in-memory
+ * indexes, and then:
+ *   flush=sync   fdatasync once for all of them (group commit), then stable = durable =
+ *                the end of the batch;
+ *   flush=async  stable = end of the batch at once; fdatasync after flush_messages
+ *                records or flush_interval_ms, then durable catches up.
+ * Rolls happen between batches on the flusher: the old segment (and its indexes) is
+ * fdatasync'd before the new one is linked in, so a batch never spans two files and stable
+ * never passes unsynced bytes of an old segment. An error from any write or sync marks
+ * the log failed for good: stable stops (and, in async mode, falls back to durable), the
+ * unsynced tail is cut back if possible, and appends return MQD_EFAILED.
+ *
+ * When stable advances, the flusher sets log->advanced and calls wake(); the owner's
+ * mqd_store_dispatch runs the on_stable callbacks. Locks: st->mu guards the log list,
+ * the batch free list and each log's `flushing` flag; log->mu guards a log's segment
+ * list, indexes and queue. The flusher never holds st->mu while doing I/O.
+ */
+#include "config.h"
+#include "store/store_int.h"
+#include "util/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TICK_MS 20
+#define CKPT_EVERY_MS 2000
+
+static ssize_t io_pwritev(int fd, const struct iovec *iov, int n, off_t off)
+{
+    return pwritev(fd, iov, n, off);
+}
+
+mqd_store_io_t mqd_store_io = {io_pwritev, pwrite, fdatasync, fsync, ftruncate};
+
+void mqd_store_io_reset(void)
+{
+    mqd_store_io = (mqd_store_io_t){io_pwritev, pwrite, fdatasync, fsync, ftruncate};
+}
+
+batch_t *store_batch_get(mqd_store_t *st)
+{
+    pthread_mutex_lock(&st->mu);
+    batch_t *b = st->free_batches;
+    if (b)
+        st->free_batches = b->next;
+    pthread_mutex_unlock(&st->mu);
+    if (!b)
+        b = calloc(1, sizeof *b);
+    return b;
+}
+
+/* Keeps buffers for reuse (a steady stream allocates nothing), dropping huge ones. */
+void store_batch_put(mqd_store_t *st, batch_t *b)
+{
+    if (b->cap > (16u << 20)) {
+        free(b->buf);
+        b->buf = NULL;
+        b->cap = 0;
+    }
+    b->len = 0;
+    b->nrec = 0;
+    pthread_mutex_lock(&st->mu);
+    b->next = st->free_batches;
+    st->free_batches = b;
+    pthread_mutex_unlock(&st->mu);
+}
+
+void store_kick(mqd_store_t *st)
+{
+    pthread_mutex_lock(&st->mu);
+    st->kick = 1;
+    pthread_cond_signal(&st->work_cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* ---- flusher ---- */
+
+static void log_fail(mqd_plog_t *log, seg_t *s, const char *what, int err)
+{
+    if (__atomic_exchange_n(&log->failed, 1, __ATOMIC_ACQ_REL))
+        return;
+    MQD_ERR("store", "%s: %s failed (%s): partition failed; nothing after offset %" PRIu64
+            " is durable", log->dir, what, strerror(err),
+            __atomic_load_n(&log->durable, __ATOMIC_ACQUIRE));
+    /* Best effort: make unsynced bytes disappear so a restart cannot resurrect data
+     * that was never acknowledged. The log stays failed either way. */
+    pthread_mutex_lock(&log->mu);
+    if (s->size > s->synced && ftruncate(s->fd, (off_t)s->synced) == 0)
+        s->size = s->synced;
+    pthread_mutex_unlock(&log->mu);
+    __atomic_store_n(&log->stable, log->durable, __ATOMIC_RELEASE);
+}
+
+static void free_batches(mqd_store_t *st, batch_t *b)
+{
+    while (b) {
+        batch_t *n = b->next;
+        store_batch_put(st, b);
+        b = n;
+    }
+}
+
+/* fdatasync the active segment; durable catches up with stable. */
+static int sync_tail(mqd_plog_t *log, seg_t *s, uint64_t upto)
+{
+    if (mqd_store_io.fdatasync(s->fd) != 0) {
+        log_fail(log, s, "fdatasync", errno);
+        return MQD_EIO;
+    }
+    s->synced = s->size;
+    log->unsynced_recs = 0;
+    log->last_sync_ms = mqd_now_ms();
+    __atomic_store_n(&log->durable, upto, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static int roll(mqd_plog_t *log, seg_t *old, uint64_t base)
+{
+    if (old->synced < old->size &&
+        sync_tail(log, old, __atomic_load_n(&log->stable, __ATOMIC_ACQUIRE)) != 0)
+        return MQD_EIO;
+    if (seg_index_flush(old) != 0 || mqd_store_io.fdatasync(old->idx_fd) != 0 ||
+        mqd_store_io.fdatasync(old->tix_fd) != 0) {
+        log_fail(log, old, "index sync at roll", errno);
+        return MQD_EIO;
+    }
+    seg_t *s;
+    if (seg_create(log, base, &s) != 0) {
+        log_fail(log, old, "segment create", errno);
+        return MQD_EIO;
+    }
+    pthread_mutex_lock(&log->mu);
+    s->prev = old;
+    old->next = s;
+    log->tail = s;
+    pthread_mutex_unlock(&log->mu);
+    if (ckpt_write(log, base, 0, base) == 0) {
+        log->ckpt_durable = base;
+        log->last_ckpt_ms = mqd_now_ms();
+    }
+    return 0;
+}
+
+static int need_roll(const seg_t *s, const mqd_plog_config_t *c, uint64_t add, int64_t now)
+{
+    if (s->size == 0)
+        return 0;
+    return s->size >= c->segment_bytes || s->size + add > UINT32_MAX ||
+           (c->segment_ms > 0 && now - s->created_ms >= c->segment_ms);
+}
+
+/* Appends batches to s with as few pwritev calls as IOV_MAX allows (normally one). */
+static int write_all(seg_t *s, batch_t *b)
+{
+    struct iovec iov[64];
+    uint64_t pos = s->size;
+    while (b) {
+        int n = 0;
+        size_t want = 0;
+        for (; b && n < (int)MQD_ARRAY_LEN(iov); b = b->next, n++) {
+            iov[n] = (struct iovec){b->buf, b->len};
+            want += b->len;
+        }
+        struct iovec *v = iov;
+        while (want > 0) {
+            ssize_t w = mqd_store_io.pwritev(s->fd, v, n, (off_t)pos);
+            if (w <= 0)
+                return w == 0 ? ENOSPC : errno;
+            pos += (uint64_t)w;
+            want -= (size_t)w;
+            while (n > 0 && (size_t)w >= v->iov_len) {
+                w -= (ssize_t)v->iov_len;
+                v++;
+                n--;
+            }
+            if (n > 0) {
+                v->iov_base = (uint8_t *)v->iov_base + w;
+                v->iov_len -= (size_t)w;
+            }
+        }
+    }
+    return 0;
+}
+
+static void index_batches(mqd_plog_t *log, seg_t *s, const mqd_plog_config_t *c, batch_t *b)
+{
+    pthread_mutex_lock(&log->mu);
+    for (; b; b = b->next) {
+        for (size_t i = 0; i < b->len;) {
+            const uint8_t *p = b->buf + i;
+            seg_index_add(s, c, rd64(p + 8), s->size + i, (int64_t)rd64(p + 16));
+            i += 4 + (size_t)rd32(p);
+        }
+        s->size += b->len;
+    }
+    pthread_mutex_unlock(&log->mu);
+}
+
+/* Splits off the longest run of batches that fits in s below segment_bytes (at least
+ * one), so a flusher that fell behind still rolls on time. */
+static batch_t *take_group(const seg_t *s, const mqd_plog_config_t *c, batch_t *b,
+                           uint64_t *len)
+{
+    uint64_t n = b->len;
+    while (b->next && s->size + n + b->next->len <= c->segment_bytes) {
+        b = b->next;
+        n += b->len;
+    }
+    batch_t *rest = b->next;
+    b->next = NULL;
+    *len = n;
+    return rest;
+}
+
+/* Writes (and in sync mode syncs) the batches; returns 1 if stable advanced. */
+static int flush_batches(mqd_plog_t *log, batch_t *b, const mqd_plog_config_t *c, int64_t now)
+{
+    int adv = 0;
+    while (b && !__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE)) {
+        seg_t *s = log->tail;
+        if (need_roll(s, c, b->len, now)) {
+            if (roll(log, s, b->first_off) != 0)
+                break;
+            s = log->tail;
+        }
+        uint64_t total, nrec = 0, end = b->end_off;
+        batch_t *rest = take_group(s, c, b, &total);
+        for (batch_t *x = b; x; x = x->next) {
+            nrec += x->nrec;
+            end = x->end_off;
+        }
+        int err = write_all(s, b);
+        if (err) {
+            log_fail(log, s, "write", err);
+            break;
+        }
+        index_batches(log, s, c, b);
+        if (seg_index_flush(s) != 0) {
+            log_fail(log, s, "index write", errno);
+            break;
+        }
+        if (c->flush == MQD_FLUSH_SYNC && sync_tail(log, s, end) != 0)
+            break;
+        __atomic_store_n(&log->stable, end, __ATOMIC_RELEASE);
+        adv = 1;
+        log->unsynced_recs += c->flush == MQD_FLUSH_SYNC ? 0 : nrec;
+        if (c->flush == MQD_FLUSH_ASYNC && c->flush_messages &&
+            log->unsynced_recs >= c->flush_messages)
+            sync_tail(log, s, end);
+        free_batches(log->st, b);
+        b = rest;
+    }
+    free_batches(log->st, b);
+    return adv;
+}
+
+static void maybe_ckpt(mqd_plog_t *log, seg_t *s, int64_t now, int force)
+{
+    uint64_t d = __atomic_load_n(&log->durable, __ATOMIC_ACQUIRE);
+    if (d == log->ckpt_durable || s->synced != s->size || (!force && now - log->last_ckpt_ms < CKPT_EVERY_MS))
+        return;
+    if (ckpt_write(log, s->base, s->synced, s->next_off) == 0)
+        log->ckpt_durable = d;
+    log->last_ckpt_ms = now;
+}
+
+static void do_truncate(mqd_plog_t *log);
+
+/* One flusher pass over one log. Returns 1 if its stable offset advanced. */
+static int flush_log(mqd_plog_t *log, int64_t now, int stopping)
+{
+    pthread_mutex_lock(&log->mu);
+    batch_t *b = log->queue;
+    log->queue = log->queue_tail = NULL;
+    mqd_plog_config_t c = log->cfg;
+    pthread_mutex_unlock(&log->mu);
+    int adv = 0;
+    if (b)
+        adv = flush_batches(log, b, &c, now); /* frees the batches */
+    if (__atomic_exchange_n(&log->dir_dirty, 0, __ATOMIC_ACQ_REL))
+        store_fsync_dir(log->dir);
+    if (__atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE))
+        do_truncate(log);
+    if (__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
+        return adv;
+    seg_t *s = log->tail;
+    if (s->synced < s->size &&
+        (stopping || now - log->last_sync_ms >= (int64_t)c.flush_interval_ms))
+        sync_tail(log, s, __atomic_load_n(&log->stable, __ATOMIC_ACQUIRE));
+    if (!__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
+        maybe_ckpt(log, s, now, stopping);
+    if (adv)
+        __atomic_store_n(&log->advanced, 1, __ATOMIC_RELEASE);
+    return adv;
+}
+
+static void flusher_pass(mqd_store_t *st, int stopping)
+{
+    int adv = 0;
+    int64_t now = mqd_now_ms();
+    for (mqd_plog_t *log = st->logs; log; log = log->next) {
+        log->flushing = 1;
+        pthread_mutex_unlock(&st->mu);
+        adv |= flush_log(log, now, stopping);
+        pthread_mutex_lock(&st->mu);
+        log->flushing = 0;
+    }
+    pthread_cond_broadcast(&st->done_cv);
+    if (adv && st->wake) {
+        pthread_mutex_unlock(&st->mu);
+        st->wake(st->wake_arg);
+        pthread_mutex_lock(&st->mu);
+    }
+}
+
+static void *flusher_main(void *arg)
+{
+    mqd_store_t *st = arg;
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        int stopping = st->stop;
+        st->kick = 0;
+        flusher_pass(st, stopping);
+        if (stopping)
+            break;
+        if (!st->kick && !st->stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += TICK_MS * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&st->work_cv, &st->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+/* ---- truncation (runs on the flusher; the owner waits) ---- */
+
+static int truncate_segments(mqd_plog_t *log, uint64_t off)
+{
+    seg_t *dead = NULL;
+    pthread_mutex_lock(&log->mu);
+    while (log->tail != log->head && log->tail->base >= off) {
+        seg_t *s = log->tail;
+        log->tail = s->prev;
+        log->tail->next = NULL;
+        s->next = dead;
+        dead = s;
+    }
+    pthread_mutex_unlock(&log->mu);
+    while (dead) {
+        seg_t *s = dead;
+        dead = s->next;
+        seg_unlink(log, s);
+        seg_free(s);
+    }
+    seg_t *t = log->tail;
+    if (t->base < off || t->base == off)
+        return seg_truncate_at(t, &log->cfg, off < t->base ? t->base : off);
+    /* Everything goes: restart the log at `off` with a fresh segment. */
+    seg_t *s;
+    int rc = seg_create(log, off, &s);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&log->mu);
+    log->head = log->tail = s;
+    pthread_mutex_unlock(&log->mu);
+    seg_unlink(log, t);
+    seg_free(t);
+    return 0;
+}
+
+static void do_truncate(mqd_plog_t *log)
+{
+    uint64_t off = log->trunc_req - 1;
+    int rc = truncate_segments(log, off);
+    if (rc == 0)
+        rc = store_fsync_dir(log->dir);
+    seg_t *t = log->tail;
+    if (rc == 0 && ckpt_write(log, t->base, t->size, t->next_off) != 0)
+        rc = MQD_EIO;
+    if (rc != 0)
+        log_fail(log, t, "truncate", EIO);
+    pthread_mutex_lock(&log->mu);
+    log->start = log->head->base;
+    pthread_mutex_unlock(&log->mu);
+    log->end = t->next_off; /* the owner is blocked in mqd_plog_truncate_to */
+    if (log->stable > log->end)
+        __atomic_store_n(&log->stable, log->end, __ATOMIC_RELEASE);
+    if (log->durable > log->end)
+        __atomic_store_n(&log->durable, log->end, __ATOMIC_RELEASE);
+    log->ckpt_durable = log->durable;
+    log->trunc_rc = rc;
+    __atomic_store_n(&log->trunc_req, 0, __ATOMIC_RELEASE);
+}
+
+int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset)
+{
+    mqd_store_t *st = log->st;
+    if (offset > log->end)
+        return MQD_ERANGE;
+    if (offset == log->end && !log->pending)
+        return 0;
+    mqd_store_commit(st);
+    pthread_mutex_lock(&st->mu);
+    __atomic_store_n(&log->trunc_req, offset + 1, __ATOMIC_RELEASE);
+    st->kick = 1;
+    pthread_cond_signal(&st->work_cv);
+    while (__atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE) || log->flushing)
+        pthread_cond_wait(&st->done_cv, &st->mu);
+    pthread_mutex_unlock(&st->mu);
+    return log->trunc_rc;
+}
+
+/* ---- store ---- */
+
+int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out)
+{
+    mqd_store_t *st = calloc(1, sizeof *st);
+    if (!st)
+        return MQD_ENOMEM;
+    size_t n = strlen(data_dir) + 16;
+    st->root = malloc(n);
+    if (!st->root) {
+        free(st);
+        return MQD_ENOMEM;
+    }
+    snprintf(st->root, n, "%s/topics", data_dir);
+    int rc = mqd_mkdirs(st->root, 0755);
+    snprintf(st->root, n, "%s", data_dir);
+    st->wake = wake;
+    st->wake_arg = wake_arg;
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->work_cv, NULL);
+    pthread_cond_init(&st->done_cv, NULL);
+    if (rc == 0 && pthread_create(&st->thr, NULL, flusher_main, st) != 0)
+        rc = MQD_ENOMEM;
+    if (rc != 0) {
+        MQD_ERR("store", "cannot open store at %s: %s", data_dir, mqd_strerror(rc));
+        pthread_cond_destroy(&st->done_cv);
+        pthread_cond_destroy(&st->work_cv);
+        pthread_mutex_destroy(&st->mu);
+        free(st->root);
+        free(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
+void mqd_store_close(mqd_store_t *st)
+{
+    if (!st)
+        return;
+    mqd_store_commit(st);
+    pthread_mutex_lock(&st->mu);
+    st->stop = 1;
+    pthread_cond_signal(&st->work_cv);
+    pthread_mutex_unlock(&st->mu);
+    pthread_join(st->thr, NULL);
+    while (st->logs) {
+        mqd_plog_t *l = st->logs;
+        st->logs = l->next;
+        plog_free(l);
+    }
+    while (st->free_batches) {
+        batch_t *b = st->free_batches;
+        st->free_batches = b->next;
+        free(b->buf);
+        free(b);
+    }
+    pthread_cond_destroy(&st->done_cv);
+    pthread_cond_destroy(&st->work_cv);
+    pthread_mutex_destroy(&st->mu);
+    free(st->root);
+    free(st);
+}
+
+void mqd_store_commit(mqd_store_t *st)
+{
+    int any = 0;
+    for (mqd_plog_t *l = st->logs; l; l = l->next) {
+        batch_t *b = l->pending;
+        if (!b || b->nrec == 0)
+            continue;
+        l->pending = NULL;
+        pthread_mutex_lock(&l->mu);
+        b->next = NULL;
+        if (l->queue_tail)
+            l->queue_tail->next = b;
+        else
+            l->queue = b;
+        l->queue_tail = b;
+        pthread_mutex_unlock(&l->mu);
+        any = 1;
+    }
+    if (any)
+        store_kick(st);
+}
+
+void mqd_store_dispatch(mqd_store_t *st)
+{
+    pthread_mutex_lock(&st->mu);
+restart:
+    for (mqd_plog_t *l = st->logs; l; l = l->next) {
+        if (!__atomic_exchange_n(&l->advanced, 0, __ATOMIC_ACQ_REL) || !l->cb)
+            continue;
+        uint64_t gen = st->list_gen;
+        pthread_mutex_unlock(&st->mu);
+        l->cb(l, mqd_plog_stable_offset(l), l->cb_arg);
+        pthread_mutex_lock(&st->mu);
+        if (gen != st->list_gen)
+            goto restart; /* a callback opened or dropped a log */
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+int mqd_plog_wait_stable(mqd_plog_t *log, uint64_t offset)
+{
+    mqd_store_t *st = log->st;
+    if (offset > log->end)
+        return MQD_ERANGE;
+    mqd_store_commit(st);
+    pthread_mutex_lock(&st->mu);
+    while (mqd_plog_stable_offset(log) < offset && !mqd_plog_failed(log))
+        pthread_cond_wait(&st->done_cv, &st->mu);
+    pthread_mutex_unlock(&st->mu);
+    return mqd_plog_stable_offset(log) >= offset ? 0 : MQD_EFAILED;
+}
+
+mqd_plog_t *mqd_store_log_find(mqd_store_t *st, const char *topic, uint32_t partition)
+{
+    for (mqd_plog_t *l = st->logs; l; l = l->next)
+        if (l->partition == partition && strcmp(l->topic, topic) == 0)
+            return l;
+    return NULL;
+}
+
+int mqd_store_log_open(mqd_store_t *st, const char *topic, uint32_t partition,
+                       const mqd_plog_config_t *cfg, mqd_plog_t **out)
+{
+    mqd_plog_t *log = mqd_store_log_find(st, topic, partition);
+    if (log) {
+        if (cfg)
+            mqd_plog_set_config(log, cfg);
+        *out = log;
+        return 0;
+    }
+    int rc = plog_open(st, topic, partition, cfg, &log);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&st->mu);
+    log->next = st->logs;
+    st->logs = log;
+    st->list_gen++;
+    pthread_mutex_unlock(&st->mu);
+    *out = log;
+    return 0;
+}
+
+static void rm_dir_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (unlink(p) != 0 && errno == EISDIR)
+            rm_dir_files(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int mqd_store_drop_topic(mqd_store_t *st, const char *topic)
+{
+    if (!topic || strchr(topic, '/') || !*topic || topic[0] == '.')
+        return MQD_EINVAL;
+    pthread_mutex_lock(&st->mu);
+    for (mqd_plog_t **pp = &st->logs; *pp;) {
+        mqd_plog_t *l = *pp;
+        if (strcmp(l->topic, topic) != 0) {
+            pp = &l->next;
+            continue;
+        }
+        while (l->flushing)
+            pthread_cond_wait(&st->done_cv, &st->mu);
+        *pp = l->next; /* only the owner changes the list, so pp is still valid */
+        st->list_gen++;
+        pthread_mutex_unlock(&st->mu);
+        plog_free(l);
+        pthread_mutex_lock(&st->mu);
+    }
+    pthread_mutex_unlock(&st->mu);
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/topics/%s", st->root, topic);
+    rm_dir_files(p);
+    snprintf(p, sizeof p, "%s/topics", st->root);
+    return store_fsync_dir(p);
+}

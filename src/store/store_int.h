@@ -1,0 +1,154 @@
+/* store internals: shared by segment.c, plog.c and store.c only. */
+#ifndef MQD_STORE_INT_H
+#define MQD_STORE_INT_H
+
+#include "store/store.h"
+
+#include <pthread.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+/* On-disk record: len u32 | crc32c u32 | offset u64 | ts i64 | epoch u32 | flags u32 |
+ * txn u64 | data. `len` counts the bytes after itself; the CRC covers everything after
+ * the crc field. All little-endian (the build refuses big-endian hosts). */
+#define REC_HDR 40u
+#define REC_LEN_MIN (REC_HDR - 4u)
+#define REC_MAX_DATA 0x7fffffffu
+#define IDX_ENTRY 8u  /* rel_offset u32, position u32 */
+#define TIX_ENTRY 12u /* timestamp i64, rel_offset u32 */
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "mqd store writes little-endian records with memcpy; port the encoders first"
+#endif
+
+/* Every syscall that can lose data goes through this table so tests can inject errors
+ * (EIO from fdatasync, short writes). Defaults are the libc calls. Not thread-safe to
+ * change while a store is open with a busy flusher; tests set it between operations. */
+typedef struct mqd_store_io {
+    ssize_t (*pwritev)(int fd, const struct iovec *iov, int iovcnt, off_t off);
+    ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
+    int (*fdatasync)(int fd);
+    int (*fsync)(int fd);
+    int (*ftruncate)(int fd, off_t len);
+} mqd_store_io_t;
+
+extern mqd_store_io_t mqd_store_io;
+/* Restores the libc defaults. */
+void mqd_store_io_reset(void);
+
+typedef struct idx_ent { uint32_t rel; uint32_t pos; } idx_ent_t;
+typedef struct tix_ent { int64_t ts; uint32_t rel; } tix_ent_t;
+
+/* One segment: files BASE.log/.idx/.tix. The in-memory indexes are the truth while
+ * open; the files are a cache rebuilt at open when they disagree with the log. */
+typedef struct seg {
+    struct seg *next, *prev;
+    uint64_t base;
+    int fd, idx_fd, tix_fd;
+    uint64_t size;        /* bytes of whole records in the file (written by the flusher) */
+    uint64_t synced;      /* bytes known fdatasync'd */
+    uint64_t next_off;    /* offset after the last record in the file */
+    int64_t max_ts;       /* newest record timestamp (0 if empty) */
+    uint64_t max_ts_off;  /* offset of the record that set max_ts */
+    int64_t created_ms;   /* first record's timestamp or creation time, for segment_ms */
+    uint64_t last_idx_pos;/* file position of the last index entry (for the interval) */
+    idx_ent_t *idx;
+    size_t n_idx, cap_idx;
+    tix_ent_t *tix;
+    size_t n_tix, cap_tix;
+    size_t idx_on_disk, tix_on_disk; /* entries already in the index files */
+} seg_t;
+
+/* A group-commit batch: encoded records between two mqd_store_commit calls. */
+typedef struct batch {
+    struct batch *next;
+    uint8_t *buf;
+    size_t len, cap;
+    uint64_t first_off, end_off;
+    uint32_t nrec;
+} batch_t;
+
+struct mqd_plog {
+    struct mqd_plog *next;
+    mqd_store_t *st;
+    char *topic;
+    uint32_t partition;
+    char *dir;
+    mqd_plog_config_t cfg;
+    mqd_plog_stable_cb cb;
+    void *cb_arg;
+    uint32_t epoch;
+
+    /* owner-thread state */
+    uint64_t end;
+    batch_t *pending;
+
+    /* guarded by mu (short sections: list and index changes, handoff) */
+    pthread_mutex_t mu;
+    seg_t *head, *tail;
+    batch_t *queue, *queue_tail;
+    uint64_t start;
+
+    /* written by the flusher, read anywhere (atomics) */
+    uint64_t stable, durable;
+    int failed, unhealthy, advanced;
+
+    /* flusher-only state */
+    uint64_t unsynced_recs;   /* async: records written but not synced */
+    int64_t last_sync_ms;
+    int64_t last_ckpt_ms;
+    uint64_t ckpt_durable;    /* durable offset the checkpoint on disk records */
+    int dir_dirty;            /* retention deleted files: fsync the directory (atomic) */
+    uint64_t trunc_req;       /* truncate_to(offset) asks the flusher: offset + 1 (atomic) */
+    int trunc_rc;
+
+    /* guarded by st->mu */
+    int flushing;
+};
+
+struct mqd_store {
+    char *root;
+    mqd_store_wake_fn wake;
+    void *wake_arg;
+    pthread_t thr;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv; /* flusher waits for work */
+    pthread_cond_t done_cv; /* owner waits for progress (stable, idle logs) */
+    mqd_plog_t *logs;
+    uint64_t list_gen;
+    int stop, kick;
+    batch_t *free_batches; /* recycled batch buffers, guarded by mu */
+};
+
+/* ---- segment.c ---- */
+void seg_path(const mqd_plog_t *log, uint64_t base, const char *ext, char *buf, size_t n);
+int seg_create(mqd_plog_t *log, uint64_t base, seg_t **out);
+void seg_free(seg_t *s);
+void seg_unlink(const mqd_plog_t *log, const seg_t *s);
+int seg_index_add(seg_t *s, const mqd_plog_config_t *cfg, uint64_t off, uint64_t pos,
+                  int64_t ts);
+int seg_index_flush(seg_t *s);
+int seg_index_rewrite(seg_t *s);
+uint64_t seg_lookup_pos(const seg_t *s, uint64_t off, uint64_t *at_off);
+uint64_t seg_lookup_time(const seg_t *s, int64_t ts);
+int seg_truncate_at(seg_t *s, const mqd_plog_config_t *cfg, uint64_t off);
+int log_recover(mqd_plog_t *log);
+int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off);
+int store_fsync_dir(const char *dir);
+
+/* Decodes the header at p (REC_HDR bytes). */
+static inline uint32_t rd32(const uint8_t *p) { uint32_t v; __builtin_memcpy(&v, p, 4); return v; }
+static inline uint64_t rd64(const uint8_t *p) { uint64_t v; __builtin_memcpy(&v, p, 8); return v; }
+
+/* ---- store.c ---- */
+batch_t *store_batch_get(mqd_store_t *st);
+void store_batch_put(mqd_store_t *st, batch_t *b);
+void store_wait_idle(mqd_store_t *st, mqd_plog_t *log);
+void store_kick(mqd_store_t *st);
+
+/* ---- plog.c ---- */
+int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,
+              const mqd_plog_config_t *cfg, mqd_plog_t **out);
+void plog_free(mqd_plog_t *log);
+
+#endif

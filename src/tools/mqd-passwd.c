@@ -1,0 +1,123 @@
+/* mqd-passwd: makes a [user NAME] section for mqd.conf. Reads the password from stdin
+ * (without echo, and asked twice, when stdin is a terminal) and prints
+ *   [user NAME]
+ *   password_hash = pbkdf2-sha256$...
+ * so `mqd-passwd alice >> /etc/mqd.conf` adds a user. */
+#include "config.h"
+#include "conf/conf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <termios.h>
+#include <unistd.h>
+
+#define PW_MAX 1024
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mqd-passwd [--iterations N] USER\n"
+            "Reads a password from stdin and prints a [user USER] section for mqd.conf.\n"
+            "  --iterations N   PBKDF2 iterations (default %u, at least %u)\n",
+            MQD_CONF_PBKDF2_ITERATIONS, MQD_CONF_PBKDF2_MIN_ITERATIONS);
+}
+
+/* Reads one line from stdin into buf without the newline; no echo on a terminal. */
+static int read_password(const char *prompt, char *buf, size_t len)
+{
+    struct termios old, quiet;
+    bool tty = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &old) == 0;
+    int rc = 0;
+    if (tty) {
+        fputs(prompt, stderr);
+        quiet = old;
+        quiet.c_lflag &= ~(tcflag_t)ECHO;
+        quiet.c_lflag |= ECHONL;
+        if (tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet) != 0)
+            return -1;
+    }
+    if (fgets(buf, (int)len, stdin) == NULL)
+        rc = -1;
+    else
+        buf[strcspn(buf, "\r\n")] = '\0';
+    if (tty)
+        (void)tcsetattr(STDIN_FILENO, TCSAFLUSH, &old);
+    return rc;
+}
+
+static bool valid_user(const char *u)
+{
+    if (*u == '\0' || strlen(u) > 255)
+        return false;
+    for (; *u; u++)
+        if ((unsigned char)*u <= ' ' || strchr("[]#=", *u) != NULL)
+            return false;
+    return true;
+}
+
+static int parse_args(int argc, char **argv, uint32_t *iterations, const char **user)
+{
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (strcmp(argv[i], "--iterations") != 0 || i + 1 >= argc)
+            return -1;
+        char *end;
+        errno = 0;
+        unsigned long n = strtoul(argv[++i], &end, 10);
+        if (*end != '\0' || errno != 0 || n < MQD_CONF_PBKDF2_MIN_ITERATIONS ||
+            n > MQD_CONF_PBKDF2_MAX_ITERATIONS) {
+            fprintf(stderr, "mqd-passwd: --iterations: expected %u..%u\n",
+                    MQD_CONF_PBKDF2_MIN_ITERATIONS, MQD_CONF_PBKDF2_MAX_ITERATIONS);
+            return -1;
+        }
+        *iterations = (uint32_t)n;
+    }
+    if (i + 1 != argc || !valid_user(argv[i]))
+        return -1;
+    *user = argv[i];
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static char pw[PW_MAX], again[PW_MAX];
+    char hash[160];
+    uint32_t iterations = 0;
+    const char *user = NULL;
+    int status = 1;
+
+    if (parse_args(argc, argv, &iterations, &user) != 0) {
+        usage(stderr);
+        return 2;
+    }
+    if (read_password("Password: ", pw, sizeof pw) != 0) {
+        fprintf(stderr, "mqd-passwd: no password read\n");
+        goto out;
+    }
+    if (isatty(STDIN_FILENO) &&
+        (read_password("Again: ", again, sizeof again) != 0 || strcmp(pw, again) != 0)) {
+        fprintf(stderr, "mqd-passwd: the passwords differ\n");
+        goto out;
+    }
+    if (pw[0] == '\0') {
+        fprintf(stderr, "mqd-passwd: empty password refused\n");
+        goto out;
+    }
+    int rc = mqd_conf_password_hash(pw, iterations, hash, sizeof hash);
+    if (rc != 0) {
+        fprintf(stderr, "mqd-passwd: %s\n", mqd_strerror(rc));
+        goto out;
+    }
+    printf("[user %s]\npassword_hash = %s\n", user, hash);
+    status = fflush(stdout) == 0 ? 0 : 1;
+out:
+    memset(pw, 0, sizeof pw);
+    memset(again, 0, sizeof again);
+    return status;
+}
