@@ -69,6 +69,7 @@ void mqd_lstate_free(mqd_lstate_t *ls)
     mqd_dlist_del(&ls->tnode);
     free(ls->browse_next);
     free(ls->acc);
+    free(ls->tmp_name);
     if (ls->kind == MQD_LS_CONSUMER && t)
         mqd_topics_persist(t->srv, true); /* a clean detach keeps its acks across a crash */
     if (t && t->temporary && ls->kind == MQD_LS_CONSUMER && mqd_dlist_empty(&t->consumers))
@@ -99,9 +100,15 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             return link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
         if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
             return link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
-        ls->topic = t;
         ls->fixed_part = a.kind == MQD_ADDR_PARTITION;
         ls->part = a.partition;
+        if (t->temporary) {
+            /* a reply node goes away with its receiver: look it up per message */
+            if (!(ls->tmp_name = strdup(t->name)))
+                return link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+        } else {
+            ls->topic = t;
+        }
     }
     pn_terminus_copy(pn_link_target(l), rt);
     pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
@@ -123,7 +130,7 @@ static void reject(pn_delivery_t *d, const char *cond, const char *desc)
 static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t *p,
                                  const mqd_msg_info_t *mi)
 {
-    if (ls->fixed_part && ls->topic == t)
+    if (ls->fixed_part && (ls->topic == t || ls->tmp_name))
         return ls->part;
     if (mi->partition_key.len)
         return mqd_route_key_partition(p + mi->partition_key.off, mi->partition_key.len, t->nparts);
@@ -214,7 +221,9 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     mqd_topic_t *t = ls->topic;
     uint32_t fixed = 0;
     bool has_fixed = false;
-    if (!t)
+    if (ls->tmp_name)
+        t = mqd_topic_find(c->srv, ls->tmp_name);
+    else if (!t)
         t = relay_topic(c, msg, &mi, &fixed, &has_fixed);
     if (!t) {
         if (!presettled)

@@ -111,7 +111,8 @@ struct mqd_lstate {
     mqd_ls_kind_t kind;
     mqd_conn_t *conn;
     pn_link_t *link;
-    mqd_topic_t *topic;       /* NULL for anonymous relay producers */
+    mqd_topic_t *topic;       /* NULL for anonymous relay and temporary-node producers */
+    char *tmp_name;           /* producer to a temporary node: its name (owned) */
     bool fixed_part;          /* T/Partitions/N */
     uint32_t part;
     uint32_t sticky_left;     /* round robin: messages left on `part` */

@@ -487,8 +487,8 @@ void mqd_server_free(mqd_server_t *s)
     free(s->listeners);
     if (s->store)
         mqd_topics_persist(s, true);
-    mqd_store_close(s->store); /* fsyncs what is left, so pending sends are durable */
     mqd_topics_free(s);
+    mqd_store_close(s->store); /* fsyncs what is left: appended sends end durable */
     mqd_meta_close(s->meta);
     for (size_t i = 0; i < MQD_ARRAY_LEN(s->ev_sig); i++)
         if (s->ev_sig[i])

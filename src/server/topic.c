@@ -162,7 +162,9 @@ int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t creat
     uint32_t n = create_parts ? create_parts : tc.partitions;
     if (n == 0)
         n = s->conf->default_partitions ? s->conf->default_partitions : 1;
-    int rc = topic_create(s, name, n, true, &t);
+    /* temporary reply nodes live only as long as their receiver: not in meta.db */
+    bool persist = strncmp(name, "$tmp.", 5) != 0;
+    int rc = topic_create(s, name, n, persist, &t);
     if (rc == 0) {
         MQD_INFO("topic", "created topic=%s partitions=%u", name, n);
         *out = t;
@@ -232,7 +234,7 @@ int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t)
     if (!name)
         return MQD_ENOMEM;
     int rc = mqd_store_drop_topic(s->store, name);
-    int rc2 = mqd_meta_topic_delete(s->meta, name);
+    int rc2 = strncmp(name, "$tmp.", 5) ? mqd_meta_topic_delete(s->meta, name) : 0;
     if (rc2 != 0 && rc2 != MQD_ENOENT && rc == 0)
         rc = rc2;
     free(name);

@@ -488,6 +488,14 @@ def main(body, timeout=120, name=None):
         for b in t.brokers:
             if b.proc is not None and b.proc.poll() is not None and b.proc.returncode not in (0, -9, -15):
                 fail("broker %s exited with status %s during the test" % (b.name, b.proc.returncode))
+        # a clean SIGTERM shutdown exits 0; anything else is a crash at shutdown or,
+        # in the sanitizer build, a LeakSanitizer report
+        for b in t.brokers:
+            if b.alive():
+                b.stop()
+                if b.proc.returncode != 0:
+                    fail("broker %s exited with status %s after SIGTERM (crash or leak at "
+                         "shutdown)" % (b.name, describe_status(b.proc.returncode)))
         status = 0
         print("PASS: %s" % name)
     except TestSkip as e:
