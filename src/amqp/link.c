@@ -5,6 +5,7 @@
  * disposition finds its record without any per-delivery allocation. */
 #include "config.h"
 #include "server/broker.h"
+#include "mgmt/mgmt.h"
 
 #include <proton/condition.h>
 #include <proton/disposition.h>
@@ -77,6 +78,23 @@ void mqd_lstate_free(mqd_lstate_t *ls)
     free(ls);
 }
 
+/* The node that holds replies for `addr`: the topic itself when `addr` is an address,
+ * else a temporary node named after it (management clients such as the Event Hubs SDKs
+ * attach their reply receiver as source `$management` with target "<name>" and send
+ * reply-to "<name>"). */
+static void reply_topic_name(const char *addr, size_t len, char *out, size_t outlen)
+{
+    mqd_addr_t a;
+    if (mqd_addr_parse(addr, len, &a) == 0 && a.kind == MQD_ADDR_TOPIC) {
+        snprintf(out, outlen, "%s", a.topic);
+        return;
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (uint8_t)addr[i]) * 1099511628211ull;
+    snprintf(out, outlen, "$tmp.r.%016llx", (unsigned long long)h);
+}
+
 /* ---------------------------------------------------------------- producers */
 
 static void producer_attach(mqd_conn_t *c, pn_link_t *l)
@@ -92,8 +110,15 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
     if (addr) {
         mqd_addr_t a;
         if (mqd_addr_parse(addr, strlen(addr), &a) != 0 ||
-            (a.kind != MQD_ADDR_TOPIC && a.kind != MQD_ADDR_PARTITION))
+            (a.kind != MQD_ADDR_TOPIC && a.kind != MQD_ADDR_PARTITION &&
+             a.kind != MQD_ADDR_MANAGEMENT))
             return link_refuse(l, "amqp:not-found", "cannot send to address '%s'", addr);
+        if (a.kind == MQD_ADDR_MANAGEMENT) {
+            ls->mgmt = true;
+            goto open;
+        }
+        if (!mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
+            return link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'", addr);
         bool create = s->conf->auto_create_topics && strncmp(a.topic, "$tmp.", 5) != 0;
         mqd_topic_t *t;
         if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)
@@ -110,6 +135,7 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             ls->topic = t;
         }
     }
+open:
     pn_terminus_copy(pn_link_target(l), rt);
     pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
     pn_link_set_max_message_size(l, s->conf->max_message_size);
@@ -209,9 +235,36 @@ static void message_too_big(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
 }
 
 /* Stores one complete message; returns after queuing its settlement. */
+/* A request to $management: the reply is appended to the reply-to node. */
+static void management_request(mqd_conn_t *c, pn_delivery_t *d, const uint8_t *msg, size_t size,
+                               bool presettled)
+{
+    mqd_server_t *s = c->srv;
+    mqd_buf_t *out = &s->mgmt_out;
+    mqd_msg_info_t mi;
+    int rc = mqd_mgmt_handle(s, c, msg, size, out);
+    if (rc == 0 && mqd_msg_scan(out->p, out->len, &mi) == 0 && mi.to.len > 0) {
+        char name[MQD_NAME_MAX + 1];
+        reply_topic_name((const char *)out->p + mi.to.off, mi.to.len, name, sizeof name);
+        mqd_topic_t *t = mqd_topic_find(s, name);
+        if (t)
+            rc = mqd_part_append(&t->parts[0], out->p, out->len, c, NULL, NULL);
+        else
+            rc = MQD_ENOENT;
+    }
+    if (presettled)
+        return;
+    if (rc != 0)
+        return reject(d, "amqp:not-found", "management request needs a reply-to with a receiver");
+    pn_delivery_update(d, PN_ACCEPTED);
+    pn_delivery_settle(d);
+}
+
 static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                           size_t size, bool presettled)
 {
+    if (ls->mgmt)
+        return management_request(c, d, msg, size, presettled);
     mqd_msg_info_t mi;
     if (mqd_msg_scan(msg, size, &mi) != 0) {
         if (!presettled)
@@ -228,6 +281,11 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     if (!t) {
         if (!presettled)
             reject(d, "amqp:not-found", "no such address in `to`");
+        return;
+    }
+    if (!ls->topic && !ls->tmp_name && !mqd_auth_allowed(c, MQD_PERM_SEND, t->name)) {
+        if (!presettled)
+            reject(d, "amqp:unauthorized-access", "not allowed to send to this address");
         return;
     }
     uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &mi);
@@ -310,6 +368,26 @@ static int dynamic_topic(mqd_conn_t *c, pn_terminus_t *src, mqd_topic_t **out)
     return rc;
 }
 
+/* A receiver from `$management`: its replies arrive at a node named by its target. */
+static int management_reply_node(mqd_conn_t *c, pn_link_t *l, mqd_topic_t **out)
+{
+    const char *taddr = pn_terminus_get_address(pn_link_remote_target(l));
+    if (!taddr || !*taddr) {
+        link_refuse(l, "amqp:invalid-field", "a $management receiver needs a target address%s",
+                    "");
+        return MQD_EINVAL;
+    }
+    char name[MQD_NAME_MAX + 1];
+    reply_topic_name(taddr, strlen(taddr), name, sizeof name);
+    if (mqd_topic_get(c->srv, name, true, 1, out) != 0) {
+        link_refuse(l, "amqp:internal-error", "cannot create the reply node for '%s'", taddr);
+        return MQD_EIO;
+    }
+    if (strncmp(name, "$tmp.", 5) == 0)
+        (*out)->temporary = true;
+    return 0;
+}
+
 static bool is_copy_mode(pn_terminus_t *t)
 {
     return pn_terminus_get_distribution_mode(t) == PN_DIST_MODE_COPY;
@@ -332,6 +410,15 @@ static void consumer_attach(mqd_conn_t *c, pn_link_t *l)
         if (!addr || mqd_addr_parse(addr, strlen(addr), &a) != 0)
             return link_refuse(l, "amqp:not-found", "cannot receive from address '%s'",
                                addr ? addr : "(null)");
+        if (a.kind == MQD_ADDR_MANAGEMENT) {
+            if (management_reply_node(c, l, &t) != 0)
+                return;
+            goto attach;
+        }
+        bool browse_req = is_copy_mode(rs);
+        if (!mqd_auth_allowed(c, browse_req ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE, a.topic))
+            return link_refuse(l, "amqp:unauthorized-access", "not allowed to receive from '%s'",
+                               addr);
         if (a.kind != MQD_ADDR_TOPIC)
             return link_refuse(l, "amqp:not-implemented", "address form not supported yet: '%s'",
                                addr);
@@ -339,6 +426,7 @@ static void consumer_attach(mqd_conn_t *c, pn_link_t *l)
         if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)
             return link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
     }
+attach:;
     bool browse = is_copy_mode(rs);
     mqd_lstate_t *ls = lstate_new(c, l, browse ? MQD_LS_BROWSER : MQD_LS_CONSUMER);
     if (!ls)
@@ -381,6 +469,8 @@ static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, uint32
     pn_delivery_t *d = pn_delivery(ls->link, pn_dtag(tag, sizeof tag));
     pn_link_send(ls->link, (const char *)s->scratch.p, s->scratch.len);
     pn_link_advance(ls->link);
+    ls->topic->msgs_out++;
+    ls->topic->bytes_out += s->scratch.len;
     if (ls->kind == MQD_LS_BROWSER)
         pn_delivery_settle(d);
     else

@@ -11,8 +11,10 @@
 
 #include "mqd.h"
 #include "amqp/msg.h"
+#include "auth/auth.h"
 #include "conf/conf.h"
 #include "meta/meta.h"
+#include "metrics/metrics.h"
 #include "route/route.h"
 #include "store/store.h"
 #include "util/util.h"
@@ -28,6 +30,13 @@ typedef struct mqd_conn mqd_conn_t;
 typedef struct mqd_topic mqd_topic_t;
 typedef struct mqd_part mqd_part_t;
 typedef struct mqd_lstate mqd_lstate_t;
+
+/* One listening socket; `index` is its position in conf->listen. */
+typedef struct mqd_listener {
+    mqd_server_t *srv;
+    size_t index;
+    struct evconnlistener *l;
+} mqd_listener_t;
 
 /* ---- intrusive doubly linked list ---- */
 typedef struct mqd_dlist {
@@ -57,6 +66,7 @@ typedef struct mqd_pending {
     mqd_conn_t *conn;     /* holds a reference */
     pn_delivery_t *dlv;   /* valid while conn is alive */
     uint64_t last_offset; /* settle when stable > last_offset */
+    uint64_t t_ns;        /* when appended (metrics) */
 } mqd_pending_t;
 
 /* ---- offsets waiting to be delivered again (sorted ascending) ---- */
@@ -100,6 +110,8 @@ struct mqd_topic {
     mqd_dlist_t consumers;     /* mqd_lstate_t.tnode of consuming links */
     uint32_t rr_part;          /* partition round robin for dispatch */
     struct mqd_topic *hnext;   /* hash chain */
+    uint64_t msgs_in, bytes_in, msgs_out, bytes_out;
+    int64_t created_ms;
     bool dispatch_queued;
     mqd_dlist_t dnode;         /* in server->dispatch_q when queued */
 };
@@ -113,6 +125,7 @@ struct mqd_lstate {
     pn_link_t *link;
     mqd_topic_t *topic;       /* NULL for anonymous relay and temporary-node producers */
     char *tmp_name;           /* producer to a temporary node: its name (owned) */
+    bool mgmt;                /* producer to $management */
     bool fixed_part;          /* T/Partitions/N */
     uint32_t part;
     uint32_t sticky_left;     /* round robin: messages left on `part` */
@@ -135,6 +148,7 @@ struct mqd_conn {
     int refs;                /* pending sends hold references */
     bool closed;             /* driver finished; freeing deferred */
     bool want_write;
+    size_t listener;         /* index into conf->listen */
     char user[128];
     size_t rbuf_cap;         /* scratch for incoming transfers */
     uint8_t *rbuf;
@@ -145,12 +159,19 @@ struct mqd_server {
     mqd_conf_t *conf;
     mqd_store_t *store;
     mqd_meta_t *meta;
-    struct evconnlistener **listeners;
+    struct mqd_listener *listeners;
     size_t n_listeners;
     struct event *ev_wake;   /* flusher -> loop */
     struct event *ev_tick;   /* end-of-iteration: flush connections, commit the store */
     struct event *ev_sig[4];
     struct event *ev_timer;  /* periodic: persist ack state, retention */
+    struct event *ev_watchdog;
+    void *auth;              /* auth/: TLS contexts, ACLs (owned by auth) */
+    void *metrics;           /* metrics/: the HTTP endpoint (owned by metrics) */
+    /* counters for metrics/ (event-loop thread) */
+    uint64_t conns_accepted, conns_refused;
+    uint64_t msgs_rejected;
+    mqd_hist_t h_append_stable; /* append -> stable (seconds) */
     mqd_dlist_t conns;
     mqd_dlist_t dirty;
     mqd_dlist_t dispatch_q;
@@ -160,6 +181,7 @@ struct mqd_server {
     size_t topics_cap, n_topics;
     mqd_buf_t scratch;       /* annotate output */
     mqd_read_t browse_rd;    /* browsers' reads */
+    mqd_buf_t mgmt_out;      /* management replies */
     bool stopping;
     bool tick_queued;
     uint64_t tmp_seq;
@@ -199,7 +221,5 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e);
 size_t mqd_consumer_pump(mqd_lstate_t *ls);
 void mqd_lstate_free(mqd_lstate_t *ls);
 
-/* sasl.c */
-void mqd_sasl_setup(mqd_conn_t *c);
 
 #endif

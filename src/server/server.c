@@ -10,6 +10,7 @@
 #include "config.h"
 #include "server/server.h"
 #include "server/broker.h"
+#include "metrics/metrics.h"
 
 #include <errno.h>
 #include <event2/thread.h>
@@ -220,7 +221,7 @@ static int conn_setup_transport(mqd_conn_t *c)
     pn_transport_set_max_frame(t, s->conf->max_frame_size);
     pn_transport_set_idle_timeout(t, s->conf->idle_timeout_ms);
     pn_transport_set_channel_max(t, (uint16_t)(s->conf->max_sessions > 0 ? s->conf->max_sessions - 1 : 0));
-    mqd_sasl_setup(c);
+    mqd_auth_conn_setup(c, c->listener);
     pn_connection_set_context(c->driver.connection, c);
     /* server-side containers identify themselves */
     pn_connection_set_container(c->driver.connection, "mqd");
@@ -230,8 +231,10 @@ static int conn_setup_transport(mqd_conn_t *c)
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg)
 {
-    mqd_server_t *s = arg;
+    mqd_listener_t *li = arg;
+    mqd_server_t *s = li->srv;
     if (s->stopping || s->n_conns >= s->conf->max_connections) {
+        s->conns_refused++;
         MQD_WARN("conn", "refused: %s", s->stopping ? "stopping" : "max_connections reached");
         close(fd);
         return;
@@ -244,6 +247,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     c->srv = s;
     c->fd = fd;
     c->refs = 1;
+    c->listener = li->index;
     mqd_dlist_init(&c->node);
     mqd_dlist_init(&c->dirty_node);
     char host[INET6_ADDRSTRLEN] = "?";
@@ -273,6 +277,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     event_add(c->ev_read, NULL);
     mqd_dlist_push(&s->conns, &c->node);
     s->n_conns++;
+    s->conns_accepted++;
     MQD_DEBUG("conn", "open peer=%s", c->peer);
     conn_process(c);
 }
@@ -341,15 +346,17 @@ static int listen_one(mqd_server_t *s, const char *hostport)
         MQD_ERR("server", "listen %s: not an IP address and port", hostport);
         return MQD_EINVAL;
     }
-    struct evconnlistener *l =
-        evconnlistener_new_bind(s->base, on_accept, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
-                                                           LEV_OPT_CLOSE_ON_EXEC,
-                                512, (struct sockaddr *)&ss, sslen);
-    if (!l) {
+    mqd_listener_t *li = &s->listeners[s->n_listeners];
+    li->srv = s;
+    li->index = s->n_listeners;
+    li->l = evconnlistener_new_bind(s->base, on_accept, li,
+                                    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+                                    512, (struct sockaddr *)&ss, sslen);
+    if (!li->l) {
         MQD_ERR("server", "listen %s: %s", hostport, strerror(errno));
         return MQD_EIO;
     }
-    s->listeners[s->n_listeners++] = l;
+    s->n_listeners++;
     MQD_NOTICE("server", "listening on %s", hostport);
     return 0;
 }
@@ -399,6 +406,10 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
         goto err;
     if ((rc = mqd_topics_load(s)) != 0)
         goto err;
+    if ((rc = mqd_auth_init(s)) != 0)
+        goto err;
+    if ((rc = mqd_metrics_start(s)) != 0)
+        goto err;
     s->listeners = calloc(conf->n_listen ? conf->n_listen : 1, sizeof *s->listeners);
     if (!s->listeners)
         goto err;
@@ -418,9 +429,24 @@ err:
     return rc;
 }
 
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_sd_notify("WATCHDOG=1");
+}
+
 int mqd_server_run(mqd_server_t *s)
 {
     MQD_NOTICE("server", "ready");
+    /* recovery is done and the listeners are bound: tell systemd (Type=notify) */
+    char status[128];
+    snprintf(status, sizeof status, "READY=1\nSTATUS=serving %zu topics", s->n_topics);
+    mqd_sd_notify(status);
+    uint64_t wd = mqd_sd_watchdog_usec();
+    if (wd > 0) {
+        s->ev_watchdog = event_new(s->base, -1, EV_PERSIST, on_watchdog, s);
+        struct timeval tv = {.tv_sec = (time_t)(wd / 2 / 1000000), .tv_usec = (suseconds_t)(wd / 2 % 1000000)};
+        event_add(s->ev_watchdog, &tv);
+    }
     return event_base_dispatch(s->base) < 0 ? MQD_EIO : 0;
 }
 
@@ -429,8 +455,9 @@ void mqd_server_stop(mqd_server_t *s)
     if (s->stopping)
         return;
     s->stopping = true;
+    mqd_sd_notify("STOPPING=1");
     for (size_t i = 0; i < s->n_listeners; i++)
-        evconnlistener_disable(s->listeners[i]);
+        evconnlistener_disable(s->listeners[i].l);
     /* let in-flight appends reach the disk, then close connections */
     mqd_store_commit(s->store);
     mqd_topics_persist(s, true);
@@ -455,7 +482,10 @@ int mqd_server_reload(mqd_server_t *s)
         mqd_conf_free(nc);
         return rc;
     }
-    /* what can change at run time: log level and users; the rest needs a restart */
+    /* what can change at run time: log level, users, certificates and ACLs */
+    char needs[512];
+    if (mqd_conf_restart_needed(s->conf, nc, needs, sizeof needs) > 0)
+        MQD_WARN("server", "reload: changes to %s take effect after a restart", needs);
     mqd_log_set_level(nc->log_level);
     mqd_user_conf_t *u = s->conf->users;
     size_t nu = s->conf->n_users;
@@ -465,7 +495,8 @@ int mqd_server_reload(mqd_server_t *s)
     nc->users = u;
     nc->n_users = nu;
     mqd_conf_free(nc);
-    MQD_NOTICE("server", "reloaded %s (log level, users)", s->conf_path);
+    mqd_auth_reload(s);
+    MQD_NOTICE("server", "reloaded %s", s->conf_path);
     return 0;
 }
 
@@ -483,7 +514,9 @@ void mqd_server_free(mqd_server_t *s)
         mqd_conn_unref(MQD_CONTAINER(n, mqd_conn_t, dirty_node));
     }
     for (size_t i = 0; i < s->n_listeners; i++)
-        evconnlistener_free(s->listeners[i]);
+        evconnlistener_free(s->listeners[i].l);
+    mqd_metrics_stop(s);
+    mqd_auth_free(s);
     free(s->listeners);
     if (s->store)
         mqd_topics_persist(s, true);
@@ -499,9 +532,12 @@ void mqd_server_free(mqd_server_t *s)
         event_free(s->ev_tick);
     if (s->ev_timer)
         event_free(s->ev_timer);
+    if (s->ev_watchdog)
+        event_free(s->ev_watchdog);
     if (s->base)
         event_base_free(s->base);
     mqd_buf_free(&s->scratch);
+    mqd_buf_free(&s->mgmt_out);
     mqd_read_free(&s->browse_rd);
     free(s->conf_path);
     free(s);

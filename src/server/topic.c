@@ -57,6 +57,7 @@ static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
         p->pend_head = pe->next;
         if (!p->pend_head)
             p->pend_tail = NULL;
+        mqd_hist_observe(&p->topic->srv->h_append_stable, (double)(mqd_mono_ns() - pe->t_ns) / 1e9);
         if (!pe->conn->closed) {
             pn_delivery_update(pe->dlv, PN_ACCEPTED);
             pn_delivery_settle(pe->dlv);
@@ -125,6 +126,7 @@ static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool
         return MQD_ENOMEM;
     }
     t->srv = s;
+    t->created_ms = mqd_now_ms();
     mqd_conf_topic(s->conf, name, &t->conf);
     t->conf.name = NULL;
     mqd_dlist_init(&t->consumers);
@@ -266,6 +268,8 @@ int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *
         return rc;
     if (offset_out)
         *offset_out = off;
+    p->topic->msgs_in++;
+    p->topic->bytes_in += len;
     if (!dlv)
         return 0;
     mqd_pending_t *pe = malloc(sizeof *pe);
@@ -275,6 +279,7 @@ int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *
     pe->conn = c;
     pe->dlv = dlv;
     pe->last_offset = off;
+    pe->t_ns = mqd_mono_ns();
     c->refs++;
     if (p->pend_tail)
         p->pend_tail->next = pe;

@@ -37,4 +37,9 @@ int mqd_fsync_dir(const char *dirpath);
 /* mkdir -p; 0 or MQD_EIO. */
 int mqd_mkdirs(const char *path, unsigned mode);
 
+/* ---- systemd notify (no-op without $NOTIFY_SOCKET) ---- */
+int mqd_sd_notify(const char *state);
+/* $WATCHDOG_USEC when it is meant for this process, else 0. */
+uint64_t mqd_sd_watchdog_usec(void);
+
 #endif

@@ -1,0 +1,35 @@
+/* auth: TLS on listeners, SASL mechanisms (PLAIN, ANONYMOUS, EXTERNAL, SCRAM-SHA-256),
+ * users and per-address ACLs, connection limits. Used by server/ (per connection) and
+ * amqp/ (per attach and per anonymous-relay message). */
+#ifndef MQD_AUTH_H
+#define MQD_AUTH_H
+
+#include "mqd.h"
+
+struct mqd_server;
+struct mqd_conn;
+
+typedef enum {
+    MQD_PERM_SEND = 1,
+    MQD_PERM_RECEIVE = 2,
+    MQD_PERM_BROWSE = 4,
+    MQD_PERM_MANAGE = 8,
+    MQD_PERM_CREATE = 16,
+} mqd_perm_t;
+
+/* Loads what the server's config asks for (TLS contexts, ACL rules). Called once from
+ * mqd_server_new before the listeners open. */
+int mqd_auth_init(struct mqd_server *s);
+/* SIGHUP: reloads certificates, users and ACLs; keeps the old ones if the new fail. */
+int mqd_auth_reload(struct mqd_server *s);
+void mqd_auth_free(struct mqd_server *s);
+
+/* Sets up SASL (and TLS, for a TLS listener: `listener` is the index into conf->listen)
+ * on a new connection's transport, before it is bound. */
+void mqd_auth_conn_setup(struct mqd_conn *c, size_t listener);
+
+/* May the connection's authenticated user do `perm` on `address` (a topic name or an
+ * address as attached)? Logs refusals. */
+bool mqd_auth_allowed(struct mqd_conn *c, mqd_perm_t perm, const char *address);
+
+#endif

@@ -1,0 +1,27 @@
+/* metrics: counters and histograms, and the Prometheus text endpoint (/metrics, /healthz,
+ * /readyz) served with libevent's evhttp on the broker's own event loop. */
+#ifndef MQD_METRICS_H
+#define MQD_METRICS_H
+
+#include "mqd.h"
+
+struct mqd_server;
+
+/* Cumulative histogram with fixed bucket bounds (seconds), Prometheus style. */
+#define MQD_HIST_BUCKETS 16
+typedef struct mqd_hist {
+    uint64_t bucket[MQD_HIST_BUCKETS + 1]; /* last = +Inf */
+    uint64_t count;
+    double sum;
+} mqd_hist_t;
+
+/* Records one observation (seconds). No allocation; event-loop thread only. */
+void mqd_hist_observe(mqd_hist_t *h, double seconds);
+/* Upper bounds of the buckets, in seconds (MQD_HIST_BUCKETS values). */
+const double *mqd_hist_bounds(void);
+
+/* Starts the HTTP endpoint when conf->metrics_listen is set (0 when it is not). */
+int mqd_metrics_start(struct mqd_server *s);
+void mqd_metrics_stop(struct mqd_server *s);
+
+#endif

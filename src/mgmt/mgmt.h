@@ -1,0 +1,23 @@
+/* mgmt: the `$management` node (AMQP Management draft + Event Hubs READ operations).
+ * The broker hands it each request message sent to `$management`; it returns the reply,
+ * which the broker routes to the request's reply-to address. */
+#ifndef MQD_MGMT_H
+#define MQD_MGMT_H
+
+#include "mqd.h"
+#include "amqp/msg.h"
+
+struct mqd_server;
+struct mqd_conn;
+
+/* Handles one encoded request `req[0..len)` from connection `c` (whose user has been
+ * checked for the `manage` permission by the caller only if the request needs it: the
+ * handler calls mqd_auth_allowed itself per operation). Writes the complete encoded
+ * reply message into `out` (properties: to = request reply-to, correlation-id = request
+ * message-id or its correlation-id; application-properties: statusCode and status-code,
+ * statusDescription and status-description). Returns 0 when `out` holds a reply to send,
+ * or a negative MQD_E* when the request cannot be answered at all (no reply-to). */
+int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req, size_t len,
+                    mqd_buf_t *out);
+
+#endif
