@@ -434,7 +434,8 @@ attach:;
     ls->topic = t;
     if (browse) {
         ls->browse_next = calloc(t->nparts, sizeof *ls->browse_next);
-        for (uint32_t i = 0; ls->browse_next && i < t->nparts; i++)
+        ls->browse_n = ls->browse_next ? t->nparts : 0;
+        for (uint32_t i = 0; i < ls->browse_n; i++)
             ls->browse_next[i] = mqd_plog_start_offset(t->parts[i].log);
     }
     mqd_dlist_push(&t->consumers, &ls->tnode);
@@ -484,8 +485,8 @@ static size_t browse_pump(mqd_lstate_t *ls)
     mqd_topic_t *t = ls->topic;
     mqd_server_t *s = t->srv;
     mqd_read_t *rd = &s->browse_rd;
-    for (uint32_t k = 0; k < t->nparts; k++) {
-        uint32_t i = (t->rr_part + k) % t->nparts;
+    for (uint32_t k = 0; k < ls->browse_n; k++) {
+        uint32_t i = (t->rr_part + k) % ls->browse_n;
         int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], UINT64_MAX, 1,
                                s->conf->prefetch_bytes, rd);
         if (rc == MQD_ERANGE) {

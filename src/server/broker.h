@@ -112,6 +112,7 @@ struct mqd_topic {
     struct mqd_topic *hnext;   /* hash chain */
     uint64_t msgs_in, bytes_in, msgs_out, bytes_out;
     int64_t created_ms;
+    struct json_t *overrides;  /* settings changed through management (owned), or NULL */
     bool dispatch_queued;
     mqd_dlist_t dnode;         /* in server->dispatch_q when queued */
 };
@@ -132,6 +133,7 @@ struct mqd_lstate {
     mqd_dlist_t tnode;        /* in topic->consumers */
     uint64_t tag_seq;
     uint64_t *browse_next;    /* browser: next offset per partition */
+    uint32_t browse_n;        /* entries in browse_next (partitions when attached) */
     uint64_t unsettled;       /* consumer: deliveries not yet settled */
     uint8_t *acc;             /* producer: a transfer arriving in several frames */
     size_t acc_len, acc_cap;
@@ -199,6 +201,13 @@ mqd_topic_t *mqd_topic_find(mqd_server_t *s, const char *name);
 int mqd_topics_load(mqd_server_t *s);
 void mqd_topics_free(mqd_server_t *s);
 int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t);
+/* Management: creates a topic with `overrides_json` (an object of per-topic keys such as
+ * {"flush":"async","retention_ms":3600000}); MQD_EEXIST, MQD_EINVAL. nparts 0 = default. */
+int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const char *overrides_json,
+                     mqd_topic_t **out);
+/* Management: grows the partition count (0 = keep; fewer = MQD_EINVAL) and merges
+ * `overrides_json` (NULL = none) into the topic's overrides; persists both. */
+int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char *overrides_json);
 /* Appends one message (already scanned) to partition p; queues settlement of dlv. */
 int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *c, pn_delivery_t *dlv,
                     uint64_t *offset_out);

@@ -106,17 +106,75 @@ static int topic_grow(mqd_topic_t *t, uint32_t nparts)
     return 0;
 }
 
+/* Per-topic settings changed through management are kept as JSON overrides in meta.db
+ * and applied over the config file's settings at every start; a topic without
+ * overrides follows the config file. */
+static int apply_one(mqd_topic_conf_t *tc, const char *key, json_t *v)
+{
+    const char *sv = json_is_string(v) ? json_string_value(v) : NULL;
+    json_int_t iv = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (strcmp(key, "flush") == 0 && sv && (!strcmp(sv, "sync") || !strcmp(sv, "async")))
+        tc->log.flush = strcmp(sv, "sync") == 0 ? MQD_FLUSH_SYNC : MQD_FLUSH_ASYNC;
+    else if (strcmp(key, "retention") == 0 && sv && (!strcmp(sv, "consumed") || !strcmp(sv, "default")))
+        tc->retention_consumed = strcmp(sv, "consumed") == 0;
+    else if (strcmp(key, "auto_offset_reset") == 0 && sv &&
+             (!strcmp(sv, "earliest") || !strcmp(sv, "latest")))
+        tc->auto_offset_reset = strcmp(sv, "latest") == 0 ? MQD_OFFSET_RESET_LATEST
+                                                          : MQD_OFFSET_RESET_EARLIEST;
+    else if (iv < 0)
+        return MQD_EINVAL;
+    else if (strcmp(key, "flush_interval_ms") == 0 && iv > 0 && iv <= 3600000)
+        tc->log.flush_interval_ms = (uint32_t)iv;
+    else if (strcmp(key, "flush_messages") == 0)
+        tc->log.flush_messages = (uint64_t)iv;
+    else if (strcmp(key, "segment_bytes") == 0 && iv >= 4096 && iv <= (3ll << 30))
+        tc->log.segment_bytes = (uint64_t)iv;
+    else if (strcmp(key, "segment_ms") == 0)
+        tc->log.segment_ms = iv;
+    else if (strcmp(key, "retention_bytes") == 0)
+        tc->log.retention_bytes = (uint64_t)iv;
+    else if (strcmp(key, "retention_ms") == 0)
+        tc->log.retention_ms = iv;
+    else if (strcmp(key, "max_delivery_count") == 0 && iv <= UINT32_MAX)
+        tc->max_delivery_count = (uint32_t)iv;
+    else if (strcmp(key, "dedup_window_ms") == 0)
+        tc->dedup_window_ms = iv;
+    else
+        return MQD_EINVAL;
+    return 0;
+}
+
+/* Applies `overrides` (a JSON object) to tc; MQD_EINVAL names nothing but fails whole. */
+static int apply_overrides(mqd_topic_conf_t *tc, json_t *overrides)
+{
+    const char *key;
+    json_t *v;
+    mqd_topic_conf_t tmp = *tc;
+    json_object_foreach(overrides, key, v) {
+        if (apply_one(&tmp, key, v) != 0)
+            return MQD_EINVAL;
+    }
+    *tc = tmp;
+    return 0;
+}
+
+static void topic_set_conf(mqd_topic_t *t)
+{
+    mqd_conf_topic(t->srv->conf, t->name, &t->conf);
+    t->conf.name = NULL;
+    if (t->overrides)
+        apply_overrides(&t->conf, t->overrides);
+    for (uint32_t i = 0; i < t->nparts; i++)
+        mqd_plog_set_config(t->parts[i].log, &t->conf.log);
+}
+
 static char *topic_config_json(const mqd_topic_t *t)
 {
-    json_t *o = json_pack("{s:s, s:I}", "flush", t->conf.log.flush == MQD_FLUSH_SYNC ? "sync" : "async",
-                          "segment_bytes", (json_int_t)t->conf.log.segment_bytes);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return s;
+    return t->overrides ? json_dumps(t->overrides, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
 }
 
 static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool persist,
-                        mqd_topic_t **out)
+                        json_t *overrides, mqd_topic_t **out)
 {
     if (s->n_topics + 1 > s->topics_cap / 2 && table_grow(s) != 0)
         return MQD_ENOMEM;
@@ -127,8 +185,8 @@ static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool
     }
     t->srv = s;
     t->created_ms = mqd_now_ms();
-    mqd_conf_topic(s->conf, name, &t->conf);
-    t->conf.name = NULL;
+    t->overrides = overrides; /* taken */
+    topic_set_conf(t);
     mqd_dlist_init(&t->consumers);
     mqd_dlist_init(&t->dnode);
     int rc = topic_grow(t, nparts);
@@ -166,7 +224,7 @@ int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t creat
         n = s->conf->default_partitions ? s->conf->default_partitions : 1;
     /* temporary reply nodes live only as long as their receiver: not in meta.db */
     bool persist = strncmp(name, "$tmp.", 5) != 0;
-    int rc = topic_create(s, name, n, persist, &t);
+    int rc = topic_create(s, name, n, persist, NULL, &t);
     if (rc == 0) {
         MQD_INFO("topic", "created topic=%s partitions=%u", name, n);
         *out = t;
@@ -178,9 +236,19 @@ static int load_one(const mqd_meta_topic_t *mt, void *arg)
 {
     mqd_server_t *s = arg;
     mqd_topic_t *t;
-    int rc = topic_create(s, mt->name, mt->partitions ? mt->partitions : 1, false, &t);
+    json_t *ov = NULL;
+    if (mt->config_json && strcmp(mt->config_json, "{}") != 0) {
+        ov = json_loads(mt->config_json, 0, NULL);
+        if (ov && !json_is_object(ov)) {
+            json_decref(ov);
+            ov = NULL;
+        }
+    }
+    int rc = topic_create(s, mt->name, mt->partitions ? mt->partitions : 1, false, ov, &t);
     if (rc != 0)
         MQD_ERR("topic", "cannot open topic %s: %s", mt->name, mqd_strerror(rc));
+    else if (mt->created_ms)
+        t->created_ms = mt->created_ms;
     return rc;
 }
 
@@ -225,6 +293,7 @@ static void topic_free(mqd_topic_t *t)
         part_free(&t->parts[i]);
     free(t->parts);
     free(t->name);
+    json_decref(t->overrides);
     free(t);
 }
 
@@ -344,4 +413,77 @@ void mqd_topics_persist(mqd_server_t *s, bool force)
     if (began && mqd_meta_commit(s->meta) != 0)
         mqd_meta_rollback(s->meta);
     MQD_UNUSED(force);
+}
+
+int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const char *overrides_json,
+                     mqd_topic_t **out)
+{
+    if (mqd_topic_find(s, name))
+        return MQD_EEXIST;
+    if (!mqd_topic_name_valid(name, strlen(name)) || strncmp(name, "$tmp.", 5) == 0)
+        return MQD_EINVAL;
+    json_t *ov = NULL;
+    if (overrides_json && *overrides_json) {
+        ov = json_loads(overrides_json, 0, NULL);
+        mqd_topic_conf_t probe;
+        mqd_conf_topic(s->conf, name, &probe);
+        if (!ov || !json_is_object(ov) || apply_overrides(&probe, ov) != 0) {
+            json_decref(ov);
+            return MQD_EINVAL;
+        }
+        if (json_object_size(ov) == 0) {
+            json_decref(ov);
+            ov = NULL;
+        }
+    }
+    if (nparts == 0) {
+        mqd_topic_conf_t tc;
+        mqd_conf_topic(s->conf, name, &tc);
+        nparts = tc.partitions ? tc.partitions : s->conf->default_partitions;
+    }
+    if (nparts == 0 || nparts > 100000) {
+        json_decref(ov);
+        return MQD_EINVAL;
+    }
+    int rc = topic_create(s, name, nparts, true, ov, out);
+    if (rc == 0)
+        MQD_INFO("topic", "created topic=%s partitions=%u (management)", name, nparts);
+    return rc;
+}
+
+int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char *overrides_json)
+{
+    if (nparts && nparts < t->nparts)
+        return MQD_EINVAL; /* partitions only grow: keys would move otherwise */
+    json_t *merged = t->overrides ? json_deep_copy(t->overrides) : json_object();
+    if (!merged)
+        return MQD_ENOMEM;
+    if (overrides_json && *overrides_json) {
+        json_t *ov = json_loads(overrides_json, 0, NULL);
+        if (!ov || !json_is_object(ov) || json_object_update(merged, ov) != 0) {
+            json_decref(ov);
+            json_decref(merged);
+            return MQD_EINVAL;
+        }
+        json_decref(ov);
+    }
+    mqd_topic_conf_t probe;
+    mqd_conf_topic(s->conf, t->name, &probe);
+    if (apply_overrides(&probe, merged) != 0) {
+        json_decref(merged);
+        return MQD_EINVAL;
+    }
+    json_decref(t->overrides);
+    t->overrides = json_object_size(merged) ? merged : NULL;
+    if (!t->overrides)
+        json_decref(merged);
+    topic_set_conf(t);
+    int rc = nparts ? topic_grow(t, nparts) : 0;
+    char *cj = topic_config_json(t);
+    int rc2 = mqd_meta_topic_put(s->meta, t->name, t->nparts, cj ? cj : "{}");
+    free(cj);
+    if (rc == 0)
+        rc = rc2;
+    MQD_INFO("topic", "altered topic=%s partitions=%u", t->name, t->nparts);
+    return rc;
 }
