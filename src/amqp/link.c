@@ -1,10 +1,7 @@
 /* Proton event handling: connection, session and link lifecycle, producer transfers
- * (append, settle when stable) and consumer deliveries (stored bytes + annotations).
- *
- * A consumer delivery's tag is its position: partition (u32) + offset (u64), so a
- * disposition finds its record without any per-delivery allocation. */
+ * (append, settle when stable) and management requests. Consumers are in consumer.c. */
 #include "config.h"
-#include "server/broker.h"
+#include "amqp/link_int.h"
 #include "mgmt/mgmt.h"
 
 #include <proton/condition.h>
@@ -17,7 +14,7 @@
 
 #define STICKY_BURST 64
 
-static void link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char *arg)
+void mqd_link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char *arg)
 {
     char desc[512];
     snprintf(desc, sizeof desc, fmt, arg);
@@ -29,7 +26,7 @@ static void link_refuse(pn_link_t *l, const char *cond, const char *fmt, const c
     MQD_INFO("link", "refused attach: %s: %s", cond, desc);
 }
 
-static mqd_lstate_t *lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind)
+mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind)
 {
     mqd_lstate_t *ls = calloc(1, sizeof *ls);
     if (!ls)
@@ -42,38 +39,16 @@ static mqd_lstate_t *lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind)
     return ls;
 }
 
-static void tag_decode(pn_delivery_t *d, uint32_t *part, uint64_t *off)
-{
-    pn_delivery_tag_t t = pn_delivery_tag(d);
-    *part = UINT32_MAX;
-    *off = 0;
-    if (t.size == 12) {
-        memcpy(part, t.start, 4);
-        memcpy(off, t.start + 4, 8);
-    }
-}
-
 void mqd_lstate_free(mqd_lstate_t *ls)
 {
     mqd_topic_t *t = ls->topic;
-    if (ls->kind == MQD_LS_CONSUMER && t) {
-        /* unsettled deliveries go back to the partition for another consumer */
-        for (pn_delivery_t *d = pn_unsettled_head(ls->link); d; d = pn_unsettled_next(d)) {
-            uint32_t part;
-            uint64_t off;
-            tag_decode(d, &part, &off);
-            if (part < t->nparts && !pn_delivery_settled(d))
-                mqd_shared_release(&t->parts[part], off, false);
-        }
-        mqd_topic_dispatch_soon(t);
-    }
+    bool consumer = ls->kind == MQD_LS_CONSUMER || ls->kind == MQD_LS_BROWSER;
+    if (consumer)
+        mqd_consumer_free(ls);
     mqd_dlist_del(&ls->tnode);
-    free(ls->browse_next);
     free(ls->acc);
     free(ls->tmp_name);
-    if (ls->kind == MQD_LS_CONSUMER && t)
-        mqd_topics_persist(t->srv, true); /* a clean detach keeps its acks across a crash */
-    if (t && t->temporary && ls->kind == MQD_LS_CONSUMER && mqd_dlist_empty(&t->consumers))
+    if (consumer && t && t->temporary && mqd_dlist_empty(&t->consumers))
         mqd_topic_delete(t->srv, t);
     free(ls);
 }
@@ -82,7 +57,7 @@ void mqd_lstate_free(mqd_lstate_t *ls)
  * else a temporary node named after it (management clients such as the Event Hubs SDKs
  * attach their reply receiver as source `$management` with target "<name>" and send
  * reply-to "<name>"). */
-static void reply_topic_name(const char *addr, size_t len, char *out, size_t outlen)
+void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen)
 {
     mqd_addr_t a;
     if (mqd_addr_parse(addr, len, &a) == 0 && a.kind == MQD_ADDR_TOPIC) {
@@ -102,35 +77,35 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
     mqd_server_t *s = c->srv;
     pn_terminus_t *rt = pn_link_remote_target(l);
     if (pn_terminus_get_type(rt) == PN_COORDINATOR)
-        return link_refuse(l, "amqp:not-implemented", "transactions are not supported yet%s", "");
+        return mqd_link_refuse(l, "amqp:not-implemented", "transactions are not supported yet%s", "");
     const char *addr = pn_terminus_get_address(rt);
-    mqd_lstate_t *ls = lstate_new(c, l, MQD_LS_PRODUCER);
+    mqd_lstate_t *ls = mqd_lstate_new(c, l, MQD_LS_PRODUCER);
     if (!ls)
-        return link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+        return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
     if (addr) {
         mqd_addr_t a;
         if (mqd_addr_parse(addr, strlen(addr), &a) != 0 ||
             (a.kind != MQD_ADDR_TOPIC && a.kind != MQD_ADDR_PARTITION &&
              a.kind != MQD_ADDR_MANAGEMENT))
-            return link_refuse(l, "amqp:not-found", "cannot send to address '%s'", addr);
+            return mqd_link_refuse(l, "amqp:not-found", "cannot send to address '%s'", addr);
         if (a.kind == MQD_ADDR_MANAGEMENT) {
             ls->mgmt = true;
             goto open;
         }
         if (!mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
-            return link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'", addr);
+            return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'", addr);
         bool create = s->conf->auto_create_topics && strncmp(a.topic, "$tmp.", 5) != 0;
         mqd_topic_t *t;
         if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)
-            return link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
+            return mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
         if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
-            return link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
+            return mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
         ls->fixed_part = a.kind == MQD_ADDR_PARTITION;
         ls->part = a.partition;
         if (t->temporary) {
             /* a reply node goes away with its receiver: look it up per message */
             if (!(ls->tmp_name = strdup(t->name)))
-                return link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+                return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
         } else {
             ls->topic = t;
         }
@@ -245,7 +220,7 @@ static void management_request(mqd_conn_t *c, pn_delivery_t *d, const uint8_t *m
     int rc = mqd_mgmt_handle(s, c, msg, size, out);
     if (rc == 0 && mqd_msg_scan(out->p, out->len, &mi) == 0 && mi.to.len > 0) {
         char name[MQD_NAME_MAX + 1];
-        reply_topic_name((const char *)out->p + mi.to.off, mi.to.len, name, sizeof name);
+        mqd_reply_topic_name((const char *)out->p + mi.to.off, mi.to.len, name, sizeof name);
         mqd_topic_t *t = mqd_topic_find(s, name);
         if (t)
             rc = mqd_part_append(&t->parts[0], out->p, out->len, c, NULL, NULL);
@@ -352,226 +327,6 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
         pn_link_flow(l, (int)s->conf->link_credit - credit);
 }
 
-/* ---------------------------------------------------------------- consumers */
-
-static int dynamic_topic(mqd_conn_t *c, pn_terminus_t *src, mqd_topic_t **out)
-{
-    mqd_server_t *s = c->srv;
-    char name[64];
-    snprintf(name, sizeof name, "$tmp.%llx.%x", (unsigned long long)++s->tmp_seq,
-             (unsigned)(mqd_mono_ns() & 0xffffff));
-    int rc = mqd_topic_get(s, name, true, 1, out);
-    if (rc == 0) {
-        (*out)->temporary = true;
-        pn_terminus_set_address(src, name);
-    }
-    return rc;
-}
-
-/* A receiver from `$management`: its replies arrive at a node named by its target. */
-static int management_reply_node(mqd_conn_t *c, pn_link_t *l, mqd_topic_t **out)
-{
-    const char *taddr = pn_terminus_get_address(pn_link_remote_target(l));
-    if (!taddr || !*taddr) {
-        link_refuse(l, "amqp:invalid-field", "a $management receiver needs a target address%s",
-                    "");
-        return MQD_EINVAL;
-    }
-    char name[MQD_NAME_MAX + 1];
-    reply_topic_name(taddr, strlen(taddr), name, sizeof name);
-    if (mqd_topic_get(c->srv, name, true, 1, out) != 0) {
-        link_refuse(l, "amqp:internal-error", "cannot create the reply node for '%s'", taddr);
-        return MQD_EIO;
-    }
-    if (strncmp(name, "$tmp.", 5) == 0)
-        (*out)->temporary = true;
-    return 0;
-}
-
-static bool is_copy_mode(pn_terminus_t *t)
-{
-    return pn_terminus_get_distribution_mode(t) == PN_DIST_MODE_COPY;
-}
-
-static void consumer_attach(mqd_conn_t *c, pn_link_t *l)
-{
-    mqd_server_t *s = c->srv;
-    pn_terminus_t *rs = pn_link_remote_source(l);
-    pn_terminus_t *ls_src = pn_link_source(l);
-    mqd_topic_t *t = NULL;
-    pn_terminus_copy(ls_src, rs);
-    pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
-    if (pn_terminus_is_dynamic(rs)) {
-        if (dynamic_topic(c, ls_src, &t) != 0)
-            return link_refuse(l, "amqp:internal-error", "cannot create a dynamic node%s", "");
-    } else {
-        const char *addr = pn_terminus_get_address(rs);
-        mqd_addr_t a;
-        if (!addr || mqd_addr_parse(addr, strlen(addr), &a) != 0)
-            return link_refuse(l, "amqp:not-found", "cannot receive from address '%s'",
-                               addr ? addr : "(null)");
-        if (a.kind == MQD_ADDR_MANAGEMENT) {
-            if (management_reply_node(c, l, &t) != 0)
-                return;
-            goto attach;
-        }
-        bool browse_req = is_copy_mode(rs);
-        if (!mqd_auth_allowed(c, browse_req ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE, a.topic))
-            return link_refuse(l, "amqp:unauthorized-access", "not allowed to receive from '%s'",
-                               addr);
-        if (a.kind != MQD_ADDR_TOPIC)
-            return link_refuse(l, "amqp:not-implemented", "address form not supported yet: '%s'",
-                               addr);
-        bool create = s->conf->auto_create_topics && strncmp(a.topic, "$tmp.", 5) != 0;
-        if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)
-            return link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
-    }
-attach:;
-    bool browse = is_copy_mode(rs);
-    mqd_lstate_t *ls = lstate_new(c, l, browse ? MQD_LS_BROWSER : MQD_LS_CONSUMER);
-    if (!ls)
-        return link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
-    ls->topic = t;
-    if (browse) {
-        ls->browse_next = calloc(t->nparts, sizeof *ls->browse_next);
-        ls->browse_n = ls->browse_next ? t->nparts : 0;
-        for (uint32_t i = 0; i < ls->browse_n; i++)
-            ls->browse_next[i] = mqd_plog_start_offset(t->parts[i].log);
-    }
-    mqd_dlist_push(&t->consumers, &ls->tnode);
-    pn_link_set_max_message_size(l, s->conf->max_message_size);
-    pn_link_open(l);
-}
-
-/* Sends one record on a consumer link. */
-static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, uint32_t dcount)
-{
-    mqd_server_t *s = ls->conn->srv;
-    mqd_msg_info_t mi;
-    if (mqd_msg_scan(rec->data, rec->len, &mi) != 0) {
-        MQD_WARN("link", "skipping unparseable record %s/%u@%llu", ls->topic->name, part,
-                 (unsigned long long)rec->offset);
-        return MQD_EINVAL;
-    }
-    mqd_msg_ann_t ann = {
-        .partition_id = (int32_t)part,
-        .offset = (int64_t)rec->offset,
-        .enqueued_ms = rec->timestamp_ms,
-        .pkey = mi.partition_key.len ? rec->data + mi.partition_key.off : NULL,
-        .pkey_len = mi.partition_key.len,
-        .delivery_count = dcount,
-    };
-    int rc = mqd_msg_annotate(rec->data, rec->len, &mi, &ann, &s->scratch);
-    if (rc != 0)
-        return rc;
-    char tag[12];
-    memcpy(tag, &part, 4);
-    memcpy(tag + 4, &rec->offset, 8);
-    pn_delivery_t *d = pn_delivery(ls->link, pn_dtag(tag, sizeof tag));
-    pn_link_send(ls->link, (const char *)s->scratch.p, s->scratch.len);
-    pn_link_advance(ls->link);
-    ls->topic->msgs_out++;
-    ls->topic->bytes_out += s->scratch.len;
-    if (ls->kind == MQD_LS_BROWSER)
-        pn_delivery_settle(d);
-    else
-        ls->unsettled++;
-    mqd_conn_mark_dirty(ls->conn);
-    return 0;
-}
-
-static size_t browse_pump(mqd_lstate_t *ls)
-{
-    mqd_topic_t *t = ls->topic;
-    mqd_server_t *s = t->srv;
-    mqd_read_t *rd = &s->browse_rd;
-    for (uint32_t k = 0; k < ls->browse_n; k++) {
-        uint32_t i = (t->rr_part + k) % ls->browse_n;
-        int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], UINT64_MAX, 1,
-                               s->conf->prefetch_bytes, rd);
-        if (rc == MQD_ERANGE) {
-            ls->browse_next[i] = mqd_plog_start_offset(t->parts[i].log);
-            continue;
-        }
-        if (rc != 0 || rd->n == 0)
-            continue;
-        ls->browse_next[i] = rd->recs[0].offset + 1;
-        deliver(ls, i, &rd->recs[0], 0);
-        t->rr_part = i + 1;
-        return 1;
-    }
-    return 0;
-}
-
-static size_t pump_one(mqd_lstate_t *ls);
-
-/* One delivery if the link has credit and a record is ready; honours drain. */
-size_t mqd_consumer_pump(mqd_lstate_t *ls)
-{
-    if (ls->conn->closed || pn_link_credit(ls->link) <= 0 ||
-        pn_link_state(ls->link) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE))
-        return 0;
-    size_t n = pump_one(ls);
-    if (n == 0 && pn_link_get_drain(ls->link)) {
-        pn_link_drained(ls->link);
-        mqd_conn_mark_dirty(ls->conn);
-    }
-    return n;
-}
-
-static size_t pump_one(mqd_lstate_t *ls)
-{
-    if (ls->kind == MQD_LS_BROWSER)
-        return browse_pump(ls);
-    mqd_topic_t *t = ls->topic;
-    for (uint32_t k = 0; k < t->nparts; k++) {
-        uint32_t i = (t->rr_part + k) % t->nparts;
-        mqd_rec_t rec;
-        uint32_t dc;
-        while (mqd_shared_next(&t->parts[i], &rec, &dc)) {
-            if (deliver(ls, i, &rec, dc) == 0) {
-                t->rr_part = i + 1;
-                return 1;
-            }
-            mqd_shared_done(&t->parts[i], rec.offset); /* unreadable: skip, don't loop */
-        }
-    }
-    return 0;
-}
-
-static void consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
-{
-    uint64_t state = pn_delivery_remote_state(d);
-    if (!pn_delivery_settled(d) && state == 0)
-        return; /* nothing decided yet */
-    mqd_topic_t *t = ls->topic;
-    uint32_t part;
-    uint64_t off;
-    tag_decode(d, &part, &off);
-    if (ls->kind == MQD_LS_CONSUMER && t && part < t->nparts) {
-        mqd_part_t *p = &t->parts[part];
-        switch (state) {
-        case PN_RELEASED:
-            mqd_shared_release(p, off, false);
-            break;
-        case PN_MODIFIED: {
-            pn_disposition_t *rd = pn_delivery_remote(d);
-            mqd_shared_release(p, off, pn_disposition_is_failed(rd));
-            break;
-        }
-        default: /* accepted, rejected, or settled without outcome */
-            mqd_shared_done(p, off);
-            break;
-        }
-        if (ls->unsettled)
-            ls->unsettled--;
-        mqd_topic_dispatch_soon(t);
-    }
-    if (!pn_delivery_settled(d))
-        pn_delivery_update(d, state);
-    pn_delivery_settle(d);
-}
-
 /* ---------------------------------------------------------------- events */
 
 static void connection_open(mqd_conn_t *c, pn_connection_t *pc)
@@ -593,12 +348,7 @@ static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
     if (pn_link_is_receiver(l))
         producer_attach(c, l);
     else
-        consumer_attach(c, l);
-    if (!pn_link_is_receiver(l)) {
-        mqd_lstate_t *ls = pn_link_get_context(l);
-        if (ls && ls->topic)
-            mqd_topic_dispatch_soon(ls->topic);
-    }
+        mqd_consumer_attach(c, l);
 }
 
 static void link_remote_close(pn_link_t *l)
@@ -616,6 +366,8 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
 {
     switch (pn_event_type(e)) {
     case PN_CONNECTION_REMOTE_OPEN:
+        if (!mqd_auth_conn_opened(c))
+            break; /* an open before SASL completed: auth closes the connection */
         connection_open(c, pn_event_connection(e));
         break;
     case PN_CONNECTION_REMOTE_CLOSE:
@@ -662,7 +414,7 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
         if (ls->kind == MQD_LS_PRODUCER)
             producer_transfer(c, ls, d);
         else if (pn_delivery_updated(d) || pn_delivery_settled(d))
-            consumer_disposition(ls, d);
+            mqd_consumer_disposition(ls, d);
         break;
     }
     case PN_TRANSPORT_ERROR: {

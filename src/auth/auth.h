@@ -24,12 +24,25 @@ int mqd_auth_init(struct mqd_server *s);
 int mqd_auth_reload(struct mqd_server *s);
 void mqd_auth_free(struct mqd_server *s);
 
-/* Sets up SASL (and TLS, for a TLS listener: `listener` is the index into conf->listen)
- * on a new connection's transport, before it is bound. */
-void mqd_auth_conn_setup(struct mqd_conn *c, size_t listener);
+/* Sets up SASL (and TLS, for an amqps:// listener: `listener` is the index into
+ * conf->listen) and the handshake timer on a new connection's transport, before it is
+ * bound. The per-connection state it allocates (c->auth) is freed with the transport
+ * (pn_connection_driver_destroy). MQD_EIO if the TLS layer cannot be set up. */
+int mqd_auth_conn_setup(struct mqd_conn *c, size_t listener);
+
+/* To be called at PN_CONNECTION_REMOTE_OPEN: false (and the connection is being closed
+ * with amqp:unauthorized-access) if the peer opened without completing SASL while
+ * authentication is required. Proton 0.37 accepts an open frame inside the SASL layer;
+ * without this call the handshake timer closes such a connection at its deadline. */
+bool mqd_auth_conn_opened(struct mqd_conn *c);
+
+/* on_accept: may one more connection come from `host` (max_connections_per_ip)? Logs a
+ * refusal. */
+bool mqd_auth_admit_host(struct mqd_server *s, const char *host);
 
 /* May the connection's authenticated user do `perm` on `address` (a topic name or an
- * address as attached)? Logs refusals. */
+ * address as attached)? False unless the connection completed SASL (or, with
+ * allow_anonymous, uses none); then the [acl] rules decide. Logs refusals. */
 bool mqd_auth_allowed(struct mqd_conn *c, mqd_perm_t perm, const char *address);
 
 #endif

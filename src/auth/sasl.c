@@ -1,23 +1,43 @@
 /* Server-side SASL through Proton's plugin interface: Debian's Proton has no Cyrus, and
- * its built-in server mechanisms do not check PLAIN passwords. We offer PLAIN (checked
- * against the users of the config, PBKDF2 hashes) and ANONYMOUS when allow_anonymous. */
+ * its built-in server mechanisms do not check passwords. We offer
+ *   EXTERNAL       over TLS with a verified client certificate (CN -> [user] cert_cn/name)
+ *   SCRAM-SHA-256  against stored SCRAM credentials (scram_sha256), any listener
+ *   PLAIN          against PBKDF2 hashes (password_hash); on plain TCP only with
+ *                  allow_plain_without_tls
+ *   ANONYMOUS      with allow_anonymous
+ * A success also checks max_connections_per_user. Secrets are never logged. */
 #include "config.h"
-#include "auth/auth.h"
+#include "auth/auth_int.h"
 #include "server/broker.h"
 
+#include <openssl/crypto.h>
 #include <proton/sasl.h>
 #include <proton/sasl_plugin.h>
+#include <proton/ssl.h>
+#include <stdlib.h>
 #include <string.h>
 
-static const char *mechs_anon = "PLAIN ANONYMOUS";
-static const char *mechs_plain = "PLAIN";
-
-static void s_free(pn_transport_t *t) { MQD_UNUSED(t); }
+static void s_free(pn_transport_t *t)
+{
+    mqd_auth_conn_t *ac = pnx_sasl_get_context(t);
+    if (ac != NULL) {
+        pnx_sasl_set_context(t, NULL);
+        mqd_auth_conn_free(ac);
+    }
+}
 
 static const char *s_list(pn_transport_t *t)
 {
-    mqd_conn_t *c = pnx_sasl_get_context(t);
-    return c->srv->conf->allow_anonymous ? mechs_anon : mechs_plain;
+    mqd_auth_conn_t *ac = pnx_sasl_get_context(t);
+    const mqd_conf_t *conf = ac->c->srv->conf;
+    /* the order is the server's preference: clients such as Proton's take the first
+     * they can do */
+    bool cert = ac->tls && pnx_sasl_get_external_username(t) != NULL;
+    snprintf(ac->mechs, sizeof ac->mechs, "%s%s%s", cert ? "EXTERNAL " : "", "SCRAM-SHA-256",
+             ac->tls || conf->allow_plain_without_tls ? " PLAIN" : "");
+    if (conf->allow_anonymous)
+        strcat(ac->mechs, " ANONYMOUS");
+    return ac->mechs;
 }
 
 static bool s_init_server(pn_transport_t *t)
@@ -26,65 +46,167 @@ static bool s_init_server(pn_transport_t *t)
     return true;
 }
 
-static bool s_init_client(pn_transport_t *t) { return false; }
+static bool s_init_client(pn_transport_t *t)
+{
+    MQD_UNUSED(t);
+    return false;
+}
+
 static void s_prepare_write(pn_transport_t *t) { MQD_UNUSED(t); }
 
-static void fail(pn_transport_t *t, mqd_conn_t *c, const char *why, const char *who)
+static void fail(pn_transport_t *t, mqd_auth_conn_t *ac, const char *why, const char *who)
 {
-    MQD_NOTICE("auth", "SASL failed peer=%s user=%s reason=%s", c->peer, who, why);
+    MQD_NOTICE("auth", "SASL failed peer=%s user=%s reason=%s", ac->c->peer, who, why);
+    if (ac->scram) {
+        mqd_scram_clear(ac->scram);
+        free(ac->scram);
+        ac->scram = NULL;
+    }
+    pnx_sasl_set_bytes_out(t, pn_bytes(0, NULL));
     pnx_sasl_set_failed(t);
     pnx_sasl_set_desired_state(t, SASL_POSTED_OUTCOME);
 }
 
-/* PLAIN: [authzid] NUL authcid NUL passwd */
-static void plain(pn_transport_t *t, mqd_conn_t *c, const pn_bytes_t *recv)
+/* Logs `user` in, unless max_connections_per_user says no. */
+static void succeed(pn_transport_t *t, mqd_auth_conn_t *ac, const char *user, bool anonymous)
 {
+    mqd_conn_t *c = ac->c;
+    uint32_t max = c->srv->conf->max_connections_per_user;
+    if (!anonymous && max > 0 && mqd_auth_user_conns(c->srv, c, user) >= max)
+        return fail(t, ac, "max_connections_per_user reached", user);
+    snprintf(c->user, sizeof c->user, "%s", user);
+    ac->anonymous = anonymous;
+    pnx_sasl_set_succeeded(t, c->user, NULL);
+    pnx_sasl_set_desired_state(t, SASL_POSTED_OUTCOME);
+    MQD_INFO("auth", "SASL %s peer=%s user=%s", pnx_sasl_get_selected_mechanism(t), c->peer,
+             c->user);
+}
+
+/* PLAIN: [authzid] NUL authcid NUL passwd */
+static void plain(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
+{
+    const mqd_conf_t *conf = ac->c->srv->conf;
+    if (!ac->tls && !conf->allow_plain_without_tls)
+        return fail(t, ac, "PLAIN needs TLS (allow_plain_without_tls = off)", "-");
     if (!recv || recv->size == 0 || recv->size > 1024)
-        return fail(t, c, "malformed PLAIN response", "-");
+        return fail(t, ac, "malformed PLAIN response", "-");
     char buf[1025];
     memcpy(buf, recv->start, recv->size);
     buf[recv->size] = '\0';
     const char *end = buf + recv->size;
     const char *authcid = memchr(buf, '\0', recv->size);
-    if (!authcid)
-        return fail(t, c, "malformed PLAIN response", "-");
-    authcid++;
-    const char *pw = authcid < end ? memchr(authcid, '\0', (size_t)(end - authcid)) : NULL;
-    if (!pw)
-        return fail(t, c, "malformed PLAIN response", "-");
-    pw++;
-    const mqd_user_conf_t *u = mqd_conf_user(c->srv->conf, authcid);
-    if (!u || !u->password_hash || !mqd_conf_password_ok(u->password_hash, pw)) {
-        memset(buf, 0, sizeof buf);
-        return fail(t, c, u ? "wrong password" : "unknown user", authcid);
+    const char *pw = authcid ? memchr(authcid + 1, '\0', (size_t)(end - authcid - 1)) : NULL;
+    if (!pw) {
+        OPENSSL_cleanse(buf, sizeof buf);
+        return fail(t, ac, "malformed PLAIN response", "-");
     }
-    snprintf(c->user, sizeof c->user, "%s", authcid);
-    memset(buf, 0, sizeof buf);
-    pnx_sasl_set_succeeded(t, c->user, NULL);
-    pnx_sasl_set_desired_state(t, SASL_POSTED_OUTCOME);
+    authcid++;
+    pw++;
+    const mqd_user_conf_t *u = mqd_conf_user(conf, authcid);
+    bool ok = u && u->password_hash && mqd_conf_password_ok(u->password_hash, pw);
+    /* an authzid other than the user itself would be impersonation */
+    bool authz_ok = buf[0] == '\0' || strcmp(buf, authcid) == 0;
+    char who[256];
+    snprintf(who, sizeof who, "%s", authcid);
+    OPENSSL_cleanse(buf, sizeof buf);
+    if (!ok)
+        return fail(t, ac, u ? "wrong password" : "unknown user", who);
+    if (!authz_ok)
+        return fail(t, ac, "authorization identity differs from the user", who);
+    succeed(t, ac, who, false);
+}
+
+/* EXTERNAL: the verified client certificate's subject CN names the user. */
+static void external(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
+{
+    const mqd_conf_t *conf = ac->c->srv->conf;
+    if (!ac->tls || pnx_sasl_get_external_username(t) == NULL)
+        return fail(t, ac, "EXTERNAL without a client certificate", "-");
+    const char *cn = pn_ssl_get_remote_subject_subfield(pn_ssl(t), PN_SSL_CERT_SUBJECT_COMMON_NAME);
+    if (cn == NULL || cn[0] == '\0')
+        return fail(t, ac, "client certificate has no subject CN", "-");
+    const mqd_user_conf_t *u = NULL;
+    for (size_t i = 0; i < conf->n_users && !u; i++)
+        if (conf->users[i].cert_cn && strcmp(conf->users[i].cert_cn, cn) == 0)
+            u = &conf->users[i];
+    if (!u) {
+        u = mqd_conf_user(conf, cn);
+        if (u && u->cert_cn)
+            u = NULL; /* that user names another certificate */
+    }
+    if (!u)
+        return fail(t, ac, "no user for the certificate CN", cn);
+    if (recv && recv->size > 0 &&
+        (recv->size != strlen(u->name) || memcmp(recv->start, u->name, recv->size) != 0))
+        return fail(t, ac, "authorization identity differs from the certificate's user", u->name);
+    succeed(t, ac, u->name, false);
+}
+
+static void scram_first(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
+{
+    const mqd_conf_t *conf = ac->c->srv->conf;
+    ac->scram = calloc(1, sizeof *ac->scram);
+    if (!ac->scram)
+        return fail(t, ac, "out of memory", "-");
+    if (!recv || mqd_scram_client_first(ac->scram, recv->start, recv->size) != 0)
+        return fail(t, ac, "malformed SCRAM client-first-message", "-");
+    const mqd_user_conf_t *u = mqd_conf_user(conf, ac->scram->user);
+    mqd_scram_cred_t cred;
+    bool known = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &cred) == 0;
+    if (mqd_scram_server_first(ac->scram, known ? &cred : NULL, NULL, ac->out) != 0)
+        return fail(t, ac, "SCRAM server-first failed", "-");
+    OPENSSL_cleanse(&cred, sizeof cred);
+    pnx_sasl_set_bytes_out(t, pn_bytes(strlen(ac->out), ac->out));
+    pnx_sasl_set_desired_state(t, SASL_POSTED_CHALLENGE);
 }
 
 static void s_process_init(pn_transport_t *t, const char *mech, const pn_bytes_t *recv)
 {
-    mqd_conn_t *c = pnx_sasl_get_context(t);
-    if (strcmp(mech, "ANONYMOUS") == 0 && c->srv->conf->allow_anonymous) {
-        snprintf(c->user, sizeof c->user, "anonymous");
-        pnx_sasl_set_succeeded(t, "anonymous", NULL);
-        pnx_sasl_set_desired_state(t, SASL_POSTED_OUTCOME);
-        return;
-    }
+    mqd_auth_conn_t *ac = pnx_sasl_get_context(t);
+    if (strcmp(mech, "ANONYMOUS") == 0 && ac->c->srv->conf->allow_anonymous)
+        return succeed(t, ac, "anonymous", true);
     if (strcmp(mech, "PLAIN") == 0)
-        return plain(t, c, recv);
-    fail(t, c, "mechanism not offered", "-");
+        return plain(t, ac, recv);
+    if (strcmp(mech, "EXTERNAL") == 0)
+        return external(t, ac, recv);
+    if (strcmp(mech, "SCRAM-SHA-256") == 0)
+        return scram_first(t, ac, recv);
+    fail(t, ac, "mechanism not offered", "-");
 }
 
 static void s_process_response(pn_transport_t *t, const pn_bytes_t *recv)
 {
-    fail(t, pnx_sasl_get_context(t), "unexpected SASL response", "-");
+    mqd_auth_conn_t *ac = pnx_sasl_get_context(t);
+    if (!ac->scram || !recv)
+        return fail(t, ac, "unexpected SASL response", "-");
+    char user[256];
+    snprintf(user, sizeof user, "%s", ac->scram->user);
+    int rc = mqd_scram_client_final(ac->scram, recv->start, recv->size, ac->out);
+    bool known = ac->scram->known;
+    mqd_scram_clear(ac->scram);
+    free(ac->scram);
+    ac->scram = NULL;
+    if (rc == MQD_EFAILED)
+        return fail(t, ac, known ? "wrong password" : "unknown user", user);
+    if (rc != 0)
+        return fail(t, ac, "malformed SCRAM client-final-message", user);
+    /* the outcome's additional-data carries server-final ("v=..."): the client checks
+     * that we know its ServerKey */
+    pnx_sasl_set_bytes_out(t, pn_bytes(strlen(ac->out), ac->out));
+    succeed(t, ac, user, false);
 }
 
-static bool s_can_encrypt(pn_transport_t *t) { return false; }
-static ssize_t s_max_encrypt(pn_transport_t *t) { return 0; }
+static bool s_can_encrypt(pn_transport_t *t)
+{
+    MQD_UNUSED(t);
+    return false;
+}
+
+static ssize_t s_max_encrypt(pn_transport_t *t)
+{
+    MQD_UNUSED(t);
+    return 0;
+}
 
 static const pnx_sasl_implementation impl = {
     .free = s_free,
@@ -98,34 +220,12 @@ static const pnx_sasl_implementation impl = {
     .max_encrypt_size = s_max_encrypt,
 };
 
-void mqd_auth_conn_setup(mqd_conn_t *c, size_t listener)
+void mqd_auth_sasl_setup(mqd_conn_t *c, mqd_auth_conn_t *ac)
 {
-    MQD_UNUSED(listener);
     pn_transport_t *t = c->driver.transport;
     pn_sasl_t *sasl = pn_sasl(t);
+    /* the policy (PLAIN only over TLS unless allowed) is ours, in s_list and plain() */
     pn_sasl_set_allow_insecure_mechs(sasl, true);
     pn_transport_require_auth(t, !c->srv->conf->allow_anonymous);
-    pnx_sasl_set_implementation(t, &impl, c);
-}
-
-int mqd_auth_init(mqd_server_t *s)
-{
-    MQD_UNUSED(s);
-    return 0;
-}
-
-int mqd_auth_reload(mqd_server_t *s)
-{
-    MQD_UNUSED(s);
-    return 0;
-}
-
-void mqd_auth_free(mqd_server_t *s) { MQD_UNUSED(s); }
-
-bool mqd_auth_allowed(mqd_conn_t *c, mqd_perm_t perm, const char *address)
-{
-    MQD_UNUSED(c);
-    MQD_UNUSED(perm);
-    MQD_UNUSED(address);
-    return true;
+    pnx_sasl_set_implementation(t, &impl, ac);
 }

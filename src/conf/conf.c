@@ -19,9 +19,9 @@ _Static_assert(offsetof(mqd_conf_t, n_listen) == offsetof(mqd_conf_t, listen) + 
 
 enum { SRC_BUILTIN = 0, SRC_FILE = 1, SRC_CLI = 2 };
 
-/* Where a key line lands: the global part, a topic section or a user section. */
+/* Where a key line lands: the global part, a topic or user section, or [acl] (rules). */
 typedef struct section {
-    mqd_conf_scope_t kind; /* MQD_CS_GLOBAL, MQD_CS_TOPIC or MQD_CS_USER */
+    mqd_conf_scope_t kind; /* MQD_CS_GLOBAL, MQD_CS_TOPIC, MQD_CS_USER or MQD_CS_ACL */
     mqd_topic_conf_t *topic;
     mqd_user_conf_t *user;
 } section_t;
@@ -66,11 +66,23 @@ static void free_user(mqd_user_conf_t *u)
     mqd_conf_row_free_fields(MQD_CS_USER, u);
 }
 
+static void free_acl(mqd_conf_t *c)
+{
+    for (size_t i = 0; i < c->n_acl; i++) {
+        free(c->acl[i].who);
+        free(c->acl[i].pattern);
+    }
+    free(c->acl);
+    c->acl = NULL;
+    c->n_acl = 0;
+}
+
 void mqd_conf_free(mqd_conf_t *c)
 {
     if (c == NULL)
         return;
     free(c->path);
+    free_acl(c);
     mqd_conf_row_free_fields(MQD_CS_GLOBAL, c);
     for (size_t i = 0; i < c->n_topics; i++)
         free_topic(&c->topics[i]);
@@ -167,10 +179,17 @@ static int user_get(mqd_conf_t *c, const char *name, mqd_user_conf_t **out)
     return 0;
 }
 
-/* Points sec at the section `kind NAME`; kind is "topic" or "user". */
+/* Points sec at the section `kind NAME`; kind is "topic" or "user" (or "acl", no name). */
 static int section_open(mqd_conf_t *c, const char *kind, const char *name, section_t *sec,
                         char *why, size_t whylen)
 {
+    if (strcmp(kind, "acl") == 0 && name[0] == '\0') {
+        sec->kind = MQD_CS_ACL;
+        sec->topic = NULL;
+        sec->user = NULL;
+        c->acl_present = true;
+        return 0;
+    }
     if (!valid_name(name)) {
         snprintf(why, whylen, "invalid name '%s'", name);
         return MQD_EINVAL;
@@ -185,7 +204,7 @@ static int section_open(mqd_conf_t *c, const char *kind, const char *name, secti
         sec->topic = NULL;
         return user_get(c, name, &sec->user);
     }
-    snprintf(why, whylen, "unknown section kind '%s' (expected topic or user)", kind);
+    snprintf(why, whylen, "unknown section kind '%s' (expected topic, user or acl)", kind);
     return MQD_EINVAL;
 }
 
@@ -219,6 +238,7 @@ static int apply_key(mqd_conf_t *c, const section_t *sec, const char *key, const
         [MQD_CS_GLOBAL] = "the global part (before any section)",
         [MQD_CS_TOPIC] = "a [topic NAME] section",
         [MQD_CS_USER] = "a [user NAME] section",
+        [MQD_CS_ACL] = "the [acl] section",
     };
     if (sec->kind == MQD_CS_GLOBAL && (r->scope == MQD_CS_GLOBAL || r->scope == MQD_CS_BOTH))
         base = r->scope == MQD_CS_GLOBAL ? (void *)c : (void *)&c->topic_defaults;
@@ -276,7 +296,8 @@ static int parse_section(parse_t *ps, char *text)
     char why[256], label[300];
     size_t n = strlen(text);
     if (text[n - 1] != ']')
-        return fail(ps->err, ps->errlen, "%s:%d: %s: expected [topic NAME] or [user NAME]",
+        return fail(ps->err, ps->errlen,
+                    "%s:%d: %s: expected [topic NAME], [user NAME] or [acl]",
                     ps->file, ps->line, text);
     text[n - 1] = '\0';
     char *inner = trim(text + 1);
@@ -284,7 +305,10 @@ static int parse_section(parse_t *ps, char *text)
     if (*name != '\0')
         *name++ = '\0';
     name = trim(name);
-    snprintf(label, sizeof label, "[%s %s]", inner, name);
+    if (strcmp(inner, "acl") == 0 && name[0] == '\0')
+        snprintf(label, sizeof label, "[acl]");
+    else
+        snprintf(label, sizeof label, "[%s %s]", inner, name);
     for (size_t i = 0; i < ps->n_seen; i++)
         if (strcmp(ps->seen[i], label) == 0)
             return fail(ps->err, ps->errlen, "%s:%d: %s: duplicate section", ps->file, ps->line,
@@ -305,6 +329,86 @@ static int parse_section(parse_t *ps, char *text)
     return 0;
 }
 
+/* Splits off the next blank-separated word of *p (NULL when none is left). */
+static char *next_word(char **p)
+{
+    char *w = *p + strspn(*p, " \t");
+    if (*w == '\0')
+        return NULL;
+    char *end = w + strcspn(w, " \t");
+    if (*end != '\0')
+        *end++ = '\0';
+    *p = end;
+    return w;
+}
+
+int mqd_conf_parse_perms(const char *s, unsigned *out)
+{
+    static const char *const words[] = {"send", "receive", "browse", "manage", "create"};
+    unsigned bits = 0;
+    const char *p = s;
+    while (*p != '\0') {
+        size_t n = strcspn(p, ",");
+        bool known = n == 3 && strncmp(p, "all", 3) == 0;
+        if (known)
+            bits |= MQD_CONF_PERM_ALL;
+        for (size_t i = 0; !known && i < MQD_ARRAY_LEN(words); i++) {
+            if (strlen(words[i]) == n && strncmp(p, words[i], n) == 0) {
+                bits |= 1u << i; /* the order of mqd_perm_t */
+                known = true;
+            }
+        }
+        if (!known)
+            return MQD_EINVAL;
+        p += n;
+        if (*p == ',' && *++p == '\0')
+            return MQD_EINVAL;
+    }
+    if (bits == 0)
+        return MQD_EINVAL;
+    *out = bits;
+    return 0;
+}
+
+/* An [acl] line: `allow|deny WHO PERMS PATTERN`, kept in file order (first match wins). */
+static int parse_acl_line(parse_t *ps, char *s)
+{
+    char *p = s;
+    char *verb = next_word(&p), *who = next_word(&p), *perms = next_word(&p);
+    char *pat = next_word(&p), *extra = next_word(&p);
+    unsigned bits = 0;
+    if (verb == NULL || pat == NULL || extra != NULL ||
+        (strcmp(verb, "allow") != 0 && strcmp(verb, "deny") != 0))
+        return fail(ps->err, ps->errlen,
+                    "%s:%d: [acl]: expected 'allow|deny USER|@GROUP|* PERMS PATTERN'", ps->file,
+                    ps->line);
+    if (mqd_conf_parse_perms(perms, &bits) != 0)
+        return fail(ps->err, ps->errlen,
+                    "%s:%d: [acl]: '%s': expected send, receive, browse, manage, create or all "
+                    "(comma-separated)",
+                    ps->file, ps->line, perms);
+    if (!valid_name(who[0] == '@' ? who + 1 : who))
+        return fail(ps->err, ps->errlen, "%s:%d: [acl]: invalid name '%s'", ps->file, ps->line,
+                    who);
+    mqd_conf_t *c = ps->c;
+    mqd_acl_rule_t *grown = realloc(c->acl, (c->n_acl + 1) * sizeof *grown);
+    if (grown == NULL)
+        return MQD_ENOMEM;
+    c->acl = grown;
+    mqd_acl_rule_t *r = &grown[c->n_acl];
+    r->allow = verb[0] == 'a';
+    r->perms = bits;
+    r->who = strdup(who);
+    r->pattern = strdup(pat);
+    if (r->who == NULL || r->pattern == NULL) {
+        free(r->who);
+        free(r->pattern);
+        return MQD_ENOMEM;
+    }
+    c->n_acl++;
+    return 0;
+}
+
 static int parse_line(parse_t *ps, char *raw)
 {
     char why[512];
@@ -314,6 +418,8 @@ static int parse_line(parse_t *ps, char *raw)
         return 0;
     if (*s == '[')
         return parse_section(ps, s);
+    if (ps->sec.kind == MQD_CS_ACL)
+        return parse_acl_line(ps, s);
     char *eq = strchr(s, '=');
     if (eq == NULL) {
         s[strcspn(s, " \t")] = '\0';
@@ -463,6 +569,26 @@ const mqd_user_conf_t *mqd_conf_user(const mqd_conf_t *c, const char *name)
     return NULL;
 }
 
+/* TLS listeners need a certificate and key; client verification needs a CA. */
+static int validate_tls(const mqd_conf_t *c, const char *src, char *err, size_t errlen)
+{
+    bool any_tls = false;
+    for (size_t i = 0; i < c->n_listen; i++)
+        any_tls = any_tls || mqd_conf_listen_is_tls(c->listen[i]);
+    if (any_tls && (c->tls_cert == NULL || c->tls_key == NULL))
+        return fail(err, errlen, "%s: listen: an amqps:// listener needs tls_cert and tls_key",
+                    src);
+    if (c->tls_verify_client == MQD_TLS_VERIFY_OPTIONAL)
+        return fail(err, errlen,
+                    "%s: tls_verify_client: optional is not supported (Proton's TLS layer "
+                    "cannot request a client certificate without requiring one); use none or "
+                    "required",
+                    src);
+    if (c->tls_verify_client == MQD_TLS_VERIFY_REQUIRED && c->tls_ca == NULL)
+        return fail(err, errlen, "%s: tls_verify_client: required needs tls_ca", src);
+    return 0;
+}
+
 int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen)
 {
     const char *src = c->path ? c->path : "configuration";
@@ -470,10 +596,15 @@ int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen)
         return fail(err, errlen, "%s: listen: at least one listener is needed", src);
     if (c->data_dir == NULL || c->data_dir[0] == '\0')
         return fail(err, errlen, "%s: data_dir: must be set", src);
-    for (size_t i = 0; i < c->n_users; i++)
-        if (c->users[i].password_hash == NULL)
-            return fail(err, errlen, "%s: [user %s]: password_hash: missing", src,
-                        c->users[i].name);
+    for (size_t i = 0; i < c->n_users; i++) {
+        const mqd_user_conf_t *u = &c->users[i];
+        /* a user needs a way to log in: a password, SCRAM credentials or a certificate */
+        if (u->password_hash == NULL && u->scram_sha256 == NULL && u->cert_cn == NULL)
+            return fail(err, errlen, "%s: [user %s]: password_hash: missing", src, u->name);
+    }
+    int rc = validate_tls(c, src, err, errlen);
+    if (rc != 0)
+        return rc;
     if (c->metrics_listen != NULL) {
         for (size_t i = 0; i < c->n_listen; i++)
             if (strcmp(c->metrics_listen, c->listen[i]) == 0)
@@ -490,8 +621,17 @@ int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen)
 
 /* ---- value checks used by the table ---- */
 
+bool mqd_conf_listen_is_tls(const char *listen)
+{
+    return listen != NULL && strncmp(listen, "amqps://", 8) == 0;
+}
+
 int mqd_conf_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port)
 {
+    if (strncmp(s, "amqps://", 8) == 0)
+        s += 8;
+    else if (strncmp(s, "amqp://", 7) == 0)
+        s += 7;
     const char *colon, *h = s;
     size_t hl;
     if (s[0] == '[') {

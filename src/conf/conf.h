@@ -2,8 +2,9 @@
  * (conf.c); the sample etc/mqd.conf and man/mqd.conf.5 are checked against it.
  *
  * File format: `key = value` lines, `#` comments, sections `[topic NAME]` (per-topic
- * overrides) and `[user NAME]` (PLAIN users). Topic keys in the global part are the
- * defaults for every topic. Errors read "FILE:LINE: key: reason".
+ * overrides), `[user NAME]` (users: PLAIN/SCRAM credentials, certificate name, groups) and
+ * one `[acl]` section of rule lines `allow|deny WHO PERMS PATTERN`. Topic keys in the
+ * global part are the defaults for every topic. Errors read "FILE:LINE: key: reason".
  */
 #ifndef MQD_CONF_H
 #define MQD_CONF_H
@@ -32,7 +33,21 @@ typedef struct mqd_topic_conf {
 typedef struct mqd_user_conf {
     char *name;          /* owned */
     char *password_hash; /* owned; "pbkdf2-sha256$ITER$SALT_B64$HASH_B64" */
+    char *scram_sha256;  /* owned; "ITER$SALT_B64$STOREDKEY_B64$SERVERKEY_B64" */
+    char *cert_cn;       /* owned; EXTERNAL: the client certificate CN that is this user */
+    char *groups;        /* owned; "ops, billing": groups the ACL names as @ops */
 } mqd_user_conf_t;
+
+typedef enum { MQD_TLS_VERIFY_NONE = 0, MQD_TLS_VERIFY_OPTIONAL = 1, MQD_TLS_VERIFY_REQUIRED = 2 } mqd_tls_verify_t;
+
+/* One line of the [acl] section: `allow|deny WHO PERMS PATTERN`. */
+typedef struct mqd_acl_rule {
+    bool allow;
+    char *who;      /* owned; a user name, "@group" or "*" (anyone, anonymous too) */
+    unsigned perms; /* mqd_perm_t bits (auth/auth.h); MQD_CONF_PERM_ALL for `all` */
+    char *pattern;  /* owned; address glob: `*` matches any run of characters */
+} mqd_acl_rule_t;
+#define MQD_CONF_PERM_ALL 31u
 
 typedef struct mqd_conf {
     char *path;               /* owned; file it was loaded from, NULL if none */
@@ -58,6 +73,20 @@ typedef struct mqd_conf {
     size_t n_topics;
     mqd_user_conf_t *users;       /* owned array of [user NAME] sections */
     size_t n_users;
+    char *tls_cert;               /* owned; PEM certificate chain of TLS listeners, or NULL */
+    char *tls_key;                /* owned; its PEM private key */
+    char *tls_ca;                 /* owned; CA file client certificates must chain to */
+    int tls_min_version;          /* 0: TLS 1.2, 1: TLS 1.3 */
+    char *tls_ciphers;            /* owned; OpenSSL cipher list (TLS 1.2), NULL = default */
+    int tls_verify_client;        /* mqd_tls_verify_t */
+    bool allow_plain_without_tls; /* built-in on; installed etc/mqd.conf off */
+    uint32_t max_connections_per_user; /* 0 = unlimited */
+    uint32_t max_connections_per_ip;   /* 0 = unlimited */
+    uint32_t handshake_timeout_ms;     /* plain listeners, 10 s */
+    uint32_t tls_handshake_timeout_ms; /* TLS listeners, 5 s */
+    mqd_acl_rule_t *acl;          /* owned array: the [acl] section in order */
+    size_t n_acl;
+    bool acl_present;             /* an [acl] section exists (even an empty one: deny all) */
     int listen_source;            /* internal: who set `listen` (0 built-in, 1 file, 2 command
                                      line); a new source's first listen replaces the list */
 } mqd_conf_t;
@@ -109,7 +138,31 @@ int mqd_conf_write_man_keys(FILE *f);
 /* Number of keys in the table and the name of key i (tests, docs). */
 size_t mqd_conf_key_count(void);
 const char *mqd_conf_key_name(size_t i);
-/* Splits "HOST:PORT" / "[V6]:PORT"; host buffer >= 256. */
+/* Splits "HOST:PORT" / "[V6]:PORT", optionally prefixed "amqp://" or "amqps://" (a
+ * listener); host buffer >= 256. */
 int mqd_conf_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port);
+/* True if a listen value names a TLS listener ("amqps://HOST:PORT"). */
+bool mqd_conf_listen_is_tls(const char *listen);
+
+/* SCRAM-SHA-256 credentials (RFC 5802/7677), stored as
+ * "ITERATIONS$SALT_B64$STOREDKEY_B64$SERVERKEY_B64": never the password. */
+#define MQD_CONF_SCRAM_ITERATIONS 4096u
+typedef struct mqd_scram_cred {
+    uint32_t iterations;
+    unsigned char salt[64];
+    size_t salt_len;
+    unsigned char stored_key[32];
+    unsigned char server_key[32];
+} mqd_scram_cred_t;
+/* Derives credentials from a password and salt (the salt is copied; <= 64 bytes). */
+int mqd_conf_scram_derive(const char *password, const unsigned char *salt, size_t salt_len,
+                          uint32_t iterations, mqd_scram_cred_t *out);
+/* A new credential string with a random salt into out (>= 200 bytes); iterations 0 means
+ * MQD_CONF_SCRAM_ITERATIONS. */
+int mqd_conf_scram_make(const char *password, uint32_t iterations, char *out, size_t outlen);
+/* Parses a stored credential string; MQD_EINVAL if malformed. */
+int mqd_conf_scram_parse(const char *s, mqd_scram_cred_t *out);
+/* Parses "send,receive" (or "all") into mqd_perm_t bits; MQD_EINVAL on an unknown word. */
+int mqd_conf_parse_perms(const char *s, unsigned *out);
 
 #endif

@@ -20,6 +20,7 @@ typedef enum {
     MQD_CS_TOPIC,  /* [topic NAME] sections only; field in mqd_topic_conf_t */
     MQD_CS_BOTH,   /* global part (default for every topic) and [topic NAME]; mqd_topic_conf_t */
     MQD_CS_USER,   /* [user NAME] sections only; field in mqd_user_conf_t */
+    MQD_CS_ACL,    /* the [acl] section: rule lines, no keys (never a row's scope) */
 } mqd_conf_scope_t;
 
 typedef struct mqd_conf_row {
@@ -65,5 +66,6 @@ int mqd_conf_check_hostport(const char *v, char *why, size_t whylen);
 int mqd_conf_check_hostport_or_empty(const char *v, char *why, size_t whylen);
 int mqd_conf_check_nonempty(const char *v, char *why, size_t whylen);
 int mqd_conf_check_password_hash(const char *v, char *why, size_t whylen);
+int mqd_conf_check_scram(const char *v, char *why, size_t whylen);
 
 #endif

@@ -13,6 +13,7 @@ static const char *const scope_doc[] = {
     [MQD_CS_TOPIC] = "[topic NAME] sections only",
     [MQD_CS_BOTH] = "global part (default for every topic) or [topic NAME]",
     [MQD_CS_USER] = "[user NAME] sections only",
+    [MQD_CS_ACL] = "the [acl] section",
 };
 
 /* Writes text word-wrapped, each line starting with prefix. */
@@ -90,10 +91,25 @@ int mqd_conf_write_sample(FILE *f)
                 "for example:",
                 "#\n# [topic orders]\n# partitions = 8\n# flush = async\n# retention_ms = 3d\n");
     sample_part(f, MQD_CS_USER, "users",
-                "With allow_anonymous = off, clients log in with SASL PLAIN as a user listed "
-                "here. Sections go after the global part. To add a user, run",
+                "With allow_anonymous = off, clients log in as a user listed here: SASL "
+                "SCRAM-SHA-256 (scram_sha256), PLAIN (password_hash; on plain TCP only with "
+                "allow_plain_without_tls = on) or EXTERNAL with a client certificate over TLS "
+                "(cert_cn). Sections go after the global part. To add a user, run",
                 "#\n#   mqd-passwd alice >> /etc/mqd.conf\n#\n# which reads a password and "
-                "appends\n#\n# [user alice]\n# password_hash = pbkdf2-sha256$100000$...$...\n");
+                "appends\n#\n# [user alice]\n# password_hash = pbkdf2-sha256$100000$...$...\n"
+                "# scram_sha256 = 4096$...$...$...\n");
+    fputs("\n# ======== access control ========\n", f);
+    wrap(f, "# ",
+         "Without an [acl] section every authenticated client may do everything. With one, "
+         "its rules are tried in order and the first whose WHO, PERMS and PATTERN match "
+         "decides; when none matches, the request is denied. A rule is `allow|deny WHO PERMS "
+         "PATTERN`: WHO is a user, @GROUP (a user's groups key) or * (anyone, anonymous "
+         "included); PERMS is all or a comma-separated list of send, receive, browse, manage "
+         "and create; PATTERN is a topic name where * matches any run of characters (orders, "
+         "orders.*, logs/*, *). Reloadable (SIGHUP). For example:");
+    fputs("#\n# [acl]\n# allow @ops all *\n# allow alice send,receive orders.*\n"
+          "# deny * all *\n",
+          f);
     return ferror(f) ? MQD_EIO : 0;
 }
 

@@ -29,6 +29,8 @@ static const char *const level_names[] = {"error", "warn", "notice", "info", "de
 static const char *const flush_names[] = {"sync", "async", NULL};
 static const char *const retention_names[] = {"default", "consumed", NULL};
 static const char *const reset_names[] = {"earliest", "latest", NULL};
+static const char *const tls_version_names[] = {"1.2", "1.3", NULL};
+static const char *const tls_verify_names[] = {"none", "optional", "required", NULL};
 
 /* The log defaults repeat mqd_plog_config_default (store.h): conf does not link the
  * store library, and the sample and man page need them as text anyway. */
@@ -37,8 +39,11 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"listen", MQD_CT_LIST, MQD_CS_GLOBAL, 0, 0, "127.0.0.1:5672", NULL, "127.0.0.1:5672",
      G_FIELD(listen), NULL, mqd_conf_check_hostport,
      "Address for AMQP connections, HOST:PORT or [IPV6]:PORT (0.0.0.0 or [::] for every "
-     "interface). Repeat the key for more listeners; the first listen in a file replaces the "
-     "built-in default, and --listen on the command line replaces the file's.",
+     "interface); amqps://HOST:PORT makes a TLS listener (tls_cert, tls_key), which takes "
+     "both a TLS ClientHello and the AMQP TLS header (AMQP 2.1.0.0; Proton does not answer "
+     "that header, so the client starts TLS right after it). Repeat the key for more "
+     "listeners; the first listen in a file replaces the built-in default, and --listen on "
+     "the command line replaces the file's.",
      false},
     {"data_dir", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, MQD_LOCALSTATEDIR "/lib/mqd",
      "LOCALSTATEDIR/lib/mqd", "/var/lib/mqd", G_FIELD(data_dir), NULL, mqd_conf_check_nonempty,
@@ -87,6 +92,57 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"metrics_listen", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "off", NULL, G_FIELD(metrics_listen),
      NULL, mqd_conf_check_hostport_or_empty,
      "HOST:PORT for the Prometheus text endpoint (/metrics). Empty turns it off.", false},
+
+    /* ---- security: TLS, SASL policy, limits (reloadable: auth re-reads them on SIGHUP) ---- */
+    {"tls_cert", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL, G_FIELD(tls_cert), NULL,
+     NULL,
+     "PEM file with the server certificate (and its chain) for amqps:// listeners. Reloaded "
+     "on SIGHUP: new connections use the new certificate, open ones keep theirs.",
+     true},
+    {"tls_key", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL, G_FIELD(tls_key), NULL, NULL,
+     "PEM file with the private key of tls_cert (unencrypted; keep it readable by mqd only).",
+     true},
+    {"tls_ca", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL, G_FIELD(tls_ca), NULL, NULL,
+     "PEM file of the CA certificates that client certificates must chain to. It replaces "
+     "the system trust store; needed when tls_verify_client is required.",
+     true},
+    {"tls_min_version", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "1.2", NULL, NULL,
+     G_FIELD(tls_min_version), tls_version_names, NULL,
+     "Oldest TLS version accepted (1.2 accepts TLS 1.2 and 1.3).", true},
+    {"tls_ciphers", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "OpenSSL's default", NULL,
+     G_FIELD(tls_ciphers), NULL, NULL,
+     "OpenSSL cipher list for TLS 1.2 (for example ECDHE+AESGCM). Empty keeps OpenSSL's "
+     "default.",
+     true},
+    {"tls_verify_client", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "none", NULL, NULL,
+     G_FIELD(tls_verify_client), tls_verify_names, NULL,
+     "none: TLS clients need no certificate. required: every TLS client presents a "
+     "certificate that chains to tls_ca (then SASL EXTERNAL logs in as the user whose cert_cn, "
+     "or name, is the certificate's subject CN). optional is not supported: Proton's TLS "
+     "layer cannot ask for a certificate without requiring it, so it is refused.",
+     true},
+    {"allow_plain_without_tls", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "on", NULL, "off",
+     G_FIELD(allow_plain_without_tls), NULL, NULL,
+     "Offer SASL PLAIN (a password in clear) on connections without TLS. The built-in "
+     "default is on for a loopback development broker; the installed config turns it off, "
+     "leaving SCRAM-SHA-256 on plain listeners and PLAIN on amqps:// ones.",
+     true},
+    {"max_connections_per_user", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1000000, "0", NULL, NULL,
+     G_FIELD(max_connections_per_user), NULL, NULL,
+     "Connections one authenticated user may hold at once; more fail SASL. 0: unlimited.",
+     true},
+    {"max_connections_per_ip", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1000000, "0", NULL, NULL,
+     G_FIELD(max_connections_per_ip), NULL, NULL,
+     "Connections from one source address at once; more are closed on accept. 0: unlimited.",
+     true},
+    {"handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "10s", NULL, NULL,
+     G_FIELD(handshake_timeout_ms), NULL, NULL,
+     "Close a connection on a plain listener that has not completed SASL and AMQP open "
+     "within this time.",
+     true},
+    {"tls_handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "5s", NULL, NULL,
+     G_FIELD(tls_handshake_timeout_ms), NULL, NULL,
+     "The same for amqps:// listeners (TLS, SASL and open).", true},
 
     /* ---- topics: global part = defaults for every topic, [topic NAME] overrides ---- */
     {"partitions", MQD_CT_UINT, MQD_CS_TOPIC, 1, 65536, NULL, "default_partitions", NULL,
@@ -145,9 +201,22 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     /* ---- users ---- */
     {"password_hash", MQD_CT_STRING, MQD_CS_USER, 0, 0, NULL, "none", NULL, U_FIELD(password_hash),
      NULL, mqd_conf_check_password_hash,
-     "The user's password as pbkdf2-sha256$ITERATIONS$SALT$HASH, made by mqd-passwd. Users "
+     "The user's password (SASL PLAIN) as pbkdf2-sha256$ITERATIONS$SALT$HASH, made by "
+     "mqd-passwd. Users "
      "are reloadable (SIGHUP).",
      true},
+    {"scram_sha256", MQD_CT_STRING, MQD_CS_USER, 0, 0, NULL, "none", NULL, U_FIELD(scram_sha256),
+     NULL, mqd_conf_check_scram,
+     "SASL SCRAM-SHA-256 credentials as ITERATIONS$SALT$STOREDKEY$SERVERKEY (never the "
+     "password), made by mqd-passwd --scram.",
+     true},
+    {"cert_cn", MQD_CT_STRING, MQD_CS_USER, 0, 0, NULL, "the user name", NULL, U_FIELD(cert_cn),
+     NULL, NULL,
+     "SASL EXTERNAL over TLS: a client certificate whose subject CN is this value logs in as "
+     "this user. Without it, a certificate whose CN equals the user name does.",
+     true},
+    {"groups", MQD_CT_STRING, MQD_CS_USER, 0, 0, NULL, "none", NULL, U_FIELD(groups), NULL, NULL,
+     "Comma-separated groups of this user, named in [acl] rules as @GROUP.", true},
 };
 
 const size_t mqd_conf_nrows = MQD_ARRAY_LEN(mqd_conf_rows);
@@ -296,7 +365,7 @@ void mqd_conf_row_describe(const mqd_conf_row_t *r, char *buf, size_t len)
     case MQD_CT_DURATION: snprintf(buf, len, "duration %s..%s", lo, hi); break;
     case MQD_CT_ENUM: join_names(r->names, " | ", " | ", buf, len); break;
     case MQD_CT_STRING: snprintf(buf, len, "string"); break;
-    case MQD_CT_LIST: snprintf(buf, len, "HOST:PORT, repeatable"); break;
+    case MQD_CT_LIST: snprintf(buf, len, "[amqps://]HOST:PORT, repeatable"); break;
     }
 }
 

@@ -1,32 +1,278 @@
-/* Consumer groups: listing, description and offset resets (see group.h). */
+/* Consumer groups of a topic.
+ *
+ * `$shared` (plain address T) is a queue: any member takes records of any partition.
+ * Every other group is exclusive: each partition is delivered by one member at a time.
+ * Manual members (T/ConsumerGroups/G/Partitions/N) own their partition; the others share
+ * the remaining partitions round robin in join order. When the assignment changes, a
+ * partition moves to its new member only once the old one has nothing in flight from
+ * it (settled, released, or its link gone), so two live members never hold the same
+ * record and none is lost. `com.microsoft:epoch`: a member with a higher epoch steals
+ * the partitions of overlapping members with a lower one (amqp:link:stolen); a lower
+ * epoch is refused. */
 #include "config.h"
 #include "group/group.h"
 #include "server/broker.h"
 
+#include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+static mqd_group_t *group_find(mqd_topic_t *t, const char *name)
+{
+    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+        mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
+        if (strcasecmp(g->name, name) == 0)
+            return g;
+    }
+    return NULL;
+}
+
+int mqd_group_resize(mqd_group_t *g)
+{
+    mqd_topic_t *t = g->topic;
+    if (g->ncur >= t->nparts)
+        return 0;
+    mqd_cursor_t *nc = realloc(g->cur, t->nparts * sizeof *nc);
+    if (!nc)
+        return MQD_ENOMEM;
+    g->cur = nc;
+    mqd_lstate_t **no = realloc(g->owner, t->nparts * sizeof *no);
+    if (!no)
+        return MQD_ENOMEM;
+    g->owner = no;
+    mqd_lstate_t **nt = realloc(g->target, t->nparts * sizeof *nt);
+    if (!nt)
+        return MQD_ENOMEM;
+    g->target = nt;
+    for (uint32_t i = g->ncur; i < t->nparts; i++) {
+        g->owner[i] = g->target[i] = NULL;
+        /* a partition added later is read from its start by every group */
+        int rc = mqd_cursor_init(&g->cur[i], &t->parts[i], g->name,
+                                 g->ncur ? MQD_OFFSET_RESET_EARLIEST : t->conf.auto_offset_reset);
+        if (rc != 0)
+            return rc;
+        g->ncur = i + 1;
+    }
+    return 0;
+}
+
+int mqd_group_get(mqd_topic_t *t, const char *name, mqd_group_t **out)
+{
+    mqd_group_t *g = group_find(t, name);
+    if (g) {
+        *out = g;
+        return 0;
+    }
+    g = calloc(1, sizeof *g);
+    if (!g || !(g->name = strdup(name))) {
+        free(g);
+        return MQD_ENOMEM;
+    }
+    for (char *c = g->name; *c; c++)
+        *c = (char)tolower((unsigned char)*c);
+    g->topic = t;
+    g->mode = strcmp(g->name, MQD_SHARED_GROUP) == 0 ? MQD_GROUP_SHARED : MQD_GROUP_EXCLUSIVE;
+    mqd_dlist_init(&g->members);
+    mqd_dlist_push(&t->groups, &g->node);
+    int rc = mqd_group_resize(g);
+    if (rc != 0) {
+        mqd_group_free(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+void mqd_group_free(mqd_group_t *g)
+{
+    mqd_dlist_del(&g->node);
+    for (uint32_t i = 0; i < g->ncur; i++)
+        mqd_cursor_free(&g->cur[i]);
+    free(g->cur);
+    free(g->owner);
+    free(g->target);
+    free(g->name);
+    free(g);
+}
+
+static bool overlaps(const mqd_lstate_t *a, const mqd_lstate_t *b)
+{
+    return !a->manual || !b->manual || a->part == b->part;
+}
+
+/* Applies the epoch rules for a joining link; MQD_EEXIST if it must be refused. */
+static int epoch_check(mqd_group_t *g, mqd_lstate_t *ls)
+{
+    for (mqd_dlist_t *n = g->members.next; n != &g->members; n = n->next) {
+        mqd_lstate_t *m = MQD_CONTAINER(n, mqd_lstate_t, gnode);
+        if (!overlaps(m, ls))
+            continue;
+        if (m->has_epoch && (!ls->has_epoch || m->epoch > ls->epoch))
+            return MQD_EEXIST;
+        if (!ls->has_epoch && ls->manual && m->manual)
+            return MQD_EAGAIN; /* one manual reader per partition and group */
+    }
+    if (!ls->has_epoch)
+        return 0;
+    for (mqd_dlist_t *n = g->members.next; n != &g->members;) {
+        mqd_lstate_t *m = MQD_CONTAINER(n, mqd_lstate_t, gnode);
+        n = n->next;
+        if (overlaps(m, ls) && (!m->has_epoch || m->epoch < ls->epoch))
+            mqd_consumer_detach(m, "amqp:link:stolen",
+                                "a receiver with a higher epoch took over this partition");
+    }
+    return 0;
+}
+
+/* Moves partition i to its target if the current owner has nothing in flight. */
+static void try_handoff(mqd_group_t *g, uint32_t i)
+{
+    if (g->owner[i] == g->target[i])
+        return;
+    if (g->owner[i] && g->cur[i].inflight > 0)
+        return;
+    g->owner[i] = g->target[i];
+    if (g->owner[i])
+        mqd_topic_dispatch_soon(g->topic);
+}
+
+static void rebalance(mqd_group_t *g)
+{
+    if (g->mode != MQD_GROUP_EXCLUSIVE)
+        return;
+    size_t nauto = 0;
+    for (uint32_t i = 0; i < g->ncur; i++)
+        g->target[i] = NULL;
+    for (mqd_dlist_t *n = g->members.next; n != &g->members; n = n->next) {
+        mqd_lstate_t *m = MQD_CONTAINER(n, mqd_lstate_t, gnode);
+        if (m->manual && m->part < g->ncur)
+            g->target[m->part] = m;
+        else if (!m->manual)
+            nauto++;
+    }
+    size_t k = 0;
+    for (uint32_t i = 0; i < g->ncur && nauto; i++) {
+        if (g->target[i])
+            continue;
+        size_t want = k++ % nauto, j = 0;
+        for (mqd_dlist_t *n = g->members.next; n != &g->members; n = n->next) {
+            mqd_lstate_t *m = MQD_CONTAINER(n, mqd_lstate_t, gnode);
+            if (m->manual)
+                continue;
+            if (j++ == want) {
+                g->target[i] = m;
+                break;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < g->ncur; i++)
+        try_handoff(g, i);
+}
+
+int mqd_group_join(mqd_group_t *g, mqd_lstate_t *ls)
+{
+    int rc = epoch_check(g, ls);
+    if (rc != 0)
+        return rc;
+    ls->group = g;
+    g->active = true;
+    mqd_dlist_push(&g->members, &ls->gnode);
+    g->n_members++;
+    rebalance(g);
+    MQD_INFO("group", "join topic=%s group=%s member=%s members=%zu", g->topic->name, g->name,
+             ls->name, g->n_members);
+    return 0;
+}
+
+void mqd_group_leave(mqd_group_t *g, mqd_lstate_t *ls)
+{
+    if (ls->group != g)
+        return;
+    mqd_dlist_del(&ls->gnode);
+    g->n_members--;
+    ls->group = NULL;
+    for (uint32_t i = 0; i < g->ncur; i++) {
+        if (g->owner[i] == ls)
+            g->owner[i] = NULL; /* its unsettled records were released by the caller */
+        if (g->target[i] == ls)
+            g->target[i] = NULL;
+    }
+    rebalance(g);
+    mqd_topic_dispatch_soon(g->topic);
+    MQD_INFO("group", "leave topic=%s group=%s member=%s members=%zu", g->topic->name, g->name,
+             ls->name, g->n_members);
+}
+
+bool mqd_group_may_deliver(mqd_group_t *g, mqd_lstate_t *ls, uint32_t i)
+{
+    if (i >= g->ncur)
+        return false;
+    if (g->mode == MQD_GROUP_SHARED)
+        return true;
+    return g->owner[i] == ls && g->target[i] == ls;
+}
+
+void mqd_group_settled(mqd_group_t *g, uint32_t i)
+{
+    if (g->mode == MQD_GROUP_EXCLUSIVE && i < g->ncur)
+        try_handoff(g, i);
+}
+
+static int load_one(const mqd_meta_offset_t *o, void *arg)
+{
+    mqd_topic_t *t = arg;
+    mqd_group_t *g;
+    if (strncmp(o->group, "$tmp", 4) == 0)
+        return 0;
+    int rc = mqd_group_get(t, o->group, &g);
+    if (rc == 0)
+        g->active = true;
+    return rc;
+}
+
+int mqd_groups_load(mqd_topic_t *t)
+{
+    return mqd_meta_offset_list(t->srv->meta, t->name, NULL, load_one, t);
+}
+
+void mqd_groups_save(mqd_topic_t *t)
+{
+    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+        mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
+        for (uint32_t i = 0; g->active && i < g->ncur; i++)
+            if (g->cur[i].dirty)
+                mqd_cursor_save(&g->cur[i], &t->parts[i], g->name);
+    }
+}
+
+/* ---------------------------------------------------------------- management */
+
 int mqd_group_list(mqd_topic_t *t, mqd_group_cb cb, void *arg)
 {
-    size_t members = 0;
-    for (mqd_dlist_t *n = t->consumers.next; n != &t->consumers; n = n->next)
-        if (MQD_CONTAINER(n, mqd_lstate_t, tnode)->kind == MQD_LS_CONSUMER)
-            members++;
-    return cb(MQD_SHARED_GROUP, MQD_GROUP_SHARED, members, arg);
+    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+        mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
+        int rc = cb(g->name, (mqd_group_mode_t)g->mode, g->n_members, arg);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
 }
 
 int mqd_group_describe(mqd_topic_t *t, const char *group, mqd_group_part_cb cb, void *arg)
 {
-    if (strcasecmp(group, MQD_SHARED_GROUP) != 0)
+    mqd_group_t *g = group_find(t, group);
+    if (!g)
         return MQD_ENOENT;
-    for (uint32_t i = 0; i < t->nparts; i++) {
+    for (uint32_t i = 0; i < g->ncur; i++) {
         mqd_part_t *p = &t->parts[i];
         mqd_group_part_info_t pi = {
             .partition = i,
-            .committed = p->shared.floor,
+            .committed = g->cur[i].floor,
             .log_start = mqd_plog_start_offset(p->log),
             .log_end = mqd_plog_stable_offset(p->log),
-            .inflight = p->shared.inflight,
+            .inflight = g->cur[i].inflight,
+            .owner = g->owner[i] ? g->owner[i]->name : NULL,
         };
         pi.lag = pi.log_end > pi.committed ? pi.log_end - pi.committed : 0;
         int rc = cb(&pi, arg);
@@ -38,16 +284,47 @@ int mqd_group_describe(mqd_topic_t *t, const char *group, mqd_group_part_cb cb, 
 
 int mqd_group_reset(mqd_topic_t *t, const char *group, mqd_reset_t how, int64_t value)
 {
-    MQD_UNUSED(t);
-    MQD_UNUSED(group);
-    MQD_UNUSED(how);
-    MQD_UNUSED(value);
-    return MQD_ESTATE;
+    mqd_group_t *g;
+    int rc = mqd_group_get(t, group, &g);
+    if (rc != 0)
+        return rc;
+    if (g->n_members > 0)
+        return MQD_ESTATE;
+    g->active = true;
+    for (uint32_t i = 0; i < g->ncur; i++) {
+        mqd_plog_t *log = t->parts[i].log;
+        uint64_t to = 0;
+        switch (how) {
+        case MQD_RESET_EARLIEST: to = mqd_plog_start_offset(log); break;
+        case MQD_RESET_LATEST: to = mqd_plog_stable_offset(log); break;
+        case MQD_RESET_OFFSET: to = value < 0 ? 0 : (uint64_t)value; break;
+        case MQD_RESET_TIME:
+            if (mqd_plog_offset_for_time(log, value, &to) != 0)
+                to = mqd_plog_stable_offset(log);
+            break;
+        }
+        mqd_cursor_seek(&g->cur[i], &t->parts[i], to);
+    }
+    if ((rc = mqd_meta_begin(t->srv->meta)) != 0)
+        return rc;
+    for (uint32_t i = 0; i < g->ncur && rc == 0; i++)
+        rc = mqd_cursor_save(&g->cur[i], &t->parts[i], g->name);
+    if (rc == 0)
+        rc = mqd_meta_commit(t->srv->meta);
+    else
+        mqd_meta_rollback(t->srv->meta);
+    MQD_INFO("group", "reset topic=%s group=%s how=%d rc=%d", t->name, g->name, (int)how, rc);
+    return rc;
 }
 
 int mqd_group_delete(mqd_topic_t *t, const char *group)
 {
-    MQD_UNUSED(t);
-    MQD_UNUSED(group);
-    return MQD_ESTATE;
+    mqd_group_t *g = group_find(t, group);
+    if (!g)
+        return MQD_ENOENT;
+    if (g->n_members > 0)
+        return MQD_ESTATE;
+    int rc = mqd_meta_group_delete(t->srv->meta, t->name, g->name);
+    mqd_group_free(g);
+    return rc;
 }

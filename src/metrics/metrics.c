@@ -1,6 +1,22 @@
-/* Metrics: filled in by the operations work (see metrics.h). */
+/* Metrics: histograms, and the HTTP endpoint (libevent evhttp on the broker's own loop,
+ * so every handler reads broker state on the thread that owns it, without locks):
+ *   /metrics  Prometheus text exposition format 0.0.4
+ *   /healthz  200 "ok" while the loop runs (liveness)
+ *   /readyz   200 when the AMQP listeners are up and the server is not stopping, else 503
+ * The page is built per scrape; its cost grows with topics x partitions x groups. */
 #include "config.h"
 #include "metrics/metrics.h"
+#include "group/group.h"
+#include "server/broker.h"
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <dirent.h>
 
 static const double bounds[MQD_HIST_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                                 0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
@@ -18,10 +34,308 @@ void mqd_hist_observe(mqd_hist_t *h, double seconds)
     h->sum += seconds;
 }
 
-int mqd_metrics_start(struct mqd_server *s)
+/* ---------------------------------------------------------------- process */
+
+void mqd_metrics_proc_stats(mqd_proc_stats_t *out)
 {
-    MQD_UNUSED(s);
+    memset(out, 0, sizeof *out);
+    long page = sysconf(_SC_PAGESIZE), hz = sysconf(_SC_CLK_TCK);
+    unsigned long long size, rss, start = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%llu %llu", &size, &rss) == 2 && page > 0)
+            out->rss_bytes = rss * (unsigned long long)page;
+        fclose(f);
+    }
+    /* field 22 of /proc/self/stat is the start time in ticks after boot; the command
+     * name (field 2) may hold spaces, so parse after its closing parenthesis */
+    char buf[1024];
+    f = fopen("/proc/self/stat", "r");
+    if (f) {
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+        char *p = strrchr(buf, ')');
+        for (int field = 2; p && field < 22; field++)
+            p = strchr(p + 1, ' ');
+        if (p)
+            start = strtoull(p + 1, NULL, 10);
+    }
+    double up = 0;
+    f = fopen("/proc/uptime", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &up) != 1)
+            up = 0;
+        fclose(f);
+    }
+    if (hz > 0 && up > 0) {
+        out->uptime_s = up - (double)start / (double)hz;
+        out->start_time_s = (double)mqd_now_ms() / 1000.0 - out->uptime_s;
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));)
+            out->open_fds += e->d_name[0] != '.';
+        closedir(d);
+        out->open_fds--; /* the one opendir holds */
+    }
+}
+
+/* ---------------------------------------------------------------- exposition */
+
+typedef struct mqd_metrics {
+    mqd_server_t *srv;
+    struct evhttp *http;
+} mqd_metrics_t;
+
+/* Label values: backslash, double quote and newline are escaped (format 0.0.4). */
+static void put_label(struct evbuffer *b, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            evbuffer_add_printf(b, "\\%c", *v);
+        else if (*v == '\n')
+            evbuffer_add(b, "\\n", 2);
+        else
+            evbuffer_add(b, v, 1);
+    }
+}
+
+static void head(struct evbuffer *b, const char *name, const char *type, const char *help)
+{
+    evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void put_hist(struct evbuffer *b, const char *name, const char *help, const mqd_hist_t *h)
+{
+    head(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < MQD_HIST_BUCKETS; i++) {
+        cum += h->bucket[i];
+        evbuffer_add_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+    }
+    evbuffer_add_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name,
+                        (unsigned long long)h->count, name, h->sum, name,
+                        (unsigned long long)h->count);
+}
+
+typedef enum { F_MSGS_IN, F_BYTES_IN, F_MSGS_OUT, F_BYTES_OUT } tfield_t;
+
+static const struct topic_counter {
+    const char *name, *help;
+    tfield_t f;
+} topic_counters[] = {
+    {"mqd_topic_messages_in_total", "Messages appended to the topic.", F_MSGS_IN},
+    {"mqd_topic_bytes_in_total", "Bytes of messages appended to the topic.", F_BYTES_IN},
+    {"mqd_topic_messages_out_total", "Messages delivered from the topic.", F_MSGS_OUT},
+    {"mqd_topic_bytes_out_total", "Bytes of messages delivered from the topic.", F_BYTES_OUT},
+};
+
+static uint64_t topic_field(const mqd_topic_t *t, tfield_t f)
+{
+    switch (f) {
+    case F_MSGS_IN: return t->msgs_in;
+    case F_BYTES_IN: return t->bytes_in;
+    case F_MSGS_OUT: return t->msgs_out;
+    default: return t->bytes_out;
+    }
+}
+
+#define FOR_TOPICS(s, t)                                   \
+    for (size_t ti_ = 0; ti_ < (s)->topics_cap; ti_++)     \
+        for (mqd_topic_t *t = (s)->topics[ti_]; t; t = t->hnext) \
+            if (!t->temporary)
+
+static void put_topics(struct evbuffer *b, mqd_server_t *s)
+{
+    for (size_t k = 0; k < MQD_ARRAY_LEN(topic_counters); k++) {
+        head(b, topic_counters[k].name, "counter", topic_counters[k].help);
+        FOR_TOPICS(s, t) {
+            evbuffer_add_printf(b, "%s{topic=\"", topic_counters[k].name);
+            put_label(b, t->name);
+            evbuffer_add_printf(b, "\"} %llu\n", (unsigned long long)topic_field(t, topic_counters[k].f));
+        }
+    }
+    static const char *const pm[3][2] = {
+        {"mqd_partition_log_start_offset", "First offset still on disk."},
+        {"mqd_partition_log_end_offset", "Next offset to be written (stable end)."},
+        {"mqd_partition_size_bytes", "Bytes of the partition's segments."},
+    };
+    for (int k = 0; k < 3; k++) {
+        head(b, pm[k][0], "gauge", pm[k][1]);
+        FOR_TOPICS(s, t) {
+            for (uint32_t i = 0; i < t->nparts; i++) {
+                mqd_plog_t *log = t->parts[i].log;
+                uint64_t v = k == 0 ? mqd_plog_start_offset(log)
+                             : k == 1 ? mqd_plog_stable_offset(log)
+                                      : mqd_plog_size_bytes(log);
+                evbuffer_add_printf(b, "%s{topic=\"", pm[k][0]);
+                put_label(b, t->name);
+                evbuffer_add_printf(b, "\",partition=\"%u\"} %llu\n", i, (unsigned long long)v);
+            }
+        }
+    }
+}
+
+typedef struct lagctx {
+    struct evbuffer *b;
+    mqd_topic_t *t;
+    const char *group;
+} lagctx_t;
+
+static int lag_part(const mqd_group_part_info_t *pi, void *arg)
+{
+    lagctx_t *x = arg;
+    evbuffer_add(x->b, "mqd_group_lag{topic=\"", 21);
+    put_label(x->b, x->t->name);
+    evbuffer_add(x->b, "\",group=\"", 9);
+    put_label(x->b, x->group);
+    evbuffer_add_printf(x->b, "\",partition=\"%u\"} %llu\n", pi->partition, (unsigned long long)pi->lag);
     return 0;
 }
 
-void mqd_metrics_stop(struct mqd_server *s) { MQD_UNUSED(s); }
+static int lag_group(const char *group, mqd_group_mode_t mode, size_t members, void *arg)
+{
+    MQD_UNUSED(mode);
+    MQD_UNUSED(members);
+    lagctx_t *x = arg;
+    x->group = group;
+    mqd_group_describe(x->t, group, lag_part, x);
+    return 0;
+}
+
+static void put_groups(struct evbuffer *b, mqd_server_t *s)
+{
+    head(b, "mqd_group_lag", "gauge", "Records between a group's committed offset and the log end.");
+    FOR_TOPICS(s, t) {
+        lagctx_t x = {.b = b, .t = t};
+        mqd_group_list(t, lag_group, &x);
+    }
+}
+
+static void put_process(struct evbuffer *b, mqd_server_t *s)
+{
+    mqd_proc_stats_t ps;
+    mqd_metrics_proc_stats(&ps);
+    head(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+    evbuffer_add_printf(b, "process_resident_memory_bytes %llu\n", (unsigned long long)ps.rss_bytes);
+    head(b, "process_start_time_seconds", "gauge", "Start time of the process since the epoch.");
+    evbuffer_add_printf(b, "process_start_time_seconds %.3f\n", ps.start_time_s);
+    head(b, "process_open_fds", "gauge", "Open file descriptors.");
+    evbuffer_add_printf(b, "process_open_fds %llu\n", (unsigned long long)ps.open_fds);
+    struct statvfs sv;
+    if (statvfs(s->conf->data_dir, &sv) == 0) {
+        head(b, "mqd_data_dir_size_bytes", "gauge", "Size of the file system holding data_dir.");
+        evbuffer_add_printf(b, "mqd_data_dir_size_bytes %llu\n",
+                            (unsigned long long)sv.f_blocks * sv.f_frsize);
+        head(b, "mqd_data_dir_free_bytes", "gauge", "Bytes available to mqd on data_dir's file system.");
+        evbuffer_add_printf(b, "mqd_data_dir_free_bytes %llu\n",
+                            (unsigned long long)sv.f_bavail * sv.f_frsize);
+    }
+}
+
+static void put_broker(struct evbuffer *b, mqd_server_t *s)
+{
+    size_t topics = 0;
+    FOR_TOPICS(s, t) topics++;
+    head(b, "mqd_connections", "gauge", "Open AMQP connections.");
+    evbuffer_add_printf(b, "mqd_connections %zu\n", s->n_conns);
+    head(b, "mqd_connections_accepted_total", "counter", "AMQP connections accepted.");
+    evbuffer_add_printf(b, "mqd_connections_accepted_total %llu\n", (unsigned long long)s->conns_accepted);
+    head(b, "mqd_connections_refused_total", "counter", "AMQP connections refused (limits, stopping).");
+    evbuffer_add_printf(b, "mqd_connections_refused_total %llu\n", (unsigned long long)s->conns_refused);
+    head(b, "mqd_messages_rejected_total", "counter", "Messages rejected by the broker.");
+    evbuffer_add_printf(b, "mqd_messages_rejected_total %llu\n", (unsigned long long)s->msgs_rejected);
+    head(b, "mqd_topics", "gauge", "Topics (temporary reply nodes excluded).");
+    evbuffer_add_printf(b, "mqd_topics %zu\n", topics);
+    put_hist(b, "mqd_append_stable_seconds", "Time from append to stable (settlement) of a send.",
+             &s->h_append_stable);
+}
+
+static void on_metrics(struct evhttp_request *req, void *arg)
+{
+    mqd_metrics_t *m = arg;
+    struct evbuffer *b = evbuffer_new();
+    if (!b) {
+        evhttp_send_error(req, HTTP_INTERNAL, NULL);
+        return;
+    }
+    put_broker(b, m->srv);
+    put_topics(b, m->srv);
+    put_groups(b, m->srv);
+    put_process(b, m->srv);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(req, HTTP_OK, "OK", b);
+    evbuffer_free(b);
+}
+
+static void reply_text(struct evhttp_request *req, int code, const char *reason, const char *text)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (b)
+        evbuffer_add_printf(b, "%s\n", text);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain");
+    evhttp_send_reply(req, code, reason, b);
+    if (b)
+        evbuffer_free(b);
+}
+
+static void on_healthz(struct evhttp_request *req, void *arg)
+{
+    MQD_UNUSED(arg);
+    reply_text(req, HTTP_OK, "OK", "ok");
+}
+
+static void on_readyz(struct evhttp_request *req, void *arg)
+{
+    mqd_server_t *s = ((mqd_metrics_t *)arg)->srv;
+    bool ready = !s->stopping && s->n_listeners > 0 && s->n_listeners == s->conf->n_listen;
+    if (ready)
+        reply_text(req, HTTP_OK, "OK", "ready");
+    else
+        reply_text(req, 503, "Service Unavailable", s->stopping ? "stopping" : "starting");
+}
+
+int mqd_metrics_start(struct mqd_server *s)
+{
+    const char *hp = s->conf->metrics_listen;
+    if (!hp || !*hp)
+        return 0;
+    char host[256];
+    uint16_t port;
+    if (mqd_conf_parse_hostport(hp, host, sizeof host, &port) != 0) {
+        MQD_ERR("metrics", "metrics_listen %s: not HOST:PORT", hp);
+        return MQD_EINVAL;
+    }
+    mqd_metrics_t *m = calloc(1, sizeof *m);
+    if (!m || !(m->http = evhttp_new(s->base))) {
+        free(m);
+        return MQD_ENOMEM;
+    }
+    m->srv = s;
+    evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+    evhttp_set_timeout(m->http, 10);
+    evhttp_set_cb(m->http, "/metrics", on_metrics, m);
+    evhttp_set_cb(m->http, "/healthz", on_healthz, m);
+    evhttp_set_cb(m->http, "/readyz", on_readyz, m);
+    if (evhttp_bind_socket(m->http, host, port) != 0) {
+        MQD_ERR("metrics", "metrics_listen %s: cannot bind", hp);
+        evhttp_free(m->http);
+        free(m);
+        return MQD_EIO;
+    }
+    s->metrics = m;
+    MQD_NOTICE("metrics", "serving /metrics on %s", hp);
+    return 0;
+}
+
+void mqd_metrics_stop(struct mqd_server *s)
+{
+    mqd_metrics_t *m = s->metrics;
+    if (!m)
+        return;
+    evhttp_free(m->http);
+    free(m);
+    s->metrics = NULL;
+}

@@ -20,8 +20,20 @@ void mqd_hist_observe(mqd_hist_t *h, double seconds);
 /* Upper bounds of the buckets, in seconds (MQD_HIST_BUCKETS values). */
 const double *mqd_hist_bounds(void);
 
+/* What the process itself costs: resident memory and time since it started. */
+typedef struct mqd_proc_stats {
+    uint64_t rss_bytes;
+    double uptime_s;
+    double start_time_s; /* since the epoch */
+    uint64_t open_fds;
+} mqd_proc_stats_t;
+
+/* Reads /proc/self (Linux); fields it cannot read stay 0. */
+void mqd_metrics_proc_stats(mqd_proc_stats_t *out);
+
 /* Starts the HTTP endpoint when conf->metrics_listen is set (0 when it is not). */
 int mqd_metrics_start(struct mqd_server *s);
+/* Stops and frees the endpoint (s->metrics); safe when it never started. */
 void mqd_metrics_stop(struct mqd_server *s);
 
 #endif

@@ -1,14 +1,400 @@
-/* The management node: filled in by the operations work (see mgmt.h). */
+/* The `$management` node: AMQP Management (draft) requests for topics, consumer groups,
+ * connections and the broker, plus the two Event Hubs READ operations the Azure SDKs use
+ * for runtime information. One table row per (type, operation); each handler fills the
+ * reply body and a status code. See docs/operations.md for the request/reply formats.
+ *
+ * Input is untrusted: a request larger than MGMT_MAX_REQUEST is refused before anything
+ * is decoded, the sections are located by mqd_msg_scan (bounded), and only the
+ * application-properties and an amqp-value body are decoded (Proton's codec, then
+ * mgmt_json's depth-bounded conversion). */
 #include "config.h"
 #include "mgmt/mgmt.h"
+#include "mgmt/mgmt_int.h"
+#include "mgmt/mgmt_json.h"
+#include "group/group.h"
+#include "server/broker.h"
+#include "server/server.h"
+
+#include <jansson.h>
+#include <proton/message.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MGMT_MAX_REQUEST (64 * 1024)
+
+/* ---------------------------------------------------------------- helpers */
+
+int mqd_mgmt_fail(mqd_mgmt_req_t *r, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->desc, sizeof r->desc, fmt, ap);
+    va_end(ap);
+    r->status = status;
+    return status;
+}
+
+int mqd_mgmt_status_of(int rc)
+{
+    switch (rc) {
+    case 0: return 200;
+    case MQD_ENOENT: return 404;
+    case MQD_EEXIST:
+    case MQD_ESTATE: return 409;
+    case MQD_EINVAL:
+    case MQD_ERANGE:
+    case MQD_ETOOBIG: return 400;
+    default: return 500;
+    }
+}
+
+/* A string property or body key (the request's application-properties first). */
+const char *mqd_mgmt_arg_str(mqd_mgmt_req_t *r, const char *key)
+{
+    json_t *v = json_object_get(r->props, key);
+    if (!json_is_string(v) && r->body)
+        v = json_object_get(r->body, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* An integer property or body key; a string of digits counts (some clients send every
+ * application property as a string). false when absent or not a number. */
+bool mqd_mgmt_arg_int(mqd_mgmt_req_t *r, const char *key, int64_t *out)
+{
+    json_t *v = json_object_get(r->props, key);
+    if (!v && r->body)
+        v = json_object_get(r->body, key);
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return true;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        char *end;
+        long long n = strtoll(s, &end, 10);
+        if (*s && !*end) {
+            *out = n;
+            return true;
+        }
+    }
+    return false;
+}
+
+void mqd_mgmt_kv_str(pn_data_t *d, const char *k, const char *v)
+{
+    pn_data_put_string(d, pn_bytes(strlen(k), k));
+    if (v)
+        pn_data_put_string(d, pn_bytes(strlen(v), v));
+    else
+        pn_data_put_null(d);
+}
+
+void mqd_mgmt_kv_long(pn_data_t *d, const char *k, int64_t v)
+{
+    pn_data_put_string(d, pn_bytes(strlen(k), k));
+    pn_data_put_long(d, v);
+}
+
+void mqd_mgmt_kv_int(pn_data_t *d, const char *k, int32_t v)
+{
+    pn_data_put_string(d, pn_bytes(strlen(k), k));
+    pn_data_put_int(d, v);
+}
+
+void mqd_mgmt_kv_bool(pn_data_t *d, const char *k, bool v)
+{
+    pn_data_put_string(d, pn_bytes(strlen(k), k));
+    pn_data_put_bool(d, v);
+}
+
+void mqd_mgmt_kv_ts(pn_data_t *d, const char *k, int64_t ms)
+{
+    pn_data_put_string(d, pn_bytes(strlen(k), k));
+    pn_data_put_timestamp(d, ms);
+}
+
+/* Opens a nested map/list value under key k (close with pn_data_exit). */
+void mqd_mgmt_kv_enter(pn_data_t *d, const char *k, bool list)
+{
+    pn_data_put_string(d, pn_bytes(strlen(k), k));
+    if (list)
+        pn_data_put_list(d);
+    else
+        pn_data_put_map(d);
+    pn_data_enter(d);
+}
+
+/* ---------------------------------------------------------------- broker */
+
+static int broker_read(mqd_mgmt_req_t *r)
+{
+    mqd_server_t *s = r->s;
+    size_t topics = 0;
+    for (size_t i = 0; i < s->topics_cap; i++)
+        for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext)
+            topics += !t->temporary;
+    mqd_proc_stats_t ps;
+    mqd_metrics_proc_stats(&ps);
+    pn_data_put_map(r->out);
+    pn_data_enter(r->out);
+    mqd_mgmt_kv_str(r->out, "version", PACKAGE_VERSION);
+    mqd_mgmt_kv_long(r->out, "uptime_s", (int64_t)ps.uptime_s);
+    mqd_mgmt_kv_long(r->out, "topics", (int64_t)topics);
+    mqd_mgmt_kv_long(r->out, "connections", (int64_t)s->n_conns);
+    mqd_mgmt_kv_long(r->out, "connections_accepted", (int64_t)s->conns_accepted);
+    mqd_mgmt_kv_long(r->out, "rss_bytes", (int64_t)ps.rss_bytes);
+    mqd_mgmt_kv_str(r->out, "data_dir", s->conf->data_dir);
+    mqd_mgmt_kv_enter(r->out, "listen", true);
+    for (size_t i = 0; i < s->conf->n_listen; i++)
+        pn_data_put_string(r->out, pn_bytes(strlen(s->conf->listen[i]), s->conf->listen[i]));
+    pn_data_exit(r->out);
+    mqd_mgmt_kv_bool(r->out, "stopping", s->stopping);
+    pn_data_exit(r->out);
+    return 200;
+}
+
+static int broker_reload(mqd_mgmt_req_t *r)
+{
+    int rc = mqd_server_reload(r->s);
+    if (rc != 0)
+        return mqd_mgmt_fail(r, 400, "reload failed (%s); the running configuration is kept",
+                             mqd_strerror(rc));
+    return 200;
+}
+
+/* ---------------------------------------------------------------- connections */
+
+static void conn_counts(mqd_conn_t *c, size_t *sessions, size_t *links)
+{
+    pn_connection_t *pc = c->driver.connection;
+    *sessions = *links = 0;
+    for (pn_session_t *ss = pn_session_head(pc, PN_LOCAL_ACTIVE); ss;
+         ss = pn_session_next(ss, PN_LOCAL_ACTIVE))
+        (*sessions)++;
+    for (pn_link_t *l = pn_link_head(pc, PN_LOCAL_ACTIVE); l; l = pn_link_next(l, PN_LOCAL_ACTIVE))
+        (*links)++;
+}
+
+static int conn_query(mqd_mgmt_req_t *r)
+{
+    pn_data_put_list(r->out);
+    pn_data_enter(r->out);
+    for (mqd_dlist_t *n = r->s->conns.next; n != &r->s->conns; n = n->next) {
+        mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
+        if (c->closed)
+            continue;
+        size_t sessions, links;
+        conn_counts(c, &sessions, &links);
+        const char *cont = pn_connection_remote_container(c->driver.connection);
+        pn_data_put_map(r->out);
+        pn_data_enter(r->out);
+        /* the peer address is unique among open connections: it is the id */
+        mqd_mgmt_kv_str(r->out, "id", c->peer);
+        mqd_mgmt_kv_str(r->out, "peer", c->peer);
+        mqd_mgmt_kv_str(r->out, "user", c->user[0] ? c->user : "anonymous");
+        mqd_mgmt_kv_str(r->out, "container", cont ? cont : "");
+        mqd_mgmt_kv_long(r->out, "sessions", (int64_t)sessions);
+        mqd_mgmt_kv_long(r->out, "links", (int64_t)links);
+        mqd_mgmt_kv_bool(r->out, "self", c == r->c);
+        pn_data_exit(r->out);
+    }
+    pn_data_exit(r->out);
+    return 200;
+}
+
+static int conn_close(mqd_mgmt_req_t *r)
+{
+    if (!r->name)
+        return mqd_mgmt_fail(r, 400, "name (the connection id) is required");
+    for (mqd_dlist_t *n = r->s->conns.next; n != &r->s->conns; n = n->next) {
+        mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
+        if (c->closed || strcmp(c->peer, r->name) != 0)
+            continue;
+        pn_connection_t *pc = c->driver.connection;
+        pn_condition_t *cond = pn_connection_condition(pc);
+        pn_condition_set_name(cond, "amqp:connection:forced");
+        pn_condition_set_description(cond, "closed by management");
+        pn_connection_close(pc);
+        mqd_conn_mark_dirty(c); /* the server flushes the close and frees it later */
+        MQD_NOTICE("mgmt", "connection %s closed by management (user %s)", c->peer,
+                   r->c->user[0] ? r->c->user : "anonymous");
+        return 204;
+    }
+    return mqd_mgmt_fail(r, 404, "no connection '%s'", r->name);
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+static const mqd_mgmt_op_t broker_ops[] = {
+    {MQD_MGMT_T_BROKER, "READ", broker_read},
+    {MQD_MGMT_T_BROKER, "RELOAD", broker_reload},
+    {MQD_MGMT_T_CONN, "QUERY", conn_query},
+    {MQD_MGMT_T_CONN, "DELETE", conn_close},
+    {MQD_MGMT_T_CONN, "CLOSE", conn_close},
+};
+
+static const mqd_mgmt_op_t *const op_tables[] = {broker_ops, mqd_mgmt_topic_ops, mqd_mgmt_group_ops};
+static const size_t *const op_counts[] = {NULL, &mqd_mgmt_n_topic_ops, &mqd_mgmt_n_group_ops};
+
+static const mqd_mgmt_op_t *op_find(const char *type, const char *op)
+{
+    for (size_t t = 0; t < MQD_ARRAY_LEN(op_tables); t++) {
+        size_t n = op_counts[t] ? *op_counts[t] : MQD_ARRAY_LEN(broker_ops);
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(op_tables[t][i].type, type) == 0 && strcmp(op_tables[t][i].op, op) == 0)
+                return &op_tables[t][i];
+    }
+    return NULL;
+}
+
+/* Event Hubs clients query runtime information with only `listen` rights, so the two
+ * READs need receive permission on the hub; everything else needs `manage`. */
+static bool allowed(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
+{
+    if (strncmp(op->type, "com.microsoft:", 14) == 0 && r->name &&
+        mqd_auth_allowed(r->c, MQD_PERM_RECEIVE, r->name))
+        return true;
+    return mqd_auth_allowed(r->c, MQD_PERM_MANAGE, "$management");
+}
+
+static void run_request(mqd_mgmt_req_t *r)
+{
+    r->op = mqd_mgmt_arg_str(r, "operation");
+    r->type = mqd_mgmt_arg_str(r, "type");
+    r->name = json_is_string(json_object_get(r->props, "name"))
+                  ? json_string_value(json_object_get(r->props, "name"))
+                  : NULL;
+    if (!r->op || !r->type) {
+        mqd_mgmt_fail(r, 400, "application properties 'operation' and 'type' are required");
+        return;
+    }
+    const mqd_mgmt_op_t *op = op_find(r->type, r->op);
+    if (!op) {
+        mqd_mgmt_fail(r, 501, "operation %s is not implemented for type %s", r->op, r->type);
+        return;
+    }
+    if (!allowed(r, op)) {
+        mqd_mgmt_fail(r, 401, "not allowed to manage");
+        return;
+    }
+    r->status = op->fn(r);
+    if (r->status >= 300)
+        pn_data_clear(r->out); /* a partly built body must not go out with an error */
+    MQD_DEBUG("mgmt", "%s %s name=%s -> %d %s", r->op, r->type, r->name ? r->name : "-",
+              r->status, r->desc);
+}
+
+/* ---------------------------------------------------------------- request / reply */
+
+/* Decodes application-properties (as a JSON object) and an amqp-value body. */
+static int decode_request(const uint8_t *req, size_t len, const mqd_msg_info_t *mi, json_t **props,
+                          json_t **body)
+{
+    *props = NULL;
+    *body = NULL;
+    if (mi->app_props.len)
+        *props = mqd_mgmt_decode_json((const char *)req + mi->app_props.off, mi->app_props.len);
+    if (!*props)
+        *props = json_object();
+    if (!json_is_object(*props)) {
+        json_decref(*props);
+        *props = json_object();
+    }
+    if (mi->body_off < len) {
+        json_t *b = mqd_mgmt_decode_json((const char *)req + mi->body_off, len - mi->body_off);
+        if (json_is_object(b))
+            *body = b;
+        else
+            json_decref(b);
+    }
+    return *props ? 0 : MQD_ENOMEM;
+}
+
+static void set_status_props(pn_message_t *m, int status, const char *desc)
+{
+    pn_data_t *ap = pn_message_properties(m);
+    pn_data_put_map(ap);
+    pn_data_enter(ap);
+    /* both spellings: the draft's statusCode and the one Azure/Qpid tools also read */
+    mqd_mgmt_kv_int(ap, "statusCode", status);
+    mqd_mgmt_kv_int(ap, "status-code", status);
+    mqd_mgmt_kv_str(ap, "statusDescription", desc);
+    mqd_mgmt_kv_str(ap, "status-description", desc);
+    pn_data_exit(ap);
+}
+
+static const char *default_desc(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 409: return "Conflict";
+    case 501: return "Not Implemented";
+    default: return "Internal Server Error";
+    }
+}
+
+static int encode_reply(pn_message_t *m, mqd_buf_t *out)
+{
+    size_t want = 1024;
+    for (int tries = 0; tries < 16; tries++) {
+        if (mqd_buf_reserve(out, want) != 0)
+            return MQD_ENOMEM;
+        size_t n = out->cap - out->len;
+        int rc = pn_message_encode(m, (char *)out->p + out->len, &n);
+        if (rc == 0) {
+            out->len += n;
+            return 0;
+        }
+        if (rc != PN_OVERFLOW)
+            return MQD_EINVAL;
+        want *= 4;
+    }
+    return MQD_ETOOBIG;
+}
+
+static int build_reply(mqd_mgmt_req_t *r, const uint8_t *req, const mqd_msg_info_t *mi,
+                       pn_message_t *m, mqd_buf_t *out)
+{
+    char to[MQD_NAME_MAX * 2 + 2];
+    if (mi->reply_to.len == 0 || mi->reply_to.len >= sizeof to)
+        return MQD_EINVAL;
+    memcpy(to, req + mi->reply_to.off, mi->reply_to.len);
+    to[mi->reply_to.len] = '\0';
+    pn_message_set_address(m, to);
+    mqd_span_t id = mi->message_id.len ? mi->message_id : mi->correlation_id;
+    if (id.len && pn_data_decode(pn_message_correlation_id(m), (const char *)req + id.off, id.len) < 0)
+        pn_data_clear(pn_message_correlation_id(m));
+    set_status_props(m, r->status, r->desc[0] ? r->desc : default_desc(r->status));
+    out->len = 0;
+    return encode_reply(m, out);
+}
 
 int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req, size_t len,
                     mqd_buf_t *out)
 {
-    MQD_UNUSED(s);
-    MQD_UNUSED(c);
-    MQD_UNUSED(req);
-    MQD_UNUSED(len);
-    MQD_UNUSED(out);
-    return MQD_ENOENT;
+    mqd_msg_info_t mi;
+    if (mqd_msg_scan(req, len, &mi) != 0 || mi.reply_to.len == 0)
+        return MQD_EINVAL; /* nowhere to send an answer */
+    pn_message_t *m = pn_message();
+    if (!m)
+        return MQD_ENOMEM;
+    mqd_mgmt_req_t r = {.s = s, .c = c, .out = pn_message_body(m)};
+    if (len > MGMT_MAX_REQUEST)
+        mqd_mgmt_fail(&r, 400, "request larger than %d bytes", MGMT_MAX_REQUEST);
+    else if (decode_request(req, len, &mi, &r.props, &r.body) != 0)
+        mqd_mgmt_fail(&r, 500, "out of memory");
+    else
+        run_request(&r);
+    int rc = build_reply(&r, req, &mi, m, out);
+    json_decref(r.props);
+    json_decref(r.body);
+    pn_message_free(m);
+    return rc;
 }

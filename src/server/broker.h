@@ -12,6 +12,8 @@
 #include "mqd.h"
 #include "amqp/msg.h"
 #include "auth/auth.h"
+#include "group/group.h"
+#include "group/selector.h"
 #include "conf/conf.h"
 #include "meta/meta.h"
 #include "metrics/metrics.h"
@@ -75,11 +77,11 @@ typedef struct mqd_redeliver {
     size_t n, cap;
 } mqd_redeliver_t;
 
-/* ---- shared (queue) mode state of one partition for the group $shared ---- */
-typedef struct mqd_shared {
-    uint64_t floor;      /* every offset below is done (acked/rejected) */
+/* ---- one group's position in one partition ---- */
+typedef struct mqd_cursor {
+    uint64_t floor;      /* committed: every offset below is done (accepted/rejected/skipped) */
     uint64_t next_read;  /* next never-delivered offset */
-    uint8_t *done;       /* bitmap: bit i = offset floor+i done (above floor) */
+    uint8_t *done;       /* bitmap: bit i = offset (floor & ~7) + i done */
     size_t done_bits;    /* capacity in bits */
     mqd_redeliver_t redeliver;
     /* delivery counts of offsets redelivered after `modified(delivery-failed)` */
@@ -87,18 +89,32 @@ typedef struct mqd_shared {
     uint32_t *dc_val;
     size_t dc_n, dc_cap;
     uint64_t inflight;   /* delivered, unsettled */
-    bool dirty;          /* ack state changed since last persisted */
-} mqd_shared_t;
+    bool dirty;          /* changed since last persisted */
+    mqd_read_t rd;       /* read-ahead from next_read */
+    size_t rd_pos;       /* next record in rd to hand out */
+} mqd_cursor_t;
 
 struct mqd_part {
     mqd_topic_t *topic;
     uint32_t id;
     mqd_plog_t *log;
     mqd_pending_t *pend_head, *pend_tail; /* FIFO by offset */
-    mqd_shared_t shared;
-    mqd_read_t rd;         /* read-ahead for next_read */
-    size_t rd_pos;         /* next record in rd to hand out */
 };
+
+/* ---- a consumer group of a topic (group/group.c) ---- */
+typedef struct mqd_group {
+    mqd_topic_t *topic;
+    char *name;                /* lower-cased; "$shared" for plain T */
+    int mode;                  /* mqd_group_mode_t */
+    mqd_cursor_t *cur;         /* [ncur], one per partition */
+    uint32_t ncur;
+    mqd_lstate_t **owner;      /* exclusive mode: link delivering partition i, or NULL */
+    mqd_lstate_t **target;     /* exclusive mode: link partition i is assigned to */
+    mqd_dlist_t members;       /* mqd_lstate_t.gnode */
+    size_t n_members;
+    bool active;               /* has had members or stored offsets: counts for retention */
+    mqd_dlist_t node;          /* in topic->groups */
+} mqd_group_t;
 
 struct mqd_topic {
     mqd_server_t *srv;
@@ -107,10 +123,12 @@ struct mqd_topic {
     mqd_part_t *parts;
     mqd_topic_conf_t conf;     /* effective settings (conf.name not owned) */
     bool temporary;            /* dynamic reply-to node: deleted when its link goes */
-    mqd_dlist_t consumers;     /* mqd_lstate_t.tnode of consuming links */
+    mqd_dlist_t consumers;     /* mqd_lstate_t.tnode of consuming links (and browsers) */
+    mqd_dlist_t groups;        /* mqd_group_t.node */
     uint32_t rr_part;          /* partition round robin for dispatch */
     struct mqd_topic *hnext;   /* hash chain */
     uint64_t msgs_in, bytes_in, msgs_out, bytes_out;
+    uint64_t msgs_expired, msgs_dead, msgs_rejected;
     int64_t created_ms;
     struct json_t *overrides;  /* settings changed through management (owned), or NULL */
     bool dispatch_queued;
@@ -135,6 +153,16 @@ struct mqd_lstate {
     uint64_t *browse_next;    /* browser: next offset per partition */
     uint32_t browse_n;        /* entries in browse_next (partitions when attached) */
     uint64_t unsettled;       /* consumer: deliveries not yet settled */
+    mqd_group_t *group;       /* consumer: its group */
+    mqd_dlist_t gnode;        /* in group->members */
+    bool manual;              /* T/ConsumerGroups/G/Partitions/N: owns `part` only */
+    bool has_epoch;
+    int64_t epoch;            /* com.microsoft:epoch */
+    mqd_start_t start;        /* start position from the source filter */
+    uint8_t *start_done;      /* per partition: start position applied */
+    uint32_t start_n;
+    struct mqd_selector *sel; /* property selector, or NULL */
+    char name[96];            /* "peer/link-name" for management */
     uint8_t *acc;             /* producer: a transfer arriving in several frames */
     size_t acc_len, acc_cap;
 };
@@ -151,9 +179,12 @@ struct mqd_conn {
     bool closed;             /* driver finished; freeing deferred */
     bool want_write;
     size_t listener;         /* index into conf->listen */
+    int64_t opened_ms;       /* wall clock at accept */
     char user[128];
     size_t rbuf_cap;         /* scratch for incoming transfers */
     uint8_t *rbuf;
+    void *auth;              /* auth/: per-connection TLS/SASL state (mqd_auth_conn_t), owned
+                                by the transport (freed with it); NULL before setup */
 };
 
 struct mqd_server {
@@ -186,6 +217,8 @@ struct mqd_server {
     mqd_buf_t mgmt_out;      /* management replies */
     bool stopping;
     bool tick_queued;
+    uint64_t ticks;          /* periodic timer runs (1 s) */
+    int64_t started_ms;      /* wall clock at start */
     uint64_t tmp_seq;
     char *conf_path;
 };
@@ -214,21 +247,43 @@ int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *
 void mqd_topic_dispatch_soon(mqd_topic_t *t);
 void mqd_server_run_dispatch(mqd_server_t *s);
 void mqd_topics_persist(mqd_server_t *s, bool force);
+/* Applies retention to every partition (periodic timer). */
+void mqd_topics_retain(mqd_server_t *s);
 
-/* shared.c: shared-mode cursor */
-int mqd_shared_init(mqd_part_t *p);
-void mqd_shared_free(mqd_shared_t *sh);
-/* Next offset to deliver (redelivery first); false if nothing readable. */
-bool mqd_shared_next(mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount);
-void mqd_shared_done(mqd_part_t *p, uint64_t offset);
-void mqd_shared_release(mqd_part_t *p, uint64_t offset, bool failed);
-int mqd_shared_save(mqd_part_t *p);
+/* cursor.c: a group's position in a partition */
+int mqd_cursor_init(mqd_cursor_t *cur, mqd_part_t *p, const char *group, mqd_offset_reset_t reset);
+void mqd_cursor_free(mqd_cursor_t *cur);
+/* Next record to deliver (redeliveries first); false if nothing readable now. */
+bool mqd_cursor_next(mqd_cursor_t *cur, mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount);
+/* A delivered record was settled for good (accepted, rejected, expired, filtered). */
+void mqd_cursor_done(mqd_cursor_t *cur, uint64_t offset);
+/* A delivered record comes back (released / modified / link gone). */
+void mqd_cursor_release(mqd_cursor_t *cur, uint64_t offset, bool failed);
+/* Moves the position: everything below `offset` counts as consumed. */
+void mqd_cursor_seek(mqd_cursor_t *cur, mqd_part_t *p, uint64_t offset);
+/* Writes the committed offset and the done ranges above it (caller's meta txn). */
+int mqd_cursor_save(mqd_cursor_t *cur, mqd_part_t *p, const char *group);
+
+/* group.c */
+int mqd_group_get(mqd_topic_t *t, const char *name, mqd_group_t **out);
+void mqd_group_free(mqd_group_t *g);
+int mqd_group_resize(mqd_group_t *g);            /* after the topic grew */
+int mqd_group_join(mqd_group_t *g, mqd_lstate_t *ls);
+void mqd_group_leave(mqd_group_t *g, mqd_lstate_t *ls);
+/* May `ls` take records of partition i now (exclusive ownership, handoff done)? */
+bool mqd_group_may_deliver(mqd_group_t *g, mqd_lstate_t *ls, uint32_t i);
+/* After a settlement in partition i: completes a pending handoff. */
+void mqd_group_settled(mqd_group_t *g, uint32_t i);
+int mqd_groups_load(mqd_topic_t *t);
+void mqd_groups_save(mqd_topic_t *t);             /* dirty cursors, in the caller's txn */
 
 /* link.c: Proton events */
 void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e);
-/* Sends what a consumer link can take; returns number delivered. */
+/* consumer.c: sends one record if the link can take it; returns number delivered. */
 size_t mqd_consumer_pump(mqd_lstate_t *ls);
 void mqd_lstate_free(mqd_lstate_t *ls);
+/* Detaches a consumer link with an error (epoch takeover), releasing what it held. */
+void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
 
 
 #endif

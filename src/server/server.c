@@ -221,7 +221,10 @@ static int conn_setup_transport(mqd_conn_t *c)
     pn_transport_set_max_frame(t, s->conf->max_frame_size);
     pn_transport_set_idle_timeout(t, s->conf->idle_timeout_ms);
     pn_transport_set_channel_max(t, (uint16_t)(s->conf->max_sessions > 0 ? s->conf->max_sessions - 1 : 0));
-    mqd_auth_conn_setup(c, c->listener);
+    /* SASL, TLS on amqps:// listeners, and the handshake timer */
+    int rc = mqd_auth_conn_setup(c, c->listener);
+    if (rc != 0)
+        return rc;
     pn_connection_set_context(c->driver.connection, c);
     /* server-side containers identify themselves */
     pn_connection_set_container(c->driver.connection, "mqd");
@@ -248,6 +251,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     c->fd = fd;
     c->refs = 1;
     c->listener = li->index;
+    c->opened_ms = mqd_now_ms();
     mqd_dlist_init(&c->node);
     mqd_dlist_init(&c->dirty_node);
     char host[INET6_ADDRSTRLEN] = "?";
@@ -260,6 +264,12 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         port = ntohs(((struct sockaddr_in6 *)sa)->sin6_port);
     }
     snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
+    if (!mqd_auth_admit_host(s, host)) {
+        s->conns_refused++;
+        close(fd);
+        free(c);
+        return;
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     evutil_make_socket_nonblocking(fd);
@@ -319,6 +329,8 @@ static void on_periodic(evutil_socket_t fd, short what, void *arg)
 {
     mqd_server_t *s = arg;
     mqd_topics_persist(s, false);
+    if (++s->ticks % 10 == 0)
+        mqd_topics_retain(s);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -373,6 +385,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     if (!s)
         return MQD_ENOMEM;
     s->conf = conf;
+    s->started_ms = mqd_now_ms();
     s->conf_path = conf_path ? strdup(conf_path) : NULL;
     mqd_dlist_init(&s->conns);
     mqd_dlist_init(&s->dirty);
@@ -521,6 +534,9 @@ void mqd_server_free(mqd_server_t *s)
     if (s->store)
         mqd_topics_persist(s, true);
     mqd_topics_free(s);
+    if (s->meta)
+        MQD_NOTICE("meta", "%llu SQLite write transactions since start",
+                   (unsigned long long)mqd_meta_txn_count(s->meta));
     mqd_store_close(s->store); /* fsyncs what is left: appended sends end durable */
     mqd_meta_close(s->meta);
     for (size_t i = 0; i < MQD_ARRAY_LEN(s->ev_sig); i++)

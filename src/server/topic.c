@@ -70,19 +70,36 @@ static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
         mqd_topic_dispatch_soon(p->topic);
 }
 
+/* The store's name for a topic: '/' (only in "T/$DeadLetterQueue") becomes "%2F", which
+ * no topic name can contain, so every topic keeps one flat directory. */
+static void store_name(const char *name, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (const char *p = name; *p && o + 4 < outlen; p++) {
+        if (*p == '/') {
+            memcpy(out + o, "%2F", 3);
+            o += 3;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = '\0';
+}
+
 static int part_open(mqd_topic_t *t, uint32_t id)
 {
+    char sname[3 * MQD_NAME_MAX + 1];
+    store_name(t->name, sname, sizeof sname);
     mqd_part_t *p = &t->parts[id];
     p->topic = t;
     p->id = id;
-    mqd_read_init(&p->rd);
-    int rc = mqd_store_log_open(t->srv->store, t->name, id, &t->conf.log, &p->log);
+    int rc = mqd_store_log_open(t->srv->store, sname, id, &t->conf.log, &p->log);
     if (rc != 0) {
         MQD_ERR("topic", "open %s/%u: %s", t->name, id, mqd_strerror(rc));
         return rc;
     }
     mqd_plog_set_stable_cb(p->log, on_stable, p);
-    return mqd_shared_init(p);
+    return 0;
 }
 
 static int topic_grow(mqd_topic_t *t, uint32_t nparts)
@@ -100,6 +117,11 @@ static int topic_grow(mqd_topic_t *t, uint32_t nparts)
     for (uint32_t i = t->nparts; i < nparts; i++) {
         int rc = part_open(t, i);
         t->nparts = i + (np[i].log ? 1 : 0);
+        if (rc != 0)
+            return rc;
+    }
+    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+        int rc = mqd_group_resize(MQD_CONTAINER(n, mqd_group_t, node));
         if (rc != 0)
             return rc;
     }
@@ -164,6 +186,7 @@ static void topic_set_conf(mqd_topic_t *t)
     t->conf.name = NULL;
     if (t->overrides)
         apply_overrides(&t->conf, t->overrides);
+    t->conf.log.retention_consumed = t->conf.retention_consumed;
     for (uint32_t i = 0; i < t->nparts; i++)
         mqd_plog_set_config(t->parts[i].log, &t->conf.log);
 }
@@ -188,8 +211,14 @@ static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool
     t->overrides = overrides; /* taken */
     topic_set_conf(t);
     mqd_dlist_init(&t->consumers);
+    mqd_dlist_init(&t->groups);
     mqd_dlist_init(&t->dnode);
     int rc = topic_grow(t, nparts);
+    if (rc == 0 && !persist)
+        rc = mqd_groups_load(t); /* an existing topic: its groups' offsets */
+    mqd_group_t *shared;
+    if (rc == 0)
+        rc = mqd_group_get(t, MQD_SHARED_GROUP, &shared); /* queue consumers of plain T */
     if (rc == 0 && persist) {
         char *cj = topic_config_json(t);
         rc = mqd_meta_topic_put(s->meta, name, nparts, cj ? cj : "{}");
@@ -269,8 +298,6 @@ static void part_free(mqd_part_t *p)
         free(pe);
     }
     p->pend_tail = NULL;
-    mqd_shared_free(&p->shared);
-    mqd_read_free(&p->rd);
     if (p->log)
         mqd_plog_set_stable_cb(p->log, NULL, NULL);
 }
@@ -289,6 +316,8 @@ static void topic_unlink(mqd_server_t *s, mqd_topic_t *t)
 
 static void topic_free(mqd_topic_t *t)
 {
+    while (!mqd_dlist_empty(&t->groups))
+        mqd_group_free(MQD_CONTAINER(t->groups.next, mqd_group_t, node));
     for (uint32_t i = 0; i < t->nparts; i++)
         part_free(&t->parts[i]);
     free(t->parts);
@@ -297,14 +326,35 @@ static void topic_free(mqd_topic_t *t)
     free(t);
 }
 
+/* Detaches every link that points at t (management deletes a topic under live links). */
+static void detach_links(mqd_server_t *s, mqd_topic_t *t)
+{
+    while (!mqd_dlist_empty(&t->consumers)) {
+        mqd_lstate_t *ls = MQD_CONTAINER(t->consumers.next, mqd_lstate_t, tnode);
+        mqd_consumer_detach(ls, "amqp:resource-deleted", "the topic was deleted");
+    }
+    for (mqd_dlist_t *n = s->conns.next; n != &s->conns; n = n->next) {
+        mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
+        for (pn_link_t *l = pn_link_head(c->driver.connection, 0); l; l = pn_link_next(l, 0)) {
+            mqd_lstate_t *ls = pn_link_get_context(l);
+            if (ls && ls->kind == MQD_LS_PRODUCER && ls->topic == t)
+                mqd_consumer_detach(ls, "amqp:resource-deleted", "the topic was deleted");
+        }
+    }
+}
+
 int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t)
 {
+    if (!t->temporary)
+        detach_links(s, t);
     topic_unlink(s, t);
     char *name = strdup(t->name);
     topic_free(t);
     if (!name)
         return MQD_ENOMEM;
-    int rc = mqd_store_drop_topic(s->store, name);
+    char sname[3 * MQD_NAME_MAX + 1];
+    store_name(name, sname, sizeof sname);
+    int rc = mqd_store_drop_topic(s->store, sname);
     int rc2 = strncmp(name, "$tmp.", 5) ? mqd_meta_topic_delete(s->meta, name) : 0;
     if (rc2 != 0 && rc2 != MQD_ENOENT && rc == 0)
         rc = rc2;
@@ -391,28 +441,67 @@ void mqd_server_run_dispatch(mqd_server_t *s)
     }
 }
 
-/* Writes changed shared-mode ack state in one SQLite transaction. */
+static bool topic_dirty(const mqd_topic_t *t)
+{
+    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+        const mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
+        for (uint32_t i = 0; g->active && i < g->ncur; i++)
+            if (g->cur[i].dirty)
+                return true;
+    }
+    return false;
+}
+
+/* Writes every group's changed offsets and ack state in one SQLite transaction: the
+ * per-message path never touches SQLite. */
 void mqd_topics_persist(mqd_server_t *s, bool force)
 {
     bool began = false;
     for (size_t i = 0; i < s->topics_cap; i++) {
         for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext) {
-            for (uint32_t k = 0; k < t->nparts; k++) {
-                mqd_part_t *p = &t->parts[k];
-                if (!p->shared.dirty)
-                    continue;
-                if (!began) {
-                    if (mqd_meta_begin(s->meta) != 0)
-                        return;
-                    began = true;
-                }
-                mqd_shared_save(p);
+            if (t->temporary || !topic_dirty(t))
+                continue;
+            if (!began) {
+                if (mqd_meta_begin(s->meta) != 0)
+                    return;
+                began = true;
             }
+            mqd_groups_save(t);
         }
     }
     if (began && mqd_meta_commit(s->meta) != 0)
         mqd_meta_rollback(s->meta);
     MQD_UNUSED(force);
+}
+
+/* The lowest offset of partition i that some group still needs (UINT64_MAX if none):
+ * with retention = consumed, everything below every group's committed offset goes. */
+static uint64_t keep_from(const mqd_topic_t *t, uint32_t i)
+{
+    uint64_t low = UINT64_MAX;
+    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+        const mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
+        if (g->active && i < g->ncur && g->cur[i].floor < low)
+            low = g->cur[i].floor;
+    }
+    return low;
+}
+
+void mqd_topics_retain(mqd_server_t *s)
+{
+    int64_t now = mqd_now_ms();
+    for (size_t i = 0; i < s->topics_cap; i++) {
+        for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext) {
+            for (uint32_t k = 0; k < t->nparts; k++) {
+                uint64_t kf = keep_from(t, k);
+                if (t->conf.retention_consumed && kf == UINT64_MAX)
+                    kf = 0; /* consumed by whom? keep all until a group exists */
+                int n = mqd_plog_retain(t->parts[k].log, kf, now);
+                if (n > 0)
+                    MQD_INFO("topic", "retention removed %d segment(s) of %s/%u", n, t->name, k);
+            }
+        }
+    }
 }
 
 int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const char *overrides_json,

@@ -1,8 +1,9 @@
 /* mqd-passwd: makes a [user NAME] section for mqd.conf. Reads the password from stdin
  * (without echo, and asked twice, when stdin is a terminal) and prints
  *   [user NAME]
- *   password_hash = pbkdf2-sha256$...
- * so `mqd-passwd alice >> /etc/mqd.conf` adds a user. */
+ *   password_hash = pbkdf2-sha256$...        (--plain, the default: SASL PLAIN)
+ *   scram_sha256 = ITER$SALT$STOREDKEY$SERVERKEY   (--scram: SASL SCRAM-SHA-256)
+ * (--both prints both) so `mqd-passwd alice >> /etc/mqd.conf` adds a user. */
 #include "config.h"
 #include "conf/conf.h"
 
@@ -18,10 +19,14 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: mqd-passwd [--iterations N] USER\n"
+            "usage: mqd-passwd [--plain|--scram|--both] [--iterations N] USER\n"
             "Reads a password from stdin and prints a [user USER] section for mqd.conf.\n"
-            "  --iterations N   PBKDF2 iterations (default %u, at least %u)\n",
-            MQD_CONF_PBKDF2_ITERATIONS, MQD_CONF_PBKDF2_MIN_ITERATIONS);
+            "  --plain          password_hash for SASL PLAIN (the default)\n"
+            "  --scram          scram_sha256 for SASL SCRAM-SHA-256 (ASCII passwords)\n"
+            "  --both           both lines\n"
+            "  --iterations N   PBKDF2 iterations (default %u for --plain, %u for --scram;\n"
+            "                   at least %u)\n",
+            MQD_CONF_PBKDF2_ITERATIONS, MQD_CONF_SCRAM_ITERATIONS, MQD_CONF_PBKDF2_MIN_ITERATIONS);
 }
 
 /* Reads one line from stdin into buf without the newline; no echo on a terminal. */
@@ -57,13 +62,20 @@ static bool valid_user(const char *u)
     return true;
 }
 
-static int parse_args(int argc, char **argv, uint32_t *iterations, const char **user)
+enum { OUT_PLAIN = 1, OUT_SCRAM = 2 };
+
+static int parse_args(int argc, char **argv, uint32_t *iterations, int *what, const char **user)
 {
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             exit(0);
+        }
+        if (strcmp(argv[i], "--plain") == 0 || strcmp(argv[i], "--scram") == 0 ||
+            strcmp(argv[i], "--both") == 0) {
+            *what = argv[i][2] == 'p' ? OUT_PLAIN : argv[i][2] == 's' ? OUT_SCRAM : OUT_PLAIN | OUT_SCRAM;
+            continue;
         }
         if (strcmp(argv[i], "--iterations") != 0 || i + 1 >= argc)
             return -1;
@@ -87,12 +99,13 @@ static int parse_args(int argc, char **argv, uint32_t *iterations, const char **
 int main(int argc, char **argv)
 {
     static char pw[PW_MAX], again[PW_MAX];
-    char hash[160];
+    char hash[160], scram[256];
     uint32_t iterations = 0;
+    int what = OUT_PLAIN;
     const char *user = NULL;
     int status = 1;
 
-    if (parse_args(argc, argv, &iterations, &user) != 0) {
+    if (parse_args(argc, argv, &iterations, &what, &user) != 0) {
         usage(stderr);
         return 2;
     }
@@ -109,12 +122,26 @@ int main(int argc, char **argv)
         fprintf(stderr, "mqd-passwd: empty password refused\n");
         goto out;
     }
-    int rc = mqd_conf_password_hash(pw, iterations, hash, sizeof hash);
+    for (const unsigned char *p = (const unsigned char *)pw; (what & OUT_SCRAM) && *p; p++) {
+        if (*p < 0x20 || *p > 0x7e) {
+            /* SCRAM wants SASLprep'd UTF-8; for printable ASCII that is the identity, and
+             * we would rather refuse than store a key a client computes differently */
+            fprintf(stderr, "mqd-passwd: --scram takes printable ASCII passwords only\n");
+            goto out;
+        }
+    }
+    int rc = (what & OUT_PLAIN) ? mqd_conf_password_hash(pw, iterations, hash, sizeof hash) : 0;
+    if (rc == 0 && (what & OUT_SCRAM))
+        rc = mqd_conf_scram_make(pw, iterations, scram, sizeof scram);
     if (rc != 0) {
         fprintf(stderr, "mqd-passwd: %s\n", mqd_strerror(rc));
         goto out;
     }
-    printf("[user %s]\npassword_hash = %s\n", user, hash);
+    printf("[user %s]\n", user);
+    if (what & OUT_PLAIN)
+        printf("password_hash = %s\n", hash);
+    if (what & OUT_SCRAM)
+        printf("scram_sha256 = %s\n", scram);
     status = fflush(stdout) == 0 ? 0 : 1;
 out:
     memset(pw, 0, sizeof pw);

@@ -745,3 +745,98 @@ def receive(url, address, count=None, timeout=60, **kw):
     r = Receiver(url, address, count=count, **kw)
     run_container(r, timeout)
     return r
+
+
+# ---------------------------------------------------------------- partitioning, offsets, filters
+
+def murmur2(data):
+    """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2) as an unsigned 32-bit
+    value; bytes or str (UTF-8)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    m, r, mask = 0x5bd1e995, 24, 0xffffffff
+    n = len(data)
+    h = (0x9747b28c ^ n) & mask
+    for i in range(n // 4):
+        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> r
+        k = (k * m) & mask
+        h = (h * m) & mask
+        h ^= k
+    tail, rem = n & ~3, n % 4
+    if rem == 3:
+        h ^= data[tail + 2] << 16
+    if rem >= 2:
+        h ^= data[tail + 1] << 8
+    if rem >= 1:
+        h ^= data[tail]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h
+
+
+def kafka_partition(key, nparts):
+    """The partition Kafka's default partitioner picks for `key` among `nparts`."""
+    return (murmur2(key) & 0x7fffffff) % nparts
+
+
+def check_murmur2():
+    """Known values from Kafka's UtilsTest (signed there)."""
+    for key, want in (("21", -973932308), ("foobar", -790332482), ("abc", 479470107),
+                      ("a-little-bit-long-string", -985981536),
+                      ("a-little-bit-longer-string", -1486304829),
+                      ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971)):
+        got = murmur2(key)
+        got = got - (1 << 32) if got >= 1 << 31 else got
+        check(got == want, "test's murmur2(%r) = %d, want %d" % (key, got, want))
+
+
+def group_offsets(data_dir, topic, group):
+    """{partition: next_offset} committed for (topic, group) in DATA_DIR/meta.db, read
+    with a short read-only connection (None if the table or file is missing)."""
+    import sqlite3
+    path = os.path.join(data_dir, "meta.db")
+    if not os.path.exists(path):
+        return None
+    try:
+        db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=5)
+        try:
+            rows = db.execute("SELECT partition, next_offset FROM group_offsets WHERE topic = ? "
+                              "AND grp = ? COLLATE NOCASE", (topic, group)).fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error as e:
+        log("group_offsets(%s): %s" % (path, e))
+        return None
+    return {int(p): int(o) for p, o in rows}
+
+
+def data_to_py(data):
+    """A proton Data (e.g. link.remote_source.filter) as a Python object, or None."""
+    if data is None:
+        return None
+    data.rewind()
+    if data.next() is None:
+        return None
+    return data.get_object()
+
+
+
+class FastFailReceiver(Receiver):
+    """Receiver that ends at once when its connection is lost (broker crash, refused
+    connection) instead of waiting for its timeout."""
+
+    def on_transport_closed(self, event):
+        Receiver.on_transport_closed(self, event)
+        if self.error:
+            self.done = True
+
+
+def receive_ff(url, address, count=None, timeout=60, **kw):
+    """receive() with a FastFailReceiver."""
+    r = FastFailReceiver(url, address, count=count, **kw)
+    run_container(r, timeout)
+    return r

@@ -3,6 +3,7 @@
 with Python's hashlib (so the C side cannot be wrong in a self-consistent way)."""
 import base64
 import hashlib
+import hmac
 import os
 import subprocess
 import sys
@@ -48,6 +49,21 @@ def main():
     check(run(["u"], "\n").returncode == 1, "empty password refused")
     check(run(["u"], "").returncode == 1, "no input refused")
     check(run(["--help"], "").returncode == 0, "--help exits 0")
+
+    # --scram: StoredKey/ServerKey as RFC 5802 computes them, never the password
+    r = run(["--scram", "--iterations", "4096", "bob"], "pencil\n")
+    check(r.returncode == 0, "--scram exits 0")
+    lines = r.stdout.splitlines()
+    check(len(lines) == 2 and lines[1].startswith("scram_sha256 = "), "prints a scram_sha256 line")
+    iters, salt64, stored64, server64 = lines[1].partition(" = ")[2].split("$")
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", base64.b64decode(salt64), int(iters))
+    ck = hmac.new(salted, b"Client Key", "sha256").digest()
+    check(hashlib.sha256(ck).digest() == base64.b64decode(stored64), "StoredKey verifies")
+    check(hmac.new(salted, b"Server Key", "sha256").digest() == base64.b64decode(server64),
+          "ServerKey verifies")
+    r = run(["--both", "--iterations", "1000", "bob"], "pencil\n")
+    check(r.returncode == 0 and len(r.stdout.splitlines()) == 3, "--both prints both lines")
+    check(run(["--scram", "u"], "p\u00e4ss\n").returncode == 1, "--scram refuses non-ASCII")
 
 
 if __name__ == "__main__":

@@ -1,29 +1,29 @@
-/* Shared (queue) mode: the group `$shared` of a plain address T. Per partition:
- *   floor      every offset below is done (accepted or rejected)
+/* A group's position in one partition:
+ *   floor      the committed offset: every offset below is done
  *   done bits  offsets above the floor settled out of order
  *   redeliver  released offsets and those of consumers that went away, sorted
  *   next_read  the first offset never handed out
- * Ack state is saved as (floor, done ranges) in one blob per partition, batched by the
- * server's periodic timer, so a restart redelivers only what was not settled. */
+ * Saved as the committed offset (group offsets table) plus (floor, done ranges) in one
+ * blob, batched by the server's periodic timer and on detach, so a restart redelivers
+ * only what was not settled. */
 #include "config.h"
 #include "server/broker.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define SHARED_GROUP "$shared"
 #define BM_SLACK 4096 /* compact the bitmap when the floor moved this many bits */
 
-static bool bit_get(const mqd_shared_t *sh, uint64_t bm_base, uint64_t off)
+static bool bit_get(const mqd_cursor_t *sh, uint64_t bm_base, uint64_t off)
 {
     uint64_t i = off - bm_base;
     return i < sh->done_bits && (sh->done[i >> 3] >> (i & 7)) & 1;
 }
 
 /* The bitmap covers [bm_base, bm_base + done_bits); bm_base = floor rounded down to 8. */
-static uint64_t bm_base(const mqd_shared_t *sh) { return sh->floor & ~(uint64_t)7; }
+static uint64_t bm_base(const mqd_cursor_t *sh) { return sh->floor & ~(uint64_t)7; }
 
-static int bit_set(mqd_shared_t *sh, uint64_t off)
+static int bit_set(mqd_cursor_t *sh, uint64_t off)
 {
     uint64_t i = off - bm_base(sh);
     if (i >= sh->done_bits) {
@@ -42,7 +42,7 @@ static int bit_set(mqd_shared_t *sh, uint64_t off)
 }
 
 /* Moves the floor over set bits; drops whole bytes below it. */
-static void floor_advance(mqd_shared_t *sh)
+static void floor_advance(mqd_cursor_t *sh)
 {
     uint64_t old_base = bm_base(sh);
     while (bit_get(sh, old_base, sh->floor))
@@ -59,7 +59,7 @@ static void floor_advance(mqd_shared_t *sh)
     }
 }
 
-static void dc_remove(mqd_shared_t *sh, uint64_t off)
+static void dc_remove(mqd_cursor_t *sh, uint64_t off)
 {
     for (size_t i = 0; i < sh->dc_n; i++) {
         if (sh->dc_off[i] == off) {
@@ -71,7 +71,7 @@ static void dc_remove(mqd_shared_t *sh, uint64_t off)
     }
 }
 
-static uint32_t dc_get(const mqd_shared_t *sh, uint64_t off)
+static uint32_t dc_get(const mqd_cursor_t *sh, uint64_t off)
 {
     for (size_t i = 0; i < sh->dc_n; i++)
         if (sh->dc_off[i] == off)
@@ -79,7 +79,7 @@ static uint32_t dc_get(const mqd_shared_t *sh, uint64_t off)
     return 0;
 }
 
-static void dc_bump(mqd_shared_t *sh, uint64_t off)
+static void dc_bump(mqd_cursor_t *sh, uint64_t off)
 {
     for (size_t i = 0; i < sh->dc_n; i++) {
         if (sh->dc_off[i] == off) {
@@ -130,22 +130,15 @@ static int redeliver_add(mqd_redeliver_t *r, uint64_t off)
 }
 
 /* Blob: floor u64, count u32, then count x (start u64, end u64) done ranges. */
-static int load(mqd_part_t *p)
+/* Blob: floor u64, count u32, then count x (start u64, end u64) done ranges. */
+static int load_blob(mqd_cursor_t *sh, const void *blob, size_t len)
 {
-    mqd_shared_t *sh = &p->shared;
-    void *blob = NULL;
-    size_t len = 0;
-    int rc = mqd_meta_acks_get(p->topic->srv->meta, p->topic->name, SHARED_GROUP, p->id, &blob, &len);
-    if (rc == MQD_ENOENT)
-        return 0;
-    if (rc != 0)
-        return rc;
     const uint8_t *b = blob;
     uint32_t n = 0;
-    if (len >= 12) {
-        memcpy(&sh->floor, b, 8);
-        memcpy(&n, b + 8, 4);
-    }
+    if (len < 12)
+        return MQD_ECORRUPT;
+    memcpy(&sh->floor, b, 8);
+    memcpy(&n, b + 8, 4);
     for (uint32_t i = 0; i < n && 12 + (size_t)(i + 1) * 16 <= len; i++) {
         uint64_t s, e;
         memcpy(&s, b + 12 + i * 16, 8);
@@ -153,87 +146,136 @@ static int load(mqd_part_t *p)
         for (uint64_t o = s; o < e && o - s < (1u << 26); o++)
             bit_set(sh, o);
     }
-    free(blob);
     floor_advance(sh);
     return 0;
 }
 
-int mqd_shared_init(mqd_part_t *p)
+int mqd_cursor_init(mqd_cursor_t *sh, mqd_part_t *p, const char *group, mqd_offset_reset_t reset)
 {
-    mqd_shared_t *sh = &p->shared;
     memset(sh, 0, sizeof *sh);
-    int rc = load(p);
+    mqd_read_init(&sh->rd);
+    mqd_meta_t *m = p->topic->srv->meta;
+    void *blob = NULL;
+    size_t len = 0;
+    uint64_t committed;
+    int rc = mqd_meta_acks_get(m, p->topic->name, group, p->id, &blob, &len);
+    if (rc == 0) {
+        rc = load_blob(sh, blob, len);
+        free(blob);
+    } else if (rc == MQD_ENOENT) {
+        rc = mqd_meta_offset_get(m, p->topic->name, group, p->id, &committed);
+        if (rc == 0) {
+            sh->floor = committed;
+        } else if (rc == MQD_ENOENT) {
+            /* a new group starts where auto_offset_reset says */
+            sh->floor = reset == MQD_OFFSET_RESET_LATEST ? mqd_plog_stable_offset(p->log)
+                                                         : mqd_plog_start_offset(p->log);
+            sh->dirty = true;
+            rc = 0;
+        }
+    }
     if (rc != 0)
         return rc;
-    uint64_t start = mqd_plog_start_offset(p->log);
-    if (sh->floor < start) {
-        sh->floor = start;
-        free(sh->done);
-        sh->done = NULL;
-        sh->done_bits = 0;
-    }
+    if (sh->floor < mqd_plog_start_offset(p->log))
+        mqd_cursor_seek(sh, p, mqd_plog_start_offset(p->log));
     sh->next_read = sh->floor;
     return 0;
 }
 
-void mqd_shared_free(mqd_shared_t *sh)
+void mqd_cursor_seek(mqd_cursor_t *sh, mqd_part_t *p, uint64_t offset)
+{
+    uint64_t start = mqd_plog_start_offset(p->log), end = mqd_plog_end_offset(p->log);
+    if (offset < start)
+        offset = start;
+    if (offset > end)
+        offset = end;
+    sh->floor = offset;
+    sh->next_read = offset;
+    if (sh->done)
+        memset(sh->done, 0, sh->done_bits / 8);
+    sh->redeliver.n = 0;
+    sh->dc_n = 0;
+    sh->rd_pos = sh->rd.n; /* drop the read-ahead */
+    sh->dirty = true;
+}
+
+void mqd_cursor_free(mqd_cursor_t *sh)
 {
     free(sh->done);
     free(sh->redeliver.v);
     free(sh->dc_off);
     free(sh->dc_val);
+    mqd_read_free(&sh->rd);
     memset(sh, 0, sizeof *sh);
 }
 
-static bool read_one(mqd_part_t *p, uint64_t off, mqd_rec_t *rec)
+static bool read_one(mqd_cursor_t *sh, mqd_part_t *p, uint64_t off, mqd_rec_t *rec)
 {
-    int rc = mqd_plog_read(p->log, off, off + 1, 1, 1, &p->rd);
-    p->rd_pos = p->rd.n; /* the read-ahead was replaced: refill next time */
-    if (rc != 0 || p->rd.n == 0 || p->rd.recs[0].offset != off)
+    int rc = mqd_plog_read(p->log, off, off + 1, 1, 1, &sh->rd);
+    sh->rd_pos = sh->rd.n; /* the read-ahead was replaced: refill next time */
+    if (rc != 0 || sh->rd.n == 0 || sh->rd.recs[0].offset != off)
         return false;
-    *rec = p->rd.recs[0];
+    *rec = sh->rd.recs[0];
     return true;
 }
 
-bool mqd_shared_next(mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount)
+/* Marks an offset done without touching the in-flight count. */
+static void mark_done(mqd_cursor_t *sh, uint64_t off)
 {
-    mqd_shared_t *sh = &p->shared;
+    if (off < sh->floor || bit_set(sh, off) != 0)
+        return;
+    dc_remove(sh, off);
+    floor_advance(sh);
+    sh->dirty = true;
+}
+
+static bool next_redelivery(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount)
+{
     while (sh->redeliver.n) {
         uint64_t off = sh->redeliver.v[0];
         sh->redeliver.n--;
         memmove(sh->redeliver.v, sh->redeliver.v + 1, sh->redeliver.n * sizeof *sh->redeliver.v);
         if (off < sh->floor || bit_get(sh, bm_base(sh), off))
             continue;
-        if (read_one(p, off, rec)) {
+        if (read_one(sh, p, off, rec)) {
             *dcount = dc_get(sh, off);
-            sh->inflight++;
             return true;
         }
     }
+    return false;
+}
+
+bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount)
+{
+    if (next_redelivery(sh, p, rec, dcount)) {
+        sh->inflight++;
+        return true;
+    }
     for (int guard = 0; guard < 1024; guard++) {
-        if (p->rd_pos >= p->rd.n) {
+        if (sh->rd_pos >= sh->rd.n) {
             int rc = mqd_plog_read(p->log, sh->next_read, UINT64_MAX, 256,
-                                   p->topic->srv->conf->prefetch_bytes, &p->rd);
-            p->rd_pos = 0;
+                                   p->topic->srv->conf->prefetch_bytes, &sh->rd);
+            sh->rd_pos = 0;
             if (rc == MQD_ERANGE) {
-                sh->next_read = mqd_plog_start_offset(p->log);
-                if (sh->floor < sh->next_read) {
-                    sh->floor = sh->next_read;
-                    memset(sh->done, 0, sh->done_bits / 8);
-                }
+                /* retention passed us: what was deleted counts as consumed */
+                uint64_t start = mqd_plog_start_offset(p->log);
+                if (sh->floor < start)
+                    mqd_cursor_seek(sh, p, start);
+                else
+                    sh->next_read = start;
                 continue;
             }
-            if (rc != 0 || p->rd.n == 0)
+            if (rc != 0 || sh->rd.n == 0)
                 return false;
         }
-        const mqd_rec_t *r = &p->rd.recs[p->rd_pos++];
+        const mqd_rec_t *r = &sh->rd.recs[sh->rd_pos++];
         if (r->offset < sh->next_read)
             continue;
         sh->next_read = r->offset + 1;
         if (r->offset < sh->floor || bit_get(sh, bm_base(sh), r->offset))
             continue; /* settled before a restart */
         if ((r->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA) {
-            mqd_shared_done(p, r->offset);
+            mark_done(sh, r->offset); /* control records are never delivered */
             continue;
         }
         *rec = *r;
@@ -244,23 +286,15 @@ bool mqd_shared_next(mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount)
     return false;
 }
 
-void mqd_shared_done(mqd_part_t *p, uint64_t off)
+void mqd_cursor_done(mqd_cursor_t *sh, uint64_t off)
 {
-    mqd_shared_t *sh = &p->shared;
     if (sh->inflight)
         sh->inflight--;
-    if (off < sh->floor)
-        return;
-    if (bit_set(sh, off) != 0)
-        return;
-    dc_remove(sh, off);
-    floor_advance(sh);
-    sh->dirty = true;
+    mark_done(sh, off);
 }
 
-void mqd_shared_release(mqd_part_t *p, uint64_t off, bool failed)
+void mqd_cursor_release(mqd_cursor_t *sh, uint64_t off, bool failed)
 {
-    mqd_shared_t *sh = &p->shared;
     if (sh->inflight)
         sh->inflight--;
     if (off < sh->floor || bit_get(sh, bm_base(sh), off))
@@ -270,13 +304,12 @@ void mqd_shared_release(mqd_part_t *p, uint64_t off, bool failed)
     redeliver_add(&sh->redeliver, off);
 }
 
-int mqd_shared_save(mqd_part_t *p)
+static uint8_t *encode_blob(const mqd_cursor_t *sh, size_t *len)
 {
-    mqd_shared_t *sh = &p->shared;
-    size_t cap = 12, n = 0;
+    size_t cap = 64, n = 0;
     uint8_t *b = malloc(cap);
     if (!b)
-        return MQD_ENOMEM;
+        return NULL;
     uint64_t base = bm_base(sh);
     for (uint64_t o = sh->floor; o - base < sh->done_bits;) {
         if (!bit_get(sh, base, o)) {
@@ -291,7 +324,7 @@ int mqd_shared_save(mqd_part_t *p)
             uint8_t *nb = realloc(b, cap);
             if (!nb) {
                 free(b);
-                return MQD_ENOMEM;
+                return NULL;
             }
             b = nb;
         }
@@ -302,7 +335,22 @@ int mqd_shared_save(mqd_part_t *p)
     uint32_t n32 = (uint32_t)n;
     memcpy(b, &sh->floor, 8);
     memcpy(b + 8, &n32, 4);
-    int rc = mqd_meta_acks_put(p->topic->srv->meta, p->topic->name, SHARED_GROUP, p->id, b, 12 + n * 16);
+    *len = 12 + n * 16;
+    return b;
+}
+
+int mqd_cursor_save(mqd_cursor_t *sh, mqd_part_t *p, const char *group)
+{
+    size_t len;
+    uint8_t *b = encode_blob(sh, &len);
+    if (!b)
+        return MQD_ENOMEM;
+    mqd_meta_t *m = p->topic->srv->meta;
+    mqd_meta_offset_t o = {.topic = p->topic->name, .group = group, .partition = p->id,
+                           .offset = sh->floor};
+    int rc = mqd_meta_offsets_commit(m, &o, 1);
+    if (rc == 0)
+        rc = mqd_meta_acks_put(m, p->topic->name, group, p->id, b, len);
     free(b);
     if (rc == 0)
         sh->dirty = false;

@@ -1,0 +1,640 @@
+/* Consumer links: attach (address forms, filters, epoch), delivery of stored records with
+ * mqd's annotations, dispositions, browsing, dead-lettering and expiry.
+ *
+ * A delivery's tag is its position, partition (u32) + offset (u64), so a disposition
+ * finds its record without any per-delivery allocation. */
+#include "config.h"
+#include "amqp/link_int.h"
+
+#include <proton/condition.h>
+#include <proton/disposition.h>
+#include <proton/terminus.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define SELECTOR_SYM "apache.org:selector-filter:string"
+#define SELECTOR_CODE 0x0000468C00000004ull
+#define STREAM_SPEC_SYM "rabbitmq:stream-offset-spec"
+#define EPOCH_SYM "com.microsoft:epoch"
+#define DLQ_SUFFIX "/$DeadLetterQueue"
+
+static void tag_decode(pn_delivery_t *d, uint32_t *part, uint64_t *off)
+{
+    pn_delivery_tag_t t = pn_delivery_tag(d);
+    *part = UINT32_MAX;
+    *off = 0;
+    if (t.size == 12) {
+        memcpy(part, t.start, 4);
+        memcpy(off, t.start + 4, 8);
+    }
+}
+
+/* Gives back every unsettled delivery of a consumer link to its group. */
+static void release_unsettled(mqd_lstate_t *ls)
+{
+    mqd_group_t *g = ls->group;
+    if (!g)
+        return;
+    for (pn_delivery_t *d = pn_unsettled_head(ls->link); d; d = pn_unsettled_next(d)) {
+        uint32_t part;
+        uint64_t off;
+        tag_decode(d, &part, &off);
+        if (part < g->ncur && !pn_delivery_settled(d))
+            mqd_cursor_release(&g->cur[part], off, false);
+    }
+}
+
+void mqd_consumer_free(mqd_lstate_t *ls)
+{
+    mqd_topic_t *t = ls->topic;
+    if (ls->group) {
+        release_unsettled(ls);
+        mqd_group_leave(ls->group, ls);
+        if (t && !t->temporary)
+            mqd_topics_persist(t->srv, true); /* a clean detach keeps its acks across a crash */
+    }
+    if (t)
+        mqd_topic_dispatch_soon(t);
+    if (ls->sel)
+        mqd_selector_free(ls->sel);
+    free(ls->start_done);
+    free(ls->browse_next);
+}
+
+void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc)
+{
+    pn_link_t *l = ls->link;
+    pn_condition_t *c = pn_link_condition(l);
+    pn_condition_set_name(c, cond);
+    pn_condition_set_description(c, desc);
+    pn_link_set_context(l, NULL);
+    mqd_conn_t *conn = ls->conn;
+    mqd_lstate_free(ls);
+    pn_link_close(l);
+    mqd_conn_mark_dirty(conn);
+}
+
+/* ---------------------------------------------------------------- attach */
+
+static int dynamic_topic(mqd_conn_t *c, pn_terminus_t *src, mqd_topic_t **out)
+{
+    mqd_server_t *s = c->srv;
+    char name[64];
+    snprintf(name, sizeof name, "$tmp.%llx.%x", (unsigned long long)++s->tmp_seq,
+             (unsigned)(mqd_mono_ns() & 0xffffff));
+    int rc = mqd_topic_get(s, name, true, 1, out);
+    if (rc == 0) {
+        (*out)->temporary = true;
+        pn_terminus_set_address(src, name);
+    }
+    return rc;
+}
+
+/* A receiver from `$management`: its replies arrive at a node named by its target. */
+static int management_reply_node(mqd_conn_t *c, pn_link_t *l, mqd_topic_t **out)
+{
+    const char *taddr = pn_terminus_get_address(pn_link_remote_target(l));
+    if (!taddr || !*taddr) {
+        mqd_link_refuse(l, "amqp:invalid-field", "a $management receiver needs a target address%s",
+                        "");
+        return MQD_EINVAL;
+    }
+    char name[MQD_NAME_MAX + 1];
+    mqd_reply_topic_name(taddr, strlen(taddr), name, sizeof name);
+    if (mqd_topic_get(c->srv, name, true, 1, out) != 0) {
+        mqd_link_refuse(l, "amqp:internal-error", "cannot create the reply node for '%s'", taddr);
+        return MQD_EIO;
+    }
+    if (strncmp(name, "$tmp.", 5) == 0)
+        (*out)->temporary = true;
+    return 0;
+}
+
+static bool sym_eq(pn_bytes_t b, const char *s)
+{
+    size_t n = strlen(s);
+    return b.size == n && strncasecmp(b.start, s, n) == 0;
+}
+
+/* A filter value: a scalar of one of the types the filters below use. */
+typedef struct fval {
+    pn_type_t type;
+    pn_bytes_t b; /* string / symbol (points into Proton's data) */
+    int64_t i;    /* long, int, timestamp */
+    uint64_t u;   /* ulong, uint */
+} fval_t;
+
+static bool read_scalar(pn_data_t *d, fval_t *v)
+{
+    v->type = pn_data_type(d);
+    switch (v->type) {
+    case PN_STRING: v->b = pn_data_get_string(d); return true;
+    case PN_SYMBOL: v->b = pn_data_get_symbol(d); return true;
+    case PN_ULONG: v->u = pn_data_get_ulong(d); return true;
+    case PN_UINT: v->u = pn_data_get_uint(d); return true;
+    case PN_LONG: v->i = pn_data_get_long(d); return true;
+    case PN_INT: v->i = pn_data_get_int(d); return true;
+    case PN_TIMESTAMP: v->i = pn_data_get_timestamp(d); return true;
+    default: return false;
+    }
+}
+
+static void put_scalar(pn_data_t *d, const fval_t *v)
+{
+    switch (v->type) {
+    case PN_STRING: pn_data_put_string(d, v->b); break;
+    case PN_SYMBOL: pn_data_put_symbol(d, v->b); break;
+    case PN_ULONG: pn_data_put_ulong(d, v->u); break;
+    case PN_UINT: pn_data_put_uint(d, (uint32_t)v->u); break;
+    case PN_LONG: pn_data_put_long(d, v->i); break;
+    case PN_INT: pn_data_put_int(d, (int32_t)v->i); break;
+    case PN_TIMESTAMP: pn_data_put_timestamp(d, v->i); break;
+    default: pn_data_put_null(d); break;
+    }
+}
+
+/* Reads a filter entry's value (rf positioned on it): descriptor and scalar. */
+static bool filter_value(pn_data_t *rf, fval_t *desc, fval_t *val)
+{
+    desc->type = PN_NULL;
+    if (pn_data_type(rf) != PN_DESCRIBED)
+        return read_scalar(rf, val);
+    pn_data_enter(rf);
+    bool ok = pn_data_next(rf) && read_scalar(rf, desc) && pn_data_next(rf) && read_scalar(rf, val);
+    pn_data_exit(rf);
+    return ok;
+}
+
+/* rabbitmq:stream-offset-spec: "first" | "last" | "next" | ulong offset | timestamp. */
+static int stream_spec(const fval_t *v, mqd_start_t *st)
+{
+    switch (v->type) {
+    case PN_STRING:
+    case PN_SYMBOL:
+        if (sym_eq(v->b, "first"))
+            *st = (mqd_start_t){.kind = MQD_START_FIRST};
+        else if (sym_eq(v->b, "next"))
+            *st = (mqd_start_t){.kind = MQD_START_LAST};
+        else if (sym_eq(v->b, "last"))
+            *st = (mqd_start_t){.kind = MQD_START_LAST, .value = 1}; /* the last record itself */
+        else
+            return MQD_EINVAL;
+        return 0;
+    case PN_ULONG:
+    case PN_UINT: *st = (mqd_start_t){MQD_START_OFFSET, true, (int64_t)v->u}; return 0;
+    case PN_LONG:
+    case PN_INT: *st = (mqd_start_t){MQD_START_OFFSET, true, v->i}; return 0;
+    case PN_TIMESTAMP: *st = (mqd_start_t){MQD_START_TIME, true, v->i}; return 0;
+    default: return MQD_EINVAL;
+    }
+}
+
+static bool is_selector(pn_bytes_t key, const fval_t *desc)
+{
+    return (desc->type == PN_SYMBOL && sym_eq(desc->b, SELECTOR_SYM)) ||
+           (desc->type == PN_ULONG && desc->u == SELECTOR_CODE) || sym_eq(key, SELECTOR_SYM);
+}
+
+/* One filter entry; `applied` true when mqd honours it (then it is echoed). */
+static int filter_entry(mqd_lstate_t *ls, pn_bytes_t key, const fval_t *desc, const fval_t *val,
+                        bool *applied, char *err, size_t errlen)
+{
+    *applied = false;
+    if (is_selector(key, desc)) {
+        if (val->type != PN_STRING)
+            return MQD_EINVAL;
+        int rc = mqd_selector_start_parse(val->b.start, val->b.size, &ls->start);
+        if (rc == MQD_ENOENT) {
+            if (ls->sel)
+                mqd_selector_free(ls->sel);
+            ls->sel = NULL;
+            rc = mqd_selector_compile(val->b.start, val->b.size, &ls->sel, err, errlen);
+        }
+        *applied = rc == 0;
+        return rc;
+    }
+    if ((desc->type == PN_SYMBOL && sym_eq(desc->b, STREAM_SPEC_SYM)) || sym_eq(key, STREAM_SPEC_SYM)) {
+        int rc = stream_spec(val, &ls->start);
+        *applied = rc == 0;
+        return rc;
+    }
+    return 0; /* not ours: not echoed, so the client can tell */
+}
+
+static void echo_entry(pn_data_t *lf, pn_bytes_t key, const fval_t *desc, const fval_t *val)
+{
+    pn_data_put_symbol(lf, key);
+    if (desc->type == PN_NULL) {
+        put_scalar(lf, val);
+        return;
+    }
+    pn_data_put_described(lf);
+    pn_data_enter(lf);
+    put_scalar(lf, desc);
+    put_scalar(lf, val);
+    pn_data_exit(lf);
+}
+
+/* Reads the source filter-set; writes the filters applied into the local source. */
+static int parse_filters(mqd_lstate_t *ls, pn_terminus_t *rs, pn_terminus_t *local, char *err,
+                         size_t errlen)
+{
+    pn_data_t *rf = pn_terminus_filter(rs), *lf = pn_terminus_filter(local);
+    int rc = 0;
+    if (!rf || !lf)
+        return 0;
+    pn_data_clear(lf);
+    pn_data_rewind(rf);
+    if (!pn_data_next(rf) || pn_data_type(rf) != PN_MAP)
+        return 0;
+    size_t n = pn_data_get_map(rf);
+    pn_data_put_map(lf);
+    pn_data_enter(lf);
+    pn_data_enter(rf);
+    for (size_t i = 0; i + 1 < n && rc == 0; i += 2) {
+        if (!pn_data_next(rf))
+            break;
+        pn_bytes_t key = pn_data_type(rf) == PN_SYMBOL   ? pn_data_get_symbol(rf)
+                         : pn_data_type(rf) == PN_STRING ? pn_data_get_string(rf)
+                                                         : pn_bytes(0, NULL);
+        if (!pn_data_next(rf))
+            break;
+        fval_t desc, val;
+        bool applied = false;
+        if (filter_value(rf, &desc, &val))
+            rc = filter_entry(ls, key, &desc, &val, &applied, err, errlen);
+        if (applied)
+            echo_entry(lf, key, &desc, &val);
+    }
+    pn_data_exit(rf);
+    pn_data_exit(lf);
+    if (rc != 0 && err[0] == '\0')
+        snprintf(err, errlen, "unsupported filter value");
+    return rc;
+}
+
+static int read_epoch(pn_link_t *l, mqd_lstate_t *ls)
+{
+    pn_data_t *p = pn_link_remote_properties(l);
+    if (!p)
+        return 0; /* the peer sent no link properties */
+    pn_data_rewind(p);
+    if (!pn_data_next(p) || pn_data_type(p) != PN_MAP)
+        return 0;
+    size_t n = pn_data_get_map(p);
+    pn_data_enter(p);
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        if (!pn_data_next(p))
+            break;
+        bool is_epoch = pn_data_type(p) == PN_SYMBOL && sym_eq(pn_data_get_symbol(p), EPOCH_SYM);
+        if (!pn_data_next(p))
+            break;
+        if (!is_epoch)
+            continue;
+        if (pn_data_type(p) == PN_LONG)
+            ls->epoch = pn_data_get_long(p);
+        else if (pn_data_type(p) == PN_INT)
+            ls->epoch = pn_data_get_int(p);
+        else
+            continue;
+        ls->has_epoch = true;
+    }
+    pn_data_exit(p);
+    return 0;
+}
+
+/* The offset of partition i where a start position points. */
+static uint64_t start_offset(const mqd_start_t *st, mqd_plog_t *log)
+{
+    uint64_t first = mqd_plog_start_offset(log), end = mqd_plog_stable_offset(log), off = first;
+    switch (st->kind) {
+    case MQD_START_FIRST: off = first; break;
+    case MQD_START_LAST: off = st->value == 1 && end > first ? end - 1 : end; break;
+    case MQD_START_OFFSET:
+        if (st->value < 0)
+            off = first; /* '-1': the beginning */
+        else
+            off = (uint64_t)st->value + (st->inclusive ? 0 : 1);
+        break;
+    case MQD_START_TIME:
+        if (mqd_plog_offset_for_time(log, st->value + (st->inclusive ? 0 : 1), &off) != 0)
+            off = end;
+        break;
+    default: break;
+    }
+    return off < first ? first : off > end ? end : off;
+}
+
+/* Applies the link's start position to the partitions it will read. A group that
+ * already has members keeps its position: a filter only moves a group nobody reads. */
+static void apply_start(mqd_lstate_t *ls)
+{
+    mqd_topic_t *t = ls->topic;
+    if (ls->start.kind == MQD_START_NONE)
+        return;
+    if (ls->kind == MQD_LS_BROWSER) {
+        for (uint32_t i = 0; i < ls->browse_n; i++)
+            if (!ls->manual || i == ls->part)
+                ls->browse_next[i] = start_offset(&ls->start, t->parts[i].log);
+        return;
+    }
+    mqd_group_t *g = ls->group;
+    if (g->n_members > 1 && !ls->manual)
+        return;
+    for (uint32_t i = 0; i < g->ncur; i++)
+        if (!ls->manual || i == ls->part)
+            mqd_cursor_seek(&g->cur[i], &t->parts[i], start_offset(&ls->start, t->parts[i].log));
+}
+
+/* Resolves the source address into topic, group and partition; 0 or refuses. */
+static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool browse,
+                          mqd_topic_t **t, mqd_addr_t *a)
+{
+    mqd_server_t *s = c->srv;
+    if (mqd_addr_parse(addr, strlen(addr), a) != 0 || a->kind == MQD_ADDR_PARTITION) {
+        mqd_link_refuse(l, "amqp:not-found", "cannot receive from address '%s'", addr);
+        return MQD_EINVAL;
+    }
+    if (!mqd_auth_allowed(c, browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE, a->topic)) {
+        mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to receive from '%s'", addr);
+        return MQD_EINVAL;
+    }
+    bool create = s->conf->auto_create_topics && strncmp(a->topic, "$tmp.", 5) != 0;
+    if (mqd_topic_get(s, a->topic, create, 0, t) != 0) {
+        mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a->topic);
+        return MQD_ENOENT;
+    }
+    if (a->kind == MQD_ADDR_GROUP_PARTITION && a->partition >= (*t)->nparts) {
+        mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
+        return MQD_ENOENT;
+    }
+    if (a->kind != MQD_ADDR_TOPIC && strcmp(a->group, MQD_SHARED_GROUP) == 0) {
+        mqd_link_refuse(l, "amqp:resource-locked", "group $shared is in shared mode: '%s'", addr);
+        return MQD_EINVAL;
+    }
+    return 0;
+}
+
+static int consumer_join(mqd_lstate_t *ls, mqd_addr_t *a)
+{
+    const char *gname = a->kind == MQD_ADDR_TOPIC ? MQD_SHARED_GROUP : a->group;
+    mqd_group_t *g;
+    int rc = mqd_group_get(ls->topic, gname, &g);
+    if (rc != 0) {
+        mqd_link_refuse(ls->link, "amqp:internal-error", "cannot open group of '%s'", ls->name);
+        return rc;
+    }
+    rc = mqd_group_join(g, ls);
+    if (rc == MQD_EEXIST)
+        mqd_link_refuse(ls->link, "amqp:link:stolen",
+                        "a receiver with a higher epoch reads this partition%s", "");
+    else if (rc == MQD_EAGAIN)
+        mqd_link_refuse(ls->link, "amqp:resource-locked",
+                        "another receiver of this group reads this partition%s", "");
+    return rc;
+}
+
+void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
+{
+    pn_terminus_t *rs = pn_link_remote_source(l), *src = pn_link_source(l);
+    mqd_topic_t *t = NULL;
+    mqd_addr_t a = {.kind = MQD_ADDR_TOPIC};
+    pn_terminus_copy(src, rs);
+    pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
+    bool browse = pn_terminus_get_distribution_mode(rs) == PN_DIST_MODE_COPY;
+    const char *addr = pn_terminus_get_address(rs);
+    if (pn_terminus_is_dynamic(rs)) {
+        if (dynamic_topic(c, src, &t) != 0)
+            return mqd_link_refuse(l, "amqp:internal-error", "cannot create a dynamic node%s", "");
+    } else if (!addr) {
+        return mqd_link_refuse(l, "amqp:not-found", "a receiver needs a source address%s", "");
+    } else if (strcasecmp(addr, "$management") == 0) {
+        if (management_reply_node(c, l, &t) != 0)
+            return;
+    } else if (resolve_source(c, l, addr, browse, &t, &a) != 0) {
+        return;
+    }
+    mqd_lstate_t *ls = mqd_lstate_new(c, l, browse ? MQD_LS_BROWSER : MQD_LS_CONSUMER);
+    if (!ls)
+        return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+    ls->topic = t;
+    ls->manual = a.kind == MQD_ADDR_GROUP_PARTITION;
+    ls->part = a.partition;
+    snprintf(ls->name, sizeof ls->name, "%s/%s", c->peer, pn_link_name(l));
+    char err[256] = "";
+    if (parse_filters(ls, rs, src, err, sizeof err) != 0)
+        return mqd_link_refuse(l, "amqp:invalid-field", "bad filter: %s", err);
+    read_epoch(l, ls);
+    if (browse) {
+        ls->browse_next = calloc(t->nparts, sizeof *ls->browse_next);
+        ls->browse_n = ls->browse_next ? t->nparts : 0;
+        for (uint32_t i = 0; i < ls->browse_n; i++)
+            ls->browse_next[i] = ls->manual && i != ls->part ? UINT64_MAX
+                                                             : mqd_plog_start_offset(t->parts[i].log);
+    } else if (consumer_join(ls, &a) != 0) {
+        return;
+    }
+    apply_start(ls);
+    mqd_dlist_push(&t->consumers, &ls->tnode);
+    pn_link_set_max_message_size(l, c->srv->conf->max_message_size);
+    pn_link_open(l);
+    mqd_topic_dispatch_soon(t);
+}
+
+/* ---------------------------------------------------------------- delivery */
+
+static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const mqd_msg_info_t *mi,
+                   uint32_t dcount)
+{
+    mqd_server_t *s = ls->conn->srv;
+    mqd_msg_ann_t ann = {
+        .partition_id = (int32_t)part,
+        .offset = (int64_t)rec->offset,
+        .enqueued_ms = rec->timestamp_ms,
+        .pkey = mi->partition_key.len ? rec->data + mi->partition_key.off : NULL,
+        .pkey_len = mi->partition_key.len,
+        .delivery_count = dcount,
+    };
+    int rc = mqd_msg_annotate(rec->data, rec->len, mi, &ann, &s->scratch);
+    if (rc != 0)
+        return rc;
+    char tag[12];
+    memcpy(tag, &part, 4);
+    memcpy(tag + 4, &rec->offset, 8);
+    pn_delivery_t *d = pn_delivery(ls->link, pn_dtag(tag, sizeof tag));
+    pn_link_send(ls->link, (const char *)s->scratch.p, s->scratch.len);
+    pn_link_advance(ls->link);
+    ls->topic->msgs_out++;
+    ls->topic->bytes_out += s->scratch.len;
+    if (ls->kind == MQD_LS_BROWSER)
+        pn_delivery_settle(d);
+    else
+        ls->unsettled++;
+    mqd_conn_mark_dirty(ls->conn);
+    return 0;
+}
+
+static bool expired(const mqd_rec_t *rec, const mqd_msg_info_t *mi, int64_t now)
+{
+    if (mi->absolute_expiry_time > 0 && mi->absolute_expiry_time <= now)
+        return true;
+    return mi->has_ttl && mi->ttl_ms > 0 && rec->timestamp_ms + (int64_t)mi->ttl_ms <= now;
+}
+
+/* Copies a record to T/$DeadLetterQueue with annotations naming its origin. */
+static void dead_letter(mqd_topic_t *t, uint32_t part, const mqd_rec_t *rec,
+                        const mqd_msg_info_t *mi, const char *reason)
+{
+    mqd_server_t *s = t->srv;
+    char name[MQD_NAME_MAX + 1], origin[MQD_NAME_MAX + 48];
+    if (strstr(t->name, DLQ_SUFFIX) || snprintf(name, sizeof name, "%s%s", t->name, DLQ_SUFFIX) >=
+                                           (int)sizeof name)
+        return; /* a dead-letter queue does not dead-letter again */
+    mqd_topic_t *dlq;
+    if (mqd_topic_get(s, name, true, 1, &dlq) != 0)
+        return;
+    snprintf(origin, sizeof origin, "%s/Partitions/%u@%llu", t->name, part,
+             (unsigned long long)rec->offset);
+    mqd_msg_ann_t ann = {.partition_id = (int32_t)part, .offset = (int64_t)rec->offset,
+                         .enqueued_ms = rec->timestamp_ms, .delivery_count = mi->delivery_count,
+                         .dlq_reason = reason, .dlq_origin = origin};
+    if (mqd_msg_annotate(rec->data, rec->len, mi, &ann, &s->scratch) == 0)
+        mqd_part_append(&dlq->parts[0], s->scratch.p, s->scratch.len, NULL, NULL, NULL);
+}
+
+static size_t browse_pump(mqd_lstate_t *ls)
+{
+    mqd_topic_t *t = ls->topic;
+    mqd_server_t *s = t->srv;
+    mqd_read_t *rd = &s->browse_rd;
+    for (uint32_t k = 0; k < ls->browse_n; k++) {
+        uint32_t i = (t->rr_part + k) % ls->browse_n;
+        if (ls->browse_next[i] == UINT64_MAX)
+            continue;
+        int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], UINT64_MAX, 1,
+                               s->conf->prefetch_bytes, rd);
+        if (rc == MQD_ERANGE) {
+            ls->browse_next[i] = mqd_plog_start_offset(t->parts[i].log);
+            continue;
+        }
+        if (rc != 0 || rd->n == 0)
+            continue;
+        const mqd_rec_t *rec = &rd->recs[0];
+        mqd_msg_info_t mi;
+        ls->browse_next[i] = rec->offset + 1;
+        if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
+            mqd_msg_scan(rec->data, rec->len, &mi) != 0 ||
+            (ls->sel && !mqd_selector_match(ls->sel, rec->data, rec->len, &mi)))
+            return 1; /* skipped: counts as progress so the caller tries again */
+        deliver(ls, i, rec, &mi, 0);
+        t->rr_part = i + 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* What to do with a record before it goes out: 0 deliver, 1 consumed without delivery. */
+static int screen(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_info_t *mi,
+                  uint32_t dc)
+{
+    mqd_topic_t *t = ls->topic;
+    if (mqd_msg_scan(rec->data, rec->len, mi) != 0) {
+        MQD_WARN("link", "skipping unparseable record %s/%u@%llu", t->name, i,
+                 (unsigned long long)rec->offset);
+        return 1;
+    }
+    if (expired(rec, mi, mqd_now_ms())) {
+        t->msgs_expired++;
+        return 1;
+    }
+    if (t->conf.max_delivery_count && dc >= t->conf.max_delivery_count) {
+        dead_letter(t, i, rec, mi, "max_delivery_count reached");
+        t->msgs_dead++;
+        return 1;
+    }
+    if (ls->sel && !mqd_selector_match(ls->sel, rec->data, rec->len, mi))
+        return 1; /* the group's offset moves past what this link does not select */
+    return 0;
+}
+
+static size_t group_pump(mqd_lstate_t *ls)
+{
+    mqd_topic_t *t = ls->topic;
+    mqd_group_t *g = ls->group;
+    for (uint32_t k = 0; k < g->ncur; k++) {
+        uint32_t i = (t->rr_part + k) % g->ncur;
+        if (!mqd_group_may_deliver(g, ls, i))
+            continue;
+        mqd_rec_t rec;
+        mqd_msg_info_t mi;
+        uint32_t dc;
+        for (int n = 0; n < 256 && mqd_cursor_next(&g->cur[i], &t->parts[i], &rec, &dc); n++) {
+            if (screen(ls, i, &rec, &mi, dc) == 0 && deliver(ls, i, &rec, &mi, dc) == 0) {
+                t->rr_part = i + 1;
+                return 1;
+            }
+            mqd_cursor_done(&g->cur[i], rec.offset);
+        }
+    }
+    return 0;
+}
+
+/* One delivery if the link has credit and a record is ready; honours drain. */
+size_t mqd_consumer_pump(mqd_lstate_t *ls)
+{
+    if (ls->conn->closed || pn_link_credit(ls->link) <= 0 ||
+        pn_link_state(ls->link) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE))
+        return 0;
+    size_t n = ls->kind == MQD_LS_BROWSER ? browse_pump(ls) : ls->group ? group_pump(ls) : 0;
+    if (n == 0 && pn_link_get_drain(ls->link)) {
+        pn_link_drained(ls->link);
+        mqd_conn_mark_dirty(ls->conn);
+    }
+    return n;
+}
+
+/* A rejected record goes to the dead-letter queue when the topic asks for it. */
+static void rejected(mqd_lstate_t *ls, uint32_t part, uint64_t off)
+{
+    mqd_topic_t *t = ls->topic;
+    t->msgs_rejected++;
+    if (!t->conf.dead_letter)
+        return;
+    mqd_read_t *rd = &t->srv->browse_rd;
+    mqd_msg_info_t mi;
+    if (mqd_plog_read(t->parts[part].log, off, off + 1, 1, 1, rd) == 0 && rd->n == 1 &&
+        mqd_msg_scan(rd->recs[0].data, rd->recs[0].len, &mi) == 0)
+        dead_letter(t, part, &rd->recs[0], &mi, "rejected");
+}
+
+void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
+{
+    uint64_t state = pn_delivery_remote_state(d);
+    if (!pn_delivery_settled(d) && state == 0)
+        return; /* nothing decided yet */
+    mqd_group_t *g = ls->group;
+    uint32_t part;
+    uint64_t off;
+    tag_decode(d, &part, &off);
+    if (ls->kind == MQD_LS_CONSUMER && g && part < g->ncur) {
+        mqd_cursor_t *cur = &g->cur[part];
+        if (state == PN_RELEASED) {
+            mqd_cursor_release(cur, off, false);
+        } else if (state == PN_MODIFIED) {
+            mqd_cursor_release(cur, off, pn_disposition_is_failed(pn_delivery_remote(d)));
+        } else {
+            if (state == PN_REJECTED)
+                rejected(ls, part, off);
+            mqd_cursor_done(cur, off); /* accepted, rejected, or settled without outcome */
+        }
+        if (ls->unsettled)
+            ls->unsettled--;
+        mqd_group_settled(g, part);
+        mqd_topic_dispatch_soon(ls->topic);
+    }
+    if (!pn_delivery_settled(d))
+        pn_delivery_update(d, state);
+    pn_delivery_settle(d);
+}

@@ -1,0 +1,21 @@
+/* Internals shared by the link handlers: link.c (events, producers, management) and
+ * consumer.c (consumers, browsers). */
+#ifndef MQD_LINK_INT_H
+#define MQD_LINK_INT_H
+
+#include "server/broker.h"
+
+/* Opens the link and closes it at once with `cond` and a description (fmt with one %s). */
+void mqd_link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char *arg);
+/* Allocates a link state and makes it the link's context. */
+mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind);
+/* The node that holds replies sent to `addr` (see link.c). */
+void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen);
+
+/* consumer.c */
+void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l);
+void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d);
+/* Releases what a consumer/browser link holds and leaves its group (lstate freed by the caller). */
+void mqd_consumer_free(mqd_lstate_t *ls);
+
+#endif

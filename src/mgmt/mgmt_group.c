@@ -1,0 +1,251 @@
+/* Management of consumer groups (com.mqd:consumergroup): a group is named "TOPIC/GROUP"
+ * (split at the last '/', topics may hold '/'), or by the properties `topic` and `group`. */
+#include "config.h"
+#include "group/group.h"
+#include "mgmt/mgmt_int.h"
+#include "server/broker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef struct gref {
+    char topic[MQD_NAME_MAX + 1];
+    char group[MQD_NAME_MAX + 1];
+} gref_t;
+
+/* Fills g from topic/group properties or the name; 0, or a status already set. */
+static int group_ref(mqd_mgmt_req_t *r, gref_t *g, bool need_group)
+{
+    const char *tp = mqd_mgmt_arg_str(r, "topic"), *gp = mqd_mgmt_arg_str(r, "group");
+    const char *slash = r->name ? strrchr(r->name, '/') : NULL;
+    g->topic[0] = g->group[0] = '\0';
+    if (tp)
+        snprintf(g->topic, sizeof g->topic, "%s", tp);
+    else if (r->name && slash && need_group)
+        snprintf(g->topic, sizeof g->topic, "%.*s", (int)(slash - r->name), r->name);
+    else if (r->name)
+        snprintf(g->topic, sizeof g->topic, "%s", r->name);
+    if (gp)
+        snprintf(g->group, sizeof g->group, "%s", gp);
+    else if (slash && !tp)
+        snprintf(g->group, sizeof g->group, "%s", slash + 1);
+    if (need_group && (!g->topic[0] || !g->group[0]))
+        return mqd_mgmt_fail(r, 400, "name \"TOPIC/GROUP\" (or properties topic and group) required");
+    return 0;
+}
+
+static mqd_topic_t *find_topic(mqd_mgmt_req_t *r, const char *name)
+{
+    mqd_topic_t *t = mqd_topic_find(r->s, name);
+    if (!t || t->temporary) {
+        mqd_mgmt_fail(r, 404, "no topic '%s'", name);
+        return NULL;
+    }
+    return t;
+}
+
+static const char *mode_name(mqd_group_mode_t m)
+{
+    return m == MQD_GROUP_SHARED ? "shared" : "exclusive";
+}
+
+/* ---- QUERY: one row per group ---- */
+
+typedef struct qctx {
+    mqd_topic_t *t;
+    pn_data_t *d;
+} qctx_t;
+
+static int sum_lag(const mqd_group_part_info_t *pi, void *arg)
+{
+    *(uint64_t *)arg += pi->lag;
+    return 0;
+}
+
+static int query_one(const char *group, mqd_group_mode_t mode, size_t members, void *arg)
+{
+    qctx_t *q = arg;
+    uint64_t lag = 0;
+    mqd_group_describe(q->t, group, sum_lag, &lag);
+    pn_data_put_map(q->d);
+    pn_data_enter(q->d);
+    mqd_mgmt_kv_str(q->d, "topic", q->t->name);
+    mqd_mgmt_kv_str(q->d, "group", group);
+    mqd_mgmt_kv_str(q->d, "mode", mode_name(mode));
+    mqd_mgmt_kv_long(q->d, "members", (int64_t)members);
+    mqd_mgmt_kv_long(q->d, "lag", (int64_t)lag);
+    pn_data_exit(q->d);
+    return 0;
+}
+
+static int group_query(mqd_mgmt_req_t *r)
+{
+    gref_t g;
+    group_ref(r, &g, false);
+    qctx_t q = {.d = r->out};
+    if (g.topic[0] && !(q.t = find_topic(r, g.topic)))
+        return r->status;
+    pn_data_put_list(r->out);
+    pn_data_enter(r->out);
+    if (q.t) {
+        mqd_group_list(q.t, query_one, &q);
+    } else {
+        for (size_t i = 0; i < r->s->topics_cap; i++)
+            for (mqd_topic_t *t = r->s->topics[i]; t; t = t->hnext)
+                if (!t->temporary) {
+                    q.t = t;
+                    mqd_group_list(t, query_one, &q);
+                }
+    }
+    pn_data_exit(r->out);
+    return 200;
+}
+
+/* ---- READ: per-partition offsets ---- */
+
+typedef struct rctx {
+    pn_data_t *d;
+    uint64_t lag;
+} rctx_t;
+
+static int read_part(const mqd_group_part_info_t *pi, void *arg)
+{
+    rctx_t *x = arg;
+    pn_data_put_map(x->d);
+    pn_data_enter(x->d);
+    mqd_mgmt_kv_long(x->d, "partition", pi->partition);
+    mqd_mgmt_kv_long(x->d, "committed", (int64_t)pi->committed);
+    mqd_mgmt_kv_long(x->d, "log_start", (int64_t)pi->log_start);
+    mqd_mgmt_kv_long(x->d, "log_end", (int64_t)pi->log_end);
+    mqd_mgmt_kv_long(x->d, "lag", (int64_t)pi->lag);
+    mqd_mgmt_kv_long(x->d, "inflight", (int64_t)pi->inflight);
+    mqd_mgmt_kv_str(x->d, "owner", pi->owner);
+    pn_data_exit(x->d);
+    x->lag += pi->lag;
+    return 0;
+}
+
+typedef struct mctx {
+    const char *group;
+    size_t members;
+    mqd_group_mode_t mode;
+    bool found;
+} mctx_t;
+
+static int find_members(const char *group, mqd_group_mode_t mode, size_t members, void *arg)
+{
+    mctx_t *m = arg;
+    if (strcasecmp(group, m->group) == 0) {
+        m->members = members;
+        m->mode = mode;
+        m->found = true;
+    }
+    return 0;
+}
+
+static int describe(mqd_mgmt_req_t *r, mqd_topic_t *t, const char *group, int ok_status)
+{
+    mctx_t m = {.group = group};
+    mqd_group_list(t, find_members, &m);
+    pn_data_t *d = r->out;
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    mqd_mgmt_kv_str(d, "topic", t->name);
+    mqd_mgmt_kv_str(d, "group", group);
+    mqd_mgmt_kv_str(d, "mode", m.found ? mode_name(m.mode) : NULL);
+    mqd_mgmt_kv_long(d, "members", (int64_t)m.members);
+    mqd_mgmt_kv_enter(d, "partitions", true);
+    rctx_t x = {.d = d};
+    int rc = mqd_group_describe(t, group, read_part, &x);
+    pn_data_exit(d);
+    mqd_mgmt_kv_long(d, "lag", (int64_t)x.lag);
+    pn_data_exit(d);
+    if (rc == MQD_ENOENT)
+        return mqd_mgmt_fail(r, 404, "no group '%s' on topic '%s'", group, t->name);
+    if (rc != 0)
+        return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "%s", mqd_strerror(rc));
+    return ok_status;
+}
+
+static int group_read(mqd_mgmt_req_t *r)
+{
+    gref_t g;
+    if (group_ref(r, &g, true) != 0)
+        return r->status;
+    mqd_topic_t *t = find_topic(r, g.topic);
+    return t ? describe(r, t, g.group, 200) : r->status;
+}
+
+/* ---- RESET: to = earliest | latest | offset | time (value), or "N" / "@MS" ---- */
+
+static int reset_how(mqd_mgmt_req_t *r, mqd_reset_t *how, int64_t *value)
+{
+    const char *to = mqd_mgmt_arg_str(r, "to");
+    bool has_value = mqd_mgmt_arg_int(r, "value", value);
+    char *end;
+    if (!to)
+        return mqd_mgmt_fail(r, 400, "'to' (earliest|latest|offset|time) is required");
+    if (strcmp(to, "earliest") == 0) {
+        *how = MQD_RESET_EARLIEST;
+    } else if (strcmp(to, "latest") == 0) {
+        *how = MQD_RESET_LATEST;
+    } else if (strcmp(to, "offset") == 0 || strcmp(to, "time") == 0) {
+        if (!has_value || *value < 0)
+            return mqd_mgmt_fail(r, 400, "reset to %s needs a non-negative 'value'", to);
+        *how = to[0] == 'o' ? MQD_RESET_OFFSET : MQD_RESET_TIME;
+    } else if (to[0] == '@' && to[1] && (*value = strtoll(to + 1, &end, 10)) >= 0 && !*end) {
+        *how = MQD_RESET_TIME;
+    } else if (to[0] && (*value = strtoll(to, &end, 10)) >= 0 && !*end) {
+        *how = MQD_RESET_OFFSET;
+    } else {
+        return mqd_mgmt_fail(r, 400, "bad reset target '%s'", to);
+    }
+    return 0;
+}
+
+static int group_reset(mqd_mgmt_req_t *r)
+{
+    gref_t g;
+    mqd_reset_t how = MQD_RESET_EARLIEST;
+    int64_t value = 0;
+    if (group_ref(r, &g, true) != 0 || reset_how(r, &how, &value) != 0)
+        return r->status;
+    mqd_topic_t *t = find_topic(r, g.topic);
+    if (!t)
+        return r->status;
+    int rc = mqd_group_reset(t, g.group, how, value);
+    if (rc == MQD_ESTATE)
+        return mqd_mgmt_fail(r, 409, "group has live members");
+    if (rc != 0)
+        return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "reset failed: %s", mqd_strerror(rc));
+    MQD_NOTICE("mgmt", "reset group %s of topic %s", g.group, g.topic);
+    return describe(r, t, g.group, 200);
+}
+
+static int group_delete(mqd_mgmt_req_t *r)
+{
+    gref_t g;
+    if (group_ref(r, &g, true) != 0)
+        return r->status;
+    mqd_topic_t *t = find_topic(r, g.topic);
+    if (!t)
+        return r->status;
+    int rc = mqd_group_delete(t, g.group);
+    if (rc == MQD_ESTATE)
+        return mqd_mgmt_fail(r, 409, "group has live members");
+    if (rc == MQD_ENOENT)
+        return mqd_mgmt_fail(r, 404, "no group '%s' on topic '%s'", g.group, g.topic);
+    if (rc != 0)
+        return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "delete failed: %s", mqd_strerror(rc));
+    return 204;
+}
+
+const mqd_mgmt_op_t mqd_mgmt_group_ops[] = {
+    {MQD_MGMT_T_GROUP, "QUERY", group_query},
+    {MQD_MGMT_T_GROUP, "READ", group_read},
+    {MQD_MGMT_T_GROUP, "RESET", group_reset},
+    {MQD_MGMT_T_GROUP, "DELETE", group_delete},
+};
+const size_t mqd_mgmt_n_group_ops = MQD_ARRAY_LEN(mqd_mgmt_group_ops);

@@ -1,0 +1,60 @@
+/* mgmt internals: one request being answered, and the per-type operation tables. */
+#ifndef MQD_MGMT_INT_H
+#define MQD_MGMT_INT_H
+
+#include "mqd.h"
+
+#include <jansson.h>
+#include <proton/codec.h>
+
+struct mqd_server;
+struct mqd_conn;
+
+/* Type names (application property `type`). */
+#define MQD_MGMT_T_TOPIC "com.mqd:topic"
+#define MQD_MGMT_T_GROUP "com.mqd:consumergroup"
+#define MQD_MGMT_T_CONN "com.mqd:connection"
+#define MQD_MGMT_T_BROKER "com.mqd:broker"
+#define MQD_MGMT_T_EVENTHUB "com.microsoft:eventhub"
+#define MQD_MGMT_T_PARTITION "com.microsoft:partition"
+
+typedef struct mqd_mgmt_req {
+    struct mqd_server *s;
+    struct mqd_conn *c;
+    json_t *props;     /* application-properties as an object (owned; never NULL) */
+    json_t *body;      /* amqp-value body when it is a map (owned), else NULL */
+    const char *op;    /* borrowed from props */
+    const char *type;
+    const char *name;  /* may be NULL */
+    pn_data_t *out;    /* reply body (the reply message's; borrowed) */
+    int status;
+    char desc[256];    /* statusDescription; empty = the status's standard text */
+} mqd_mgmt_req_t;
+
+/* A handler fills r->out and returns the status code (or calls mqd_mgmt_fail). */
+typedef struct mqd_mgmt_op {
+    const char *type;
+    const char *op;
+    int (*fn)(mqd_mgmt_req_t *r);
+} mqd_mgmt_op_t;
+
+extern const mqd_mgmt_op_t mqd_mgmt_topic_ops[];
+extern const size_t mqd_mgmt_n_topic_ops;
+extern const mqd_mgmt_op_t mqd_mgmt_group_ops[];
+extern const size_t mqd_mgmt_n_group_ops;
+
+int mqd_mgmt_fail(mqd_mgmt_req_t *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int mqd_mgmt_status_of(int rc);
+const char *mqd_mgmt_arg_str(mqd_mgmt_req_t *r, const char *key);
+bool mqd_mgmt_arg_int(mqd_mgmt_req_t *r, const char *key, int64_t *out);
+
+/* Map entries with string keys; v NULL -> null. */
+void mqd_mgmt_kv_str(pn_data_t *d, const char *k, const char *v);
+void mqd_mgmt_kv_long(pn_data_t *d, const char *k, int64_t v);
+void mqd_mgmt_kv_int(pn_data_t *d, const char *k, int32_t v);
+void mqd_mgmt_kv_bool(pn_data_t *d, const char *k, bool v);
+void mqd_mgmt_kv_ts(pn_data_t *d, const char *k, int64_t ms);
+void mqd_mgmt_kv_enter(pn_data_t *d, const char *k, bool list);
+
+#endif

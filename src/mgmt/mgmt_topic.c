@@ -1,0 +1,319 @@
+/* Management of topics (com.mqd:topic) and the Event Hubs runtime-information READs
+ * (com.microsoft:eventhub, com.microsoft:partition). */
+#include "config.h"
+#include "mgmt/mgmt_int.h"
+#include "mgmt/mgmt_json.h"
+#include "server/broker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Request keys that are not topic settings. */
+static const char *const not_config[] = {"partitions", "name", "operation", "type", "config"};
+
+static bool is_config_key(const char *k)
+{
+    for (size_t i = 0; i < MQD_ARRAY_LEN(not_config); i++)
+        if (strcmp(k, not_config[i]) == 0)
+            return false;
+    return true;
+}
+
+/* Settings as the topic code wants them: numbers as integers even when a client sent
+ * them as strings of digits. */
+static int add_setting(json_t *ov, const char *k, json_t *v)
+{
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        char *end;
+        long long n = strtoll(s, &end, 10);
+        if (*s && !*end)
+            return json_object_set_new(ov, k, json_integer(n));
+    }
+    return json_object_set(ov, k, v);
+}
+
+/* The settings of a CREATE/UPDATE body (top-level keys and a nested `config` map) as
+ * a JSON text for mqd_topic_create/alter; NULL when there are none. */
+static char *overrides_of(mqd_mgmt_req_t *r)
+{
+    if (!r->body)
+        return NULL;
+    json_t *ov = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(r->body, k, v) {
+        if (is_config_key(k))
+            add_setting(ov, k, v);
+    }
+    json_t *cfg = json_object_get(r->body, "config");
+    if (json_is_object(cfg))
+        json_object_foreach(cfg, k, v) add_setting(ov, k, v);
+    char *txt = json_object_size(ov) ? json_dumps(ov, JSON_COMPACT) : NULL;
+    json_decref(ov);
+    return txt;
+}
+
+static void put_effective_config(pn_data_t *d, const mqd_topic_t *t)
+{
+    const mqd_topic_conf_t *c = &t->conf;
+    mqd_mgmt_kv_enter(d, "config", false);
+    mqd_mgmt_kv_str(d, "flush", c->log.flush == MQD_FLUSH_SYNC ? "sync" : "async");
+    mqd_mgmt_kv_long(d, "flush_interval_ms", c->log.flush_interval_ms);
+    mqd_mgmt_kv_long(d, "flush_messages", (int64_t)c->log.flush_messages);
+    mqd_mgmt_kv_long(d, "segment_bytes", (int64_t)c->log.segment_bytes);
+    mqd_mgmt_kv_long(d, "segment_ms", c->log.segment_ms);
+    mqd_mgmt_kv_long(d, "retention_bytes", (int64_t)c->log.retention_bytes);
+    mqd_mgmt_kv_long(d, "retention_ms", c->log.retention_ms);
+    mqd_mgmt_kv_str(d, "retention", c->retention_consumed ? "consumed" : "default");
+    mqd_mgmt_kv_str(d, "auto_offset_reset",
+                    c->auto_offset_reset == MQD_OFFSET_RESET_LATEST ? "latest" : "earliest");
+    mqd_mgmt_kv_long(d, "max_delivery_count", c->max_delivery_count);
+    mqd_mgmt_kv_long(d, "dedup_window_ms", c->dedup_window_ms);
+    pn_data_exit(d);
+}
+
+static void put_topic(pn_data_t *d, mqd_topic_t *t)
+{
+    uint64_t size = 0;
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    mqd_mgmt_kv_str(d, "name", t->name);
+    mqd_mgmt_kv_long(d, "partitions", t->nparts);
+    mqd_mgmt_kv_ts(d, "created_at", t->created_ms);
+    put_effective_config(d, t);
+    mqd_mgmt_kv_enter(d, "overrides", false);
+    const char *k;
+    json_t *v;
+    if (t->overrides)
+        json_object_foreach(t->overrides, k, v) {
+            pn_data_put_string(d, pn_bytes(strlen(k), k));
+            mqd_mgmt_json_to_data(d, v, 1);
+        }
+    pn_data_exit(d);
+    mqd_mgmt_kv_enter(d, "partition_info", true);
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        mqd_plog_t *log = t->parts[i].log;
+        size += mqd_plog_size_bytes(log);
+        pn_data_put_map(d);
+        pn_data_enter(d);
+        mqd_mgmt_kv_long(d, "partition", i);
+        mqd_mgmt_kv_long(d, "start", (int64_t)mqd_plog_start_offset(log));
+        mqd_mgmt_kv_long(d, "end", (int64_t)mqd_plog_stable_offset(log));
+        mqd_mgmt_kv_long(d, "size_bytes", (int64_t)mqd_plog_size_bytes(log));
+        mqd_mgmt_kv_bool(d, "failed", mqd_plog_failed(log));
+        pn_data_exit(d);
+    }
+    pn_data_exit(d);
+    mqd_mgmt_kv_long(d, "size_bytes", (int64_t)size);
+    mqd_mgmt_kv_long(d, "messages_in", (int64_t)t->msgs_in);
+    mqd_mgmt_kv_long(d, "bytes_in", (int64_t)t->bytes_in);
+    mqd_mgmt_kv_long(d, "messages_out", (int64_t)t->msgs_out);
+    mqd_mgmt_kv_long(d, "bytes_out", (int64_t)t->bytes_out);
+    pn_data_exit(d);
+}
+
+/* The named, non-temporary topic, or NULL after setting a 400/404 status. */
+static mqd_topic_t *named_topic(mqd_mgmt_req_t *r)
+{
+    if (!r->name || !*r->name) {
+        mqd_mgmt_fail(r, 400, "application property 'name' is required");
+        return NULL;
+    }
+    mqd_topic_t *t = mqd_topic_find(r->s, r->name);
+    if (!t || t->temporary) {
+        mqd_mgmt_fail(r, 404, "no topic '%s'", r->name);
+        return NULL;
+    }
+    return t;
+}
+
+static bool partitions_arg(mqd_mgmt_req_t *r, uint32_t *out)
+{
+    int64_t n = 0;
+    json_t *v = r->body ? json_object_get(r->body, "partitions") : NULL;
+    if (!v)
+        v = json_object_get(r->props, "partitions");
+    if (v && !mqd_mgmt_arg_int(r, "partitions", &n))
+        return false;
+    if (n < 0 || n > 100000)
+        return false;
+    *out = (uint32_t)n;
+    return true;
+}
+
+static int topic_create(mqd_mgmt_req_t *r)
+{
+    uint32_t nparts;
+    if (!r->name || !*r->name)
+        return mqd_mgmt_fail(r, 400, "application property 'name' is required");
+    if (!partitions_arg(r, &nparts))
+        return mqd_mgmt_fail(r, 400, "partitions must be an integer in 1..100000");
+    char *ov = overrides_of(r);
+    mqd_topic_t *t;
+    int rc = mqd_topic_create(r->s, r->name, nparts, ov, &t);
+    free(ov);
+    if (rc == MQD_EEXIST)
+        return mqd_mgmt_fail(r, 409, "topic '%s' already exists", r->name);
+    if (rc == MQD_EINVAL)
+        return mqd_mgmt_fail(r, 400, "invalid topic name or setting");
+    if (rc != 0)
+        return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "cannot create topic: %s", mqd_strerror(rc));
+    put_topic(r->out, t);
+    return 201;
+}
+
+static int topic_read(mqd_mgmt_req_t *r)
+{
+    mqd_topic_t *t = named_topic(r);
+    if (!t)
+        return r->status;
+    put_topic(r->out, t);
+    return 200;
+}
+
+static int topic_update(mqd_mgmt_req_t *r)
+{
+    uint32_t nparts;
+    mqd_topic_t *t = named_topic(r);
+    if (!t)
+        return r->status;
+    if (!partitions_arg(r, &nparts))
+        return mqd_mgmt_fail(r, 400, "partitions must be an integer in 1..100000");
+    if (nparts && nparts < t->nparts)
+        return mqd_mgmt_fail(r, 400, "partitions can only grow (now %u)", t->nparts);
+    char *ov = overrides_of(r);
+    int rc = mqd_topic_alter(r->s, t, nparts, ov);
+    free(ov);
+    if (rc == MQD_EINVAL)
+        return mqd_mgmt_fail(r, 400, "invalid setting");
+    if (rc != 0)
+        return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "cannot alter topic: %s", mqd_strerror(rc));
+    put_topic(r->out, t);
+    return 200;
+}
+
+/* Links hold plain pointers to their topic: deleting under them would leave them
+ * dangling, so a topic in use is refused. */
+static size_t topic_links(mqd_server_t *s, const mqd_topic_t *t)
+{
+    size_t n = 0;
+    for (mqd_dlist_t *cn = s->conns.next; cn != &s->conns; cn = cn->next) {
+        mqd_conn_t *c = MQD_CONTAINER(cn, mqd_conn_t, node);
+        for (pn_link_t *l = pn_link_head(c->driver.connection, 0); l; l = pn_link_next(l, 0)) {
+            mqd_lstate_t *ls = pn_link_get_context(l);
+            n += ls && ls->topic == t;
+        }
+    }
+    return n;
+}
+
+static int topic_delete(mqd_mgmt_req_t *r)
+{
+    mqd_topic_t *t = named_topic(r);
+    if (!t)
+        return r->status;
+    size_t n = topic_links(r->s, t);
+    if (n)
+        return mqd_mgmt_fail(r, 409, "topic '%s' has %zu attached links", r->name, n);
+    int rc = mqd_topic_delete(r->s, t);
+    if (rc != 0)
+        return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "delete failed: %s", mqd_strerror(rc));
+    MQD_NOTICE("mgmt", "deleted topic %s", r->name);
+    return 204;
+}
+
+static int cmp_topic(const void *a, const void *b)
+{
+    return strcmp((*(mqd_topic_t *const *)a)->name, (*(mqd_topic_t *const *)b)->name);
+}
+
+static int topic_query(mqd_mgmt_req_t *r)
+{
+    mqd_server_t *s = r->s;
+    mqd_topic_t **v = calloc(s->n_topics + 1, sizeof *v);
+    if (!v)
+        return mqd_mgmt_fail(r, 500, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < s->topics_cap; i++)
+        for (mqd_topic_t *t = s->topics[i]; t && n < s->n_topics; t = t->hnext)
+            if (!t->temporary)
+                v[n++] = t;
+    qsort(v, n, sizeof *v, cmp_topic);
+    pn_data_put_list(r->out);
+    pn_data_enter(r->out);
+    for (size_t i = 0; i < n; i++)
+        put_topic(r->out, v[i]);
+    pn_data_exit(r->out);
+    free(v);
+    return 200;
+}
+
+/* ---------------------------------------------------------------- Event Hubs */
+
+static int eventhub_read(mqd_mgmt_req_t *r)
+{
+    mqd_topic_t *t = named_topic(r);
+    if (!t)
+        return r->status;
+    pn_data_t *d = r->out;
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    mqd_mgmt_kv_str(d, "name", t->name);
+    mqd_mgmt_kv_ts(d, "created_at", t->created_ms);
+    mqd_mgmt_kv_int(d, "partition_count", (int32_t)t->nparts);
+    pn_data_put_string(d, pn_bytes(strlen("partition_ids"), "partition_ids"));
+    pn_data_put_array(d, false, PN_STRING); /* the SDKs expect an AMQP array of strings */
+    pn_data_enter(d);
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        char id[16];
+        int len = snprintf(id, sizeof id, "%u", i);
+        pn_data_put_string(d, pn_bytes((size_t)len, id));
+    }
+    pn_data_exit(d);
+    pn_data_exit(d);
+    return 200;
+}
+
+static int partition_read(mqd_mgmt_req_t *r)
+{
+    mqd_topic_t *t = named_topic(r);
+    if (!t)
+        return r->status;
+    int64_t p;
+    if (!mqd_mgmt_arg_int(r, "partition", &p))
+        return mqd_mgmt_fail(r, 400, "application property 'partition' is required");
+    if (p < 0 || p >= (int64_t)t->nparts)
+        return mqd_mgmt_fail(r, 404, "no partition %lld in '%s'", (long long)p, t->name);
+    mqd_plog_t *log = t->parts[p].log;
+    uint64_t start = mqd_plog_start_offset(log), end = mqd_plog_stable_offset(log);
+    bool empty = end <= start;
+    int64_t last = end > 0 ? (int64_t)end - 1 : -1;
+    char pid[16], off[24];
+    snprintf(pid, sizeof pid, "%lld", (long long)p);
+    snprintf(off, sizeof off, "%lld", (long long)last);
+    pn_data_t *d = r->out;
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    mqd_mgmt_kv_str(d, "name", t->name);
+    mqd_mgmt_kv_str(d, "partition", pid);
+    mqd_mgmt_kv_long(d, "begin_sequence_number", (int64_t)start);
+    mqd_mgmt_kv_long(d, "last_enqueued_sequence_number", last);
+    mqd_mgmt_kv_str(d, "last_enqueued_offset", off);
+    mqd_mgmt_kv_ts(d, "last_enqueued_time_utc", mqd_plog_last_timestamp(log));
+    mqd_mgmt_kv_bool(d, "is_partition_empty", empty);
+    pn_data_exit(d);
+    return 200;
+}
+
+const mqd_mgmt_op_t mqd_mgmt_topic_ops[] = {
+    {MQD_MGMT_T_TOPIC, "CREATE", topic_create},
+    {MQD_MGMT_T_TOPIC, "READ", topic_read},
+    {MQD_MGMT_T_TOPIC, "UPDATE", topic_update},
+    {MQD_MGMT_T_TOPIC, "DELETE", topic_delete},
+    {MQD_MGMT_T_TOPIC, "QUERY", topic_query},
+    {MQD_MGMT_T_EVENTHUB, "READ", eventhub_read},
+    {MQD_MGMT_T_PARTITION, "READ", partition_read},
+};
+const size_t mqd_mgmt_n_topic_ops = MQD_ARRAY_LEN(mqd_mgmt_topic_ops);

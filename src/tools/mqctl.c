@@ -1,0 +1,745 @@
+/* mqctl: administers a running mqd through its `$management` node (see mqctl(1)).
+ *
+ * One request per run: connect (Proton proactor), attach a sender to `$management` and a
+ * receiver with a dynamic source for the reply, send, wait (bounded), print. Human tables
+ * by default, JSON with --json. Exit codes: 0 ok, 1 usage, 2 connection or
+ * authentication error, 3 not found, 4 conflict, 5 any other error. */
+#include "config.h"
+#include "mqd.h"
+#include "mgmt/mgmt_json.h"
+
+#include <jansson.h>
+#include <proton/condition.h>
+#include <proton/connection.h>
+#include <proton/delivery.h>
+#include <proton/link.h>
+#include <proton/message.h>
+#include <proton/proactor.h>
+#include <proton/sasl.h>
+#include <proton/session.h>
+#include <proton/ssl.h>
+#include <proton/transport.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { EX_OK = 0, EX_USAGE = 1, EX_CONN = 2, EX_NOTFOUND = 3, EX_CONFLICT = 4, EX_OTHER = 5 };
+
+#define T_TOPIC "com.mqd:topic"
+#define T_GROUP "com.mqd:consumergroup"
+#define T_CONN "com.mqd:connection"
+#define T_BROKER "com.mqd:broker"
+
+typedef struct opts {
+    const char *url;
+    bool json;
+    bool insecure;
+    const char *ca;
+    double timeout_s;
+} opts_t;
+
+typedef struct url {
+    bool tls;
+    char user[256], pass[256], host[256], port[16];
+} url_t;
+
+/* One management request and its reply. */
+typedef struct request {
+    const char *op, *type, *name;
+    json_t *props; /* extra application properties (strings), owned */
+    json_t *body;  /* amqp-value map, owned, or NULL */
+    /* reply */
+    int status;
+    char desc[512];
+    json_t *reply; /* owned, or NULL */
+} request_t;
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void usage(FILE *f)
+{
+    fputs("usage: mqctl [--url amqp[s]://[USER[:PASS]@]HOST[:PORT]] [--json] [--timeout SEC]\n"
+          "             [--ca FILE] [--insecure] COMMAND\n"
+          "commands:\n"
+          "  topic create NAME [--partitions N] [--config KEY=VALUE]...\n"
+          "  topic list | describe NAME | delete NAME\n"
+          "  topic alter NAME [--partitions N] [--config KEY=VALUE]...\n"
+          "  group list [TOPIC] | describe TOPIC GROUP | delete TOPIC GROUP\n"
+          "  group reset TOPIC GROUP --to earliest|latest|OFFSET|@TIME_MS\n"
+          "  connection list | close ID\n"
+          "  status | reload\n",
+          f);
+}
+
+static void die_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mqctl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs(" (see mqctl --help)\n", stderr);
+    va_end(ap);
+    exit(EX_USAGE);
+}
+
+/* ---------------------------------------------------------------- URL */
+
+static int parse_url(const char *s, url_t *u)
+{
+    memset(u, 0, sizeof *u);
+    if (strncmp(s, "amqps://", 8) == 0) {
+        u->tls = true;
+        s += 8;
+    } else if (strncmp(s, "amqp://", 7) == 0) {
+        s += 7;
+    }
+    const char *at = strrchr(s, '@');
+    if (at) {
+        const char *colon = memchr(s, ':', (size_t)(at - s));
+        size_t ulen = (size_t)((colon ? colon : at) - s);
+        if (ulen >= sizeof u->user)
+            return -1;
+        memcpy(u->user, s, ulen);
+        if (colon && (size_t)(at - colon - 1) < sizeof u->pass)
+            memcpy(u->pass, colon + 1, (size_t)(at - colon - 1));
+        s = at + 1;
+    }
+    const char *end = s + strcspn(s, "/");
+    const char *pc = NULL;
+    if (*s == '[') { /* [v6]:port */
+        const char *rb = memchr(s, ']', (size_t)(end - s));
+        if (!rb)
+            return -1;
+        snprintf(u->host, sizeof u->host, "%.*s", (int)(rb - s - 1), s + 1);
+        pc = rb[1] == ':' ? rb + 1 : NULL;
+    } else {
+        pc = memchr(s, ':', (size_t)(end - s));
+        snprintf(u->host, sizeof u->host, "%.*s", (int)((pc ? pc : end) - s), s);
+    }
+    snprintf(u->port, sizeof u->port, "%.*s", pc ? (int)(end - pc - 1) : 0, pc ? pc + 1 : "");
+    if (!u->host[0])
+        snprintf(u->host, sizeof u->host, "127.0.0.1");
+    if (!u->port[0])
+        snprintf(u->port, sizeof u->port, "%s", u->tls ? "5671" : "5672");
+    if (!u->pass[0] && getenv("MQCTL_PASSWORD"))
+        snprintf(u->pass, sizeof u->pass, "%s", getenv("MQCTL_PASSWORD"));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- AMQP client */
+
+typedef struct client {
+    pn_proactor_t *px;
+    pn_connection_t *conn;
+    pn_link_t *snd, *rcv;
+    char reply_to[512];
+    request_t *rq;
+    bool sent, done;
+    int err;           /* exit code of a failure, 0 if none */
+    char errmsg[512];
+    pn_rwbytes_t buf;
+} client_t;
+
+static void client_fail(client_t *cl, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void client_fail(client_t *cl, int code, const char *fmt, ...)
+{
+    if (!cl->err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cl->errmsg, sizeof cl->errmsg, fmt, ap);
+        va_end(ap);
+        cl->err = code;
+    }
+    if (cl->conn)
+        pn_connection_close(cl->conn);
+}
+
+static const char *cond_text(pn_condition_t *c, char *buf, size_t len)
+{
+    if (!c || !pn_condition_is_set(c))
+        return "closed by the broker";
+    const char *d = pn_condition_get_description(c);
+    snprintf(buf, len, "%s%s%s", pn_condition_get_name(c), d ? ": " : "", d ? d : "");
+    return buf;
+}
+
+static int encode_request(client_t *cl, pn_message_t *m)
+{
+    request_t *rq = cl->rq;
+    pn_message_set_address(m, "$management");
+    pn_message_set_reply_to(m, cl->reply_to);
+    pn_data_put_ulong(pn_message_id(m), (uint64_t)getpid());
+    pn_data_t *ap = pn_message_properties(m);
+    json_t *props = json_pack("{s:s, s:s}", "operation", rq->op, "type", rq->type);
+    if (rq->name)
+        json_object_set_new(props, "name", json_string(rq->name));
+    if (rq->props)
+        json_object_update(props, rq->props);
+    mqd_mgmt_json_to_data(ap, props, 0);
+    json_decref(props);
+    if (rq->body)
+        mqd_mgmt_json_to_data(pn_message_body(m), rq->body, 0);
+    size_t cap = 4096;
+    for (;;) {
+        char *nb = realloc(cl->buf.start, cap);
+        if (!nb)
+            return -1;
+        cl->buf.start = nb;
+        size_t n = cap;
+        int rc = pn_message_encode(m, nb, &n);
+        if (rc == 0) {
+            cl->buf.size = n;
+            return 0;
+        }
+        if (rc != PN_OVERFLOW || cap > (1u << 24))
+            return -1;
+        cap *= 4;
+    }
+}
+
+static void try_send(client_t *cl)
+{
+    if (cl->sent || !cl->reply_to[0] || pn_link_credit(cl->snd) <= 0)
+        return;
+    pn_message_t *m = pn_message();
+    int rc = encode_request(cl, m);
+    pn_message_free(m);
+    if (rc != 0)
+        return client_fail(cl, EX_OTHER, "cannot encode the request");
+    pn_delivery(cl->snd, pn_dtag("1", 1));
+    pn_link_send(cl->snd, cl->buf.start, cl->buf.size);
+    pn_link_advance(cl->snd);
+    cl->sent = true;
+}
+
+static void decode_reply(client_t *cl, pn_delivery_t *d)
+{
+    request_t *rq = cl->rq;
+    size_t size = pn_delivery_pending(d);
+    char *nb = realloc(cl->buf.start, size ? size : 1);
+    if (!nb)
+        return client_fail(cl, EX_OTHER, "out of memory");
+    cl->buf.start = nb;
+    ssize_t n = pn_link_recv(cl->rcv, nb, size);
+    pn_message_t *m = pn_message();
+    if (n < 0 || pn_message_decode(m, nb, (size_t)n) != 0) {
+        pn_message_free(m);
+        return client_fail(cl, EX_OTHER, "undecodable reply");
+    }
+    pn_data_t *ap = pn_message_properties(m);
+    pn_data_rewind(ap);
+    json_t *props = pn_data_next(ap) ? mqd_mgmt_data_to_json(ap, 0) : NULL;
+    json_t *sc = json_object_get(props, "statusCode");
+    json_t *sd = json_object_get(props, "statusDescription");
+    rq->status = json_is_integer(sc) ? (int)json_integer_value(sc) : 0;
+    snprintf(rq->desc, sizeof rq->desc, "%s", json_is_string(sd) ? json_string_value(sd) : "");
+    json_decref(props);
+    pn_data_t *body = pn_message_body(m);
+    pn_data_rewind(body);
+    rq->reply = pn_data_next(body) ? mqd_mgmt_data_to_json(body, 0) : NULL;
+    pn_message_free(m);
+    pn_delivery_update(d, PN_ACCEPTED);
+    pn_delivery_settle(d);
+    cl->done = true;
+    pn_connection_close(cl->conn);
+}
+
+static void on_link_open(client_t *cl, pn_link_t *l)
+{
+    if (l != cl->rcv)
+        return try_send(cl);
+    const char *a = pn_terminus_get_address(pn_link_remote_source(l));
+    if (!a || !*a)
+        return client_fail(cl, EX_OTHER, "the broker assigned no reply address");
+    snprintf(cl->reply_to, sizeof cl->reply_to, "%s", a);
+    try_send(cl);
+}
+
+static void on_delivery(client_t *cl, pn_delivery_t *d)
+{
+    pn_link_t *l = pn_delivery_link(d);
+    if (l == cl->rcv && pn_delivery_readable(d) && !pn_delivery_partial(d))
+        return decode_reply(cl, d);
+    if (l == cl->snd && pn_delivery_remote_state(d) && pn_delivery_remote_state(d) != PN_ACCEPTED) {
+        char b[512];
+        client_fail(cl, EX_OTHER, "request refused: %s",
+                    cond_text(pn_disposition_condition(pn_delivery_remote(d)), b, sizeof b));
+    }
+}
+
+static void on_remote_close(client_t *cl, pn_condition_t *cond)
+{
+    char b[512];
+    if (!cl->done)
+        client_fail(cl, EX_CONN, "%s", cond_text(cond, b, sizeof b));
+}
+
+/* Returns false once the proactor has nothing left to do. */
+static bool handle(client_t *cl, pn_event_t *e)
+{
+    switch (pn_event_type(e)) {
+    case PN_LINK_REMOTE_OPEN: on_link_open(cl, pn_event_link(e)); break;
+    case PN_LINK_FLOW: try_send(cl); break;
+    case PN_DELIVERY: on_delivery(cl, pn_event_delivery(e)); break;
+    case PN_LINK_REMOTE_CLOSE:
+        on_remote_close(cl, pn_link_remote_condition(pn_event_link(e)));
+        break;
+    case PN_CONNECTION_REMOTE_CLOSE:
+        on_remote_close(cl, pn_connection_remote_condition(cl->conn));
+        pn_connection_close(cl->conn);
+        break;
+    case PN_TRANSPORT_CLOSED:
+        pn_proactor_cancel_timeout(cl->px); /* a pending timeout keeps the proactor active */
+        if (!cl->done) {
+            char b[512];
+            client_fail(cl, EX_CONN, "%s", cond_text(pn_transport_condition(pn_event_transport(e)), b, sizeof b));
+        }
+        break;
+    case PN_PROACTOR_TIMEOUT:
+        if (!cl->done) {
+            client_fail(cl, EX_CONN, "no reply within the timeout");
+            pn_proactor_disconnect(cl->px, NULL);
+        }
+        break;
+    case PN_PROACTOR_INACTIVE: return false;
+    default: break;
+    }
+    return true;
+}
+
+static void setup_connection(client_t *cl, const url_t *u, const opts_t *o, pn_transport_t *t)
+{
+    char container[64];
+    snprintf(container, sizeof container, "mqctl-%ld", (long)getpid());
+    pn_connection_set_container(cl->conn, container);
+    pn_connection_set_hostname(cl->conn, u->host);
+    pn_sasl_t *sasl = pn_sasl(t);
+    if (u->user[0]) {
+        pn_connection_set_user(cl->conn, u->user);
+        pn_connection_set_password(cl->conn, u->pass);
+        /* PLAIN over plain TCP: the operator chose the URL; loopback is the usual case */
+        pn_sasl_set_allow_insecure_mechs(sasl, true);
+    }
+    if (u->tls) {
+        pn_ssl_domain_t *dom = pn_ssl_domain(PN_SSL_MODE_CLIENT);
+        if (o->ca)
+            pn_ssl_domain_set_trusted_ca_db(dom, o->ca);
+        pn_ssl_domain_set_peer_authentication(dom, o->insecure ? PN_SSL_ANONYMOUS_PEER
+                                                               : PN_SSL_VERIFY_PEER_NAME, NULL);
+        pn_ssl_init(pn_ssl(t), dom, NULL);
+        pn_ssl_set_peer_hostname(pn_ssl(t), u->host);
+        pn_ssl_domain_free(dom);
+    }
+    pn_session_t *ss = pn_session(cl->conn);
+    pn_session_open(ss);
+    cl->snd = pn_sender(ss, "mqctl-request");
+    pn_terminus_set_address(pn_link_target(cl->snd), "$management");
+    pn_terminus_set_address(pn_link_source(cl->snd), container);
+    pn_link_open(cl->snd);
+    cl->rcv = pn_receiver(ss, "mqctl-reply");
+    pn_terminus_set_address(pn_link_source(cl->rcv), NULL);
+    pn_terminus_set_dynamic(pn_link_source(cl->rcv), true);
+    pn_link_open(cl->rcv);
+    pn_link_flow(cl->rcv, 1);
+    pn_connection_open(cl->conn);
+}
+
+/* Sends rq and fills its reply; returns 0 or an exit code (message printed). */
+static int transact(const opts_t *o, request_t *rq)
+{
+    url_t u;
+    if (parse_url(o->url, &u) != 0)
+        die_usage("bad URL '%s'", o->url);
+    client_t cl = {.rq = rq};
+    cl.px = pn_proactor();
+    cl.conn = pn_connection();
+    pn_transport_t *t = pn_transport();
+    setup_connection(&cl, &u, o, t);
+    char addr[PN_MAX_ADDR];
+    pn_proactor_addr(addr, sizeof addr, u.host, u.port);
+    pn_proactor_connect2(cl.px, cl.conn, t, addr);
+    pn_proactor_set_timeout(cl.px, (pn_millis_t)(o->timeout_s * 1000));
+    bool more = true;
+    while (more) {
+        pn_event_batch_t *b = pn_proactor_wait(cl.px);
+        for (pn_event_t *e; (e = pn_event_batch_next(b));)
+            more = handle(&cl, e) && more;
+        pn_proactor_done(cl.px, b);
+    }
+    pn_proactor_free(cl.px);
+    free(cl.buf.start);
+    if (!cl.done && !cl.err)
+        client_fail(&cl, EX_CONN, "connection closed before the reply");
+    if (cl.err) {
+        fprintf(stderr, "mqctl: %s:%s: %s\n", u.host, u.port, cl.errmsg);
+        return cl.err;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- output */
+
+typedef struct table {
+    size_t ncols, nrows;
+    const char **head;
+    char **cells; /* nrows * ncols, owned */
+} table_t;
+
+static void table_add(table_t *t, ...)
+{
+    char **nc = realloc(t->cells, (t->nrows + 1) * t->ncols * sizeof *nc);
+    if (!nc)
+        return;
+    t->cells = nc;
+    va_list ap;
+    va_start(ap, t);
+    for (size_t i = 0; i < t->ncols; i++) {
+        const char *v = va_arg(ap, const char *);
+        nc[t->nrows * t->ncols + i] = strdup(v ? v : "-");
+    }
+    va_end(ap);
+    t->nrows++;
+}
+
+/* Left-aligned columns, two spaces apart, no trailing blanks: every row's columns start
+ * at the same positions (scripts may cut by position). */
+static void table_print(table_t *t)
+{
+    size_t w[16] = {0};
+    for (size_t c = 0; c < t->ncols && c < 16; c++) {
+        w[c] = strlen(t->head[c]);
+        for (size_t r = 0; r < t->nrows; r++) {
+            size_t l = strlen(t->cells[r * t->ncols + c]);
+            w[c] = l > w[c] ? l : w[c];
+        }
+    }
+    for (size_t r = 0; r <= t->nrows; r++) {
+        for (size_t c = 0; c < t->ncols; c++) {
+            const char *v = r == 0 ? t->head[c] : t->cells[(r - 1) * t->ncols + c];
+            if (c + 1 == t->ncols)
+                printf("%s\n", v);
+            else
+                printf("%-*s  ", (int)w[c], v);
+        }
+    }
+    for (size_t i = 0; i < t->nrows * t->ncols; i++)
+        free(t->cells[i]);
+    free(t->cells);
+}
+
+/* A reply field as text ("-" when absent). */
+static const char *fld(json_t *o, const char *k, char *buf, size_t len)
+{
+    json_t *v = json_object_get(o, k);
+    if (json_is_string(v))
+        return json_string_value(v);
+    if (json_is_integer(v))
+        snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+    else if (json_is_boolean(v))
+        snprintf(buf, len, "%s", json_is_true(v) ? "yes" : "no");
+    else
+        snprintf(buf, len, "-");
+    return buf;
+}
+
+#define F(o, k, i) fld(o, k, b[i], sizeof b[i])
+
+static void show_topics(json_t *v)
+{
+    const char *head[] = {"NAME", "PARTITIONS", "MESSAGES_IN", "MESSAGES_OUT", "SIZE_BYTES"};
+    table_t t = {.ncols = 5, .head = head};
+    size_t i;
+    json_t *o;
+    char b[5][32];
+    json_array_foreach(v, i, o)
+        table_add(&t, F(o, "name", 0), F(o, "partitions", 1), F(o, "messages_in", 2),
+                  F(o, "messages_out", 3), F(o, "size_bytes", 4));
+    table_print(&t);
+}
+
+static void show_kv(json_t *o, const char *const *keys, size_t n)
+{
+    char b[1][64];
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++)
+        w = strlen(keys[i]) > w ? strlen(keys[i]) : w;
+    for (size_t i = 0; i < n; i++)
+        printf("%-*s  %s\n", (int)w + 1, keys[i], F(o, keys[i], 0));
+}
+
+static void show_topic(json_t *o)
+{
+    static const char *const keys[] = {"name", "partitions", "size_bytes", "messages_in", "messages_out"};
+    show_kv(o, keys, MQD_ARRAY_LEN(keys));
+    json_t *cfg = json_object_get(o, "config"), *ov = json_object_get(o, "overrides");
+    const char *k;
+    json_t *v;
+    char b[1][64];
+    printf("config:\n");
+    json_object_foreach(cfg, k, v)
+        printf("  %-20s %s%s\n", k, fld(cfg, k, b[0], sizeof b[0]),
+               json_object_get(ov, k) ? "  (set by management)" : "");
+    const char *head[] = {"PARTITION", "START", "END", "SIZE_BYTES"};
+    table_t t = {.ncols = 4, .head = head};
+    size_t i;
+    char c[4][32];
+    json_array_foreach(json_object_get(o, "partition_info"), i, v)
+        table_add(&t, fld(v, "partition", c[0], 32), fld(v, "start", c[1], 32),
+                  fld(v, "end", c[2], 32), fld(v, "size_bytes", c[3], 32));
+    table_print(&t);
+}
+
+static void show_groups(json_t *v)
+{
+    const char *head[] = {"TOPIC", "GROUP", "MODE", "MEMBERS", "LAG"};
+    table_t t = {.ncols = 5, .head = head};
+    size_t i;
+    json_t *o;
+    char b[5][32];
+    json_array_foreach(v, i, o)
+        table_add(&t, F(o, "topic", 0), F(o, "group", 1), F(o, "mode", 2), F(o, "members", 3),
+                  F(o, "lag", 4));
+    table_print(&t);
+}
+
+static void show_group(json_t *o)
+{
+    static const char *const keys[] = {"topic", "group", "mode", "members", "lag"};
+    show_kv(o, keys, MQD_ARRAY_LEN(keys));
+    const char *head[] = {"PARTITION", "COMMITTED", "LOG_START", "LOG_END", "LAG", "INFLIGHT", "OWNER"};
+    table_t t = {.ncols = 7, .head = head};
+    size_t i;
+    json_t *p;
+    char b[7][64];
+    json_array_foreach(json_object_get(o, "partitions"), i, p)
+        table_add(&t, F(p, "partition", 0), F(p, "committed", 1), F(p, "log_start", 2),
+                  F(p, "log_end", 3), F(p, "lag", 4), F(p, "inflight", 5), F(p, "owner", 6));
+    table_print(&t);
+}
+
+static void show_conns(json_t *v)
+{
+    const char *head[] = {"ID", "USER", "CONTAINER", "SESSIONS", "LINKS"};
+    table_t t = {.ncols = 5, .head = head};
+    size_t i;
+    json_t *o;
+    char b[5][32];
+    json_array_foreach(v, i, o)
+        table_add(&t, F(o, "id", 0), F(o, "user", 1), F(o, "container", 2), F(o, "sessions", 3),
+                  F(o, "links", 4));
+    table_print(&t);
+}
+
+static void show_status(json_t *o)
+{
+    static const char *const keys[] = {"version", "uptime_s", "topics", "connections",
+                                       "connections_accepted", "rss_bytes", "data_dir"};
+    show_kv(o, keys, MQD_ARRAY_LEN(keys));
+}
+
+#undef F
+
+/* ---------------------------------------------------------------- commands */
+
+typedef struct cmd cmd_t;
+struct cmd {
+    const char *noun, *verb;
+    int min_args, max_args;      /* positional arguments after the verb */
+    const char *op, *type;
+    void (*build)(request_t *rq, char **args, int nargs, int argc, char **argv);
+    void (*show)(json_t *reply);
+    const char *done;            /* printed for a reply without a body ("%s" = name) */
+};
+
+/* --partitions N and --config K=V... (topic create/alter) into the request body. */
+static void build_topic_opts(request_t *rq, char **args, int nargs, int argc, char **argv)
+{
+    rq->name = args[0];
+    (void)nargs;
+    rq->body = json_object();
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--partitions") == 0 && i + 1 < argc) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n <= 0)
+                die_usage("--partitions needs a positive number");
+            json_object_set_new(rq->body, "partitions", json_integer(n));
+        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            char *kv = argv[++i], *eq = strchr(kv, '='), *end;
+            if (!eq || eq == kv)
+                die_usage("--config needs KEY=VALUE");
+            *eq = '\0';
+            long long n = strtoll(eq + 1, &end, 10);
+            json_object_set_new(rq->body, kv, eq[1] && !*end ? json_integer(n) : json_string(eq + 1));
+        } else {
+            die_usage("unexpected argument '%s'", argv[i]);
+        }
+    }
+}
+
+static void no_opts(int argc, char **argv)
+{
+    if (argc > 0)
+        die_usage("unexpected argument '%s'", argv[0]);
+}
+
+static void build_name(request_t *rq, char **args, int nargs, int argc, char **argv)
+{
+    no_opts(argc, argv);
+    rq->name = nargs > 0 ? args[0] : NULL;
+}
+
+static void build_group(request_t *rq, char **args, int nargs, int argc, char **argv)
+{
+    rq->props = json_object();
+    json_object_set_new(rq->props, "topic", json_string(args[0]));
+    if (nargs > 1)
+        json_object_set_new(rq->props, "group", json_string(args[1]));
+    if (strcmp(rq->op, "RESET") != 0)
+        return no_opts(argc, argv);
+    const char *to = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--to") == 0 && i + 1 < argc)
+            to = argv[++i];
+        else
+            die_usage("unexpected argument '%s'", argv[i]);
+    }
+    if (!to)
+        die_usage("group reset needs --to earliest|latest|OFFSET|@TIME_MS");
+    rq->body = json_pack("{s:s}", "to", to);
+}
+
+static void build_group_list(request_t *rq, char **args, int nargs, int argc, char **argv)
+{
+    no_opts(argc, argv);
+    if (nargs > 0) {
+        rq->props = json_object();
+        json_object_set_new(rq->props, "topic", json_string(args[0]));
+    }
+}
+
+static const cmd_t cmds[] = {
+    {"topic", "create", 1, 1, "CREATE", T_TOPIC, build_topic_opts, show_topic, NULL},
+    {"topic", "list", 0, 0, "QUERY", T_TOPIC, build_name, show_topics, NULL},
+    {"topic", "describe", 1, 1, "READ", T_TOPIC, build_name, show_topic, NULL},
+    {"topic", "alter", 1, 1, "UPDATE", T_TOPIC, build_topic_opts, show_topic, NULL},
+    {"topic", "delete", 1, 1, "DELETE", T_TOPIC, build_name, NULL, "deleted topic %s"},
+    {"group", "list", 0, 1, "QUERY", T_GROUP, build_group_list, show_groups, NULL},
+    {"group", "describe", 2, 2, "READ", T_GROUP, build_group, show_group, NULL},
+    {"group", "reset", 2, 2, "RESET", T_GROUP, build_group, show_group, NULL},
+    {"group", "delete", 2, 2, "DELETE", T_GROUP, build_group, NULL, "deleted group"},
+    {"connection", "list", 0, 0, "QUERY", T_CONN, build_name, show_conns, NULL},
+    {"connection", "close", 1, 1, "DELETE", T_CONN, build_name, NULL, "closed connection %s"},
+    {"status", NULL, 0, 0, "READ", T_BROKER, build_name, show_status, NULL},
+    {"reload", NULL, 0, 0, "RELOAD", T_BROKER, build_name, NULL, "configuration reloaded"},
+};
+
+static int exit_code_of(int status)
+{
+    if (status >= 200 && status < 300)
+        return EX_OK;
+    switch (status) {
+    case 401:
+    case 403: return EX_CONN;
+    case 404: return EX_NOTFOUND;
+    case 409: return EX_CONFLICT;
+    default: return EX_OTHER;
+    }
+}
+
+static int output(const opts_t *o, const cmd_t *c, request_t *rq)
+{
+    int ex = exit_code_of(rq->status);
+    if (ex != EX_OK) {
+        fprintf(stderr, "mqctl: %s (%d)\n", rq->desc[0] ? rq->desc : "request failed", rq->status);
+        return ex;
+    }
+    if (o->json) {
+        json_t *v = rq->reply ? json_incref(rq->reply) : json_pack("{s:i}", "status", rq->status);
+        char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        printf("%s\n", s ? s : "null");
+        free(s);
+        json_decref(v);
+    } else if (c->show && rq->reply) {
+        c->show(rq->reply);
+    } else if (c->done) {
+        printf(c->done, rq->name ? rq->name : "");
+        printf("\n");
+    }
+    return EX_OK;
+}
+
+/* Global options come before the command. Returns the index of the command word. */
+static int parse_globals(int argc, char **argv, opts_t *o)
+{
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            o->json = true;
+        } else if (strcmp(argv[i], "--insecure") == 0) {
+            o->insecure = true;
+        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            exit(EX_OK);
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("mqctl %s\n", PACKAGE_VERSION);
+            exit(EX_OK);
+        } else if (i + 1 < argc && strcmp(argv[i], "--url") == 0) {
+            o->url = argv[++i];
+        } else if (i + 1 < argc && strcmp(argv[i], "--ca") == 0) {
+            o->ca = argv[++i];
+        } else if (i + 1 < argc && strcmp(argv[i], "--timeout") == 0) {
+            o->timeout_s = atof(argv[++i]);
+            if (o->timeout_s <= 0)
+                die_usage("--timeout needs a positive number of seconds");
+        } else {
+            die_usage("unknown option '%s'", argv[i]);
+        }
+    }
+    return i;
+}
+
+static const cmd_t *find_cmd(const char *noun, const char *verb)
+{
+    for (size_t i = 0; i < MQD_ARRAY_LEN(cmds); i++)
+        if (strcmp(cmds[i].noun, noun) == 0 &&
+            (cmds[i].verb == NULL || (verb && strcmp(cmds[i].verb, verb) == 0)))
+            return &cmds[i];
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o = {.url = getenv("MQCTL_URL"), .timeout_s = 10};
+    if (!o.url)
+        o.url = "amqp://127.0.0.1:5672";
+    int i = parse_globals(argc, argv, &o);
+    if (i >= argc) {
+        usage(stderr);
+        return EX_USAGE;
+    }
+    const cmd_t *c = find_cmd(argv[i], i + 1 < argc ? argv[i + 1] : NULL);
+    if (!c)
+        die_usage("unknown command '%s%s%s'", argv[i], i + 1 < argc ? " " : "",
+                  i + 1 < argc ? argv[i + 1] : "");
+    i += c->verb ? 2 : 1;
+    int nargs = 0;
+    while (i + nargs < argc && argv[i + nargs][0] != '-' && nargs < c->max_args)
+        nargs++;
+    if (nargs < c->min_args)
+        die_usage("%s %s needs %d argument%s", c->noun, c->verb ? c->verb : "", c->min_args,
+                  c->min_args == 1 ? "" : "s");
+    request_t rq = {.op = c->op, .type = c->type};
+    c->build(&rq, argv + i, nargs, argc - i - nargs, argv + i + nargs);
+    int ex = transact(&o, &rq);
+    if (ex == EX_OK)
+        ex = output(&o, c, &rq);
+    json_decref(rq.props);
+    json_decref(rq.body);
+    json_decref(rq.reply);
+    return ex;
+}
