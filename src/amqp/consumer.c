@@ -513,7 +513,7 @@ static size_t browse_pump(mqd_lstate_t *ls)
         uint32_t i = (t->rr_part + k) % ls->browse_n;
         if (ls->browse_next[i] == UINT64_MAX)
             continue;
-        int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], UINT64_MAX, 1,
+        int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], mqd_txn_lso(&t->parts[i]), 1,
                                s->conf->prefetch_bytes, rd);
         if (rc == MQD_ERANGE) {
             ls->browse_next[i] = mqd_plog_start_offset(t->parts[i].log);
@@ -525,6 +525,7 @@ static size_t browse_pump(mqd_lstate_t *ls)
         mqd_msg_info_t mi;
         ls->browse_next[i] = rec->offset + 1;
         if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
+            ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(s, rec->txn)) ||
             mqd_msg_scan(rec->data, rec->len, &mi) != 0 ||
             (ls->sel && !mqd_selector_match(ls->sel, rec->data, rec->len, &mi)))
             return 1; /* skipped: counts as progress so the caller tries again */
@@ -609,6 +610,24 @@ static void rejected(mqd_lstate_t *ls, uint32_t part, uint64_t off)
         dead_letter(t, part, &rd->recs[0], &mi, "rejected");
 }
 
+/* A disposition inside a transaction: staged; the transaction owns the record now. */
+static void transactional_disposition(mqd_lstate_t *ls, pn_delivery_t *d, uint32_t part, uint64_t off)
+{
+    bool unknown, failed;
+    mqd_txn_t *txn = mqd_txn_of_delivery(ls->conn->srv, d, &unknown);
+    if (!txn || !ls->group || part >= ls->group->ncur) {
+        mqd_consumer_detach(ls, "amqp:transaction:unknown-id",
+                            "a disposition names a transaction that is not open");
+        return;
+    }
+    uint64_t outcome = mqd_txn_outcome(d, &failed);
+    if (mqd_txn_add_ack(txn, ls->group, part, off, outcome, failed) != 0)
+        return;
+    if (ls->unsettled)
+        ls->unsettled--;
+    pn_delivery_settle(d);
+}
+
 void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
 {
     uint64_t state = pn_delivery_remote_state(d);
@@ -618,6 +637,8 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
     uint32_t part;
     uint64_t off;
     tag_decode(d, &part, &off);
+    if (state == MQD_TXN_STATE && ls->kind == MQD_LS_CONSUMER)
+        return transactional_disposition(ls, d, part, off);
     if (ls->kind == MQD_LS_CONSUMER && g && part < g->ncur) {
         mqd_cursor_t *cur = &g->cur[part];
         if (state == PN_RELEASED) {

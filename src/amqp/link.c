@@ -45,6 +45,8 @@ void mqd_lstate_free(mqd_lstate_t *ls)
     bool consumer = ls->kind == MQD_LS_CONSUMER || ls->kind == MQD_LS_BROWSER;
     if (consumer)
         mqd_consumer_free(ls);
+    if (ls->coord)
+        mqd_txn_coordinator_gone(ls); /* rolls back what it declared */
     mqd_dlist_del(&ls->tnode);
     free(ls->acc);
     free(ls->tmp_name);
@@ -72,12 +74,40 @@ void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen
 
 /* ---------------------------------------------------------------- producers */
 
+static void put_symbols(pn_data_t *d, const char *const *syms, size_t n)
+{
+    pn_data_clear(d);
+    pn_data_put_array(d, false, PN_SYMBOL);
+    pn_data_enter(d);
+    for (size_t i = 0; i < n; i++)
+        pn_data_put_symbol(d, pn_bytes(strlen(syms[i]), syms[i]));
+    pn_data_exit(d);
+}
+
+/* The transaction coordinator: a target of type coordinator. */
+static void coordinator_attach(mqd_conn_t *c, pn_link_t *l)
+{
+    static const char *const caps[] = {"amqp:local-transactions", "amqp:multi-txns-per-ssn",
+                                       "amqp:multi-ssns-per-txn"};
+    mqd_lstate_t *ls = mqd_lstate_new(c, l, MQD_LS_PRODUCER);
+    if (!ls)
+        return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+    ls->coord = true;
+    pn_terminus_t *lt = pn_link_target(l);
+    pn_terminus_set_type(lt, PN_COORDINATOR);
+    put_symbols(pn_terminus_capabilities(lt), caps, MQD_ARRAY_LEN(caps));
+    pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
+    pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
+    pn_link_open(l);
+    pn_link_flow(l, 100);
+}
+
 static void producer_attach(mqd_conn_t *c, pn_link_t *l)
 {
     mqd_server_t *s = c->srv;
     pn_terminus_t *rt = pn_link_remote_target(l);
     if (pn_terminus_get_type(rt) == PN_COORDINATOR)
-        return mqd_link_refuse(l, "amqp:not-implemented", "transactions are not supported yet%s", "");
+        return coordinator_attach(c, l);
     const char *addr = pn_terminus_get_address(rt);
     mqd_lstate_t *ls = mqd_lstate_new(c, l, MQD_LS_PRODUCER);
     if (!ls)
@@ -240,6 +270,8 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
 {
     if (ls->mgmt)
         return management_request(c, d, msg, size, presettled);
+    if (ls->coord)
+        return mqd_txn_coordinator_transfer(ls, d, msg, size);
     mqd_msg_info_t mi;
     if (mqd_msg_scan(msg, size, &mi) != 0) {
         if (!presettled)
@@ -264,7 +296,25 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
         return;
     }
     uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &mi);
-    int rc = mqd_part_append(&t->parts[part], msg, size, c, presettled ? NULL : d, NULL);
+    if (t->conf.dedup_window_ms && mqd_dedup_seen(t, msg, &mi)) {
+        if (!presettled) { /* already stored within the window: exactly once */
+            pn_delivery_update(d, PN_ACCEPTED);
+            pn_delivery_settle(d);
+        }
+        return;
+    }
+    bool unknown;
+    mqd_txn_t *txn = mqd_txn_of_delivery(c->srv, d, &unknown);
+    if (unknown) {
+        if (!presettled)
+            reject(d, "amqp:transaction:unknown-id", "no such transaction");
+        return;
+    }
+    uint64_t off;
+    int rc = mqd_part_append_ex(&t->parts[part], msg, size, txn ? MQD_REC_TXN : MQD_REC_DATA,
+                                txn ? mqd_txn_id(txn) : 0, c, presettled ? NULL : d, &off);
+    if (rc == 0 && txn)
+        rc = mqd_txn_add_send(txn, &t->parts[part], off);
     if (rc != 0) {
         MQD_WARN("link", "append to %s/%u failed: %s", t->name, part, mqd_strerror(rc));
         if (!presettled)

@@ -253,7 +253,8 @@ bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *
     }
     for (int guard = 0; guard < 1024; guard++) {
         if (sh->rd_pos >= sh->rd.n) {
-            int rc = mqd_plog_read(p->log, sh->next_read, UINT64_MAX, 256,
+            /* read committed: never past the first offset of an open transaction */
+            int rc = mqd_plog_read(p->log, sh->next_read, mqd_txn_lso(p), 256,
                                    p->topic->srv->conf->prefetch_bytes, &sh->rd);
             sh->rd_pos = 0;
             if (rc == MQD_ERANGE) {
@@ -274,8 +275,9 @@ bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *
         sh->next_read = r->offset + 1;
         if (r->offset < sh->floor || bit_get(sh, bm_base(sh), r->offset))
             continue; /* settled before a restart */
-        if ((r->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA) {
-            mark_done(sh, r->offset); /* control records are never delivered */
+        if ((r->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
+            ((r->flags & MQD_REC_TXN) && !mqd_txn_committed(p->topic->srv, r->txn))) {
+            mark_done(sh, r->offset); /* control records and aborted sends are never delivered */
             continue;
         }
         *rec = *r;

@@ -14,6 +14,7 @@
 #include "auth/auth.h"
 #include "group/group.h"
 #include "group/selector.h"
+#include "txn/txn.h"
 #include "conf/conf.h"
 #include "meta/meta.h"
 #include "metrics/metrics.h"
@@ -68,6 +69,7 @@ typedef struct mqd_pending {
     mqd_conn_t *conn;     /* holds a reference */
     pn_delivery_t *dlv;   /* valid while conn is alive */
     uint64_t last_offset; /* settle when stable > last_offset */
+    uint64_t txn;         /* transactional send: settle with transactional-state */
     uint64_t t_ns;        /* when appended (metrics) */
 } mqd_pending_t;
 
@@ -99,6 +101,8 @@ struct mqd_part {
     uint32_t id;
     mqd_plog_t *log;
     mqd_pending_t *pend_head, *pend_tail; /* FIFO by offset */
+    struct { uint64_t txn, first; } *otx; /* open transactions with records here (txn/) */
+    size_t n_otx, cap_otx;
 };
 
 /* ---- a consumer group of a topic (group/group.c) ---- */
@@ -128,7 +132,8 @@ struct mqd_topic {
     uint32_t rr_part;          /* partition round robin for dispatch */
     struct mqd_topic *hnext;   /* hash chain */
     uint64_t msgs_in, bytes_in, msgs_out, bytes_out;
-    uint64_t msgs_expired, msgs_dead, msgs_rejected;
+    uint64_t msgs_expired, msgs_dead, msgs_rejected, msgs_duplicate;
+    struct mqd_dedup *dedup;   /* dedup.c: message-ids seen within dedup_window_ms */
     int64_t created_ms;
     struct json_t *overrides;  /* settings changed through management (owned), or NULL */
     bool dispatch_queued;
@@ -145,6 +150,7 @@ struct mqd_lstate {
     mqd_topic_t *topic;       /* NULL for anonymous relay and temporary-node producers */
     char *tmp_name;           /* producer to a temporary node: its name (owned) */
     bool mgmt;                /* producer to $management */
+    bool coord;               /* the transaction coordinator link */
     bool fixed_part;          /* T/Partitions/N */
     uint32_t part;
     uint32_t sticky_left;     /* round robin: messages left on `part` */
@@ -205,6 +211,8 @@ struct mqd_server {
     uint64_t conns_accepted, conns_refused;
     uint64_t msgs_rejected;
     mqd_hist_t h_append_stable; /* append -> stable (seconds) */
+    struct mqd_txns *txns;   /* txn/: open transactions, committed set */
+    uint64_t txn_timeout_ms; /* open transactions older than this are rolled back */
     mqd_dlist_t conns;
     mqd_dlist_t dirty;
     mqd_dlist_t dispatch_q;
@@ -241,6 +249,9 @@ int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const c
 /* Management: grows the partition count (0 = keep; fewer = MQD_EINVAL) and merges
  * `overrides_json` (NULL = none) into the topic's overrides; persists both. */
 int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char *overrides_json);
+/* Appends one record with flags/txn (txn/ control records: data NULL, len 0). */
+int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t flags, uint64_t txn,
+                       mqd_conn_t *c, pn_delivery_t *dlv, uint64_t *offset_out);
 /* Appends one message (already scanned) to partition p; queues settlement of dlv. */
 int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *c, pn_delivery_t *dlv,
                     uint64_t *offset_out);
@@ -285,5 +296,13 @@ void mqd_lstate_free(mqd_lstate_t *ls);
 /* Detaches a consumer link with an error (epoch takeover), releasing what it held. */
 void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
 
+
+/* dedup.c: true if msg's message-id was stored within the topic's window (records it if not). */
+bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi);
+void mqd_dedup_free(mqd_topic_t *t);
+
+/* txn.c internals used by the link handlers */
+void mqd_txns_stable_advanced(mqd_server_t *s);
+uint64_t mqd_txn_outcome(pn_delivery_t *d, bool *failed);
 
 #endif

@@ -329,6 +329,7 @@ static void on_periodic(evutil_socket_t fd, short what, void *arg)
 {
     mqd_server_t *s = arg;
     mqd_topics_persist(s, false);
+    mqd_txns_expire(s);
     if (++s->ticks % 10 == 0)
         mqd_topics_retain(s);
 }
@@ -418,6 +419,9 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     if ((rc = mqd_store_open(conf->data_dir, wake_from_flusher, s, &s->store)) != 0)
         goto err;
     if ((rc = mqd_topics_load(s)) != 0)
+        goto err;
+    s->txn_timeout_ms = 60000;
+    if ((rc = mqd_txns_init(s)) != 0)
         goto err;
     if ((rc = mqd_auth_init(s)) != 0)
         goto err;
@@ -533,6 +537,7 @@ void mqd_server_free(mqd_server_t *s)
     free(s->listeners);
     if (s->store)
         mqd_topics_persist(s, true);
+    mqd_txns_free(s); /* open transactions die with the process: aborted at restart */
     mqd_topics_free(s);
     if (s->meta)
         MQD_NOTICE("meta", "%llu SQLite write transactions since start",

@@ -59,8 +59,12 @@ static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
             p->pend_tail = NULL;
         mqd_hist_observe(&p->topic->srv->h_append_stable, (double)(mqd_mono_ns() - pe->t_ns) / 1e9);
         if (!pe->conn->closed) {
-            pn_delivery_update(pe->dlv, PN_ACCEPTED);
-            pn_delivery_settle(pe->dlv);
+            if (pe->txn) {
+                mqd_txn_settle(pe->dlv, pe->txn, PN_ACCEPTED);
+            } else {
+                pn_delivery_update(pe->dlv, PN_ACCEPTED);
+                pn_delivery_settle(pe->dlv);
+            }
             mqd_conn_mark_dirty(pe->conn);
         }
         mqd_conn_unref(pe->conn);
@@ -68,6 +72,7 @@ static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
     }
     if (!mqd_dlist_empty(&p->topic->consumers))
         mqd_topic_dispatch_soon(p->topic);
+    mqd_txns_stable_advanced(p->topic->srv); /* commits waiting for their records */
 }
 
 /* The store's name for a topic: '/' (only in "T/$DeadLetterQueue") becomes "%2F", which
@@ -298,6 +303,9 @@ static void part_free(mqd_part_t *p)
         free(pe);
     }
     p->pend_tail = NULL;
+    free(p->otx);
+    p->otx = NULL;
+    p->n_otx = p->cap_otx = 0;
     if (p->log)
         mqd_plog_set_stable_cb(p->log, NULL, NULL);
 }
@@ -322,6 +330,7 @@ static void topic_free(mqd_topic_t *t)
         part_free(&t->parts[i]);
     free(t->parts);
     free(t->name);
+    mqd_dedup_free(t);
     json_decref(t->overrides);
     free(t);
 }
@@ -377,10 +386,11 @@ void mqd_topics_free(mqd_server_t *s)
     s->topics_cap = s->n_topics = 0;
 }
 
-int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *c,
-                    pn_delivery_t *dlv, uint64_t *offset_out)
+int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t flags, uint64_t txn,
+                       mqd_conn_t *c, pn_delivery_t *dlv, uint64_t *offset_out)
 {
-    mqd_rec_in_t rec = {.data = data, .len = (uint32_t)len, .timestamp_ms = mqd_now_ms()};
+    mqd_rec_in_t rec = {.data = data, .len = (uint32_t)len, .timestamp_ms = mqd_now_ms(),
+                        .flags = flags, .txn = txn};
     uint64_t off;
     int rc = mqd_plog_append(p->log, &rec, 1, &off);
     if (rc != 0)
@@ -389,6 +399,7 @@ int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *
         *offset_out = off;
     p->topic->msgs_in++;
     p->topic->bytes_in += len;
+    mqd_server_tick_soon(p->topic->srv);
     if (!dlv)
         return 0;
     mqd_pending_t *pe = malloc(sizeof *pe);
@@ -398,6 +409,7 @@ int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *
     pe->conn = c;
     pe->dlv = dlv;
     pe->last_offset = off;
+    pe->txn = (flags & MQD_REC_TXN) ? txn : 0;
     pe->t_ns = mqd_mono_ns();
     c->refs++;
     if (p->pend_tail)
@@ -405,8 +417,13 @@ int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *
     else
         p->pend_head = pe;
     p->pend_tail = pe;
-    mqd_server_tick_soon(c->srv);
     return 0;
+}
+
+int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *c,
+                    pn_delivery_t *dlv, uint64_t *offset_out)
+{
+    return mqd_part_append_ex(p, data, len, MQD_REC_DATA, 0, c, dlv, offset_out);
 }
 
 void mqd_topic_dispatch_soon(mqd_topic_t *t)

@@ -1,0 +1,648 @@
+/* AMQP transactions: the coordinator, staged work, commit and rollback (see txn.h). */
+#include "config.h"
+#include "txn/txn.h"
+#include "server/broker.h"
+
+#include <jansson.h>
+#include <proton/codec.h>
+#include <proton/condition.h>
+#include <proton/disposition.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TIMED_OUT_RING 64
+
+/* (topic, partition) rather than a partition pointer: a topic's partition array moves
+ * when management adds partitions. */
+typedef struct txn_part {
+    mqd_topic_t *t;
+    uint32_t id;
+    uint64_t first, last;
+} txn_part_t;
+
+static mqd_part_t *tp(const txn_part_t *x) { return &x->t->parts[x->id]; }
+
+typedef struct txn_ack {
+    mqd_group_t *g;
+    uint32_t part;
+    uint64_t off;
+    uint64_t outcome;
+    bool failed;
+} txn_ack_t;
+
+struct mqd_txn {
+    uint64_t id;
+    mqd_lstate_t *coord;       /* the coordinator link that declared it */
+    int64_t started_ms;
+    txn_part_t *parts;
+    size_t n_parts, cap_parts;
+    txn_ack_t *acks;
+    size_t n_acks, cap_acks;
+    pn_delivery_t *discharge;  /* a commit waiting for its records to be stable */
+    mqd_conn_t *discharge_conn;
+    mqd_dlist_t node;
+};
+
+struct mqd_txns {
+    mqd_dlist_t open;
+    uint64_t next_id;
+    uint64_t *committed;       /* open-addressing hash set of committed ids (0 = empty) */
+    size_t cap, n;
+    uint64_t timed_out[TIMED_OUT_RING];
+    size_t to_pos;
+    mqd_txn_stats_t st;
+};
+
+/* ---------------------------------------------------------------- committed set */
+
+static size_t slot(uint64_t id, size_t cap) { return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 7) & (cap - 1); }
+
+static int set_add(mqd_txns_t *x, uint64_t id)
+{
+    if ((x->n + 1) * 2 > x->cap) {
+        size_t ncap = x->cap ? x->cap * 2 : 64;
+        uint64_t *nv = calloc(ncap, sizeof *nv);
+        if (!nv)
+            return MQD_ENOMEM;
+        for (size_t i = 0; i < x->cap; i++) {
+            if (!x->committed[i])
+                continue;
+            size_t j = slot(x->committed[i], ncap);
+            while (nv[j])
+                j = (j + 1) & (ncap - 1);
+            nv[j] = x->committed[i];
+        }
+        free(x->committed);
+        x->committed = nv;
+        x->cap = ncap;
+    }
+    size_t j = slot(id, x->cap);
+    while (x->committed[j] && x->committed[j] != id)
+        j = (j + 1) & (x->cap - 1);
+    if (!x->committed[j])
+        x->n++;
+    x->committed[j] = id;
+    return 0;
+}
+
+bool mqd_txn_committed(mqd_server_t *s, uint64_t id)
+{
+    mqd_txns_t *x = s->txns;
+    if (!x || x->cap == 0)
+        return false;
+    for (size_t j = slot(id, x->cap); x->committed[j]; j = (j + 1) & (x->cap - 1))
+        if (x->committed[j] == id)
+            return true;
+    return false;
+}
+
+/* ---------------------------------------------------------------- table */
+
+static int load_committed(uint64_t id, mqd_txn_state_t state, const char *detail, void *arg)
+{
+    return state == MQD_TXN_COMMITTED ? set_add(arg, id) : 0;
+}
+
+int mqd_txns_init(mqd_server_t *s)
+{
+    mqd_txns_t *x = calloc(1, sizeof *x);
+    if (!x)
+        return MQD_ENOMEM;
+    mqd_dlist_init(&x->open);
+    uint64_t epoch;
+    int rc = mqd_meta_next_id(s->meta, "txn_epoch", &epoch);
+    if (rc == 0)
+        rc = mqd_meta_txn_list(s->meta, load_committed, x);
+    if (rc != 0) {
+        free(x->committed);
+        free(x);
+        return rc;
+    }
+    /* ids never repeat across restarts: a record's txn id must not meet a new txn */
+    x->next_id = (epoch << 32) | 1;
+    s->txns = x;
+    MQD_INFO("txn", "%zu committed transactions known", x->n);
+    return 0;
+}
+
+static void txn_free(mqd_txn_t *t)
+{
+    mqd_dlist_del(&t->node);
+    if (t->discharge_conn)
+        mqd_conn_unref(t->discharge_conn);
+    free(t->parts);
+    free(t->acks);
+    free(t);
+}
+
+static void rollback(mqd_server_t *s, mqd_txn_t *t, const char *why);
+
+void mqd_txns_free(mqd_server_t *s)
+{
+    mqd_txns_t *x = s->txns;
+    if (!x)
+        return;
+    while (!mqd_dlist_empty(&x->open))
+        txn_free(MQD_CONTAINER(x->open.next, mqd_txn_t, node));
+    free(x->committed);
+    free(x);
+    s->txns = NULL;
+}
+
+static mqd_txn_t *txn_find(mqd_txns_t *x, uint64_t id)
+{
+    for (mqd_dlist_t *n = x->open.next; n != &x->open; n = n->next) {
+        mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
+        if (t->id == id)
+            return t;
+    }
+    return NULL;
+}
+
+uint64_t mqd_txn_id(const mqd_txn_t *t) { return t->id; }
+
+void mqd_txn_stats(mqd_server_t *s, mqd_txn_stats_t *out)
+{
+    mqd_txns_t *x = s->txns;
+    *out = x ? x->st : (mqd_txn_stats_t){0};
+    out->open = 0;
+    for (mqd_dlist_t *n = x ? x->open.next : NULL; n && n != &x->open; n = n->next)
+        out->open++;
+}
+
+/* ---------------------------------------------------------------- LSO */
+
+uint64_t mqd_txn_lso(const mqd_part_t *p)
+{
+    uint64_t lso = UINT64_MAX;
+    for (size_t i = 0; i < p->n_otx; i++)
+        if (p->otx[i].first < lso)
+            lso = p->otx[i].first;
+    return lso;
+}
+
+static int otx_add(mqd_part_t *p, uint64_t id, uint64_t first)
+{
+    for (size_t i = 0; i < p->n_otx; i++)
+        if (p->otx[i].txn == id)
+            return 0;
+    if (p->n_otx == p->cap_otx) {
+        size_t ncap = p->cap_otx ? p->cap_otx * 2 : 4;
+        void *nv = realloc(p->otx, ncap * sizeof *p->otx);
+        if (!nv)
+            return MQD_ENOMEM;
+        p->otx = nv;
+        p->cap_otx = ncap;
+    }
+    p->otx[p->n_otx].txn = id;
+    p->otx[p->n_otx++].first = first;
+    return 0;
+}
+
+static void otx_del(mqd_part_t *p, uint64_t id)
+{
+    for (size_t i = 0; i < p->n_otx; i++) {
+        if (p->otx[i].txn == id) {
+            p->otx[i] = p->otx[--p->n_otx];
+            return;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- staging */
+
+int mqd_txn_add_send(mqd_txn_t *t, mqd_part_t *p, uint64_t offset)
+{
+    for (size_t i = 0; i < t->n_parts; i++) {
+        if (t->parts[i].t == p->topic && t->parts[i].id == p->id) {
+            t->parts[i].last = offset;
+            return 0;
+        }
+    }
+    if (t->n_parts == t->cap_parts) {
+        size_t ncap = t->cap_parts ? t->cap_parts * 2 : 4;
+        txn_part_t *nv = realloc(t->parts, ncap * sizeof *nv);
+        if (!nv)
+            return MQD_ENOMEM;
+        t->parts = nv;
+        t->cap_parts = ncap;
+    }
+    int rc = otx_add(p, t->id, offset);
+    if (rc != 0)
+        return rc;
+    t->parts[t->n_parts++] = (txn_part_t){.t = p->topic, .id = p->id, .first = offset, .last = offset};
+    return 0;
+}
+
+int mqd_txn_add_ack(mqd_txn_t *t, mqd_group_t *g, uint32_t part, uint64_t offset, uint64_t outcome,
+                    bool failed)
+{
+    if (t->n_acks == t->cap_acks) {
+        size_t ncap = t->cap_acks ? t->cap_acks * 2 : 16;
+        txn_ack_t *nv = realloc(t->acks, ncap * sizeof *nv);
+        if (!nv)
+            return MQD_ENOMEM;
+        t->acks = nv;
+        t->cap_acks = ncap;
+    }
+    t->acks[t->n_acks++] = (txn_ack_t){g, part, offset, outcome, failed};
+    return 0;
+}
+
+/* ---------------------------------------------------------------- outcomes */
+
+static void put_txn_id(pn_data_t *d, uint64_t id)
+{
+    char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (char)(id >> (56 - 8 * i));
+    pn_data_put_binary(d, pn_bytes(8, b));
+}
+
+static bool get_txn_id(pn_data_t *d, uint64_t *id)
+{
+    if (pn_data_type(d) != PN_BINARY)
+        return false;
+    pn_bytes_t b = pn_data_get_binary(d);
+    if (b.size == 0 || b.size > 8)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < b.size; i++)
+        v = (v << 8) | (uint8_t)b.start[i];
+    *id = v;
+    return true;
+}
+
+void mqd_txn_settle(pn_delivery_t *d, uint64_t txn, uint64_t outcome)
+{
+    pn_data_t *data = pn_disposition_data(pn_delivery_local(d));
+    pn_data_clear(data);
+    pn_data_put_list(data);
+    pn_data_enter(data);
+    put_txn_id(data, txn);
+    pn_data_put_described(data);
+    pn_data_enter(data);
+    pn_data_put_ulong(data, outcome);
+    pn_data_put_list(data);
+    pn_data_exit(data);
+    pn_data_exit(data);
+    pn_delivery_update(d, MQD_TXN_STATE);
+    pn_delivery_settle(d);
+}
+
+mqd_txn_t *mqd_txn_of_delivery(mqd_server_t *s, pn_delivery_t *d, bool *unknown)
+{
+    *unknown = false;
+    pn_disposition_t *rd = pn_delivery_remote(d);
+    if (pn_disposition_type(rd) != MQD_TXN_STATE)
+        return NULL;
+    pn_data_t *data = pn_disposition_data(rd);
+    uint64_t id = 0;
+    pn_data_rewind(data);
+    if (pn_data_next(data) && pn_data_type(data) == PN_LIST) {
+        pn_data_enter(data);
+        if (!pn_data_next(data) || !get_txn_id(data, &id))
+            id = 0;
+        pn_data_exit(data);
+    }
+    mqd_txn_t *t = s->txns ? txn_find(s->txns, id) : NULL;
+    *unknown = t == NULL;
+    return t;
+}
+
+/* The outcome inside a transactional-state disposition (accepted if absent). */
+uint64_t mqd_txn_outcome(pn_delivery_t *d, bool *failed)
+{
+    pn_data_t *data = pn_disposition_data(pn_delivery_remote(d));
+    uint64_t outcome = PN_ACCEPTED;
+    *failed = false;
+    pn_data_rewind(data);
+    if (!pn_data_next(data) || pn_data_type(data) != PN_LIST)
+        return outcome;
+    pn_data_enter(data);
+    if (pn_data_next(data) && pn_data_next(data) && pn_data_type(data) == PN_DESCRIBED) {
+        pn_data_enter(data);
+        if (pn_data_next(data) && pn_data_type(data) == PN_ULONG)
+            outcome = pn_data_get_ulong(data);
+        if (outcome == PN_MODIFIED && pn_data_next(data) && pn_data_type(data) == PN_LIST) {
+            pn_data_enter(data);
+            if (pn_data_next(data) && pn_data_type(data) == PN_BOOL)
+                *failed = pn_data_get_bool(data);
+            pn_data_exit(data);
+        }
+        pn_data_exit(data);
+    }
+    pn_data_exit(data);
+    return outcome;
+}
+
+/* ---------------------------------------------------------------- decide */
+
+static void markers(mqd_txn_t *t, uint32_t kind)
+{
+    for (size_t i = 0; i < t->n_parts; i++) {
+        mqd_part_t *p = tp(&t->parts[i]);
+        otx_del(p, t->id);
+        mqd_part_append_ex(p, NULL, 0, kind, t->id, NULL, NULL, NULL);
+        mqd_topic_dispatch_soon(p->topic);
+    }
+}
+
+static void release_acks(mqd_txn_t *t)
+{
+    for (size_t i = 0; i < t->n_acks; i++) {
+        txn_ack_t *a = &t->acks[i];
+        if (a->part < a->g->ncur) {
+            mqd_cursor_release(&a->g->cur[a->part], a->off, false);
+            mqd_group_settled(a->g, a->part);
+            mqd_topic_dispatch_soon(a->g->topic);
+        }
+    }
+}
+
+static void rollback(mqd_server_t *s, mqd_txn_t *t, const char *why)
+{
+    markers(t, MQD_REC_CTRL_ABORT);
+    release_acks(t);
+    s->txns->st.aborted++;
+    MQD_INFO("txn", "rolled back txn=%llx (%s): %zu partitions, %zu acks",
+             (unsigned long long)t->id, why, t->n_parts, t->n_acks);
+    txn_free(t);
+}
+
+static void apply_acks(mqd_txn_t *t)
+{
+    for (size_t i = 0; i < t->n_acks; i++) {
+        txn_ack_t *a = &t->acks[i];
+        if (a->part >= a->g->ncur)
+            continue;
+        mqd_cursor_t *cur = &a->g->cur[a->part];
+        if (a->outcome == PN_RELEASED || a->outcome == PN_MODIFIED)
+            mqd_cursor_release(cur, a->off, a->outcome == PN_MODIFIED && a->failed);
+        else
+            mqd_cursor_done(cur, a->off);
+        mqd_group_settled(a->g, a->part);
+        mqd_topic_dispatch_soon(a->g->topic);
+    }
+}
+
+static char *detail_json(const mqd_txn_t *t)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < t->n_parts; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:i, s:I}", "topic", t->parts[i].t->name,
+                                             "partition", (int)t->parts[i].id, "last",
+                                             (json_int_t)t->parts[i].last));
+    json_t *o = json_pack("{s:o, s:i}", "partitions", arr ? arr : json_array(), "acks", (int)t->n_acks);
+    char *sj = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return sj;
+}
+
+/* The commit point: the decision and the offsets of the staged acks, in one SQLite txn. */
+static int write_decision(mqd_server_t *s, mqd_txn_t *t)
+{
+    char *dj = detail_json(t);
+    int rc = mqd_meta_begin(s->meta);
+    if (rc != 0) {
+        free(dj);
+        return rc;
+    }
+    rc = mqd_meta_txn_put(s->meta, t->id, MQD_TXN_COMMITTED, dj ? dj : "{}");
+    free(dj);
+    if (rc == 0) {
+        apply_acks(t);
+        for (size_t i = 0; i < t->n_acks && rc == 0; i++) {
+            txn_ack_t *a = &t->acks[i];
+            if (a->part < a->g->ncur && a->g->cur[a->part].dirty)
+                rc = mqd_cursor_save(&a->g->cur[a->part], &a->g->topic->parts[a->part], a->g->name);
+        }
+    }
+    if (rc == 0)
+        rc = mqd_meta_commit(s->meta);
+    else
+        mqd_meta_rollback(s->meta);
+    return rc;
+}
+
+static bool records_stable(const mqd_txn_t *t)
+{
+    for (size_t i = 0; i < t->n_parts; i++)
+        if (mqd_plog_stable_offset(tp(&t->parts[i])->log) <= t->parts[i].last)
+            return false;
+    return true;
+}
+
+static void finish_discharge(mqd_txn_t *t, int rc)
+{
+    pn_delivery_t *d = t->discharge;
+    mqd_conn_t *c = t->discharge_conn;
+    if (!d || !c || c->closed)
+        return;
+    if (rc == 0) {
+        pn_delivery_update(d, PN_ACCEPTED);
+    } else {
+        pn_condition_t *pc = pn_disposition_condition(pn_delivery_local(d));
+        pn_condition_set_name(pc, "amqp:internal-error");
+        pn_condition_set_description(pc, "the commit could not be made durable");
+        pn_delivery_update(d, PN_REJECTED);
+    }
+    pn_delivery_settle(d);
+    mqd_conn_mark_dirty(c);
+}
+
+static void commit(mqd_server_t *s, mqd_txn_t *t)
+{
+    int rc = write_decision(s, t);
+    if (rc != 0) {
+        MQD_ERR("txn", "commit of txn=%llx failed: %s; rolling back", (unsigned long long)t->id,
+                mqd_strerror(rc));
+        finish_discharge(t, rc);
+        rollback(s, t, "decision not durable");
+        return;
+    }
+    set_add(s->txns, t->id);
+    markers(t, MQD_REC_CTRL_COMMIT);
+    s->txns->st.committed++;
+    finish_discharge(t, 0);
+    MQD_DEBUG("txn", "committed txn=%llx", (unsigned long long)t->id);
+    txn_free(t);
+}
+
+/* Commits whose records have become stable (called when a partition's stable rose). */
+void mqd_txns_stable_advanced(mqd_server_t *s)
+{
+    mqd_txns_t *x = s->txns;
+    if (!x)
+        return;
+    for (mqd_dlist_t *n = x->open.next; n != &x->open;) {
+        mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
+        n = n->next;
+        if (t->discharge && records_stable(t))
+            commit(s, t);
+    }
+}
+
+/* ---------------------------------------------------------------- coordinator */
+
+static void reject_with(pn_delivery_t *d, const char *cond, const char *desc)
+{
+    pn_condition_t *pc = pn_disposition_condition(pn_delivery_local(d));
+    pn_condition_set_name(pc, cond);
+    pn_condition_set_description(pc, desc);
+    pn_delivery_update(d, PN_REJECTED);
+    pn_delivery_settle(d);
+}
+
+static void declare(mqd_lstate_t *ls, pn_delivery_t *d)
+{
+    mqd_server_t *s = ls->conn->srv;
+    mqd_txn_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return reject_with(d, "amqp:resource-limit-exceeded", "out of memory");
+    t->id = s->txns->next_id++;
+    t->coord = ls;
+    t->started_ms = mqd_now_ms();
+    mqd_dlist_push(&s->txns->open, &t->node);
+    s->txns->st.declared++;
+    pn_data_t *data = pn_disposition_data(pn_delivery_local(d));
+    pn_data_clear(data);
+    pn_data_put_list(data);
+    pn_data_enter(data);
+    put_txn_id(data, t->id);
+    pn_data_exit(data);
+    pn_delivery_update(d, MQD_TXN_DECLARED);
+    pn_delivery_settle(d);
+}
+
+static bool timed_out(const mqd_txns_t *x, uint64_t id)
+{
+    for (size_t i = 0; i < TIMED_OUT_RING; i++)
+        if (x->timed_out[i] == id)
+            return true;
+    return false;
+}
+
+static void discharge(mqd_lstate_t *ls, pn_delivery_t *d, uint64_t id, bool fail)
+{
+    mqd_server_t *s = ls->conn->srv;
+    mqd_txn_t *t = txn_find(s->txns, id);
+    if (!t) {
+        if (timed_out(s->txns, id))
+            return reject_with(d, "amqp:transaction:timeout", "the transaction timed out and was rolled back");
+        return reject_with(d, "amqp:transaction:unknown-id", "no such transaction");
+    }
+    if (t->discharge)
+        return reject_with(d, "amqp:illegal-state", "the transaction is already being discharged");
+    if (fail) {
+        rollback(s, t, "discharge fail=true");
+        pn_delivery_update(d, PN_ACCEPTED);
+        pn_delivery_settle(d);
+        return;
+    }
+    t->discharge = d;
+    t->discharge_conn = ls->conn;
+    ls->conn->refs++;
+    if (records_stable(t))
+        commit(s, t);
+    /* else: mqd_txns_stable_advanced commits once the partitions caught up */
+}
+
+/* A descriptor as its numeric code: clients send either the code or the symbol. */
+static uint64_t descriptor_code(pn_data_t *d)
+{
+    if (pn_data_type(d) == PN_ULONG)
+        return pn_data_get_ulong(d);
+    if (pn_data_type(d) != PN_SYMBOL)
+        return 0;
+    pn_bytes_t b = pn_data_get_symbol(d);
+    if (b.size == 17 && memcmp(b.start, "amqp:declare:list", 17) == 0)
+        return MQD_TXN_DECLARE;
+    if (b.size == 19 && memcmp(b.start, "amqp:discharge:list", 19) == 0)
+        return MQD_TXN_DISCHARGE;
+    return 0;
+}
+
+static bool section_is_value(pn_data_t *d)
+{
+    if (pn_data_type(d) == PN_ULONG)
+        return pn_data_get_ulong(d) == 0x77;
+    if (pn_data_type(d) != PN_SYMBOL)
+        return false;
+    pn_bytes_t b = pn_data_get_symbol(d);
+    return b.size == 12 && memcmp(b.start, "amqp:value:*", 12) == 0;
+}
+
+/* Decodes the coordinator message body: amqp-value(described(0x31|0x32, list)). */
+void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg, size_t len)
+{
+    mqd_msg_info_t mi;
+    if (len > 4096 || mqd_msg_scan(msg, len, &mi) != 0 || mi.body_off + 3 >= len)
+        return reject_with(d, "amqp:decode-error", "not a coordinator message");
+    pn_data_t *data = pn_data(8);
+    uint64_t code = 0, id = 0;
+    bool fail = false;
+    ssize_t n = pn_data_decode(data, (const char *)msg + mi.body_off, len - mi.body_off);
+    pn_data_rewind(data);
+    /* section descriptor 0x77, then the described coordinator list */
+    if (n > 0 && pn_data_next(data) && pn_data_type(data) == PN_DESCRIBED) {
+        pn_data_enter(data);
+        if (pn_data_next(data) && section_is_value(data) && pn_data_next(data) &&
+            pn_data_type(data) == PN_DESCRIBED) {
+            pn_data_enter(data);
+            if (pn_data_next(data))
+                code = descriptor_code(data);
+            if (pn_data_next(data) && pn_data_type(data) == PN_LIST) {
+                pn_data_enter(data);
+                if (code == MQD_TXN_DISCHARGE && pn_data_next(data) && get_txn_id(data, &id) &&
+                    pn_data_next(data) && pn_data_type(data) == PN_BOOL)
+                    fail = pn_data_get_bool(data);
+                pn_data_exit(data);
+            }
+        }
+    }
+    pn_data_free(data);
+    if (code == MQD_TXN_DECLARE)
+        declare(ls, d);
+    else if (code == MQD_TXN_DISCHARGE && id != 0)
+        discharge(ls, d, id, fail);
+    else
+        reject_with(d, "amqp:decode-error", "expected declare or discharge");
+    mqd_conn_mark_dirty(ls->conn);
+}
+
+void mqd_txn_coordinator_gone(mqd_lstate_t *ls)
+{
+    mqd_server_t *s = ls->conn->srv;
+    if (!s->txns)
+        return;
+    for (mqd_dlist_t *n = s->txns->open.next; n != &s->txns->open;) {
+        mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
+        n = n->next;
+        if (t->coord != ls)
+            continue;
+        if (t->discharge) {
+            t->coord = NULL; /* a commit in progress completes; nobody hears about it */
+            continue;
+        }
+        rollback(s, t, "coordinator link closed");
+    }
+}
+
+void mqd_txns_expire(mqd_server_t *s)
+{
+    mqd_txns_t *x = s->txns;
+    int64_t now = mqd_now_ms();
+    uint64_t limit = s->txn_timeout_ms;
+    if (!x || limit == 0)
+        return;
+    for (mqd_dlist_t *n = x->open.next; n != &x->open;) {
+        mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
+        n = n->next;
+        if (t->discharge || now - t->started_ms < (int64_t)limit)
+            continue;
+        x->timed_out[x->to_pos++ % TIMED_OUT_RING] = t->id;
+        x->st.timed_out++;
+        rollback(s, t, "txn_timeout");
+    }
+}

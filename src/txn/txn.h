@@ -1,0 +1,81 @@
+/* txn: AMQP 1.0 local transactions (the coordinator) over the partition logs.
+ *
+ * Design (Kafka-like, with the decision in SQLite):
+ *  - A transactional send is appended to its partition at once, flagged MQD_REC_TXN with
+ *    the txn id, and settled with transactional-state(accepted) when stable.
+ *  - Readers of a partition stop at its last stable offset (LSO): the first offset of any
+ *    transaction still open there. Below the LSO a transactional record is delivered only
+ *    if its transaction is in the committed set.
+ *  - A transactional disposition on a consumer delivery is staged; the delivery is
+ *    settled and owned by the transaction.
+ *  - Commit: once every record of the transaction is stable, ONE SQLite transaction
+ *    writes the COMMITTED decision and the group offsets the staged acks produce; that
+ *    write is the commit point (crash before: aborted; after: committed). Then control
+ *    records (COMMIT) go to each partition and the discharge is accepted.
+ *  - Rollback (discharge fail=true, coordinator link or connection gone, txn timeout):
+ *    nothing is written to SQLite; ABORT control records are appended; staged acks are
+ *    released so the messages are delivered again.
+ *  - Restart: a transactional record whose id has no COMMITTED row is aborted.
+ * Event-loop thread only. */
+#ifndef MQD_TXN_H
+#define MQD_TXN_H
+
+#include "mqd.h"
+
+#include <proton/engine.h>
+
+struct mqd_server;
+struct mqd_conn;
+struct mqd_lstate;
+struct mqd_part;
+struct mqd_group;
+
+#define MQD_TXN_DECLARE 0x31u   /* amqp:declare:list */
+#define MQD_TXN_DISCHARGE 0x32u /* amqp:discharge:list */
+#define MQD_TXN_DECLARED 0x33u  /* amqp:declared:list */
+#define MQD_TXN_STATE 0x34u     /* amqp:transactional-state:list */
+
+typedef struct mqd_txn mqd_txn_t;
+typedef struct mqd_txns mqd_txns_t; /* the server's transaction table */
+
+/* Loads the committed set from meta.db and picks a fresh id range. */
+int mqd_txns_init(struct mqd_server *s);
+void mqd_txns_free(struct mqd_server *s);
+/* Rolls back transactions older than txn_timeout (periodic timer). */
+void mqd_txns_expire(struct mqd_server *s);
+
+/* The coordinator link's messages (declare / discharge); `msg` is the encoded message. */
+void mqd_txn_coordinator_transfer(struct mqd_lstate *ls, pn_delivery_t *d, const uint8_t *msg,
+                                  size_t len);
+/* The coordinator link or its connection went away: roll back what it declared. */
+void mqd_txn_coordinator_gone(struct mqd_lstate *ls);
+
+/* Reads the txn id out of a delivery's remote transactional-state; NULL if none.
+ * *unknown is set when the state names an id that is not an open transaction. */
+mqd_txn_t *mqd_txn_of_delivery(struct mqd_server *s, pn_delivery_t *d, bool *unknown);
+uint64_t mqd_txn_id(const mqd_txn_t *t);
+
+/* A transactional send appended at `offset` of partition p (settled later with
+ * transactional-state when stable). */
+int mqd_txn_add_send(mqd_txn_t *t, struct mqd_part *p, uint64_t offset);
+/* A stable transactional send: counts down what a commit waits for. */
+void mqd_txn_send_stable(struct mqd_server *s, uint64_t txn);
+/* Stages a disposition of a delivered record (outcome PN_ACCEPTED etc.). */
+int mqd_txn_add_ack(mqd_txn_t *t, struct mqd_group *g, uint32_t part, uint64_t offset,
+                    uint64_t outcome, bool failed);
+
+/* Settles a delivery with transactional-state(txn, outcome). */
+void mqd_txn_settle(pn_delivery_t *d, uint64_t txn, uint64_t outcome);
+
+/* Read-committed helpers for partition readers. */
+uint64_t mqd_txn_lso(const struct mqd_part *p); /* UINT64_MAX when nothing is open */
+bool mqd_txn_committed(struct mqd_server *s, uint64_t txn);
+
+/* Counters for metrics. */
+typedef struct mqd_txn_stats {
+    uint64_t declared, committed, aborted, timed_out;
+    size_t open;
+} mqd_txn_stats_t;
+void mqd_txn_stats(struct mqd_server *s, mqd_txn_stats_t *out);
+
+#endif
