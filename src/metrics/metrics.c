@@ -119,7 +119,7 @@ static void put_hist(struct evbuffer *b, const char *name, const char *help, con
                         (unsigned long long)h->count);
 }
 
-typedef enum { F_MSGS_IN, F_BYTES_IN, F_MSGS_OUT, F_BYTES_OUT } tfield_t;
+typedef enum { F_MSGS_IN, F_BYTES_IN, F_MSGS_OUT, F_BYTES_OUT, F_EXPIRED, F_DEAD, F_REJECTED, F_DUP } tfield_t;
 
 static const struct topic_counter {
     const char *name, *help;
@@ -129,6 +129,10 @@ static const struct topic_counter {
     {"mqd_topic_bytes_in_total", "Bytes of messages appended to the topic.", F_BYTES_IN},
     {"mqd_topic_messages_out_total", "Messages delivered from the topic.", F_MSGS_OUT},
     {"mqd_topic_bytes_out_total", "Bytes of messages delivered from the topic.", F_BYTES_OUT},
+    {"mqd_topic_messages_expired_total", "Messages dropped at delivery because ttl expired.", F_EXPIRED},
+    {"mqd_topic_messages_dead_lettered_total", "Messages moved to T/$DeadLetterQueue.", F_DEAD},
+    {"mqd_topic_messages_consumer_rejected_total", "Deliveries rejected by consumers.", F_REJECTED},
+    {"mqd_topic_messages_duplicate_total", "Sends dropped as duplicates by message-id.", F_DUP},
 };
 
 static uint64_t topic_field(const mqd_topic_t *t, tfield_t f)
@@ -137,6 +141,10 @@ static uint64_t topic_field(const mqd_topic_t *t, tfield_t f)
     case F_MSGS_IN: return t->msgs_in;
     case F_BYTES_IN: return t->bytes_in;
     case F_MSGS_OUT: return t->msgs_out;
+    case F_EXPIRED: return t->msgs_expired;
+    case F_DEAD: return t->msgs_dead;
+    case F_REJECTED: return t->msgs_rejected;
+    case F_DUP: return t->msgs_duplicate;
     default: return t->bytes_out;
     }
 }
@@ -250,6 +258,19 @@ static void put_broker(struct evbuffer *b, mqd_server_t *s)
     evbuffer_add_printf(b, "mqd_topics %zu\n", topics);
     put_hist(b, "mqd_append_stable_seconds", "Time from append to stable (settlement) of a send.",
              &s->h_append_stable);
+    mqd_txn_stats_t ts;
+    mqd_txn_stats(s, &ts);
+    head(b, "mqd_transactions_open", "gauge", "Open AMQP transactions.");
+    evbuffer_add_printf(b, "mqd_transactions_open %zu\n", ts.open);
+    head(b, "mqd_transactions_total", "counter", "AMQP transactions by outcome.");
+    evbuffer_add_printf(b, "mqd_transactions_total{outcome=\"declared\"} %llu\n",
+                        (unsigned long long)ts.declared);
+    evbuffer_add_printf(b, "mqd_transactions_total{outcome=\"committed\"} %llu\n",
+                        (unsigned long long)ts.committed);
+    evbuffer_add_printf(b, "mqd_transactions_total{outcome=\"aborted\"} %llu\n",
+                        (unsigned long long)ts.aborted);
+    evbuffer_add_printf(b, "mqd_transactions_total{outcome=\"timed_out\"} %llu\n",
+                        (unsigned long long)ts.timed_out);
 }
 
 static void on_metrics(struct evhttp_request *req, void *arg)
