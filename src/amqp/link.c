@@ -391,10 +391,24 @@ static void connection_open(mqd_conn_t *c, pn_connection_t *pc)
              c->user[0] ? c->user : "anonymous", pn_connection_remote_container(pc) ?: "-");
 }
 
+/* Links open on l's session (a peer ignoring handle-max gets refused here). */
+static size_t session_links(pn_link_t *l)
+{
+    pn_session_t *ss = pn_link_session(l);
+    size_t n = 0;
+    for (pn_link_t *x = pn_link_head(pn_session_connection(ss), PN_LOCAL_ACTIVE); x;
+         x = pn_link_next(x, PN_LOCAL_ACTIVE))
+        n += pn_link_session(x) == ss;
+    return n;
+}
+
 static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
 {
     if (pn_link_state(l) & PN_LOCAL_ACTIVE)
         return;
+    if (session_links(l) >= c->srv->conf->max_links_per_session)
+        return mqd_link_refuse(l, "amqp:resource-limit-exceeded",
+                               "too many links on this session (max_links_per_session)%s", "");
     if (pn_link_is_receiver(l))
         producer_attach(c, l);
     else

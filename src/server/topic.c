@@ -3,6 +3,7 @@
 #include "config.h"
 #include "server/broker.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <proton/disposition.h>
 #include <stdio.h>
@@ -286,8 +287,30 @@ static int load_one(const mqd_meta_topic_t *mt, void *arg)
     return rc;
 }
 
+/* Temporary reply nodes are not in meta.db: the ones a crash left on disk go now. */
+static void drop_stale_temporaries(mqd_server_t *s)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/topics", s->conf->data_dir);
+    DIR *d = opendir(path);
+    if (!d)
+        return;
+    struct dirent *e;
+    char names[64][MQD_NAME_MAX + 1];
+    size_t n = 0;
+    while ((e = readdir(d)) != NULL && n < MQD_ARRAY_LEN(names))
+        if (strncmp(e->d_name, "$tmp.", 5) == 0)
+            snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+    closedir(d);
+    for (size_t i = 0; i < n; i++)
+        mqd_store_drop_topic(s->store, names[i]);
+    if (n)
+        MQD_INFO("topic", "removed %zu temporary node(s) left by the previous run", n);
+}
+
 int mqd_topics_load(mqd_server_t *s)
 {
+    drop_stale_temporaries(s);
     int rc = mqd_meta_topic_list(s->meta, load_one, s);
     if (rc == 0)
         MQD_NOTICE("topic", "recovered %zu topics", s->n_topics);

@@ -132,6 +132,11 @@ static int batch_reserve(mqd_plog_t *log, size_t more)
             return MQD_ENOMEM;
         log->pending->first_off = log->end;
     }
+    if (!log->on_pend) {
+        log->on_pend = 1;
+        log->pend_next = log->st->pend_logs;
+        log->st->pend_logs = log;
+    }
     batch_t *b = log->pending;
     if (b->len + more <= b->cap)
         return 0;
@@ -475,7 +480,7 @@ int mqd_plog_retain(mqd_plog_t *log, uint64_t keep_from, int64_t now_ms)
     if (n) {
         /* The directory fsync is the flusher's job: the owner never waits on disk. */
         __atomic_store_n(&log->dir_dirty, 1, __ATOMIC_RELEASE);
-        store_kick(log->st);
+        store_kick_log(log->st, log);
     }
     return n;
 }

@@ -18,8 +18,12 @@
  *
  * When stable advances, the flusher sets log->advanced and calls wake(); the owner's
  * mqd_store_dispatch runs the on_stable callbacks. Locks: st->mu guards the log list,
- * the batch free list and each log's `flushing` flag; log->mu guards a log's segment
- * list, indexes and queue. The flusher never holds st->mu while doing I/O.
+ * the work list, the batch free list and each log's `flushing` flag; log->mu guards a
+ * log's segment list, indexes and queue. The flusher never holds st->mu while doing I/O.
+ *
+ * Cost with many partitions: a commit walks only the logs appended to since the last
+ * one, and a kick makes the flusher visit only the logs on its work list; the walk over
+ * every log (timed syncs in async mode, checkpoints) happens once per TICK_MS.
  */
 #include "config.h"
 #include "store/store_int.h"
@@ -81,6 +85,47 @@ void store_batch_put(mqd_store_t *st, batch_t *b)
 void store_kick(mqd_store_t *st)
 {
     pthread_mutex_lock(&st->mu);
+    st->kick = 1;
+    pthread_cond_signal(&st->work_cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+static void work_add(mqd_store_t *st, mqd_plog_t *log)
+{
+    if (log->on_work)
+        return;
+    log->on_work = 1;
+    log->work_next = NULL;
+    if (st->work_tail)
+        st->work_tail->work_next = log;
+    else
+        st->work = log;
+    st->work_tail = log;
+}
+
+void store_work_del(mqd_store_t *st, mqd_plog_t *log)
+{
+    if (!log->on_work)
+        return;
+    mqd_plog_t *prev = NULL;
+    for (mqd_plog_t *l = st->work; l; prev = l, l = l->work_next) {
+        if (l != log)
+            continue;
+        if (prev)
+            prev->work_next = l->work_next;
+        else
+            st->work = l->work_next;
+        if (st->work_tail == l)
+            st->work_tail = prev;
+        break;
+    }
+    log->on_work = 0;
+}
+
+void store_kick_log(mqd_store_t *st, mqd_plog_t *log)
+{
+    pthread_mutex_lock(&st->mu);
+    work_add(st, log);
     st->kick = 1;
     pthread_cond_signal(&st->work_cv);
     pthread_mutex_unlock(&st->mu);
@@ -307,16 +352,32 @@ static int flush_log(mqd_plog_t *log, int64_t now, int stopping)
     return adv;
 }
 
-static void flusher_pass(mqd_store_t *st, int stopping)
+/* One flusher pass (st->mu held, dropped around each log's I/O): the logs on the work
+ * list, or every log when `all` (timed syncs, checkpoints, stopping). */
+static void flusher_pass(mqd_store_t *st, int stopping, int all)
 {
     int adv = 0;
     int64_t now = mqd_now_ms();
-    for (mqd_plog_t *log = st->logs; log; log = log->next) {
+    if (all) {
+        for (mqd_plog_t *l = st->work; l; l = l->work_next)
+            l->on_work = 0;
+        st->work = st->work_tail = NULL;
+    }
+    mqd_plog_t *log = all ? st->logs : st->work;
+    while (log) {
+        if (!all) {
+            st->work = log->work_next;
+            if (!st->work)
+                st->work_tail = NULL;
+            log->on_work = 0;
+        }
         log->flushing = 1;
         pthread_mutex_unlock(&st->mu);
         adv |= flush_log(log, now, stopping);
         pthread_mutex_lock(&st->mu);
         log->flushing = 0;
+        /* the owner only unlinks a log after waiting for !flushing, so next is valid */
+        log = all ? log->next : st->work;
     }
     pthread_cond_broadcast(&st->done_cv);
     if (adv && st->wake) {
@@ -329,11 +390,16 @@ static void flusher_pass(mqd_store_t *st, int stopping)
 static void *flusher_main(void *arg)
 {
     mqd_store_t *st = arg;
+    int64_t last_all = 0;
     pthread_mutex_lock(&st->mu);
     for (;;) {
         int stopping = st->stop;
+        int64_t now = mqd_now_ms();
+        int all = stopping || now - last_all >= TICK_MS;
         st->kick = 0;
-        flusher_pass(st, stopping);
+        if (all)
+            last_all = now;
+        flusher_pass(st, stopping, all);
         if (stopping)
             break;
         if (!st->kick && !st->stop) {
@@ -421,6 +487,7 @@ int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset)
     mqd_store_commit(st);
     pthread_mutex_lock(&st->mu);
     __atomic_store_n(&log->trunc_req, offset + 1, __ATOMIC_RELEASE);
+    work_add(st, log);
     st->kick = 1;
     pthread_cond_signal(&st->work_cv);
     while (__atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE) || log->flushing)
@@ -495,8 +562,11 @@ void mqd_store_close(mqd_store_t *st)
 
 void mqd_store_commit(mqd_store_t *st)
 {
-    int any = 0;
-    for (mqd_plog_t *l = st->logs; l; l = l->next) {
+    mqd_plog_t *ready = NULL;
+    while (st->pend_logs) {
+        mqd_plog_t *l = st->pend_logs;
+        st->pend_logs = l->pend_next;
+        l->on_pend = 0;
         batch_t *b = l->pending;
         if (!b || b->nrec == 0)
             continue;
@@ -509,10 +579,17 @@ void mqd_store_commit(mqd_store_t *st)
             l->queue = b;
         l->queue_tail = b;
         pthread_mutex_unlock(&l->mu);
-        any = 1;
+        l->pend_next = ready;
+        ready = l;
     }
-    if (any)
-        store_kick(st);
+    if (!ready)
+        return;
+    pthread_mutex_lock(&st->mu);
+    for (mqd_plog_t *l = ready; l; l = l->pend_next)
+        work_add(st, l);
+    st->kick = 1;
+    pthread_cond_signal(&st->work_cv);
+    pthread_mutex_unlock(&st->mu);
 }
 
 void mqd_store_dispatch(mqd_store_t *st)
@@ -593,6 +670,18 @@ static void rm_dir_files(const char *dir)
     rmdir(dir);
 }
 
+/* Takes l off the owner's list of logs with uncommitted records. */
+static void pend_del(mqd_store_t *st, mqd_plog_t *l)
+{
+    for (mqd_plog_t **pp = &st->pend_logs; l->on_pend && *pp; pp = &(*pp)->pend_next) {
+        if (*pp == l) {
+            *pp = l->pend_next;
+            l->on_pend = 0;
+            break;
+        }
+    }
+}
+
 int mqd_store_drop_topic(mqd_store_t *st, const char *topic)
 {
     if (!topic || strchr(topic, '/') || !*topic || topic[0] == '.')
@@ -607,6 +696,8 @@ int mqd_store_drop_topic(mqd_store_t *st, const char *topic)
         while (l->flushing)
             pthread_cond_wait(&st->done_cv, &st->mu);
         *pp = l->next; /* only the owner changes the list, so pp is still valid */
+        store_work_del(st, l);
+        pend_del(st, l);
         st->list_gen++;
         pthread_mutex_unlock(&st->mu);
         plog_free(l);

@@ -82,6 +82,8 @@ struct mqd_plog {
     /* owner-thread state */
     uint64_t end;
     batch_t *pending;
+    struct mqd_plog *pend_next; /* in st->pend_logs while `pending` holds records */
+    int on_pend;
 
     /* guarded by mu (short sections: list and index changes, handoff) */
     pthread_mutex_t mu;
@@ -104,6 +106,8 @@ struct mqd_plog {
 
     /* guarded by st->mu */
     int flushing;
+    struct mqd_plog *work_next; /* in st->work while the flusher has something to do */
+    int on_work;
 };
 
 struct mqd_store {
@@ -118,6 +122,13 @@ struct mqd_store {
     uint64_t list_gen;
     int stop, kick;
     batch_t *free_batches; /* recycled batch buffers, guarded by mu */
+    /* Logs the flusher must visit before its next timed pass over all logs (queued
+     * batches, truncation, a directory to sync), so a kick costs O(busy logs), not
+     * O(partitions). Guarded by mu. */
+    mqd_plog_t *work, *work_tail;
+    /* Logs with appended but uncommitted records (owner thread only): a commit costs
+     * O(logs appended to since the last one). */
+    mqd_plog_t *pend_logs;
 };
 
 /* ---- segment.c ---- */
@@ -145,6 +156,10 @@ batch_t *store_batch_get(mqd_store_t *st);
 void store_batch_put(mqd_store_t *st, batch_t *b);
 void store_wait_idle(mqd_store_t *st, mqd_plog_t *log);
 void store_kick(mqd_store_t *st);
+/* Puts log on the flusher's work list and wakes the flusher. */
+void store_kick_log(mqd_store_t *st, mqd_plog_t *log);
+/* Takes log off the work list (st->mu held; the log is being freed). */
+void store_work_del(mqd_store_t *st, mqd_plog_t *log);
 
 /* ---- plog.c ---- */
 int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,
