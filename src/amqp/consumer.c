@@ -361,7 +361,7 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
         mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to receive from '%s'", addr);
         return MQD_EINVAL;
     }
-    bool create = s->conf->auto_create_topics && strncmp(a->topic, "$tmp.", 5) != 0;
+    bool create = mqd_may_create(c, a->topic);
     if (mqd_topic_get(s, a->topic, create, 0, t) != 0) {
         mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a->topic);
         return MQD_ENOENT;

@@ -74,6 +74,16 @@ void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen
 
 /* ---------------------------------------------------------------- producers */
 
+static void refill(mqd_server_t *s, pn_link_t *l);
+
+/* Auto-creation of a missing topic: on in the config and the `create` permission. */
+bool mqd_may_create(mqd_conn_t *c, const char *topic)
+{
+    if (!c->srv->conf->auto_create_topics || strncmp(topic, "$tmp.", 5) == 0)
+        return false;
+    return mqd_topic_find(c->srv, topic) || mqd_auth_allowed(c, MQD_PERM_CREATE, topic);
+}
+
 static void put_symbols(pn_data_t *d, const char *const *syms, size_t n)
 {
     pn_data_clear(d);
@@ -124,7 +134,7 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         }
         if (!mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'", addr);
-        bool create = s->conf->auto_create_topics && strncmp(a.topic, "$tmp.", 5) != 0;
+        bool create = mqd_may_create(c, a.topic);
         mqd_topic_t *t;
         if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)
             return mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
@@ -146,7 +156,7 @@ open:
     pn_link_set_max_message_size(l, s->conf->max_message_size);
     pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
     pn_link_open(l);
-    pn_link_flow(l, (int)s->conf->link_credit);
+    refill(s, l);
 }
 
 static void reject(pn_delivery_t *d, const char *cond, const char *desc)
@@ -186,7 +196,7 @@ static mqd_topic_t *relay_topic(mqd_conn_t *c, const uint8_t *p, const mqd_msg_i
     if (a.kind != MQD_ADDR_TOPIC && a.kind != MQD_ADDR_PARTITION)
         return NULL;
     mqd_topic_t *t;
-    bool create = c->srv->conf->auto_create_topics && strncmp(a.topic, "$tmp.", 5) != 0;
+    bool create = mqd_may_create(c, a.topic);
     if (mqd_topic_get(c->srv, a.topic, create, 0, &t) != 0)
         return NULL;
     if (a.kind == MQD_ADDR_PARTITION) {
@@ -327,8 +337,17 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
 {
     mqd_server_t *s = c->srv;
     pn_link_t *l = ls->link;
-    if (pn_link_state(l) & PN_LOCAL_CLOSED)
+    if (pn_link_state(l) & PN_LOCAL_CLOSED) {
+        /* drop it: bytes left in Proton would hold session capacity for good */
+        char sink[4096];
+        while (pn_link_recv(l, sink, sizeof sink) > 0)
+            ;
+        if (!pn_delivery_partial(d)) {
+            pn_link_advance(l);
+            pn_delivery_settle(d);
+        }
         return;
+    }
     if (pn_delivery_aborted(d)) {
         ls->acc_len = 0;
         pn_delivery_settle(d);
@@ -372,9 +391,38 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
         ls->acc = NULL;
         ls->acc_cap = 0;
     }
+    refill(s, l);
+}
+
+/* Tops a producer link's credit up to link_credit, unless memory or disk is above its
+ * watermark: then producers wait (consumers keep flowing) and the periodic timer gives
+ * the credit back once it clears. */
+static void refill(mqd_server_t *s, pn_link_t *l)
+{
     int credit = pn_link_credit(l);
-    if (credit < (int)s->conf->link_credit / 2)
+    if (credit < (int)s->conf->link_credit / 2 && !mqd_watermark_blocked(s))
         pn_link_flow(l, (int)s->conf->link_credit - credit);
+}
+
+void mqd_producers_refill(mqd_server_t *s)
+{
+    if (mqd_watermark_blocked(s))
+        return;
+    for (mqd_dlist_t *n = s->conns.next; n != &s->conns; n = n->next) {
+        mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
+        bool touched = false;
+        for (pn_link_t *l = pn_link_head(c->driver.connection, PN_LOCAL_ACTIVE); l;
+             l = pn_link_next(l, PN_LOCAL_ACTIVE)) {
+            mqd_lstate_t *ls = pn_link_get_context(l);
+            if (ls && ls->kind == MQD_LS_PRODUCER && !ls->coord &&
+                pn_link_credit(l) < (int)s->conf->link_credit / 2) {
+                refill(s, l);
+                touched = true;
+            }
+        }
+        if (touched)
+            mqd_conn_mark_dirty(c);
+    }
 }
 
 /* ---------------------------------------------------------------- events */
@@ -426,6 +474,18 @@ static void link_remote_close(pn_link_t *l)
         pn_link_close(l);
 }
 
+/* Proton advertises capacity / max-frame-size as the session's incoming window, in
+ * transfer frames, whatever their size: 8 MiB / 128 KiB allowed 64 transfers in flight,
+ * so a sender of small messages stalled every 64 messages until the next flow frame.
+ * Room for twice the link credit in frames keeps a full credit window moving. The bytes
+ * actually buffered stay small: transfers are drained into the link buffer as they come
+ * (producer_transfer), and what arrives on a link we closed is dropped. */
+static size_t session_capacity(const mqd_conf_t *conf)
+{
+    size_t cap = (size_t)conf->max_frame_size * 2 * conf->link_credit;
+    return cap < (8u << 20) ? (8u << 20) : cap;
+}
+
 void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
 {
     switch (pn_event_type(e)) {
@@ -439,7 +499,7 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
         break;
     case PN_SESSION_REMOTE_OPEN: {
         pn_session_t *ss = pn_event_session(e);
-        pn_session_set_incoming_capacity(ss, 8u << 20);
+        pn_session_set_incoming_capacity(ss, session_capacity(c->srv->conf));
         pn_session_open(ss);
         break;
     }

@@ -12,6 +12,9 @@ mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind);
 /* The node that holds replies sent to `addr` (see link.c). */
 void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen);
 
+/* May c auto-create `topic` (config + the `create` permission)? */
+bool mqd_may_create(mqd_conn_t *c, const char *topic);
+
 /* consumer.c */
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l);
 void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d);

@@ -84,6 +84,8 @@ typedef struct mqd_conf {
     uint32_t max_connections_per_ip;   /* 0 = unlimited */
     uint32_t handshake_timeout_ms;     /* plain listeners, 10 s */
     uint32_t tls_handshake_timeout_ms; /* TLS listeners, 5 s */
+    uint64_t memory_high_watermark;    /* RSS above which producers get no credit; 0 = off */
+    uint64_t disk_free_limit;          /* free bytes on data_dir below which the same; 64 MiB */
     mqd_acl_rule_t *acl;          /* owned array: the [acl] section in order */
     size_t n_acl;
     bool acl_present;             /* an [acl] section exists (even an empty one: deny all) */

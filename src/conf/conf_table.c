@@ -143,6 +143,16 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"tls_handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "5s", NULL, NULL,
      G_FIELD(tls_handshake_timeout_ms), NULL, NULL,
      "The same for amqps:// listeners (TLS, SASL and open).", true},
+    {"memory_high_watermark", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "0", "off", NULL,
+     G_FIELD(memory_high_watermark), NULL, NULL,
+     "While the broker's resident memory is above this, sending links get no new credit "
+     "(consumers keep flowing); credit comes back once it is below. 0 turns it off.",
+     true},
+    {"disk_free_limit", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "64MiB", NULL, NULL,
+     G_FIELD(disk_free_limit), NULL, NULL,
+     "While the file system holding data_dir has less free space than this, sending links "
+     "get no new credit; credit comes back once there is more. 0 turns it off.",
+     true},
 
     /* ---- topics: global part = defaults for every topic, [topic NAME] overrides ---- */
     {"partitions", MQD_CT_UINT, MQD_CS_TOPIC, 1, 65536, NULL, "default_partitions", NULL,

@@ -15,6 +15,7 @@
 #include "group/group.h"
 #include "group/selector.h"
 #include "txn/txn.h"
+#include "server/watermark.h"
 #include "conf/conf.h"
 #include "meta/meta.h"
 #include "metrics/metrics.h"
@@ -207,6 +208,7 @@ struct mqd_server {
     struct event *ev_watchdog;
     void *auth;              /* auth/: TLS contexts, ACLs (owned by auth) */
     void *metrics;           /* metrics/: the HTTP endpoint (owned by metrics) */
+    struct mqd_watermark *watermark; /* watermark.c: memory/disk limits for producers */
     /* counters for metrics/ (event-loop thread) */
     uint64_t conns_accepted, conns_refused;
     uint64_t msgs_rejected;
@@ -223,6 +225,8 @@ struct mqd_server {
     mqd_buf_t scratch;       /* annotate output */
     mqd_read_t browse_rd;    /* browsers' reads */
     mqd_buf_t mgmt_out;      /* management replies */
+    mqd_pending_t *pend_free; /* free list of settle entries */
+    size_t n_pend_free;
     bool stopping;
     bool tick_queued;
     uint64_t ticks;          /* periodic timer runs (1 s) */
@@ -241,6 +245,7 @@ int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t creat
 mqd_topic_t *mqd_topic_find(mqd_server_t *s, const char *name);
 int mqd_topics_load(mqd_server_t *s);
 void mqd_topics_free(mqd_server_t *s);
+void mqd_pending_pool_free(mqd_server_t *s);
 int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t);
 /* Management: creates a topic with `overrides_json` (an object of per-topic keys such as
  * {"flush":"async","retention_ms":3600000}); MQD_EEXIST, MQD_EINVAL. nparts 0 = default. */
@@ -297,12 +302,17 @@ void mqd_lstate_free(mqd_lstate_t *ls);
 void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
 
 
+/* link.c: gives producers their credit back once the watermarks clear (periodic). */
+void mqd_producers_refill(mqd_server_t *s);
+
 /* dedup.c: true if msg's message-id was stored within the topic's window (records it if not). */
 bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi);
 void mqd_dedup_free(mqd_topic_t *t);
 
 /* txn.c internals used by the link handlers */
 void mqd_txns_stable_advanced(mqd_server_t *s);
+/* Writes the decisions of the commits that became ready, in one SQLite transaction. */
+void mqd_txns_decide(mqd_server_t *s);
 uint64_t mqd_txn_outcome(pn_delivery_t *d, bool *failed);
 
 #endif

@@ -323,6 +323,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     mqd_server_t *s = arg;
     s->tick_queued = false;
+    mqd_txns_decide(s); /* one SQLite commit for every transaction ready this iteration */
     mqd_store_commit(s->store);
     mqd_server_run_dispatch(s);
     while (!mqd_dlist_empty(&s->dirty)) {
@@ -356,6 +357,7 @@ static void on_periodic(evutil_socket_t fd, short what, void *arg)
     mqd_server_t *s = arg;
     mqd_topics_persist(s, false);
     mqd_txns_expire(s);
+    mqd_producers_refill(s);
     if (++s->ticks % 10 == 0)
         mqd_topics_retain(s);
 }
@@ -459,6 +461,8 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     if ((rc = mqd_txns_init(s)) != 0)
         goto err;
     if ((rc = mqd_auth_init(s)) != 0)
+        goto err;
+    if ((rc = mqd_watermark_init(s)) != 0)
         goto err;
     if ((rc = mqd_metrics_start(s)) != 0)
         goto err;
@@ -569,11 +573,13 @@ void mqd_server_free(mqd_server_t *s)
         evconnlistener_free(s->listeners[i].l);
     mqd_metrics_stop(s);
     mqd_auth_free(s);
+    mqd_watermark_free(s);
     free(s->listeners);
     if (s->store)
         mqd_topics_persist(s, true);
     mqd_txns_free(s); /* open transactions die with the process: aborted at restart */
     mqd_topics_free(s);
+    mqd_pending_pool_free(s);
     if (s->meta)
         MQD_NOTICE("meta", "%llu SQLite write transactions since start",
                    (unsigned long long)mqd_meta_txn_count(s->meta));

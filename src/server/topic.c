@@ -50,6 +50,28 @@ static int table_grow(mqd_server_t *s)
     return 0;
 }
 
+/* Settled sends go to a free list: no malloc per message in the steady state. */
+static void pending_put(mqd_server_t *s, mqd_pending_t *pe)
+{
+    if (s->n_pend_free >= 65536) {
+        free(pe);
+        return;
+    }
+    pe->next = s->pend_free;
+    s->pend_free = pe;
+    s->n_pend_free++;
+}
+
+void mqd_pending_pool_free(mqd_server_t *s)
+{
+    while (s->pend_free) {
+        mqd_pending_t *pe = s->pend_free;
+        s->pend_free = pe->next;
+        free(pe);
+    }
+    s->n_pend_free = 0;
+}
+
 static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
 {
     mqd_part_t *p = arg;
@@ -69,7 +91,7 @@ static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
             mqd_conn_mark_dirty(pe->conn);
         }
         mqd_conn_unref(pe->conn);
-        free(pe);
+        pending_put(p->topic->srv, pe);
     }
     if (!mqd_dlist_empty(&p->topic->consumers))
         mqd_topic_dispatch_soon(p->topic);
@@ -425,9 +447,14 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
     mqd_server_tick_soon(p->topic->srv);
     if (!dlv)
         return 0;
-    mqd_pending_t *pe = malloc(sizeof *pe);
-    if (!pe)
+    mqd_server_t *s = p->topic->srv;
+    mqd_pending_t *pe = s->pend_free;
+    if (pe) {
+        s->pend_free = pe->next;
+        s->n_pend_free--;
+    } else if (!(pe = malloc(sizeof *pe))) {
         return MQD_ENOMEM; /* appended but unacknowledged: the client will resend */
+    }
     pe->next = NULL;
     pe->conn = c;
     pe->dlv = dlv;

@@ -333,7 +333,12 @@ int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_rec
         if (p.pos >= p.seg_end) {
             if (r->n || !p.has_next)
                 break;
+            int fd = p.fd;
             rc = read_locate(log, p.at_off, &p);
+            /* Back into the segment just read: it ended before the offsets it claims
+             * (damage kept in an unhealthy segment). Re-reading it would never end. */
+            if (rc == 0 && p.fd == fd && p.pos < p.seg_end)
+                rc = MQD_ECORRUPT;
             continue;
         }
         size_t n = (size_t)(p.seg_end - p.pos < want ? p.seg_end - p.pos : want);
@@ -347,7 +352,13 @@ int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_rec
             return 0; /* done, or a partial chunk after some records: caller reads on */
         if (rc == 0 && r->n == 0 && p.pos < p.seg_end) {
             uint8_t h[4]; /* a record larger than the chunk: size the next read to it */
-            if (pread(p.fd, h, 4, (off_t)p.pos) == 4 && 4 + (size_t)rd32(h) > want)
+            uint64_t left = p.seg_end - p.pos;
+            bool hdr = left >= REC_HDR && pread(p.fd, h, 4, (off_t)p.pos) == 4;
+            /* A partial record up to the segment end never completes (damage kept in an
+             * unhealthy segment): fail instead of spinning. */
+            if (left < REC_HDR || (hdr && 4 + (uint64_t)rd32(h) > left))
+                rc = MQD_ECORRUPT;
+            else if (hdr && 4 + (size_t)rd32(h) > want)
                 want = 4 + (size_t)rd32(h);
         }
         if (r->n >= l.max_recs)

@@ -45,6 +45,7 @@ struct mqd_txn {
 
 struct mqd_txns {
     mqd_dlist_t open;
+    mqd_dlist_t ready;         /* commits whose records are stable: decided at the next tick */
     uint64_t next_id;
     uint64_t *committed;       /* open-addressing hash set of committed ids (0 = empty) */
     size_t cap, n;
@@ -109,6 +110,7 @@ int mqd_txns_init(mqd_server_t *s)
     if (!x)
         return MQD_ENOMEM;
     mqd_dlist_init(&x->open);
+    mqd_dlist_init(&x->ready);
     uint64_t epoch;
     int rc = mqd_meta_next_id(s->meta, "txn_epoch", &epoch);
     if (rc == 0)
@@ -144,6 +146,8 @@ void mqd_txns_free(mqd_server_t *s)
         return;
     while (!mqd_dlist_empty(&x->open))
         txn_free(MQD_CONTAINER(x->open.next, mqd_txn_t, node));
+    while (!mqd_dlist_empty(&x->ready))
+        txn_free(MQD_CONTAINER(x->ready.next, mqd_txn_t, node));
     free(x->committed);
     free(x);
     s->txns = NULL;
@@ -259,13 +263,16 @@ static void put_txn_id(pn_data_t *d, uint64_t id)
     pn_data_put_binary(d, pn_bytes(8, b));
 }
 
+/* Our ids are 8 bytes; any other binary is a well-formed id that names nothing (0). */
 static bool get_txn_id(pn_data_t *d, uint64_t *id)
 {
     if (pn_data_type(d) != PN_BINARY)
         return false;
     pn_bytes_t b = pn_data_get_binary(d);
-    if (b.size == 0 || b.size > 8)
-        return false;
+    if (b.size != 8) {
+        *id = 0;
+        return true;
+    }
     uint64_t v = 0;
     for (size_t i = 0; i < b.size; i++)
         v = (v << 8) | (uint8_t)b.start[i];
@@ -399,29 +406,20 @@ static char *detail_json(const mqd_txn_t *t)
     return sj;
 }
 
-/* The commit point: the decision and the offsets of the staged acks, in one SQLite txn. */
+/* Writes one transaction's decision and the offsets its acks produce (caller's SQLite txn). */
 static int write_decision(mqd_server_t *s, mqd_txn_t *t)
 {
     char *dj = detail_json(t);
-    int rc = mqd_meta_begin(s->meta);
-    if (rc != 0) {
-        free(dj);
-        return rc;
-    }
-    rc = mqd_meta_txn_put(s->meta, t->id, MQD_TXN_COMMITTED, dj ? dj : "{}");
+    int rc = mqd_meta_txn_put(s->meta, t->id, MQD_TXN_COMMITTED, dj ? dj : "{}");
     free(dj);
-    if (rc == 0) {
-        apply_acks(t);
-        for (size_t i = 0; i < t->n_acks && rc == 0; i++) {
-            txn_ack_t *a = &t->acks[i];
-            if (a->part < a->g->ncur && a->g->cur[a->part].dirty)
-                rc = mqd_cursor_save(&a->g->cur[a->part], &a->g->topic->parts[a->part], a->g->name);
-        }
+    if (rc != 0)
+        return rc;
+    apply_acks(t);
+    for (size_t i = 0; i < t->n_acks && rc == 0; i++) {
+        txn_ack_t *a = &t->acks[i];
+        if (a->part < a->g->ncur && a->g->cur[a->part].dirty)
+            rc = mqd_cursor_save(&a->g->cur[a->part], &a->g->topic->parts[a->part], a->g->name);
     }
-    if (rc == 0)
-        rc = mqd_meta_commit(s->meta);
-    else
-        mqd_meta_rollback(s->meta);
     return rc;
 }
 
@@ -451,22 +449,49 @@ static void finish_discharge(mqd_txn_t *t, int rc)
     mqd_conn_mark_dirty(c);
 }
 
-static void commit(mqd_server_t *s, mqd_txn_t *t)
+/* After the decision is durable: visible to readers, discharge accepted. */
+static void committed(mqd_server_t *s, mqd_txn_t *t)
 {
-    int rc = write_decision(s, t);
-    if (rc != 0) {
-        MQD_ERR("txn", "commit of txn=%llx failed: %s; rolling back", (unsigned long long)t->id,
-                mqd_strerror(rc));
-        finish_discharge(t, rc);
-        rollback(s, t, "decision not durable");
-        return;
-    }
     set_add(s->txns, t->id);
     markers(t, MQD_REC_CTRL_COMMIT);
     s->txns->st.committed++;
     finish_discharge(t, 0);
     MQD_DEBUG("txn", "committed txn=%llx", (unsigned long long)t->id);
     txn_free(t);
+}
+
+/* Queues a commit whose records are stable; the decisions of every transaction ready in
+ * one loop iteration share one SQLite commit (group commit for transactions). */
+static void commit_soon(mqd_server_t *s, mqd_txn_t *t)
+{
+    mqd_dlist_del(&t->node);
+    mqd_dlist_push(&s->txns->ready, &t->node);
+    mqd_server_tick_soon(s);
+}
+
+void mqd_txns_decide(mqd_server_t *s)
+{
+    mqd_txns_t *x = s->txns;
+    if (!x || mqd_dlist_empty(&x->ready))
+        return;
+    int rc = mqd_meta_begin(s->meta);
+    for (mqd_dlist_t *n = x->ready.next; rc == 0 && n != &x->ready; n = n->next)
+        rc = write_decision(s, MQD_CONTAINER(n, mqd_txn_t, node));
+    if (rc == 0)
+        rc = mqd_meta_commit(s->meta);
+    else
+        mqd_meta_rollback(s->meta);
+    while (!mqd_dlist_empty(&x->ready)) {
+        mqd_txn_t *t = MQD_CONTAINER(x->ready.next, mqd_txn_t, node);
+        if (rc == 0) {
+            committed(s, t);
+            continue;
+        }
+        MQD_ERR("txn", "commit of txn=%llx failed: %s; rolling back", (unsigned long long)t->id,
+                mqd_strerror(rc));
+        finish_discharge(t, rc);
+        rollback(s, t, "decision not durable");
+    }
 }
 
 /* Commits whose records have become stable (called when a partition's stable rose). */
@@ -479,7 +504,7 @@ void mqd_txns_stable_advanced(mqd_server_t *s)
         mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
         n = n->next;
         if (t->discharge && records_stable(t))
-            commit(s, t);
+            commit_soon(s, t);
     }
 }
 
@@ -517,7 +542,7 @@ static void declare(mqd_lstate_t *ls, pn_delivery_t *d)
 
 static bool timed_out(const mqd_txns_t *x, uint64_t id)
 {
-    for (size_t i = 0; i < TIMED_OUT_RING; i++)
+    for (size_t i = 0; id != 0 && i < TIMED_OUT_RING; i++)
         if (x->timed_out[i] == id)
             return true;
     return false;
@@ -544,8 +569,8 @@ static void discharge(mqd_lstate_t *ls, pn_delivery_t *d, uint64_t id, bool fail
     t->discharge_conn = ls->conn;
     ls->conn->refs++;
     if (records_stable(t))
-        commit(s, t);
-    /* else: mqd_txns_stable_advanced commits once the partitions caught up */
+        commit_soon(s, t);
+    /* else: mqd_txns_stable_advanced queues it once the partitions caught up */
 }
 
 /* A descriptor as its numeric code: clients send either the code or the symbol. */
@@ -581,7 +606,7 @@ void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint
         return reject_with(d, "amqp:decode-error", "not a coordinator message");
     pn_data_t *data = pn_data(8);
     uint64_t code = 0, id = 0;
-    bool fail = false;
+    bool fail = false, have_id = false;
     ssize_t n = pn_data_decode(data, (const char *)msg + mi.body_off, len - mi.body_off);
     pn_data_rewind(data);
     /* section descriptor 0x77, then the described coordinator list */
@@ -594,9 +619,11 @@ void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint
                 code = descriptor_code(data);
             if (pn_data_next(data) && pn_data_type(data) == PN_LIST) {
                 pn_data_enter(data);
-                if (code == MQD_TXN_DISCHARGE && pn_data_next(data) && get_txn_id(data, &id) &&
-                    pn_data_next(data) && pn_data_type(data) == PN_BOOL)
-                    fail = pn_data_get_bool(data);
+                if (code == MQD_TXN_DISCHARGE && pn_data_next(data) && get_txn_id(data, &id)) {
+                    have_id = true;
+                    if (pn_data_next(data) && pn_data_type(data) == PN_BOOL)
+                        fail = pn_data_get_bool(data);
+                }
                 pn_data_exit(data);
             }
         }
@@ -604,7 +631,7 @@ void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint
     pn_data_free(data);
     if (code == MQD_TXN_DECLARE)
         declare(ls, d);
-    else if (code == MQD_TXN_DISCHARGE && id != 0)
+    else if (code == MQD_TXN_DISCHARGE && have_id)
         discharge(ls, d, id, fail);
     else
         reject_with(d, "amqp:decode-error", "expected declare or discharge");

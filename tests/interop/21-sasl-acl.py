@@ -237,7 +237,7 @@ def closed_within(sock, seconds):
 def body(t):
     users = mqd_passwd("alice", PW["alice"]) + "groups = producers\n" + mqd_passwd("bob", PW["bob"])
     conf = os.path.join(t.tmpdir, "mqd.conf")
-    write_conf(conf, users, "allow alice send relay.*")
+    write_conf(conf, users, "allow alice send,create relay.*")
     # handshake_timeout_ms: the backstop that closes an open sent inside SASL (below)
     b = t.broker("acl", conf=conf, sets={"handshake_timeout_ms": "3s"})
     coll = mqdtest.Collect()

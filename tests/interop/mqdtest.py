@@ -840,3 +840,107 @@ def receive_ff(url, address, count=None, timeout=60, **kw):
     r = FastFailReceiver(url, address, count=count, **kw)
     run_container(r, timeout)
     return r
+
+
+# ---------------------------------------------------------------- transactions (blocking)
+
+class CoordinatorTarget(object):
+    """LinkOption: the link's target is a transaction coordinator (amqp:local-transactions)."""
+
+    def apply(self, link):
+        from proton import Terminus
+        link.target.type = Terminus.COORDINATOR
+        link.target.capabilities.put_object(symbol("amqp:local-transactions"))
+
+    def test(self, link):
+        return True
+
+
+TXN_STATE = 0x34       # amqp:transactional-state:list
+TXN_DECLARED = 0x33    # amqp:declared:list
+
+
+class BlockingTxns:
+    """Local transactions over a proton BlockingConnection, driven by hand (coordinator
+    sender link, raw declare / discharge bodies), so a test can pipeline transactional
+    sends and inspect every outcome:
+
+        bt = BlockingTxns(conn)           # attaches the coordinator link
+        tid = bt.declare()                # bytes txn-id
+        d = bt.send(sender_link, msg, tid)    # transactional transfer (not waited for)
+        bt.wait_settled([d, ...])         # all settled by the broker
+        bt.accept(delivery, tid)          # transactional accept of a received delivery
+        ok, state, cond = bt.discharge(tid, fail=False)
+    """
+
+    def __init__(self, conn, timeout=30):
+        from proton.utils import BlockingSender
+        self.conn = conn
+        self.timeout = timeout * SLOW
+        self.coord = conn.create_sender(None, name="txn-ctrl-%d" % id(self), options=CoordinatorTarget())
+        check(isinstance(self.coord, BlockingSender), "coordinator link not a sender")
+
+    def _ctrl(self, descriptor, value):
+        from proton import Described
+        d = self.coord.link.send(Message(body=Described(symbol(descriptor), value)))
+        self.conn.wait(lambda: d.remote_state != 0 or d.settled or self.coord.link.state & 0x20,
+                       timeout=self.timeout, msg="coordinator outcome for %s" % descriptor)
+        return d
+
+    def declare(self):
+        d = self._ctrl("amqp:declare:list", [None])
+        check(d.remote_state == TXN_DECLARED and d.remote.data,
+              "declare: outcome %s data %r condition %s" % (d.remote_state, d.remote.data, d.remote.condition))
+        tid = d.remote.data[0]
+        d.settle()
+        return tid
+
+    def discharge(self, tid, fail=False):
+        """Returns (accepted?, remote_state, remote condition)."""
+        from proton import Delivery
+        d = self._ctrl("amqp:discharge:list", [tid, bool(fail)])
+        st, cond = d.remote_state, d.remote.condition
+        d.settle()
+        return st == Delivery.ACCEPTED, st, cond
+
+    @staticmethod
+    def send(sender, msg, tid):
+        """A transactional transfer on a BlockingSender / proton Sender (not waited for)."""
+        link = getattr(sender, "link", sender)
+        d = link.send(msg)
+        d.local.data = [tid]
+        d.update(TXN_STATE)
+        return d
+
+    def wait_settled(self, deliveries, what="transactional sends"):
+        self.conn.wait(lambda: all(d.remote_state != 0 or d.settled for d in deliveries),
+                       timeout=self.timeout, msg=what)
+        out = []
+        for d in deliveries:
+            out.append((d.remote_state, d.remote.data, d.remote.condition))
+            d.settle()
+        return out
+
+    @staticmethod
+    def accept(delivery, tid, outcome=0x24, settle=True):
+        """Transactional disposition (default accepted) of a received delivery."""
+        from proton import Described, ulong
+        delivery.local.data = [tid, Described(ulong(outcome), [])]
+        delivery.update(TXN_STATE)
+        if settle:
+            delivery.settle()
+
+
+def txn_outcome_ok(state, data, tid):
+    """A transactional send's outcome: transactional-state(tid, accepted)."""
+    if state != TXN_STATE or not data:
+        return False
+    try:
+        d0 = data[0]
+        out = data[1] if len(data) > 1 else None
+    except (TypeError, IndexError):
+        return False
+    if bytes(d0) != bytes(tid):
+        return False
+    desc = getattr(out, "descriptor", None)
+    return desc in (0x24, symbol("amqp:accepted:list"))
