@@ -242,6 +242,27 @@ static void put_process(struct evbuffer *b, mqd_server_t *s)
     }
 }
 
+/* The store's fdatasync latencies (filled by its flusher thread). */
+static void put_fsync(struct evbuffer *b, mqd_server_t *s)
+{
+    mqd_store_stats_t st;
+    mqd_store_stats(s->store, &st);
+    const double *fb = mqd_store_hist_bounds();
+    head(b, "mqd_fsync_seconds", "histogram", "fdatasync latency of partition segments.");
+    uint64_t cum = 0;
+    for (size_t i = 0; i < MQD_STORE_HIST_BUCKETS; i++) {
+        cum += st.bucket[i];
+        evbuffer_add_printf(b, "mqd_fsync_seconds_bucket{le=\"%g\"} %llu\n", fb[i],
+                            (unsigned long long)cum);
+    }
+    cum += st.bucket[MQD_STORE_HIST_BUCKETS];
+    evbuffer_add_printf(b, "mqd_fsync_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+    evbuffer_add_printf(b, "mqd_fsync_seconds_sum %g\nmqd_fsync_seconds_count %llu\n", st.sum_s,
+                        (unsigned long long)st.fsyncs);
+    head(b, "mqd_fsync_slow_total", "counter", "fdatasync calls slower than 1 s (each logged).");
+    evbuffer_add_printf(b, "mqd_fsync_slow_total %llu\n", (unsigned long long)st.slow);
+}
+
 static void put_broker(struct evbuffer *b, mqd_server_t *s)
 {
     size_t topics = 0;
@@ -258,6 +279,7 @@ static void put_broker(struct evbuffer *b, mqd_server_t *s)
     evbuffer_add_printf(b, "mqd_topics %zu\n", topics);
     put_hist(b, "mqd_append_stable_seconds", "Time from append to stable (settlement) of a send.",
              &s->h_append_stable);
+    put_fsync(b, s);
     mqd_txn_stats_t ts;
     mqd_txn_stats(s, &ts);
     head(b, "mqd_transactions_open", "gauge", "Open AMQP transactions.");

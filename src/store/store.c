@@ -158,13 +158,47 @@ static void free_batches(mqd_store_t *st, batch_t *b)
     }
 }
 
+static const double hist_bounds[MQD_STORE_HIST_BUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1};
+
+const double *mqd_store_hist_bounds(void) { return hist_bounds; }
+
+void mqd_store_stats(mqd_store_t *st, mqd_store_stats_t *out)
+{
+    pthread_mutex_lock(&st->mu);
+    *out = st->stats;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* Records one fdatasync (flusher thread) and warns about slow ones. */
+static void note_sync(mqd_plog_t *log, uint64_t t0)
+{
+    double secs = (double)(mqd_mono_ns() - t0) / 1e9;
+    mqd_store_stats_t *x = &log->st->stats;
+    size_t i = 0;
+    while (i < MQD_STORE_HIST_BUCKETS && secs > hist_bounds[i])
+        i++;
+    pthread_mutex_lock(&log->st->mu);
+    x->fsyncs++;
+    x->bucket[i]++;
+    x->sum_s += secs;
+    if (secs * 1000 > MQD_STORE_SLOW_FSYNC_MS)
+        x->slow++;
+    pthread_mutex_unlock(&log->st->mu);
+    if (secs * 1000 > MQD_STORE_SLOW_FSYNC_MS)
+        MQD_WARN("store", "slow fsync topic=%s partition=%u ms=%.0f", log->topic, log->partition,
+                 secs * 1000);
+}
+
 /* fdatasync the active segment; durable catches up with stable. */
 static int sync_tail(mqd_plog_t *log, seg_t *s, uint64_t upto)
 {
+    uint64_t t0 = mqd_mono_ns();
     if (mqd_store_io.fdatasync(s->fd) != 0) {
         log_fail(log, s, "fdatasync", errno);
         return MQD_EIO;
     }
+    note_sync(log, t0);
     s->synced = s->size;
     log->unsynced_recs = 0;
     log->last_sync_ms = mqd_now_ms();

@@ -159,6 +159,20 @@ int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset);
  * fsync after the unlinks runs on the flusher thread. */
 int mqd_plog_retain(mqd_plog_t *log, uint64_t keep_from, int64_t now_ms);
 
+/* fdatasync latencies of data segments, for metrics (bounds in seconds, cumulative
+ * buckets in Prometheus style; the last bucket is +Inf). */
+#define MQD_STORE_HIST_BUCKETS 12
+typedef struct mqd_store_stats {
+    uint64_t fsyncs;
+    uint64_t slow;                                  /* over MQD_STORE_SLOW_FSYNC_MS */
+    uint64_t bucket[MQD_STORE_HIST_BUCKETS + 1];    /* non-cumulative counts */
+    double sum_s;
+} mqd_store_stats_t;
+#define MQD_STORE_SLOW_FSYNC_MS 1000
+const double *mqd_store_hist_bounds(void);
+/* Copies the counters (any thread). */
+void mqd_store_stats(mqd_store_t *st, mqd_store_stats_t *out);
+
 /* Blocks the calling (owner) thread until stable >= offset or the log failed; for
  * tools and tests that have no event loop. Runs mqd_store_commit first. */
 int mqd_plog_wait_stable(mqd_plog_t *log, uint64_t offset);

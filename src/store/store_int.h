@@ -129,6 +129,7 @@ struct mqd_store {
     /* Logs with appended but uncommitted records (owner thread only): a commit costs
      * O(logs appended to since the last one). */
     mqd_plog_t *pend_logs;
+    mqd_store_stats_t stats; /* fdatasync latencies, guarded by mu */
 };
 
 /* ---- segment.c ---- */

@@ -67,6 +67,9 @@ def body(t):
     check(s1["mqd_topics"] == s0["mqd_topics"] + 1, "mqd_topics")
     check(s1["mqd_connections_accepted_total"] > s0["mqd_connections_accepted_total"], "accepted")
     check(s1['mqd_append_stable_seconds_count'] >= 20, "append->stable histogram count")
+    check(s1['mqd_fsync_seconds_count'] > s0['mqd_fsync_seconds_count'], "fsync histogram count")
+    check(s1['mqd_fsync_seconds_bucket{le="+Inf"}'] == s1['mqd_fsync_seconds_count'],
+          "fsync +Inf bucket")
     check(s1['mqd_append_stable_seconds_bucket{le="+Inf"}'] == s1['mqd_append_stable_seconds_count'],
           "+Inf bucket = count")
     # the shared group exists once a consumer has attached: take 5, leave 15
