@@ -585,8 +585,10 @@ static size_t group_pump(mqd_lstate_t *ls)
 /* One delivery if the link has credit and a record is ready; honours drain. */
 size_t mqd_consumer_pump(mqd_lstate_t *ls)
 {
+    uint32_t max_unsettled = ls->conn->srv->conf->max_unsettled_per_link;
     if (ls->conn->closed || pn_link_credit(ls->link) <= 0 ||
-        pn_link_state(ls->link) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE))
+        pn_link_state(ls->link) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE) ||
+        (max_unsettled && ls->unsettled >= max_unsettled))
         return 0;
     size_t n = ls->kind == MQD_LS_BROWSER ? browse_pump(ls) : ls->group ? group_pump(ls) : 0;
     if (n == 0 && pn_link_get_drain(ls->link)) {

@@ -84,6 +84,8 @@ typedef struct mqd_conf {
     uint32_t max_connections_per_ip;   /* 0 = unlimited */
     uint32_t handshake_timeout_ms;     /* plain listeners, 10 s */
     uint32_t tls_handshake_timeout_ms; /* TLS listeners, 5 s */
+    uint32_t txn_timeout_ms;           /* open transactions are rolled back after it; 0 = off */
+    uint32_t max_unsettled_per_link;   /* deliveries a consumer link may hold; 0 = unlimited */
     uint64_t memory_high_watermark;    /* RSS above which producers get no credit; 0 = off */
     uint64_t disk_free_limit;          /* free bytes on data_dir below which the same; 64 MiB */
     mqd_acl_rule_t *acl;          /* owned array: the [acl] section in order */
@@ -115,6 +117,8 @@ int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t e
  * "key, topic.NAME, ..." in buf (truncated to len); returns how many there are. A
  * changed topic default is named by its key, a changed [topic NAME] as topic.NAME. */
 size_t mqd_conf_restart_needed(const mqd_conf_t *old, const mqd_conf_t *nw, char *buf, size_t len);
+/* Copies the reloadable global settings of `nw` into the running config (SIGHUP). */
+void mqd_conf_apply_reloadable(mqd_conf_t *running, const mqd_conf_t *nw);
 /* Cross-field checks after everything is loaded. */
 int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen);
 

@@ -4,6 +4,7 @@
 #include "conf/conf_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool str_eq(const char *a, const char *b)
@@ -91,4 +92,29 @@ size_t mqd_conf_restart_needed(const mqd_conf_t *old, const mqd_conf_t *nw, char
     topics_of(old, nw, false, &nm);
     topics_of(nw, old, true, &nm);
     return nm.n;
+}
+
+/* Copies the reloadable global settings (numbers, enums, strings) of `nw` into the running
+ * config, so that what the table calls reloadable really takes effect on SIGHUP. Users
+ * and ACLs are swapped by their owners (server, auth). */
+void mqd_conf_apply_reloadable(mqd_conf_t *running, const mqd_conf_t *nw)
+{
+    for (size_t i = 0; i < mqd_conf_nrows; i++) {
+        const mqd_conf_row_t *r = &mqd_conf_rows[i];
+        if (!r->reloadable || r->scope != MQD_CS_GLOBAL || r->type == MQD_CT_LIST)
+            continue;
+        char *dst = (char *)running + r->off;
+        const char *src = (const char *)nw + r->off;
+        if (r->type == MQD_CT_STRING) {
+            char **d = (char **)dst;
+            const char *const *sv = (const char *const *)src;
+            char *copy = *sv ? strdup(*sv) : NULL;
+            if (*sv && !copy)
+                continue; /* keep the old value rather than lose it */
+            free(*d);
+            *d = copy;
+        } else {
+            memcpy(dst, src, r->width);
+        }
+    }
 }

@@ -143,6 +143,16 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"tls_handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "5s", NULL, NULL,
      G_FIELD(tls_handshake_timeout_ms), NULL, NULL,
      "The same for amqps:// listeners (TLS, SASL and open).", true},
+    {"txn_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, DAY, "60s", "off", NULL,
+     G_FIELD(txn_timeout_ms), NULL, NULL,
+     "An AMQP transaction still open after this long is rolled back; its discharge is "
+     "then rejected with amqp:transaction:timeout. 0 turns it off.",
+     true},
+    {"max_unsettled_per_link", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1048576, "10000", "unlimited", NULL,
+     G_FIELD(max_unsettled_per_link), NULL, NULL,
+     "Deliveries a receiving link may hold unsettled; mqd sends no more until some are "
+     "settled, whatever credit the link grants. 0: unlimited.",
+     true},
     {"memory_high_watermark", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "0", "off", NULL,
      G_FIELD(memory_high_watermark), NULL, NULL,
      "While the broker's resident memory is above this, sending links get no new credit "

@@ -214,7 +214,6 @@ struct mqd_server {
     uint64_t msgs_rejected;
     mqd_hist_t h_append_stable; /* append -> stable (seconds) */
     struct mqd_txns *txns;   /* txn/: open transactions, committed set */
-    uint64_t txn_timeout_ms; /* open transactions older than this are rolled back */
     mqd_dlist_t conns;
     mqd_dlist_t dirty;
     mqd_dlist_t dispatch_q;

@@ -457,7 +457,6 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
         goto err;
     if ((rc = mqd_topics_load(s)) != 0)
         goto err;
-    s->txn_timeout_ms = 60000;
     if ((rc = mqd_txns_init(s)) != 0)
         goto err;
     if ((rc = mqd_auth_init(s)) != 0)
@@ -542,6 +541,7 @@ int mqd_server_reload(mqd_server_t *s)
     char needs[512];
     if (mqd_conf_restart_needed(s->conf, nc, needs, sizeof needs) > 0)
         MQD_WARN("server", "reload: changes to %s take effect after a restart", needs);
+    mqd_conf_apply_reloadable(s->conf, nc);
     mqd_log_set_level(nc->log_level);
     mqd_user_conf_t *u = s->conf->users;
     size_t nu = s->conf->n_users;

@@ -660,7 +660,7 @@ void mqd_txns_expire(mqd_server_t *s)
 {
     mqd_txns_t *x = s->txns;
     int64_t now = mqd_now_ms();
-    uint64_t limit = s->txn_timeout_ms;
+    uint64_t limit = s->conf->txn_timeout_ms;
     if (!x || limit == 0)
         return;
     for (mqd_dlist_t *n = x->open.next; n != &x->open;) {
