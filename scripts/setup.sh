@@ -15,7 +15,8 @@ fi
 
 pkgs=(build-essential autoconf automake pkg-config
       libqpid-proton11-dev libevent-dev libsqlite3-dev libssl-dev libcmocka-dev libjansson-dev
-      python3 python3-qpid-proton python3-uamqp socat stunnel4 openssl nodejs npm)
+      python3 python3-qpid-proton python3-uamqp socat stunnel4 openssl nodejs npm
+      systemd)   # systemd-analyze verifies the unit in tests/interop/33-install.py
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
