@@ -20,5 +20,6 @@ fi
 pass=$(grep -c '^PASS:' "$builddir/check.out")
 fail=$(grep -cE '^(FAIL|ERROR|XPASS):' "$builddir/check.out")
 skip=$(grep -c '^SKIP:' "$builddir/check.out")
+echo "$pass $fail $skip" > "$builddir/check.counts"
 echo "$label: $pass passed, $fail failed, $skip skipped"
 exit $rc
