@@ -159,7 +159,7 @@ open:
     refill(s, l);
 }
 
-static void reject(pn_delivery_t *d, const char *cond, const char *desc)
+void mqd_delivery_reject(pn_delivery_t *d, const char *cond, const char *desc)
 {
     pn_condition_t *pc = pn_disposition_condition(pn_delivery_local(d));
     pn_condition_set_name(pc, cond);
@@ -243,7 +243,7 @@ static void message_too_big(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
     pn_condition_t *lc = pn_link_condition(ls->link);
     pn_condition_set_name(lc, "amqp:link:message-size-exceeded");
     pn_condition_set_description(lc, why);
-    reject(d, "amqp:link:message-size-exceeded", why);
+    mqd_delivery_reject(d, "amqp:link:message-size-exceeded", why);
     pn_link_close(ls->link);
     ls->acc_len = 0;
     MQD_INFO("link", "detached producer peer=%s: %s", c->peer, why);
@@ -270,7 +270,7 @@ static void management_request(mqd_conn_t *c, pn_delivery_t *d, const uint8_t *m
     if (presettled)
         return;
     if (rc != 0)
-        return reject(d, "amqp:not-found", "management request needs a reply-to with a receiver");
+        return mqd_delivery_reject(d, "amqp:not-found", "management request needs a reply-to with a receiver");
     pn_delivery_update(d, PN_ACCEPTED);
     pn_delivery_settle(d);
 }
@@ -285,7 +285,7 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     mqd_msg_info_t mi;
     if (mqd_msg_scan(msg, size, &mi) != 0) {
         if (!presettled)
-            reject(d, "amqp:decode-error", "malformed message sections");
+            mqd_delivery_reject(d, "amqp:decode-error", "malformed message sections");
         return;
     }
     mqd_topic_t *t = ls->topic;
@@ -297,12 +297,12 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
         t = relay_topic(c, msg, &mi, &fixed, &has_fixed);
     if (!t) {
         if (!presettled)
-            reject(d, "amqp:not-found", "no such address in `to`");
+            mqd_delivery_reject(d, "amqp:not-found", "no such address in `to`");
         return;
     }
     if (!ls->topic && !ls->tmp_name && !mqd_auth_allowed(c, MQD_PERM_SEND, t->name)) {
         if (!presettled)
-            reject(d, "amqp:unauthorized-access", "not allowed to send to this address");
+            mqd_delivery_reject(d, "amqp:unauthorized-access", "not allowed to send to this address");
         return;
     }
     uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &mi);
@@ -317,7 +317,7 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     mqd_txn_t *txn = mqd_txn_of_delivery(c->srv, d, &unknown);
     if (unknown) {
         if (!presettled)
-            reject(d, "amqp:transaction:unknown-id", "no such transaction");
+            mqd_delivery_reject(d, "amqp:transaction:unknown-id", "no such transaction");
         return;
     }
     uint64_t off;
@@ -328,7 +328,7 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     if (rc != 0) {
         MQD_WARN("link", "append to %s/%u failed: %s", t->name, part, mqd_strerror(rc));
         if (!presettled)
-            reject(d, rc == MQD_EFAILED ? "amqp:internal-error" : "amqp:resource-limit-exceeded",
+            mqd_delivery_reject(d, rc == MQD_EFAILED ? "amqp:internal-error" : "amqp:resource-limit-exceeded",
                    mqd_strerror(rc));
     }
 }
@@ -363,7 +363,7 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
         if (size > c->rbuf_cap) {
             uint8_t *nb = realloc(c->rbuf, size);
             if (!nb)
-                return reject(d, "amqp:resource-limit-exceeded", "out of memory");
+                return mqd_delivery_reject(d, "amqp:resource-limit-exceeded", "out of memory");
             c->rbuf = nb;
             c->rbuf_cap = size;
         }

@@ -137,11 +137,10 @@ struct mqd_topic {
     struct mqd_dedup *dedup;   /* dedup.c: message-ids seen within dedup_window_ms */
     int64_t created_ms;
     struct json_t *overrides;  /* settings changed through management (owned), or NULL */
-    bool dispatch_queued;
     mqd_dlist_t dnode;         /* in server->dispatch_q when queued */
 };
 
-typedef enum { MQD_LS_PRODUCER = 1, MQD_LS_CONSUMER, MQD_LS_BROWSER, MQD_LS_REFUSED } mqd_ls_kind_t;
+typedef enum { MQD_LS_PRODUCER = 1, MQD_LS_CONSUMER, MQD_LS_BROWSER } mqd_ls_kind_t;
 
 /* Per-link state, the pn_link's context. */
 struct mqd_lstate {
@@ -156,7 +155,6 @@ struct mqd_lstate {
     uint32_t part;
     uint32_t sticky_left;     /* round robin: messages left on `part` */
     mqd_dlist_t tnode;        /* in topic->consumers */
-    uint64_t tag_seq;
     uint64_t *browse_next;    /* browser: next offset per partition */
     uint32_t browse_n;        /* entries in browse_next (partitions when attached) */
     uint64_t unsettled;       /* consumer: deliveries not yet settled */
@@ -300,6 +298,9 @@ void mqd_lstate_free(mqd_lstate_t *ls);
 /* Detaches a consumer link with an error (epoch takeover), releasing what it held. */
 void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
 
+
+/* link.c: settles a delivery `rejected` with an error condition. */
+void mqd_delivery_reject(pn_delivery_t *d, const char *cond, const char *desc);
 
 /* link.c: gives producers their credit back once the watermarks clear (periodic). */
 void mqd_producers_refill(mqd_server_t *s);

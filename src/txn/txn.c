@@ -510,21 +510,12 @@ void mqd_txns_stable_advanced(mqd_server_t *s)
 
 /* ---------------------------------------------------------------- coordinator */
 
-static void reject_with(pn_delivery_t *d, const char *cond, const char *desc)
-{
-    pn_condition_t *pc = pn_disposition_condition(pn_delivery_local(d));
-    pn_condition_set_name(pc, cond);
-    pn_condition_set_description(pc, desc);
-    pn_delivery_update(d, PN_REJECTED);
-    pn_delivery_settle(d);
-}
-
 static void declare(mqd_lstate_t *ls, pn_delivery_t *d)
 {
     mqd_server_t *s = ls->conn->srv;
     mqd_txn_t *t = calloc(1, sizeof *t);
     if (!t)
-        return reject_with(d, "amqp:resource-limit-exceeded", "out of memory");
+        return mqd_delivery_reject(d, "amqp:resource-limit-exceeded", "out of memory");
     t->id = s->txns->next_id++;
     t->coord = ls;
     t->started_ms = mqd_now_ms();
@@ -554,11 +545,11 @@ static void discharge(mqd_lstate_t *ls, pn_delivery_t *d, uint64_t id, bool fail
     mqd_txn_t *t = txn_find(s->txns, id);
     if (!t) {
         if (timed_out(s->txns, id))
-            return reject_with(d, "amqp:transaction:timeout", "the transaction timed out and was rolled back");
-        return reject_with(d, "amqp:transaction:unknown-id", "no such transaction");
+            return mqd_delivery_reject(d, "amqp:transaction:timeout", "the transaction timed out and was rolled back");
+        return mqd_delivery_reject(d, "amqp:transaction:unknown-id", "no such transaction");
     }
     if (t->discharge)
-        return reject_with(d, "amqp:illegal-state", "the transaction is already being discharged");
+        return mqd_delivery_reject(d, "amqp:illegal-state", "the transaction is already being discharged");
     if (fail) {
         rollback(s, t, "discharge fail=true");
         pn_delivery_update(d, PN_ACCEPTED);
@@ -603,7 +594,7 @@ void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint
 {
     mqd_msg_info_t mi;
     if (len > 4096 || mqd_msg_scan(msg, len, &mi) != 0 || mi.body_off + 3 >= len)
-        return reject_with(d, "amqp:decode-error", "not a coordinator message");
+        return mqd_delivery_reject(d, "amqp:decode-error", "not a coordinator message");
     pn_data_t *data = pn_data(8);
     uint64_t code = 0, id = 0;
     bool fail = false, have_id = false;
@@ -634,7 +625,7 @@ void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint
     else if (code == MQD_TXN_DISCHARGE && have_id)
         discharge(ls, d, id, fail);
     else
-        reject_with(d, "amqp:decode-error", "expected declare or discharge");
+        mqd_delivery_reject(d, "amqp:decode-error", "expected declare or discharge");
     mqd_conn_mark_dirty(ls->conn);
 }
 
