@@ -71,7 +71,7 @@ struct opts {
 	size_t size;
 	unsigned window, conns, links, keys;
 	bool durable, presettled, quiet;
-	double cap, idle;
+	double cap, idle, rate;
 	long broker_pid;
 };
 
@@ -321,6 +321,15 @@ static void send_one(struct blink *bl)
 		bl->unsettled++;
 }
 
+/* --rate: a send is due when the messages sent so far are behind rate x elapsed. */
+static bool rate_ok(void)
+{
+	if (G.o.rate <= 0 || !G.t0)
+		return true;
+	double due = (double)(mono_ns() - G.t0) / 1e9 * G.o.rate + 1;
+	return (double)G.sent < due;
+}
+
 static void pump(struct blink *bl)
 {
 	if (!bl->sender || bl->txn || G.stopping || !G.sending_open)
@@ -328,7 +337,7 @@ static void pump(struct blink *bl)
 	if (pn_link_state(bl->l) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE))
 		return;
 	while (G.sent < G.o.count && pn_link_credit(bl->l) > 0 &&
-	       (G.o.presettled || bl->unsettled < G.o.window)) {
+	       (G.o.presettled || bl->unsettled < G.o.window) && rate_ok()) {
 		start_clock();
 		send_one(bl);
 	}
@@ -696,8 +705,12 @@ static void on_tick(void)
 		fprintf(stderr, "  t=%5.1fs sent=%" PRIu64 " accepted=%" PRIu64 " failed=%" PRIu64
 				" received=%" PRIu64 "\n", el, G.sent, G.acked, G.failed, G.received);
 	}
+	if (G.o.rate > 0 && !G.stopping) /* paced sending: look again every millisecond */
+		for (unsigned i = 0; i < G.o.conns; i++)
+			if (G.conns[i].c && !G.conns[i].closed)
+				pn_connection_wake(G.conns[i].c);
 	if (!G.finished)
-		pn_proactor_set_timeout(G.p, TICK_MS);
+		pn_proactor_set_timeout(G.p, G.o.rate > 0 ? 1 : TICK_MS);
 }
 
 static struct bconn *event_conn(pn_event_t *e)
@@ -756,6 +769,7 @@ static void usage(FILE *f)
 		"  --count N            messages (txn: transactions) (default 100000)\n"
 		"  --size BYTES         body size, >= %d (default 1024)\n"
 		"  --window N           max unsettled sends in flight, and receiver credit, per link (default 1000)\n"
+		"  --rate N             send at most N messages/s in total (paced; default: as fast as possible)\n"
 		"  --durable            header durable=true\n"
 		"  --presettled         send presettled (at-most-once); no send latency\n"
 		"  --connections N      connections (default 1)\n"
@@ -818,7 +832,7 @@ static int parse_args(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "url", 1, 0, 'u' },        { "address", 1, 0, 'a' }, { "source", 1, 0, 'S' },
-		{ "count", 1, 0, 'n' },      { "size", 1, 0, 's' },    { "window", 1, 0, 'w' },
+		{ "count", 1, 0, 'n' },      { "size", 1, 0, 's' },    { "window", 1, 0, 'w' },      { "rate", 1, 0, 'R' },
 		{ "durable", 0, 0, 'd' },    { "presettled", 0, 0, 'P' }, { "connections", 1, 0, 'c' },
 		{ "links", 1, 0, 'l' },      { "keys", 1, 0, 'k' },    { "duration-cap", 1, 0, 'C' },
 		{ "idle", 1, 0, 'i' },       { "broker-pid", 1, 0, 'b' }, { "offset-spec", 1, 0, 'o' },
@@ -836,6 +850,7 @@ static int parse_args(int argc, char **argv)
 		case 'n': G.o.count = num_arg(optarg, "count", 1); break;
 		case 's': G.o.size = num_arg(optarg, "size", BODY_MIN); break;
 		case 'w': G.o.window = (unsigned)num_arg(optarg, "window", 1); break;
+		case 'R': G.o.rate = (double)num_arg(optarg, "rate", 1); break;
 		case 'd': G.o.durable = true; break;
 		case 'P': G.o.presettled = true; break;
 		case 'c': G.o.conns = (unsigned)num_arg(optarg, "connections", 1); break;
