@@ -84,7 +84,12 @@ static void conn_close_deferred(mqd_conn_t *c)
         return;
     c->closed = true;
     mqd_server_t *s = c->srv;
-    MQD_INFO("conn", "close peer=%s user=%s", c->peer, c->user[0] ? c->user : "-");
+    /* why it ended: our error (transport), the peer's close condition, or a clean close */
+    pn_condition_t *why = pn_transport_condition(c->driver.transport);
+    if (!pn_condition_is_set(why) && c->driver.connection)
+        why = pn_connection_remote_condition(c->driver.connection);
+    MQD_INFO("conn", "close peer=%s user=%s reason=%s", c->peer, c->user[0] ? c->user : "-",
+             pn_condition_is_set(why) ? pn_condition_get_name(why) : "closed");
     event_free(c->ev_read);
     event_free(c->ev_write);
     event_free(c->ev_timer);
