@@ -17,17 +17,22 @@ pkgs=(build-essential autoconf automake pkg-config
       libqpid-proton11-dev libevent-dev libsqlite3-dev libssl-dev libcmocka-dev libjansson-dev
       python3 python3-qpid-proton python3-uamqp socat stunnel4 openssl nodejs npm
       systemd)   # systemd-analyze verifies the unit in tests/interop/33-install.py
+# node may come from elsewhere on the image (the CI image ships its own): don't fight it
+if command -v node >/dev/null && command -v npm >/dev/null; then
+    pkgs=("${pkgs[@]/nodejs}"); pkgs=("${pkgs[@]/npm}")
+fi
+if [ "${1:-}" = "--print-packages" ]; then
+    echo ${pkgs[@]}
+    exit 0
+fi
 missing=()
 for p in "${pkgs[@]}"; do
+    [ -n "$p" ] || continue
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -ne 0 ] && sudo="sudo"
-    # node may come from elsewhere on the image; don't fight it
-    if command -v node >/dev/null && command -v npm >/dev/null; then
-        missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
-    fi
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
     # shellcheck disable=SC2068
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ${missing[@]}
