@@ -8,9 +8,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define DEFAULT_CONF MQD_SYSCONFDIR "/mqd.conf"
+
+/* Every partition keeps its active segment open (one fd each) and every connection is a
+ * socket: take the hard limit of open files (systemd's LimitNOFILE, or ulimit -Hn). */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = was;
+    }
+    MQD_INFO("server", "open files limit %llu (was %llu)", (unsigned long long)rl.rlim_cur,
+             (unsigned long long)was);
+}
 
 static void usage(FILE *f)
 {
@@ -123,6 +141,7 @@ int main(int argc, char **argv)
     }
     mqd_log_set_level(conf->log_level);
     mqd_crc32c(0, "", 0); /* pick the CRC implementation before threads start */
+    raise_nofile();
     MQD_NOTICE("server", "mqd %s starting, data_dir=%s", PACKAGE_VERSION, conf->data_dir);
     if (mqd_server_new(conf, o.conf_path, &srv) != 0) {
         MQD_ERR("server", "start failed");

@@ -95,7 +95,8 @@ int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,
     if (rc != 0)
         goto err;
     log->last_sync_ms = log->last_ckpt_ms = mqd_now_ms();
-    log->ckpt_durable = UINT64_MAX; /* write one soon after open */
+    /* A clean restart keeps the checkpoint it found; otherwise write one soon. */
+    log->ckpt_durable = log->ckpt_clean ? log->end : UINT64_MAX;
     *out = log;
     return 0;
 err:

@@ -16,14 +16,16 @@
  * the log failed for good: stable stops (and, in async mode, falls back to durable), the
  * unsynced tail is cut back if possible, and appends return MQD_EFAILED.
  *
- * When stable advances, the flusher sets log->advanced and calls wake(); the owner's
- * mqd_store_dispatch runs the on_stable callbacks. Locks: st->mu guards the log list,
+ * When stable advances, the flusher puts the log on st->adv and calls wake(); the owner's
+ * mqd_store_dispatch runs those logs' on_stable callbacks. Locks: st->mu guards the log list,
  * the work list, the batch free list and each log's `flushing` flag; log->mu guards a
  * log's segment list, indexes and queue. The flusher never holds st->mu while doing I/O.
  *
  * Cost with many partitions: a commit walks only the logs appended to since the last
- * one, and a kick makes the flusher visit only the logs on its work list; the walk over
- * every log (timed syncs in async mode, checkpoints) happens once per TICK_MS.
+ * one, a kick makes the flusher visit only the logs on its work list, the timed pass
+ * (async syncs, checkpoints; once per TICK_MS) only the logs on st->timed, a dispatch only
+ * the logs on st->adv, and a lookup by name is a hash probe. Nothing walks every log
+ * except open-time recovery and close, so idle partitions cost no CPU.
  */
 #include "config.h"
 #include "store/store_int.h"
@@ -33,6 +35,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +123,42 @@ void store_work_del(mqd_store_t *st, mqd_plog_t *log)
         break;
     }
     log->on_work = 0;
+}
+
+/* Removes log from a singly linked list threaded through the field at `link`. */
+static void chain_del(mqd_plog_t **head, mqd_plog_t *log, size_t link)
+{
+#define NEXTP(l) ((mqd_plog_t **)((char *)(l) + link))
+    for (mqd_plog_t **pp = head; *pp; pp = NEXTP(*pp)) {
+        if (*pp == log) {
+            *pp = *NEXTP(log);
+            return;
+        }
+    }
+#undef NEXTP
+}
+
+static void timed_push(mqd_store_t *st, mqd_plog_t *log)
+{
+    if (log->on_timed)
+        return;
+    log->on_timed = 1;
+    log->timed_next = st->timed;
+    st->timed = log;
+}
+
+void store_lists_del(mqd_store_t *st, mqd_plog_t *log)
+{
+    store_work_del(st, log);
+    if (log->on_timed) {
+        chain_del(&st->timed, log, offsetof(mqd_plog_t, timed_next));
+        chain_del(&st->timed_cur, log, offsetof(mqd_plog_t, timed_next));
+        log->on_timed = 0;
+    }
+    if (log->on_adv) {
+        chain_del(&st->adv, log, offsetof(mqd_plog_t, adv_next));
+        log->on_adv = 0;
+    }
 }
 
 void store_kick_log(mqd_store_t *st, mqd_plog_t *log)
@@ -211,8 +250,7 @@ static int roll(mqd_plog_t *log, seg_t *old, uint64_t base)
     if (old->synced < old->size &&
         sync_tail(log, old, __atomic_load_n(&log->stable, __ATOMIC_ACQUIRE)) != 0)
         return MQD_EIO;
-    if (seg_index_flush(old) != 0 || mqd_store_io.fdatasync(old->idx_fd) != 0 ||
-        mqd_store_io.fdatasync(old->tix_fd) != 0) {
+    if (seg_index_write(log, old, 0, 1) != 0) {
         log_fail(log, old, "index sync at roll", errno);
         return MQD_EIO;
     }
@@ -326,11 +364,7 @@ static int flush_batches(mqd_plog_t *log, batch_t *b, const mqd_plog_config_t *c
             log_fail(log, s, "write", err);
             break;
         }
-        index_batches(log, s, c, b);
-        if (seg_index_flush(s) != 0) {
-            log_fail(log, s, "index write", errno);
-            break;
-        }
+        index_batches(log, s, c, b); /* the files follow at checkpoints and rolls */
         if (c->flush == MQD_FLUSH_SYNC && sync_tail(log, s, end) != 0)
             break;
         __atomic_store_n(&log->stable, end, __ATOMIC_RELEASE);
@@ -351,6 +385,10 @@ static void maybe_ckpt(mqd_plog_t *log, seg_t *s, int64_t now, int force)
     uint64_t d = __atomic_load_n(&log->durable, __ATOMIC_ACQUIRE);
     if (d == log->ckpt_durable || s->synced != s->size || (!force && now - log->last_ckpt_ms < CKPT_EVERY_MS))
         return;
+    /* The index files get the entries added since the last checkpoint first, so a
+     * recovery from this checkpoint rescans at most what came after it. A failed index
+     * write only costs a longer scan at the next start. */
+    seg_index_write(log, s, 0, 0);
     if (ckpt_write(log, s->base, s->synced, s->next_off) == 0)
         log->ckpt_durable = d;
     log->last_ckpt_ms = now;
@@ -379,39 +417,71 @@ static int flush_log(mqd_plog_t *log, int64_t now, int stopping)
     if (s->synced < s->size &&
         (stopping || now - log->last_sync_ms >= (int64_t)c.flush_interval_ms))
         sync_tail(log, s, __atomic_load_n(&log->stable, __ATOMIC_ACQUIRE));
-    if (!__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
+    if (!__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE)) {
         maybe_ckpt(log, s, now, stopping);
-    if (adv)
-        __atomic_store_n(&log->advanced, 1, __ATOMIC_RELEASE);
+        if (stopping)
+            seg_index_write(log, s, 0, 0);
+    }
     return adv;
 }
 
-/* One flusher pass (st->mu held, dropped around each log's I/O): the logs on the work
- * list, or every log when `all` (timed syncs, checkpoints, stopping). */
+/* Does the timed pass still have work on log (flusher thread)? */
+static int needs_timed(mqd_plog_t *log)
+{
+    if (__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
+        return 0;
+    const seg_t *s = log->tail;
+    return s->synced < s->size ||
+           __atomic_load_n(&log->durable, __ATOMIC_ACQUIRE) != log->ckpt_durable;
+}
+
+/* Flushes one log (st->mu held, dropped around the I/O) and files it on the timed and
+ * advanced lists. The owner frees a log only after waiting for !flushing. */
+static int visit(mqd_store_t *st, mqd_plog_t *log, int64_t now, int stopping)
+{
+    log->flushing = 1;
+    pthread_mutex_unlock(&st->mu);
+    int adv = flush_log(log, now, stopping);
+    int timed = needs_timed(log);
+    pthread_mutex_lock(&st->mu);
+    log->flushing = 0;
+    if (timed)
+        timed_push(st, log);
+    if (adv && !log->on_adv) {
+        log->on_adv = 1;
+        log->adv_next = st->adv;
+        st->adv = log;
+    }
+    return adv;
+}
+
+/* One flusher pass (st->mu held): the logs on the work list, then, when `all`, the logs
+ * on the timed list (every log when stopping). */
 static void flusher_pass(mqd_store_t *st, int stopping, int all)
 {
     int adv = 0;
     int64_t now = mqd_now_ms();
-    if (all) {
-        for (mqd_plog_t *l = st->work; l; l = l->work_next)
-            l->on_work = 0;
-        st->work = st->work_tail = NULL;
+    mqd_plog_t *log;
+    while ((log = st->work) != NULL) {
+        st->work = log->work_next;
+        if (!st->work)
+            st->work_tail = NULL;
+        log->on_work = 0;
+        adv |= visit(st, log, now, stopping);
     }
-    mqd_plog_t *log = all ? st->logs : st->work;
-    while (log) {
-        if (!all) {
-            st->work = log->work_next;
-            if (!st->work)
-                st->work_tail = NULL;
-            log->on_work = 0;
+    if (stopping) {
+        /* the owner is joining us: the list cannot change under the walk */
+        for (log = st->logs; log; log = log->next)
+            adv |= visit(st, log, now, stopping);
+    } else if (all) {
+        /* st->timed_cur, not a local: the owner may unlink a log from it meanwhile */
+        st->timed_cur = st->timed;
+        st->timed = NULL;
+        while ((log = st->timed_cur) != NULL) {
+            st->timed_cur = log->timed_next;
+            log->on_timed = 0;
+            adv |= visit(st, log, now, stopping);
         }
-        log->flushing = 1;
-        pthread_mutex_unlock(&st->mu);
-        adv |= flush_log(log, now, stopping);
-        pthread_mutex_lock(&st->mu);
-        log->flushing = 0;
-        /* the owner only unlinks a log after waiting for !flushing, so next is valid */
-        log = all ? log->next : st->work;
     }
     pthread_cond_broadcast(&st->done_cv);
     if (adv && st->wake) {
@@ -473,7 +543,7 @@ static int truncate_segments(mqd_plog_t *log, uint64_t off)
     }
     seg_t *t = log->tail;
     if (t->base < off || t->base == off)
-        return seg_truncate_at(t, &log->cfg, off < t->base ? t->base : off);
+        return seg_truncate_at(log, t, off < t->base ? t->base : off);
     /* Everything goes: restart the log at `off` with a fresh segment. */
     seg_t *s;
     int rc = seg_create(log, off, &s);
@@ -581,6 +651,7 @@ void mqd_store_close(mqd_store_t *st)
         st->logs = l->next;
         plog_free(l);
     }
+    free(st->htab);
     while (st->free_batches) {
         batch_t *b = st->free_batches;
         st->free_batches = b->next;
@@ -629,16 +700,16 @@ void mqd_store_commit(mqd_store_t *st)
 void mqd_store_dispatch(mqd_store_t *st)
 {
     pthread_mutex_lock(&st->mu);
-restart:
-    for (mqd_plog_t *l = st->logs; l; l = l->next) {
-        if (!__atomic_exchange_n(&l->advanced, 0, __ATOMIC_ACQ_REL) || !l->cb)
+    mqd_plog_t *l;
+    /* Popped one at a time: a callback may drop logs, which unlinks them from st->adv. */
+    while ((l = st->adv) != NULL) {
+        st->adv = l->adv_next;
+        l->on_adv = 0;
+        if (!l->cb)
             continue;
-        uint64_t gen = st->list_gen;
         pthread_mutex_unlock(&st->mu);
         l->cb(l, mqd_plog_stable_offset(l), l->cb_arg);
         pthread_mutex_lock(&st->mu);
-        if (gen != st->list_gen)
-            goto restart; /* a callback opened or dropped a log */
     }
     pthread_mutex_unlock(&st->mu);
 }
@@ -656,9 +727,63 @@ int mqd_plog_wait_stable(mqd_plog_t *log, uint64_t offset)
     return mqd_plog_stable_offset(log) >= offset ? 0 : MQD_EFAILED;
 }
 
+static size_t log_hash(const char *topic, uint32_t partition)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)topic; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    h = (h ^ partition) * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h ^ (h >> 29));
+}
+
+/* Inserts log into the name table, doubling it past a load of 1 (owner thread). */
+static int htab_add(mqd_store_t *st, mqd_plog_t *log)
+{
+    if (st->hcount + 1 > st->hcap) {
+        size_t cap = st->hcap ? st->hcap * 2 : 256;
+        mqd_plog_t **t = calloc(cap, sizeof *t);
+        if (!t)
+            return MQD_ENOMEM;
+        for (size_t i = 0; i < st->hcap; i++) {
+            while (st->htab[i]) {
+                mqd_plog_t *l = st->htab[i];
+                st->htab[i] = l->hnext;
+                size_t b = log_hash(l->topic, l->partition) & (cap - 1);
+                l->hnext = t[b];
+                t[b] = l;
+            }
+        }
+        free(st->htab);
+        st->htab = t;
+        st->hcap = cap;
+    }
+    size_t b = log_hash(log->topic, log->partition) & (st->hcap - 1);
+    log->hnext = st->htab[b];
+    st->htab[b] = log;
+    st->hcount++;
+    return 0;
+}
+
+static void htab_del(mqd_store_t *st, mqd_plog_t *log)
+{
+    if (!st->hcap)
+        return;
+    size_t b = log_hash(log->topic, log->partition) & (st->hcap - 1);
+    for (mqd_plog_t **pp = &st->htab[b]; *pp; pp = &(*pp)->hnext) {
+        if (*pp == log) {
+            *pp = log->hnext;
+            st->hcount--;
+            return;
+        }
+    }
+}
+
 mqd_plog_t *mqd_store_log_find(mqd_store_t *st, const char *topic, uint32_t partition)
 {
-    for (mqd_plog_t *l = st->logs; l; l = l->next)
+    if (!st->hcap)
+        return NULL;
+    size_t b = log_hash(topic, partition) & (st->hcap - 1);
+    for (mqd_plog_t *l = st->htab[b]; l; l = l->hnext)
         if (l->partition == partition && strcmp(l->topic, topic) == 0)
             return l;
     return NULL;
@@ -675,12 +800,15 @@ int mqd_store_log_open(mqd_store_t *st, const char *topic, uint32_t partition,
         return 0;
     }
     int rc = plog_open(st, topic, partition, cfg, &log);
+    if (rc == 0 && (rc = htab_add(st, log)) != 0)
+        plog_free(log);
     if (rc != 0)
         return rc;
     pthread_mutex_lock(&st->mu);
     log->next = st->logs;
     st->logs = log;
-    st->list_gen++;
+    if (log->ckpt_durable != log->end)
+        timed_push(st, log); /* its first checkpoint */
     pthread_mutex_unlock(&st->mu);
     *out = log;
     return 0;
@@ -730,9 +858,9 @@ int mqd_store_drop_topic(mqd_store_t *st, const char *topic)
         while (l->flushing)
             pthread_cond_wait(&st->done_cv, &st->mu);
         *pp = l->next; /* only the owner changes the list, so pp is still valid */
-        store_work_del(st, l);
+        store_lists_del(st, l);
         pend_del(st, l);
-        st->list_gen++;
+        htab_del(st, l);
         pthread_mutex_unlock(&st->mu);
         plog_free(l);
         pthread_mutex_lock(&st->mu);

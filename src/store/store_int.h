@@ -40,11 +40,13 @@ typedef struct idx_ent { uint32_t rel; uint32_t pos; } idx_ent_t;
 typedef struct tix_ent { int64_t ts; uint32_t rel; } tix_ent_t;
 
 /* One segment: files BASE.log/.idx/.tix. The in-memory indexes are the truth while
- * open; the files are a cache rebuilt at open when they disagree with the log. */
+ * open; the files are a cache rebuilt at open when they disagree with the log. Only the
+ * .log stays open (one fd per segment): the index files are opened when they are
+ * loaded or written (checkpoints, rolls, close), so 10,000 partitions need 10,000 fds. */
 typedef struct seg {
     struct seg *next, *prev;
     uint64_t base;
-    int fd, idx_fd, tix_fd;
+    int fd;
     uint64_t size;        /* bytes of whole records in the file (written by the flusher) */
     uint64_t synced;      /* bytes known fdatasync'd */
     uint64_t next_off;    /* offset after the last record in the file */
@@ -93,13 +95,14 @@ struct mqd_plog {
 
     /* written by the flusher, read anywhere (atomics) */
     uint64_t stable, durable;
-    int failed, unhealthy, advanced;
+    int failed, unhealthy;
 
     /* flusher-only state */
     uint64_t unsynced_recs;   /* async: records written but not synced */
     int64_t last_sync_ms;
     int64_t last_ckpt_ms;
     uint64_t ckpt_durable;    /* durable offset the checkpoint on disk records */
+    int ckpt_clean;           /* recovery found the checkpoint exactly at the log's end */
     int dir_dirty;            /* retention deleted files: fsync the directory (atomic) */
     uint64_t trunc_req;       /* truncate_to(offset) asks the flusher: offset + 1 (atomic) */
     int trunc_rc;
@@ -108,6 +111,11 @@ struct mqd_plog {
     int flushing;
     struct mqd_plog *work_next; /* in st->work while the flusher has something to do */
     int on_work;
+    struct mqd_plog *timed_next; /* in st->timed while a timed sync or checkpoint is due */
+    int on_timed;
+    struct mqd_plog *adv_next;   /* in st->adv while its stable callback is due */
+    int on_adv;
+    struct mqd_plog *hnext;      /* hash chain (st->htab) */
 };
 
 struct mqd_store {
@@ -119,13 +127,20 @@ struct mqd_store {
     pthread_cond_t work_cv; /* flusher waits for work */
     pthread_cond_t done_cv; /* owner waits for progress (stable, idle logs) */
     mqd_plog_t *logs;
-    uint64_t list_gen;
+    mqd_plog_t **htab; /* (topic, partition) -> log; owner thread only */
+    size_t hcap, hcount;
     int stop, kick;
     batch_t *free_batches; /* recycled batch buffers, guarded by mu */
     /* Logs the flusher must visit before its next timed pass over all logs (queued
      * batches, truncation, a directory to sync), so a kick costs O(busy logs), not
      * O(partitions). Guarded by mu. */
     mqd_plog_t *work, *work_tail;
+    /* Logs the timed pass (every TICK_MS) must visit: an unsynced tail (async) or a
+     * checkpoint behind `durable`. Idle logs are on no list, so 10,000 idle partitions
+     * cost the flusher nothing. Guarded by mu. */
+    mqd_plog_t *timed, *timed_cur; /* timed_cur: the rest of the pass in progress */
+    /* Logs whose stable offset advanced since the owner last dispatched. Guarded by mu. */
+    mqd_plog_t *adv;
     /* Logs with appended but uncommitted records (owner thread only): a commit costs
      * O(logs appended to since the last one). */
     mqd_plog_t *pend_logs;
@@ -139,11 +154,12 @@ void seg_free(seg_t *s);
 void seg_unlink(const mqd_plog_t *log, const seg_t *s);
 int seg_index_add(seg_t *s, const mqd_plog_config_t *cfg, uint64_t off, uint64_t pos,
                   int64_t ts);
-int seg_index_flush(seg_t *s);
-int seg_index_rewrite(seg_t *s);
+/* Writes the index entries not yet in the files (all of them, after truncating the
+ * files, when `rewrite`); fdatasyncs both files when `sync`. */
+int seg_index_write(const mqd_plog_t *log, seg_t *s, int rewrite, int sync);
 uint64_t seg_lookup_pos(const seg_t *s, uint64_t off, uint64_t *at_off);
 uint64_t seg_lookup_time(const seg_t *s, int64_t ts);
-int seg_truncate_at(seg_t *s, const mqd_plog_config_t *cfg, uint64_t off);
+int seg_truncate_at(mqd_plog_t *log, seg_t *s, uint64_t off);
 int log_recover(mqd_plog_t *log);
 int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off);
 int store_fsync_dir(const char *dir);
@@ -161,6 +177,8 @@ void store_kick(mqd_store_t *st);
 void store_kick_log(mqd_store_t *st, mqd_plog_t *log);
 /* Takes log off the work list (st->mu held; the log is being freed). */
 void store_work_del(mqd_store_t *st, mqd_plog_t *log);
+/* Takes log off the work, timed and advanced lists (st->mu held; it is being freed). */
+void store_lists_del(mqd_store_t *st, mqd_plog_t *log);
 
 /* ---- plog.c ---- */
 int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,

@@ -5,6 +5,7 @@
 #include "store/store_int.h"
 #include "util/util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -143,6 +144,140 @@ static void test_short_writes(void **state)
     assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED, 100, 100, 1 << 20), 300);
 }
 
+/* ---- clean restarts write nothing; fds; many partitions ---- */
+
+static int n_sync, n_pwrite, n_trunc, n_fsync;
+
+static int count_fdatasync(int fd)
+{
+    __atomic_add_fetch(&n_sync, 1, __ATOMIC_RELAXED);
+    return fdatasync(fd);
+}
+
+static int count_fsync(int fd)
+{
+    __atomic_add_fetch(&n_fsync, 1, __ATOMIC_RELAXED);
+    return fsync(fd);
+}
+
+static ssize_t count_pwrite(int fd, const void *b, size_t n, off_t off)
+{
+    __atomic_add_fetch(&n_pwrite, 1, __ATOMIC_RELAXED);
+    return pwrite(fd, b, n, off);
+}
+
+static int count_ftruncate(int fd, off_t len)
+{
+    __atomic_add_fetch(&n_trunc, 1, __ATOMIC_RELAXED);
+    return ftruncate(fd, len);
+}
+
+static void counting_io(void)
+{
+    n_sync = n_pwrite = n_trunc = n_fsync = 0;
+    mqd_store_io.fdatasync = count_fdatasync;
+    mqd_store_io.fsync = count_fsync;
+    mqd_store_io.pwrite = count_pwrite;
+    mqd_store_io.ftruncate = count_ftruncate;
+}
+
+static int count_open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+#define NPART 64
+
+/* After a clean close, reopening 64 partitions (two segments each, indexes and
+ * checkpoints in place) issues no fdatasync, fsync, pwrite or ftruncate, keeps one fd per
+ * segment, and an idle store then writes nothing either (no checkpoint rewrite). */
+static void test_clean_reopen_is_read_only(void **state)
+{
+    fx_t *f = *state;
+    f->cfg.segment_bytes = 8192;
+    f->cfg.index_interval_bytes = 256;
+    assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    mqd_plog_t *logs[NPART];
+    for (uint32_t p = 0; p < NPART; p++) {
+        assert_int_equal(mqd_store_log_open(f->st, "many", p, &f->cfg, &logs[p]), 0);
+        assert_int_equal(append_n(f->st, logs[p], 150, 50, SEED + p, 100, 0, 0), 0);
+    }
+    for (uint32_t p = 0; p < NPART; p++)
+        assert_int_equal(mqd_plog_wait_stable(logs[p], 150), 0);
+    char pdir[256];
+    snprintf(pdir, sizeof pdir, "%.200s/topics/many/0", f->dir);
+    int nseg = count_files(pdir, "log");
+    assert_true(nseg >= 2);
+    mqd_store_close(f->st);
+
+    int fds0 = count_open_fds();
+    counting_io();
+    assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    for (uint32_t p = 0; p < NPART; p++) {
+        assert_int_equal(mqd_store_log_open(f->st, "many", p, &f->cfg, &logs[p]), 0);
+        assert_int_equal(mqd_plog_end_offset(logs[p]), 150);
+        assert_false(mqd_plog_unhealthy(logs[p]));
+    }
+    assert_int_equal(n_sync, 0);
+    assert_int_equal(n_fsync, 0);
+    assert_int_equal(n_pwrite, 0);
+    assert_int_equal(n_trunc, 0);
+    /* one .log fd per segment, plus the store's own (none for the index files) */
+    int fds = count_open_fds() - fds0;
+    assert_true(fds <= NPART * nseg + 4);
+    assert_true(fds >= NPART * nseg);
+    usleep(100 * 1000); /* five timed passes of the flusher */
+    assert_int_equal(n_sync + n_fsync + n_pwrite + n_trunc, 0);
+    for (uint32_t p = 0; p < NPART; p++) {
+        assert_ptr_equal(mqd_store_log_find(f->st, "many", p), logs[p]);
+        assert_int_equal(read_check(logs[p], 0, UINT64_MAX, SEED + p, 100, 200, 1 << 20), 150);
+    }
+    assert_null(mqd_store_log_find(f->st, "many", NPART));
+    assert_null(mqd_store_log_find(f->st, "other", 0));
+    /* Appends after the clean reopen continue and survive the next one. */
+    assert_int_equal(append_n(f->st, logs[7], 10, 5, SEED + 7, 100, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(logs[7], 160), 0);
+    assert_true(n_sync > 0);
+    mqd_store_io_reset();
+    mqd_store_close(f->st);
+    assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    assert_int_equal(mqd_store_log_open(f->st, "many", 7, &f->cfg, &f->log), 0);
+    assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED + 7, 100, 200, 1 << 20), 160);
+    assert_int_equal(mqd_store_drop_topic(f->st, "many"), 0);
+    assert_null(mqd_store_log_find(f->st, "many", 7));
+}
+
+/* A restart without a clean close (records after the last checkpoint, possibly only in
+ * the page cache) still syncs the tail before calling it stable. */
+static void test_unclean_reopen_syncs(void **state)
+{
+    fx_t *f = *state;
+    fx_open(f);
+    assert_int_equal(append_n(f->st, f->log, 20, 5, SEED, 100, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 20), 0);
+    mqd_store_close(f->st);
+    /* No checkpoint: recovery cannot know the file was synced. */
+    char p[4096];
+    snprintf(p, sizeof p, "%s/topics/t/0/recovery.ckpt", f->dir);
+    assert_int_equal(unlink(p), 0);
+    counting_io();
+    assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    assert_int_equal(mqd_store_log_open(f->st, "t", 0, &f->cfg, &f->log), 0);
+    assert_true(n_sync >= 1);
+    assert_int_equal(mqd_plog_end_offset(f->log), 20);
+    assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED, 100, 50, 1 << 20), 20);
+    /* and the flusher writes a fresh checkpoint soon */
+    for (int i = 0; i < 200 && access(p, F_OK) != 0; i++)
+        usleep(10 * 1000);
+    assert_int_equal(access(p, F_OK), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -150,6 +285,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_short_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_clean_reopen_is_read_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unclean_reopen_syncs, setup, teardown),
     };
     mqd_log_set_level(MQD_LOG_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);
