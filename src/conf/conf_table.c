@@ -89,6 +89,12 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"prefetch_bytes", MQD_CT_SIZE, MQD_CS_GLOBAL, 4 * KiB, 1 * GiB, "1MiB", NULL, NULL,
      G_FIELD(prefetch_bytes), NULL, NULL, "Most bytes read from a log for one consumer at a time.",
      false},
+    {"flush_threads", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 64, "4", NULL, NULL,
+     G_FIELD(flush_threads), NULL, NULL,
+     "Threads that write and fsync partition logs. Each partition belongs to one of them "
+     "(round robin), so fdatasyncs of different partitions overlap on the disk; one "
+     "partition's group commits stay in order on its thread.",
+     false},
     {"metrics_listen", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "off", NULL, G_FIELD(metrics_listen),
      NULL, mqd_conf_check_hostport_or_empty,
      "HOST:PORT for the Prometheus text endpoint (/metrics). Empty turns it off.", false},

@@ -458,7 +458,8 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     snprintf(path, sizeof path, "%s/meta.db", conf->data_dir);
     if ((rc = mqd_meta_open(path, &s->meta)) != 0)
         goto err;
-    if ((rc = mqd_store_open(conf->data_dir, wake_from_flusher, s, &s->store)) != 0)
+    if ((rc = mqd_store_open_ex(conf->data_dir, conf->flush_threads, wake_from_flusher, s,
+                                 &s->store)) != 0)
         goto err;
     if ((rc = mqd_topics_load(s)) != 0)
         goto err;

@@ -85,41 +85,40 @@ void store_batch_put(mqd_store_t *st, batch_t *b)
     pthread_mutex_unlock(&st->mu);
 }
 
-void store_kick(mqd_store_t *st)
+/* Puts log on its flusher's work list and wakes that flusher (st->mu held). */
+static void work_add(mqd_plog_t *log)
 {
-    pthread_mutex_lock(&st->mu);
-    st->kick = 1;
-    pthread_cond_signal(&st->work_cv);
-    pthread_mutex_unlock(&st->mu);
+    flusher_t *fl = log->fl;
+    if (!log->on_work) {
+        log->on_work = 1;
+        log->work_next = NULL;
+        if (fl->work_tail)
+            fl->work_tail->work_next = log;
+        else
+            fl->work = log;
+        fl->work_tail = log;
+    }
+    if (!fl->kick) {
+        fl->kick = 1;
+        pthread_cond_signal(&fl->work_cv);
+    }
 }
 
-static void work_add(mqd_store_t *st, mqd_plog_t *log)
+static void work_del(mqd_plog_t *log)
 {
-    if (log->on_work)
-        return;
-    log->on_work = 1;
-    log->work_next = NULL;
-    if (st->work_tail)
-        st->work_tail->work_next = log;
-    else
-        st->work = log;
-    st->work_tail = log;
-}
-
-void store_work_del(mqd_store_t *st, mqd_plog_t *log)
-{
+    flusher_t *fl = log->fl;
     if (!log->on_work)
         return;
     mqd_plog_t *prev = NULL;
-    for (mqd_plog_t *l = st->work; l; prev = l, l = l->work_next) {
+    for (mqd_plog_t *l = fl->work; l; prev = l, l = l->work_next) {
         if (l != log)
             continue;
         if (prev)
             prev->work_next = l->work_next;
         else
-            st->work = l->work_next;
-        if (st->work_tail == l)
-            st->work_tail = prev;
+            fl->work = l->work_next;
+        if (fl->work_tail == l)
+            fl->work_tail = prev;
         break;
     }
     log->on_work = 0;
@@ -138,21 +137,25 @@ static void chain_del(mqd_plog_t **head, mqd_plog_t *log, size_t link)
 #undef NEXTP
 }
 
-static void timed_push(mqd_store_t *st, mqd_plog_t *log)
+/* st->mu held. A flusher whose timed list was empty sleeps without a timeout: wake it. */
+static void timed_push(mqd_plog_t *log)
 {
+    flusher_t *fl = log->fl;
     if (log->on_timed)
         return;
     log->on_timed = 1;
-    log->timed_next = st->timed;
-    st->timed = log;
+    log->timed_next = fl->timed;
+    if (!fl->timed && !fl->timed_cur)
+        pthread_cond_signal(&fl->work_cv);
+    fl->timed = log;
 }
 
 void store_lists_del(mqd_store_t *st, mqd_plog_t *log)
 {
-    store_work_del(st, log);
+    work_del(log);
     if (log->on_timed) {
-        chain_del(&st->timed, log, offsetof(mqd_plog_t, timed_next));
-        chain_del(&st->timed_cur, log, offsetof(mqd_plog_t, timed_next));
+        chain_del(&log->fl->timed, log, offsetof(mqd_plog_t, timed_next));
+        chain_del(&log->fl->timed_cur, log, offsetof(mqd_plog_t, timed_next));
         log->on_timed = 0;
     }
     if (log->on_adv) {
@@ -164,9 +167,7 @@ void store_lists_del(mqd_store_t *st, mqd_plog_t *log)
 void store_kick_log(mqd_store_t *st, mqd_plog_t *log)
 {
     pthread_mutex_lock(&st->mu);
-    work_add(st, log);
-    st->kick = 1;
-    pthread_cond_signal(&st->work_cv);
+    work_add(log);
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -446,7 +447,7 @@ static int visit(mqd_store_t *st, mqd_plog_t *log, int64_t now, int stopping)
     pthread_mutex_lock(&st->mu);
     log->flushing = 0;
     if (timed)
-        timed_push(st, log);
+        timed_push(log);
     if (adv && !log->on_adv) {
         log->on_adv = 1;
         log->adv_next = st->adv;
@@ -455,30 +456,32 @@ static int visit(mqd_store_t *st, mqd_plog_t *log, int64_t now, int stopping)
     return adv;
 }
 
-/* One flusher pass (st->mu held): the logs on the work list, then, when `all`, the logs
- * on the timed list (every log when stopping). */
-static void flusher_pass(mqd_store_t *st, int stopping, int all)
+/* One pass of flusher fl (st->mu held): its work list, then, when `all`, its timed list
+ * (every log of its share when stopping). */
+static void flusher_pass(flusher_t *fl, int stopping, int all)
 {
+    mqd_store_t *st = fl->st;
     int adv = 0;
     int64_t now = mqd_now_ms();
     mqd_plog_t *log;
-    while ((log = st->work) != NULL) {
-        st->work = log->work_next;
-        if (!st->work)
-            st->work_tail = NULL;
+    while ((log = fl->work) != NULL) {
+        fl->work = log->work_next;
+        if (!fl->work)
+            fl->work_tail = NULL;
         log->on_work = 0;
         adv |= visit(st, log, now, stopping);
     }
     if (stopping) {
         /* the owner is joining us: the list cannot change under the walk */
         for (log = st->logs; log; log = log->next)
-            adv |= visit(st, log, now, stopping);
+            if (log->fl == fl)
+                adv |= visit(st, log, now, stopping);
     } else if (all) {
-        /* st->timed_cur, not a local: the owner may unlink a log from it meanwhile */
-        st->timed_cur = st->timed;
-        st->timed = NULL;
-        while ((log = st->timed_cur) != NULL) {
-            st->timed_cur = log->timed_next;
+        /* fl->timed_cur, not a local: the owner may unlink a log from it meanwhile */
+        fl->timed_cur = fl->timed;
+        fl->timed = NULL;
+        while ((log = fl->timed_cur) != NULL) {
+            fl->timed_cur = log->timed_next;
             log->on_timed = 0;
             adv |= visit(st, log, now, stopping);
         }
@@ -493,29 +496,34 @@ static void flusher_pass(mqd_store_t *st, int stopping, int all)
 
 static void *flusher_main(void *arg)
 {
-    mqd_store_t *st = arg;
+    flusher_t *fl = arg;
+    mqd_store_t *st = fl->st;
     int64_t last_all = 0;
     pthread_mutex_lock(&st->mu);
     for (;;) {
         int stopping = st->stop;
         int64_t now = mqd_now_ms();
         int all = stopping || now - last_all >= TICK_MS;
-        st->kick = 0;
+        fl->kick = 0;
         if (all)
             last_all = now;
-        flusher_pass(st, stopping, all);
+        flusher_pass(fl, stopping, all);
         if (stopping)
             break;
-        if (!st->kick && !st->stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += TICK_MS * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&st->work_cv, &st->mu, &ts);
+        if (fl->kick || st->stop)
+            continue;
+        if (!fl->timed) {
+            pthread_cond_wait(&fl->work_cv, &st->mu); /* nothing timed: sleep until work */
+            continue;
         }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += TICK_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&fl->work_cv, &st->mu, &ts);
     }
     pthread_mutex_unlock(&st->mu);
     return NULL;
@@ -591,9 +599,7 @@ int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset)
     mqd_store_commit(st);
     pthread_mutex_lock(&st->mu);
     __atomic_store_n(&log->trunc_req, offset + 1, __ATOMIC_RELEASE);
-    work_add(st, log);
-    st->kick = 1;
-    pthread_cond_signal(&st->work_cv);
+    work_add(log);
     while (__atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE) || log->flushing)
         pthread_cond_wait(&st->done_cv, &st->mu);
     pthread_mutex_unlock(&st->mu);
@@ -602,14 +608,38 @@ int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset)
 
 /* ---- store ---- */
 
-int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out)
+/* Stops and joins the started flushers; the last pass of each syncs and checkpoints
+ * its logs. */
+static void stop_flushers(mqd_store_t *st)
 {
+    pthread_mutex_lock(&st->mu);
+    st->stop = 1;
+    for (unsigned i = 0; i < st->nfl; i++)
+        pthread_cond_signal(&st->fl[i].work_cv);
+    pthread_mutex_unlock(&st->mu);
+    for (unsigned i = 0; i < st->nfl; i++) {
+        if (st->fl[i].started)
+            pthread_join(st->fl[i].thr, NULL);
+        pthread_cond_destroy(&st->fl[i].work_cv);
+    }
+}
+
+int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn wake,
+                      void *wake_arg, mqd_store_t **out)
+{
+    if (flushers == 0)
+        flushers = MQD_STORE_FLUSHERS_DEFAULT;
+    if (flushers > MQD_STORE_FLUSHERS_MAX)
+        flushers = MQD_STORE_FLUSHERS_MAX;
     mqd_store_t *st = calloc(1, sizeof *st);
     if (!st)
         return MQD_ENOMEM;
     size_t n = strlen(data_dir) + 16;
     st->root = malloc(n);
-    if (!st->root) {
+    st->fl = calloc(flushers, sizeof *st->fl);
+    if (!st->root || !st->fl) {
+        free(st->root);
+        free(st->fl);
         free(st);
         return MQD_ENOMEM;
     }
@@ -619,15 +649,24 @@ int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg,
     st->wake = wake;
     st->wake_arg = wake_arg;
     pthread_mutex_init(&st->mu, NULL);
-    pthread_cond_init(&st->work_cv, NULL);
     pthread_cond_init(&st->done_cv, NULL);
-    if (rc == 0 && pthread_create(&st->thr, NULL, flusher_main, st) != 0)
-        rc = MQD_ENOMEM;
+    st->nfl = flushers;
+    for (unsigned i = 0; i < flushers; i++) {
+        st->fl[i].st = st;
+        pthread_cond_init(&st->fl[i].work_cv, NULL);
+    }
+    for (unsigned i = 0; rc == 0 && i < flushers; i++) {
+        if (pthread_create(&st->fl[i].thr, NULL, flusher_main, &st->fl[i]) != 0)
+            rc = MQD_ENOMEM;
+        else
+            st->fl[i].started = 1;
+    }
     if (rc != 0) {
         MQD_ERR("store", "cannot open store at %s: %s", data_dir, mqd_strerror(rc));
+        stop_flushers(st);
         pthread_cond_destroy(&st->done_cv);
-        pthread_cond_destroy(&st->work_cv);
         pthread_mutex_destroy(&st->mu);
+        free(st->fl);
         free(st->root);
         free(st);
         return rc;
@@ -636,16 +675,17 @@ int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg,
     return 0;
 }
 
+int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out)
+{
+    return mqd_store_open_ex(data_dir, 0, wake, wake_arg, out);
+}
+
 void mqd_store_close(mqd_store_t *st)
 {
     if (!st)
         return;
     mqd_store_commit(st);
-    pthread_mutex_lock(&st->mu);
-    st->stop = 1;
-    pthread_cond_signal(&st->work_cv);
-    pthread_mutex_unlock(&st->mu);
-    pthread_join(st->thr, NULL);
+    stop_flushers(st);
     while (st->logs) {
         mqd_plog_t *l = st->logs;
         st->logs = l->next;
@@ -659,8 +699,8 @@ void mqd_store_close(mqd_store_t *st)
         free(b);
     }
     pthread_cond_destroy(&st->done_cv);
-    pthread_cond_destroy(&st->work_cv);
     pthread_mutex_destroy(&st->mu);
+    free(st->fl);
     free(st->root);
     free(st);
 }
@@ -691,9 +731,7 @@ void mqd_store_commit(mqd_store_t *st)
         return;
     pthread_mutex_lock(&st->mu);
     for (mqd_plog_t *l = ready; l; l = l->pend_next)
-        work_add(st, l);
-    st->kick = 1;
-    pthread_cond_signal(&st->work_cv);
+        work_add(l);
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -805,10 +843,11 @@ int mqd_store_log_open(mqd_store_t *st, const char *topic, uint32_t partition,
     if (rc != 0)
         return rc;
     pthread_mutex_lock(&st->mu);
+    log->fl = &st->fl[st->next_fl++ % st->nfl];
     log->next = st->logs;
     st->logs = log;
     if (log->ckpt_durable != log->end)
-        timed_push(st, log); /* its first checkpoint */
+        timed_push(log); /* its first checkpoint */
     pthread_mutex_unlock(&st->mu);
     *out = log;
     return 0;

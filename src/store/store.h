@@ -89,8 +89,16 @@ typedef void (*mqd_plog_stable_cb)(mqd_plog_t *log, uint64_t stable_offset, void
 /* Called from the flusher thread; must only wake the owner (e.g. event_active). */
 typedef void (*mqd_store_wake_fn)(void *arg);
 
-/* Opens the store rooted at `data_dir` (creates `data_dir/topics`). Starts the flusher.
- * `wake` may be NULL (then the owner must poll mqd_store_dispatch). */
+/* Opens the store rooted at `data_dir` (creates `data_dir/topics`). Starts `flushers`
+ * flusher threads (0: MQD_STORE_FLUSHERS_DEFAULT; at most MQD_STORE_FLUSHERS_MAX); each
+ * partition log belongs to one of them, assigned round robin as logs open, so syncs of
+ * different partitions overlap. `wake` may be NULL (then the owner must poll
+ * mqd_store_dispatch); it is called from any flusher thread. */
+#define MQD_STORE_FLUSHERS_DEFAULT 4
+#define MQD_STORE_FLUSHERS_MAX 64
+int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn wake,
+                      void *wake_arg, mqd_store_t **out);
+/* mqd_store_open_ex with the default number of flushers. */
 int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out);
 /* Flushes and fsyncs everything, writes recovery checkpoints, stops the flusher,
  * closes every log. NULL is a no-op. */

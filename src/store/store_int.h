@@ -108,37 +108,47 @@ struct mqd_plog {
     int trunc_rc;
 
     /* guarded by st->mu */
+    struct flusher *fl;         /* the flusher thread this log belongs to (fixed at open) */
     int flushing;
-    struct mqd_plog *work_next; /* in st->work while the flusher has something to do */
+    struct mqd_plog *work_next; /* in fl->work while the flusher has something to do */
     int on_work;
-    struct mqd_plog *timed_next; /* in st->timed while a timed sync or checkpoint is due */
+    struct mqd_plog *timed_next; /* in fl->timed while a timed sync or checkpoint is due */
     int on_timed;
     struct mqd_plog *adv_next;   /* in st->adv while its stable callback is due */
     int on_adv;
     struct mqd_plog *hnext;      /* hash chain (st->htab) */
 };
 
+/* One flusher thread and its share of the logs (assigned round robin at open), so
+ * fdatasyncs of different partitions run in parallel: the disk completes concurrent
+ * syncs of different files together. Lists and flags guarded by st->mu. */
+typedef struct flusher {
+    mqd_store_t *st;
+    pthread_t thr;
+    int started, kick;
+    pthread_cond_t work_cv; /* waits for work */
+    /* Logs to visit before the next timed pass (queued batches, truncation, a
+     * directory to sync), so a kick costs O(busy logs), not O(partitions). */
+    mqd_plog_t *work, *work_tail;
+    /* Logs the timed pass (every TICK_MS) must visit: an unsynced tail (async) or a
+     * checkpoint behind `durable`. Idle logs are on no list and cost nothing.
+     * timed_cur: the rest of the pass in progress. */
+    mqd_plog_t *timed, *timed_cur;
+} flusher_t;
+
 struct mqd_store {
     char *root;
     mqd_store_wake_fn wake;
     void *wake_arg;
-    pthread_t thr;
+    flusher_t *fl;
+    unsigned nfl, next_fl;
     pthread_mutex_t mu;
-    pthread_cond_t work_cv; /* flusher waits for work */
     pthread_cond_t done_cv; /* owner waits for progress (stable, idle logs) */
     mqd_plog_t *logs;
     mqd_plog_t **htab; /* (topic, partition) -> log; owner thread only */
     size_t hcap, hcount;
-    int stop, kick;
+    int stop;
     batch_t *free_batches; /* recycled batch buffers, guarded by mu */
-    /* Logs the flusher must visit before its next timed pass over all logs (queued
-     * batches, truncation, a directory to sync), so a kick costs O(busy logs), not
-     * O(partitions). Guarded by mu. */
-    mqd_plog_t *work, *work_tail;
-    /* Logs the timed pass (every TICK_MS) must visit: an unsynced tail (async) or a
-     * checkpoint behind `durable`. Idle logs are on no list, so 10,000 idle partitions
-     * cost the flusher nothing. Guarded by mu. */
-    mqd_plog_t *timed, *timed_cur; /* timed_cur: the rest of the pass in progress */
     /* Logs whose stable offset advanced since the owner last dispatched. Guarded by mu. */
     mqd_plog_t *adv;
     /* Logs with appended but uncommitted records (owner thread only): a commit costs
@@ -171,8 +181,6 @@ static inline uint64_t rd64(const uint8_t *p) { uint64_t v; __builtin_memcpy(&v,
 /* ---- store.c ---- */
 batch_t *store_batch_get(mqd_store_t *st);
 void store_batch_put(mqd_store_t *st, batch_t *b);
-void store_wait_idle(mqd_store_t *st, mqd_plog_t *log);
-void store_kick(mqd_store_t *st);
 /* Puts log on the flusher's work list and wakes the flusher. */
 void store_kick_log(mqd_store_t *st, mqd_plog_t *log);
 /* Takes log off the work list (st->mu held; the log is being freed). */

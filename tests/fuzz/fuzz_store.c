@@ -211,7 +211,7 @@ static int open_read_close(uint64_t out[2], bool full)
 
     mqd_plog_config_default(&cfg);
     cfg.index_interval_bytes = 64;
-    if (mqd_store_open(root, NULL, NULL, &st) != 0)
+    if (mqd_store_open_ex(root, 1, NULL, NULL, &st) != 0)
         abort();
     rc = mqd_store_log_open(st, "t", 0, &cfg, &log);
     if (rc == 0) {
