@@ -1,6 +1,6 @@
 #!/bin/bash
 # Time to start mqd with TOPICS x PARTS partitions (default 100 x 100 = 10,000).
-# usage: MQD=build/mqd BENCH=build/mqd-bench bench/start-partitions.sh
+# usage: MQD=build/mqd BENCH=build/mqd-bench [COLD=1] bench/start-partitions.sh
 # Creates the topics with --set default_partitions=PARTS and one send each, stops mqd,
 # starts it again and prints the time until the AMQP port accepts. Loopback only; stops
 # only the mqd it started (by PID).
@@ -19,6 +19,8 @@ for t in $(seq 1 $TOPICS); do
 done
 kill $P; wait $P
 nseg=$(find "$D/topics" -name '*.log' | wc -l)
+# COLD=1: start from an empty page cache (needs root; drops every clean cached page).
+if [ "${COLD:-0}" = 1 ]; then sync; echo 3 > /proc/sys/vm/drop_caches || echo "cannot drop caches"; fi
 t0=$(date +%s.%N)
 "$MQD" --foreground --listen 127.0.0.1:$PORT --data-dir "$D" --set default_partitions=$PARTS >"$D/log2" 2>&1 &
 P=$!

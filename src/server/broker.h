@@ -226,6 +226,7 @@ struct mqd_server {
     size_t n_pend_free;
     bool stopping;
     bool tick_queued;
+    bool persist_due;        /* the 1 s timer asks the tick to persist group state */
     uint64_t ticks;          /* periodic timer runs (1 s) */
     int64_t started_ms;      /* wall clock at start */
     uint64_t tmp_seq;

@@ -397,23 +397,30 @@ static void maybe_ckpt(mqd_plog_t *log, seg_t *s, int64_t now, int force)
 
 static void do_truncate(mqd_plog_t *log);
 
-/* One flusher pass over one log. Returns 1 if its stable offset advanced. */
-static int flush_log(mqd_plog_t *log, int64_t now, int stopping)
+/* First half of a flusher visit to one log: writes (and syncs) its queued batches.
+ * Returns 1 if its stable offset advanced. */
+static int flush_log_batches(mqd_plog_t *log, int64_t now)
 {
     pthread_mutex_lock(&log->mu);
     batch_t *b = log->queue;
     log->queue = log->queue_tail = NULL;
     mqd_plog_config_t c = log->cfg;
     pthread_mutex_unlock(&log->mu);
-    int adv = 0;
-    if (b)
-        adv = flush_batches(log, b, &c, now); /* frees the batches */
+    return b ? flush_batches(log, b, &c, now) : 0; /* frees the batches */
+}
+
+/* Second half: directory sync, truncation, timed sync, checkpoint. These run after the
+ * owner was told about the batches' stable offset, so a checkpoint (an extra fdatasync,
+ * rename and directory fsync) never delays a settlement. */
+static void flush_log_rest(mqd_plog_t *log, int64_t now, int stopping)
+{
+    mqd_plog_config_t c = log->cfg;
     if (__atomic_exchange_n(&log->dir_dirty, 0, __ATOMIC_ACQ_REL))
         store_fsync_dir(log->dir);
     if (__atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE))
         do_truncate(log);
     if (__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
-        return adv;
+        return;
     seg_t *s = log->tail;
     if (s->synced < s->size &&
         (stopping || now - log->last_sync_ms >= (int64_t)c.flush_interval_ms))
@@ -423,7 +430,6 @@ static int flush_log(mqd_plog_t *log, int64_t now, int stopping)
         if (stopping)
             seg_index_write(log, s, 0, 0);
     }
-    return adv;
 }
 
 /* Does the timed pass still have work on log (flusher thread)? */
@@ -438,22 +444,32 @@ static int needs_timed(mqd_plog_t *log)
 
 /* Flushes one log (st->mu held, dropped around the I/O) and files it on the timed and
  * advanced lists. The owner frees a log only after waiting for !flushing. */
-static int visit(mqd_store_t *st, mqd_plog_t *log, int64_t now, int stopping)
+static void visit(mqd_store_t *st, mqd_plog_t *log, int64_t now, int stopping)
 {
     log->flushing = 1;
     pthread_mutex_unlock(&st->mu);
-    int adv = flush_log(log, now, stopping);
+    if (flush_log_batches(log, now)) {
+        /* Tell the owner now, not at the end of the pass: under a steady stream the work
+         * list refills during every fdatasync, so the pass would go on to write and sync
+         * the next batches (and checkpoints) first, and settlements of data already
+         * durable would wait for those syncs too. */
+        pthread_mutex_lock(&st->mu);
+        if (!log->on_adv) {
+            log->on_adv = 1;
+            log->adv_next = st->adv;
+            st->adv = log;
+        }
+        pthread_cond_broadcast(&st->done_cv);
+        pthread_mutex_unlock(&st->mu);
+        if (st->wake)
+            st->wake(st->wake_arg);
+    }
+    flush_log_rest(log, now, stopping);
     int timed = needs_timed(log);
     pthread_mutex_lock(&st->mu);
     log->flushing = 0;
     if (timed)
         timed_push(log);
-    if (adv && !log->on_adv) {
-        log->on_adv = 1;
-        log->adv_next = st->adv;
-        st->adv = log;
-    }
-    return adv;
 }
 
 /* One pass of flusher fl (st->mu held): its work list, then, when `all`, its timed list
@@ -461,7 +477,6 @@ static int visit(mqd_store_t *st, mqd_plog_t *log, int64_t now, int stopping)
 static void flusher_pass(flusher_t *fl, int stopping, int all)
 {
     mqd_store_t *st = fl->st;
-    int adv = 0;
     int64_t now = mqd_now_ms();
     mqd_plog_t *log;
     while ((log = fl->work) != NULL) {
@@ -469,13 +484,13 @@ static void flusher_pass(flusher_t *fl, int stopping, int all)
         if (!fl->work)
             fl->work_tail = NULL;
         log->on_work = 0;
-        adv |= visit(st, log, now, stopping);
+        visit(st, log, now, stopping);
     }
     if (stopping) {
         /* the owner is joining us: the list cannot change under the walk */
         for (log = st->logs; log; log = log->next)
             if (log->fl == fl)
-                adv |= visit(st, log, now, stopping);
+                visit(st, log, now, stopping);
     } else if (all) {
         /* fl->timed_cur, not a local: the owner may unlink a log from it meanwhile */
         fl->timed_cur = fl->timed;
@@ -483,15 +498,12 @@ static void flusher_pass(flusher_t *fl, int stopping, int all)
         while ((log = fl->timed_cur) != NULL) {
             fl->timed_cur = log->timed_next;
             log->on_timed = 0;
-            adv |= visit(st, log, now, stopping);
+            visit(st, log, now, stopping);
         }
     }
+    /* waiters on truncations and on !flushing; visit() already told the owner (wake)
+     * about every advance, as it happened */
     pthread_cond_broadcast(&st->done_cv);
-    if (adv && st->wake) {
-        pthread_mutex_unlock(&st->mu);
-        st->wake(st->wake_arg);
-        pthread_mutex_lock(&st->mu);
-    }
 }
 
 static void *flusher_main(void *arg)
@@ -675,6 +687,12 @@ int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn
     return 0;
 }
 
+void mqd_store_warm(mqd_store_t *st)
+{
+    if (!st->warm)
+        st->warm = store_warm_start(st->root);
+}
+
 int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out)
 {
     return mqd_store_open_ex(data_dir, 0, wake, wake_arg, out);
@@ -684,6 +702,7 @@ void mqd_store_close(mqd_store_t *st)
 {
     if (!st)
         return;
+    store_warm_stop(st->warm);
     mqd_store_commit(st);
     stop_flushers(st);
     while (st->logs) {

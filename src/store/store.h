@@ -98,6 +98,11 @@ typedef void (*mqd_store_wake_fn)(void *arg);
 #define MQD_STORE_FLUSHERS_MAX 64
 int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn wake,
                       void *wake_arg, mqd_store_t **out);
+/* Starts background threads that read every partition's directory, checkpoint, index
+ * files and segment tails into the page cache, and returns at once: call it before
+ * opening many logs at start, so their recovery finds its reads cached instead of making
+ * one disk round trip after another. Once per store; a no-op afterwards. */
+void mqd_store_warm(mqd_store_t *st);
 /* mqd_store_open_ex with the default number of flushers. */
 int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out);
 /* Flushes and fsyncs everything, writes recovery checkpoints, stops the flusher,

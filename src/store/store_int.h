@@ -155,6 +155,7 @@ struct mqd_store {
      * O(logs appended to since the last one). */
     mqd_plog_t *pend_logs;
     mqd_store_stats_t stats; /* fdatasync latencies, guarded by mu */
+    struct store_warm *warm; /* start-up warm-up threads (warm.c), or NULL */
 };
 
 /* ---- segment.c ---- */
@@ -187,6 +188,13 @@ void store_kick_log(mqd_store_t *st, mqd_plog_t *log);
 void store_work_del(mqd_store_t *st, mqd_plog_t *log);
 /* Takes log off the work, timed and advanced lists (st->mu held; it is being freed). */
 void store_lists_del(mqd_store_t *st, mqd_plog_t *log);
+
+/* ---- warm.c ---- */
+#define STORE_WARM_THREADS 8
+/* Starts threads that read every partition directory's files into the page cache. */
+struct store_warm *store_warm_start(const char *root);
+/* Stops (early, if still running) and joins them. NULL is a no-op. */
+void store_warm_stop(struct store_warm *w);
 
 /* ---- plog.c ---- */
 int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,

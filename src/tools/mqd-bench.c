@@ -73,6 +73,7 @@ struct opts {
 	bool durable, presettled, quiet;
 	double cap, idle, rate;
 	long broker_pid;
+	const char *lat_log;
 };
 
 /* ---- latency histogram: values in ns, 64 sub-buckets per power of two ---- */
@@ -123,6 +124,13 @@ static double hist_pct_ms(const struct hist *h, double p)
 	return (double)h->max / 1e6;
 }
 
+/* ---- --latency-log: per-message samples, written out after the run ---- */
+struct latrec {
+	uint64_t t;   /* when the latency ended (CLOCK_MONOTONIC ns) */
+	uint64_t lat; /* ns */
+	uint8_t kind; /* 'a' send->accepted, 'r' send->receive */
+};
+
 /* ---- run state ---- */
 struct blink {
 	pn_link_t *l;
@@ -153,6 +161,9 @@ static struct {
 	long long cpu0, cpu1;
 	double rus0;
 	struct hist h;
+	struct hist hack; /* `both`: send->accepted, next to send->receive in h */
+	struct latrec *lat; /* --latency-log: one record per measured message */
+	uint64_t nlat;
 	char err[512];
 	uint64_t txn_t0;
 	char txn_id[64];
@@ -196,6 +207,28 @@ static double self_cpu_secs(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
 	       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+static void lat_note(char kind, uint64_t now, uint64_t lat)
+{
+	if (G.lat && G.nlat < 2 * G.o.count)
+		G.lat[G.nlat++] = (struct latrec){ now, lat, (uint8_t)kind };
+}
+
+static void lat_dump(void)
+{
+	FILE *f = G.lat ? fopen(G.o.lat_log, "w") : NULL;
+	if (!f) {
+		if (G.lat)
+			fprintf(stderr, "mqd-bench: cannot write %s\n", G.o.lat_log);
+		return;
+	}
+	fprintf(f, "# kind t_ms lat_ms   (a = send->accepted, r = send->receive; t from the first send,"
+		   " at CLOCK_MONOTONIC %.6f s)\n", (double)G.t0 / 1e9);
+	for (uint64_t i = 0; i < G.nlat; i++)
+		fprintf(f, "%c %.3f %.3f\n", G.lat[i].kind,
+			G.lat[i].t > G.t0 ? (double)(G.lat[i].t - G.t0) / 1e6 : 0.0, (double)G.lat[i].lat / 1e6);
+	fclose(f);
 }
 
 static void start_clock(void)
@@ -374,8 +407,9 @@ static void on_sender_delivery(struct blink *bl, pn_delivery_t *d)
 		memcpy(tv, tag.start, sizeof tv);
 	if (st == PN_ACCEPTED) {
 		G.acked++;
-		if (G.o.mode == M_SEND)
-			hist_add(&G.h, mono_ns() - tv[1]);
+		uint64_t now = mono_ns();
+		hist_add(G.o.mode == M_SEND ? &G.h : &G.hack, now - tv[1]);
+		lat_note('a', now, now - tv[1]);
 	} else {
 		if (!G.failed)
 			fprintf(stderr, "mqd-bench: first non-accepted outcome: %s%s%s\n", outcome_name(st),
@@ -433,6 +467,7 @@ static void handle_message(const char *msg, size_t len, pn_delivery_t *d)
 	} else if (at && rid == G.run_id) {
 		G.received++;
 		hist_add(&G.h, now_wall > ts ? now_wall - ts : 0);
+		lat_note('r', mono_ns(), now_wall > ts ? now_wall - ts : 0);
 	} else {
 		G.stale++;
 	}
@@ -778,6 +813,7 @@ static void usage(FILE *f)
 		"  --duration-cap S     hard stop after S seconds (default 300)\n"
 		"  --idle S             stop when nothing was received for S seconds (recv/both; default 0: off)\n"
 		"  --broker-pid PID     report the broker's CPU seconds and %% over the run\n"
+		"  --latency-log FILE   write every latency sample (kind, time, ms) to FILE after the run\n"
 		"  --quiet              no progress lines on stderr\n",
 		BODY_MIN);
 }
@@ -836,7 +872,8 @@ static int parse_args(int argc, char **argv)
 		{ "durable", 0, 0, 'd' },    { "presettled", 0, 0, 'P' }, { "connections", 1, 0, 'c' },
 		{ "links", 1, 0, 'l' },      { "keys", 1, 0, 'k' },    { "duration-cap", 1, 0, 'C' },
 		{ "idle", 1, 0, 'i' },       { "broker-pid", 1, 0, 'b' }, { "offset-spec", 1, 0, 'o' },
-		{ "quiet", 0, 0, 'q' },      { "help", 0, 0, 'h' },    { 0, 0, 0, 0 },
+		{ "quiet", 0, 0, 'q' },      { "help", 0, 0, 'h' },    { "latency-log", 1, 0, 'L' },
+		{ 0, 0, 0, 0 },
 	};
 	const char *url = "amqp://127.0.0.1:5672";
 	G.o = (struct opts){ .address = "bench", .count = 100000, .size = 1024, .window = 1000,
@@ -861,6 +898,7 @@ static int parse_args(int argc, char **argv)
 		case 'b': G.o.broker_pid = (long)num_arg(optarg, "broker-pid", 1); break;
 		case 'o': G.o.offset_spec = optarg; break;
 		case 'q': G.o.quiet = true; break;
+		case 'L': G.o.lat_log = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -1;
 		}
@@ -914,6 +952,10 @@ static void report(void)
 	printf("  throughput: %.0f msg/s, %.2f MB/s (payload, 1 MB = 10^6 B)\n", rate, mbps);
 	printf("  latency %s: p50 %s ms, p99 %s ms, p99.9 %s ms, max %s ms (%" PRIu64 " samples)\n",
 	       what, p50, p99, p999, mx, G.h.n);
+	if (G.o.mode == M_BOTH && G.hack.n)
+		printf("  latency send->accepted: p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms\n",
+		       hist_pct_ms(&G.hack, 0.50), hist_pct_ms(&G.hack, 0.99), hist_pct_ms(&G.hack, 0.999),
+		       (double)G.hack.max / 1e6);
 	printf("  not accepted: %" PRIu64 ", stale (other runs): %" PRIu64 "\n", G.failed, G.stale);
 	printf("  broker cpu: %s s (%s %%), mqd-bench cpu: %.1f %%\n", bsec, bcpu, ccpu);
 	if (G.err[0])
@@ -921,10 +963,14 @@ static void report(void)
 	printf("RESULT mode=%s msgs=%" PRIu64 " secs=%.3f msgs_per_s=%.1f mb_per_s=%.3f p50_ms=%s p99_ms=%s"
 	       " p999_ms=%s max_ms=%s broker_cpu_pct=%s broker_cpu_s=%s client_cpu_pct=%.1f failed=%" PRIu64
 	       " stale=%" PRIu64 " size=%zu durable=%d presettled=%d window=%u connections=%u links=%u keys=%u"
-	       " complete=%d\n",
+	       " complete=%d",
 	       mode_names[G.o.mode], msgs, secs, rate, mbps, p50, p99, p999, mx, bcpu, bsec, ccpu, G.failed,
 	       G.stale, G.o.size, G.o.durable, G.o.presettled, G.o.window, G.o.conns, G.o.links, G.o.keys,
 	       !G.early && !G.err[0]);
+	if (G.o.mode == M_BOTH && G.hack.n)
+		printf(" ack_p50_ms=%.3f ack_p99_ms=%.3f ack_p999_ms=%.3f", hist_pct_ms(&G.hack, 0.50),
+		       hist_pct_ms(&G.hack, 0.99), hist_pct_ms(&G.hack, 0.999));
+	printf("\n");
 	fflush(stdout);
 }
 
@@ -963,6 +1009,10 @@ int main(int argc, char **argv)
 		return 1;
 	G.receivers_total = (G.o.mode == M_RECV || G.o.mode == M_BOTH) ? G.o.conns * G.o.links : 0;
 	G.sending_open = G.o.mode != M_BOTH;
+	if (G.o.lat_log && G.o.mode != M_TXN && !(G.lat = calloc(2 * G.o.count, sizeof *G.lat))) {
+		fprintf(stderr, "mqd-bench: --latency-log: out of memory\n");
+		return 1;
+	}
 	G.p = pn_proactor();
 	G.t_start_prog = mono_ns();
 	connect_all();
@@ -982,6 +1032,7 @@ int main(int argc, char **argv)
 		return 4;
 	}
 	report();
+	lat_dump();
 	pn_proactor_free(G.p);
 	if (G.err[0] && !(G.o.mode == M_RECV && G.received >= G.o.count))
 		return 1;
