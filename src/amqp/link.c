@@ -6,6 +6,7 @@
 
 #include <proton/condition.h>
 #include <proton/disposition.h>
+#include <proton/object.h>
 #include <proton/sasl.h>
 #include <proton/terminus.h>
 #include <stdio.h>
@@ -53,6 +54,57 @@ void mqd_lstate_free(mqd_lstate_t *ls)
     if (consumer && t && t->temporary && mqd_dlist_empty(&t->consumers))
         mqd_topic_delete(t->srv, t);
     free(ls);
+}
+
+/* ---------------------------------------------------------------- freeing links
+ *
+ * A link is freed (pn_link_free, which also lets Proton drop its deliveries) once it is
+ * closed on both sides, its mqd_lstate_t is gone (freed at the remote detach: group
+ * membership, handoff, browse state and unsettled consumer deliveries are released
+ * there) and mqd keeps no pointer to any of its deliveries. The only such pointers are
+ * a producer's sends waiting for their records to become stable (the partition's
+ * pending list, settled in topic.c on_stable) and a discharge waiting for its decision
+ * (txn.c); they carry `held` as their context from the moment the pointer is kept until
+ * mqd_delivery_unhold, and their holder calls mqd_link_reap after settling them. A
+ * transactional disposition on a consumer delivery is settled at once and staged by
+ * (group, partition, offset), so it holds nothing. Closing a connection frees its links
+ * with it (server.c), so pointers held by a closed connection's sends never meet a
+ * freed link either. */
+static char held;
+/* A detach without closed=true leaves no trace in pn_link_state: remember it on the link. */
+PN_HANDLE(MQD_REMOTE_DETACHED)
+
+static void mark_remote_detached(pn_link_t *l)
+{
+    pn_record_t *r = pn_link_attachments(l);
+    pn_record_def(r, MQD_REMOTE_DETACHED, PN_VOID);
+    pn_record_set(r, MQD_REMOTE_DETACHED, &held);
+}
+
+void mqd_delivery_hold(pn_delivery_t *d)
+{
+    pn_delivery_set_context(d, &held);
+}
+
+pn_link_t *mqd_delivery_unhold(pn_delivery_t *d)
+{
+    pn_delivery_set_context(d, NULL);
+    return pn_delivery_link(d);
+}
+
+void mqd_link_reap(pn_link_t *l)
+{
+    pn_state_t st = pn_link_state(l);
+    if (pn_link_get_context(l) || !(st & PN_LOCAL_CLOSED))
+        return;
+    /* the peer may still use a link it has not detached (an ended session detaches all) */
+    if (!(st & PN_REMOTE_CLOSED) && !(pn_session_state(pn_link_session(l)) & PN_REMOTE_CLOSED) &&
+        !pn_record_get(pn_link_attachments(l), MQD_REMOTE_DETACHED))
+        return;
+    for (pn_delivery_t *d = pn_unsettled_head(l); d; d = pn_unsettled_next(d))
+        if (pn_delivery_get_context(d) == &held)
+            return;  /* its holder reaps the link once it lets go */
+    pn_link_free(l); /* settles what is left; Proton sends the detach first */
 }
 
 /* The node that holds replies for `addr`: the topic itself when `addr` is an address,
@@ -323,8 +375,14 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     uint64_t off;
     int rc = mqd_part_append_ex(&t->parts[part], msg, size, txn ? MQD_REC_TXN : MQD_REC_DATA,
                                 txn ? mqd_txn_id(txn) : 0, c, presettled ? NULL : d, &off);
-    if (rc == 0 && txn)
-        rc = mqd_txn_add_send(txn, &t->parts[part], off);
+    if (rc == 0 && !presettled)
+        mqd_delivery_hold(d); /* the partition's pending list settles it when stable */
+    if (rc == 0 && txn && (rc = mqd_txn_add_send(txn, &t->parts[part], off)) != 0) {
+        /* the pending send owns d now: the transaction fails at its discharge instead */
+        MQD_WARN("link", "transactional send to %s/%u not staged: %s", t->name, part,
+                 mqd_strerror(rc));
+        return;
+    }
     if (rc != 0) {
         MQD_WARN("link", "append to %s/%u failed: %s", t->name, part, mqd_strerror(rc));
         if (!presettled)
@@ -472,6 +530,7 @@ static void link_remote_close(pn_link_t *l)
     }
     if (!(pn_link_state(l) & PN_LOCAL_CLOSED))
         pn_link_close(l);
+    mqd_link_reap(l); /* l may be freed: the caller must not touch it again */
 }
 
 /* Proton advertises capacity / max-frame-size as the session's incoming window, in
@@ -505,17 +564,22 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
     }
     case PN_SESSION_REMOTE_CLOSE: {
         pn_session_t *ss = pn_event_session(e);
-        for (pn_link_t *l = pn_link_head(c->driver.connection, 0); l; l = pn_link_next(l, 0))
+        for (pn_link_t *l = pn_link_head(c->driver.connection, 0), *next; l; l = next) {
+            next = pn_link_next(l, 0); /* link_remote_close may free l */
             if (pn_link_session(l) == ss)
                 link_remote_close(l);
+        }
         pn_session_close(ss);
         break;
     }
     case PN_LINK_REMOTE_OPEN:
         link_remote_open(c, pn_event_link(e));
         break;
-    case PN_LINK_REMOTE_CLOSE:
     case PN_LINK_REMOTE_DETACH:
+        mark_remote_detached(pn_event_link(e));
+        link_remote_close(pn_event_link(e));
+        break;
+    case PN_LINK_REMOTE_CLOSE:
         link_remote_close(pn_event_link(e));
         break;
     case PN_LINK_FLOW: {

@@ -157,6 +157,9 @@ struct mqd_lstate {
     mqd_dlist_t tnode;        /* in topic->consumers */
     uint64_t *browse_next;    /* browser: next offset per partition */
     uint32_t browse_n;        /* entries in browse_next (partitions when attached) */
+    mqd_read_t *brd;          /* browser: records read ahead from partition brd_part */
+    uint32_t brd_part;
+    size_t brd_i;             /* next record in brd to deliver */
     uint64_t unsettled;       /* consumer: deliveries not yet settled */
     mqd_group_t *group;       /* consumer: its group */
     mqd_dlist_t gnode;        /* in group->members */
@@ -293,6 +296,13 @@ void mqd_groups_save(mqd_topic_t *t);             /* dirty cursors, in the calle
 
 /* link.c: Proton events */
 void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e);
+/* link.c: a link is freed once closed on both sides and none of its deliveries is held.
+ * Whoever keeps a pointer to a delivery past its event holds it (mqd_delivery_hold),
+ * lets go before settling it (mqd_delivery_unhold returns its link) and then calls
+ * mqd_link_reap(link), which frees the link if that was the last reason to keep it. */
+void mqd_delivery_hold(pn_delivery_t *d);
+pn_link_t *mqd_delivery_unhold(pn_delivery_t *d);
+void mqd_link_reap(pn_link_t *l);
 /* consumer.c: sends one record if the link can take it; returns number delivered. */
 size_t mqd_consumer_pump(mqd_lstate_t *ls);
 void mqd_lstate_free(mqd_lstate_t *ls);

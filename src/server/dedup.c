@@ -1,7 +1,14 @@
 /* Duplicate detection by message-id within a topic's dedup_window_ms: a producer that
  * resends after a lost disposition is accepted without a second copy being stored.
- * The window is kept in memory (a hash of message-id bytes, expired in arrival order),
- * so it starts empty after a restart. */
+ * The window is kept in memory (a hash of message-id bytes, expired in arrival order).
+ *
+ * After a restart the window is rebuilt from the partition logs, lazily: on the topic's
+ * first dedup check, every partition is read from the time-index position of
+ * (now - dedup_window_ms) to its stable end and the message-ids of the records found go
+ * back into the window with their stored timestamps. So a producer's retry of a send
+ * that was durable before a crash is still recognised, SQLite is never involved, and a
+ * topic without dedup costs nothing at startup. Transactional records count only if
+ * their transaction committed (an aborted send may be sent again). */
 #include "config.h"
 #include "server/broker.h"
 
@@ -88,6 +95,78 @@ static int grow(struct mqd_dedup *d)
     return 0;
 }
 
+static void insert(struct mqd_dedup *d, dedup_ent_t *e, uint64_t h, int64_t ts)
+{
+    e->h = h;
+    e->ts = ts;
+    d->n++;
+    d->fifo[(d->head + d->len) % d->fcap] = h;
+    d->fifo_ts[(d->head + d->len) % d->fcap] = ts;
+    d->len++;
+}
+
+/* Adds a stored record's message-id (if any) to the window; MQD_ENOMEM stops the scan. */
+static int add_record(mqd_topic_t *t, const mqd_rec_t *rec, int64_t since)
+{
+    struct mqd_dedup *d = t->dedup;
+    mqd_msg_info_t mi;
+    if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA || rec->timestamp_ms < since ||
+        ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(t->srv, rec->txn)) ||
+        mqd_msg_scan(rec->data, rec->len, &mi) != 0 || mi.message_id.len == 0)
+        return 0;
+    if ((d->n + 1) * 2 > d->cap && grow(d) != 0)
+        return MQD_ENOMEM;
+    uint64_t h = hash_bytes(rec->data + mi.message_id.off, mi.message_id.len);
+    dedup_ent_t *e = find(d, h);
+    if (!e->h)
+        insert(d, e, h, rec->timestamp_ms);
+    return 0;
+}
+
+/* Reads partition p from (now - window) to its stable end into the window. */
+static int rebuild_part(mqd_topic_t *t, mqd_part_t *p, int64_t since, mqd_read_t *rd, size_t *n)
+{
+    uint64_t from;
+    int rc = mqd_plog_offset_for_time(p->log, since, &from);
+    while (rc == 0) {
+        rc = mqd_plog_read(p->log, from, UINT64_MAX, 8192, 4u << 20, rd);
+        if (rc == MQD_ERANGE) { /* retention moved the start meanwhile */
+            from = mqd_plog_start_offset(p->log);
+            rc = 0;
+            continue;
+        }
+        if (rc != 0 || rd->n == 0)
+            break;
+        for (size_t i = 0; i < rd->n && rc == 0; i++)
+            rc = add_record(t, &rd->recs[i], since);
+        *n += rd->n;
+        from = rd->next_offset;
+    }
+    return rc;
+}
+
+/* The first dedup check since start: the window as the logs remember it. Records are
+ * added partition after partition, so the FIFO is not in time order across partitions:
+ * an id may then outlive the window by up to the spread between partitions, which can
+ * only make detection stricter for that long, never miss a duplicate. */
+static void rebuild(mqd_topic_t *t, int64_t now)
+{
+    uint64_t t0 = mqd_mono_ns();
+    int64_t since = now - t->conf.dedup_window_ms;
+    mqd_read_t rd;
+    size_t scanned = 0;
+    int rc = 0;
+    mqd_read_init(&rd);
+    for (uint32_t i = 0; i < t->nparts && rc == 0; i++)
+        rc = rebuild_part(t, &t->parts[i], since, &rd, &scanned);
+    mqd_read_free(&rd);
+    if (rc != 0)
+        MQD_WARN("dedup", "topic=%s: rebuilding the window from the log failed: %s", t->name,
+                 mqd_strerror(rc));
+    MQD_INFO("dedup", "topic=%s: window rebuilt from the log: %zu ids from %zu records in %.1f ms",
+             t->name, t->dedup->n, scanned, (double)(mqd_mono_ns() - t0) / 1e6);
+}
+
 static void expire(struct mqd_dedup *d, int64_t now, int64_t window)
 {
     while (d->len && now - d->fifo_ts[d->head] > window) {
@@ -104,10 +183,13 @@ bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi
 {
     if (mi->message_id.len == 0)
         return false;
-    if (!t->dedup && !(t->dedup = calloc(1, sizeof *t->dedup)))
-        return false;
-    struct mqd_dedup *d = t->dedup;
     int64_t now = mqd_now_ms();
+    if (!t->dedup) {
+        if (!(t->dedup = calloc(1, sizeof *t->dedup)))
+            return false;
+        rebuild(t, now);
+    }
+    struct mqd_dedup *d = t->dedup;
     if (d->cap)
         expire(d, now, t->conf.dedup_window_ms);
     if ((d->n + 1) * 2 > d->cap && grow(d) != 0)
@@ -118,12 +200,7 @@ bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi
         t->msgs_duplicate++;
         return true;
     }
-    e->h = h;
-    e->ts = now;
-    d->n++;
-    d->fifo[(d->head + d->len) % d->fcap] = h;
-    d->fifo_ts[(d->head + d->len) % d->fcap] = now;
-    d->len++;
+    insert(d, e, h, now);
     return false;
 }
 

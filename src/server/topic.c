@@ -82,12 +82,14 @@ static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
             p->pend_tail = NULL;
         mqd_hist_observe(&p->topic->srv->h_append_stable, (double)(mqd_mono_ns() - pe->t_ns) / 1e9);
         if (!pe->conn->closed) {
+            pn_link_t *l = mqd_delivery_unhold(pe->dlv);
             if (pe->txn) {
                 mqd_txn_settle(pe->dlv, pe->txn, PN_ACCEPTED);
             } else {
                 pn_delivery_update(pe->dlv, PN_ACCEPTED);
                 pn_delivery_settle(pe->dlv);
             }
+            mqd_link_reap(l); /* a detached producer link goes with its last send */
             mqd_conn_mark_dirty(pe->conn);
         }
         mqd_conn_unref(pe->conn);

@@ -11,6 +11,9 @@
 #include <string.h>
 
 #define TIMED_OUT_RING 64
+#define PRUNE_INTERVAL_MS 10000 /* how often decided transactions are looked at */
+#define PRUNE_SCAN_MAX 65536    /* decided transactions examined per pass (bounds the pause) */
+#define PRUNE_BATCH_MAX 8192    /* rows deleted per pass, in one SQLite transaction */
 
 /* (topic, partition) rather than a partition pointer: a topic's partition array moves
  * when management adds partitions. */
@@ -38,10 +41,27 @@ struct mqd_txn {
     size_t n_parts, cap_parts;
     txn_ack_t *acks;
     size_t n_acks, cap_acks;
-    pn_delivery_t *discharge;  /* a commit waiting for its records to be stable */
+    pn_delivery_t *discharge;  /* a commit waiting for its records to be stable (held) */
     mqd_conn_t *discharge_conn;
+    bool doomed;               /* a send could not be staged: the commit must fail */
     mqd_dlist_t node;
 };
+
+/* A committed transaction as far as pruning is concerned: where its records are. The
+ * topic is kept by name: a topic can be deleted while its transactions are remembered. */
+typedef struct done_part {
+    char *topic;
+    uint32_t id;
+    uint64_t last;
+} done_part_t;
+
+typedef struct done_txn {
+    uint64_t id;
+    done_part_t *parts; /* NULL with n_parts 0: acks only (or detail unknown: keep) */
+    size_t n_parts;
+    bool keep;          /* detail unreadable: never pruned */
+    bool seen;          /* found prunable by the previous pass */
+} done_txn_t;
 
 struct mqd_txns {
     mqd_dlist_t open;
@@ -52,6 +72,11 @@ struct mqd_txns {
     uint64_t timed_out[TIMED_OUT_RING];
     size_t to_pos;
     mqd_txn_stats_t st;
+    done_txn_t *done;          /* committed transactions, oldest first (pruning) */
+    size_t n_done, cap_done, prune_pos;
+    uint64_t *stale;           /* rows that are not COMMITTED: deleted by the next pass */
+    size_t n_stale;
+    int64_t next_prune_ms;
 };
 
 /* ---------------------------------------------------------------- committed set */
@@ -97,11 +122,228 @@ bool mqd_txn_committed(mqd_server_t *s, uint64_t id)
     return false;
 }
 
+/* Removes id, re-placing the rest of its probe run (linear probing, no tombstones). */
+static void set_del(mqd_txns_t *x, uint64_t id)
+{
+    if (x->cap == 0)
+        return;
+    size_t j = slot(id, x->cap);
+    while (x->committed[j] && x->committed[j] != id)
+        j = (j + 1) & (x->cap - 1);
+    if (!x->committed[j])
+        return;
+    x->committed[j] = 0;
+    x->n--;
+    for (size_t k = (j + 1) & (x->cap - 1); x->committed[k]; k = (k + 1) & (x->cap - 1)) {
+        uint64_t v = x->committed[k];
+        x->committed[k] = 0;
+        size_t h = slot(v, x->cap);
+        while (x->committed[h])
+            h = (h + 1) & (x->cap - 1);
+        x->committed[h] = v;
+    }
+}
+
+/* ---------------------------------------------------------------- decided transactions */
+
+static void done_free(done_txn_t *d)
+{
+    for (size_t i = 0; i < d->n_parts; i++)
+        free(d->parts[i].topic);
+    free(d->parts);
+}
+
+/* Takes d (its parts) into the list; frees them on failure. */
+static int done_push(mqd_txns_t *x, done_txn_t *d)
+{
+    if (x->n_done == x->cap_done) {
+        size_t ncap = x->cap_done ? x->cap_done * 2 : 64;
+        done_txn_t *nv = realloc(x->done, ncap * sizeof *nv);
+        if (!nv) {
+            done_free(d);
+            return MQD_ENOMEM;
+        }
+        x->done = nv;
+        x->cap_done = ncap;
+    }
+    x->done[x->n_done++] = *d;
+    return 0;
+}
+
+/* A committed row's detail_json ({"partitions":[{"topic","partition","last"}...]}) as a
+ * done_txn_t; an unreadable detail keeps the row for good. */
+static int done_from_json(uint64_t id, const char *detail, done_txn_t *out)
+{
+    *out = (done_txn_t){.id = id};
+    json_t *o = detail ? json_loads(detail, 0, NULL) : NULL;
+    json_t *arr = o ? json_object_get(o, "partitions") : NULL;
+    if (!json_is_array(arr)) {
+        out->keep = true;
+        json_decref(o);
+        return 0;
+    }
+    size_t n = json_array_size(arr);
+    if (n && !(out->parts = calloc(n, sizeof *out->parts))) {
+        json_decref(o);
+        return MQD_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(arr, i);
+        json_t *tn = json_object_get(e, "topic"), *pn = json_object_get(e, "partition"),
+               *ln = json_object_get(e, "last");
+        if (!json_is_string(tn) || !json_is_integer(pn) || !json_is_integer(ln) ||
+            json_integer_value(pn) < 0 || json_integer_value(ln) < 0) {
+            out->keep = true;
+            continue;
+        }
+        done_part_t *dp = &out->parts[out->n_parts];
+        if (!(dp->topic = strdup(json_string_value(tn)))) {
+            done_free(out);
+            json_decref(o);
+            return MQD_ENOMEM;
+        }
+        dp->id = (uint32_t)json_integer_value(pn);
+        dp->last = (uint64_t)json_integer_value(ln);
+        out->n_parts++;
+    }
+    json_decref(o);
+    return 0;
+}
+
+/* Remembers a transaction that just committed (best effort: without memory it is only
+ * never pruned). */
+static void done_add(mqd_txns_t *x, const mqd_txn_t *t)
+{
+    done_txn_t d = {.id = t->id};
+    if (t->n_parts && !(d.parts = calloc(t->n_parts, sizeof *d.parts)))
+        return;
+    for (size_t i = 0; i < t->n_parts; i++) {
+        if (!(d.parts[i].topic = strdup(t->parts[i].t->name))) {
+            done_free(&d);
+            return;
+        }
+        d.parts[i].id = t->parts[i].id;
+        d.parts[i].last = t->parts[i].last;
+        d.n_parts++;
+    }
+    done_push(x, &d);
+}
+
+/* Can the decision no longer matter? A committed row exists for one reason: a record
+ * flagged MQD_REC_TXN with this id is visible only if the id is in the committed set
+ * (read-committed readers: cursor.c, consumer.c browse, dedup.c rebuild; the set is
+ * reloaded from these rows at every start). Control records and the LSO do not need it:
+ * the LSO only counts open transactions, and a restart aborts every open one. So once
+ * every partition the transaction wrote to starts (retention) past its last record
+ * there, or is gone with its topic, no reader can meet one of its records again: a
+ * reader whose read-ahead still holds one is behind retention, and what retention
+ * deleted counts as consumed (cursor.c). A transaction with no records (acks only)
+ * needs its row not even once committed: the offsets were written with the decision. */
+static bool done_prunable(mqd_server_t *s, const done_txn_t *d)
+{
+    if (d->keep)
+        return false;
+    for (size_t i = 0; i < d->n_parts; i++) {
+        mqd_topic_t *t = mqd_topic_find(s, d->parts[i].topic);
+        if (t && d->parts[i].id < t->nparts &&
+            mqd_plog_start_offset(t->parts[d->parts[i].id].log) <= d->parts[i].last)
+            return false;
+    }
+    return true;
+}
+
+/* Deletes the rows of `ids` in one SQLite transaction. */
+static int delete_rows(mqd_server_t *s, const uint64_t *ids, size_t n)
+{
+    if (n == 0)
+        return 0;
+    int rc = mqd_meta_begin(s->meta);
+    if (rc != 0)
+        return rc; /* e.g. inside someone else's transaction: try at the next pass */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = mqd_meta_txn_delete(s->meta, ids[i]);
+        if (rc == MQD_ENOENT)
+            rc = 0;
+    }
+    if (rc == 0)
+        return mqd_meta_commit(s->meta);
+    mqd_meta_rollback(s->meta);
+    return rc;
+}
+
+/* One pass over (at most PRUNE_SCAN_MAX of) the decided transactions. A transaction is
+ * deleted only when found prunable by two passes in a row: the directory fsync after
+ * retention's unlinks runs on the flusher thread, and a segment that came back after a
+ * crash must not find its transaction forgotten. */
+size_t mqd_txns_prune(mqd_server_t *s)
+{
+    mqd_txns_t *x = s->txns;
+    if (!x)
+        return 0;
+    size_t pruned = 0;
+    if (x->n_stale && delete_rows(s, x->stale, x->n_stale) == 0) {
+        pruned += x->n_stale;
+        free(x->stale);
+        x->stale = NULL;
+        x->n_stale = 0;
+    }
+    if (x->prune_pos >= x->n_done)
+        x->prune_pos = 0;
+    size_t from = x->prune_pos,
+           to = from + PRUNE_SCAN_MAX < x->n_done ? from + PRUNE_SCAN_MAX : x->n_done;
+    uint64_t *ids = malloc(PRUNE_BATCH_MAX * sizeof *ids);
+    size_t n = 0;
+    for (size_t i = from; ids && i < to && n < PRUNE_BATCH_MAX; i++) {
+        done_txn_t *d = &x->done[i];
+        bool now = done_prunable(s, d);
+        if (now && d->seen)
+            ids[n++] = d->id;
+        d->seen = now;
+    }
+    if (n && delete_rows(s, ids, n) == 0) {
+        size_t w = from, k = 0;
+        for (size_t i = from; i < to; i++) {
+            if (k < n && x->done[i].id == ids[k]) {
+                set_del(x, ids[k++]);
+                done_free(&x->done[i]);
+                continue;
+            }
+            x->done[w++] = x->done[i];
+        }
+        memmove(&x->done[w], &x->done[to], (x->n_done - to) * sizeof *x->done);
+        x->n_done -= to - w;
+        to = w;
+        pruned += n;
+        x->st.pruned += n;
+    }
+    free(ids);
+    x->prune_pos = to;
+    if (pruned)
+        MQD_INFO("txn", "pruned %zu decided transaction(s); %zu committed remembered", pruned,
+                 x->n);
+    return pruned;
+}
+
 /* ---------------------------------------------------------------- table */
 
-static int load_committed(uint64_t id, mqd_txn_state_t state, const char *detail, void *arg)
+static int load_row(uint64_t id, mqd_txn_state_t state, const char *detail, void *arg)
 {
-    return state == MQD_TXN_COMMITTED ? set_add(arg, id) : 0;
+    mqd_txns_t *x = arg;
+    if (state != MQD_TXN_COMMITTED) {
+        /* never trusted at load (an open transaction is aborted by a restart): the row
+         * only takes space */
+        uint64_t *nv = realloc(x->stale, (x->n_stale + 1) * sizeof *nv);
+        if (!nv)
+            return MQD_ENOMEM;
+        x->stale = nv;
+        x->stale[x->n_stale++] = id;
+        return 0;
+    }
+    done_txn_t d;
+    int rc = set_add(x, id);
+    if (rc == 0)
+        rc = done_from_json(id, detail, &d);
+    return rc == 0 ? done_push(x, &d) : rc;
 }
 
 int mqd_txns_init(mqd_server_t *s)
@@ -114,10 +356,10 @@ int mqd_txns_init(mqd_server_t *s)
     uint64_t epoch;
     int rc = mqd_meta_next_id(s->meta, "txn_epoch", &epoch);
     if (rc == 0)
-        rc = mqd_meta_txn_list(s->meta, load_committed, x);
+        rc = mqd_meta_txn_list(s->meta, load_row, x);
     if (rc != 0) {
-        free(x->committed);
-        free(x);
+        s->txns = x;
+        mqd_txns_free(s);
         return rc;
     }
     /* ids never repeat across restarts: a record's txn id must not meet a new txn */
@@ -148,6 +390,10 @@ void mqd_txns_free(mqd_server_t *s)
         txn_free(MQD_CONTAINER(x->open.next, mqd_txn_t, node));
     while (!mqd_dlist_empty(&x->ready))
         txn_free(MQD_CONTAINER(x->ready.next, mqd_txn_t, node));
+    for (size_t i = 0; i < x->n_done; i++)
+        done_free(&x->done[i]);
+    free(x->done);
+    free(x->stale);
     free(x->committed);
     free(x);
     s->txns = NULL;
@@ -226,14 +472,18 @@ int mqd_txn_add_send(mqd_txn_t *t, mqd_part_t *p, uint64_t offset)
     if (t->n_parts == t->cap_parts) {
         size_t ncap = t->cap_parts ? t->cap_parts * 2 : 4;
         txn_part_t *nv = realloc(t->parts, ncap * sizeof *nv);
-        if (!nv)
+        if (!nv) {
+            t->doomed = true;
             return MQD_ENOMEM;
+        }
         t->parts = nv;
         t->cap_parts = ncap;
     }
     int rc = otx_add(p, t->id, offset);
-    if (rc != 0)
+    if (rc != 0) {
+        t->doomed = true;
         return rc;
+    }
     t->parts[t->n_parts++] = (txn_part_t){.t = p->topic, .id = p->id, .first = offset, .last = offset};
     return 0;
 }
@@ -437,6 +687,7 @@ static void finish_discharge(mqd_txn_t *t, int rc)
     mqd_conn_t *c = t->discharge_conn;
     if (!d || !c || c->closed)
         return;
+    pn_link_t *l = mqd_delivery_unhold(d);
     if (rc == 0) {
         pn_delivery_update(d, PN_ACCEPTED);
     } else {
@@ -446,6 +697,8 @@ static void finish_discharge(mqd_txn_t *t, int rc)
         pn_delivery_update(d, PN_REJECTED);
     }
     pn_delivery_settle(d);
+    t->discharge = NULL;
+    mqd_link_reap(l); /* a detached coordinator link goes with its last discharge */
     mqd_conn_mark_dirty(c);
 }
 
@@ -453,6 +706,7 @@ static void finish_discharge(mqd_txn_t *t, int rc)
 static void committed(mqd_server_t *s, mqd_txn_t *t)
 {
     set_add(s->txns, t->id);
+    done_add(s->txns, t);
     markers(t, MQD_REC_CTRL_COMMIT);
     s->txns->st.committed++;
     finish_discharge(t, 0);
@@ -550,6 +804,11 @@ static void discharge(mqd_lstate_t *ls, pn_delivery_t *d, uint64_t id, bool fail
     }
     if (t->discharge)
         return mqd_delivery_reject(d, "amqp:illegal-state", "the transaction is already being discharged");
+    if (t->doomed && !fail) {
+        rollback(s, t, "a send could not be staged");
+        return mqd_delivery_reject(d, "amqp:transaction:rollback",
+                                   "a transactional send could not be staged; rolled back");
+    }
     if (fail) {
         rollback(s, t, "discharge fail=true");
         pn_delivery_update(d, PN_ACCEPTED);
@@ -557,6 +816,7 @@ static void discharge(mqd_lstate_t *ls, pn_delivery_t *d, uint64_t id, bool fail
         return;
     }
     t->discharge = d;
+    mqd_delivery_hold(d); /* the coordinator link stays until the decision settles d */
     t->discharge_conn = ls->conn;
     ls->conn->refs++;
     if (records_stable(t))
@@ -652,6 +912,10 @@ void mqd_txns_expire(mqd_server_t *s)
     mqd_txns_t *x = s->txns;
     int64_t now = mqd_now_ms();
     uint64_t limit = s->conf->txn_timeout_ms;
+    if (x && now >= x->next_prune_ms) {
+        x->next_prune_ms = now + PRUNE_INTERVAL_MS;
+        mqd_txns_prune(s);
+    }
     if (!x || limit == 0)
         return;
     for (mqd_dlist_t *n = x->open.next; n != &x->open;) {

@@ -41,8 +41,15 @@ typedef struct mqd_txns mqd_txns_t; /* the server's transaction table */
 /* Loads the committed set from meta.db and picks a fresh id range. */
 int mqd_txns_init(struct mqd_server *s);
 void mqd_txns_free(struct mqd_server *s);
-/* Rolls back transactions older than txn_timeout (periodic timer). */
+/* Rolls back transactions older than txn_timeout (periodic timer); every 10 s also
+ * runs mqd_txns_prune. */
 void mqd_txns_expire(struct mqd_server *s);
+/* Forgets committed transactions that can no longer matter (every partition they wrote
+ * to starts past their last record there, or is gone; see txn.c done_prunable): their
+ * meta.db rows are deleted in one SQLite transaction and their ids leave the committed
+ * set. A transaction must be found prunable by two passes in a row. Rows that are not
+ * COMMITTED (never trusted at load) are deleted too. Returns the rows deleted. */
+size_t mqd_txns_prune(struct mqd_server *s);
 
 /* The coordinator link's messages (declare / discharge); `msg` is the encoded message. */
 void mqd_txn_coordinator_transfer(struct mqd_lstate *ls, pn_delivery_t *d, const uint8_t *msg,
@@ -73,7 +80,7 @@ bool mqd_txn_committed(struct mqd_server *s, uint64_t txn);
 
 /* Counters for metrics. */
 typedef struct mqd_txn_stats {
-    uint64_t declared, committed, aborted, timed_out;
+    uint64_t declared, committed, aborted, timed_out, pruned;
     size_t open;
 } mqd_txn_stats_t;
 void mqd_txn_stats(struct mqd_server *s, mqd_txn_stats_t *out);
