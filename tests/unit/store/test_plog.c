@@ -153,6 +153,22 @@ static void test_roll_by_time_and_epoch(void **state)
     mqd_read_free(&r);
 }
 
+/* Reads sized to the records asked for (chunk_for uses the segment's average record
+ * size) must still return every record: 24,000 records of up to 2 KiB (about 24 MiB in
+ * one segment) read back in order by chunks of 256, then again from offset 100 after
+ * more appends. */
+static void test_read_far_behind(void **state)
+{
+    fx_t *f = *state;
+    fx_open(f);
+    assert_int_equal(append_n(f->st, f->log, 24000, 500, SEED, 2048, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 24000), 0);
+    assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED, 2048, 256, 256 << 10), 24000);
+    assert_int_equal(append_n(f->st, f->log, 1000, 100, SEED, 2048, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 25000), 0);
+    assert_int_equal(read_check(f->log, 100, UINT64_MAX, SEED, 2048, 256, 256 << 10), 24900);
+}
+
 static void test_index_lookup(void **state)
 {
     fx_t *f = *state;
@@ -440,6 +456,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_roll_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roll_by_time_and_epoch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_index_lookup, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_far_behind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_index_rebuild, setup, teardown),
         cmocka_unit_test_setup_teardown(test_midlog_corruption, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
