@@ -53,6 +53,8 @@ void seg_free(seg_t *s)
         return;
     if (s->fd >= 0)
         close(s->fd);
+    if (s->dfd >= 0)
+        close(s->dfd);
     free(s->idx);
     free(s->tix);
     free(s);
@@ -65,7 +67,7 @@ static seg_t *seg_new(uint64_t base)
         return NULL;
     s->base = base;
     s->next_off = base;
-    s->fd = -1;
+    s->fd = s->dfd = -1;
     return s;
 }
 

@@ -609,6 +609,7 @@ int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset)
     if (offset == log->end && !log->pending)
         return 0;
     mqd_store_commit(st);
+    log->dc_len = 0; /* the cold-read buffer may hold bytes about to be cut */
     pthread_mutex_lock(&st->mu);
     __atomic_store_n(&log->trunc_req, offset + 1, __ATOMIC_RELEASE);
     work_add(log);

@@ -47,6 +47,7 @@ typedef struct seg {
     struct seg *next, *prev;
     uint64_t base;
     int fd;
+    int dfd;              /* O_DIRECT descriptor for cold reads (plog.c): -1 not yet, -2 none */
     uint64_t size;        /* bytes of whole records in the file (written by the flusher) */
     uint64_t synced;      /* bytes known fdatasync'd */
     uint64_t next_off;    /* offset after the last record in the file */
@@ -83,6 +84,9 @@ struct mqd_plog {
 
     /* owner-thread state */
     uint64_t end;
+    /* Cold reads of older segments (plog.c read_cold): the last O_DIRECT chunk read. */
+    uint8_t *dc_buf;
+    uint64_t dc_base, dc_pos, dc_len; /* segment base, file position, bytes in dc_buf */
     batch_t *pending;
     struct mqd_plog *pend_next; /* in st->pend_logs while `pending` holds records */
     int on_pend;
@@ -156,6 +160,7 @@ struct mqd_store {
     mqd_plog_t *pend_logs;
     mqd_store_stats_t stats; /* fdatasync latencies, guarded by mu */
     struct store_warm *warm; /* start-up warm-up threads (warm.c), or NULL */
+    size_t dc_logs;          /* logs holding a cold-read buffer (owner thread) */
 };
 
 /* ---- segment.c ---- */
