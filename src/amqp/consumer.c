@@ -523,6 +523,13 @@ static const mqd_rec_t *browse_next_rec(mqd_lstate_t *ls, uint32_t i)
     if (rd && ls->brd_part == i && ls->brd_i < rd->n &&
         rd->recs[ls->brd_i].offset == ls->browse_next[i])
         return &rd->recs[ls->brd_i++];
+    /* Caught up: nothing to read, and the buffer stays for the next record (a live-tail
+     * browser would otherwise allocate and free it around every message). */
+    uint64_t lso = mqd_txn_lso(&t->parts[i]);
+    uint64_t stable = mqd_plog_stable_offset(t->parts[i].log);
+    if (ls->browse_next[i] >= (lso < stable ? lso : stable) &&
+        ls->browse_next[i] >= mqd_plog_start_offset(t->parts[i].log))
+        return NULL;
     if (!rd) {
         if (!(rd = ls->brd = malloc(sizeof *rd)))
             return NULL;
@@ -532,12 +539,11 @@ static const mqd_rec_t *browse_next_rec(mqd_lstate_t *ls, uint32_t i)
                                                                     : BROWSE_BYTES;
     ls->brd_part = i;
     ls->brd_i = 0;
-    int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], mqd_txn_lso(&t->parts[i]),
-                           BROWSE_BATCH, max_bytes, rd);
+    int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], lso, BROWSE_BATCH, max_bytes, rd);
     if (rc == MQD_ERANGE) /* retention passed it: go on from the log's start */
         ls->browse_next[i] = mqd_plog_start_offset(t->parts[i].log);
     if (rc != 0 || rd->n == 0) {
-        mqd_read_free(rd); /* an idle browser keeps no buffer */
+        mqd_read_free(rd); /* rare now (errors, retention): start afresh next time */
         free(rd);
         ls->brd = NULL;
         return NULL;

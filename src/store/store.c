@@ -881,7 +881,7 @@ static void rm_dir_files(const char *dir)
     struct dirent *e;
     char p[PATH_MAX];
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+        if (store_is_dots(e->d_name))
             continue;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         if (unlink(p) != 0 && errno == EISDIR)

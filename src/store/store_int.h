@@ -180,6 +180,12 @@ int log_recover(mqd_plog_t *log);
 int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off);
 int store_fsync_dir(const char *dir);
 
+/* "." or "..", skipped when walking a directory. */
+static inline int store_is_dots(const char *n)
+{
+    return n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2]));
+}
+
 /* Decodes the header at p (REC_HDR bytes). */
 static inline uint32_t rd32(const uint8_t *p) { uint32_t v; __builtin_memcpy(&v, p, 4); return v; }
 static inline uint64_t rd64(const uint8_t *p) { uint64_t v; __builtin_memcpy(&v, p, 8); return v; }

@@ -32,11 +32,6 @@ struct store_warm {
     int stop;          /* store closing: finish early (atomic) */
 };
 
-static int is_dots(const char *n)
-{
-    return n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2]));
-}
-
 static void warm_file(const char *path, const char *name)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOATIME);
@@ -68,7 +63,7 @@ static void warm_partition(struct store_warm *w, const char *dir)
     struct dirent *e;
     char p[PATH_MAX];
     while (!STOPPING(w) && (e = readdir(d)) != NULL) {
-        if (is_dots(e->d_name))
+        if (store_is_dots(e->d_name))
             continue;
         if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p)
             warm_file(p, e->d_name);
@@ -87,7 +82,7 @@ static void *warm_main(void *arg)
     struct dirent *e;
     char t[PATH_MAX], p[PATH_MAX];
     while (!STOPPING(w) && (e = readdir(top)) != NULL) {
-        if (is_dots(e->d_name))
+        if (store_is_dots(e->d_name))
             continue;
         if (i++ != mine)
             continue;
@@ -99,7 +94,7 @@ static void *warm_main(void *arg)
             continue;
         struct dirent *pe;
         while (!STOPPING(w) && (pe = readdir(td)) != NULL) {
-            if (is_dots(pe->d_name))
+            if (store_is_dots(pe->d_name))
                 continue;
             if ((size_t)snprintf(p, sizeof p, "%s/%s", t, pe->d_name) < sizeof p)
                 warm_partition(w, p);
