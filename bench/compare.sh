@@ -21,6 +21,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 SRC_ROOT=$PWD
+. bench/lib.sh # stop_pid, wait_port, ratio, fmt
 MQD_BIN=${MQD_BIN:-build/mqd}
 REPS=${REPS:-3}
 COUNT=${COUNT:-100000}
@@ -46,14 +47,6 @@ TMP=$(mktemp -d /tmp/mqd-compare.XXXXXX)
 MQD_PID= RMQ_SCRIPT_PID= RMQ_PID= EPMD_PID= MQD_RESTARTS=0
 
 log() { echo "compare: $*" >&2; }
-
-stop_pid() { # stop_pid PID GRACE_SECONDS
-	local pid=$1 grace=$2 i
-	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-	kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < grace * 10; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-	kill -KILL "$pid" 2>/dev/null || true
-}
 
 cleanup() {
 	stop_pid "$MQD_PID" 10
@@ -91,15 +84,6 @@ find_bench() {
 	BENCH_BIN=$TMP/mqd-bench
 	log "compiling mqd-bench into $BENCH_BIN"
 	gcc -O2 -std=gnu11 -o "$BENCH_BIN" src/tools/mqd-bench.c -lqpid-proton -lm
-}
-
-wait_port() { # wait_port PORT SECONDS: listening socket present (no connection is made)
-	local i
-	for ((i = 0; i < $2 * 10; i++)); do
-		[ "$(ss -Hltn "sport = :$1" | wc -l)" -gt 0 ] && return 0
-		sleep 0.1
-	done
-	return 1
 }
 
 # topic names: <profile>-<s|b>-<rep>; 64 B topics are flushed asynchronously
@@ -193,8 +177,6 @@ median() {
 			print (n % 2) ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }' "$TMP/results"
 }
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "na" || b == "na" || b + 0 == 0) print "–"; else printf "%.2f\n", a / b }'; }
-fmt() { awk -v a="$1" -v d="$2" 'BEGIN { if (a == "na") print "–"; else printf "%.*f\n", d, a }'; }
 
 machine_info() {
 	echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -9,8 +9,11 @@
  *   recv  receive and accept --count messages from --address (or --source).
  *   both  senders and receivers at once; latency = send->receive, computed from the
  *         wall-clock timestamp carried in the message body (see BODY LAYOUT).
- *   txn   transactions on a `coordinator` link: each one is declare -> discharge
- *         (commit); prints "not supported by this broker yet" when the attach is refused.
+ *   txn   transactions on a `coordinator` link: each one is declare -> [--txn-msgs K
+ *         transactional sends to --address, each settled accepted] -> discharge (commit);
+ *         latency = declare->discharge accepted. With K > 0, msgs_per_s counts messages
+ *         (txns_per_s the transactions). Prints "not supported by this broker yet" when
+ *         the coordinator attach is refused.
  *
  * BODY LAYOUT (one AMQP data section of --size bytes, at least 24):
  *   bytes 0..7 magic "MQDBENCH", 8..15 run id, 16..23 send time (CLOCK_REALTIME ns,
@@ -59,6 +62,8 @@
 #define TXN_DECLARE 0x31
 #define TXN_DISCHARGE 0x32
 #define TXN_DECLARED 0x33
+#define TXN_STATE 0x34
+#define OUTCOME_ACCEPTED 0x24
 
 enum mode { M_SEND, M_RECV, M_BOTH, M_TXN };
 static const char *const mode_names[] = { "send", "recv", "both", "txn" };
@@ -69,7 +74,7 @@ struct opts {
 	const char *address, *source, *offset_spec;
 	uint64_t count;
 	size_t size;
-	unsigned window, conns, links, keys;
+	unsigned window, conns, links, keys, txn_msgs;
 	bool durable, presettled, quiet;
 	double cap, idle, rate;
 	long broker_pid;
@@ -132,7 +137,9 @@ struct latrec {
 };
 
 /* ---- run state ---- */
+struct bconn;
 struct blink {
+	struct bconn *bc;
 	pn_link_t *l;
 	bool sender, txn;
 	unsigned unsettled;
@@ -140,11 +147,22 @@ struct blink {
 	size_t len, cap;
 };
 
+/* txn mode: one transaction at a time per connection */
+struct btxn {
+	struct blink *coord, *snd; /* the coordinator link; the sender (--txn-msgs > 0) */
+	uint64_t t0;               /* when the declare was sent */
+	uint64_t sent, acked;      /* messages of the open transaction */
+	char id[64];               /* txn-id while declared, not yet discharged */
+	size_t id_len;
+	bool started;
+};
+
 struct bconn {
 	pn_connection_t *c;
 	struct blink *links;
 	unsigned nlinks;
 	bool closed;
+	struct btxn tx;
 };
 
 static struct {
@@ -165,9 +183,8 @@ static struct {
 	struct latrec *lat; /* --latency-log: one record per measured message */
 	uint64_t nlat;
 	char err[512];
-	uint64_t txn_t0;
-	char txn_id[64];
-	size_t txn_id_len;
+	uint64_t txn_begun;     /* transactions declared */
+	uint64_t txn_msgs_done; /* messages of committed transactions */
 } G;
 
 static uint64_t clock_ns(clockid_t id)
@@ -348,6 +365,16 @@ static void send_one(struct blink *bl)
 	pn_delivery_t *d = pn_delivery(bl->l, pn_dtag((const char *)tag, sizeof tag));
 	pn_link_send(bl->l, (const char *)t, G.tmpl_len[k]);
 	pn_link_advance(bl->l);
+	if (G.o.mode == M_TXN) { /* transactional-state(txn-id): part of the open transaction */
+		struct btxn *tx = &bl->bc->tx;
+		pn_data_t *dd = pn_disposition_data(pn_delivery_local(d));
+		pn_data_put_list(dd);
+		pn_data_enter(dd);
+		pn_data_put_binary(dd, pn_bytes(tx->id_len, tx->id));
+		pn_data_exit(dd);
+		pn_delivery_update(d, TXN_STATE);
+		tx->sent++;
+	}
 	if (G.o.presettled)
 		pn_delivery_settle(d);
 	else
@@ -363,13 +390,23 @@ static bool rate_ok(void)
 	return (double)G.sent < due;
 }
 
+/* Messages this link may still send: --count, or in txn mode what is left of the
+ * transaction that is open (declared, not yet discharged). */
+static bool more_to_send(const struct blink *bl)
+{
+	if (G.o.mode != M_TXN)
+		return G.sent < G.o.count;
+	const struct btxn *tx = &bl->bc->tx;
+	return bl == tx->snd && tx->id_len && tx->sent < G.o.txn_msgs;
+}
+
 static void pump(struct blink *bl)
 {
 	if (!bl->sender || bl->txn || G.stopping || !G.sending_open)
 		return;
 	if (pn_link_state(bl->l) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE))
 		return;
-	while (G.sent < G.o.count && pn_link_credit(bl->l) > 0 &&
+	while (more_to_send(bl) && pn_link_credit(bl->l) > 0 &&
 	       (G.o.presettled || bl->unsettled < G.o.window) && rate_ok()) {
 		start_clock();
 		send_one(bl);
@@ -391,6 +428,36 @@ static const char *outcome_name(uint64_t st)
 }
 
 static void txn_settled(struct blink *bl, pn_delivery_t *d, uint64_t st);
+static void txn_send(struct blink *bl, int code);
+
+/* first described value with descriptor `code` anywhere in a data tree */
+static bool find_descriptor(pn_data_t *data, uint64_t code)
+{
+	while (pn_data_next(data)) {
+		pn_type_t t = pn_data_type(data);
+		if (t == PN_ULONG && pn_data_get_ulong(data) == code)
+			return true;
+		if (t == PN_LIST || t == PN_DESCRIBED || t == PN_ARRAY || t == PN_MAP) {
+			pn_data_enter(data);
+			bool found = find_descriptor(data, code);
+			pn_data_exit(data);
+			if (found)
+				return true;
+		}
+	}
+	return false;
+}
+
+/* A transactional send settles with transactional-state(txn-id, outcome): accepted
+ * counts like a plain accepted. */
+static uint64_t send_outcome(pn_delivery_t *d, uint64_t st)
+{
+	if (st != TXN_STATE)
+		return st;
+	pn_data_t *dd = pn_disposition_data(pn_delivery_remote(d));
+	pn_data_rewind(dd);
+	return find_descriptor(dd, OUTCOME_ACCEPTED) ? PN_ACCEPTED : PN_REJECTED;
+}
 
 static void on_sender_delivery(struct blink *bl, pn_delivery_t *d)
 {
@@ -399,6 +466,22 @@ static void on_sender_delivery(struct blink *bl, pn_delivery_t *d)
 		return;
 	if (bl->txn) {
 		txn_settled(bl, d, st);
+		return;
+	}
+	st = send_outcome(d, st);
+	if (G.o.mode == M_TXN) {
+		pn_delivery_settle(d);
+		if (bl->unsettled)
+			bl->unsettled--;
+		if (st != PN_ACCEPTED) {
+			snprintf(G.err, sizeof G.err, "transactional send: outcome %s", outcome_name(st));
+			G.failed++;
+			begin_stop(true);
+		} else if (++bl->bc->tx.acked == G.o.txn_msgs) {
+			txn_send(bl->bc->tx.coord, TXN_DISCHARGE); /* every send of the transaction is in */
+		} else {
+			pump(bl);
+		}
 		return;
 	}
 	pn_delivery_tag_t tag = pn_delivery_tag(d);
@@ -518,7 +601,7 @@ static void txn_send(struct blink *bl, int code)
 	pn_data_put_list(b);
 	pn_data_enter(b);
 	if (code == TXN_DISCHARGE) {
-		pn_data_put_binary(b, pn_bytes(G.txn_id_len, G.txn_id));
+		pn_data_put_binary(b, pn_bytes(bl->bc->tx.id_len, bl->bc->tx.id));
 		pn_data_put_bool(b, false);
 	}
 	pn_data_exit(b);
@@ -554,24 +637,41 @@ static bool find_binary(pn_data_t *data, pn_bytes_t *out)
 	return false;
 }
 
+/* Declares this connection's next transaction, if any are left to run. */
+static void txn_begin(struct blink *coord)
+{
+	struct btxn *tx = &coord->bc->tx;
+	if (G.txn_begun >= G.o.count || G.failed || G.stopping)
+		return;
+	G.txn_begun++;
+	tx->t0 = mono_ns();
+	txn_send(coord, TXN_DECLARE);
+}
+
 static void txn_settled(struct blink *bl, pn_delivery_t *d, uint64_t st)
 {
+	struct btxn *tx = &bl->bc->tx;
 	pn_disposition_t *rd = pn_delivery_remote(d);
 	pn_bytes_t id = { 0, NULL };
 	if (st == TXN_DECLARED) {
 		pn_data_t *dd = pn_disposition_data(rd);
 		pn_data_rewind(dd);
-		if (find_binary(dd, &id) && id.size <= sizeof G.txn_id) {
-			memcpy(G.txn_id, id.start, id.size);
-			G.txn_id_len = id.size;
+		if (find_binary(dd, &id) && id.size <= sizeof tx->id) {
+			memcpy(tx->id, id.start, id.size);
+			tx->id_len = id.size;
 			pn_delivery_settle(d);
-			txn_send(bl, TXN_DISCHARGE);
+			tx->sent = tx->acked = 0;
+			if (tx->snd)
+				pump(tx->snd); /* the transaction's sends; the last one's settlement discharges */
+			else
+				txn_send(bl, TXN_DISCHARGE);
 			return;
 		}
 	}
-	if (st == PN_ACCEPTED && G.txn_id_len) { /* discharge done */
+	if (st == PN_ACCEPTED && tx->id_len) { /* discharge done */
 		G.acked++;
-		hist_add(&G.h, mono_ns() - G.txn_t0);
+		G.txn_msgs_done += tx->acked;
+		hist_add(&G.h, mono_ns() - tx->t0);
 		G.t_end = mono_ns();
 	} else {
 		set_err("transaction", pn_disposition_condition(rd));
@@ -580,33 +680,37 @@ static void txn_settled(struct blink *bl, pn_delivery_t *d, uint64_t st)
 		G.failed++;
 	}
 	pn_delivery_settle(d);
-	G.txn_id_len = 0;
-	if (G.acked + G.failed < G.o.count && !G.failed) {
-		G.txn_t0 = mono_ns();
-		txn_send(bl, TXN_DECLARE);
-	} else {
+	tx->id_len = 0;
+	if (G.acked + G.failed >= G.o.count || G.failed)
 		begin_stop(G.failed > 0);
-	}
+	else
+		txn_begin(bl);
 }
 
-static void txn_remote_open(struct blink *bl)
+/* The coordinator or the sender is attached: the first declare once both are. */
+static void txn_link_up(struct bconn *bc)
 {
-	pn_terminus_t *rt = pn_link_remote_target(bl->l);
-	if (pn_terminus_get_type(rt) != PN_COORDINATOR)
-		return; /* a refusal: the broker's detach follows */
+	struct btxn *tx = &bc->tx;
+	bool up = pn_link_state(tx->coord->l) == (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE) &&
+		  pn_terminus_get_type(pn_link_remote_target(tx->coord->l)) == PN_COORDINATOR;
+	if (tx->snd && pn_link_state(tx->snd->l) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE))
+		up = false;
+	if (!up || tx->started)
+		return; /* a refused coordinator: the broker's detach follows */
+	tx->started = true;
 	start_clock();
-	G.txn_t0 = mono_ns();
-	txn_send(bl, TXN_DECLARE);
+	txn_begin(tx->coord);
 }
 
 /* ---- connection / link setup ---- */
 static void open_link(struct bconn *bc, pn_session_t *s, unsigned i, bool sender, bool txn)
 {
 	char name[96];
-	snprintf(name, sizeof name, "mqd-bench-%" PRIx64 "-%s-%td-%u", G.run_id, sender ? "snd" : "rcv",
+	snprintf(name, sizeof name, "mqd-bench-%" PRIx64 "-%s-%td-%u", G.run_id, txn ? "txn" : sender ? "snd" : "rcv",
 		 bc - G.conns, i);
 	struct blink *bl = &bc->links[bc->nlinks++];
 	memset(bl, 0, sizeof *bl);
+	bl->bc = bc;
 	bl->sender = sender;
 	bl->txn = txn;
 	bl->l = sender ? pn_sender(s, name) : pn_receiver(s, name);
@@ -646,6 +750,11 @@ static void on_connection_init(struct bconn *bc)
 	pn_session_open(s);
 	if (G.o.mode == M_TXN) {
 		open_link(bc, s, 0, true, true);
+		bc->tx.coord = &bc->links[0];
+		if (G.o.txn_msgs) {
+			open_link(bc, s, 0, true, false);
+			bc->tx.snd = &bc->links[1];
+		}
 		return;
 	}
 	for (unsigned i = 0; i < G.o.links; i++) {
@@ -664,8 +773,8 @@ static void pump_conn(struct bconn *bc)
 
 static void on_link_remote_open(pn_link_t *l, struct blink *bl)
 {
-	if (bl->txn) {
-		txn_remote_open(bl);
+	if (G.o.mode == M_TXN) {
+		txn_link_up(bl->bc);
 		return;
 	}
 	if (bl->sender) {
@@ -802,6 +911,7 @@ static void usage(FILE *f)
 		"  --source S           receivers' source address (default: --address)\n"
 		"  --offset-spec SPEC   receivers send filter rabbitmq:stream-offset-spec=SPEC (first|last|next)\n"
 		"  --count N            messages (txn: transactions) (default 100000)\n"
+		"  --txn-msgs K         txn: K transactional sends to --address in each transaction (default 0)\n"
 		"  --size BYTES         body size, >= %d (default 1024)\n"
 		"  --window N           max unsettled sends in flight, and receiver credit, per link (default 1000)\n"
 		"  --rate N             send at most N messages/s in total (paced; default: as fast as possible)\n"
@@ -873,6 +983,7 @@ static int parse_args(int argc, char **argv)
 		{ "links", 1, 0, 'l' },      { "keys", 1, 0, 'k' },    { "duration-cap", 1, 0, 'C' },
 		{ "idle", 1, 0, 'i' },       { "broker-pid", 1, 0, 'b' }, { "offset-spec", 1, 0, 'o' },
 		{ "quiet", 0, 0, 'q' },      { "help", 0, 0, 'h' },    { "latency-log", 1, 0, 'L' },
+		{ "txn-msgs", 1, 0, 'T' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *url = "amqp://127.0.0.1:5672";
@@ -899,19 +1010,19 @@ static int parse_args(int argc, char **argv)
 		case 'o': G.o.offset_spec = optarg; break;
 		case 'q': G.o.quiet = true; break;
 		case 'L': G.o.lat_log = optarg; break;
+		case 'T': G.o.txn_msgs = (unsigned)num_arg(optarg, "txn-msgs", 0); break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -1;
 		}
 	}
 	if (optind != argc - 1 || parse_mode(argv[optind]) < 0 || parse_url(url) < 0 ||
-	    G.o.window > 1000000 || G.o.conns > 1000 || G.o.links > 1000 || G.o.keys > 1000000) {
+	    G.o.window > 1000000 || G.o.conns > 1000 || G.o.links > 1000 || G.o.keys > 1000000 ||
+	    G.o.txn_msgs > 1000000) {
 		usage(stderr);
 		return -1;
 	}
 	if (!G.o.source)
 		G.o.source = G.o.address;
-	if (G.o.mode == M_TXN)
-		G.o.conns = 1;
 	return 0;
 }
 
@@ -928,10 +1039,12 @@ static void report(void)
 {
 	uint64_t end = G.t_end ? G.t_end : mono_ns();
 	double secs = G.t0 && end > G.t0 ? (double)(end - G.t0) / 1e9 : 0;
+	bool txn_msgs = G.o.mode == M_TXN && G.o.txn_msgs;
 	uint64_t msgs = G.o.mode == M_RECV || G.o.mode == M_BOTH ? G.received
-			: (G.o.mode == M_SEND && G.o.presettled) ? G.sent : G.acked;
+			: (G.o.mode == M_SEND && G.o.presettled) ? G.sent
+			: txn_msgs ? G.txn_msgs_done : G.acked;
 	double rate = secs > 0 ? (double)msgs / secs : 0;
-	double mbps = G.o.mode == M_TXN ? 0 : rate * (double)G.o.size / 1e6;
+	double mbps = G.o.mode == M_TXN && !txn_msgs ? 0 : rate * (double)G.o.size / 1e6;
 	bool lat = G.h.n > 0;
 	char p50[32], p99[32], p999[32], mx[32], bcpu[32], bsec[32];
 	fmt_ms(p50, sizeof p50, lat, hist_pct_ms(&G.h, 0.50));
@@ -946,10 +1059,13 @@ static void report(void)
 	const char *what = G.o.mode == M_SEND ? "send->accepted" : G.o.mode == M_BOTH ? "send->receive"
 			   : G.o.mode == M_TXN ? "declare->discharge" : "n/a";
 	printf("mqd-bench %s: %" PRIu64 " %s in %.3f s (size %zu B, %s, %s, window %u, %ux%u links, keys %u)%s\n",
-	       mode_names[G.o.mode], msgs, G.o.mode == M_TXN ? "txns" : "msgs", secs, G.o.size,
+	       mode_names[G.o.mode], msgs, G.o.mode == M_TXN && !txn_msgs ? "txns" : "msgs", secs, G.o.size,
 	       G.o.durable ? "durable" : "non-durable", G.o.presettled ? "presettled" : "unsettled",
 	       G.o.window, G.o.conns, G.o.links, G.o.keys, G.early ? " [STOPPED EARLY]" : "");
 	printf("  throughput: %.0f msg/s, %.2f MB/s (payload, 1 MB = 10^6 B)\n", rate, mbps);
+	if (txn_msgs)
+		printf("  transactions: %" PRIu64 " of %u messages each, %.0f txn/s\n", G.acked, G.o.txn_msgs,
+		       secs > 0 ? (double)G.acked / secs : 0);
 	printf("  latency %s: p50 %s ms, p99 %s ms, p99.9 %s ms, max %s ms (%" PRIu64 " samples)\n",
 	       what, p50, p99, p999, mx, G.h.n);
 	if (G.o.mode == M_BOTH && G.hack.n)
@@ -970,6 +1086,9 @@ static void report(void)
 	if (G.o.mode == M_BOTH && G.hack.n)
 		printf(" ack_p50_ms=%.3f ack_p99_ms=%.3f ack_p999_ms=%.3f", hist_pct_ms(&G.hack, 0.50),
 		       hist_pct_ms(&G.hack, 0.99), hist_pct_ms(&G.hack, 0.999));
+	if (txn_msgs)
+		printf(" txn_msgs=%u txns=%" PRIu64 " txns_per_s=%.1f", G.o.txn_msgs, G.acked,
+		       secs > 0 ? (double)G.acked / secs : 0);
 	printf("\n");
 	fflush(stdout);
 }
@@ -979,7 +1098,7 @@ static void connect_all(void)
 	char addr[PN_MAX_ADDR];
 	pn_proactor_addr(addr, sizeof addr, G.o.host, G.o.port);
 	G.conns = calloc(G.o.conns, sizeof *G.conns);
-	unsigned per = G.o.mode == M_BOTH ? 2 * G.o.links : G.o.links;
+	unsigned per = G.o.mode == M_BOTH ? 2 * G.o.links : G.o.mode == M_TXN ? 2 : G.o.links;
 	for (unsigned i = 0; i < G.o.conns; i++) {
 		struct bconn *bc = &G.conns[i];
 		bc->links = calloc(per, sizeof *bc->links);
@@ -1005,7 +1124,7 @@ int main(int argc, char **argv)
 	if (parse_args(argc, argv) < 0)
 		return 2;
 	G.run_id = wall_ns() ^ ((uint64_t)getpid() << 32);
-	if (G.o.mode != M_TXN && build_templates() < 0)
+	if ((G.o.mode != M_TXN || G.o.txn_msgs) && build_templates() < 0)
 		return 1;
 	G.receivers_total = (G.o.mode == M_RECV || G.o.mode == M_BOTH) ? G.o.conns * G.o.links : 0;
 	G.sending_open = G.o.mode != M_BOTH;
