@@ -73,6 +73,29 @@ void mqd_lstate_free(mqd_lstate_t *ls)
 static char held;
 /* A detach without closed=true leaves no trace in pn_link_state: remember it on the link. */
 PN_HANDLE(MQD_REMOTE_DETACHED)
+/* Links of a session not yet freed (Proton has no public count): a session is freed
+ * (pn_session_free) once it is ended on both sides and its last link is gone, so clients
+ * that open and end sessions on one long-lived connection (a JMS session per request)
+ * do not grow the broker by ~5 KiB per session. */
+PN_HANDLE(MQD_SESSION_LINKS)
+
+static intptr_t session_links(pn_session_t *ss, intptr_t delta)
+{
+    pn_record_t *r = pn_session_attachments(ss);
+    intptr_t n = (intptr_t)pn_record_get(r, MQD_SESSION_LINKS) + delta;
+    if (delta) {
+        pn_record_def(r, MQD_SESSION_LINKS, PN_VOID);
+        pn_record_set(r, MQD_SESSION_LINKS, (void *)n);
+    }
+    return n;
+}
+
+static void session_reap(pn_session_t *ss)
+{
+    pn_state_t st = pn_session_state(ss);
+    if ((st & PN_LOCAL_CLOSED) && (st & PN_REMOTE_CLOSED) && session_links(ss, 0) == 0)
+        pn_session_free(ss); /* Proton sends the end first */
+}
 
 static void mark_remote_detached(pn_link_t *l)
 {
@@ -104,7 +127,10 @@ void mqd_link_reap(pn_link_t *l)
     for (pn_delivery_t *d = pn_unsettled_head(l); d; d = pn_unsettled_next(d))
         if (pn_delivery_get_context(d) == &held)
             return;  /* its holder reaps the link once it lets go */
+    pn_session_t *ss = pn_link_session(l);
     pn_link_free(l); /* settles what is left; Proton sends the detach first */
+    session_links(ss, -1);
+    session_reap(ss);
 }
 
 /* The node that holds replies for `addr`: the topic itself when `addr` is an address,
@@ -497,22 +523,12 @@ static void connection_open(mqd_conn_t *c, pn_connection_t *pc)
              c->user[0] ? c->user : "anonymous", pn_connection_remote_container(pc) ?: "-");
 }
 
-/* Links open on l's session (a peer ignoring handle-max gets refused here). */
-static size_t session_links(pn_link_t *l)
-{
-    pn_session_t *ss = pn_link_session(l);
-    size_t n = 0;
-    for (pn_link_t *x = pn_link_head(pn_session_connection(ss), PN_LOCAL_ACTIVE); x;
-         x = pn_link_next(x, PN_LOCAL_ACTIVE))
-        n += pn_link_session(x) == ss;
-    return n;
-}
-
 static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
 {
     if (pn_link_state(l) & PN_LOCAL_ACTIVE)
         return;
-    if (session_links(l) >= c->srv->conf->max_links_per_session)
+    /* a peer ignoring handle-max gets refused here (l itself is counted) */
+    if ((size_t)session_links(pn_link_session(l), 0) > c->srv->conf->max_links_per_session)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded",
                                "too many links on this session (max_links_per_session)%s", "");
     if (pn_link_is_receiver(l))
@@ -570,8 +586,12 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
                 link_remote_close(l);
         }
         pn_session_close(ss);
+        session_reap(ss);
         break;
     }
+    case PN_LINK_INIT:
+        session_links(pn_link_session(pn_event_link(e)), 1);
+        break;
     case PN_LINK_REMOTE_OPEN:
         link_remote_open(c, pn_event_link(e));
         break;

@@ -10,7 +10,13 @@ Every message must arrive exactly once and in the order it was sent. A second ph
 one connection, detaches 200 producer links right after 5 unsettled sends each (topic
 flush = sync: the sends are still waiting for the disk when the detach arrives) and 50
 receivers with deliveries still unsettled, then checks that a last receiver gets all
-1,000 messages exactly once.
+1,000 messages exactly once. A third phase ends sessions instead (a JMS session per
+request): on one connection, cycle i begins a session, attaches a sender to the
+sync-flushed topic `sess`, sends 3 messages and ends the session before any is settled
+(mqd still holds them, waiting for the disk); every 4th cycle also attaches a receiver
+that ends with a delivery unsettled. After 1,000 warm-up cycles, 4,000 more must leave
+VmRSS less than 2 MiB higher (before sessions were freed: ~5.4 KiB per cycle, +21 MiB),
+and a last receiver must get every message exactly once.
 
 Under AddressSanitizer RSS says nothing (freed memory sits in quarantine), so that build
 runs a shorter churn with the same checks: it exercises the frees for use-after-free,
@@ -190,6 +196,101 @@ class Abrupt(Client):
                                                                self.want)
 
 
+SESS_WARMUP = 1000
+SESS_TOTAL = 5000
+SESS_PER = 3
+SESS_RSS_BOUND_KIB = 2048
+
+
+class SessionChurn(Client):
+    """Sessions ended while mqd holds their links' deliveries."""
+
+    def __init__(self, url, broker, total):
+        super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
+        self.url = url
+        self.broker = broker
+        self.total = total
+        self.n = 0
+        self.rss = {}
+        self.got = []
+        self.drain = None
+
+    def on_start(self, event):
+        self.container = event.container
+        self.conn = self.connect(self.container, self.url)
+        self.next_session()
+
+    def next_session(self):
+        if self.n % 1000 == 0 and self.n not in self.rss:
+            self.rss[self.n] = self.broker.rss_kib()
+            log("sessions %d: VmRSS %d KiB" % (self.n, self.rss[self.n]))
+        if self.n >= self.total:
+            self.drain = self.conn.session()
+            self.drain.open()
+            r = self.drain.receiver("sess-drain")
+            r.source.address = "sess"
+            r.open()
+            r.flow(self.total * SESS_PER + 10)
+            return
+        ss = self.conn.session()
+        ss.open()
+        snd = ss.sender("sess-s%d" % self.n)
+        snd.target.address = "sess"
+        snd.msg_sent = False
+        snd.open()
+        if self.n % 4 == 3:  # a receiver that will hold one unsettled delivery
+            r = ss.receiver("sess-r%d" % self.n)
+            r.source.address = "sess"
+            r.open()
+            r.flow(1)
+
+    def on_sendable(self, event):
+        s = event.sender
+        if s.msg_sent or s.name.startswith("sess-drain"):
+            return
+        s.msg_sent = True
+        for j in range(SESS_PER):
+            s.send(Message(body=self.n * SESS_PER + j))
+        if s.name == "sess-s%d" % self.n and self.n % 4 != 3:
+            s.session.close()  # before any send is settled
+
+    def on_message(self, event):
+        if event.link.name == "sess-drain":
+            self.got.append(event.message.body)
+            self.accept(event.delivery)
+            if len(self.got) == self.total * SESS_PER:
+                self.conn.close()
+        elif not event.session.state & event.session.LOCAL_CLOSED:
+            event.session.close()  # the delivery stays unsettled: released at the end
+
+    def on_session_closed(self, event):
+        if event.session is self.drain:
+            return
+        self.n += 1
+        self.next_session()
+
+    def status(self):
+        return "sessions %d of %d, drained %d" % (self.n, self.total, len(self.got))
+
+
+def session_churn(b, asan):
+    total = 600 if asan else SESS_TOTAL
+    h = SessionChurn(b.url, b, total)
+    run_container(h, 180)
+    b.check_alive("after session churn")
+    want = total * SESS_PER
+    check(len(h.got) == want and len(set(h.got)) == want and set(h.got) == set(range(want)),
+          "session churn: got %d messages, %d distinct, want each of %d once" % (len(h.got), len(set(h.got)), want))
+    log("session churn: %d sessions, %d messages each received once" % (total, want))
+    if asan:
+        return
+    base, last = h.rss[SESS_WARMUP], h.rss[max(h.rss)]
+    log("session churn VmRSS: after warm-up %d KiB, after %d sessions %d KiB: %+d KiB (bound %d KiB)"
+        % (base, max(h.rss), last, last - base, SESS_RSS_BOUND_KIB))
+    check(last - base < SESS_RSS_BOUND_KIB, "VmRSS grew %d KiB over %d sessions on one connection, bound %d KiB"
+          % (last - base, max(h.rss) - SESS_WARMUP, SESS_RSS_BOUND_KIB))
+
+
 def body(t):
     asan = built_with_asan(mqdtest.mqd_bin())
     b = t.broker(sets={"topic.%s.flush" % TOPIC: "async"})
@@ -211,6 +312,7 @@ def body(t):
           "abrupt detaches: got %d messages, %d distinct, want each of %d once"
           % (len(h2.got), len(set(h2.got)), h2.want))
     log("abrupt detaches: %d messages each received once" % h2.want)
+    session_churn(b, asan)
     if asan:
         log("AddressSanitizer build: RSS bound not checked (quarantine); order checked over %d cycles" % n)
         return
