@@ -508,6 +508,15 @@ static void dead_letter(mqd_topic_t *t, uint32_t part, const mqd_rec_t *rec,
         mqd_part_append(&dlq->parts[0], s->scratch.p, s->scratch.len, NULL, NULL, NULL);
 }
 
+/* A stored record's sections: the cheap scan (the record was checked on its way in and
+ * by the store's CRC), or the full one before a selector decodes application
+ * properties. */
+static int scan_record(const mqd_lstate_t *ls, const mqd_rec_t *rec, mqd_msg_info_t *mi)
+{
+    return ls->sel ? mqd_msg_scan(rec->data, rec->len, mi)
+                   : mqd_msg_scan_stored(rec->data, rec->len, mi);
+}
+
 /* A browser's next record of partition i from its read-ahead buffer, reading up to
  * BROWSE_BATCH records at once when the buffer has none for browse_next[i]. One pread
  * then serves many deliveries (reading one record per call cost a 64 KiB pread per
@@ -570,7 +579,7 @@ static size_t browse_pump(mqd_lstate_t *ls)
         ls->browse_next[i] = rec->offset + 1;
         if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
             ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(s, rec->txn)) ||
-            mqd_msg_scan(rec->data, rec->len, &mi) != 0 ||
+            scan_record(ls, rec, &mi) != 0 ||
             (ls->sel && !mqd_selector_match(ls->sel, rec->data, rec->len, &mi)))
             return 1; /* skipped: counts as progress so the caller tries again */
         deliver(ls, i, rec, &mi, 0);
@@ -585,7 +594,7 @@ static int screen(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_in
                   uint32_t dc)
 {
     mqd_topic_t *t = ls->topic;
-    if (mqd_msg_scan(rec->data, rec->len, mi) != 0) {
+    if (scan_record(ls, rec, mi) != 0) {
         MQD_WARN("link", "skipping unparseable record %s/%u@%llu", t->name, i,
                  (unsigned long long)rec->offset);
         return 1;
@@ -652,7 +661,7 @@ static void rejected(mqd_lstate_t *ls, uint32_t part, uint64_t off)
     mqd_read_t *rd = &t->srv->browse_rd;
     mqd_msg_info_t mi;
     if (mqd_plog_read(t->parts[part].log, off, off + 1, 1, 1, rd) == 0 && rd->n == 1 &&
-        mqd_msg_scan(rd->recs[0].data, rd->recs[0].len, &mi) == 0)
+        mqd_msg_scan_stored(rd->recs[0].data, rd->recs[0].len, &mi) == 0)
         dead_letter(t, part, &rd->recs[0], &mi, "rejected");
 }
 

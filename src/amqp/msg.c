@@ -114,8 +114,9 @@ static int push(walk_t *w, size_t end, uint32_t left, uint8_t kind, bool exact)
 }
 
 /* Consumes the data of a value whose constructor `code` was just read; compounds and
- * arrays push a frame for their items instead of recursing. */
-static int open_body(walk_t *w, const uint8_t *p, size_t *pos, size_t end, uint8_t code)
+ * arrays push a frame for their items instead of recursing, or (shallow) are stepped
+ * over whole by their size field: their contents are not checked. */
+static int open_body(walk_t *w, const uint8_t *p, size_t *pos, size_t end, uint8_t code, bool deep)
 {
     size_t width, fend;
     uint32_t size, count;
@@ -138,6 +139,10 @@ static int open_body(walk_t *w, const uint8_t *p, size_t *pos, size_t end, uint8
     }
     if (get_n(p, pos, fend, width, &count) != 0)
         return MQD_EINVAL;
+    if (!deep) {
+        *pos = fend;
+        return 0;
+    }
     if (cls == C_COMPOUND) {
         if ((code & 0x0f) == 0x01 && (count & 1))
             return MQD_EINVAL; /* a map holds key/value pairs */
@@ -176,13 +181,32 @@ static int elem_ctor(walk_t *w, frame_t *f, const uint8_t *p, size_t *pos)
     return 0;
 }
 
-/* Steps over exactly one encoded value starting at *pos, never reading at or past end. */
-static int skip_value(const uint8_t *p, size_t *pos, size_t end)
+/* Steps over exactly one encoded value starting at *pos, never reading at or past end.
+ * deep: every nested value is checked; shallow: compounds and arrays are stepped over by
+ * their size (for bytes already checked once, such as a stored record or an item of a
+ * section that was walked deep). */
+static int skip_value(const uint8_t *p, size_t *pos, size_t end, bool deep)
 {
     walk_t w;
     size_t at = *pos;
     int rc = 0;
 
+    /* One value with no items to walk (a primitive, or any value when shallow): no
+     * frame machinery. Most values of most messages take this path. */
+    if (at < end && p[at] != CODE_DESCRIBED) {
+        int cls;
+        size_t width;
+        if (ctor_info(p[at], &cls, &width) != 0)
+            return MQD_EINVAL;
+        if (cls == C_FIXED || cls == C_VAR || !deep) {
+            w.depth = 0;
+            at++;
+            rc = open_body(&w, p, &at, end, p[at - 1], false);
+            if (rc == 0)
+                *pos = at;
+            return rc;
+        }
+    }
     w.depth = 0;
     push(&w, end, 1, K_ITEMS, false);
     while (w.depth > 0 && rc == 0) {
@@ -213,7 +237,7 @@ static int skip_value(const uint8_t *p, size_t *pos, size_t end)
                 continue;
             }
         }
-        rc = open_body(&w, p, &at, f->end, code);
+        rc = open_body(&w, p, &at, f->end, code, deep);
     }
     if (rc != 0)
         return rc;
@@ -230,13 +254,13 @@ typedef struct val {
     uint8_t code;    /* constructor; CODE_DESCRIBED for described values */
 } val_t;
 
-static int next_value(const uint8_t *p, size_t *pos, size_t end, val_t *v)
+static int next_value_ex(const uint8_t *p, size_t *pos, size_t end, val_t *v, bool deep)
 {
     val_t r = { .off = *pos };
     size_t width, at = *pos;
     int cls;
 
-    if (skip_value(p, &at, end) != 0)
+    if (skip_value(p, &at, end, deep) != 0)
         return MQD_EINVAL;
     r.end = at;
     r.code = p[r.off];
@@ -251,6 +275,12 @@ static int next_value(const uint8_t *p, size_t *pos, size_t end, val_t *v)
     *v = r;
     *pos = at;
     return 0;
+}
+
+/* An item of a value already walked (deep, or as a checked stored record). */
+static int next_value(const uint8_t *p, size_t *pos, size_t end, val_t *v)
+{
+    return next_value_ex(p, pos, end, v, false);
 }
 
 static bool is_list(const val_t *v)
@@ -357,19 +387,61 @@ static bool section_type_ok(int id, const val_t *v)
     }
 }
 
+/* The usual encoding of a section: descriptor smallulong 0x70..0x78, and a value whose
+ * extent its size field gives (any value when shallow; when deep, one with no items to
+ * walk). 1: read into *s; 0: another shape (the general walk decides); MQD_EINVAL: out
+ * of bounds. */
+static int fast_section(const uint8_t *p, size_t at, size_t end, bool deep, section_t *s)
+{
+    if (end - at < 4 || p[at] != CODE_DESCRIBED || p[at + 1] != 0x53 || p[at + 2] < 0x70 ||
+        p[at + 2] > 0x78)
+        return 0;
+    val_t v = { .off = at + 3, .code = p[at + 3], .data = at + 4 };
+    size_t width;
+    int cls;
+    if (v.code == CODE_DESCRIBED || ctor_info(v.code, &cls, &width) != 0 ||
+        (deep && (cls == C_COMPOUND || cls == C_ARRAY)))
+        return 0;
+    if (cls == C_FIXED) {
+        if (end - v.data < width)
+            return MQD_EINVAL;
+        v.end = v.data + width;
+    } else {
+        uint32_t size;
+        if (get_n(p, &v.data, end, width, &size) != 0 || end - v.data < size)
+            return MQD_EINVAL;
+        v.end = v.data + size;
+        if (cls != C_VAR && get_n(p, &v.data, v.end, width, &v.count) != 0)
+            return MQD_EINVAL;
+    }
+    s->id = p[at + 2] - 0x70;
+    s->value = v;
+    s->off = at;
+    s->end = v.end;
+    return 1;
+}
+
 /* Reads the section at *pos: a described value with a known section descriptor. */
-static int next_section(const uint8_t *p, size_t *pos, size_t end, section_t *s)
+static int next_section(const uint8_t *p, size_t *pos, size_t end, section_t *s, bool deep)
 {
     size_t at = *pos;
     val_t d;
 
+    int fast = fast_section(p, at, end, deep, s);
+    if (fast != 0) {
+        if (fast < 0 || !section_type_ok(s->id, &s->value))
+            return MQD_EINVAL;
+        *pos = s->end;
+        return 0;
+    }
+
     if (at >= end || p[at] != CODE_DESCRIBED)
         return MQD_EINVAL;
     at++;
-    if (next_value(p, &at, end, &d) != 0)
+    if (next_value_ex(p, &at, end, &d, deep) != 0)
         return MQD_EINVAL;
     s->id = section_id(p, &d);
-    if (s->id < 0 || next_value(p, &at, end, &s->value) != 0)
+    if (s->id < 0 || next_value_ex(p, &at, end, &s->value, deep) != 0)
         return MQD_EINVAL;
     if (!section_type_ok(s->id, &s->value))
         return MQD_EINVAL;
@@ -474,7 +546,7 @@ static void note_section(const uint8_t *p, const section_t *s, mqd_msg_info_t *m
     }
 }
 
-int mqd_msg_scan(const uint8_t *p, size_t n, mqd_msg_info_t *out)
+static int scan(const uint8_t *p, size_t n, mqd_msg_info_t *out, bool deep)
 {
     mqd_msg_info_t mi;
     size_t at = 0;
@@ -487,7 +559,7 @@ int mqd_msg_scan(const uint8_t *p, size_t n, mqd_msg_info_t *out)
     mi.body_off = SIZE_MAX;
     while (at < n) {
         section_t s;
-        if (next_section(p, &at, n, &s) != 0 || !order_ok(last, s.id))
+        if (next_section(p, &at, n, &s, deep) != 0 || !order_ok(last, s.id))
             return MQD_EINVAL;
         note_section(p, &s, &mi);
         last = s.id;
@@ -496,6 +568,16 @@ int mqd_msg_scan(const uint8_t *p, size_t n, mqd_msg_info_t *out)
         mi.body_off = n;
     *out = mi;
     return 0;
+}
+
+int mqd_msg_scan(const uint8_t *p, size_t n, mqd_msg_info_t *out)
+{
+    return scan(p, n, out, true);
+}
+
+int mqd_msg_scan_stored(const uint8_t *p, size_t n, mqd_msg_info_t *out)
+{
+    return scan(p, n, out, false);
 }
 
 /* ---- output buffer ---- */
@@ -555,12 +637,6 @@ static int put_be32(mqd_buf_t *b, uint32_t v)
     uint8_t d[4];
     store_be32(d, v);
     return put(b, d, 4);
-}
-
-static int put_be64(mqd_buf_t *b, uint64_t v)
-{
-    int rc = put_be32(b, (uint32_t)(v >> 32));
-    return rc ? rc : put_be32(b, (uint32_t)v);
 }
 
 /* str8/str32 (or sym8/sym32 with base 0xa3) of len bytes. */
@@ -646,17 +722,65 @@ static int put_key(mqd_buf_t *b, const char *k)
     return put_str(b, 0xa3, k, strlen(k));
 }
 
-/* Appends our entries; returns how many pairs were written through *count. */
+/* sym8 key + value written into space the caller reserved (the fixed entries). */
+static uint8_t *w_key(uint8_t *d, const char *k, size_t len)
+{
+    d[0] = 0xa3, d[1] = (uint8_t)len;
+    memcpy(d + 2, k, len);
+    return d + 2 + len;
+}
+
+static uint8_t *w_u64(uint8_t *d, uint8_t code, uint64_t v)
+{
+    *d++ = code;
+    store_be32(d, (uint32_t)(v >> 32));
+    store_be32(d + 4, (uint32_t)v);
+    return d + 8;
+}
+
+/* The decimal digits of v (no sign), into d; returns their count (at most 20). */
+static size_t dec_u64(char *d, uint64_t v)
+{
+    char r[20];
+    size_t n = 0;
+    do {
+        r[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        d[i] = r[n - 1 - i];
+    return n;
+}
+
+#define KEY_ARGS(k) k, sizeof(k) - 1
+/* The four entries every delivery gets: keys, partition-id uint, offset str8 (at most
+ * 20 digits and a sign), sequence-number long, enqueued-time timestamp. */
+#define FIXED_ENTRIES_MAX (4 * 2 + sizeof(K_PARTITION_ID) + sizeof(K_OFFSET) + sizeof(K_SEQUENCE) + \
+                           sizeof(K_ENQUEUED) + 5 + 2 + 21 + 9 + 9)
+
+/* Appends our entries; returns how many pairs were written through *count. One reserve
+ * and direct stores for the fixed four (this runs for every message delivered). */
 static int put_our_entries(mqd_buf_t *b, const mqd_msg_ann_t *ann, uint64_t *count)
 {
-    char num[24];
-    int len = snprintf(num, sizeof(num), "%lld", (long long)ann->offset);
     int rc = 0;
 
-    rc |= put_key(b, K_PARTITION_ID) | put_u8(b, 0x71) | put_be32(b, (uint32_t)ann->partition_id);
-    rc |= put_key(b, K_OFFSET) | put_str(b, 0xa1, num, (size_t)len);
-    rc |= put_key(b, K_SEQUENCE) | put_u8(b, 0x81) | put_be64(b, (uint64_t)ann->offset);
-    rc |= put_key(b, K_ENQUEUED) | put_u8(b, 0x83) | put_be64(b, (uint64_t)ann->enqueued_ms);
+    if (mqd_buf_reserve(b, FIXED_ENTRIES_MAX) != 0)
+        return MQD_ENOMEM;
+    uint8_t *d = b->p + b->len;
+    d = w_key(d, KEY_ARGS(K_PARTITION_ID));
+    *d++ = 0x71;
+    store_be32(d, (uint32_t)ann->partition_id);
+    d += 4;
+    d = w_key(d, KEY_ARGS(K_OFFSET));
+    uint64_t mag = ann->offset < 0 ? (uint64_t)0 - (uint64_t)ann->offset : (uint64_t)ann->offset;
+    size_t sign = ann->offset < 0;
+    d[2] = '-';
+    size_t nd = sign + dec_u64((char *)d + 2 + sign, mag);
+    d[0] = 0xa1, d[1] = (uint8_t)nd;
+    d += 2 + nd;
+    d = w_u64(w_key(d, KEY_ARGS(K_SEQUENCE)), 0x81, (uint64_t)ann->offset);
+    d = w_u64(w_key(d, KEY_ARGS(K_ENQUEUED)), 0x83, (uint64_t)ann->enqueued_ms);
+    b->len = (size_t)(d - b->p);
     *count += 4;
     if (ann->pkey != NULL) {
         rc |= put_key(b, K_PKEY) | put_str(b, 0xa1, ann->pkey, ann->pkey_len);
@@ -682,7 +806,7 @@ static int reread(const uint8_t *p, size_t n, mqd_span_t sp, int id, section_t *
 
     if (sp.off > n || sp.len > n - sp.off)
         return MQD_EINVAL;
-    if (next_section(p, &at, sp.off + sp.len, s) != 0 || s->id != id || at != sp.off + sp.len)
+    if (next_section(p, &at, sp.off + sp.len, s, false) != 0 || s->id != id || at != sp.off + sp.len)
         return MQD_EINVAL;
     return 0;
 }
@@ -813,7 +937,7 @@ int mqd_msg_batch_split(const uint8_t *p, size_t n, mqd_msg_batch_cb cb, void *a
         at = mi.body_off;
         while (at < n) {
             section_t s;
-            if (next_section(p, &at, n, &s) != 0)
+            if (next_section(p, &at, n, &s, false) != 0) /* walked deep by the scan */
                 return MQD_EINVAL;
             if (s.id == S_FOOTER)
                 break;

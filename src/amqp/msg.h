@@ -47,6 +47,12 @@ typedef struct mqd_msg_info {
  * empty buffer is not. Header/properties fields of an unexpected type read as absent.
  * *out is written only on success; its spans point into p. */
 int mqd_msg_scan(const uint8_t *p, size_t n, mqd_msg_info_t *out);
+/* The same scan for bytes that were checked by mqd_msg_scan before they were stored (a
+ * record read back from a partition, CRC-checked by the store): sections and the fields
+ * above are read the same way, bounded by n, but nested compounds are stepped over by
+ * their size instead of being walked (a third of the cost per delivery). Never use it
+ * on bytes from the network. */
+int mqd_msg_scan_stored(const uint8_t *p, size_t n, mqd_msg_info_t *out);
 
 /* What mqd adds when delivering a stored record. */
 typedef struct mqd_msg_ann {

@@ -112,7 +112,7 @@ static int add_record(mqd_topic_t *t, const mqd_rec_t *rec, int64_t since)
     mqd_msg_info_t mi;
     if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA || rec->timestamp_ms < since ||
         ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(t->srv, rec->txn)) ||
-        mqd_msg_scan(rec->data, rec->len, &mi) != 0 || mi.message_id.len == 0)
+        mqd_msg_scan_stored(rec->data, rec->len, &mi) != 0 || mi.message_id.len == 0)
         return 0;
     if ((d->n + 1) * 2 > d->cap && grow(d) != 0)
         return MQD_ENOMEM;

@@ -794,6 +794,59 @@ static void test_bombs(void **state)
     free(p);
 }
 
+/* mqd_msg_scan_stored reads what mqd_msg_scan reads from a checked message, stays
+ * bounded on bytes it does not check, and steps over nesting by size. */
+static void test_scan_stored(void **state)
+{
+    enc_t e = full_message();
+    mqd_msg_info_t deep, shallow;
+    mqd_buf_t r1 = { 0 }, r2 = { 0 };
+    mqd_msg_ann_t a = std_ann();
+    size_t n;
+
+    memset(&deep, 0, sizeof(deep));
+    memset(&shallow, 0xa5, sizeof(shallow));
+    assert_int_equal(mqd_msg_scan(e.p, e.n, &deep), 0);
+    assert_int_equal(mqd_msg_scan_stored(e.p, e.n, &shallow), 0);
+    assert_memory_equal(&deep, &shallow, sizeof(deep));
+    /* the same annotated output from either scan */
+    a.delivery_count = 3;
+    assert_int_equal(mqd_msg_annotate(e.p, e.n, &deep, &a, &r1), 0);
+    assert_int_equal(mqd_msg_annotate(e.p, e.n, &shallow, &a, &r2), 0);
+    assert_int_equal(r1.len, r2.len);
+    assert_memory_equal(r1.p, r2.p, r1.len);
+    /* cut anywhere: accepted exactly at the same section boundaries, else refused */
+    int ok = 0;
+    for (size_t len = 0; len < e.n; len++) {
+        uint8_t *c = exact(e.p, len);
+        int rd = mqd_msg_scan(c, len, &deep), rs = mqd_msg_scan_stored(c, len, &shallow);
+        assert_int_equal(rd, rs);
+        ok += rs == 0;
+        free(c);
+    }
+    assert_int_equal(ok, 4);
+    /* nesting too deep for the network scan is stepped over by its size */
+    uint8_t *p = list_bomb(80, &n);
+    assert_int_equal(mqd_msg_scan(p, n, &deep), MQD_EINVAL);
+    assert_int_equal(mqd_msg_scan_stored(p, n, &shallow), 0);
+    assert_int_equal(shallow.body_off, 0);
+    free(p);
+    /* a header list claiming 5 items but holding 1: refused by the full scan; the stored
+     * scan reads the one item and stops at the list's end */
+    static const uint8_t lie[] = { 0x00, 0x53, 0x70, 0xc0, 0x02, 0x05, 0x41,
+                                   0x00, 0x53, 0x77, 0x40 };
+    uint8_t *c = exact(lie, sizeof(lie));
+    assert_int_equal(mqd_msg_scan(c, sizeof(lie), &deep), MQD_EINVAL);
+    assert_int_equal(mqd_msg_scan_stored(c, sizeof(lie), &shallow), 0);
+    assert_true(shallow.durable);
+    assert_int_equal(shallow.delivery_count, 0);
+    assert_int_equal(shallow.body_off, 7);
+    free(c);
+    mqd_buf_free(&r1);
+    mqd_buf_free(&r2);
+    free(e.p);
+}
+
 static void expect_scan(const uint8_t *msg, size_t n, int want)
 {
     mqd_msg_info_t mi;
@@ -1002,6 +1055,7 @@ int main(void)
         cmocka_unit_test(test_delivery_count_short_header),
         cmocka_unit_test(test_truncated_everywhere),
         cmocka_unit_test(test_bombs),
+        cmocka_unit_test(test_scan_stored),
         cmocka_unit_test(test_lengths_and_types),
         cmocka_unit_test(test_order),
         cmocka_unit_test(test_annotate_rejects_bad_info),
