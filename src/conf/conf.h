@@ -68,6 +68,7 @@ typedef struct mqd_conf {
     uint32_t link_credit;         /* credit granted to producers per link, 1000 */
     uint32_t prefetch_bytes;      /* max bytes read from a log per consumer refill, 1 MiB */
     uint32_t flush_threads;       /* store flusher threads, 4 */
+    int flush_sync;               /* 0 fdatasync, 1 syncfs */
     char *metrics_listen;         /* owned; NULL = off */
     mqd_topic_conf_t topic_defaults;
     mqd_topic_conf_t *topics;     /* owned array of [topic NAME] sections */

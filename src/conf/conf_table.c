@@ -27,6 +27,7 @@
 
 static const char *const level_names[] = {"error", "warn", "notice", "info", "debug", NULL};
 static const char *const flush_names[] = {"sync", "async", NULL};
+static const char *const flush_sync_names[] = {"fdatasync", "syncfs", NULL};
 static const char *const retention_names[] = {"default", "consumed", NULL};
 static const char *const reset_names[] = {"earliest", "latest", NULL};
 static const char *const tls_version_names[] = {"1.2", "1.3", NULL};
@@ -94,6 +95,15 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "Threads that write and fsync partition logs. Each partition belongs to one of them "
      "(round robin), so fdatasyncs of different partitions overlap on the disk; one "
      "partition's group commits stay in order on its thread.",
+     false},
+    {"flush_sync", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "fdatasync", NULL, NULL, G_FIELD(flush_sync),
+     flush_sync_names, NULL,
+     "How a group commit is made durable. fdatasync: each partition's log file on its own. "
+     "syncfs: one syncfs(2) of data_dir's file system covers every partition written "
+     "before it (flushers share it), so many partitions written at once cost about one "
+     "device flush instead of one each; use it when data_dir is a file system of its own, "
+     "as it also syncs anything else dirty there. A failed syncfs falls back to the "
+     "partition's fdatasync.",
      false},
     {"metrics_listen", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "off", NULL, G_FIELD(metrics_listen),
      NULL, mqd_conf_check_hostport_or_empty,

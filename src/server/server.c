@@ -473,6 +473,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     if ((rc = mqd_store_open_ex(conf->data_dir, conf->flush_threads, wake_from_flusher, s,
                                  &s->store)) != 0)
         goto err;
+    mqd_store_set_syncfs(s->store, conf->flush_sync == 1);
     mqd_store_warm(s->store); /* reads partition metadata in parallel while topics open */
     if ((rc = mqd_topics_load(s)) != 0)
         goto err;

@@ -50,11 +50,11 @@ static ssize_t io_pwritev(int fd, const struct iovec *iov, int n, off_t off)
     return pwritev(fd, iov, n, off);
 }
 
-mqd_store_io_t mqd_store_io = {io_pwritev, pwrite, fdatasync, fsync, ftruncate};
+mqd_store_io_t mqd_store_io = {io_pwritev, pwrite, fdatasync, fsync, ftruncate, syncfs};
 
 void mqd_store_io_reset(void)
 {
-    mqd_store_io = (mqd_store_io_t){io_pwritev, pwrite, fdatasync, fsync, ftruncate};
+    mqd_store_io = (mqd_store_io_t){io_pwritev, pwrite, fdatasync, fsync, ftruncate, syncfs};
 }
 
 batch_t *store_batch_get(mqd_store_t *st)
@@ -230,11 +230,50 @@ static void note_sync(mqd_plog_t *log, uint64_t t0)
                  secs * 1000);
 }
 
-/* fdatasync the active segment; durable catches up with stable. */
+/* flush_sync = syncfs: one syncfs (every dirty page and the journal of the file system,
+ * then a device flush) makes the writes of every flusher that finished writing before it
+ * started durable, so N partitions written at once cost about one device flush instead
+ * of N fdatasyncs (bench: 8 files x 16 KiB, 0.9-1.6 ms per round against 2.6-2.9 ms with
+ * 4 threads of fdatasyncs). The caller's writes are complete. 0: durable; 1: a syncfs
+ * covering them failed (maybe for another file of the file system: the caller's own
+ * fdatasync tells, as it reports the errors of its own file). */
+static int group_sync(mqd_store_t *st, int fd)
+{
+    pthread_mutex_lock(&st->gs_mu);
+    uint64_t me = ++st->gs_asked;
+    while (st->gs_done < me && st->gs_failed < me) {
+        if (st->gs_running) {
+            pthread_cond_wait(&st->gs_cv, &st->gs_mu);
+            continue;
+        }
+        st->gs_running = 1;
+        uint64_t covers = st->gs_asked;
+        pthread_mutex_unlock(&st->gs_mu);
+        int rc = mqd_store_io.syncfs(fd);
+        pthread_mutex_lock(&st->gs_mu);
+        st->gs_running = 0;
+        if (rc == 0)
+            st->gs_done = covers;
+        else
+            st->gs_failed = covers;
+        pthread_cond_broadcast(&st->gs_cv);
+    }
+    int failed = st->gs_done < me;
+    pthread_mutex_unlock(&st->gs_mu);
+    return failed;
+}
+
+void mqd_store_set_syncfs(mqd_store_t *st, int on)
+{
+    st->use_syncfs = on;
+}
+
+/* fdatasync (or a shared syncfs) of the active segment; durable catches up with stable. */
 static int sync_tail(mqd_plog_t *log, seg_t *s, uint64_t upto)
 {
     uint64_t t0 = mqd_mono_ns();
-    if (mqd_store_io.fdatasync(s->fd) != 0) {
+    if ((!log->st->use_syncfs || group_sync(log->st, s->fd) != 0) &&
+        mqd_store_io.fdatasync(s->fd) != 0) {
         log_fail(log, s, "fdatasync", errno);
         return MQD_EIO;
     }
@@ -663,6 +702,8 @@ int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn
     st->wake_arg = wake_arg;
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->done_cv, NULL);
+    pthread_mutex_init(&st->gs_mu, NULL);
+    pthread_cond_init(&st->gs_cv, NULL);
     st->nfl = flushers;
     for (unsigned i = 0; i < flushers; i++) {
         st->fl[i].st = st;
@@ -677,6 +718,8 @@ int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn
     if (rc != 0) {
         MQD_ERR("store", "cannot open store at %s: %s", data_dir, mqd_strerror(rc));
         stop_flushers(st);
+        pthread_cond_destroy(&st->gs_cv);
+        pthread_mutex_destroy(&st->gs_mu);
         pthread_cond_destroy(&st->done_cv);
         pthread_mutex_destroy(&st->mu);
         free(st->fl);
@@ -718,6 +761,8 @@ void mqd_store_close(mqd_store_t *st)
         free(b->buf);
         free(b);
     }
+    pthread_cond_destroy(&st->gs_cv);
+    pthread_mutex_destroy(&st->gs_mu);
     pthread_cond_destroy(&st->done_cv);
     pthread_mutex_destroy(&st->mu);
     free(st->fl);

@@ -103,6 +103,13 @@ int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn
  * opening many logs at start, so their recovery finds its reads cached instead of making
  * one disk round trip after another. Once per store; a no-op afterwards. */
 void mqd_store_warm(mqd_store_t *st);
+/* flush_sync = syncfs: the flushers make group commits durable with syncfs(2) on the
+ * data directory's file system, shared by every flusher whose writes completed before it
+ * started, instead of one fdatasync per partition (a syncfs that fails falls back to the
+ * partition's own fdatasync). For a data directory on its own file system with many
+ * partitions written at once; it also syncs whatever else is dirty on that file system.
+ * Call before logs are opened. */
+void mqd_store_set_syncfs(mqd_store_t *st, int on);
 /* mqd_store_open_ex with the default number of flushers. */
 int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out);
 /* Flushes and fsyncs everything, writes recovery checkpoints, stops the flusher,

@@ -30,6 +30,7 @@ typedef struct mqd_store_io {
     int (*fdatasync)(int fd);
     int (*fsync)(int fd);
     int (*ftruncate)(int fd, off_t len);
+    int (*syncfs)(int fd);
 } mqd_store_io_t;
 
 extern mqd_store_io_t mqd_store_io;
@@ -159,6 +160,16 @@ struct mqd_store {
      * O(logs appended to since the last one). */
     mqd_plog_t *pend_logs;
     mqd_store_stats_t stats; /* fdatasync latencies, guarded by mu */
+    /* flush_sync = syncfs (store.c group_sync): flushers share whole-file-system syncs.
+     * Tickets are taken after a log's write completed; a syncfs started after ticket t
+     * was taken makes t durable. Guarded by gs_mu. */
+    int use_syncfs;
+    pthread_mutex_t gs_mu;
+    pthread_cond_t gs_cv;
+    uint64_t gs_asked;   /* tickets handed out */
+    uint64_t gs_done;    /* tickets made durable by a syncfs that succeeded */
+    uint64_t gs_failed;  /* tickets covered by a syncfs that failed: fdatasync decides */
+    int gs_running;
     struct store_warm *warm; /* start-up warm-up threads (warm.c), or NULL */
     size_t dc_logs;          /* logs holding a cold-read buffer (owner thread) */
 };

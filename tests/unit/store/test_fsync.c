@@ -26,6 +26,28 @@ static int fail_fdatasync(int fd)
     return -1;
 }
 
+static int syncfs_calls, fdatasync_ok_calls; /* counted by the syncfs tests */
+
+static int count_syncfs(int fd)
+{
+    __atomic_add_fetch(&syncfs_calls, 1, __ATOMIC_RELAXED);
+    return syncfs(fd);
+}
+
+static int fail_syncfs(int fd)
+{
+    (void)fd;
+    __atomic_add_fetch(&syncfs_calls, 1, __ATOMIC_RELAXED);
+    errno = EIO;
+    return -1;
+}
+
+static int fallback_fdatasync(int fd)
+{
+    __atomic_add_fetch(&fdatasync_ok_calls, 1, __ATOMIC_RELAXED);
+    return fdatasync(fd);
+}
+
 static ssize_t fail_pwritev(int fd, const struct iovec *iov, int n, off_t off)
 {
     (void)fd; (void)iov; (void)n; (void)off;
@@ -129,6 +151,62 @@ static void test_async_eio(void **state)
     /* Page-cache stable first (async promise), then the interval sync fails. */
     for (int i = 0; i < 300 && !mqd_plog_failed(f->log); i++)
         usleep(10000);
+    check_failed_then_reopen(f, 100);
+}
+
+/* flush_sync = syncfs: 8 partitions on 8 flushers, 20 rounds of a commit to each. Every
+ * record becomes stable and durable and reads back; no fdatasync is made for a group
+ * commit, and the flushers share syncfs calls (at most one per log per round). */
+static void test_syncfs_shared(void **state)
+{
+    fx_t *f = *state;
+    mqd_plog_t *logs[8];
+    assert_int_equal(mqd_store_open_ex(f->dir, 8, NULL, NULL, &f->st), 0);
+    mqd_store_set_syncfs(f->st, 1);
+    for (uint32_t i = 0; i < 8; i++)
+        assert_int_equal(mqd_store_log_open(f->st, "t", i, &f->cfg, &logs[i]), 0);
+    f->log = logs[0];
+    syncfs_calls = fdatasync_ok_calls = 0;
+    mqd_store_io.syncfs = count_syncfs;
+    mqd_store_io.fdatasync = fallback_fdatasync;
+    for (int r = 0; r < 20; r++) {
+        for (uint32_t i = 0; i < 8; i++)
+            assert_int_equal(append_n(f->st, logs[i], 25, 25, SEED + i, 100, 0, 0), 0);
+        for (uint32_t i = 0; i < 8; i++)
+            assert_int_equal(mqd_plog_wait_stable(logs[i], (uint64_t)(r + 1) * 25), 0);
+    }
+    for (uint32_t i = 0; i < 8; i++) {
+        assert_int_equal(mqd_plog_durable_offset(logs[i]), 500);
+        assert_false(mqd_plog_failed(logs[i]));
+        assert_int_equal(read_check(logs[i], 0, UINT64_MAX, SEED + i, 100, 100, 1 << 20), 500);
+    }
+    int calls = __atomic_load_n(&syncfs_calls, __ATOMIC_RELAXED);
+    assert_true(calls >= 20 && calls <= 160);
+    assert_int_equal(__atomic_load_n(&fdatasync_ok_calls, __ATOMIC_RELAXED), 0);
+    print_message("syncfs calls for 160 group commits: %d\n", calls);
+}
+
+/* A failing syncfs (another file's error, say) falls back to the partition's own
+ * fdatasync: the log stays healthy when that succeeds and fails when it does not. */
+static void test_syncfs_error_falls_back(void **state)
+{
+    fx_t *f = *state;
+    assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    mqd_store_set_syncfs(f->st, 1);
+    assert_int_equal(mqd_store_log_open(f->st, "t", 0, &f->cfg, &f->log), 0);
+    syncfs_calls = fdatasync_ok_calls = 0;
+    mqd_store_io.syncfs = fail_syncfs;
+    mqd_store_io.fdatasync = fallback_fdatasync;
+    assert_int_equal(append_n(f->st, f->log, 100, 10, SEED, 100, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 100), 0);
+    assert_false(mqd_plog_failed(f->log));
+    /* each failed syncfs was followed by the log's own fdatasync (checkpoints add more) */
+    int sf = __atomic_load_n(&syncfs_calls, __ATOMIC_RELAXED);
+    assert_true(sf >= 1);
+    assert_true(__atomic_load_n(&fdatasync_ok_calls, __ATOMIC_RELAXED) >= sf);
+    mqd_store_io.fdatasync = fail_fdatasync;
+    assert_int_equal(append_n(f->st, f->log, 50, 50, SEED, 100, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 150), MQD_EFAILED);
     check_failed_then_reopen(f, 100);
 }
 
@@ -287,6 +365,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_short_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_syncfs_shared, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_syncfs_error_falls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clean_reopen_is_read_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unclean_reopen_syncs, setup, teardown),
     };
