@@ -708,7 +708,8 @@ static int close_compound(mqd_buf_t *b, size_t head, uint8_t code8, uint64_t cou
  * are matched too: a client that (wrongly) used one would otherwise see two entries. */
 static bool key_replaced(const uint8_t *p, const val_t *k, const mqd_msg_ann_t *ann)
 {
-    if (!is_strsym(k))
+    /* every key we write is "x-opt-" and at least 12 bytes (x-opt-offset) */
+    if (!is_strsym(k) || k->end - k->data < 12 || memcmp(p + k->data, "x-opt-", 6) != 0)
         return false;
     return str_eq(p, k, K_PARTITION_ID) || str_eq(p, k, K_OFFSET) ||
            str_eq(p, k, K_SEQUENCE) || str_eq(p, k, K_ENQUEUED) ||
