@@ -16,7 +16,8 @@
 #
 # Environment (defaults in brackets):
 #   MQD [build/mqd]  BENCH [mqd-bench next to MQD]  REPS [3]  COUNT [200000]
-#   TXN_MSGS [40000] messages per txn case (transactions = TXN_MSGS / K)
+#   TXN_MSGS [40000] messages per txn case (transactions = TXN_MSGS / K, at most TXN_MAX)
+#   TXN_MAX [4000]
 #   WINDOW [1000]  PORT [47351]  RUN_CAP [60]  LOCK [/tmp/mqd-bench.lock]  LOCK_WAIT [900]
 #   CASES [all: "send both group keys8 txn1x1 txn1x8 txn10x8 txn100x1 txn100x8"]
 set -euo pipefail
@@ -28,6 +29,7 @@ BENCH=${BENCH:-$(dirname "$MQD")/mqd-bench}
 REPS=${REPS:-3}
 COUNT=${COUNT:-200000}
 TXN_MSGS=${TXN_MSGS:-40000}
+TXN_MAX=${TXN_MAX:-4000}
 WINDOW=${WINDOW:-1000}
 PORT=${PORT:-47351}
 RUN_CAP=${RUN_CAP:-60}
@@ -78,6 +80,7 @@ run_case() { # run_case CASE REP
 	txn*x*)
 		local k=${c#txn} n
 		n=$((TXN_MSGS / ${k%x*}))
+		[ "$n" -gt "$TXN_MAX" ] && n=$TXN_MAX
 		args=(txn --count "$n" --txn-msgs "${k%x*}" --connections "${k#*x}") ;;
 	*) log "unknown case $c"; return 0 ;;
 	esac
@@ -98,7 +101,7 @@ done
 {
 	echo "# mqd: cost of consumer groups, partitions and transactions ($STAMP)"
 	echo
-	echo "\`bench/features.sh\` (REPS=$REPS, COUNT=$COUNT, TXN_MSGS=$TXN_MSGS, window $WINDOW): durable 1 KiB,"
+	echo "\`bench/features.sh\` (REPS=$REPS, COUNT=$COUNT, TXN_MSGS=$TXN_MSGS, TXN_MAX=$TXN_MAX, window $WINDOW): durable 1 KiB,"
 	echo "flush = sync, one mqd, a fresh topic per case and repetition, medians of $REPS."
 	echo "Latency: send->accepted (send), send->receive (both), declare->discharge (txn)."
 	echo

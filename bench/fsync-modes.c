@@ -1,0 +1,130 @@
+/* fsync-modes: what one group commit costs the disk, by the way the file is written.
+ *
+ *   fsync-modes [-n N] [-b BYTES] [-d DIR]
+ *
+ * Each mode writes N batches of BYTES (default 5000 x 14336: 14 messages of 1 KiB, the
+ * batch of a 10k msgs/s stream) and makes each durable before the next, with 50 us
+ * between batches, then prints p50/p90/p99/p99.9/max of write + sync in ms:
+ *   append   pwrite at EOF + fdatasync (what mqd does: the size changes every batch, so
+ *            every sync also commits the file system journal)
+ *   zeroed   the file was filled with zeros and synced first; pwrite over them +
+ *            fdatasync (no size or extent change: data and a device flush only)
+ *   falloc   fallocate'd (unwritten extents) + pwrite + fdatasync (extent conversion is
+ *            journalled: no better than append)
+ *   direct   zeroed, O_DIRECT|O_DSYNC writes of whole 4 KiB blocks (a device without
+ *            FUA still gets a flush per write)
+ * DIR must be on the disk under test (default /tmp). docs/performance.md section 6 has the
+ * figures and what they mean for the p99 target at 10k msgs/s. Not a test. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void die(const char *what)
+{
+    perror(what);
+    exit(1);
+}
+
+static void fill_zero(const char *path, size_t total, const void *zero)
+{
+    int fd = open(path, O_WRONLY);
+    if (fd < 0)
+        die("open");
+    for (size_t o = 0; o < total; o += 1 << 20)
+        if (pwrite(fd, zero, 1 << 20, (off_t)o) != 1 << 20)
+            die("pwrite zeros");
+    if (fdatasync(fd) != 0)
+        die("fdatasync");
+    close(fd);
+}
+
+static void run(const char *mode, const char *dir, int n, size_t bs, const void *buf, const void *zero)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fsync-modes.%d", dir, (int)getpid());
+    bool direct = strcmp(mode, "direct") == 0;
+    size_t step = direct ? (bs + 4095) & ~(size_t)4095 : bs;
+    size_t total = (size_t)n * step + (8u << 20);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        die("open");
+    if (direct || strcmp(mode, "zeroed") == 0)
+        fill_zero(path, total, zero);
+    else if (strcmp(mode, "falloc") == 0 && (fallocate(fd, 0, 0, (off_t)total) != 0 || fdatasync(fd) != 0))
+        die("fallocate");
+    if (direct) {
+        close(fd);
+        if ((fd = open(path, O_RDWR | O_DIRECT | O_DSYNC)) < 0)
+            die("open O_DIRECT");
+    }
+    double *lat = malloc((size_t)n * sizeof *lat), sum = 0;
+    if (!lat)
+        die("malloc");
+    for (int i = 0; i < n; i++) {
+        double t = now_ms();
+        if (pwrite(fd, buf, step, (off_t)((size_t)i * step)) != (ssize_t)step)
+            die("pwrite");
+        if (!direct && fdatasync(fd) != 0)
+            die("fdatasync");
+        lat[i] = now_ms() - t;
+        sum += lat[i];
+        usleep(50);
+    }
+    qsort(lat, (size_t)n, sizeof *lat, cmp);
+    printf("%-7s batch %zu B x %d: mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f ms\n",
+           mode, bs, n, sum / n, lat[n / 2], lat[n * 9 / 10], lat[n * 99 / 100], lat[n * 999 / 1000],
+           lat[n - 1]);
+    free(lat);
+    close(fd);
+    unlink(path);
+}
+
+int main(int argc, char **argv)
+{
+    int n = 5000, c;
+    size_t bs = 14336;
+    const char *dir = "/tmp";
+    while ((c = getopt(argc, argv, "n:b:d:")) != -1) {
+        switch (c) {
+        case 'n': n = atoi(optarg); break;
+        case 'b': bs = (size_t)atol(optarg); break;
+        case 'd': dir = optarg; break;
+        default:
+            fprintf(stderr, "usage: fsync-modes [-n N] [-b BYTES] [-d DIR]\n");
+            return 2;
+        }
+    }
+    if (n < 10 || bs < 1 || bs > (1u << 20)) {
+        fprintf(stderr, "fsync-modes: -n >= 10, 1 <= -b <= 1048576\n");
+        return 2;
+    }
+    void *buf, *zero;
+    if (posix_memalign(&buf, 4096, 1 << 20) || posix_memalign(&zero, 4096, 1 << 20))
+        die("posix_memalign");
+    memset(buf, 'x', 1 << 20);
+    memset(zero, 0, 1 << 20);
+    const char *modes[] = {"append", "zeroed", "falloc", "direct"};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+        run(modes[i], dir, n, bs, buf, zero);
+    free(buf);
+    free(zero);
+    return 0;
+}
