@@ -62,10 +62,7 @@ void plog_free(mqd_plog_t *log)
         free(log->pending->buf);
         free(log->pending);
     }
-    if (log->dc_buf) {
-        free(log->dc_buf);
-        log->st->dc_logs--;
-    }
+    store_cold_end(log);
     pthread_mutex_destroy(&log->mu);
     free(log->topic);
     free(log->dir);
@@ -360,65 +357,6 @@ static size_t chunk_for(const mqd_plog_t *log, size_t max_bytes, size_t max_recs
     return want < READ_CHUNK_MIN ? READ_CHUNK_MIN : want > READ_CHUNK_MAX ? READ_CHUNK_MAX : want;
 }
 
-/* Cold reads. A reader far behind the tail (a backlog) reads older segments that are
- * mostly not in the page cache. Buffered, every such pread makes the event loop allocate
- * page-cache pages and take the I/O completions (kernel read-ahead runs in the reader's
- * context): a 10 GB backlog read at 60 % of the in-cache rate with the loop's core
- * saturated (bench/backlog.sh). So reads of older segments first try the page cache
- * without blocking (RWF_NOWAIT: the in-cache rate is unchanged) and on a miss read
- * DC_CHUNK aligned bytes with O_DIRECT into a per-log buffer, which serves the next reads
- * (a consumer asks for ~256 records at a time) until the reader leaves it. At most
- * DC_MAX_LOGS logs hold such a buffer; beyond that, reads stay buffered. */
-#define DC_CHUNK (2u << 20)
-#define DC_ALIGN 4096u
-#define DC_MAX_LOGS 64
-
-/* Fills r->buf with [p->pos, p->pos + n) from the cold-read path. Returns the bytes
- * placed (n), or 0 when the caller must use a plain pread. */
-static size_t read_cold(mqd_plog_t *log, const rd_pos_t *p, mqd_read_t *r, size_t n)
-{
-    if (p->dfd < 0 || n > DC_CHUNK - DC_ALIGN)
-        return 0;
-    if (log->dc_buf && log->dc_base == p->base && p->pos >= log->dc_pos &&
-        p->pos + n <= log->dc_pos + log->dc_len) {
-        memcpy(r->buf, log->dc_buf + (p->pos - log->dc_pos), n);
-        return n;
-    }
-    struct iovec v = {r->buf, n};
-    ssize_t got = preadv2(p->fd, &v, 1, (off_t)p->pos, RWF_NOWAIT);
-    if (got == (ssize_t)n)
-        return n; /* in the page cache */
-    if (!log->dc_buf) {
-        if (log->st->dc_logs >= DC_MAX_LOGS ||
-            posix_memalign((void **)&log->dc_buf, DC_ALIGN, DC_CHUNK) != 0) {
-            log->dc_buf = NULL;
-            return 0;
-        }
-        log->st->dc_logs++;
-    }
-    uint64_t a = p->pos & ~(uint64_t)(DC_ALIGN - 1);
-    got = pread(p->dfd, log->dc_buf, DC_CHUNK, (off_t)a);
-    log->dc_len = 0;
-    if (got <= 0 || (uint64_t)got < p->pos - a + n)
-        return 0;
-    log->dc_base = p->base;
-    log->dc_pos = a;
-    log->dc_len = (uint64_t)got;
-    memcpy(r->buf, log->dc_buf + (p->pos - a), n);
-    return n;
-}
-
-/* The reader reached the tail segment: let go of the cold-read buffer. */
-static void read_cold_done(mqd_plog_t *log)
-{
-    if (log->dc_buf) {
-        free(log->dc_buf);
-        log->dc_buf = NULL;
-        log->dc_len = 0;
-        log->st->dc_logs--;
-    }
-}
-
 int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_records,
                   size_t max_bytes, mqd_read_t *r)
 {
@@ -450,9 +388,9 @@ int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_rec
         rc = read_reserve(r, n, l.max_recs);
         ssize_t got = -1;
         if (rc == 0) {
-            size_t cold = read_cold(log, &p, r, n);
-            if (p.dfd < 0 && log->dc_buf)
-                read_cold_done(log);
+            /* older segments: the page cache, else O_DIRECT chunks (coldread.c) */
+            cold_req_t q = {p.fd, p.dfd, p.base, p.pos, n, p.seg_end};
+            size_t cold = store_cold_read(log, &q, r->buf);
             got = cold ? (ssize_t)cold : pread(p.fd, r->buf, n, (off_t)p.pos);
         }
         if (rc == 0 && got <= 0)

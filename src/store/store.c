@@ -648,7 +648,7 @@ int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset)
     if (offset == log->end && !log->pending)
         return 0;
     mqd_store_commit(st);
-    log->dc_len = 0; /* the cold-read buffer may hold bytes about to be cut */
+    store_cold_end(log); /* its chunks may hold bytes about to be cut */
     pthread_mutex_lock(&st->mu);
     __atomic_store_n(&log->trunc_req, offset + 1, __ATOMIC_RELEASE);
     work_add(log);
@@ -715,6 +715,8 @@ int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn
         else
             st->fl[i].started = 1;
     }
+    if (rc == 0 && !(st->cold = store_cold_start()))
+        rc = MQD_ENOMEM;
     if (rc != 0) {
         MQD_ERR("store", "cannot open store at %s: %s", data_dir, mqd_strerror(rc));
         stop_flushers(st);
@@ -754,6 +756,7 @@ void mqd_store_close(mqd_store_t *st)
         st->logs = l->next;
         plog_free(l);
     }
+    store_cold_stop(st->cold);
     free(st->htab);
     while (st->free_batches) {
         batch_t *b = st->free_batches;

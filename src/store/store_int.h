@@ -1,4 +1,4 @@
-/* store internals: shared by segment.c, plog.c and store.c only. */
+/* store internals: shared by the files of src/store only. */
 #ifndef MQD_STORE_INT_H
 #define MQD_STORE_INT_H
 
@@ -63,6 +63,26 @@ typedef struct seg {
     size_t idx_on_disk, tix_on_disk; /* entries already in the index files */
 } seg_t;
 
+/* Cold reads (coldread.c). A reader far behind the tail reads an older segment in
+ * DC_CHUNK pieces with O_DIRECT: chunk k serves the owner's reads while a reader thread
+ * reads chunk k + 1 (the chunk at cur->pos + DC_CHUNK) into the log's second buffer. */
+#define DC_CHUNK (2u << 20)
+#define DC_ALIGN 4096u
+#define DC_MAX_LOGS 64 /* logs holding cold-read buffers at once (2 x DC_CHUNK each) */
+
+typedef struct cold_chunk cold_chunk_t;
+
+/* A log's chain of sequential chunks of one older segment. Owner thread only; the
+ * chunks' states are guarded by the store's cold-read mutex. */
+typedef struct cold_chain {
+    cold_chunk_t *cur; /* chunk k, read and serving (NULL: no chain) */
+    cold_chunk_t *nxt; /* chunk k + 1: queued, being read or read (NULL: not asked yet) */
+    uint64_t base;     /* the segment's base offset */
+    unsigned served;   /* reads served since the chain started */
+    bool cached_next;  /* the page cache holds chunk k + 1: no read-ahead, reads past
+                        * cur go there */
+} cold_chain_t;
+
 /* A group-commit batch: encoded records between two mqd_store_commit calls. */
 typedef struct batch {
     struct batch *next;
@@ -85,9 +105,7 @@ struct mqd_plog {
 
     /* owner-thread state */
     uint64_t end;
-    /* Cold reads of older segments (plog.c read_cold): the last O_DIRECT chunk read. */
-    uint8_t *dc_buf;
-    uint64_t dc_base, dc_pos, dc_len; /* segment base, file position, bytes in dc_buf */
+    cold_chain_t cold; /* cold reads of older segments (coldread.c) */
     batch_t *pending;
     struct mqd_plog *pend_next; /* in st->pend_logs while `pending` holds records */
     int on_pend;
@@ -171,7 +189,8 @@ struct mqd_store {
     uint64_t gs_failed;  /* tickets covered by a syncfs that failed: fdatasync decides */
     int gs_running;
     struct store_warm *warm; /* start-up warm-up threads (warm.c), or NULL */
-    size_t dc_logs;          /* logs holding a cold-read buffer (owner thread) */
+    size_t dc_logs;          /* logs with a cold-read chain (owner thread) */
+    struct store_cold *cold; /* cold-read threads (coldread.c) */
 };
 
 /* ---- segment.c ---- */
@@ -217,6 +236,54 @@ void store_lists_del(mqd_store_t *st, mqd_plog_t *log);
 struct store_warm *store_warm_start(const char *root);
 /* Stops (early, if still running) and joins them. NULL is a no-op. */
 void store_warm_stop(struct store_warm *w);
+
+/* ---- coldread.c ---- */
+#define STORE_COLD_THREADS 2
+/* Starts the cold-read threads; NULL when out of memory or threads. */
+struct store_cold *store_cold_start(void);
+/* Joins them after the reads still running finish. Every log must have ended its chain
+ * (plog_free does). NULL is a no-op. */
+void store_cold_stop(struct store_cold *c);
+
+/* One read of an older segment for mqd_plog_read (owner thread). */
+typedef struct cold_req {
+    int fd, dfd;      /* the segment's buffered and O_DIRECT descriptors (dfd < 0: none) */
+    uint64_t base;    /* the segment's base offset */
+    uint64_t pos;     /* file position of the bytes wanted */
+    size_t n;         /* how many */
+    uint64_t seg_end; /* bytes of whole records in the segment */
+} cold_req_t;
+/* Copies the bytes q asks for into dst from the page cache (if all there, RWF_NOWAIT) or
+ * from the log's chain, starting one on a page-cache miss. Returns q->n, or 0 when the
+ * caller must pread itself (the tail segment, no O_DIRECT, too many logs, a read error;
+ * then the chain is ended where it cannot serve). */
+size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst);
+/* Ends the log's chain: frees its buffers, drops a queued read and leaves a running one
+ * to its thread, which frees the buffer when the read returns. Owner thread; also
+ * before a truncation (the chunks may hold bytes about to be cut) and at log close. */
+void store_cold_end(mqd_plog_t *log);
+
+/* Counters of a store's cold reads (tests, diagnostics). */
+typedef struct store_cold_stats {
+    uint64_t sync_reads;  /* chunks the owner read itself (a chain start, a stolen read) */
+    uint64_t ahead_reads; /* chunks a reader thread read ahead */
+    uint64_t bytes;       /* bytes read with O_DIRECT by both */
+    uint64_t waits;       /* times the owner waited for a read in flight */
+    uint64_t chains;      /* chains started */
+    uint64_t orphans;     /* reads that finished after their chain had ended */
+} store_cold_stats_t;
+void store_cold_stats(mqd_store_t *st, store_cold_stats_t *out);
+
+/* The cold path's reads, for tests to count, fail or delay them (defaults: libc pread
+ * and preadv2, a mincore probe). Not to be changed while a store is reading. */
+typedef struct store_cold_io {
+    ssize_t (*pread)(int fd, void *buf, size_t n, off_t off); /* O_DIRECT chunks */
+    ssize_t (*preadv2)(int fd, const struct iovec *iov, int cnt, off_t off, int flags);
+    /* whether the page cache holds every page of [pos, pos + len) (mincore) */
+    bool (*cached)(int fd, uint64_t pos, size_t len);
+} store_cold_io_t;
+extern store_cold_io_t store_cold_io;
+void store_cold_io_reset(void);
 
 /* ---- plog.c ---- */
 int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,
