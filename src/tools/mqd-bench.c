@@ -430,22 +430,38 @@ static const char *outcome_name(uint64_t st)
 static void txn_settled(struct blink *bl, pn_delivery_t *d, uint64_t st);
 static void txn_send(struct blink *bl, int code);
 
-/* first described value with descriptor `code` anywhere in a data tree */
-static bool find_descriptor(pn_data_t *data, uint64_t code)
+/* Whether a value anywhere in a data tree (depth first) satisfies hit, which may keep
+ * what it found through arg (the tree's position is not kept). */
+static bool find_value(pn_data_t *data, bool (*hit)(pn_data_t *, void *), void *arg)
 {
 	while (pn_data_next(data)) {
 		pn_type_t t = pn_data_type(data);
-		if (t == PN_ULONG && pn_data_get_ulong(data) == code)
+		if (hit(data, arg))
 			return true;
 		if (t == PN_LIST || t == PN_DESCRIBED || t == PN_ARRAY || t == PN_MAP) {
 			pn_data_enter(data);
-			bool found = find_descriptor(data, code);
+			bool found = find_value(data, hit, arg);
 			pn_data_exit(data);
 			if (found)
 				return true;
 		}
 	}
 	return false;
+}
+
+static bool is_accepted_code(pn_data_t *d, void *arg)
+{
+	(void)arg;
+	return pn_data_type(d) == PN_ULONG && pn_data_get_ulong(d) == OUTCOME_ACCEPTED;
+}
+
+/* the first binary (the txn-id of `declared`), kept in *(pn_bytes_t *)arg */
+static bool is_binary(pn_data_t *d, void *arg)
+{
+	if (pn_data_type(d) != PN_BINARY)
+		return false;
+	*(pn_bytes_t *)arg = pn_data_get_binary(d);
+	return true;
 }
 
 /* A transactional send settles with transactional-state(txn-id, outcome): accepted
@@ -456,7 +472,7 @@ static uint64_t send_outcome(pn_delivery_t *d, uint64_t st)
 		return st;
 	pn_data_t *dd = pn_disposition_data(pn_delivery_remote(d));
 	pn_data_rewind(dd);
-	return find_descriptor(dd, OUTCOME_ACCEPTED) ? PN_ACCEPTED : PN_REJECTED;
+	return find_value(dd, is_accepted_code, NULL) ? PN_ACCEPTED : PN_REJECTED;
 }
 
 static void on_sender_delivery(struct blink *bl, pn_delivery_t *d)
@@ -617,26 +633,6 @@ static void txn_send(struct blink *bl, int code)
 	pn_message_free(m);
 }
 
-/* first binary value anywhere in a data tree (the txn-id of `declared`) */
-static bool find_binary(pn_data_t *data, pn_bytes_t *out)
-{
-	while (pn_data_next(data)) {
-		pn_type_t t = pn_data_type(data);
-		if (t == PN_BINARY) {
-			*out = pn_data_get_binary(data);
-			return true;
-		}
-		if (t == PN_LIST || t == PN_DESCRIBED || t == PN_ARRAY || t == PN_MAP) {
-			pn_data_enter(data);
-			bool found = find_binary(data, out);
-			pn_data_exit(data);
-			if (found)
-				return true;
-		}
-	}
-	return false;
-}
-
 /* Declares this connection's next transaction, if any are left to run. */
 static void txn_begin(struct blink *coord)
 {
@@ -656,7 +652,7 @@ static void txn_settled(struct blink *bl, pn_delivery_t *d, uint64_t st)
 	if (st == TXN_DECLARED) {
 		pn_data_t *dd = pn_disposition_data(rd);
 		pn_data_rewind(dd);
-		if (find_binary(dd, &id) && id.size <= sizeof tx->id) {
+		if (find_value(dd, is_binary, &id) && id.size <= sizeof tx->id) {
 			memcpy(tx->id, id.start, id.size);
 			tx->id_len = id.size;
 			pn_delivery_settle(d);
