@@ -69,6 +69,7 @@ typedef struct mqd_conf {
     uint32_t prefetch_bytes;      /* max bytes read from a log per consumer refill, 1 MiB */
     uint32_t flush_threads;       /* store flusher threads, 4 */
     int flush_sync;               /* 0 fdatasync, 1 syncfs */
+    uint64_t segment_prezero;     /* zeros kept ahead of a flush=sync log's tail, 0 */
     char *metrics_listen;         /* owned; NULL = off */
     mqd_topic_conf_t topic_defaults;
     mqd_topic_conf_t *topics;     /* owned array of [topic NAME] sections */

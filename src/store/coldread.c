@@ -4,8 +4,9 @@
  * Buffered, every such pread makes the event loop allocate page-cache pages and take the
  * I/O completions (the kernel's read-ahead runs in the reader's context): a 10 GB backlog
  * read at 60 % of the in-cache rate with the loop's core saturated (bench/backlog.sh). So
- * a read of an older segment (immutable: fdatasync'd when it rolled) first tries the page
- * cache without blocking (RWF_NOWAIT: the in-cache rate is unchanged), and on a miss
+ * a read of an older segment (immutable: fdatasync'd when it rolled), or of the tail
+ * segment's synced part (its dio_end, plog.c seg_dfd), first tries the page cache without
+ * blocking (RWF_NOWAIT: the in-cache rate is unchanged), and on a miss
  * starts a chain: the owner reads the DC_CHUNK aligned bytes around the request with
  * O_DIRECT into chunk k, which serves the following reads (a consumer asks for ~256
  * records at a time). Once a second read is served from the chain (the reader moves on,
@@ -16,8 +17,11 @@
  * needs a chunk still in flight (the rest of that read), and reads a chunk still queued
  * itself rather than wait behind other logs' reads.
  *
- * A chain ends (both buffers freed) when its reader reads the tail segment, another
- * segment, or outside the two chunks; at a truncation; at log close. Warm readers never
+ * A chain ends (both buffers freed) when its reader reads past the tail's dio_end (it
+ * caught up with the writer: a chunk there is read short, and ends the chain like the end
+ * of a file), another segment, or outside the two chunks; at a truncation; at log close.
+ * A 10 GB backlog read at 0.74-0.75 of the in-cache rate while the tail segment (0.9 GB)
+ * was read buffered, 0.97 with the chain running into it. Warm readers never
  * start one, and a chain never reads ahead a chunk the page cache holds (mincore): a
  * stray miss in cached data costs one chunk, and the reads past it go to the page cache
  * again. At most DC_MAX_LOGS logs have a chain.
@@ -54,6 +58,7 @@ struct cold_chunk {
     int state;
     bool orphan;  /* its chain ended while a thread was reading it */
     uint64_t pos; /* file position (a DC_ALIGN multiple) */
+    size_t want;  /* bytes to read: DC_CHUNK, less below the tail's dio_end */
     size_t len;   /* bytes read (READY; < DC_CHUNK only at the end of the file) */
 };
 
@@ -125,7 +130,7 @@ static void chunk_free(cold_chunk_t *k)
  * held; the caller publishes the result with read_done. */
 static ssize_t chunk_pread(cold_chunk_t *k)
 {
-    ssize_t got = store_cold_io.pread(k->fd, k->buf, DC_CHUNK, (off_t)k->pos);
+    ssize_t got = store_cold_io.pread(k->fd, k->buf, k->want, (off_t)k->pos);
     close(k->fd);
     k->fd = -1;
     return got;
@@ -257,6 +262,15 @@ static void chunk_release(struct store_cold *c, cold_chunk_t *k)
     chunk_free(k);
 }
 
+/* Bytes of a chunk at pos (a DC_ALIGN multiple) a direct read may take: DC_CHUNK, or
+ * what is left below the tail's dio_end (a DC_ALIGN multiple too). */
+static size_t chunk_want(const cold_req_t *q, uint64_t pos)
+{
+    if (pos >= q->dio_end)
+        return 0;
+    return q->dio_end - pos < DC_CHUNK ? (size_t)(q->dio_end - pos) : DC_CHUNK;
+}
+
 /* Asks a thread for the chunk after ch->cur, into `spare` (a chunk no read uses) or a
  * new buffer. Nothing past the segment's records or the end of the file, and nothing
  * the page cache holds: then `cached_next` is set, and reads past ch->cur go there. */
@@ -264,9 +278,9 @@ static void chunk_ask(struct store_cold *c, cold_chain_t *ch, const cold_req_t *
                       cold_chunk_t *spare)
 {
     uint64_t pos = ch->cur->pos + DC_CHUNK;
-    size_t len = 0;
-    if (ch->cur->len == DC_CHUNK && pos < q->seg_end)
-        len = q->seg_end - pos < DC_CHUNK ? (size_t)(q->seg_end - pos) : DC_CHUNK;
+    size_t len = 0, want = chunk_want(q, pos);
+    if (ch->cur->len == DC_CHUNK && pos < q->seg_end && want)
+        len = q->seg_end - pos < want ? (size_t)(q->seg_end - pos) : want;
     if (len)
         ch->cached_next = store_cold_io.cached(q->fd, pos, len);
     if (!len || ch->cached_next) {
@@ -283,6 +297,7 @@ static void chunk_ask(struct store_cold *c, cold_chain_t *ch, const cold_req_t *
     }
     k->next = NULL;
     k->pos = pos;
+    k->want = want;
     k->len = 0;
     k->orphan = false;
     k->state = CK_QUEUED;
@@ -384,7 +399,8 @@ static size_t chain_start(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
     if (!k)
         return 0;
     k->pos = q->pos & ~(uint64_t)(DC_ALIGN - 1);
-    ssize_t got = store_cold_io.pread(q->dfd, k->buf, DC_CHUNK, (off_t)k->pos);
+    k->want = chunk_want(q, k->pos);
+    ssize_t got = store_cold_io.pread(q->dfd, k->buf, k->want, (off_t)k->pos);
     pthread_mutex_lock(&c->mu);
     c->stats.chains++;
     c->stats.sync_reads++;
@@ -416,8 +432,8 @@ void store_cold_end(mqd_plog_t *log)
 size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
 {
     cold_chain_t *ch = &log->cold;
-    if (q->dfd < 0) {
-        store_cold_end(log); /* the tail segment: the reader caught up */
+    if (q->dfd < 0 || q->pos + q->n > q->dio_end) {
+        store_cold_end(log); /* the reader caught up with what the tail synced */
         return 0;
     }
     if (q->n > DC_CHUNK)

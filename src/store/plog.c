@@ -47,6 +47,7 @@ void plog_free(mqd_plog_t *log)
 {
     if (!log)
         return;
+    store_zero_detach(log); /* before its segments' descriptors close */
     while (log->head) {
         seg_t *s = log->head;
         log->head = s->next;
@@ -235,20 +236,29 @@ static int read_reserve(mqd_read_t *r, size_t bytes, size_t recs)
 
 typedef struct rd_pos {
     int fd;
-    int dfd;          /* O_DIRECT descriptor when the segment is an older one, else -1 */
+    int dfd;          /* the segment's O_DIRECT descriptor, else -1 */
     uint64_t base;    /* the segment's base offset */
     uint64_t pos, seg_end, at_off;
+    uint64_t dio_end; /* O_DIRECT reads stay below (cold_req_t) */
     uint64_t avg_rec; /* the segment's average record size (bytes incl. header), 0 unknown */
     int has_next;
 } rd_pos_t;
 
-/* The O_DIRECT descriptor of an older segment (opened on first use, under log->mu).
- * Older segments were fdatasync'd when they rolled and are never written again, so a
- * direct read sees exactly what a buffered one would. */
-static int seg_dfd(const mqd_plog_t *log, seg_t *s)
+/* The O_DIRECT descriptor of a segment (opened on first use, under log->mu) and the
+ * bytes it may read. Older segments were fdatasync'd when they rolled and are never
+ * written again; the tail is read directly only below its synced size rounded down to
+ * a page: those pages are clean and never rewritten (appends go past them; a failed
+ * log cuts only unsynced bytes; a truncation ends the chain first), so a direct read
+ * sees exactly what a buffered one would, and never makes the kernel write back pages
+ * the flusher is about to sync. */
+static int seg_dfd(const mqd_plog_t *log, seg_t *s, uint64_t *dio_end)
 {
-    if (s == log->tail)
-        return -1;
+    *dio_end = UINT64_MAX;
+    if (s == log->tail) {
+        *dio_end = __atomic_load_n(&s->synced, __ATOMIC_ACQUIRE) & ~(uint64_t)(DC_ALIGN - 1);
+        if (*dio_end == 0)
+            return -1;
+    }
     if (s->dfd == -1) {
         char p[4096];
         seg_path(log, s->base, "log", p, sizeof p);
@@ -274,7 +284,7 @@ static int read_locate(mqd_plog_t *log, uint64_t from, rd_pos_t *p)
     int rc = s ? 0 : MQD_ERANGE;
     if (s) {
         p->fd = s->fd;
-        p->dfd = seg_dfd(log, s);
+        p->dfd = seg_dfd(log, s, &p->dio_end);
         p->base = s->base;
         p->pos = seg_lookup_pos(s, from, &p->at_off);
         p->seg_end = s->size;
@@ -283,7 +293,7 @@ static int read_locate(mqd_plog_t *log, uint64_t from, rd_pos_t *p)
         if (p->pos >= p->seg_end && s->next) {
             s = s->next;
             p->fd = s->fd;
-            p->dfd = seg_dfd(log, s);
+            p->dfd = seg_dfd(log, s, &p->dio_end);
             p->base = s->base;
             p->pos = 0;
             p->at_off = s->base;
@@ -388,8 +398,8 @@ int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_rec
         rc = read_reserve(r, n, l.max_recs);
         ssize_t got = -1;
         if (rc == 0) {
-            /* older segments: the page cache, else O_DIRECT chunks (coldread.c) */
-            cold_req_t q = {p.fd, p.dfd, p.base, p.pos, n, p.seg_end};
+            /* the page cache, else O_DIRECT chunks (coldread.c) */
+            cold_req_t q = {p.fd, p.dfd, p.base, p.pos, n, p.seg_end, p.dio_end};
             size_t cold = store_cold_read(log, &q, r->buf);
             got = cold ? (ssize_t)cold : pread(p.fd, r->buf, n, (off_t)p.pos);
         }

@@ -427,6 +427,40 @@ static int check_record(seg_t *s, uint64_t pos, uint64_t off, uint64_t fsize)
     return bad;
 }
 
+/* Whether [pos, end) of s's file holds only zero bytes (the pre-zeroed tail prezero.c
+ * writes ahead of the records). 1 yes, 0 no, negative on a read error. */
+static int zeros_to(const seg_t *s, uint64_t pos, uint64_t end)
+{
+    uint8_t buf[8192];
+    while (pos < end) {
+        size_t n = end - pos < sizeof buf ? (size_t)(end - pos) : sizeof buf;
+        ssize_t got = pread(s->fd, buf, n, (off_t)pos);
+        if (got <= 0)
+            return got == 0 ? 0 : MQD_EIO;
+        for (ssize_t i = 0; i < got; i++)
+            if (buf[i])
+                return 0;
+        pos += (uint64_t)got;
+    }
+    return 1;
+}
+
+/* The scan of s stopped at s->size < *fsize: if only zeros follow (a pre-zeroed tail
+ * left by a crash or a kill), cuts them (ftruncate + fdatasync) and sets *fsize to the
+ * records' end. 1 cut, 0 not zeros, negative on an I/O error. */
+static int cut_zero_tail(const mqd_plog_t *log, seg_t *s, uint64_t *fsize)
+{
+    int z = s->size < *fsize ? zeros_to(s, s->size, *fsize) : 0;
+    if (z != 1)
+        return z;
+    if (mqd_store_io.ftruncate(s->fd, (off_t)s->size) != 0 || mqd_store_io.fdatasync(s->fd) != 0)
+        return MQD_EIO;
+    MQD_INFO("store", "%s/%020" PRIu64 ".log: cut %" PRIu64 " pre-zeroed bytes after offset %" PRIu64,
+             log->dir, s->base, *fsize - s->size, s->next_off);
+    *fsize = s->size;
+    return 1;
+}
+
 static void read_first_ts(seg_t *s)
 {
     uint8_t h[REC_HDR];
@@ -449,6 +483,8 @@ static int recover_old(mqd_plog_t *log, seg_t *s, uint64_t fsize, uint64_t next_
     if (!bad) {
         index_trim(s, pos, off);
         int rc = scan_seg(log, s, pos, off, fsize);
+        if (rc == 1 && s->next_off == next_base)
+            rc = cut_zero_tail(log, s, &fsize) == 1 ? 0 : 1; /* a crash during a roll */
         if (rc < 0)
             return rc;
         bad = rc || s->next_off != next_base;
@@ -456,6 +492,8 @@ static int recover_old(mqd_plog_t *log, seg_t *s, uint64_t fsize, uint64_t next_
     if (bad) {
         seg_index_clear(s);
         int rc = scan_seg(log, s, 0, s->base, fsize);
+        if (rc == 1 && s->next_off == next_base)
+            rc = cut_zero_tail(log, s, &fsize) == 1 ? 0 : 1;
         if (rc < 0)
             return rc;
         if (rc || s->next_off != next_base || s->size != fsize) {
@@ -580,9 +618,12 @@ static int recover_last(mqd_plog_t *log, seg_t *s, uint64_t fsize)
     idx_copy_t disk = {0};
     if (!bad)
         idx_copy_take(&disk, s);
+    /* The checkpoint's position is the end of the file, a record, or (a pre-zeroed
+     * tail) zeros. */
     int have_ckpt = ckpt_read(log, &c) == 0 && c.base == s->base && c.pos <= fsize &&
                     c.off >= s->base &&
-                    (c.pos == fsize || !check_record(s, c.pos, c.off, fsize));
+                    (c.pos == fsize || !check_record(s, c.pos, c.off, fsize) ||
+                     zeros_to(s, c.pos, c.pos + 4 <= fsize ? c.pos + 4 : fsize) == 1);
     if (have_ckpt) {
         pos = c.pos;
         off = c.off;
@@ -606,6 +647,15 @@ static int recover_last(mqd_plog_t *log, seg_t *s, uint64_t fsize)
         free(disk.idx);
         free(disk.tix);
         return rc;
+    }
+    if (rc == 1) {
+        int z = cut_zero_tail(log, s, &fsize); /* zeros only: cut quietly */
+        if (z < 0) {
+            free(disk.idx);
+            free(disk.tix);
+            return z;
+        }
+        rc = z ? 2 : 1;
     }
     if (rc == 1) {
         MQD_WARN("store", "%s/%020" PRIu64 ".log: torn tail at offset %" PRIu64

@@ -278,7 +278,7 @@ static int sync_tail(mqd_plog_t *log, seg_t *s, uint64_t upto)
         return MQD_EIO;
     }
     note_sync(log, t0);
-    s->synced = s->size;
+    __atomic_store_n(&s->synced, s->size, __ATOMIC_RELEASE); /* cold reads (plog.c) */
     log->unsynced_recs = 0;
     log->last_sync_ms = mqd_now_ms();
     __atomic_store_n(&log->durable, upto, __ATOMIC_RELEASE);
@@ -287,6 +287,10 @@ static int sync_tail(mqd_plog_t *log, seg_t *s, uint64_t upto)
 
 static int roll(mqd_plog_t *log, seg_t *old, uint64_t base)
 {
+    if (store_zero_cut(log, old) != 0) {
+        log_fail(log, old, "cut of the pre-zeroed tail", errno);
+        return MQD_EIO;
+    }
     if (old->synced < old->size &&
         sync_tail(log, old, __atomic_load_n(&log->stable, __ATOMIC_ACQUIRE)) != 0)
         return MQD_EIO;
@@ -399,6 +403,7 @@ static int flush_batches(mqd_plog_t *log, batch_t *b, const mqd_plog_config_t *c
             nrec += x->nrec;
             end = x->end_off;
         }
+        store_zero_before_write(log, s, s->size + total, c);
         int err = write_all(s, b);
         if (err) {
             log_fail(log, s, "write", err);
@@ -464,6 +469,9 @@ static void flush_log_rest(mqd_plog_t *log, int64_t now, int stopping)
     if (s->synced < s->size &&
         (stopping || now - log->last_sync_ms >= (int64_t)c.flush_interval_ms))
         sync_tail(log, s, __atomic_load_n(&log->stable, __ATOMIC_ACQUIRE));
+    if (stopping && !__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE) &&
+        store_zero_cut(log, s) != 0)
+        log_fail(log, s, "cut of the pre-zeroed tail", errno);
     if (!__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE)) {
         maybe_ckpt(log, s, now, stopping);
         if (stopping)
@@ -619,6 +627,7 @@ static int truncate_segments(mqd_plog_t *log, uint64_t off)
 static void do_truncate(mqd_plog_t *log)
 {
     uint64_t off = log->trunc_req - 1;
+    store_zero_detach(log); /* the truncation cuts the zeros with the rest */
     int rc = truncate_segments(log, off);
     if (rc == 0)
         rc = store_fsync_dir(log->dir);
@@ -717,9 +726,12 @@ int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn
     }
     if (rc == 0 && !(st->cold = store_cold_start()))
         rc = MQD_ENOMEM;
+    if (rc == 0 && !(st->zero = store_zero_start()))
+        rc = MQD_ENOMEM;
     if (rc != 0) {
         MQD_ERR("store", "cannot open store at %s: %s", data_dir, mqd_strerror(rc));
         stop_flushers(st);
+        store_cold_stop(st->cold);
         pthread_cond_destroy(&st->gs_cv);
         pthread_mutex_destroy(&st->gs_mu);
         pthread_cond_destroy(&st->done_cv);
@@ -750,12 +762,14 @@ void mqd_store_close(mqd_store_t *st)
         return;
     store_warm_stop(st->warm);
     mqd_store_commit(st);
+    store_zero_stop(st->zero); /* first: the flushers' last pass cuts the zeros */
     stop_flushers(st);
     while (st->logs) {
         mqd_plog_t *l = st->logs;
         st->logs = l->next;
         plog_free(l);
     }
+    store_zero_free(st->zero);
     store_cold_stop(st->cold);
     free(st->htab);
     while (st->free_batches) {

@@ -50,7 +50,7 @@ typedef struct seg {
     int fd;
     int dfd;              /* O_DIRECT descriptor for cold reads (plog.c): -1 not yet, -2 none */
     uint64_t size;        /* bytes of whole records in the file (written by the flusher) */
-    uint64_t synced;      /* bytes known fdatasync'd */
+    uint64_t synced;      /* bytes known fdatasync'd (flusher; atomic) */
     uint64_t next_off;    /* offset after the last record in the file */
     int64_t max_ts;       /* newest record timestamp (0 if empty) */
     uint64_t max_ts_off;  /* offset of the record that set max_ts */
@@ -140,6 +140,17 @@ struct mqd_plog {
     struct mqd_plog *adv_next;   /* in st->adv while its stable callback is due */
     int on_adv;
     struct mqd_plog *hnext;      /* hash chain (st->htab) */
+
+    /* pre-zeroed tail (prezero.c), guarded by the store's zero mutex */
+    seg_t *zseg;            /* the segment being zeroed ahead (NULL: none) */
+    uint64_t zend;          /* zeros written and synced up to here in zseg */
+    uint64_t zwpos;         /* the flusher's writes reach up to here */
+    uint64_t zfrom;         /* while zwriting: the zeroer's piece starts here */
+    uint64_t zlimit;        /* segment_bytes: no zeros past it */
+    int zwriting, zbusy;    /* the zeroer writes a piece / writes or syncs it */
+    int zqueued, zoff;      /* queued for the zeroer / zeroing failed: never again */
+    int zdirty;             /* the file may hold zeros past its records */
+    struct mqd_plog *znext; /* in the zeroer's queue */
 };
 
 /* One flusher thread and its share of the logs (assigned round robin at open), so
@@ -191,6 +202,7 @@ struct mqd_store {
     struct store_warm *warm; /* start-up warm-up threads (warm.c), or NULL */
     size_t dc_logs;          /* logs with a cold-read chain (owner thread) */
     struct store_cold *cold; /* cold-read threads (coldread.c) */
+    struct store_zero *zero; /* the zeroer thread (prezero.c) */
 };
 
 /* ---- segment.c ---- */
@@ -237,6 +249,28 @@ struct store_warm *store_warm_start(const char *root);
 /* Stops (early, if still running) and joins them. NULL is a no-op. */
 void store_warm_stop(struct store_warm *w);
 
+/* ---- prezero.c ---- */
+struct store_zero *store_zero_start(void);
+/* Joins the zeroer; the state stays for the flushers' last cuts. NULL is a no-op. */
+void store_zero_stop(struct store_zero *z);
+void store_zero_free(struct store_zero *z);
+/* Flusher, before it writes its tail s up to file position `end`: keeps the zeroer off
+ * those bytes and asks it to zero ahead. */
+void store_zero_before_write(mqd_plog_t *log, seg_t *s, uint64_t end, const mqd_plog_config_t *c);
+/* Flusher: stops zeroing s and cuts its zeros (ftruncate to s->size + fdatasync): before
+ * a roll and at a clean close. 0 or MQD_EIO. */
+int store_zero_cut(mqd_plog_t *log, seg_t *s);
+/* Stops zeroing for log without cutting (truncation cuts the file itself; a dropped log's
+ * files go). */
+void store_zero_detach(mqd_plog_t *log);
+typedef struct store_zero_stats {
+    uint64_t bytes;  /* zeros written and synced */
+    uint64_t pieces; /* their writes (ZCHUNK at most) */
+    uint64_t waits;  /* flusher writes that waited for a piece in progress */
+    size_t logs;     /* logs holding zeros now */
+} store_zero_stats_t;
+void store_zero_stats(mqd_store_t *st, store_zero_stats_t *out);
+
 /* ---- coldread.c ---- */
 #define STORE_COLD_THREADS 2
 /* Starts the cold-read threads; NULL when out of memory or threads. */
@@ -245,17 +279,19 @@ struct store_cold *store_cold_start(void);
  * (plog_free does). NULL is a no-op. */
 void store_cold_stop(struct store_cold *c);
 
-/* One read of an older segment for mqd_plog_read (owner thread). */
+/* One read of a segment for mqd_plog_read (owner thread). */
 typedef struct cold_req {
     int fd, dfd;      /* the segment's buffered and O_DIRECT descriptors (dfd < 0: none) */
     uint64_t base;    /* the segment's base offset */
     uint64_t pos;     /* file position of the bytes wanted */
     size_t n;         /* how many */
     uint64_t seg_end; /* bytes of whole records in the segment */
+    uint64_t dio_end; /* O_DIRECT reads stay below this (the tail: its synced bytes
+                       * rounded down to DC_ALIGN; older segments: UINT64_MAX) */
 } cold_req_t;
 /* Copies the bytes q asks for into dst from the page cache (if all there, RWF_NOWAIT) or
  * from the log's chain, starting one on a page-cache miss. Returns q->n, or 0 when the
- * caller must pread itself (the tail segment, no O_DIRECT, too many logs, a read error;
+ * caller must pread itself (past q->dio_end, no O_DIRECT, too many logs, a read error;
  * then the chain is ended where it cannot serve). */
 size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst);
 /* Ends the log's chain: frees its buffers, drops a queued read and leaves a running one

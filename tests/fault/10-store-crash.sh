@@ -1,7 +1,9 @@
 #!/bin/bash
 # Store crash test: a flush=sync writer is SIGKILLed at random moments; after each kill
 # a checker reopens the log (recovery) and verifies that every offset the writer was
-# told was stable is readable with the same bytes. The writer then continues.
+# told was stable is readable with the same bytes. The writer then continues. Every
+# other round the writer keeps zeros ahead of its records (segment_prezero), so the
+# kill leaves a pre-zeroed tail for recovery to cut.
 # Env: MQD_BUILDDIR (build dir), MQD_CRASH_ROUNDS (default 25), MQD_CRASH_SEED.
 set -u
 B=${MQD_BUILDDIR:-.}
@@ -17,7 +19,9 @@ trap 'rm -rf "$DIR"' EXIT
 OUT=$DIR/promises.txt
 : > "$OUT"
 for ((i = 1; i <= ROUNDS; i++)); do
-    "$W" "$DIR/data" >> "$OUT" 2>"$DIR/writer.err" &
+    zero=""
+    ((i % 2)) && zero=65536
+    "$W" "$DIR/data" $zero >> "$OUT" 2>"$DIR/writer.err" &
     pid=$!
     # Sleep 20..600 ms, then kill without warning.
     sleep "0.$(printf '%03d' $((20 + RANDOM % 580)))"

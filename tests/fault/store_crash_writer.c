@@ -1,7 +1,9 @@
 /* Crash-test writer: appends to DIR in flush=sync mode forever and prints one line
  * "OFFSET CRC" for every record the store reported stable (CRC32C of its bytes),
  * flushing stdout, so a SIGKILL at any moment leaves a list of promises to verify.
- * Payloads depend only on the offset, so runs after restarts continue the same stream. */
+ * Payloads depend only on the offset, so runs after restarts continue the same stream.
+ * A second argument turns pre-zeroed tails on with that window (bytes): the kill then
+ * also leaves zeros after the records, in the tail and (mid-roll) in an older segment. */
 #include "config.h"
 #include "store/store.h"
 #include "util/util.h"
@@ -25,7 +27,7 @@ static uint32_t payload(uint64_t off, uint8_t *buf)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s DATA_DIR\n", argv[0]);
+        fprintf(stderr, "usage: %s DATA_DIR [PREZERO_BYTES]\n", argv[0]);
         return 2;
     }
     mqd_store_t *st;
@@ -37,6 +39,8 @@ int main(int argc, char **argv)
     if (mqd_store_open(argv[1], NULL, NULL, &st) != 0 ||
         mqd_store_log_open(st, "crash", 0, &cfg, &log) != 0)
         return 1;
+    if (argc > 2)
+        mqd_store_set_prezero(st, strtoull(argv[2], NULL, 10));
     static uint8_t bufs[32][1024];
     mqd_rec_in_t in[32];
     srand((unsigned)mqd_mono_ns());

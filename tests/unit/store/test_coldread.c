@@ -1,4 +1,5 @@
-/* Cold reads (coldread.c): O_DIRECT chunks of older segments read ahead by a thread.
+/* Cold reads (coldread.c): O_DIRECT chunks of older segments and of the tail's synced
+ * part, read ahead by a thread.
  * The page-cache probe (RWF_NOWAIT) and the O_DIRECT preads go through store_cold_io,
  * so these tests force misses, count every chunk read and hold reads "in flight". */
 #include "config.h"
@@ -243,15 +244,19 @@ static uint64_t read_all(fx_t *f, mqd_plog_t *log, uint64_t from, uint64_t to, s
     return want - from;
 }
 
-/* Bytes in the older segments (all but the tail); their count and DC_CHUNK chunks. */
-static uint64_t older_bytes(mqd_plog_t *log, int *nseg, uint64_t *chunks)
+/* Bytes a cold read takes with O_DIRECT: the older segments' and the tail's synced bytes
+ * rounded down to a page; the segments holding them and their DC_CHUNK chunks. */
+static uint64_t direct_bytes(mqd_plog_t *log, int *nseg, uint64_t *chunks)
 {
     uint64_t n = 0, k = 0;
     *nseg = 0;
     pthread_mutex_lock(&log->mu);
-    for (seg_t *s = log->head; s != log->tail; s = s->next, ++*nseg) {
-        n += s->size;
-        k += (s->size + DC_CHUNK - 1) / DC_CHUNK;
+    for (seg_t *s = log->head; s; s = s->next) {
+        uint64_t b = s != log->tail ? s->size
+                                    : __atomic_load_n(&s->synced, __ATOMIC_ACQUIRE) & ~4095ull;
+        n += b;
+        k += (b + DC_CHUNK - 1) / DC_CHUNK;
+        *nseg += b > 0;
     }
     pthread_mutex_unlock(&log->mu);
     if (chunks)
@@ -300,9 +305,9 @@ static void read_files(const char *dir)
 /* A 4-segment log (8 MiB segments, 2 MiB chunks), every read a page-cache miss, read from
  * offset 0 to the end in reads of 256 records and then of 7: every record exactly once,
  * in order, with the right bytes, including the hundreds that cross a chunk boundary;
- * each chunk of each older segment read from disk exactly once (no re-read of a chunk a
- * read straddles), one chain (and one synchronous read) per segment, the rest read
- * ahead; the chains end at the tail segment. */
+ * each chunk of each segment read from disk exactly once (no re-read of a chunk a read
+ * straddles), the tail's up to its synced size rounded down to a page (the rest is read
+ * buffered); one chain (and one synchronous read) per segment, the rest read ahead. */
 static void test_sequential_chunks(void **state)
 {
     fx_t *f = fx(state);
@@ -310,8 +315,8 @@ static void test_sequential_chunks(void **state)
     put(f, f->log, 30000, SEED, 0);
     int nseg;
     uint64_t chunks;
-    uint64_t older = older_bytes(f->log, &nseg, &chunks);
-    assert_true(nseg >= 3);
+    uint64_t direct = direct_bytes(f->log, &nseg, &chunks);
+    assert_true(nseg >= 4);
     uint64_t total = mqd_plog_end_offset(f->log);
     assert_true(straddlers(f->log, total, SEED, 0) >= 10);
     size_t pattern[] = {256, 7};
@@ -324,7 +329,7 @@ static void test_sequential_chunks(void **state)
         assert_int_equal(read_all(f, f->log, 0, total, pattern[pass], SEED, UINT64_MAX, 0, 0),
                          total);
         store_cold_stats(f->st, &s1);
-        assert_int_equal(s1.bytes - s0.bytes, older);
+        assert_int_equal(s1.bytes - s0.bytes, direct);
         assert_int_equal(s1.chains - s0.chains, (uint64_t)nseg);
         uint64_t reads = (s1.sync_reads - s0.sync_reads) + (s1.ahead_reads - s0.ahead_reads);
         assert_int_equal(reads, chunks);
@@ -339,7 +344,7 @@ static void test_sequential_chunks(void **state)
                 assert_false(io.ent[j].ino == io.ent[i].ino && io.ent[j].pos == io.ent[i].pos);
         }
         pthread_mutex_unlock(&io.mu);
-        assert_null(f->log->cold.cur); /* the reader reached the tail: chain over */
+        assert_null(f->log->cold.cur); /* the reader passed the synced part: chain over */
         assert_int_equal(f->st->dc_logs, 0);
     }
 }
@@ -352,7 +357,7 @@ static void test_records_larger_than_chunk(void **state)
     f->log = open_log(f, 0);
     put(f, f->log, 12000, SEED, 2000);
     int nseg;
-    older_bytes(f->log, &nseg, NULL);
+    direct_bytes(f->log, &nseg, NULL);
     assert_true(nseg >= 2);
     uint64_t total = mqd_plog_end_offset(f->log);
     assert_int_equal(read_all(f, f->log, 0, total, 256, SEED, UINT64_MAX, 0, 2000), total);
@@ -396,12 +401,52 @@ static void test_warm_and_point_reads(void **state)
     assert_non_null(f->log->cold.cur);
     assert_null(f->log->cold.nxt);
     assert_int_equal(f->st->dc_logs, 1);
-    /* a read of the tail segment ends it */
+    /* a read past the tail's synced pages (the last record) ends it */
     assert_int_equal(mqd_plog_read(f->log, total - 1, UINT64_MAX, 1, 1, &r), 0);
     assert_int_equal(r.n, 1);
     assert_null(f->log->cold.cur);
     assert_int_equal(f->st->dc_logs, 0);
     mqd_read_free(&r);
+}
+
+/* The tail segment is read with O_DIRECT only below its synced size rounded down to a
+ * page: with flush=async the writer is ahead of the last fdatasync, and no direct read
+ * ever reaches those bytes (a direct read of dirty pages would make the kernel write them
+ * back first); the rest of the tail is read buffered, every record right. */
+static void test_tail_below_synced(void **state)
+{
+    fx_t *f = fx(state);
+    f->log = open_log(f, 0);
+    put(f, f->log, 12000, SEED, 0); /* flush=sync: synced */
+    f->cfg.flush = MQD_FLUSH_ASYNC;
+    f->cfg.flush_interval_ms = 600000;
+    f->cfg.flush_messages = 0;
+    mqd_plog_set_config(f->log, &f->cfg);
+    put(f, f->log, 12100, SEED, 0); /* written, not synced */
+    uint64_t total = mqd_plog_end_offset(f->log);
+    pthread_mutex_lock(&f->log->mu);
+    seg_t *t = f->log->tail;
+    uint64_t synced = __atomic_load_n(&t->synced, __ATOMIC_ACQUIRE), size = t->size;
+    struct stat sb;
+    assert_int_equal(fstat(t->fd, &sb), 0);
+    pthread_mutex_unlock(&f->log->mu);
+    assert_true(synced >= DC_CHUNK + 4096); /* a chain runs in the tail... */
+    assert_true(synced < size);             /* ...and stops short of its unsynced bytes */
+    assert_int_equal(read_all(f, f->log, 0, total, 256, SEED, UINT64_MAX, 0, 0), total);
+    uint64_t tail_direct = 0, beyond = 0, failed = 0;
+    pthread_mutex_lock(&io.mu);
+    for (size_t i = 0; i < io.n; i++) {
+        if (io.ent[i].ino != sb.st_ino)
+            continue;
+        failed += io.ent[i].got <= 0;
+        beyond += (uint64_t)io.ent[i].pos + (uint64_t)io.ent[i].got > (synced & ~4095ull);
+        tail_direct += io.ent[i].got > 0 ? (uint64_t)io.ent[i].got : 0;
+    }
+    pthread_mutex_unlock(&io.mu);
+    assert_int_equal(failed, 0);
+    assert_int_equal(beyond, 0);
+    assert_int_equal(tail_direct, synced & ~4095ull);
+    assert_null(f->log->cold.cur); /* the last reads were buffered: chain over */
 }
 
 /* A page-cache miss in data the page cache mostly holds (a warm reader's stray miss):
@@ -416,7 +461,7 @@ static void test_no_read_ahead_of_cached(void **state)
     put(f, f->log, 20000, SEED, 0);
     int nseg;
     uint64_t chunks;
-    older_bytes(f->log, &nseg, &chunks);
+    direct_bytes(f->log, &nseg, &chunks);
     uint64_t total = mqd_plog_end_offset(f->log);
     __atomic_store_n(&io.ahead_cached, true, __ATOMIC_RELAXED);
     assert_int_equal(read_all(f, f->log, 0, total, 256, SEED, UINT64_MAX, 0, 0), total);
@@ -581,6 +626,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sequential_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_records_larger_than_chunk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_warm_and_point_reads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tail_below_synced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_read_ahead_of_cached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_with_read_ahead, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_with_read_ahead, setup, teardown),
