@@ -5,6 +5,7 @@
 #include "util/util.h"
 
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,35 @@ static void raise_nofile(void)
     }
     MQD_INFO("server", "open files limit %llu (was %llu)", (unsigned long long)rl.rlim_cur,
              (unsigned long long)was);
+}
+
+/* Page faults are dear on a VM: 12 us per new 4 KiB page on the 2-vCPU test machine
+ * (docs/performance.md section 10). A fresh connection at 100k msgs/s touched ~2,000 new
+ * heap pages in its first 30 ms (Proton's deliveries, batch and read buffers, transport
+ * buffers as they grow) and fell 10-30 ms behind, which was most of that benchmark's p99;
+ * and glibc maps buffers of 128 KiB and more with mmap and unmaps them when freed, so a
+ * buffer that is freed and allocated again faults again. With heap_prefault, buffers up
+ * to 4 MiB come from the heap, the heap is not given back below that size, and that much
+ * of it is touched now, before any other thread starts. */
+static void heap_prefault(uint64_t bytes)
+{
+    enum { CHUNK = 1 << 20, PAGE = 4096 };
+    if (bytes == 0)
+        return;
+    size_t n = (size_t)((bytes + CHUNK - 1) / CHUNK);
+    void **v = calloc(n, sizeof *v);
+    if (!v)
+        return;
+    mallopt(M_MMAP_THRESHOLD, 4 << 20);
+    mallopt(M_TRIM_THRESHOLD, (int)(n * CHUNK + (4u << 20))); /* n <= 1024 (conf bound) */
+    for (size_t i = 0; i < n; i++) {
+        volatile char *p = v[i] = malloc(CHUNK);
+        for (size_t off = 0; p && off < CHUNK; off += PAGE)
+            p[off] = 0;
+    }
+    for (size_t i = n; i-- > 0;)
+        free(v[i]);
+    free(v);
 }
 
 static void usage(FILE *f)
@@ -142,6 +172,7 @@ int main(int argc, char **argv)
     mqd_log_set_level(conf->log_level);
     mqd_crc32c(0, "", 0); /* pick the CRC implementation before threads start */
     raise_nofile();
+    heap_prefault(conf->heap_prefault);
     MQD_NOTICE("server", "mqd %s starting, data_dir=%s", PACKAGE_VERSION, conf->data_dir);
     if (mqd_server_new(conf, o.conf_path, &srv) != 0) {
         MQD_ERR("server", "start failed");

@@ -116,6 +116,14 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "Costs a second write of every byte and this much disk space for each of up to 256 "
      "partitions. 0 (off) turns it off.",
      false},
+    {"heap_prefault", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * GiB, "32MiB", NULL, NULL,
+     G_FIELD(heap_prefault), NULL, NULL,
+     "Heap that mqd touches at start and keeps, so that the first messages of a connection "
+     "(and buffers that grow under load) do not pay a page fault for each new 4 KiB page; "
+     "buffers up to 4 MiB then come from that heap and are reused instead of being mapped "
+     "and unmapped. Costs this much resident memory from the start. 0 turns it off and "
+     "leaves the C library's defaults.",
+     false},
     {"metrics_listen", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "off", NULL, G_FIELD(metrics_listen),
      NULL, mqd_conf_check_hostport_or_empty,
      "HOST:PORT for the Prometheus text endpoint (/metrics). Empty turns it off.", false},

@@ -203,6 +203,7 @@ struct mqd_server {
     struct mqd_listener *listeners;
     size_t n_listeners;
     struct event *ev_wake;   /* flusher -> loop */
+    int wake_pending;        /* atomic: set with ev_wake by the flusher, cleared by on_wake */
     struct event *ev_tick;   /* end-of-iteration: flush connections, commit the store */
     struct event *ev_sig[4];
     struct event *ev_timer;  /* periodic: persist ack state, retention */

@@ -155,15 +155,20 @@ static void conn_schedule_timer(mqd_conn_t *c)
     }
 }
 
+static void conn_handle_events(mqd_conn_t *c)
+{
+    pn_event_t *e;
+    while ((e = pn_connection_driver_next_event(&c->driver)) != NULL)
+        mqd_amqp_handle(c, e);
+}
+
 /* Processes all Proton events, writes output, notices the end of the connection. */
 static void conn_process(mqd_conn_t *c)
 {
     if (c->closed)
         return;
     for (int round = 0; round < 8; round++) {
-        pn_event_t *e;
-        while ((e = pn_connection_driver_next_event(&c->driver)) != NULL)
-            mqd_amqp_handle(c, e);
+        conn_handle_events(c);
         conn_write(c);
         if (pn_connection_driver_read_closed(&c->driver) &&
             !pn_connection_driver_write_closed(&c->driver) &&
@@ -208,9 +213,18 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     mqd_conn_t *c = arg;
     char buf[RX_CHUNK];
     for (int i = 0; i < RX_ROUNDS && !pn_connection_driver_read_closed(&c->driver); i++) {
+        /* A group commit is done: take no more input now, so that its settlements and
+         * deliveries go out after this chunk (~60 messages of 1 KiB) instead of after up
+         * to 256 KiB of decoding. At 100k msgs/s the flusher's wake waited for the loop
+         * p90 0.5-4 ms, p99 4-8 ms before, p90 < 0.25 ms, p99 0.5-1 ms now. The rest
+         * stays readable for the next turn. (One chunk per readable event, always, did
+         * almost as well for latency but cost ~25 % of the CPU-bound send rate.) */
+        if (i > 0 && __atomic_load_n(&c->srv->wake_pending, __ATOMIC_ACQUIRE))
+            break;
         ssize_t n = recv(fd, buf, sizeof buf, 0);
         if (n > 0) {
             rx_feed(c, buf, (size_t)n);
+            conn_handle_events(c); /* this chunk's appends, before the wake is looked at */
             if ((size_t)n < sizeof buf)
                 break;
             continue;
@@ -358,6 +372,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 static void on_wake(evutil_socket_t fd, short what, void *arg)
 {
     mqd_server_t *s = arg;
+    /* cleared before the dispatch, so that a wake during it stays pending */
+    __atomic_store_n(&s->wake_pending, 0, __ATOMIC_RELEASE);
     mqd_store_dispatch(s->store);
     mqd_server_tick_soon(s);
 }
@@ -365,6 +381,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 static void wake_from_flusher(void *arg)
 {
     mqd_server_t *s = arg;
+    __atomic_store_n(&s->wake_pending, 1, __ATOMIC_RELEASE);
     event_active(s->ev_wake, 0, 0);
 }
 
