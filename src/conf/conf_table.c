@@ -110,10 +110,11 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "Zeros written and synced ahead of the end of each flush=sync partition being written, "
      "by a thread of their own (cut at a roll and a clean close, and after a crash at "
      "start-up). A group commit then overwrites blocks instead of growing the file, so its "
-     "fdatasync need not commit the file system's journal. Measured here (docs/performance.md): "
-     "lower median latency at moderate rates, but a worse p99 while the zeroing competes "
-     "with the group commits; try 8MiB where journal commits dominate the disk's sync time. "
-     "Costs a second write of every byte and this much disk space for each of up to 256 "
+     "fdatasync need not also write the file's new size and block map (a journal commit, "
+     "or the inode). Measured here (docs/performance.md): a lower median latency at "
+     "moderate rates, and a p99 no better, as the zeroing competes with the group "
+     "commits; try 8MiB where that metadata write dominates the disk's sync time. Costs a "
+     "second write of every byte and this much disk space for each of up to 256 "
      "partitions. 0 (off) turns it off.",
      false},
     {"heap_prefault", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * GiB, "32MiB", NULL, NULL,

@@ -57,6 +57,8 @@ struct cold_chunk {
     int fd;             /* own dup of the O_DIRECT descriptor while queued or read */
     int state;
     bool orphan;  /* its chain ended while a thread was reading it */
+    int pins;     /* mqd_read_t's pointing into it (owner thread; it is READY then) */
+    bool dropped; /* pinned when its chain let it go: freed by the last unpin */
     uint64_t pos; /* file position (a DC_ALIGN multiple) */
     size_t want;  /* bytes to read: DC_CHUNK, less below the tail's dio_end */
     size_t len;   /* bytes read (READY; < DC_CHUNK only at the end of the file) */
@@ -251,6 +253,10 @@ static void chunk_release(struct store_cold *c, cold_chunk_t *k)
 {
     if (!k)
         return;
+    if (k->pins) {
+        k->dropped = true; /* READY: no thread holds it; the last unpin frees it */
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     if (k->state == CK_READING) {
         k->orphan = true;
@@ -340,12 +346,18 @@ static int chain_advance(struct store_cold *c, cold_chain_t *ch, const cold_req_
     cold_chunk_t *old = ch->cur;
     ch->cur = ch->nxt;
     ch->nxt = NULL;
+    if (old->pins) { /* records still point into it: a new buffer for the read-ahead */
+        chunk_release(c, old);
+        old = NULL;
+    }
     chunk_ask(c, ch, q, old);
     return 0;
 }
 
-/* Serves q from the chain (segment q->base). Returns q->n, or 0 when it cannot. */
-static size_t chain_serve(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
+/* Serves q from the chain (segment q->base). Returns q->n, or 0 when it cannot. With
+ * `pin`, a read within one chunk is not copied: *src points into the pinned chunk. */
+static size_t chain_serve(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst,
+                          const uint8_t **src, cold_chunk_t **pin)
 {
     struct store_cold *c = log->st->cold;
     cold_chain_t *ch = &log->cold;
@@ -365,7 +377,13 @@ static size_t chain_serve(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
     }
     size_t a = (size_t)(k->pos + k->len - q->pos);
     if (a >= q->n) {
-        memcpy(dst, k->buf + (q->pos - k->pos), q->n);
+        if (pin) {
+            *src = k->buf + (q->pos - k->pos);
+            k->pins++;
+            *pin = k;
+        } else {
+            memcpy(dst, k->buf + (q->pos - k->pos), q->n);
+        }
         ch->served++;
         return q->n;
     }
@@ -389,7 +407,8 @@ static size_t chain_serve(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
 }
 
 /* A page-cache miss: reads chunk k around q here, then serves q from the new chain. */
-static size_t chain_start(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
+static size_t chain_start(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst,
+                          const uint8_t **src, cold_chunk_t **pin)
 {
     mqd_store_t *st = log->st;
     struct store_cold *c = st->cold;
@@ -412,7 +431,7 @@ static size_t chain_start(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
     }
     log->cold = (cold_chain_t){.cur = k, .base = q->base};
     st->dc_logs++;
-    size_t n = chain_serve(log, q, dst);
+    size_t n = chain_serve(log, q, dst, src, pin);
     if (n == 0)
         store_cold_end(log);
     return n;
@@ -429,7 +448,8 @@ void store_cold_end(mqd_plog_t *log)
     log->st->dc_logs--;
 }
 
-size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
+static size_t cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst, const uint8_t **src,
+                        cold_chunk_t **pin)
 {
     cold_chain_t *ch = &log->cold;
     if (q->dfd < 0 || q->pos + q->n > q->dio_end) {
@@ -439,7 +459,7 @@ size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
     if (q->n > DC_CHUNK)
         return 0; /* a record larger than a chunk: buffered */
     if (ch->cur && ch->base == q->base) {
-        size_t n = chain_serve(log, q, dst);
+        size_t n = chain_serve(log, q, dst, src, pin);
         if (n)
             return n;
     }
@@ -447,5 +467,35 @@ size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
     struct iovec v = {dst, q->n};
     if (store_cold_io.preadv2(q->fd, &v, 1, (off_t)q->pos, RWF_NOWAIT) == (ssize_t)q->n)
         return q->n; /* in the page cache */
-    return chain_start(log, q, dst);
+    return chain_start(log, q, dst, src, pin);
+}
+
+size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
+{
+    const uint8_t *src;
+    return cold_read(log, q, dst, &src, NULL);
+}
+
+size_t store_cold_read_pinned(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst,
+                              const uint8_t **src, void **pin)
+{
+    cold_chunk_t *k = NULL;
+    *src = dst;
+    size_t n = cold_read(log, q, dst, src, &k);
+    *pin = k;
+    return n;
+}
+
+void store_cold_pin_span(const void *pin, const uint8_t **p, size_t *n)
+{
+    const cold_chunk_t *k = pin;
+    *p = k ? k->buf : NULL;
+    *n = k ? k->len : 0;
+}
+
+void store_cold_unpin(void *pin)
+{
+    cold_chunk_t *k = pin;
+    if (k && --k->pins == 0 && k->dropped)
+        chunk_free(k);
 }

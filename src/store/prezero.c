@@ -1,11 +1,14 @@
-/* Pre-zeroed segment tails (prezero = BYTES, flush=sync logs only).
+/* Pre-zeroed segment tails (segment_prezero = BYTES, flush=sync logs only; off by
+ * default).
  *
- * An append grows the file, so each group commit's fdatasync also commits the file
- * system's journal (the new size and blocks); an overwrite of blocks already written is
- * data plus one device flush. bench/fsync-modes on this VM, 14 KiB batches: append +
- * fdatasync p50 0.335 ms / p99 0.570 ms, overwrite of a pre-zeroed file p50 0.163 /
- * p99 0.268. At 10k msgs/s a message waits for about two group commits, so the sync's
- * cost is the p99.
+ * An append grows the file, so each group commit's fdatasync also writes the file's new
+ * size and block map (a journal commit; the inode itself on ext4 without a journal, as on
+ * the development VM); an overwrite of blocks already written is data plus one device
+ * flush. bench/fsync-modes, 14 KiB batches, one evening: append + fdatasync p50 0.335 ms
+ * / p99 0.570 ms, overwrite of a pre-zeroed file p50 0.163 / p99 0.268; the next evening
+ * 0.267 / 0.820 against 0.321 / 0.575. End to end at 10k msgs/s it lowered the median
+ * (0.57-0.73 ms against 0.76-1.07) but not the p99: the zeroing's own writes and syncs
+ * compete with the group commits (docs/performance.md section 11).
  *
  * So one zeroer thread per store keeps `window` bytes of zeros written and fdatasync'd
  * ahead of each written log's tail, in ZCHUNK pieces (each piece's own sync stays short,

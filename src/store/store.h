@@ -60,7 +60,9 @@ typedef struct mqd_rec_in {
     uint64_t txn;         /* transaction id, 0 if none */
 } mqd_rec_in_t;
 
-/* A record read back. `data` points into the mqd_read_t buffer that returned it. */
+/* A record read back. `data` points into the mqd_read_t that returned it (its buffer, or
+ * a cold-read chunk it holds): valid until the next read with that mqd_read_t or its
+ * mqd_read_free. */
 typedef struct mqd_rec {
     uint64_t offset;
     int64_t timestamp_ms;
@@ -79,6 +81,7 @@ typedef struct mqd_read {
     uint8_t *buf;
     size_t cap_buf;
     uint64_t next_offset;/* offset after the last record returned (where to read next) */
+    void *pin;           /* the cold-read chunk the records point into, or NULL (coldread.c) */
 } mqd_read_t;
 
 void mqd_read_init(mqd_read_t *r);

@@ -294,6 +294,16 @@ typedef struct cold_req {
  * caller must pread itself (past q->dio_end, no O_DIRECT, too many logs, a read error;
  * then the chain is ended where it cannot serve). */
 size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst);
+/* store_cold_read, but a read that lies within one chunk is not copied: *src points at it
+ * in the chunk, which *pin then holds (never freed or reused until store_cold_unpin).
+ * Otherwise *src = dst, as store_cold_read. */
+size_t store_cold_read_pinned(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst,
+                              const uint8_t **src, void **pin);
+/* Lets go of a chunk store_cold_read_pinned handed out (owner thread; also after the
+ * store closed: the chunk no longer belongs to it then). */
+void store_cold_unpin(void *pin);
+/* The bytes a pinned chunk holds (tests and fuzzing check that records lie in them). */
+void store_cold_pin_span(const void *pin, const uint8_t **p, size_t *n);
 /* Ends the log's chain: frees its buffers, drops a queued read and leaves a running one
  * to its thread, which frees the buffer when the read returns. Owner thread; also
  * before a truncation (the chunks may hold bytes about to be cut) and at log close. */

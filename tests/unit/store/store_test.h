@@ -127,7 +127,7 @@ static inline long read_check(mqd_plog_t *log, uint64_t from, uint64_t to, uint3
 
 static inline int count_files(const char *dir, const char *ext)
 {
-    char cmd[512];
+    char cmd[1100]; /* room for any directory the callers pass (char[512] or less) */
     snprintf(cmd, sizeof cmd, "ls %s/*.%s 2>/dev/null | wc -l", dir, ext);
     FILE *f = popen(cmd, "r");
     int n = -1;

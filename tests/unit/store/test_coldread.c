@@ -449,6 +449,51 @@ static void test_tail_below_synced(void **state)
     assert_null(f->log->cold.cur); /* the last reads were buffered: chain over */
 }
 
+/* Records served from a chunk are not copied: the mqd_read_t pins the chunk. Another
+ * reader of the same log moving the chain on (the chunk stops serving, its buffer would
+ * be reused for the read-ahead) and then ending it (a read in another segment) leaves
+ * the first reader's records intact; its next read or mqd_read_free lets the chunk go
+ * (ASan: no use after free, no leak). */
+static void test_pinned_records(void **state)
+{
+    fx_t *f = fx(state);
+    f->log = open_log(f, 0);
+    put(f, f->log, 30000, SEED, 0);
+    mqd_read_t a, b;
+    mqd_read_init(&a);
+    mqd_read_init(&b);
+    assert_int_equal(mqd_plog_read(f->log, 0, UINT64_MAX, 64, 1 << 20, &a), 0);
+    assert_int_equal(a.n, 64);
+    assert_non_null(a.pin);
+    const uint8_t *first = a.recs[0].data;
+    uint64_t next = a.next_offset, chains0;
+    store_cold_stats_t s;
+    store_cold_stats(f->st, &s);
+    chains0 = s.chains;
+    for (int i = 0; i < 30; i++) { /* ~7 MiB on: the chain advances past a's chunk */
+        assert_int_equal(mqd_plog_read(f->log, next, UINT64_MAX, 256, 1 << 20, &b), 0);
+        for (size_t j = 0; j < b.n; j++)
+            check_rec(f, &b.recs[j], next + j, SEED, 0);
+        next = b.next_offset;
+    }
+    store_cold_stats(f->st, &s);
+    assert_int_equal(s.chains, chains0); /* the same chain, moved on */
+    assert_true(s.ahead_reads >= 3);
+    for (size_t j = 0; j < a.n; j++)
+        check_rec(f, &a.recs[j], j, SEED, 0);
+    assert_int_equal(mqd_plog_read(f->log, 25000, UINT64_MAX, 16, 1 << 20, &b), 0);
+    assert_int_equal(b.n, 16);
+    for (size_t j = 0; j < a.n; j++)
+        check_rec(f, &a.recs[j], j, SEED, 0);
+    assert_ptr_equal(a.recs[0].data, first);
+    /* a's next read drops its pin; the records it returns are right */
+    assert_int_equal(mqd_plog_read(f->log, 64, UINT64_MAX, 64, 1 << 20, &a), 0);
+    for (size_t j = 0; j < a.n; j++)
+        check_rec(f, &a.recs[j], 64 + j, SEED, 0);
+    mqd_read_free(&a);
+    mqd_read_free(&b);
+}
+
 /* A page-cache miss in data the page cache mostly holds (a warm reader's stray miss):
  * the chunk around the miss comes from disk, but no read-ahead of cached chunks: reads
  * past the chunk, and the part of a straddling read past it, come from the page cache.
@@ -627,6 +672,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_records_larger_than_chunk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_warm_and_point_reads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tail_below_synced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pinned_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_read_ahead_of_cached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_with_read_ahead, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_with_read_ahead, setup, teardown),
