@@ -465,8 +465,11 @@ static size_t cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst, cons
     }
     store_cold_end(log);
     struct iovec v = {dst, q->n};
-    if (store_cold_io.preadv2(q->fd, &v, 1, (off_t)q->pos, RWF_NOWAIT) == (ssize_t)q->n)
+    ssize_t got = store_cold_io.preadv2(q->fd, &v, 1, (off_t)q->pos, RWF_NOWAIT);
+    if (got == (ssize_t)q->n)
         return q->n; /* in the page cache */
+    if (got < 0 && errno == EOPNOTSUPP)
+        return 0; /* no RWF_NOWAIT here (tmpfs): the caller's buffered read */
     return chain_start(log, q, dst, src, pin);
 }
 
