@@ -20,11 +20,17 @@
  * A chain ends (both buffers freed) when its reader reads past the tail's dio_end (it
  * caught up with the writer: a chunk there is read short, and ends the chain like the end
  * of a file), another segment, or outside the two chunks; at a truncation; at log close.
- * A 10 GB backlog read at 0.74-0.75 of the in-cache rate while the tail segment (0.9 GB)
- * was read buffered, 0.97 with the chain running into it. Warm readers never
+ * Warm readers never
  * start one, and a chain never reads ahead a chunk the page cache holds (mincore): a
  * stray miss in cached data costs one chunk, and the reads past it go to the page cache
  * again. At most DC_MAX_LOGS logs have a chain.
+ *
+ * No copy (store_cold_read_pinned, for mqd_plog_read): a read within one chunk returns a
+ * pointer into it and the caller's mqd_read_t pins the chunk until its next read. A
+ * pinned chunk is never freed nor reused as the read-ahead buffer; a chain that lets go
+ * of it marks it `dropped`, and the last unpin frees it. A 10 GB backlog read at 0.74 of
+ * the in-cache rate with every record copied out of the chunks (the loop's CPU was the
+ * bound), 0.83-0.84 without the copy (docs/performance.md section 11).
  *
  * Chunk states, guarded by c->mu (the owner reads a chunk's buffer without the lock only
  * once it saw it READY; the thread writes it only while READING):
