@@ -478,7 +478,9 @@ static void test_pinned_records(void **state)
     }
     store_cold_stats(f->st, &s);
     assert_int_equal(s.chains, chains0); /* the same chain, moved on */
-    assert_true(s.ahead_reads >= 3);
+    /* chunks read after a's, by a thread or (when the owner needed one still queued)
+     * by the owner: the chain moved on at least 3 times */
+    assert_true(s.ahead_reads + s.sync_reads >= 4);
     for (size_t j = 0; j < a.n; j++)
         check_rec(f, &a.recs[j], j, SEED, 0);
     assert_int_equal(mqd_plog_read(f->log, 25000, UINT64_MAX, 16, 1 << 20, &b), 0);
