@@ -25,7 +25,7 @@
  * stray miss in cached data costs one chunk, and the reads past it go to the page cache
  * again. At most DC_MAX_LOGS logs have a chain.
  *
- * No copy (store_cold_read_pinned, for mqd_plog_read): a read within one chunk returns a
+ * No copy (store_cold_read): a read within one chunk returns a
  * pointer into it and the caller's mqd_read_t pins the chunk until its next read. A
  * pinned chunk is never freed nor reused as the read-ahead buffer; a chain that lets go
  * of it marks it `dropped`, and the last unpin frees it. A 10 GB backlog read at 0.74 of
@@ -360,8 +360,8 @@ static int chain_advance(struct store_cold *c, cold_chain_t *ch, const cold_req_
     return 0;
 }
 
-/* Serves q from the chain (segment q->base). Returns q->n, or 0 when it cannot. With
- * `pin`, a read within one chunk is not copied: *src points into the pinned chunk. */
+/* Serves q from the chain (segment q->base). Returns q->n, or 0 when it cannot. A read
+ * within one chunk is not copied: *src points into the chunk, pinned in *pin. */
 static size_t chain_serve(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst,
                           const uint8_t **src, cold_chunk_t **pin)
 {
@@ -383,13 +383,9 @@ static size_t chain_serve(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst,
     }
     size_t a = (size_t)(k->pos + k->len - q->pos);
     if (a >= q->n) {
-        if (pin) {
-            *src = k->buf + (q->pos - k->pos);
-            k->pins++;
-            *pin = k;
-        } else {
-            memcpy(dst, k->buf + (q->pos - k->pos), q->n);
-        }
+        *src = k->buf + (q->pos - k->pos); /* no copy: the caller pins k */
+        k->pins++;
+        *pin = k;
         ch->served++;
         return q->n;
     }
@@ -479,14 +475,8 @@ static size_t cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst, cons
     return chain_start(log, q, dst, src, pin);
 }
 
-size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst)
-{
-    const uint8_t *src;
-    return cold_read(log, q, dst, &src, NULL);
-}
-
-size_t store_cold_read_pinned(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst,
-                              const uint8_t **src, void **pin)
+size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst, const uint8_t **src,
+                       void **pin)
 {
     cold_chunk_t *k = NULL;
     *src = dst;

@@ -407,7 +407,7 @@ int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_rec
              * more than a warm one: ~3 s of the loop's CPU for a 10 GB backlog) */
             cold_req_t q = {p.fd, p.dfd, p.base, p.pos, n, p.seg_end, p.dio_end};
             store_cold_unpin(r->pin); /* an earlier pass of this loop found no record */
-            size_t cold = store_cold_read_pinned(log, &q, r->buf, &src, &r->pin);
+            size_t cold = store_cold_read(log, &q, r->buf, &src, &r->pin);
             got = cold ? (ssize_t)cold : pread(p.fd, r->buf, n, (off_t)p.pos);
         }
         if (rc == 0 && got <= 0)

@@ -197,7 +197,7 @@ void mqd_store_set_prezero(mqd_store_t *st, uint64_t window)
     if (!z)
         return;
     pthread_mutex_lock(&z->mu);
-    z->window = window ? (window + 4095) & ~(uint64_t)4095 : 0;
+    __atomic_store_n(&z->window, window ? (window + 4095) & ~(uint64_t)4095 : 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&z->mu);
 }
 
@@ -216,7 +216,9 @@ void store_zero_stats(mqd_store_t *st, store_zero_stats_t *out)
 void store_zero_before_write(mqd_plog_t *log, seg_t *s, uint64_t end, const mqd_plog_config_t *c)
 {
     struct store_zero *z = log->st->zero;
-    if (!z)
+    /* Off (the default) and nothing attached: no lock per group commit. zseg is only
+     * set on this flusher thread, and cleared here or while the log is not flushing. */
+    if (!z || (!__atomic_load_n(&z->window, __ATOMIC_RELAXED) && !log->zseg))
         return;
     pthread_mutex_lock(&z->mu);
     if (!log->zseg && z->window && c->flush == MQD_FLUSH_SYNC && !log->zoff &&

@@ -289,17 +289,15 @@ typedef struct cold_req {
     uint64_t dio_end; /* O_DIRECT reads stay below this (the tail: its synced bytes
                        * rounded down to DC_ALIGN; older segments: UINT64_MAX) */
 } cold_req_t;
-/* Copies the bytes q asks for into dst from the page cache (if all there, RWF_NOWAIT) or
- * from the log's chain, starting one on a page-cache miss. Returns q->n, or 0 when the
- * caller must pread itself (past q->dio_end, no O_DIRECT, too many logs, a read error;
- * then the chain is ended where it cannot serve). */
-size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst);
-/* store_cold_read, but a read that lies within one chunk is not copied: *src points at it
- * in the chunk, which *pin then holds (never freed or reused until store_cold_unpin).
- * Otherwise *src = dst, as store_cold_read. */
-size_t store_cold_read_pinned(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst,
-                              const uint8_t **src, void **pin);
-/* Lets go of a chunk store_cold_read_pinned handed out (owner thread; also after the
+/* Gets the bytes q asks for from the page cache (into dst, if all there: RWF_NOWAIT) or
+ * from the log's chain, starting one on a page-cache miss. *src is where they are: dst,
+ * or for a read within one chunk the chunk itself, which *pin then holds (never freed
+ * or reused until store_cold_unpin). Returns q->n, or 0 when the caller must pread
+ * itself (past q->dio_end, no O_DIRECT or RWF_NOWAIT, too many logs, a read error; then
+ * the chain is ended where it cannot serve). */
+size_t store_cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst, const uint8_t **src,
+                       void **pin);
+/* Lets go of a chunk store_cold_read handed out (owner thread; also after the
  * store closed: the chunk no longer belongs to it then). */
 void store_cold_unpin(void *pin);
 /* The bytes a pinned chunk holds (tests and fuzzing check that records lie in them). */
