@@ -14,7 +14,17 @@
  *   direct   zeroed, O_DIRECT|O_DSYNC writes of whole 4 KiB blocks (a device without
  *            FUA still gets a flush per write)
  * DIR must be on the disk under test (default /tmp). docs/performance.md section 6 has the
- * figures and what they mean for the p99 target at 10k msgs/s. Not a test. */
+ * figures and what they mean for the p99 target at 10k msgs/s.
+ *
+ *   fsync-modes -r RATE [-n N] [-s SIZE] [-d DIR]
+ *
+ * The floor of a group commit at a message rate: N messages of SIZE bytes (default 1024)
+ * fall due every 1/RATE s; one writer takes every message due, writes them with one
+ * pwrite and makes them durable with one fdatasync (what mqd's flusher does, without a
+ * broker, a network or a client), and the time from a message's due time to the end of
+ * the sync that covered it is its latency. Modes append and zeroed. No broker can settle
+ * a durable message at a lower p99 on this disk at that rate (docs/performance.md
+ * section 12). Not a test. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdbool.h>
@@ -97,23 +107,80 @@ static void run(const char *mode, const char *dir, int n, size_t bs, const void 
     unlink(path);
 }
 
+/* -r: messages fall due at a fixed rate; group commit by one writer (see the header). */
+static void run_paced(const char *mode, const char *dir, int n, size_t msg, int rate,
+                      const void *zero)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fsync-modes.%d", dir, (int)getpid());
+    size_t total = (size_t)n * msg;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        die("open");
+    if (strcmp(mode, "zeroed") == 0)
+        fill_zero(path, (total + (1u << 20)) & ~(size_t)((1u << 20) - 1), zero);
+    size_t cap = 4u << 20;
+    char *buf = malloc(cap);
+    double *lat = malloc((size_t)n * sizeof *lat);
+    if (!buf || !lat)
+        die("malloc");
+    memset(buf, 'x', cap);
+    double gap = 1000.0 / rate, t0 = now_ms() + 10, sum = 0;
+    int done = 0;
+    off_t pos = 0;
+    while (done < n) {
+        double now = now_ms();
+        int due = now < t0 ? 0 : (int)((now - t0) / gap) + 1;
+        if (due > n)
+            due = n;
+        if (due <= done)
+            continue; /* spin to the next due time: the floor, not a sleep's wake-up */
+        if ((size_t)(due - done) * msg > cap)
+            due = done + (int)(cap / msg);
+        size_t len = (size_t)(due - done) * msg;
+        if (pwrite(fd, buf, len, pos) != (ssize_t)len)
+            die("pwrite");
+        if (fdatasync(fd) != 0)
+            die("fdatasync");
+        pos += (off_t)len;
+        double end = now_ms();
+        for (; done < due; done++) {
+            lat[done] = end - (t0 + done * gap);
+            sum += lat[done];
+        }
+    }
+    qsort(lat, (size_t)n, sizeof *lat, cmp);
+    printf("%-7s %d msgs/s x %zu B, %d msgs: mean %.3f  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  "
+           "max %.3f ms\n", mode, rate, msg, n, sum / n, lat[n / 2], lat[n * 9 / 10],
+           lat[n * 99 / 100], lat[n * 999 / 1000], lat[n - 1]);
+    free(lat);
+    free(buf);
+    close(fd);
+    unlink(path);
+}
+
 int main(int argc, char **argv)
 {
-    int n = 5000, c;
-    size_t bs = 14336;
+    int n = 5000, c, rate = 0;
+    size_t bs = 14336, msg = 1024;
     const char *dir = "/tmp";
-    while ((c = getopt(argc, argv, "n:b:d:")) != -1) {
+    while ((c = getopt(argc, argv, "n:b:d:r:s:")) != -1) {
         switch (c) {
         case 'n': n = atoi(optarg); break;
         case 'b': bs = (size_t)atol(optarg); break;
         case 'd': dir = optarg; break;
+        case 'r': rate = atoi(optarg); break;
+        case 's': msg = (size_t)atol(optarg); break;
         default:
-            fprintf(stderr, "usage: fsync-modes [-n N] [-b BYTES] [-d DIR]\n");
+            fprintf(stderr, "usage: fsync-modes [-n N] [-b BYTES] [-d DIR]\n"
+                            "       fsync-modes -r RATE [-n N] [-s SIZE] [-d DIR]\n");
             return 2;
         }
     }
-    if (n < 10 || bs < 1 || bs > (1u << 20)) {
-        fprintf(stderr, "fsync-modes: -n >= 10, 1 <= -b <= 1048576\n");
+    if (n < 10 || bs < 1 || bs > (1u << 20) || rate < 0 || rate > 10000000 || msg < 1 ||
+        msg > (1u << 20)) {
+        fprintf(stderr, "fsync-modes: -n >= 10, 1 <= -b <= 1048576, 0 <= -r <= 10000000, "
+                        "1 <= -s <= 1048576\n");
         return 2;
     }
     void *buf, *zero;
@@ -122,8 +189,12 @@ int main(int argc, char **argv)
     memset(buf, 'x', 1 << 20);
     memset(zero, 0, 1 << 20);
     const char *modes[] = {"append", "zeroed", "falloc", "direct"};
-    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
-        run(modes[i], dir, n, bs, buf, zero);
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        if (rate > 0 && i < 2)
+            run_paced(modes[i], dir, n, msg, rate, zero);
+        else if (rate == 0)
+            run(modes[i], dir, n, bs, buf, zero);
+    }
     free(buf);
     free(zero);
     return 0;

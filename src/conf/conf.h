@@ -68,6 +68,7 @@ typedef struct mqd_conf {
     uint32_t link_credit;         /* credit granted to producers per link, 1000 */
     uint32_t prefetch_bytes;      /* max bytes read from a log per consumer refill, 1 MiB */
     uint32_t flush_threads;       /* store flusher threads, 4 */
+    uint32_t flush_priority_boost; /* nice levels the flushers run above the process, 10 */
     uint64_t heap_prefault;       /* heap faulted in at start and kept, 32 MiB; 0 = off */
     int flush_sync;               /* 0 fdatasync, 1 syncfs */
     uint64_t segment_prezero;     /* zeros kept ahead of a flush=sync log's tail, 0 */

@@ -492,6 +492,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
         goto err;
     mqd_store_set_syncfs(s->store, conf->flush_sync == 1);
     mqd_store_set_prezero(s->store, conf->segment_prezero);
+    mqd_store_set_flush_boost(s->store, conf->flush_priority_boost);
     mqd_store_warm(s->store); /* reads partition metadata in parallel while topics open */
     if ((rc = mqd_topics_load(s)) != 0)
         goto err;

@@ -224,6 +224,7 @@ struct store_cold *store_cold_start(void)
             store_cold_stop(c);
             return NULL;
         }
+        pthread_setname_np(c->thr[i], "mqd-coldread");
     }
     return c;
 }

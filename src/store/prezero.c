@@ -38,15 +38,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ZCHUNK (1u << 20)
 #define PREZERO_MAX_LOGS 256
+#define PACE_MIN_NS 1000000u
 
 struct store_zero {
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* the zeroer waits for queued logs */
     pthread_cond_t done_cv; /* flushers wait for a write or a piece to finish */
+    pthread_cond_t pace_cv; /* the zeroer rests between pieces (woken by stop only) */
     mqd_plog_t *q, *q_tail; /* logs whose zeros fell below half the window */
     pthread_t thr;
     int started, stop;
@@ -86,6 +89,26 @@ static int write_zeros(const struct store_zero *z, int fd, uint64_t from, uint64
     return 0;
 }
 
+/* After a piece that took `took` ns, the zeroer rests as long (at least PACE_MIN_NS)
+ * before the next one (z->mu held): group commits running meanwhile share the disk with
+ * one piece at a time, never with a burst (a window refilled back to back slowed every
+ * sync during it, 0.3 -> 1.5 ms, and messages queued behind several of them). */
+static void pace(struct store_zero *z, uint64_t took)
+{
+    uint64_t until = mqd_mono_ns() + (took > PACE_MIN_NS ? took : PACE_MIN_NS);
+    while (!z->stop) {
+        uint64_t now = mqd_mono_ns();
+        if (now >= until)
+            return;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (until - now);
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&z->pace_cv, &z->mu, &ts);
+    }
+}
+
 /* Zeroes log's tail up to zwpos + window, a piece at a time (z->mu held, dropped around
  * the I/O). */
 static void fill(struct store_zero *z, mqd_plog_t *log)
@@ -101,7 +124,15 @@ static void fill(struct store_zero *z, mqd_plog_t *log)
         uint64_t from = log->zend > log->zwpos ? log->zend : log->zwpos;
         if (from >= target)
             return;
-        uint64_t to = target - from > ZCHUNK ? from + ZCHUNK : target;
+        uint64_t piece = (z->window / 4) & ~(uint64_t)4095;
+        piece = piece < 4096 ? 4096 : piece > ZCHUNK ? ZCHUNK : piece;
+        uint64_t to = target - from > piece ? from + piece : target;
+        /* Whole pieces only, but for the last one below the segment's end: a piece costs
+         * a device flush whatever its size, and chasing the tail a few KiB at a time
+         * (the flusher moves it on during every sync) made one flush per group commit. */
+        if (to - from < piece && !(log->zlimit && to >= (log->zlimit & ~(uint64_t)4095)))
+            return;
+        uint64_t t0 = mqd_mono_ns();
         log->zbusy = log->zwriting = 1;
         log->zfrom = from;
         log->zdirty = 1;
@@ -126,6 +157,7 @@ static void fill(struct store_zero *z, mqd_plog_t *log)
         log->zend = to;
         z->stats.bytes += to - from;
         z->stats.pieces++;
+        pace(z, mqd_mono_ns() - t0);
     }
 }
 
@@ -159,10 +191,12 @@ struct store_zero *store_zero_start(void)
     pthread_mutex_init(&z->mu, NULL);
     pthread_cond_init(&z->work_cv, NULL);
     pthread_cond_init(&z->done_cv, NULL);
+    pthread_cond_init(&z->pace_cv, NULL);
     if (!z->zeros || pthread_create(&z->thr, NULL, zero_main, z) != 0) {
         store_zero_free(z);
         return NULL;
     }
+    pthread_setname_np(z->thr, "mqd-zero");
     z->started = 1;
     return z;
 }
@@ -174,6 +208,7 @@ void store_zero_stop(struct store_zero *z)
     pthread_mutex_lock(&z->mu);
     z->stop = 1;
     pthread_cond_signal(&z->work_cv);
+    pthread_cond_signal(&z->pace_cv);
     pthread_mutex_unlock(&z->mu);
     pthread_join(z->thr, NULL);
     z->started = 0;
@@ -185,6 +220,7 @@ void store_zero_free(struct store_zero *z)
         return;
     store_zero_stop(z);
     pthread_cond_destroy(&z->done_cv);
+    pthread_cond_destroy(&z->pace_cv);
     pthread_cond_destroy(&z->work_cv);
     pthread_mutex_destroy(&z->mu);
     free(z->zeros);

@@ -40,10 +40,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define TICK_MS 20
 #define CKPT_EVERY_MS 2000
+#define IDX_STEP 1024 /* index entries appended to the files at once, between checkpoints */
 
 static ssize_t io_pwritev(int fd, const struct iovec *iov, int n, off_t off)
 {
@@ -308,8 +311,9 @@ static int roll(mqd_plog_t *log, seg_t *old, uint64_t base)
     old->next = s;
     log->tail = s;
     pthread_mutex_unlock(&log->mu);
-    if (ckpt_write(log, base, 0, base) == 0) {
+    if (ckpt_write(log, base, 0, base, 1) == 0) {
         log->ckpt_durable = base;
+        log->ckpt_hint = 0;
         log->last_ckpt_ms = mqd_now_ms();
     }
     return 0;
@@ -428,14 +432,17 @@ static int flush_batches(mqd_plog_t *log, batch_t *b, const mqd_plog_config_t *c
 static void maybe_ckpt(mqd_plog_t *log, seg_t *s, int64_t now, int force)
 {
     uint64_t d = __atomic_load_n(&log->durable, __ATOMIC_ACQUIRE);
-    if (d == log->ckpt_durable || s->synced != s->size || (!force && now - log->last_ckpt_ms < CKPT_EVERY_MS))
+    if ((d == log->ckpt_durable && !(force && log->ckpt_hint)) || s->synced != s->size ||
+        (!force && now - log->last_ckpt_ms < CKPT_EVERY_MS))
         return;
     /* The index files get the entries added since the last checkpoint first, so a
      * recovery from this checkpoint rescans at most what came after it. A failed index
      * write only costs a longer scan at the next start. */
     seg_index_write(log, s, 0, 0);
-    if (ckpt_write(log, s->base, s->synced, s->next_off) == 0)
+    if (ckpt_write(log, s->base, s->synced, s->next_off, force) == 0) {
         log->ckpt_durable = d;
+        log->ckpt_hint = !force;
+    }
     log->last_ckpt_ms = now;
 }
 
@@ -473,6 +480,10 @@ static void flush_log_rest(mqd_plog_t *log, int64_t now, int stopping)
         store_zero_cut(log, s) != 0)
         log_fail(log, s, "cut of the pre-zeroed tail", errno);
     if (!__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE)) {
+        /* A busy log's index files follow in small steps, not all at the checkpoint:
+         * 2 s at 100 MB/s is ~1 MB of entries, a few ms that batches would wait for. */
+        if (s->n_idx - s->idx_on_disk >= IDX_STEP)
+            seg_index_write(log, s, 0, 0);
         maybe_ckpt(log, s, now, stopping);
         if (stopping)
             seg_index_write(log, s, 0, 0);
@@ -553,6 +564,40 @@ static void flusher_pass(flusher_t *fl, int stopping, int all)
     pthread_cond_broadcast(&st->done_cv);
 }
 
+/* Applies st->flush_boost to the calling flusher (its own thread, st->mu not held). */
+static void apply_boost(flusher_t *fl)
+{
+    mqd_store_t *st = fl->st;
+    int want = __atomic_load_n(&st->flush_boost, __ATOMIC_RELAXED);
+    if (want == fl->boost)
+        return;
+    errno = 0;
+    /* the process's nice: its main thread's (Linux's PRIO_PROCESS with 0 would name this
+     * thread, which is what is being changed) */
+    int base = getpriority(PRIO_PROCESS, (id_t)getpid());
+    if (base == -1 && errno != 0)
+        base = 0;
+    int nice = base - want < -20 ? -20 : base - want;
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice) != 0 &&
+        !__atomic_exchange_n(&st->flush_boost_warned, 1, __ATOMIC_RELAXED))
+        MQD_INFO("store", "flush threads stay at the process's priority: raising it by %d "
+                 "(flush_priority_boost) was refused (%s); allow it with LimitNICE=%d in the "
+                 "systemd unit, CAP_SYS_NICE, or set flush_priority_boost = 0",
+                 want, strerror(errno), nice);
+    fl->boost = want; /* tried: not again until the setting changes */
+}
+
+void mqd_store_set_flush_boost(mqd_store_t *st, unsigned boost)
+{
+    __atomic_store_n(&st->flush_boost, boost > 19 ? 19 : (int)boost, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&st->mu);
+    for (unsigned i = 0; i < st->nfl; i++) {
+        st->fl[i].kick = 1;
+        pthread_cond_signal(&st->fl[i].work_cv);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
 static void *flusher_main(void *arg)
 {
     flusher_t *fl = arg;
@@ -560,6 +605,11 @@ static void *flusher_main(void *arg)
     int64_t last_all = 0;
     pthread_mutex_lock(&st->mu);
     for (;;) {
+        if (__atomic_load_n(&st->flush_boost, __ATOMIC_RELAXED) != fl->boost) {
+            pthread_mutex_unlock(&st->mu);
+            apply_boost(fl);
+            pthread_mutex_lock(&st->mu);
+        }
         int stopping = st->stop;
         int64_t now = mqd_now_ms();
         int all = stopping || now - last_all >= TICK_MS;
@@ -632,7 +682,7 @@ static void do_truncate(mqd_plog_t *log)
     if (rc == 0)
         rc = store_fsync_dir(log->dir);
     seg_t *t = log->tail;
-    if (rc == 0 && ckpt_write(log, t->base, t->size, t->next_off) != 0)
+    if (rc == 0 && ckpt_write(log, t->base, t->size, t->next_off, 1) != 0)
         rc = MQD_EIO;
     if (rc != 0)
         log_fail(log, t, "truncate", EIO);
@@ -719,10 +769,14 @@ int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn
         pthread_cond_init(&st->fl[i].work_cv, NULL);
     }
     for (unsigned i = 0; rc == 0 && i < flushers; i++) {
-        if (pthread_create(&st->fl[i].thr, NULL, flusher_main, &st->fl[i]) != 0)
+        if (pthread_create(&st->fl[i].thr, NULL, flusher_main, &st->fl[i]) != 0) {
             rc = MQD_ENOMEM;
-        else
+        } else {
+            char name[16];
+            snprintf(name, sizeof name, "mqd-flush%u", i);
+            pthread_setname_np(st->fl[i].thr, name); /* top -H, perf, ps -L */
             st->fl[i].started = 1;
+        }
     }
     if (rc == 0 && !(st->cold = store_cold_start()))
         rc = MQD_ENOMEM;

@@ -118,6 +118,11 @@ void mqd_store_set_syncfs(mqd_store_t *st, int on);
  * instead of growing the file: about half the time). 0 (the default) turns it off.
  * Any time after open. */
 void mqd_store_set_prezero(mqd_store_t *st, uint64_t bytes);
+/* Runs the flusher threads `boost` nice levels above the process (0: at its priority;
+ * applied by each flusher at its next wake). Raising a priority needs CAP_SYS_NICE or a
+ * permissive RLIMIT_NICE: without, it is logged once and left. */
+void mqd_store_set_flush_boost(mqd_store_t *st, unsigned boost);
+
 /* mqd_store_open_ex with the default number of flushers. */
 int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out);
 /* Flushes and fsyncs everything, writes recovery checkpoints, stops the flusher,

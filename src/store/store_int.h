@@ -125,6 +125,7 @@ struct mqd_plog {
     int64_t last_sync_ms;
     int64_t last_ckpt_ms;
     uint64_t ckpt_durable;    /* durable offset the checkpoint on disk records */
+    int ckpt_hint;            /* ... in an unsynced periodic write (a clean close redoes it) */
     int ckpt_clean;           /* recovery found the checkpoint exactly at the log's end */
     int dir_dirty;            /* retention deleted files: fsync the directory (atomic) */
     uint64_t trunc_req;       /* truncate_to(offset) asks the flusher: offset + 1 (atomic) */
@@ -160,6 +161,7 @@ typedef struct flusher {
     mqd_store_t *st;
     pthread_t thr;
     int started, kick;
+    int boost;              /* the nice boost this thread runs at (its own field) */
     pthread_cond_t work_cv; /* waits for work */
     /* Logs to visit before the next timed pass (queued batches, truncation, a
      * directory to sync), so a kick costs O(busy logs), not O(partitions). */
@@ -193,6 +195,8 @@ struct mqd_store {
      * Tickets are taken after a log's write completed; a syncfs started after ticket t
      * was taken makes t durable. Guarded by gs_mu. */
     int use_syncfs;
+    int flush_boost;       /* nice levels above the process for flushers (atomic) */
+    int flush_boost_warned; /* raising it was refused once (atomic) */
     pthread_mutex_t gs_mu;
     pthread_cond_t gs_cv;
     uint64_t gs_asked;   /* tickets handed out */
@@ -219,7 +223,12 @@ uint64_t seg_lookup_pos(const seg_t *s, uint64_t off, uint64_t *at_off);
 uint64_t seg_lookup_time(const seg_t *s, int64_t ts);
 int seg_truncate_at(mqd_plog_t *log, seg_t *s, uint64_t off);
 int log_recover(mqd_plog_t *log);
-int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off);
+/* Records that [0, pos) of segment `base` holds whole, fdatasync'd records up to offset
+ * `off`, so recovery scans from there. `sync`: durably (tmp file, fdatasync, rename,
+ * directory fsync), at rolls, truncations and a clean close; else a hint overwritten in
+ * place with no sync, for the periodic checkpoints of a busy log (a lost or torn hint
+ * only makes the next recovery scan more). */
+int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off, int sync);
 int store_fsync_dir(const char *dir);
 
 /* "." or "..", skipped when walking a directory. */

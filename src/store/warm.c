@@ -114,8 +114,11 @@ struct store_warm *store_warm_start(const char *root)
         return NULL;
     }
     snprintf(w->topics, n, "%s/topics", root);
-    for (unsigned i = 0; i < STORE_WARM_THREADS; i++)
+    for (unsigned i = 0; i < STORE_WARM_THREADS; i++) {
         w->started[i] = pthread_create(&w->thr[i], NULL, warm_main, w) == 0;
+        if (w->started[i])
+            pthread_setname_np(w->thr[i], "mqd-warm");
+    }
     return w;
 }
 

@@ -7,6 +7,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/resource.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -358,6 +361,104 @@ static void test_unclean_reopen_syncs(void **state)
     assert_int_equal(access(p, F_OK), 0);
 }
 
+/* The periodic checkpoint of a busy log is a hint written in place without a sync (a
+ * lost or torn one only lengthens the next recovery's scan); a clean close still writes
+ * it durably, so the next open is clean. */
+static uint64_t ckpt_off(const char *path)
+{
+    uint8_t b[36];
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return UINT64_MAX;
+    ssize_t n = pread(fd, b, sizeof b, 0);
+    close(fd);
+    uint64_t off;
+    memcpy(&off, b + 24, 8);
+    return n == (ssize_t)sizeof b ? off : UINT64_MAX;
+}
+
+static void test_periodic_ckpt_is_a_hint(void **state)
+{
+    fx_t *f = *state;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/topics/t/0/recovery.ckpt", f->dir);
+    fx_open(f);
+    assert_int_equal(append_n(f->st, f->log, 20, 5, SEED, 100, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 20), 0);
+    counting_io(); /* from here on: the timed pass's checkpoint only */
+    for (int i = 0; i < 400 && ckpt_off(p) != 20; i++)
+        usleep(10 * 1000);
+    assert_int_equal(ckpt_off(p), 20);
+    usleep(50 * 1000);
+    assert_int_equal(n_sync, 0);
+    assert_int_equal(n_fsync, 0);
+    assert_true(n_pwrite >= 1);
+    mqd_store_close(f->st);
+    f->st = NULL;
+    assert_true(n_sync >= 1); /* the close made it durable */
+    assert_true(n_fsync >= 1);
+    assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    assert_int_equal(mqd_store_log_open(f->st, "t", 0, &f->cfg, &f->log), 0);
+    assert_int_equal(f->log->ckpt_clean, 1);
+    assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED, 100, 50, 1 << 20), 20);
+}
+
+/* Nice value of this process's thread named `comm` (INT_MIN: none such). */
+static int thread_nice(const char *comm)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    struct dirent *e;
+    int nice = INT_MIN;
+    while ((e = readdir(d)) && nice == INT_MIN) {
+        char p[300], name[64] = "", st[1024];
+        snprintf(p, sizeof p, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue;
+        if (!fgets(name, sizeof name, f))
+            name[0] = 0;
+        fclose(f);
+        name[strcspn(name, "\n")] = 0;
+        if (strcmp(name, comm) != 0)
+            continue;
+        snprintf(p, sizeof p, "/proc/self/task/%s/stat", e->d_name);
+        f = fopen(p, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(st, sizeof st, f));
+        fclose(f);
+        const char *q = strrchr(st, ')'); /* fields after comm: state is field 3, nice 19 */
+        for (int field = 2; q && field < 19; field++)
+            q = strchr(q + 1, ' ');
+        assert_non_null(q);
+        nice = atoi(q + 1);
+    }
+    closedir(d);
+    return nice;
+}
+
+/* flush_priority_boost: the flusher threads (named mqd-flushN) run that many nice levels
+ * above the process when it may raise a priority (root here), else at its own. */
+static void test_flush_boost(void **state)
+{
+    fx_t *f = *state;
+    fx_open(f);
+    int base = getpriority(PRIO_PROCESS, 0);
+    mqd_store_set_flush_boost(f->st, 5);
+    assert_int_equal(append_n(f->st, f->log, 10, 5, SEED, 100, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 10), 0);
+    int want = geteuid() == 0 ? base - 5 : base, got = INT_MIN;
+    for (int i = 0; i < 200 && (got = thread_nice("mqd-flush0")) != want; i++)
+        usleep(5000);
+    assert_int_equal(got, want);
+    mqd_store_set_flush_boost(f->st, 0);
+    for (int i = 0; i < 200 && (got = thread_nice("mqd-flush0")) != base; i++)
+        usleep(5000);
+    if (geteuid() == 0)
+        assert_int_equal(got, base);
+    assert_int_equal(getpriority(PRIO_PROCESS, 0), base); /* this thread is untouched */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -369,6 +470,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_syncfs_error_falls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clean_reopen_is_read_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unclean_reopen_syncs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_periodic_ckpt_is_a_hint, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flush_boost, setup, teardown),
     };
     mqd_log_set_level(MQD_LOG_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);

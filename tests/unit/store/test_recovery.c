@@ -96,8 +96,15 @@ static void damage(const char *path, int how, uint64_t pos, uint64_t rl, rng_t *
         b ^= (uint8_t)(1u << rnd_in(r, 8));
         assert_int_equal(pwrite(fd, &b, 1, (off_t)at), 1);
     } else if (how == 2) { /* a zeroed page from inside the record to past EOF */
-        uint8_t z[4096] = {0};
-        assert_int_equal(pwrite(fd, z, sizeof z, (off_t)(pos + rnd_in(r, rl))), (ssize_t)sizeof z);
+        /* starting at or before the record's last non-zero byte, or the record would
+         * survive intact (its payload may end in zeros) */
+        uint8_t rec[4096], z[4096] = {0};
+        assert_true(rl <= sizeof rec);
+        assert_int_equal(pread(fd, rec, rl, (off_t)pos), (ssize_t)rl);
+        uint64_t last = rl - 1;
+        while (last > 0 && rec[last] == 0)
+            last--;
+        assert_int_equal(pwrite(fd, z, sizeof z, (off_t)(pos + rnd_in(r, last + 1))), (ssize_t)sizeof z);
     } else { /* the record never made it, but junk did */
         uint8_t g[512];
         for (size_t i = 0; i < sizeof g; i++)
@@ -195,7 +202,10 @@ static void one_trial(uint32_t t)
     uint8_t saved[64];
     size_t saved_n = slurp(ck, saved, sizeof saved);
     write_n(dir, &cfg, m, &r, seed);
-    /* Crash before the flusher wrote a newer checkpoint: the old one is on disk. */
+    /* Crash before the flusher wrote a newer checkpoint: the old one is on disk, or (a
+     * periodic checkpoint is written in place without a sync) a torn one. */
+    if (saved_n > 0 && rnd_in(&r, 4) == 0)
+        saved[rnd_in(&r, saved_n)] ^= (uint8_t)(1 + rnd_in(&r, 255));
     spit(ck, saved, saved_n);
     uint64_t base = last_base(pdir), pos, rl, off;
     snprintf(logp, sizeof logp, "%s/%020" PRIu64 ".log", pdir, base);
