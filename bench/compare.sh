@@ -9,10 +9,19 @@
 # this script starts is stopped by its PID on exit. Bounded: each run has a
 # --duration-cap, and once DEADLINE seconds have passed the remaining runs are skipped.
 #
+# Latency at a fixed rate (the issue's p99 targets): for each rate in LAT_RATES, REPS runs
+# of `mqd-bench both --rate R` (durable 1 KiB, LAT_SECS seconds of messages, a fresh
+# topic/queue each), and beside each mqd run the disk's own floor at that rate:
+# `fsync-modes -r R` (one pwrite + fdatasync per group of due messages, no broker) in the
+# directory mqd's data is in. RabbitMQ runs only the rates below 90 % of its durable
+# end-to-end median from the matrix (above that its queue only grows).
+#
 # Environment (defaults in brackets):
 #   MQD_BIN [build/mqd]         mqd binary
 #   BENCH_BIN [build/mqd-bench, else next to MQD_BIN, else compiled from source into a temp dir]
-#   REPS [3]  COUNT [100000]  WINDOW [1000]  RUN_CAP [45] (s per run)  DEADLINE [780] (s)
+#   REPS [3]  COUNT [100000]  WINDOW [1000]  RUN_CAP [45] (s per run)  DEADLINE [900] (s)
+#   LAT_RATES ["10000 100000"] ("" skips the latency runs)  LAT_SECS [5]
+#   FSYNC_MODES_BIN [build/bench/fsync-modes, else compiled from source into a temp dir]
 #   MQD_PORT [47301]  RMQ_PORT [47302]  EPMD_PORT [47369]  DIST_PORT [47370]
 #   NO_INSTALL=1   do not apt-get install rabbitmq-server / gnuplot-nox
 #   ONLY=mqd|rabbitmq   run one broker only (table then has no ratios)
@@ -27,7 +36,9 @@ REPS=${REPS:-3}
 COUNT=${COUNT:-100000}
 WINDOW=${WINDOW:-1000}
 RUN_CAP=${RUN_CAP:-45}
-DEADLINE=${DEADLINE:-780}
+DEADLINE=${DEADLINE:-900}
+LAT_RATES=${LAT_RATES-10000 100000}
+LAT_SECS=${LAT_SECS:-5}
 MQD_PORT=${MQD_PORT:-47301}
 RMQ_PORT=${RMQ_PORT:-47302}
 EPMD_PORT=${EPMD_PORT:-47369}
@@ -74,6 +85,16 @@ install_deps() {
 		--no-install-recommends $need >/dev/null || log "apt-get install$need failed"
 	[ -n "$policy" ] && rm -f /usr/sbin/policy-rc.d
 	return 0
+}
+
+find_fsync_modes() {
+	local cand
+	for cand in "${FSYNC_MODES_BIN:-}" build/bench/fsync-modes "$(dirname "$MQD_BIN")/bench/fsync-modes"; do
+		[ -n "$cand" ] && [ -x "$cand" ] && { FSYNC_MODES_BIN=$cand; return 0; }
+	done
+	FSYNC_MODES_BIN=$TMP/fsync-modes
+	log "compiling fsync-modes into $FSYNC_MODES_BIN"
+	gcc -O2 -std=gnu11 -o "$FSYNC_MODES_BIN" bench/fsync-modes.c
 }
 
 find_bench() {
@@ -131,6 +152,9 @@ start_rabbitmq() {
 	for p in $PROFILES; do for k in s b; do for r in $(seq "$REPS"); do
 		names="$names<<\"$(topic "$p" "$k" "$r")\">>,"
 	done; done; done
+	for p in $LAT_RATES; do for r in $(seq "$REPS"); do
+		names="$names<<\"$(topic "lat$p" b "$r")\">>,"
+	done; done
 	# durable classic queues, addressed as /amq/queue/NAME by the AMQP 1.0 plugin
 	(rmq_env; $RMQ_LIB/rabbitmqctl -n $RMQ_NODE eval "[rabbit_amqqueue:declare(rabbit_misc:r(<<\"/\">>, queue, N), true, false, [], none, <<\"bench\">>) || N <- [${names%,}]], ok.") >/dev/null
 	RMQ_VERSION=$(rmq_env; $RMQ_LIB/rabbitmqctl -n $RMQ_NODE eval 'rabbit:base_product_version().' 2>/dev/null | tr -d '"' || echo '?')
@@ -158,6 +182,41 @@ run_one() {
 	line=$(grep '^RESULT ' "$TMP/run-$b-$p-$m-$r.txt" || echo "RESULT mode=$m msgs=0 complete=0")
 	echo "$b $p $m $r ${line#RESULT }" >>"$TMP/results"
 	log "$b $p $m #$r: ${line#RESULT }"
+}
+
+# run_lat BROKER RATE REP: a paced durable end-to-end run; for mqd also the disk's floor
+# (appended as "floor latR - REP <fields>", p50_ms/p99_ms of fsync-modes' append mode)
+run_lat() {
+	local b=$1 rate=$2 r=$3 url addr pid line n=$(($2 * LAT_SECS))
+	if (($(date +%s) - START > DEADLINE)); then log "deadline reached: skipping $b lat$rate #$r"; return 0; fi
+	if [ "$b" = mqd ]; then
+		line=$("$FSYNC_MODES_BIN" -r "$rate" -n "$n" -d "$TMP/mqd-data" 2>&1 | awk '$1 == "append" {
+			for (i = 1; i <= NF; i++) { if ($i == "p50") a = $(i + 1); if ($i == "p99") c = $(i + 1) }
+			print "p50_ms=" a " p99_ms=" c }')
+		echo "floor lat$rate - $r ${line:-p50_ms=na p99_ms=na}" >>"$TMP/results"
+		log "floor lat$rate #$r: $line"
+		ensure_mqd; url=amqp://127.0.0.1:$MQD_PORT; addr=$(topic "lat$rate" b "$r"); pid=$MQD_PID
+	else url=amqp://127.0.0.1:$RMQ_PORT; addr=/amq/queue/$(topic "lat$rate" b "$r"); pid=$RMQ_PID; fi
+	timeout $((RUN_CAP + 30)) "$BENCH_BIN" both --url "$url" --address "$addr" --count "$n" \
+		--rate "$rate" --window "$WINDOW" --duration-cap "$RUN_CAP" --idle 5 --broker-pid "$pid" \
+		--quiet --size 1024 --durable >"$TMP/run-$b-lat$rate-$r.txt" 2>&1 || true
+	line=$(grep '^RESULT ' "$TMP/run-$b-lat$rate-$r.txt" || echo "RESULT mode=both msgs=0 complete=0")
+	echo "$b lat$rate - $r ${line#RESULT }" >>"$TMP/results"
+	log "$b lat$rate #$r: ${line#RESULT }"
+}
+
+run_lats() { # run_lats BROKER: the rates it can sustain
+	local rate r cap
+	for rate in $LAT_RATES; do
+		if [ "$1" = rabbitmq ]; then
+			cap=$(median msgs_per_s rabbitmq durable1k both)
+			if [ "$cap" = na ] || awk -v c="$cap" -v r="$rate" 'BEGIN { exit !(r > 0.9 * c) }'; then
+				log "rabbitmq lat$rate skipped: above 90 % of its durable end-to-end rate ($cap msgs/s)"
+				continue
+			fi
+		fi
+		for r in $(seq "$REPS"); do run_lat "$1" "$rate" "$r"; done
+	done
 }
 
 run_matrix() { # run_matrix BROKER
@@ -208,6 +267,23 @@ write_table() {
 				"$(fmt "$(median broker_cpu_pct mqd "$p" "$m")" 0) | $(fmt "$(median broker_cpu_pct rabbitmq "$p" "$m")" 0) |"
 			printf '%s-%s %s %s\n' "$p" "$m" "$mq" "$rq" >>"$TMP/chart.dat"
 		done; done
+		if [ -n "$LAT_RATES" ]; then
+			echo
+			echo "Durable 1 KiB end-to-end at a fixed rate (\`mqd-bench both --rate R\`, $LAT_SECS s of messages, medians of $REPS;"
+			echo "floor: \`fsync-modes -r R\` append mode in mqd's data directory, run before each mqd run: one"
+			echo "pwrite + fdatasync per group of due messages, no broker; RabbitMQ only below 90 % of its durable end-to-end rate):"
+			echo
+			echo "| rate msgs/s | floor p50 ms | floor p99 ms | mqd p50 ms | mqd p99 ms | mqd p99.9 ms | mqd msgs/s | RabbitMQ p50 ms | RabbitMQ p99 ms | RabbitMQ msgs/s |"
+			echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+			local rate
+			for rate in $LAT_RATES; do
+				echo "| $rate | $(fmt "$(median p50_ms floor "lat$rate" -)" 2) | $(fmt "$(median p99_ms floor "lat$rate" -)" 2) |" \
+					"$(fmt "$(median p50_ms mqd "lat$rate" -)" 2) | $(fmt "$(median p99_ms mqd "lat$rate" -)" 2) |" \
+					"$(fmt "$(median p999_ms mqd "lat$rate" -)" 2) | $(fmt "$(median msgs_per_s mqd "lat$rate" -)" 0) |" \
+					"$(fmt "$(median p50_ms rabbitmq "lat$rate" -)" 2) | $(fmt "$(median p99_ms rabbitmq "lat$rate" -)" 2) |" \
+					"$(fmt "$(median msgs_per_s rabbitmq "lat$rate" -)" 0) |"
+			done
+		fi
 		echo
 		echo "Incomplete runs (complete=0: capped, idle or error): $(grep -c 'complete=0' "$TMP/results" || true)"
 		echo
@@ -251,11 +327,13 @@ main() {
 		[ -x "$MQD_BIN" ] || { log "no mqd binary at $MQD_BIN (set MQD_BIN)"; exit 1; }
 		start_mqd
 		run_matrix mqd
+		[ -n "$LAT_RATES" ] && find_fsync_modes && run_lats mqd
 		stop_pid "$MQD_PID" 10; MQD_PID=
 	fi
 	if [ "$ONLY" != mqd ]; then
 		start_rabbitmq
 		run_matrix rabbitmq
+		[ -n "$LAT_RATES" ] && run_lats rabbitmq
 		stop_rabbitmq
 	fi
 	write_table
