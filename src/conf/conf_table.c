@@ -259,8 +259,10 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      NULL, "Send rejected and over-delivered messages to the topic T/$DeadLetterQueue.", false},
     {"dedup_window_ms", MQD_CT_DURATION, MQD_CS_BOTH, 0, 7 * DAY, "0", NULL, NULL,
      T_FIELD(dedup_window_ms), NULL, NULL,
-     "Drop a message whose message-id was seen on the partition within this window "
-     "(exactly-once produce). 0 turns it off.",
+     "Accept without storing a message whose message-id the topic stored within this "
+     "window (a producer's retry after a lost disposition is not stored twice). After a "
+     "restart the window is rebuilt from the logs before mqd serves clients, so start-up "
+     "reads the records of one window. 0 turns it off.",
      false},
 
     /* ---- users ---- */

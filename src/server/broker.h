@@ -320,6 +320,10 @@ void mqd_producers_refill(mqd_server_t *s);
 /* dedup.c: true if msg's message-id was stored within the topic's window (records it if not). */
 bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi);
 void mqd_dedup_free(mqd_topic_t *t);
+/* Rebuilds the topic's window from its logs now, if it has dedup and no window yet. */
+void mqd_dedup_warm(mqd_topic_t *t);
+/* topic.c: mqd_dedup_warm for every topic (start-up, after the transactions load). */
+void mqd_topics_dedup_warm(mqd_server_t *s);
 
 /* txn.c internals used by the link handlers */
 void mqd_txns_stable_advanced(mqd_server_t *s);

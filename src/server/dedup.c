@@ -2,13 +2,16 @@
  * resends after a lost disposition is accepted without a second copy being stored.
  * The window is kept in memory (a hash of message-id bytes, expired in arrival order).
  *
- * After a restart the window is rebuilt from the partition logs, lazily: on the topic's
- * first dedup check, every partition is read from the time-index position of
- * (now - dedup_window_ms) to its stable end and the message-ids of the records found go
- * back into the window with their stored timestamps. So a producer's retry of a send
- * that was durable before a crash is still recognised, SQLite is never involved, and a
- * topic without dedup costs nothing at startup. Transactional records count only if
- * their transaction committed (an aborted send may be sent again). */
+ * After a restart the window is rebuilt from the partition logs at start-up, before the
+ * listeners open (mqd_topics_dedup_warm): every partition is read from the time-index
+ * position of (now - dedup_window_ms) to its stable end and the message-ids of the
+ * records found go back into the window with their stored timestamps. So a producer's
+ * retry of a send that was durable before a crash is still recognised, SQLite is never
+ * involved, a topic without dedup costs nothing at startup, and the scan (a whole window
+ * of records) never stalls the event loop while it serves clients. A topic whose dedup
+ * is turned on later (a reload) is rebuilt the same way at its first check.
+ * Transactional records count only if their transaction committed (an aborted send may
+ * be sent again), so this runs after the transactions are loaded. */
 #include "config.h"
 #include "server/broker.h"
 
@@ -177,6 +180,13 @@ static void expire(struct mqd_dedup *d, int64_t now, int64_t window)
         d->head = (d->head + 1) % d->fcap;
         d->len--;
     }
+}
+
+void mqd_dedup_warm(mqd_topic_t *t)
+{
+    if (!t->conf.dedup_window_ms || t->dedup || !(t->dedup = calloc(1, sizeof *t->dedup)))
+        return;
+    rebuild(t, mqd_now_ms());
 }
 
 bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi)

@@ -498,6 +498,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
         goto err;
     if ((rc = mqd_txns_init(s)) != 0)
         goto err;
+    mqd_topics_dedup_warm(s); /* needs the committed transactions; before any client */
     if ((rc = mqd_auth_init(s)) != 0)
         goto err;
     if ((rc = mqd_watermark_init(s)) != 0)

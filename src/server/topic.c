@@ -341,6 +341,13 @@ int mqd_topics_load(mqd_server_t *s)
     return rc;
 }
 
+void mqd_topics_dedup_warm(mqd_server_t *s)
+{
+    for (size_t i = 0; i < s->topics_cap; i++)
+        for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext)
+            mqd_dedup_warm(t);
+}
+
 static void part_free(mqd_part_t *p)
 {
     while (p->pend_head) {
