@@ -5,9 +5,13 @@
 #include "meta/meta_int.h"
 #include "util/util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define META_BUSY_TIMEOUT_MS 5000
 
@@ -199,6 +203,11 @@ int mqd_meta_open(const char *path, mqd_meta_t **out)
     int rc = MQD_ENOMEM;
     if (m == NULL)
         goto fail;
+    m->wal_fd = -1;
+    size_t pl = strlen(path) + 5;
+    if (!(m->wal_path = malloc(pl)))
+        goto fail;
+    snprintf(m->wal_path, pl, "%s-wal", path);
     if (sqlite3_open_v2(path, &m->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
@@ -232,6 +241,9 @@ void mqd_meta_close(mqd_meta_t *m)
         sqlite3_finalize(m->st[i]);
     if (m->db != NULL && sqlite3_close(m->db) != SQLITE_OK)
         MQD_ERR("meta", "close: %s", sqlite3_errmsg(m->db));
+    if (m->wal_fd >= 0)
+        close(m->wal_fd);
+    free(m->wal_path);
     free(m);
 }
 
@@ -256,6 +268,32 @@ int mqd_meta_begin(mqd_meta_t *m)
     return rc;
 }
 
+/* After a transaction begun by mqd_meta_begin_nosync: every later one syncs again. */
+static int restore_sync(mqd_meta_t *m, int rc)
+{
+    if (!m->nosync)
+        return rc;
+    m->nosync = false;
+    if (meta_exec(m, "PRAGMA synchronous = FULL") != 0) {
+        /* later commits would not wait for the disk: nothing may be acknowledged */
+        MQD_ERR("meta", "cannot restore synchronous = FULL: stopping");
+        abort();
+    }
+    return rc;
+}
+
+int mqd_meta_begin_nosync(mqd_meta_t *m)
+{
+    if (m->in_txn)
+        return MQD_ESTATE;
+    int rc = meta_exec(m, "PRAGMA synchronous = NORMAL");
+    if (rc != 0)
+        return rc;
+    m->nosync = true;
+    rc = mqd_meta_begin(m);
+    return rc == 0 ? 0 : restore_sync(m, rc);
+}
+
 int mqd_meta_commit(mqd_meta_t *m)
 {
     if (!m->in_txn)
@@ -263,9 +301,9 @@ int mqd_meta_commit(mqd_meta_t *m)
     m->in_txn = false;
     if (sqlite3_get_autocommit(m->db)) {
         MQD_ERR("meta", "commit: the transaction was already rolled back by SQLite");
-        return MQD_EDB;
+        return restore_sync(m, MQD_EDB);
     }
-    return wend(m, true, 0);
+    return restore_sync(m, wend(m, true, 0));
 }
 
 int mqd_meta_rollback(mqd_meta_t *m)
@@ -274,8 +312,33 @@ int mqd_meta_rollback(mqd_meta_t *m)
         return MQD_ESTATE;
     m->in_txn = false;
     if (sqlite3_get_autocommit(m->db))
-        return 0; /* SQLite already rolled back after an error */
-    return step_done(m, stmt(m, ST_ROLLBACK), "rollback");
+        return restore_sync(m, 0); /* SQLite already rolled back after an error */
+    return restore_sync(m, step_done(m, stmt(m, ST_ROLLBACK), "rollback"));
+}
+
+int mqd_meta_wal_sync(mqd_meta_t *m)
+{
+    struct stat sb;
+    /* SQLite keeps its WAL while the database is open; reopen if it was replaced */
+    if (m->wal_fd >= 0 && (stat(m->wal_path, &sb) != 0 || sb.st_ino != m->wal_ino ||
+                           sb.st_dev != m->wal_dev)) {
+        close(m->wal_fd);
+        m->wal_fd = -1;
+    }
+    if (m->wal_fd < 0) {
+        m->wal_fd = open(m->wal_path, O_RDONLY | O_CLOEXEC);
+        if (m->wal_fd < 0 || fstat(m->wal_fd, &sb) != 0) {
+            MQD_ERR("meta", "%s: %s", m->wal_path, strerror(errno));
+            return MQD_EIO;
+        }
+        m->wal_dev = sb.st_dev;
+        m->wal_ino = sb.st_ino;
+    }
+    if (fdatasync(m->wal_fd) != 0) {
+        MQD_ERR("meta", "fdatasync %s: %s", m->wal_path, strerror(errno));
+        return MQD_EIO;
+    }
+    return 0;
 }
 
 /* ---- topics ---- */

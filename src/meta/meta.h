@@ -27,6 +27,15 @@ uint64_t mqd_meta_txn_count(const mqd_meta_t *m);
 int mqd_meta_begin(mqd_meta_t *m);
 int mqd_meta_commit(mqd_meta_t *m);
 int mqd_meta_rollback(mqd_meta_t *m);
+/* A transaction whose COMMIT writes the WAL without waiting for the disk (synchronous =
+ * NORMAL for it alone): its changes are durable once a later mqd_meta_wal_sync returns
+ * 0, or a later ordinary commit or checkpoint synced them, and only then may anyone be
+ * told. Until then a crash may or may not keep them. */
+int mqd_meta_begin_nosync(mqd_meta_t *m);
+/* fdatasync of the WAL through a descriptor of its own: safe on another thread than the
+ * handle's (but one thread at a time, and not after mqd_meta_close). Makes every commit
+ * that returned before it was called durable. 0 or MQD_EIO. */
+int mqd_meta_wal_sync(mqd_meta_t *m);
 
 /* ---- topics ---- */
 typedef struct mqd_meta_topic {

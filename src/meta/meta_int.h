@@ -5,6 +5,7 @@
 #include "meta/meta.h"
 
 #include <sqlite3.h>
+#include <sys/types.h>
 
 /* Every statement the handle uses, prepared once at open (SQL text in meta.c). */
 enum meta_stmt {
@@ -45,7 +46,13 @@ struct mqd_meta {
     sqlite3 *db;
     sqlite3_stmt *st[ST__COUNT];
     bool in_txn;        /* inside mqd_meta_begin .. commit/rollback */
+    bool nosync;        /* ... begun by mqd_meta_begin_nosync (synchronous = NORMAL) */
     uint64_t txn_count; /* committed write transactions (migrations not counted) */
+    /* mqd_meta_wal_sync (its caller's thread only): the WAL, opened on first use */
+    char *wal_path;
+    int wal_fd;
+    dev_t wal_dev;
+    ino_t wal_ino;
 };
 
 /* Logs sqlite3_errmsg with `what` and returns MQD_EDB. */

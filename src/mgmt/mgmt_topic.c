@@ -217,6 +217,9 @@ static int topic_delete(mqd_mgmt_req_t *r)
     size_t n = topic_links(r->s, t);
     if (n)
         return mqd_mgmt_fail(r, 409, "topic '%s' has %zu attached links", r->name, n);
+    /* a transaction keeps pointers to the topics it touched until it is decided */
+    if ((n = mqd_txns_topic_refs(r->s, t)))
+        return mqd_mgmt_fail(r, 409, "topic '%s' has %zu unfinished transactions", r->name, n);
     int rc = mqd_topic_delete(r->s, t);
     if (rc != 0)
         return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "delete failed: %s", mqd_strerror(rc));

@@ -25,6 +25,7 @@
 #include <proton/engine.h>
 
 struct mqd_server;
+struct mqd_topic;
 struct mqd_conn;
 struct mqd_lstate;
 struct mqd_part;
@@ -50,6 +51,9 @@ void mqd_txns_expire(struct mqd_server *s);
  * set. A transaction must be found prunable by two passes in a row. Rows that are not
  * COMMITTED (never trusted at load) are deleted too. Returns the rows deleted. */
 size_t mqd_txns_prune(struct mqd_server *s);
+/* Transactions not yet finished (open, deciding, or waiting for their decision's sync)
+ * that wrote to or acknowledged from topic t: while any, t must not be deleted. */
+size_t mqd_txns_topic_refs(struct mqd_server *s, const struct mqd_topic *t);
 
 /* The coordinator link's messages (declare / discharge); `msg` is the encoded message. */
 void mqd_txn_coordinator_transfer(struct mqd_lstate *ls, pn_delivery_t *d, const uint8_t *msg,

@@ -23,11 +23,14 @@ stop at the last stable offset), so seeing the marker proves the transaction is 
   close conn      closing the connection with an open transaction rolls it back.
   dedup           topic dedup_window_ms=60000: a message-id sent twice is stored once.
   capabilities    the coordinator target offers amqp:local-transactions.
+  delete          mqctl topic delete is refused (409) while an unfinished transaction
+                  wrote to the topic, also after its producer link closed; then allowed.
   timeout         (MQD_TXN_TIMEOUT=1 only, ~65 s) a transaction left open past 60 s is
                   rolled back and its discharge rejected with amqp:transaction:timeout.
 """
 
 import os
+import subprocess
 import sys
 import time
 
@@ -277,6 +280,45 @@ def case_open(url):
         c.close()
 
 
+def mqctl(url, *args):
+    """(exit code, stdout, stderr) of build/mqctl, or None when it is not built."""
+    b = os.environ.get("MQCTL_BIN") or os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqctl")
+    if not os.access(b, os.X_OK):
+        return None
+    p = subprocess.run([b, "--url", url, "--timeout", str(10 * mqdtest.SLOW)] + list(args),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60 * mqdtest.SLOW)
+    log("mqctl %s -> %d %s" % (" ".join(args), p.returncode, p.stderr.decode().strip()))
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def case_delete_refused(url):
+    """A topic an unfinished transaction wrote to cannot be deleted, even once the
+    producer link is gone (the transaction still points at it); after the commit it can."""
+    T = "tx-del"
+    c = BlockingConnection(url, timeout=30)
+    try:
+        bt = BlockingTxns(c)
+        s = c.create_sender(T)
+        tid = bt.declare()
+        res = bt.wait_settled([bt.send(s, Message(body="d"), tid)])
+        check(txn_outcome_ok(res[0][0], res[0][1], tid), "send outcome %s" % (res,))
+        s.close()
+        r = mqctl(url, "topic", "delete", T)
+        if r is None:
+            log("mqctl not built: delete checks skipped")
+        else:
+            rc, out, err = r
+            check(rc != 0 and "1 unfinished transactions" in err,
+                  "delete of %s with an open transaction: exit %d %r %r" % (T, rc, out, err))
+        ok, st, cond = bt.discharge(tid, False)
+        check(ok, "commit: outcome %s %s" % (st, cond))
+        if r is not None:
+            rc, out, err = mqctl(url, "topic", "delete", T)
+            check(rc == 0, "delete after the commit: exit %d %r %r" % (rc, out, err))
+    finally:
+        c.close()
+
+
 def case_recv(url, T, addr, data_dir=None, topic=None):
     send(url, T, [Message(body="r%d" % i) for i in range(6)])
     h = TxnReceiver(url, addr, 3, commit=False)
@@ -379,6 +421,8 @@ def body(t):
         case_close_conn(url)
     with coll.case("duplicate detection"):
         case_dedup(url)
+    with coll.case("topic with an unfinished transaction: delete refused"):
+        case_delete_refused(url)
     if os.environ.get("MQD_TXN_TIMEOUT") == "1":
         with coll.case("transaction timeout"):
             case_timeout(url)

@@ -1,6 +1,7 @@
 /* meta: schema, reopen, topics, batched offsets, acks, epochs, txns, ids, kv. */
 #include "config.h"
 #include "meta/meta.h"
+#include "meta/meta_int.h"
 #include "util/util.h"
 
 #include <stdarg.h>
@@ -8,6 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -392,6 +394,59 @@ static void test_close_rolls_back(void **state)
     assert_int_equal(mqd_meta_rollback(f->m), MQD_ESTATE);
 }
 
+static int first_int(void *arg, int n, char **v, char **cols)
+{
+    (void)cols;
+    *(int *)arg = n > 0 && v[0] ? atoi(v[0]) : -1;
+    return 0;
+}
+
+static int sync_mode(mqd_meta_t *m) /* 1 NORMAL, 2 FULL */
+{
+    int v = -1;
+    assert_int_equal(sqlite3_exec(m->db, "PRAGMA synchronous", first_int, &v, NULL), SQLITE_OK);
+    return v;
+}
+
+static void *wal_sync_thread(void *arg)
+{
+    return (void *)(intptr_t)mqd_meta_wal_sync(arg);
+}
+
+/* mqd_meta_begin_nosync: NORMAL for that transaction only (FULL again after commit and
+ * after rollback); its changes are kept; mqd_meta_wal_sync works from another thread. */
+static void test_nosync_commit(void **state)
+{
+    fx_t *f = *state;
+    char s[256] = "";
+    assert_int_equal(sync_mode(f->m), 2);
+    assert_int_equal(mqd_meta_begin_nosync(f->m), 0);
+    assert_int_equal(sync_mode(f->m), 1);
+    assert_int_equal(mqd_meta_begin_nosync(f->m), MQD_ESTATE);
+    assert_int_equal(mqd_meta_txn_put(f->m, 9, MQD_TXN_COMMITTED, "{}"), 0);
+    assert_int_equal(mqd_meta_commit(f->m), 0);
+    assert_int_equal(sync_mode(f->m), 2);
+    pthread_t th;
+    void *rc = (void *)1;
+    assert_int_equal(pthread_create(&th, NULL, wal_sync_thread, f->m), 0);
+    assert_int_equal(pthread_join(th, &rc), 0);
+    assert_int_equal((intptr_t)rc, 0);
+    assert_int_equal(mqd_meta_wal_sync(f->m), 0); /* again, on its open descriptor */
+
+    assert_int_equal(mqd_meta_begin_nosync(f->m), 0);
+    assert_int_equal(mqd_meta_txn_put(f->m, 10, MQD_TXN_COMMITTED, "{}"), 0);
+    assert_int_equal(mqd_meta_rollback(f->m), 0);
+    assert_int_equal(sync_mode(f->m), 2);
+    /* an ordinary transaction after it is FULL too */
+    assert_int_equal(mqd_meta_begin(f->m), 0);
+    assert_int_equal(sync_mode(f->m), 2);
+    assert_int_equal(mqd_meta_commit(f->m), 0);
+
+    reopen(f);
+    assert_int_equal(mqd_meta_txn_list(f->m, collect_txns, s), 0);
+    assert_string_equal(s, "9:2:{},");
+}
+
 static void test_open_bad_path(void **state)
 {
     mqd_meta_t *m = NULL;
@@ -412,6 +467,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_txns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_next_id_and_kv, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_rolls_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nosync_commit, setup, teardown),
         cmocka_unit_test(test_open_bad_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
