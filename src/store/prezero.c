@@ -11,9 +11,12 @@
  * compete with the group commits (docs/performance.md section 11).
  *
  * So one zeroer thread per store keeps `window` bytes of zeros written and fdatasync'd
- * ahead of each written log's tail, in ZCHUNK pieces (each piece's own sync stays short,
- * so a group commit that meets one waits little). It never runs on a flusher: the
- * extension's sync would stall the batches behind it.
+ * ahead of each written log's tail, in whole pieces of min(window / 4, ZCHUNK) (each
+ * piece's own sync stays short, so a group commit that meets one waits little), with a
+ * rest after each as long as the piece took (pace()). It never runs on a flusher: the
+ * extension's sync would stall the batches behind it. What it cannot avoid: the group
+ * commit that meets a piece is slow, and about (write rate / disk bandwidth) of the
+ * messages meet one (docs/performance.md section 12), which is why it is opt-in.
  *
  * Who writes where (all under z->mu):
  *   - the flusher, before it writes [s->size, end) to its tail s, records zwpos = end and,

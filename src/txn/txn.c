@@ -71,7 +71,7 @@ typedef struct done_txn {
  * an fdatasync of the WAL; the loop tells the clients when it is done (on_synced). Each
  * sync covers every batch committed before it started (asked -> covered), so batches
  * that arrive meanwhile share the next one: a group commit for decisions. Before, the
- * loop itself waited for SQLite's fsync of every batch: 43 % of its time under 8
+ * loop itself waited for SQLite's fsync of every batch: 43-48 % of its time under 8
  * connections of one-send transactions (docs/performance.md section 12). */
 typedef struct decision_sync {
     pthread_t thr;
@@ -366,7 +366,9 @@ static void *ds_main(void *arg)
             ds->done = covers;
         else
             ds->err = rc;
-        event_active(ds->ev, EV_READ, 0);
+        pthread_mutex_unlock(&ds->mu);
+        event_active(ds->ev, EV_READ, 0); /* thread-safe: evthread_use_pthreads */
+        pthread_mutex_lock(&ds->mu);
     }
     pthread_mutex_unlock(&ds->mu);
     return NULL;
@@ -437,8 +439,11 @@ static void ds_stop(decision_sync_t *ds)
     if (ds->ev) {
         event_free(ds->ev);
         ds->ev = NULL;
+    }
+    if (ds->meta) { /* ds_start initialised the lock */
         pthread_cond_destroy(&ds->cv);
         pthread_mutex_destroy(&ds->mu);
+        ds->meta = NULL;
     }
 }
 
