@@ -195,9 +195,9 @@ bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi
         return false;
     int64_t now = mqd_now_ms();
     if (!t->dedup) {
-        if (!(t->dedup = calloc(1, sizeof *t->dedup)))
+        mqd_dedup_warm(t); /* normally done at start-up; here after a reload turned it on */
+        if (!t->dedup)
             return false;
-        rebuild(t, now);
     }
     struct mqd_dedup *d = t->dedup;
     if (d->cap)

@@ -543,7 +543,6 @@ int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off, int s
     memcpy(b + 24, &off, 8);
     uint32_t crc = mqd_crc32c(0, b, 32);
     memcpy(b + 32, &crc, 4);
-    snprintf(tmp, sizeof tmp, "%s/" CKPT_NAME ".tmp", log->dir);
     snprintf(p, sizeof p, "%s/" CKPT_NAME, log->dir);
     if (!sync) {
         /* A hint, overwritten in place: whatever of it reaches the disk (this one, an
@@ -556,6 +555,7 @@ int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off, int s
         close(fd);
         return rc;
     }
+    snprintf(tmp, sizeof tmp, "%s/" CKPT_NAME ".tmp", log->dir);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return MQD_EIO;

@@ -8,38 +8,27 @@ Event Hubs READ operations."""
 
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdtest import Collect, check, log, send  # noqa: E402
+from mqdtest import Collect, check, send  # noqa: E402
 
 from proton import Message  # noqa: E402
 from proton.reactor import LinkOption  # noqa: E402
 from proton.utils import BlockingConnection  # noqa: E402
 
 
-def mqctl_bin():
-    b = os.environ.get("MQCTL_BIN") or os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqctl")
-    if not os.access(b, os.X_OK):
-        mqdtest.skip("mqctl not built (%s)" % b)
-    return b
-
-
 class Ctl:
     def __init__(self, url):
-        self.bin = mqctl_bin()
+        self.bin = mqdtest.mqctl_bin()
+        if not self.bin:
+            mqdtest.skip("mqctl not built (set MQCTL_BIN or MQD_BUILDDIR)")
         self.url = url
 
     def run(self, *args, json_out=False, url=None):
-        argv = [self.bin, "--url", url or self.url, "--timeout", str(10 * mqdtest.SLOW)]
-        if json_out:
-            argv.append("--json")
-        argv += list(args)
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60 * mqdtest.SLOW)
-        log("mqctl %s -> %d %s" % (" ".join(args), p.returncode, p.stderr.decode().strip()))
-        return p.returncode, p.stdout.decode(), p.stderr.decode()
+        return mqdtest.mqctl(url or self.url, *((["--json"] if json_out else []) + list(args)),
+                             bin=self.bin)
 
     def json(self, *args):
         rc, out, err = self.run(*args, json_out=True)

@@ -106,6 +106,23 @@ def mqd_bin():
     return b
 
 
+def mqctl_bin():
+    """build/mqctl (MQCTL_BIN, else next to the broker in MQD_BUILDDIR), or None."""
+    b = os.environ.get("MQCTL_BIN") or os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqctl")
+    return b if os.access(b, os.X_OK) else None
+
+
+def mqctl(url, *args, bin=None):
+    """Runs mqctl against url: (exit code, stdout, stderr); skips the test if not built."""
+    b = bin or mqctl_bin()
+    if not b:
+        skip("mqctl not built (set MQCTL_BIN or MQD_BUILDDIR)")
+    argv = [b, "--url", url, "--timeout", str(10 * SLOW)] + list(args)
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60 * SLOW)
+    log("mqctl %s -> %d %s" % (" ".join(args), p.returncode, p.stderr.decode().strip()))
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
 def free_port():
     """A port that was free on 127.0.0.1 a moment ago (bind port 0)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
