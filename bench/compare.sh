@@ -190,7 +190,7 @@ run_lat() {
 	local b=$1 rate=$2 r=$3 url addr pid line n=$(($2 * LAT_SECS))
 	if (($(date +%s) - START > DEADLINE)); then log "deadline reached: skipping $b lat$rate #$r"; return 0; fi
 	if [ "$b" = mqd ]; then
-		line=$("$FSYNC_MODES_BIN" -r "$rate" -n "$n" -d "$TMP/mqd-data" 2>&1 | awk '$1 == "append" {
+		line=$("$FSYNC_MODES_BIN" -r "$rate" -n "$n" -m append -d "$TMP/mqd-data" 2>&1 | awk '$1 == "append" {
 			for (i = 1; i <= NF; i++) { if ($i == "p50") a = $(i + 1); if ($i == "p99") c = $(i + 1) }
 			print "p50_ms=" a " p99_ms=" c }')
 		echo "floor lat$rate - $r ${line:-p50_ms=na p99_ms=na}" >>"$TMP/results"

@@ -1,6 +1,6 @@
 /* fsync-modes: what one group commit costs the disk, by the way the file is written.
  *
- *   fsync-modes [-n N] [-b BYTES] [-d DIR]
+ *   fsync-modes [-n N] [-b BYTES] [-d DIR] [-m MODE]
  *
  * Each mode writes N batches of BYTES (default 5000 x 14336: 14 messages of 1 KiB, the
  * batch of a 10k msgs/s stream) and makes each durable before the next, with 50 us
@@ -16,15 +16,17 @@
  * DIR must be on the disk under test (default /tmp). docs/performance.md section 6 has the
  * figures and what they mean for the p99 target at 10k msgs/s.
  *
- *   fsync-modes -r RATE [-n N] [-s SIZE] [-d DIR]
+ *   fsync-modes -r RATE [-n N] [-s SIZE] [-d DIR] [-m MODE]
  *
  * The floor of a group commit at a message rate: N messages of SIZE bytes (default 1024)
  * fall due every 1/RATE s; one writer takes every message due, writes them with one
  * pwrite and makes them durable with one fdatasync (what mqd's flusher does, without a
  * broker, a network or a client), and the time from a message's due time to the end of
- * the sync that covered it is its latency. Modes append and zeroed. No broker can settle
- * a durable message at a lower p99 on this disk at that rate (docs/performance.md
- * section 12). Not a test. */
+ * the sync that covered it is its latency. Modes as above; `direct` writes whole 4 KiB
+ * blocks, the partial last block again with the next batch (a write-ahead log's way with
+ * O_DIRECT). No broker can settle a durable message at a lower p99 on this disk at that
+ * rate (docs/performance.md sections 12 and 13). -m runs one mode only (default: all
+ * four). Not a test. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdbool.h>
@@ -117,14 +119,25 @@ static void run_paced(const char *mode, const char *dir, int n, size_t msg, int 
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         die("open");
-    if (strcmp(mode, "zeroed") == 0)
-        fill_zero(path, (total + (1u << 20)) & ~(size_t)((1u << 20) - 1), zero);
+    bool direct = strcmp(mode, "direct") == 0;
+    if (direct || strcmp(mode, "zeroed") == 0)
+        fill_zero(path, (total + (2u << 20)) & ~(size_t)((1u << 20) - 1), zero);
+    else if (strcmp(mode, "falloc") == 0 &&
+             (fallocate(fd, 0, 0, (off_t)total + (1 << 20)) != 0 || fdatasync(fd) != 0))
+        die("fallocate");
+    if (direct) {
+        close(fd);
+        if ((fd = open(path, O_RDWR | O_DIRECT | O_DSYNC)) < 0)
+            die("open O_DIRECT");
+    }
     size_t cap = 4u << 20;
-    char *buf = malloc(cap);
+    char *buf = NULL;
+    if (posix_memalign((void **)&buf, 4096, cap + 8192))
+        buf = NULL;
     double *lat = malloc((size_t)n * sizeof *lat);
     if (!buf || !lat)
         die("malloc");
-    memset(buf, 'x', cap);
+    memset(buf, 'x', cap + 8192);
     double gap = 1000.0 / rate, t0 = now_ms() + 10, sum = 0;
     int done = 0;
     off_t pos = 0;
@@ -138,10 +151,18 @@ static void run_paced(const char *mode, const char *dir, int n, size_t msg, int 
         if ((size_t)(due - done) * msg > cap)
             due = done + (int)(cap / msg);
         size_t len = (size_t)(due - done) * msg;
-        if (pwrite(fd, buf, len, pos) != (ssize_t)len)
-            die("pwrite");
-        if (fdatasync(fd) != 0)
-            die("fdatasync");
+        if (direct) {
+            /* whole blocks from the one holding pos */
+            off_t from = pos & ~(off_t)4095;
+            size_t wlen = ((size_t)(pos - from) + len + 4095) & ~(size_t)4095;
+            if (pwrite(fd, buf, wlen, from) != (ssize_t)wlen)
+                die("pwrite");
+        } else {
+            if (pwrite(fd, buf, len, pos) != (ssize_t)len)
+                die("pwrite");
+            if (fdatasync(fd) != 0)
+                die("fdatasync");
+        }
         pos += (off_t)len;
         double end = now_ms();
         for (; done < due; done++) {
@@ -163,17 +184,19 @@ int main(int argc, char **argv)
 {
     int n = 5000, c, rate = 0;
     size_t bs = 14336, msg = 1024;
-    const char *dir = "/tmp";
-    while ((c = getopt(argc, argv, "n:b:d:r:s:")) != -1) {
+    const char *dir = "/tmp", *only = NULL;
+    while ((c = getopt(argc, argv, "n:b:d:r:s:m:")) != -1) {
         switch (c) {
         case 'n': n = atoi(optarg); break;
         case 'b': bs = (size_t)atol(optarg); break;
         case 'd': dir = optarg; break;
         case 'r': rate = atoi(optarg); break;
         case 's': msg = (size_t)atol(optarg); break;
+        case 'm': only = optarg; break;
         default:
-            fprintf(stderr, "usage: fsync-modes [-n N] [-b BYTES] [-d DIR]\n"
-                            "       fsync-modes -r RATE [-n N] [-s SIZE] [-d DIR]\n");
+            fprintf(stderr, "usage: fsync-modes [-n N] [-b BYTES] [-d DIR] [-m MODE]\n"
+                            "       fsync-modes -r RATE [-n N] [-s SIZE] [-d DIR] [-m MODE]\n"
+                            "MODE: append, zeroed, falloc or direct (default: each)\n");
             return 2;
         }
     }
@@ -189,13 +212,21 @@ int main(int argc, char **argv)
     memset(buf, 'x', 1 << 20);
     memset(zero, 0, 1 << 20);
     const char *modes[] = {"append", "zeroed", "falloc", "direct"};
+    size_t nrun = 0;
     for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
-        if (rate > 0 && i < 2)
+        if (only && strcmp(only, modes[i]) != 0)
+            continue;
+        nrun++;
+        if (rate > 0)
             run_paced(modes[i], dir, n, msg, rate, zero);
         else if (rate == 0)
             run(modes[i], dir, n, bs, buf, zero);
     }
     free(buf);
     free(zero);
+    if (nrun == 0) {
+        fprintf(stderr, "fsync-modes: -m %s: not a mode (append, zeroed, falloc, direct)\n", only);
+        return 2;
+    }
     return 0;
 }
