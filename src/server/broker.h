@@ -186,6 +186,7 @@ struct mqd_conn {
     int refs;                /* pending sends hold references */
     bool closed;             /* driver finished; freeing deferred */
     bool want_write;
+    uint8_t tls_hdr;         /* bytes of the AMQP TLS header matched (TLS listeners) */
     size_t listener;         /* index into conf->listen */
     int64_t opened_ms;       /* wall clock at accept */
     char user[128];

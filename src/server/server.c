@@ -208,6 +208,31 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
     }
 }
 
+/* A client may open a TLS listener's connection with the AMQP TLS protocol header
+ * (AMQP 2 1 0 0) and wait for the server's before its ClientHello (AMQP 1.0 part 5.2.1).
+ * Proton takes the header but never answers it, so mqd does, before Proton writes
+ * anything: a server transport stays silent until the ClientHello. */
+#define TLS_HDR_DONE 9
+
+static void tls_header_answer(mqd_conn_t *c, const char *p, size_t n)
+{
+    static const char hdr[8] = {'A', 'M', 'Q', 'P', 2, 1, 0, 0};
+    for (size_t i = 0; i < n && c->tls_hdr < sizeof hdr; i++) {
+        if (p[i] != hdr[c->tls_hdr]) {
+            c->tls_hdr = TLS_HDR_DONE; /* a ClientHello, or what Proton will refuse */
+            return;
+        }
+        c->tls_hdr++;
+    }
+    if (c->tls_hdr == sizeof hdr) {
+        c->tls_hdr = TLS_HDR_DONE;
+        /* the first bytes mqd writes: the socket's empty buffer takes them */
+        if (send(c->fd, hdr, sizeof hdr, MSG_NOSIGNAL) != (ssize_t)sizeof hdr)
+            MQD_DEBUG("conn", "%s: could not answer the AMQP TLS header: %s", c->peer,
+                      strerror(errno));
+    }
+}
+
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     mqd_conn_t *c = arg;
@@ -223,6 +248,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
             break;
         ssize_t n = recv(fd, buf, sizeof buf, 0);
         if (n > 0) {
+            if (c->tls_hdr != TLS_HDR_DONE)
+                tls_header_answer(c, buf, (size_t)n);
             rx_feed(c, buf, (size_t)n);
             conn_handle_events(c); /* this chunk's appends, before the wake is looked at */
             if ((size_t)n < sizeof buf)
@@ -296,6 +323,9 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     c->fd = fd;
     c->refs = 1;
     c->listener = li->index;
+    c->tls_hdr = li->index < s->conf->n_listen && mqd_conf_listen_is_tls(s->conf->listen[li->index])
+                     ? 0
+                     : TLS_HDR_DONE;
     c->opened_ms = mqd_now_ms();
     mqd_dlist_init(&c->node);
     mqd_dlist_init(&c->dirty_node);

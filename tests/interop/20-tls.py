@@ -10,7 +10,8 @@ Broker A (tls_verify_client = none, allow_plain_without_tls = off):
   there) and nothing reaches the topic;
 - a wrong password over TLS fails with amqp:unauthorized-access;
 - the AMQP TLS protocol header (AMQP 2.1.0.0) is answered with the same header and TLS
-  follows on the same socket;
+  follows on the same socket, both for a client that waits for the answer before its
+  ClientHello and for one that sends it right away;
 - SIGHUP reloads the certificate: a new connection sees the new one, an old connection
   keeps working.
 Broker B (tls_verify_client = required, tls_ca = test CA):
@@ -138,18 +139,32 @@ def count_messages(url, pki, topic):
     return n
 
 
-def amqp_tls_header(port, pki):
+def amqp_tls_header(port, pki, wait_answer=False):
     """AMQP 2.1.0.0 first, then TLS on the same socket, then the SASL header inside TLS.
-    Proton 0.37 takes the AMQP TLS header but does not send one back (the AMQP spec says a
-    server answers with it): so the client pipelines its ClientHello right after the
-    header, and an answering header, if one ever comes, is skipped. Returns that header
+    The AMQP spec has the server answer with the same header (Proton takes the header
+    but never answers it: mqd does). wait_answer: the client reads the answer before it
+    sends its ClientHello (a strict client); else it pipelines the ClientHello right after
+    the header and takes the answer off the front of what comes back. Returns the answer
     (b"" if none) and the protocol header mqd sent over TLS."""
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
     s.sendall(b"AMQP\x02\x01\x00\x00")
+    if wait_answer:
+        answer = b""
+        try:
+            while len(answer) < 8:
+                got = s.recv(8 - len(answer))
+                if not got:
+                    break
+                answer += got
+        except socket.timeout:
+            pass
+        if answer != b"AMQP\x02\x01\x00\x00":
+            s.close()
+            return answer, b""
     ctx = ssl.create_default_context(cafile=pki["ca.crt"])
     inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
     tls = ctx.wrap_bio(inc, out, server_hostname="localhost")
-    echoed, pending, inner = b"", b"", b""
+    echoed, pending, inner = (b"AMQP\x02\x01\x00\x00" if wait_answer else b""), b"", b""
     deadline = time.monotonic() + 10 * mqdtest.SLOW
     state = "handshake"
     while time.monotonic() < deadline and len(inner) < 8:
@@ -226,11 +241,13 @@ def body(t):
         check(n == 1, "tls-topic holds %d messages, want only the 1 from the good client" % n)
 
     with coll.case("AMQP TLS protocol header"):
-        echoed, inner = amqp_tls_header(tls_a, pki)
-        log("AMQP TLS header: answered with %r, then over TLS %r" % (echoed, inner))
-        check(echoed in (b"", b"AMQP\x02\x01\x00\x00"), "AMQP TLS header answered with %r" % echoed)
-        check(inner == b"AMQP\x03\x01\x00\x00", "after the AMQP TLS header: want the SASL header "
-              "over TLS, got %r" % inner)
+        for strict in (False, True):
+            echoed, inner = amqp_tls_header(tls_a, pki, wait_answer=strict)
+            log("AMQP TLS header (%s): answered with %r, then over TLS %r"
+                % ("waits for the answer" if strict else "pipelined", echoed, inner))
+            check(echoed == b"AMQP\x02\x01\x00\x00", "AMQP TLS header answered with %r" % echoed)
+            check(inner == b"AMQP\x03\x01\x00\x00", "after the AMQP TLS header: want the SASL "
+                  "header over TLS, got %r" % inner)
 
     with coll.case("certificate reload on SIGHUP"):
         old_conn = connect(url_a, ssl_domain=client_domain(pki), user="alice", password=PASSWORD,
