@@ -228,7 +228,7 @@ static void tls_header_answer(mqd_conn_t *c, const char *p, size_t n)
         c->tls_hdr = TLS_HDR_DONE;
         /* the first bytes mqd writes: the socket's empty buffer takes them */
         if (send(c->fd, hdr, sizeof hdr, MSG_NOSIGNAL) != (ssize_t)sizeof hdr)
-            MQD_DEBUG("conn", "%s: could not answer the AMQP TLS header: %s", c->peer,
+            MQD_WARN("conn", "%s: could not answer the AMQP TLS header: %s", c->peer,
                       strerror(errno));
     }
 }
