@@ -56,17 +56,19 @@ bool mqd_acl_check(const mqd_acl_rule_t *rules, size_t n, bool acl_present, cons
 /* ---- tls.c / sasl.c: state of the server and of each connection ---- */
 
 struct event;
-struct pn_ssl_domain_t;
+struct ssl_ctx_st;
 
 typedef struct mqd_auth {
-    struct pn_ssl_domain_t *domain; /* amqps:// listeners; NULL without tls_cert. A domain
-                                       is reference counted: open connections keep theirs
-                                       across a reload */
+    struct ssl_ctx_st *ctx; /* amqps:// listeners; NULL without tls_cert. An SSL_CTX is
+                               reference counted and each connection's SSL holds one
+                               (SSL_new takes it, SSL_free drops it): open connections keep
+                               theirs across a reload */
 } mqd_auth_t;
 
 typedef struct mqd_auth_conn {
     struct mqd_conn *c;
-    bool tls;              /* on an amqps:// listener */
+    bool tls;              /* on an amqps:// listener (c->ssl set; its handshake is over
+                              before SASL starts: Proton only sees plaintext) */
     bool anonymous;        /* logged in with SASL ANONYMOUS */
     struct event *ev_hs;   /* handshake timeout; a no-op once the peer has opened */
     mqd_scram_t *scram;    /* during a SCRAM exchange */
@@ -79,6 +81,12 @@ typedef struct mqd_auth_conn {
 void mqd_auth_sasl_setup(struct mqd_conn *c, mqd_auth_conn_t *ac);
 /* tls.c: frees per-connection state (from the plugin's free callback). */
 void mqd_auth_conn_free(mqd_auth_conn_t *ac);
+/* tls.c: the subject CN (UTF-8) of c's verified client certificate into cn[len]. 0;
+ * MQD_ENOENT without TLS or without a verified certificate; MQD_EINVAL if the subject
+ * has no CN, or it does not fit, or it holds a NUL. */
+int mqd_auth_tls_peer_cn(const struct mqd_conn *c, char *cn, size_t len);
+/* tls.c: true if c is a TLS connection whose peer presented a certificate that verified. */
+bool mqd_auth_tls_peer_verified(const struct mqd_conn *c);
 /* tls.c: connections of `user` other than `self` (max_connections_per_user). */
 size_t mqd_auth_user_conns(struct mqd_server *s, const struct mqd_conn *self, const char *user);
 

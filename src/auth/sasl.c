@@ -13,7 +13,6 @@
 #include <openssl/crypto.h>
 #include <proton/sasl.h>
 #include <proton/sasl_plugin.h>
-#include <proton/ssl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +31,7 @@ static const char *s_list(pn_transport_t *t)
     const mqd_conf_t *conf = ac->c->srv->conf;
     /* the order is the server's preference: clients such as Proton's take the first
      * they can do */
-    bool cert = ac->tls && pnx_sasl_get_external_username(t) != NULL;
+    bool cert = ac->tls && mqd_auth_tls_peer_verified(ac->c);
     snprintf(ac->mechs, sizeof ac->mechs, "%s%s%s", cert ? "EXTERNAL " : "", "SCRAM-SHA-256",
              ac->tls || conf->allow_plain_without_tls ? " PLAIN" : "");
     if (conf->allow_anonymous)
@@ -120,10 +119,11 @@ static void plain(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv
 static void external(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
 {
     const mqd_conf_t *conf = ac->c->srv->conf;
-    if (!ac->tls || pnx_sasl_get_external_username(t) == NULL)
+    char cn[256];
+    int rc = ac->tls ? mqd_auth_tls_peer_cn(ac->c, cn, sizeof cn) : MQD_ENOENT;
+    if (rc == MQD_ENOENT)
         return fail(t, ac, "EXTERNAL without a client certificate", "-");
-    const char *cn = pn_ssl_get_remote_subject_subfield(pn_ssl(t), PN_SSL_CERT_SUBJECT_COMMON_NAME);
-    if (cn == NULL || cn[0] == '\0')
+    if (rc != 0 || cn[0] == '\0')
         return fail(t, ac, "client certificate has no subject CN", "-");
     const mqd_user_conf_t *u = NULL;
     for (size_t i = 0; i < conf->n_users && !u; i++)

@@ -1,12 +1,15 @@
-/* The auth subsystem's server side: TLS domains for amqps:// listeners (Proton's SSL
- * layer over OpenSSL), per-connection setup (TLS, SASL, handshake timer), connection
- * limits, SIGHUP reload of certificates and ACLs, and the permission check. */
+/* The auth subsystem's server side: the OpenSSL context of amqps:// listeners (mqd runs
+ * TLS itself, in front of Proton: server.c moves the records), per-connection setup
+ * (TLS, SASL, handshake timer), the verified client certificate for SASL EXTERNAL,
+ * connection limits, SIGHUP reload of certificates and ACLs, and the permission check. */
 #include "config.h"
 #include "auth/auth_int.h"
 #include "server/broker.h"
 
 #include <event2/event.h>
-#include <proton/ssl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,46 +23,107 @@ static const char *perm_name(mqd_perm_t p)
     return "?";
 }
 
-/* A server TLS domain from conf; *out = NULL when no certificate is configured. */
-static int domain_build(const mqd_conf_t *conf, pn_ssl_domain_t **out)
+/* The newest OpenSSL error as text, for logs ("no error" when the queue is empty). */
+static const char *ssl_reason(char *buf, size_t len)
 {
+    unsigned long e = ERR_peek_last_error();
+    if (e == 0)
+        snprintf(buf, len, "no error");
+    else
+        ERR_error_string_n(e, buf, len);
+    return buf;
+}
+
+/* Client certificates: the CA file is the only trust (no system store is ever loaded),
+ * and its names go in the CertificateRequest. */
+static int ctx_set_client_ca(SSL_CTX *x, const mqd_conf_t *conf)
+{
+    if (SSL_CTX_load_verify_locations(x, conf->tls_ca, NULL) != 1)
+        return MQD_EINVAL;
+    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(conf->tls_ca);
+    if (names == NULL)
+        return MQD_EINVAL;
+    SSL_CTX_set_client_CA_list(x, names); /* takes names */
+    return 0;
+}
+
+static const int verify_modes[] = {
+    [MQD_TLS_VERIFY_NONE] = SSL_VERIFY_NONE,
+    /* asks for a certificate; one that does not verify fails the handshake */
+    [MQD_TLS_VERIFY_OPTIONAL] = SSL_VERIFY_PEER,
+    [MQD_TLS_VERIFY_REQUIRED] = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+};
+
+/* Settings that are not in the config. Partial writes and a moving buffer: Proton's
+ * output buffer is written as it is and may move between a WANT_WRITE and the retry.
+ * Released buffers: an idle TLS connection does not keep ~34 KiB of record buffers.
+ * Read-ahead: one read(2) per buffer, not two per record. Renegotiation (TLS 1.2) is
+ * refused; an EOF without close_notify is a plain EOF (AMQP frames carry their length,
+ * so a truncation cannot pass for a whole frame). */
+static void ctx_defaults(SSL_CTX *x)
+{
+    SSL_CTX_set_mode(x, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                            SSL_MODE_RELEASE_BUFFERS);
+    uint64_t opts = SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE;
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+    opts |= SSL_OP_IGNORE_UNEXPECTED_EOF;
+#endif
+    SSL_CTX_set_options(x, opts);
+    SSL_CTX_set_read_ahead(x, 1);
+    SSL_CTX_set_dh_auto(x, 1);
+    /* resumption by stateless tickets only: no server-side session cache to grow with
+     * the number of clients (a context id, which resuming with a client certificate
+     * needs, all the same) */
+    SSL_CTX_set_session_cache_mode(x, SSL_SESS_CACHE_OFF);
+    static const unsigned char sid[] = "mqd";
+    SSL_CTX_set_session_id_context(x, sid, sizeof sid - 1);
+}
+
+/* A server SSL_CTX from conf; *out = NULL when no certificate is configured. */
+static int ctx_build(const mqd_conf_t *conf, SSL_CTX **out)
+{
+    char why[256];
     *out = NULL;
     if (conf->tls_cert == NULL)
         return 0;
-    pn_ssl_domain_t *d = pn_ssl_domain(PN_SSL_MODE_SERVER);
-    if (d == NULL) {
-        MQD_ERR("auth", "TLS: this Proton library has no SSL support");
-        return MQD_EIO;
-    }
-    const char *what = "tls_cert/tls_key";
-    int rc = pn_ssl_domain_set_credentials(d, conf->tls_cert, conf->tls_key, NULL);
-    if (rc == 0) {
+    ERR_clear_error();
+    SSL_CTX *x = SSL_CTX_new(TLS_server_method());
+    const char *what = "SSL_CTX_new";
+    bool ok = x != NULL;
+    if (ok) {
+        ctx_defaults(x);
         what = "tls_min_version";
-        rc = pn_ssl_domain_set_protocols(d, conf->tls_min_version ? "TLSv1.3" : "TLSv1.2 TLSv1.3");
+        ok = SSL_CTX_set_min_proto_version(x, conf->tls_min_version ? TLS1_3_VERSION
+                                                                    : TLS1_2_VERSION) == 1;
     }
-    if (rc == 0 && conf->tls_ciphers) {
+    if (ok) {
+        what = "tls_cert";
+        ok = SSL_CTX_use_certificate_chain_file(x, conf->tls_cert) == 1;
+    }
+    if (ok) {
+        what = "tls_key";
+        ok = SSL_CTX_use_PrivateKey_file(x, conf->tls_key ? conf->tls_key : conf->tls_cert,
+                                         SSL_FILETYPE_PEM) == 1 &&
+             SSL_CTX_check_private_key(x) == 1;
+    }
+    if (ok && conf->tls_ciphers) {
         what = "tls_ciphers";
-        rc = pn_ssl_domain_set_ciphers(d, conf->tls_ciphers);
+        ok = SSL_CTX_set_cipher_list(x, conf->tls_ciphers) == 1;
     }
-    if (rc == 0 && conf->tls_ca) {
+    if (ok && conf->tls_ca) {
         what = "tls_ca";
-        rc = pn_ssl_domain_set_trusted_ca_db(d, conf->tls_ca);
+        ok = ctx_set_client_ca(x, conf) == 0;
     }
-    if (rc == 0) {
-        what = "tls_verify_client";
-        /* with a CA set, that CA alone is trusted: Proton's domain starts without the
-         * system store, and we never add it */
-        rc = conf->tls_verify_client == MQD_TLS_VERIFY_REQUIRED
-                 ? pn_ssl_domain_set_peer_authentication(d, PN_SSL_VERIFY_PEER, conf->tls_ca)
-                 : pn_ssl_domain_set_peer_authentication(d, PN_SSL_ANONYMOUS_PEER, NULL);
-    }
-    if (rc != 0) {
-        MQD_ERR("auth", "TLS: %s rejected (cert %s, key %s, ca %s)", what, conf->tls_cert,
-                conf->tls_key ? conf->tls_key : "-", conf->tls_ca ? conf->tls_ca : "-");
-        pn_ssl_domain_free(d);
+    if (!ok) {
+        MQD_ERR("auth", "TLS: %s rejected (cert %s, key %s, ca %s): %s", what, conf->tls_cert,
+                conf->tls_key ? conf->tls_key : "-", conf->tls_ca ? conf->tls_ca : "-",
+                ssl_reason(why, sizeof why));
+        SSL_CTX_free(x);
+        ERR_clear_error();
         return MQD_EINVAL;
     }
-    *out = d;
+    SSL_CTX_set_verify(x, verify_modes[conf->tls_verify_client], NULL);
+    *out = x;
     return 0;
 }
 
@@ -68,7 +132,7 @@ int mqd_auth_init(mqd_server_t *s)
     mqd_auth_t *a = calloc(1, sizeof *a);
     if (a == NULL)
         return MQD_ENOMEM;
-    int rc = domain_build(s->conf, &a->domain);
+    int rc = ctx_build(s->conf, &a->ctx);
     if (rc != 0) {
         free(a);
         return rc;
@@ -110,7 +174,7 @@ int mqd_auth_reload(mqd_server_t *s)
 {
     mqd_auth_t *a = s->auth;
     mqd_conf_t *nc = NULL;
-    pn_ssl_domain_t *d = NULL;
+    SSL_CTX *x = NULL;
     char err[512];
     int rc = 0;
     if (a == NULL)
@@ -127,17 +191,16 @@ int mqd_auth_reload(mqd_server_t *s)
             goto out;
         }
     }
-    /* certificate files may have been replaced in place: always build a new domain */
-    if ((rc = domain_build(nc ? nc : s->conf, &d)) != 0) {
+    /* certificate files may have been replaced in place: always build a new context */
+    if ((rc = ctx_build(nc ? nc : s->conf, &x)) != 0) {
         MQD_ERR("auth", "reload: keeping the running TLS certificates and ACLs");
         goto out;
     }
-    if (a->domain)
-        pn_ssl_domain_free(a->domain); /* connections using it hold their own reference */
-    a->domain = d;
+    SSL_CTX_free(a->ctx); /* connections using it hold their own reference */
+    a->ctx = x;
     if (nc)
         take_settings(s->conf, nc);
-    MQD_NOTICE("auth", "reloaded: TLS %s, %zu ACL rules%s", d ? "on" : "off", s->conf->n_acl,
+    MQD_NOTICE("auth", "reloaded: TLS %s, %zu ACL rules%s", x ? "on" : "off", s->conf->n_acl,
                s->conf->acl_present ? "" : " (no [acl]: all allowed)");
 out:
     mqd_conf_free(nc);
@@ -149,8 +212,7 @@ void mqd_auth_free(mqd_server_t *s)
     mqd_auth_t *a = s->auth;
     if (a == NULL)
         return;
-    if (a->domain)
-        pn_ssl_domain_free(a->domain);
+    SSL_CTX_free(a->ctx);
     free(a);
     s->auth = NULL;
 }
@@ -215,11 +277,14 @@ int mqd_auth_conn_setup(mqd_conn_t *c, size_t listener)
     /* from here on the transport owns ac: its SASL free callback frees it */
     mqd_auth_sasl_setup(c, ac);
     if (ac->tls) {
-        if (a == NULL || a->domain == NULL ||
-            pn_ssl_init(pn_ssl(c->driver.transport), a->domain, NULL) != 0) {
+        /* the SSL takes a reference on the listener's current context */
+        c->ssl = a && a->ctx ? SSL_new(a->ctx) : NULL;
+        if (c->ssl == NULL || SSL_set_fd(c->ssl, c->fd) != 1) {
             MQD_ERR("auth", "TLS setup failed peer=%s", c->peer);
+            ERR_clear_error();
             return MQD_EIO;
         }
+        SSL_set_accept_state(c->ssl);
     }
     uint32_t ms = ac->tls ? conf->tls_handshake_timeout_ms : conf->handshake_timeout_ms;
     ac->ev_hs = evtimer_new(c->srv->base, on_handshake_timeout, ac);
@@ -241,6 +306,47 @@ void mqd_auth_conn_free(mqd_auth_conn_t *ac)
     if (ac->c && ac->c->auth == ac)
         ac->c->auth = NULL;
     free(ac);
+}
+
+bool mqd_auth_tls_peer_verified(const mqd_conn_t *c)
+{
+    if (c->ssl == NULL || !SSL_is_init_finished(c->ssl) ||
+        SSL_get_verify_result(c->ssl) != X509_V_OK)
+        return false;
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    return SSL_get0_peer_certificate(c->ssl) != NULL;
+#else
+    X509 *cert = SSL_get_peer_certificate(c->ssl);
+    X509_free(cert);
+    return cert != NULL;
+#endif
+}
+
+int mqd_auth_tls_peer_cn(const mqd_conn_t *c, char *cn, size_t len)
+{
+    if (!mqd_auth_tls_peer_verified(c))
+        return MQD_ENOENT;
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    const X509 *cert = SSL_get0_peer_certificate(c->ssl);
+#else
+    X509 *cert = SSL_get_peer_certificate(c->ssl);
+    X509_free(cert); /* the session keeps its own reference */
+#endif
+    /* the first CN, as Proton's pn_ssl_get_remote_subject_subfield took it */
+    const X509_NAME *subj = X509_get_subject_name(cert);
+    int i = X509_NAME_get_index_by_NID(subj, NID_commonName, -1);
+    const X509_NAME_ENTRY *e = i >= 0 ? X509_NAME_get_entry(subj, i) : NULL;
+    unsigned char *utf8 = NULL;
+    int n = e ? ASN1_STRING_to_UTF8(&utf8, X509_NAME_ENTRY_get_data(e)) : -1;
+    int rc = MQD_EINVAL;
+    if (n >= 0 && (size_t)n < len && memchr(utf8, '\0', (size_t)n) == NULL) {
+        memcpy(cn, utf8, (size_t)n);
+        cn[n] = '\0';
+        rc = 0;
+    }
+    OPENSSL_free(utf8);
+    ERR_clear_error();
+    return rc;
 }
 
 size_t mqd_auth_user_conns(mqd_server_t *s, const mqd_conn_t *self, const char *user)

@@ -578,14 +578,9 @@ static int validate_tls(const mqd_conf_t *c, const char *src, char *err, size_t 
     if (any_tls && (c->tls_cert == NULL || c->tls_key == NULL))
         return fail(err, errlen, "%s: listen: an amqps:// listener needs tls_cert and tls_key",
                     src);
-    if (c->tls_verify_client == MQD_TLS_VERIFY_OPTIONAL)
-        return fail(err, errlen,
-                    "%s: tls_verify_client: optional is not supported (Proton's TLS layer "
-                    "cannot request a client certificate without requiring one); use none or "
-                    "required",
-                    src);
-    if (c->tls_verify_client == MQD_TLS_VERIFY_REQUIRED && c->tls_ca == NULL)
-        return fail(err, errlen, "%s: tls_verify_client: required needs tls_ca", src);
+    if (c->tls_verify_client != MQD_TLS_VERIFY_NONE && c->tls_ca == NULL)
+        return fail(err, errlen, "%s: tls_verify_client: %s needs tls_ca", src,
+                    c->tls_verify_client == MQD_TLS_VERIFY_REQUIRED ? "required" : "optional");
     return 0;
 }
 

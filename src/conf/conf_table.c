@@ -41,8 +41,8 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      G_FIELD(listen), NULL, mqd_conf_check_hostport,
      "Address for AMQP connections, HOST:PORT or [IPV6]:PORT (0.0.0.0 or [::] for every "
      "interface); amqps://HOST:PORT makes a TLS listener (tls_cert, tls_key), which takes "
-     "both a TLS ClientHello and the AMQP TLS header (AMQP 2.1.0.0; Proton does not answer "
-     "that header, so the client starts TLS right after it). Repeat the key for more "
+     "both a TLS ClientHello and the AMQP TLS header (AMQP 2.1.0.0, answered with the same "
+     "header; TLS follows). Repeat the key for more "
      "listeners; the first listen in a file replaces the built-in default, and --listen on "
      "the command line replaces the file's.",
      false},
@@ -149,7 +149,7 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      true},
     {"tls_ca", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL, G_FIELD(tls_ca), NULL, NULL,
      "PEM file of the CA certificates that client certificates must chain to. It replaces "
-     "the system trust store; needed when tls_verify_client is required.",
+     "the system trust store; needed when tls_verify_client is optional or required.",
      true},
     {"tls_min_version", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "1.2", NULL, NULL,
      G_FIELD(tls_min_version), tls_version_names, NULL,
@@ -161,10 +161,11 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      true},
     {"tls_verify_client", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "none", NULL, NULL,
      G_FIELD(tls_verify_client), tls_verify_names, NULL,
-     "none: TLS clients need no certificate. required: every TLS client presents a "
-     "certificate that chains to tls_ca (then SASL EXTERNAL logs in as the user whose cert_cn, "
-     "or name, is the certificate's subject CN). optional is not supported: Proton's TLS "
-     "layer cannot ask for a certificate without requiring it, so it is refused.",
+     "none: TLS clients are not asked for a certificate. required: every TLS client presents "
+     "a certificate that chains to tls_ca (then SASL EXTERNAL logs in as the user whose "
+     "cert_cn, or name, is the certificate's subject CN). optional: clients are asked for "
+     "one; a client without a certificate connects (and logs in with another mechanism), a "
+     "certificate that does not chain to tls_ca or has expired fails the handshake.",
      true},
     {"allow_plain_without_tls", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "on", NULL, "off",
      G_FIELD(allow_plain_without_tls), NULL, NULL,

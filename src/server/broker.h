@@ -187,6 +187,9 @@ struct mqd_conn {
     bool closed;             /* driver finished; freeing deferred */
     bool want_write;
     uint8_t tls_hdr;         /* bytes of the AMQP TLS header matched (TLS listeners) */
+    bool tls_rd_wants_wr;    /* SSL_read wants the socket writable (handshake, key update) */
+    bool tls_dead;           /* a fatal TLS error: no close_notify at the end */
+    struct ssl_st *ssl;      /* TLS listeners only (mqd_auth_conn_setup); freed by conn_free */
     size_t listener;         /* index into conf->listen */
     int64_t opened_ms;       /* wall clock at accept */
     char user[128];

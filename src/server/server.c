@@ -14,8 +14,11 @@
 
 #include <errno.h>
 #include <event2/thread.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,8 @@
 #define PRIO_TICK PRIO_IO
 
 static void conn_process(mqd_conn_t *c);
+static void tls_write(mqd_conn_t *c);
+static void tls_shutdown(mqd_conn_t *c);
 
 void mqd_server_tick_soon(mqd_server_t *s)
 {
@@ -67,6 +72,7 @@ static void conn_free(mqd_conn_t *c)
         }
     }
     pn_connection_driver_destroy(&c->driver);
+    SSL_free(c->ssl); /* drops its reference on the SSL_CTX it started with */
     free(c->rbuf);
     free(c);
 }
@@ -94,6 +100,8 @@ static void conn_close_deferred(mqd_conn_t *c)
     event_free(c->ev_write);
     event_free(c->ev_timer);
     c->ev_read = c->ev_write = c->ev_timer = NULL;
+    if (c->ssl)
+        tls_shutdown(c);
     close(c->fd);
     c->fd = -1;
     mqd_dlist_del(&c->node);
@@ -115,6 +123,10 @@ static void conn_close_deferred(mqd_conn_t *c)
 
 static void conn_write(mqd_conn_t *c)
 {
+    if (c->ssl) {
+        tls_write(c);
+        return;
+    }
     for (;;) {
         pn_bytes_t wb = pn_connection_driver_write_buffer(&c->driver);
         if (wb.size == 0)
@@ -208,31 +220,6 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
     }
 }
 
-/* A client may open a TLS listener's connection with the AMQP TLS protocol header
- * (AMQP 2 1 0 0) and wait for the server's before its ClientHello (AMQP 1.0 part 5.2.1).
- * Proton takes the header but never answers it, so mqd does, before Proton writes
- * anything: a server transport stays silent until the ClientHello. */
-#define TLS_HDR_DONE 9
-
-static void tls_header_answer(mqd_conn_t *c, const char *p, size_t n)
-{
-    static const char hdr[8] = {'A', 'M', 'Q', 'P', 2, 1, 0, 0};
-    for (size_t i = 0; i < n && c->tls_hdr < sizeof hdr; i++) {
-        if (p[i] != hdr[c->tls_hdr]) {
-            c->tls_hdr = TLS_HDR_DONE; /* a ClientHello, or what Proton will refuse */
-            return;
-        }
-        c->tls_hdr++;
-    }
-    if (c->tls_hdr == sizeof hdr) {
-        c->tls_hdr = TLS_HDR_DONE;
-        /* the first bytes mqd writes: the socket's empty buffer takes them */
-        if (send(c->fd, hdr, sizeof hdr, MSG_NOSIGNAL) != (ssize_t)sizeof hdr)
-            MQD_WARN("conn", "%s: could not answer the AMQP TLS header: %s", c->peer,
-                      strerror(errno));
-    }
-}
-
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     mqd_conn_t *c = arg;
@@ -248,8 +235,6 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
             break;
         ssize_t n = recv(fd, buf, sizeof buf, 0);
         if (n > 0) {
-            if (c->tls_hdr != TLS_HDR_DONE)
-                tls_header_answer(c, buf, (size_t)n);
             rx_feed(c, buf, (size_t)n);
             conn_handle_events(c); /* this chunk's appends, before the wake is looked at */
             if ((size_t)n < sizeof buf)
@@ -281,6 +266,231 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     mqd_conn_t *c = arg;
     conn_process(c);
+}
+
+/* ---- TLS listeners: mqd runs TLS (OpenSSL) in front of Proton ----
+ *
+ * Proton sees a plain transport: plaintext reaches it through rx_feed, as on a plain
+ * listener, and its output leaves through SSL_write. The SSL reads and writes the
+ * non-blocking socket itself (SSL_set_fd, accept state): no memory BIOs, so the
+ * ciphertext is not copied through buffers of ours and an idle TLS connection holds no
+ * more than the SSL (whose record buffers are released while idle). A plain listener's
+ * connection has no SSL: it runs on_read and conn_write's send loop, as before. */
+
+#define TLS_HDR_DONE 9 /* c->tls_hdr: past the AMQP TLS header (or there was none) */
+
+enum { RX_MORE, RX_BLOCKED, RX_EOF, RX_FAILED };
+
+/* Registers the write event while SSL_write (want_write) or SSL_read (tls_rd_wants_wr)
+ * waits for a writable socket. */
+static void tls_poll_write(mqd_conn_t *c)
+{
+    if (c->ev_write == NULL)
+        return;
+    bool want = c->want_write || c->tls_rd_wants_wr;
+    bool on = event_pending(c->ev_write, EV_WRITE, NULL) != 0;
+    if (want && !on)
+        event_add(c->ev_write, NULL);
+    else if (!want && on)
+        event_del(c->ev_write);
+}
+
+/* A failed handshake or a bad record: the peer cannot be sent an AMQP close, so the
+ * condition is logged (here and by conn_close_deferred) and the connection closed. */
+static void tls_fail(mqd_conn_t *c, const char *when, int err)
+{
+    char why[256];
+    unsigned long e = ERR_peek_last_error();
+    if (e != 0)
+        ERR_error_string_n(e, why, sizeof why);
+    else
+        snprintf(why, sizeof why, "SSL error %d", err);
+    ERR_clear_error();
+    c->tls_dead = true;
+    MQD_NOTICE("conn", "TLS %s failed peer=%s: %s", when, c->peer, why);
+    pn_condition_t *cond = pn_transport_condition(c->driver.transport);
+    if (!pn_condition_is_set(cond))
+        pn_condition_format(cond, "amqp:connection:framing-error", "TLS %s: %s", when, why);
+    pn_connection_driver_close(&c->driver);
+}
+
+/* A TLS listener's connection may start with the AMQP TLS protocol header (AMQP 2 1 0 0),
+ * and its client may wait for the server's before sending the ClientHello (AMQP 1.0 part
+ * 5.2.1): mqd answers with the same header. Only the header's bytes are taken off the
+ * socket (looked at with MSG_PEEK first); what follows is the SSL's. True once the
+ * handshake can run: the header is answered, or the peer began with something else (a
+ * ClientHello, or what the handshake will refuse). */
+static bool tls_header_done(mqd_conn_t *c)
+{
+    static const char hdr[8] = {'A', 'M', 'Q', 'P', 2, 1, 0, 0};
+    char p[sizeof hdr];
+    ssize_t n = recv(c->fd, p, sizeof hdr - c->tls_hdr, MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return false;
+    if (n <= 0) {
+        pn_connection_driver_read_close(&c->driver);
+        return false;
+    }
+    size_t k = 0;
+    while (k < (size_t)n && p[k] == hdr[c->tls_hdr + k])
+        k++;
+    if (k == 0 && c->tls_hdr == 0) {
+        c->tls_hdr = TLS_HDR_DONE;
+        return true;
+    }
+    if (k < (size_t)n) {
+        /* another AMQP header (plain or SASL): name the one spoken here, then close */
+        if (c->tls_hdr + k >= 4 && send(c->fd, hdr, sizeof hdr, MSG_NOSIGNAL) < 0)
+            MQD_DEBUG("conn", "%s: header answer: %s", c->peer, strerror(errno));
+        MQD_NOTICE("conn", "peer=%s on a TLS listener sent neither TLS nor the AMQP TLS header",
+                   c->peer);
+        pn_condition_format(pn_transport_condition(c->driver.transport),
+                            "amqp:connection:framing-error", "not TLS");
+        pn_connection_driver_close(&c->driver);
+        return false;
+    }
+    if (recv(c->fd, p, (size_t)n, 0) != n) { /* takes what was peeked: it is there */
+        pn_connection_driver_read_close(&c->driver);
+        return false;
+    }
+    c->tls_hdr += (uint8_t)n;
+    if (c->tls_hdr < sizeof hdr)
+        return false;
+    c->tls_hdr = TLS_HDR_DONE;
+    /* the first bytes mqd writes: the socket's empty buffer takes them */
+    if (send(c->fd, hdr, sizeof hdr, MSG_NOSIGNAL) != (ssize_t)sizeof hdr)
+        MQD_WARN("conn", "%s: could not answer the AMQP TLS header: %s", c->peer, strerror(errno));
+    return true;
+}
+
+/* What an SSL_read that returned no data means. `up`: the handshake was over before that
+ * read (a fatal error puts the SSL back "in init"). */
+static int tls_rx_status(mqd_conn_t *c, int err, bool up)
+{
+    if (err == SSL_ERROR_WANT_READ)
+        return RX_BLOCKED;
+    if (err == SSL_ERROR_WANT_WRITE) { /* a handshake flight or a key update did not fit */
+        c->tls_rd_wants_wr = true;
+        tls_poll_write(c);
+        return RX_BLOCKED;
+    }
+    if (err == SSL_ERROR_ZERO_RETURN) /* close_notify: the read side is closed */
+        return RX_EOF;
+    if (err == SSL_ERROR_SYSCALL) { /* EOF or a reset, as on a plain socket */
+        c->tls_dead = true;
+        ERR_clear_error();
+        return RX_EOF;
+    }
+    tls_fail(c, up ? "record" : "handshake", err);
+    return RX_FAILED;
+}
+
+/* Decrypts into buf[cap] until it is full (RX_MORE) or the SSL stops; *n: bytes read,
+ * to be fed before the status is acted on. Runs the handshake on the way. */
+static int tls_recv(mqd_conn_t *c, char *buf, size_t cap, size_t *n)
+{
+    size_t got = 0;
+    int st = RX_MORE;
+    while (got < cap && st == RX_MORE) {
+        bool up = SSL_is_init_finished(c->ssl);
+        ERR_clear_error();
+        int k = SSL_read(c->ssl, buf + got, (int)(cap - got));
+        if (k > 0)
+            got += (size_t)k;
+        else
+            st = tls_rx_status(c, SSL_get_error(c->ssl, k), up);
+    }
+    *n = got;
+    return st;
+}
+
+/* on_read for TLS connections: the same rounds, plaintext from SSL_read. */
+static void on_read_tls(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_conn_t *c = arg;
+    char buf[RX_CHUNK];
+    if (c->tls_hdr == TLS_HDR_DONE || tls_header_done(c)) {
+        int st = RX_MORE;
+        for (int i = 0;
+             i < RX_ROUNDS && st == RX_MORE && !pn_connection_driver_read_closed(&c->driver); i++) {
+            if (i > 0 && __atomic_load_n(&c->srv->wake_pending, __ATOMIC_ACQUIRE))
+                break; /* as in on_read */
+            size_t n;
+            st = tls_recv(c, buf, sizeof buf, &n);
+            if (n > 0) {
+                rx_feed(c, buf, n);
+                conn_handle_events(c);
+            }
+        }
+        if (st == RX_EOF)
+            pn_connection_driver_read_close(&c->driver);
+        /* records OpenSSL read ahead do not make the socket readable: come back for them */
+        if (st == RX_MORE && !pn_connection_driver_read_closed(&c->driver) &&
+            SSL_has_pending(c->ssl))
+            event_active(c->ev_read, EV_READ, 1);
+    }
+    conn_process(c);
+    mqd_store_commit(c->srv->store);
+    mqd_server_tick_soon(c->srv);
+}
+
+static void on_write_tls(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_conn_t *c = arg;
+    if (c->tls_rd_wants_wr) {
+        c->tls_rd_wants_wr = false;
+        on_read_tls(fd, what, c); /* resumes the handshake or the read, then writes */
+        return;
+    }
+    conn_write(c);
+    conn_process(c);
+}
+
+/* conn_write for TLS connections: Proton's output through SSL_write. */
+static void tls_write(mqd_conn_t *c)
+{
+    c->want_write = false;
+    if (!SSL_is_init_finished(c->ssl)) {
+        /* nothing can go out before the handshake; a server transport has nothing to
+         * say before the peer's first plaintext anyway, unless it is closing */
+        if (pn_connection_driver_read_closed(&c->driver))
+            pn_connection_driver_write_close(&c->driver);
+        tls_poll_write(c);
+        return;
+    }
+    for (;;) {
+        pn_bytes_t wb = pn_connection_driver_write_buffer(&c->driver);
+        if (wb.size == 0)
+            break;
+        ERR_clear_error();
+        int n = SSL_write(c->ssl, wb.start, wb.size > INT_MAX ? INT_MAX : (int)wb.size);
+        if (n > 0) {
+            pn_connection_driver_write_done(&c->driver, (size_t)n);
+            continue;
+        }
+        int err = SSL_get_error(c->ssl, n);
+        if (err == SSL_ERROR_WANT_WRITE)
+            c->want_write = true;
+        else if (err == SSL_ERROR_SYSCALL) {
+            c->tls_dead = true;
+            ERR_clear_error();
+            pn_connection_driver_write_close(&c->driver);
+        } else if (err != SSL_ERROR_WANT_READ) /* that one: the next read writes again */
+            tls_fail(c, "write", err);
+        break;
+    }
+    tls_poll_write(c);
+}
+
+/* Best effort: one close_notify, never waited for; not after a fatal error. */
+static void tls_shutdown(mqd_conn_t *c)
+{
+    if (c->tls_dead || !SSL_is_init_finished(c->ssl))
+        return;
+    ERR_clear_error();
+    if (SSL_shutdown(c->ssl) < 0)
+        MQD_DEBUG("conn", "%s: no close_notify sent", c->peer);
+    ERR_clear_error();
 }
 
 static int conn_setup_transport(mqd_conn_t *c)
@@ -323,9 +533,6 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     c->fd = fd;
     c->refs = 1;
     c->listener = li->index;
-    c->tls_hdr = li->index < s->conf->n_listen && mqd_conf_listen_is_tls(s->conf->listen[li->index])
-                     ? 0
-                     : TLS_HDR_DONE;
     c->opened_ms = mqd_now_ms();
     mqd_dlist_init(&c->node);
     mqd_dlist_init(&c->dirty_node);
@@ -351,11 +558,14 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     if (conn_setup_transport(c) != 0) {
         close(fd);
         pn_connection_driver_destroy(&c->driver);
+        SSL_free(c->ssl);
         free(c);
         return;
     }
-    c->ev_read = event_new(s->base, fd, EV_READ | EV_PERSIST, on_read, c);
-    c->ev_write = event_new(s->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+    /* a TLS listener's connection (c->ssl, from mqd_auth_conn_setup) has its own I/O */
+    c->ev_read = event_new(s->base, fd, EV_READ | EV_PERSIST, c->ssl ? on_read_tls : on_read, c);
+    c->ev_write =
+        event_new(s->base, fd, EV_WRITE | EV_PERSIST, c->ssl ? on_write_tls : on_write, c);
     c->ev_timer = evtimer_new(s->base, on_timer, c);
     event_priority_set(c->ev_read, PRIO_IO);
     event_priority_set(c->ev_write, PRIO_IO);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""TLS listeners (listen = amqps://HOST:PORT) with Proton's SSL layer. Certificates are
-made with the openssl CLI in the test's temp dir: a test CA, a server certificate for
-127.0.0.1, client certificates for mutual TLS (good, self-signed/untrusted, expired).
+"""TLS listeners (listen = amqps://HOST:PORT), run by mqd itself with OpenSSL in front of
+Proton. Certificates are made with the openssl CLI in the test's temp dir: a test CA, a
+server certificate for 127.0.0.1, client certificates for mutual TLS (good,
+self-signed/untrusted, expired).
 
 Broker A (tls_verify_client = none, allow_plain_without_tls = off):
 - python3-qpid-proton over TLS, verifying the server with the test CA, SASL PLAIN:
@@ -17,7 +18,14 @@ Broker A (tls_verify_client = none, allow_plain_without_tls = off):
 Broker B (tls_verify_client = required, tls_ca = test CA):
 - mutual TLS + SASL EXTERNAL: the certificate CN maps to a [user] (cert_cn), send works;
 - an untrusted (self-signed) and an expired client certificate fail the TLS handshake
-  and leave nothing behind; a client without a certificate fails too."""
+  and leave nothing behind; a client without a certificate fails too.
+Broker C (tls_verify_client = optional, tls_ca = test CA, tls_handshake_timeout_ms = 1s):
+- a client without a certificate connects and sends with PLAIN, but cannot use EXTERNAL;
+- a client with a good certificate logs in with EXTERNAL;
+- an untrusted certificate fails the handshake;
+- clients that close mid-handshake (after part of a ClientHello, after the ServerHello)
+  leave the broker serving; clients that send nothing or stall mid-handshake are closed
+  by the handshake timeout."""
 
 import os
 import shutil
@@ -202,6 +210,93 @@ def peer_cert_serial(port, pki):
     return der
 
 
+def client_hello(pki):
+    """The first flight of a TLS client (its ClientHello), as bytes."""
+    ctx = ssl.create_default_context(cafile=pki["ca.crt"])
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(inc, out, server_hostname="localhost")
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+def closed_by_peer_within(s, seconds):
+    """True if the broker closes socket s (EOF or reset) within `seconds`."""
+    s.settimeout(seconds)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            if not s.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+    return False
+
+
+def optional_cases(t, pki, coll):
+    tls_c = mqdtest.free_port()
+    conf_c = write_conf(t, "c", pki, "tls_verify_client = optional\ntls_ca = %s\n"
+                        "tls_handshake_timeout_ms = 1000\n" % pki["ca.crt"])
+    c_brk = t.broker("c", conf=conf_c, args=["--listen", "amqps://127.0.0.1:%d" % tls_c])
+    mqdtest.wait_port(tls_c, 15)
+    url_c = "amqps://127.0.0.1:%d" % tls_c
+
+    with coll.case("optional: no certificate, PLAIN works"):
+        c = connect(url_c, ssl_domain=client_domain(pki), user="alice", password=PASSWORD,
+                    allowed_mechs="PLAIN")
+        c.create_sender("opt-topic").send(Message(body="alice without a certificate"))
+        c.close()
+
+    with coll.case("optional: no certificate, no EXTERNAL"):
+        expect_refused("EXTERNAL without a certificate", url_c, ssl_domain=client_domain(pki),
+                       allowed_mechs="EXTERNAL")
+
+    with coll.case("optional: good certificate, EXTERNAL works"):
+        c = connect(url_c, ssl_domain=client_domain(pki, pki["carol.crt"], pki["carol.key"]),
+                    allowed_mechs="EXTERNAL")
+        c.create_sender("opt-topic").send(Message(body="carol with a certificate"))
+        c.close()
+
+    for what, cert, key in (("optional: untrusted certificate", "rogue.crt", "rogue.key"),
+                            ("optional: expired certificate", "expired.crt", "expired.key")):
+        with coll.case(what):
+            expect_refused(what, url_c, ssl_domain=client_domain(pki, pki[cert], pki[key]),
+                           user="alice", password=PASSWORD, allowed_mechs="PLAIN")
+
+    with coll.case("optional: clients that give up mid-handshake"):
+        hello = client_hello(pki)
+        for cut in (0, 5, len(hello) // 2, len(hello)):
+            s = socket.create_connection(("127.0.0.1", tls_c), timeout=5)
+            s.sendall(hello[:cut])
+            if cut == len(hello):
+                s.recv(65536)  # the ServerHello flight: mid-handshake on the server
+            s.close()
+        # the same with the AMQP TLS header first
+        s = socket.create_connection(("127.0.0.1", tls_c), timeout=5)
+        s.sendall(b"AMQP\x02\x01\x00\x00" + hello[:10])
+        s.close()
+        c_brk.check_alive("after clients closed mid-handshake")
+        check(count_messages(url_c, pki, "opt-topic") == 2, "opt-topic: want 2 messages")
+
+    with coll.case("handshake timeout: silent and stalled TLS clients"):
+        silent = socket.create_connection(("127.0.0.1", tls_c), timeout=5)
+        stalled = socket.create_connection(("127.0.0.1", tls_c), timeout=5)
+        stalled.sendall(client_hello(pki))
+        check(len(stalled.recv(65536)) > 0, "no ServerHello")
+        half_hdr = socket.create_connection(("127.0.0.1", tls_c), timeout=5)
+        half_hdr.sendall(b"AMQP\x02")
+        for name, s in (("silent", silent), ("stalled", stalled), ("half header", half_hdr)):
+            check(closed_by_peer_within(s, 10 * mqdtest.SLOW),
+                  "%s client not closed by the handshake timeout" % name)
+            s.close()
+        check("handshake timeout" in c_brk.log_text(), "no handshake timeout logged")
+    c_brk.check_alive()
+
+
 def body(t):
     if not shutil.which("openssl"):
         skip("openssl CLI not installed")
@@ -302,6 +397,7 @@ def body(t):
         except Exception:
             pass
         c.close()
+    optional_cases(t, pki, coll)
     a.check_alive()
     b.check_alive()
     coll.finish()

@@ -274,7 +274,11 @@ static void test_security_keys(void **state)
     assert_int_equal(load_text("tls_verify_client = required\n", &c, err, sizeof err), MQD_EINVAL);
     assert_non_null(strstr(err, "needs tls_ca"));
     assert_int_equal(load_text("tls_verify_client = optional\n", &c, err, sizeof err), MQD_EINVAL);
-    assert_non_null(strstr(err, "not supported"));
+    assert_non_null(strstr(err, "optional needs tls_ca"));
+    assert_int_equal(load_text("tls_verify_client = optional\ntls_ca = /ca\n", &c, err, sizeof err),
+                     0);
+    assert_int_equal(c->tls_verify_client, MQD_TLS_VERIFY_OPTIONAL);
+    mqd_conf_free(c);
     assert_int_equal(load_text("tls_min_version = 1.1\n", &c, err, sizeof err), MQD_EINVAL);
     assert_int_equal(load_text("[user x]\nscram_sha256 = nope\n", &c, err, sizeof err), MQD_EINVAL);
     assert_non_null(strstr(err, "mqd-passwd --scram"));
