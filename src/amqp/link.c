@@ -353,36 +353,190 @@ static void management_request(mqd_conn_t *c, pn_delivery_t *d, const uint8_t *m
     pn_delivery_settle(d);
 }
 
+/* The topic a send goes to (its link's, its reply node's or its `to`'s), with the ACL
+ * check of a relayed send; NULL after rejecting d (unless presettled). */
+static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
+                               const mqd_msg_info_t *mi, bool presettled, uint32_t *fixed,
+                               bool *has_fixed)
+{
+    mqd_topic_t *t = ls->topic;
+    *has_fixed = false;
+    if (ls->tmp_name)
+        t = mqd_topic_find(c->srv, ls->tmp_name);
+    else if (!t)
+        t = relay_topic(c, msg, mi, fixed, has_fixed);
+    if (!t) {
+        if (!presettled)
+            mqd_delivery_reject(d, "amqp:not-found", "no such address in `to`");
+        return NULL;
+    }
+    if (!ls->topic && !ls->tmp_name && !mqd_auth_allowed(c, MQD_PERM_SEND, t->name)) {
+        if (!presettled)
+            mqd_delivery_reject(d, "amqp:unauthorized-access", "not allowed to send to this address");
+        return NULL;
+    }
+    return t;
+}
+
+static void append_failed(mqd_topic_t *t, uint32_t part, pn_delivery_t *d, bool presettled, int rc)
+{
+    MQD_WARN("link", "append to %s/%u failed: %s", t->name, part, mqd_strerror(rc));
+    if (!presettled)
+        mqd_delivery_reject(d, rc == MQD_EFAILED ? "amqp:internal-error" : "amqp:resource-limit-exceeded",
+                            mqd_strerror(rc));
+}
+
+/* ---------------------------------------------------------------- batched sends
+ *
+ * A transfer with message-format MQD_MSG_FORMAT_BATCH (ARCHITECTURE §1, read by the frame
+ * peek, framepeek.h) holds one encoded message per data section. Each is stored as its
+ * own record, all in the partition the outer message routes to (its x-opt-partition-key,
+ * else its group-id, else the link's round robin), and the transfer is held until the
+ * last record is stable, like any send. The whole batch is checked before anything is
+ * stored: an outer or inner message that does not scan rejects it (amqp:decode-error).
+ * Each inner message is deduplicated on its own message-id, as if sent alone (what
+ * Artemis does per message; an SDK that resends a batch after a lost disposition gets
+ * only the missing messages stored, and the batch accepted). The outer key is stored in
+ * each inner message's annotations (x-opt-partition-key), so consumers see it. */
+typedef struct batch {
+    const uint8_t *base;
+    mqd_span_t *v; /* inner messages inside base; len 0 = a duplicate, not stored */
+    size_t n, cap;
+} batch_t;
+
+static int batch_collect(const uint8_t *inner, size_t len, void *arg)
+{
+    batch_t *b = arg;
+    mqd_msg_info_t mi;
+    if (mqd_msg_scan(inner, len, &mi) != 0)
+        return MQD_EINVAL;
+    if (b->n == b->cap) {
+        size_t ncap = b->cap ? b->cap * 2 : 16;
+        mqd_span_t *nv = realloc(b->v, ncap * sizeof *nv);
+        if (!nv)
+            return MQD_ENOMEM;
+        b->v = nv;
+        b->cap = ncap;
+    }
+    b->v[b->n++] = (mqd_span_t){.off = (size_t)(inner - b->base), .len = len};
+    return 0;
+}
+
+/* Appends the batch's inner messages to partition `part`; d waits for the last (held
+ * only if that append succeeded). */
+static int batch_append(mqd_conn_t *c, mqd_topic_t *t, uint32_t part, const batch_t *b,
+                        const uint8_t *msg, const mqd_msg_info_t *omi, pn_delivery_t *d,
+                        bool presettled)
+{
+    mqd_buf_t *out = &c->srv->scratch;
+    size_t last = b->n;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->v[i].len)
+            last = i;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!b->v[i].len)
+            continue;
+        const uint8_t *p = msg + b->v[i].off;
+        size_t n = b->v[i].len;
+        mqd_msg_info_t mi;
+        if (omi->partition_key.len && mqd_msg_scan(p, n, &mi) == 0 &&
+            (mi.partition_key.len != omi->partition_key.len ||
+             memcmp(p + mi.partition_key.off, msg + omi->partition_key.off, mi.partition_key.len))) {
+            mqd_msg_ann_t ann = {.pkey = msg + omi->partition_key.off,
+                                 .pkey_len = omi->partition_key.len,
+                                 .delivery_count = mi.delivery_count,
+                                 .pkey_only = true};
+            int rc = mqd_msg_annotate(p, n, &mi, &ann, out);
+            if (rc != 0)
+                return rc;
+            p = out->p;
+            n = out->len;
+        }
+        pn_delivery_t *dlv = i == last && !presettled ? d : NULL;
+        int rc = mqd_part_append_ex(&t->parts[part], p, n, MQD_REC_DATA, 0, c, dlv, NULL);
+        if (rc != 0)
+            return rc;
+        if (dlv)
+            mqd_delivery_hold(d); /* the partition's pending list settles it when stable */
+    }
+    return 0;
+}
+
+static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
+                        size_t size, bool presettled)
+{
+    batch_t b = {.base = msg};
+    mqd_msg_info_t omi;
+    int rc = mqd_msg_scan(msg, size, &omi);
+    if (rc == 0)
+        rc = mqd_msg_batch_split(msg, size, batch_collect, &b);
+    if (rc != 0) {
+        if (!presettled)
+            mqd_delivery_reject(d, rc == MQD_ENOMEM ? "amqp:resource-limit-exceeded" : "amqp:decode-error",
+                                rc == MQD_ENOMEM ? "out of memory"
+                                : "malformed batch: the body must be data sections that each "
+                                  "hold one encoded AMQP message");
+        goto out;
+    }
+    uint32_t fixed = 0;
+    bool has_fixed, unknown;
+    mqd_topic_t *t = send_topic(c, ls, d, msg, &omi, presettled, &fixed, &has_fixed);
+    if (!t)
+        goto out;
+    if (mqd_txn_of_delivery(c->srv, d, &unknown) || unknown) {
+        if (!presettled)
+            mqd_delivery_reject(d, "amqp:not-implemented",
+                                "transactional batched sends (message-format 0x80013700) are not "
+                                "supported: send the messages one by one in the transaction");
+        goto out;
+    }
+    uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &omi);
+    bool any = false;
+    for (size_t i = 0; i < b.n; i++) {
+        mqd_msg_info_t mi;
+        const uint8_t *p = msg + b.v[i].off;
+        if (t->conf.dedup_window_ms && mqd_msg_scan(p, b.v[i].len, &mi) == 0 &&
+            mqd_dedup_seen(t, p, &mi))
+            b.v[i].len = 0; /* stored within the window: exactly once */
+        any |= b.v[i].len != 0;
+    }
+    if (!any) {
+        if (!presettled) {
+            pn_delivery_update(d, PN_ACCEPTED);
+            pn_delivery_settle(d);
+        }
+        goto out;
+    }
+    /* d is held only once the last record is appended: a failure before rejects it
+     * (records appended before a failing one stay, as a partition that fails mid-way
+     * keeps what it wrote) */
+    rc = batch_append(c, t, part, &b, msg, &omi, d, presettled);
+    if (rc != 0)
+        append_failed(t, part, d, presettled, rc);
+out:
+    free(b.v);
+}
+
 static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
-                          size_t size, bool presettled)
+                          size_t size, bool presettled, uint32_t format)
 {
     if (ls->mgmt)
         return management_request(c, d, msg, size, presettled);
     if (ls->coord)
         return mqd_txn_coordinator_transfer(ls, d, msg, size);
+    if (format == MQD_MSG_FORMAT_BATCH)
+        return store_batch(c, ls, d, msg, size, presettled);
     mqd_msg_info_t mi;
     if (mqd_msg_scan(msg, size, &mi) != 0) {
         if (!presettled)
             mqd_delivery_reject(d, "amqp:decode-error", "malformed message sections");
         return;
     }
-    mqd_topic_t *t = ls->topic;
     uint32_t fixed = 0;
-    bool has_fixed = false;
-    if (ls->tmp_name)
-        t = mqd_topic_find(c->srv, ls->tmp_name);
-    else if (!t)
-        t = relay_topic(c, msg, &mi, &fixed, &has_fixed);
-    if (!t) {
-        if (!presettled)
-            mqd_delivery_reject(d, "amqp:not-found", "no such address in `to`");
+    bool has_fixed;
+    mqd_topic_t *t = send_topic(c, ls, d, msg, &mi, presettled, &fixed, &has_fixed);
+    if (!t)
         return;
-    }
-    if (!ls->topic && !ls->tmp_name && !mqd_auth_allowed(c, MQD_PERM_SEND, t->name)) {
-        if (!presettled)
-            mqd_delivery_reject(d, "amqp:unauthorized-access", "not allowed to send to this address");
-        return;
-    }
     uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &mi);
     if (t->conf.dedup_window_ms && mqd_dedup_seen(t, msg, &mi)) {
         if (!presettled) { /* already stored within the window: exactly once */
@@ -409,12 +563,19 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
                  mqd_strerror(rc));
         return;
     }
-    if (rc != 0) {
-        MQD_WARN("link", "append to %s/%u failed: %s", t->name, part, mqd_strerror(rc));
-        if (!presettled)
-            mqd_delivery_reject(d, rc == MQD_EFAILED ? "amqp:internal-error" : "amqp:resource-limit-exceeded",
-                   mqd_strerror(rc));
-    }
+    if (rc != 0)
+        append_failed(t, part, d, presettled, rc);
+}
+
+/* The message-format the frame peek read for d (0 without a peek or when none was
+ * recorded); forgets it. */
+static uint32_t transfer_format(mqd_conn_t *c, pn_link_t *l, pn_delivery_t *d)
+{
+    if (!c->peek || !mqd_fpeek_waiting(c->peek))
+        return 0;
+    pn_delivery_tag_t tag = pn_delivery_tag(d);
+    const char *name = pn_link_name(l);
+    return mqd_fpeek_take(c->peek, name, strlen(name), (const uint8_t *)tag.start, tag.size);
 }
 
 static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
@@ -427,12 +588,14 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
         while (pn_link_recv(l, sink, sizeof sink) > 0)
             ;
         if (!pn_delivery_partial(d)) {
+            transfer_format(c, l, d);
             pn_link_advance(l);
             pn_delivery_settle(d);
         }
         return;
     }
     if (pn_delivery_aborted(d)) {
+        transfer_format(c, l, d);
         ls->acc_len = 0;
         pn_delivery_settle(d);
         return;
@@ -465,9 +628,10 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
         size = ls->acc_len;
         ls->acc_len = 0;
     }
+    uint32_t format = transfer_format(c, l, d);
     pn_link_advance(l);
     bool presettled = pn_delivery_settled(d);
-    store_message(c, ls, d, msg, size, presettled);
+    store_message(c, ls, d, msg, size, presettled, format);
     if (presettled)
         pn_delivery_settle(d);
     if (ls->acc_cap > (1u << 20) && ls->acc_len == 0) {
@@ -614,6 +778,7 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
         mqd_lstate_t *ls = pn_link_get_context(l);
         if (!ls) {
             if (pn_link_is_receiver(l) && !pn_delivery_partial(d)) {
+                transfer_format(c, l, d); /* forget it */
                 pn_link_advance(l);
                 pn_delivery_settle(d);
             }

@@ -711,6 +711,8 @@ static bool key_replaced(const uint8_t *p, const val_t *k, const mqd_msg_ann_t *
     /* every key we write is "x-opt-" and at least 12 bytes (x-opt-offset) */
     if (!is_strsym(k) || k->end - k->data < 12 || memcmp(p + k->data, "x-opt-", 6) != 0)
         return false;
+    if (ann->pkey_only)
+        return ann->pkey != NULL && str_eq(p, k, K_PKEY);
     return str_eq(p, k, K_PARTITION_ID) || str_eq(p, k, K_OFFSET) ||
            str_eq(p, k, K_SEQUENCE) || str_eq(p, k, K_ENQUEUED) ||
            (ann->pkey != NULL && str_eq(p, k, K_PKEY)) ||
@@ -759,14 +761,9 @@ static size_t dec_u64(char *d, uint64_t v)
 #define FIXED_ENTRIES_MAX (4 * 2 + sizeof(K_PARTITION_ID) + sizeof(K_OFFSET) + sizeof(K_SEQUENCE) + \
                            sizeof(K_ENQUEUED) + 5 + 2 + 21 + 9 + 9)
 
-/* Appends our entries; returns how many pairs were written through *count. One reserve
- * and direct stores for the fixed four (this runs for every message delivered). */
-static int put_our_entries(mqd_buf_t *b, const mqd_msg_ann_t *ann, uint64_t *count)
+/* The fixed four: one reserve and direct stores (this runs for every message delivered). */
+static void put_fixed_entries(mqd_buf_t *b, const mqd_msg_ann_t *ann, uint64_t *count)
 {
-    int rc = 0;
-
-    if (mqd_buf_reserve(b, FIXED_ENTRIES_MAX) != 0)
-        return MQD_ENOMEM;
     uint8_t *d = b->p + b->len;
     d = w_key(d, KEY_ARGS(K_PARTITION_ID));
     *d++ = 0x71;
@@ -783,6 +780,18 @@ static int put_our_entries(mqd_buf_t *b, const mqd_msg_ann_t *ann, uint64_t *cou
     d = w_u64(w_key(d, KEY_ARGS(K_ENQUEUED)), 0x83, (uint64_t)ann->enqueued_ms);
     b->len = (size_t)(d - b->p);
     *count += 4;
+}
+
+/* Appends our entries; returns how many pairs were written through *count. */
+static int put_our_entries(mqd_buf_t *b, const mqd_msg_ann_t *ann, uint64_t *count)
+{
+    int rc = 0;
+
+    if (!ann->pkey_only) {
+        if (mqd_buf_reserve(b, FIXED_ENTRIES_MAX) != 0)
+            return MQD_ENOMEM;
+        put_fixed_entries(b, ann, count);
+    }
     if (ann->pkey != NULL) {
         rc |= put_key(b, K_PKEY) | put_str(b, 0xa1, ann->pkey, ann->pkey_len);
         *count += 1;

@@ -65,6 +65,10 @@ typedef struct mqd_msg_ann {
     /* extra annotations for dead-lettered copies; NULL when unused */
     const char *dlq_reason;  /* x-opt-deadletter-reason */
     const char *dlq_origin;  /* x-opt-deadletter-source (origin "T/Partitions/N@offset") */
+    /* only pkey is written (and replaces the message's own): what a batch's inner message
+       is stored with when the outer message had a partition key; the fixed x-opt entries
+       are neither written nor replaced */
+    bool pkey_only;
 } mqd_msg_ann_t;
 
 /* A growable output buffer owned by the caller (reuse it across calls). */

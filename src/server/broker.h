@@ -10,6 +10,7 @@
 #define MQD_BROKER_H
 
 #include "mqd.h"
+#include "amqp/framepeek.h"
 #include "amqp/msg.h"
 #include "auth/auth.h"
 #include "group/group.h"
@@ -193,6 +194,10 @@ struct mqd_conn {
     size_t listener;         /* index into conf->listen */
     int64_t opened_ms;       /* wall clock at accept */
     char user[128];
+    /* The frame peek that tells the delivery path each transfer's message-format (owned).
+       It is the on/off switch: set at accept where rx_feed sees plaintext (plain
+       listeners; on TLS listeners Proton decrypts), NULL elsewhere. */
+    mqd_fpeek_t *peek;
     size_t rbuf_cap;         /* scratch for incoming transfers */
     uint8_t *rbuf;
     void *auth;              /* auth/: per-connection TLS/SASL state (mqd_auth_conn_t), owned

@@ -73,6 +73,7 @@ static void conn_free(mqd_conn_t *c)
     }
     pn_connection_driver_destroy(&c->driver);
     SSL_free(c->ssl); /* drops its reference on the SSL_CTX it started with */
+    mqd_fpeek_free(c->peek);
     free(c->rbuf);
     free(c);
 }
@@ -213,6 +214,8 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
         if (rb.size == 0)
             return; /* input closed after an error: the rest cannot matter */
         size_t k = n < rb.size ? n : rb.size;
+        if (c->peek)
+            mqd_fpeek_feed(c->peek, (const uint8_t *)p, k);
         memcpy(rb.start, p, k);
         pn_connection_driver_read_done(&c->driver, k);
         p += k;
@@ -562,6 +565,8 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         free(c);
         return;
     }
+    /* rx_feed gets plaintext on every listener (mqd runs TLS): read message-formats */
+    c->peek = mqd_fpeek_new();
     /* a TLS listener's connection (c->ssl, from mqd_auth_conn_setup) has its own I/O */
     c->ev_read = event_new(s->base, fd, EV_READ | EV_PERSIST, c->ssl ? on_read_tls : on_read, c);
     c->ev_write =

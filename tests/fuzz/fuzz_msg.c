@@ -41,6 +41,13 @@ static void check_annotate(const uint8_t *data, size_t size, const mqd_msg_info_
     if (ann.pkey && (o.partition_key.len != ann.pkey_len ||
                      memcmp(out.p + o.partition_key.off, key, ann.pkey_len) != 0))
         abort();
+    /* a batch's inner message stored with the outer key: the key alone */
+    mqd_msg_ann_t only = { .pkey = key, .pkey_len = sizeof(key) - 1,
+                           .delivery_count = mi->delivery_count, .pkey_only = true };
+    if (mqd_msg_annotate(data, size, mi, &only, &out) != 0 ||
+        mqd_msg_scan(out.p, out.len, &o) != 0 || o.partition_key.len != only.pkey_len ||
+        memcmp(out.p + o.partition_key.off, key, only.pkey_len) != 0)
+        abort();
     mqd_buf_free(&out);
 }
 

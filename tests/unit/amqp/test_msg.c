@@ -485,6 +485,47 @@ static void test_annotate_partition_key(void **state)
     }
 }
 
+/* pkey_only (a batch's inner message stored with the outer key): only the key is
+ * written or replaced; the fixed x-opt entries are not added, other entries stay, and a
+ * message without annotations gets a section holding the key alone. */
+static void test_annotate_pkey_only(void **state)
+{
+    int times;
+    pn_atom_t v;
+
+    for (int have = 0; have < 3; have++) {
+        pn_message_t *m = have == 2 ? pn_message() : msg_with_key(have ? "inner-key" : NULL);
+        if (have == 2)
+            put_string(pn_message_body(m), "plain");
+        enc_t e = encode(m);
+        mqd_msg_info_t mi, o;
+        mqd_buf_t res = { 0 };
+        assert_int_equal(mqd_msg_scan(e.p, e.n, &mi), 0);
+        mqd_msg_ann_t a = { .pkey = (const uint8_t *)"outer", .pkey_len = 5,
+                            .delivery_count = mi.delivery_count, .pkey_only = true };
+        assert_int_equal(mqd_msg_annotate(e.p, e.n, &mi, &a, &res), 0);
+        assert_int_equal(mqd_msg_scan(res.p, res.len, &o), 0);
+        assert_true(span_eq(res.p, o.partition_key, "outer"));
+        pn_message_t *d = pn_message();
+        assert_int_equal(pn_message_decode(d, (const char *)res.p, res.len), 0);
+        pn_data_t *ma = pn_message_annotations(d);
+        v = ann_get(ma, "x-opt-partition-key", &times);
+        assert_int_equal(times, 1);
+        assert_true(atom_str_eq(v, PN_STRING, "outer"));
+        v = ann_get(ma, "x-opt-offset", &times); /* the stale one stays (replaced on delivery) */
+        assert_int_equal(times, have == 2 ? 0 : 1);
+        if (have != 2)
+            assert_true(atom_str_eq(v, PN_STRING, "999"));
+        ann_get(ma, "x-opt-partition-id", &times);
+        assert_int_equal(times, 0);
+        assert_int_equal(map_entries(ma), have == 2 ? 1 : 4);
+        pn_message_free(d);
+        pn_message_free(m);
+        mqd_buf_free(&res);
+        free(e.p);
+    }
+}
+
 static void test_annotate_dlq_and_negative(void **state)
 {
     pn_message_t *m = msg_with_key("k");
@@ -1060,6 +1101,7 @@ int main(void)
         cmocka_unit_test(test_order),
         cmocka_unit_test(test_annotate_rejects_bad_info),
         cmocka_unit_test(test_batch_split),
+        cmocka_unit_test(test_annotate_pkey_only),
         cmocka_unit_test(test_buf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,621 @@
+/* framepeek: the message-format of incoming transfers, read beside Proton (framepeek.h).
+ *
+ * A small state machine over the byte stream: 8 header bytes (a protocol header
+ * "AMQP" id 1 0 0, or a frame header size/doff/type/channel), the extended header, the
+ * performative, the rest of the frame. Only the performative's first bytes are parsed,
+ * in place when the chunk holds them (the common case), else from a copy of at most
+ * MQD_FPEEK_PERF_MAX bytes; payload bytes are stepped over. Only attach (to name the
+ * handle) and transfer are read; every other frame costs its header and descriptor.
+ */
+#include "config.h"
+#include "amqp/framepeek.h"
+#include "util/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG_MAX 32     /* AMQP 1.0 2.8.7: a delivery-tag is at most 32 octets */
+#define LINKS_MAX 8192 /* attached sender links tracked per connection */
+#define DESC_ATTACH 0x12
+#define DESC_TRANSFER 0x14
+
+enum { P_HDR, P_EXT, P_PERF, P_SKIP, P_DEAD };
+enum { R_OK, R_NEED, R_BAD };
+
+typedef struct lnk {
+    uint64_t serial; /* this attach (a re-attach of the handle gets a new one) */
+    uint64_t name_h; /* hash of the link name: a map of attaches never grows by their names */
+    size_t name_len;
+    uint32_t handle;
+    uint16_t ch;
+    bool open; /* a multi-frame delivery is in progress */
+} lnk_t;
+
+typedef struct fent {
+    uint64_t serial;
+    uint32_t fmt;
+    uint8_t tag_len;
+    uint8_t tag[TAG_MAX];
+} fent_t;
+
+struct mqd_fpeek {
+    uint8_t phase;
+    uint8_t hlen;
+    uint8_t hbuf[8];
+    uint16_t ch;       /* channel of the current frame */
+    uint32_t left;     /* bytes of the current frame after its 8-byte header not seen */
+    uint32_t ext;      /* extended-header bytes still to step over */
+    uint32_t perf_len; /* performative length once its list header was read, else 0 */
+    uint32_t plen;     /* bytes in pbuf */
+    uint64_t frames;
+    uint64_t bytes;
+    lnk_t *links;
+    size_t n_links, cap_links, last;
+    uint64_t next_serial;
+    size_t n_open;
+    fent_t *fmt;
+    size_t n_fmt, cap_fmt;
+    uint8_t pbuf[MQD_FPEEK_PERF_MAX];
+};
+
+mqd_fpeek_t *mqd_fpeek_new(void)
+{
+    return calloc(1, sizeof(mqd_fpeek_t));
+}
+
+void mqd_fpeek_free(mqd_fpeek_t *fp)
+{
+    if (!fp)
+        return;
+    free(fp->links);
+    free(fp->fmt);
+    free(fp);
+}
+
+bool mqd_fpeek_waiting(const mqd_fpeek_t *fp)
+{
+    return fp->n_fmt != 0;
+}
+bool mqd_fpeek_ok(const mqd_fpeek_t *fp)
+{
+    return fp->phase != P_DEAD;
+}
+uint64_t mqd_fpeek_frames(const mqd_fpeek_t *fp)
+{
+    return fp->frames;
+}
+
+static void stop(mqd_fpeek_t *fp, const char *why)
+{
+    MQD_DEBUG("peek",
+              "frame peek stopped after %llu frames (%llu bytes): %s; batched sends "
+              "on this connection are stored as one message",
+              (unsigned long long)fp->frames, (unsigned long long)fp->bytes, why);
+    fp->phase = P_DEAD;
+    fp->n_fmt = 0;
+}
+
+/* ---------------------------------------------------------------- decoding */
+
+typedef struct rd {
+    const uint8_t *p;
+    size_t n; /* readable bytes (min of what is here and the performative's end) */
+    size_t i;
+    int short_rc; /* what running out of bytes means: R_NEED, or R_BAD at the real end */
+} rd_t;
+
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Steps over one encoded value (any type; described values nest up to `depth`). */
+static int skip_value(rd_t *r, int depth)
+{
+    if (r->i >= r->n)
+        return r->short_rc;
+    uint8_t c = r->p[r->i++];
+    if (c == 0x00) {
+        if (depth == 0)
+            return R_BAD;
+        int rc = skip_value(r, depth - 1);
+        return rc != R_OK ? rc : skip_value(r, depth - 1);
+    }
+    size_t w;
+    switch (c >> 4) {
+    case 0x4: w = 0; break;
+    case 0x5: w = 1; break;
+    case 0x6: w = 2; break;
+    case 0x7: w = 4; break;
+    case 0x8: w = 8; break;
+    case 0x9: w = 16; break;
+    case 0xa:
+    case 0xc:
+    case 0xe:
+        if (r->i >= r->n)
+            return r->short_rc;
+        w = r->p[r->i++];
+        break;
+    case 0xb:
+    case 0xd:
+    case 0xf:
+        if (r->n - r->i < 4)
+            return r->short_rc;
+        w = be32(r->p + r->i);
+        r->i += 4;
+        break;
+    default: return R_BAD;
+    }
+    if (r->n - r->i < w)
+        return r->short_rc;
+    r->i += w;
+    return R_OK;
+}
+
+/* uint (or null = absent). */
+static int get_uint(rd_t *r, bool *has, uint32_t *v)
+{
+    if (r->i >= r->n)
+        return r->short_rc;
+    uint8_t c = r->p[r->i++];
+    *has = c != 0x40;
+    switch (c) {
+    case 0x40: return R_OK;
+    case 0x43: *v = 0; return R_OK;
+    case 0x52:
+        if (r->i >= r->n)
+            return r->short_rc;
+        *v = r->p[r->i++];
+        return R_OK;
+    case 0x70:
+        if (r->n - r->i < 4)
+            return r->short_rc;
+        *v = be32(r->p + r->i);
+        r->i += 4;
+        return R_OK;
+    default: return R_BAD;
+    }
+}
+
+/* boolean (or null = false). */
+static int get_bool(rd_t *r, bool *v)
+{
+    if (r->i >= r->n)
+        return r->short_rc;
+    uint8_t c = r->p[r->i++];
+    switch (c) {
+    case 0x40:
+    case 0x42: *v = false; return R_OK;
+    case 0x41: *v = true; return R_OK;
+    case 0x56:
+        if (r->i >= r->n)
+            return r->short_rc;
+        *v = r->p[r->i++] != 0;
+        return R_OK;
+    default: return R_BAD;
+    }
+}
+
+/* binary / string / symbol (or null: len 0, p NULL); `kind` is 0 (binary) or 1 (string,
+ * symbol). */
+static int get_bytes(rd_t *r, int kind, const uint8_t **p, size_t *len)
+{
+    if (r->i >= r->n)
+        return r->short_rc;
+    uint8_t c = r->p[r->i++];
+    *p = NULL;
+    *len = 0;
+    if (c == 0x40)
+        return R_OK;
+    bool small = (c & 0xf0) == 0xa0;
+    uint8_t t = c & 0x0f;
+    if ((c & 0xe0) != 0xa0 || (kind == 0 ? t != 0 : t != 1 && t != 3))
+        return R_BAD;
+    size_t l;
+    if (small) {
+        if (r->i >= r->n)
+            return r->short_rc;
+        l = r->p[r->i++];
+    } else {
+        if (r->n - r->i < 4)
+            return r->short_rc;
+        l = be32(r->p + r->i);
+        r->i += 4;
+    }
+    if (r->n - r->i < l)
+        return r->short_rc;
+    *p = r->p + r->i;
+    *len = l;
+    r->i += l;
+    return R_OK;
+}
+
+/* ---------------------------------------------------------------- links and formats */
+
+static lnk_t *link_find(mqd_fpeek_t *fp, uint16_t ch, uint32_t handle)
+{
+    if (fp->last < fp->n_links && fp->links[fp->last].ch == ch &&
+        fp->links[fp->last].handle == handle)
+        return &fp->links[fp->last];
+    for (size_t i = 0; i < fp->n_links; i++) {
+        if (fp->links[i].ch == ch && fp->links[i].handle == handle) {
+            fp->last = i;
+            return &fp->links[i];
+        }
+    }
+    return NULL;
+}
+
+/* FNV-1a. Two of one client's link names that collide could only mix up that client's
+ * own batches (2^-64 by chance). */
+static uint64_t name_hash(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static int on_attach(mqd_fpeek_t *fp, const uint8_t *name, size_t name_len, uint32_t handle)
+{
+    lnk_t *l = link_find(fp, fp->ch, handle);
+    if (!l) {
+        if (fp->n_links == fp->cap_links) {
+            if (fp->n_links >= LINKS_MAX)
+                return MQD_ETOOBIG;
+            size_t ncap = fp->cap_links ? fp->cap_links * 2 : 4;
+            lnk_t *nl = realloc(fp->links, ncap * sizeof *nl);
+            if (!nl)
+                return MQD_ENOMEM;
+            fp->links = nl;
+            fp->cap_links = ncap;
+        }
+        l = &fp->links[fp->n_links++];
+        memset(l, 0, sizeof *l);
+        l->ch = fp->ch;
+        l->handle = handle;
+    }
+    l->name_h = name_hash(name, name_len);
+    l->name_len = name_len;
+    l->serial = ++fp->next_serial;
+    if (l->open)
+        fp->n_open--;
+    l->open = false;
+    return 0;
+}
+
+static int record(mqd_fpeek_t *fp, uint64_t serial, const uint8_t *tag, size_t tag_len,
+                  uint32_t fmt)
+{
+    if (fp->n_fmt == fp->cap_fmt) {
+        if (fp->n_fmt >= MQD_FPEEK_MAX_FMT) {
+            /* never taken (a delivery mqd dropped unread): forget the oldest */
+            memmove(fp->fmt, fp->fmt + 1, (fp->n_fmt - 1) * sizeof *fp->fmt);
+            fp->n_fmt--;
+        } else {
+            size_t ncap = fp->cap_fmt ? fp->cap_fmt * 2 : 8;
+            fent_t *nf = realloc(fp->fmt, ncap * sizeof *nf);
+            if (!nf)
+                return MQD_ENOMEM;
+            fp->fmt = nf;
+            fp->cap_fmt = ncap;
+        }
+    }
+    fent_t *e = &fp->fmt[fp->n_fmt++];
+    e->serial = serial;
+    e->fmt = fmt;
+    e->tag_len = (uint8_t)tag_len;
+    memcpy(e->tag, tag, tag_len);
+    return 0;
+}
+
+static int on_transfer(mqd_fpeek_t *fp, uint32_t handle, const uint8_t *tag, size_t tag_len,
+                       uint32_t fmt, bool more, bool aborted)
+{
+    lnk_t *l = NULL;
+    bool cont = false;
+    if (fp->n_open) {
+        if (!(l = link_find(fp, fp->ch, handle)))
+            return MQD_ENOENT;
+        cont = l->open;
+    }
+    if (!cont && fmt != 0 && tag && tag_len <= TAG_MAX) {
+        if (!l && !(l = link_find(fp, fp->ch, handle)))
+            return MQD_ENOENT;
+        int rc = record(fp, l->serial, tag, tag_len, fmt);
+        if (rc != 0)
+            return rc;
+    }
+    bool ends = !more || aborted;
+    if (cont && ends) {
+        l->open = false;
+        fp->n_open--;
+    } else if (!cont && !ends) {
+        if (!l && !(l = link_find(fp, fp->ch, handle)))
+            return MQD_ENOENT;
+        l->open = true;
+        fp->n_open++;
+    }
+    return 0;
+}
+
+uint32_t mqd_fpeek_take(mqd_fpeek_t *fp, const char *link, size_t link_len, const uint8_t *tag,
+                        size_t tag_len)
+{
+    if (fp->n_fmt == 0)
+        return 0;
+    uint64_t h = name_hash(link, link_len);
+    for (size_t i = 0; i < fp->n_links; i++) {
+        const lnk_t *l = &fp->links[i];
+        if (l->name_len != link_len || l->name_h != h)
+            continue;
+        for (size_t j = 0; j < fp->n_fmt; j++) {
+            fent_t *e = &fp->fmt[j];
+            if (e->serial == l->serial && e->tag_len == tag_len &&
+                memcmp(e->tag, tag, tag_len) == 0) {
+                uint32_t fmt = e->fmt;
+                memmove(e, e + 1, (fp->n_fmt - j - 1) * sizeof *e);
+                fp->n_fmt--;
+                return fmt;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- performatives */
+
+static int read_transfer(mqd_fpeek_t *fp, rd_t *r, uint32_t count)
+{
+    bool has_h = false, has_id, has_fmt = false, more = false, aborted = false, b;
+    uint32_t handle = 0, id, fmt = 0;
+    const uint8_t *tag = NULL;
+    size_t tag_len = 0;
+    int rc = R_OK;
+    for (uint32_t f = 0; f < count && f <= 9 && rc == R_OK; f++) {
+        switch (f) {
+        case 0: rc = get_uint(r, &has_h, &handle); break;
+        case 1: rc = get_uint(r, &has_id, &id); break;
+        case 2: rc = get_bytes(r, 0, &tag, &tag_len); break;
+        case 3: rc = get_uint(r, &has_fmt, &fmt); break;
+        case 5: rc = get_bool(r, &more); break;
+        case 9: rc = get_bool(r, &aborted); break;
+        case 4:
+        case 8: rc = get_bool(r, &b); break;
+        default: rc = skip_value(r, 8); break; /* rcv-settle-mode, state */
+        }
+    }
+    if (rc != R_OK)
+        return rc;
+    if (!has_h)
+        return R_BAD;
+    return on_transfer(fp, handle, tag, tag_len, has_fmt ? fmt : 0, more, aborted) == 0 ? R_OK
+                                                                                        : R_BAD;
+}
+
+static int read_attach(mqd_fpeek_t *fp, rd_t *r, uint32_t count)
+{
+    const uint8_t *name = NULL;
+    size_t name_len = 0;
+    bool has_h = false, role = false;
+    uint32_t handle = 0;
+    if (count < 3)
+        return R_BAD;
+    int rc = get_bytes(r, 1, &name, &name_len);
+    if (rc == R_OK)
+        rc = get_uint(r, &has_h, &handle);
+    if (rc == R_OK)
+        rc = get_bool(r, &role);
+    if (rc != R_OK)
+        return rc;
+    if (!name || !has_h)
+        return R_BAD;
+    if (role) /* the peer's receiver: it never sends transfers on it */
+        return R_OK;
+    return on_attach(fp, name, name_len, handle) == 0 ? R_OK : R_BAD;
+}
+
+static bool sym_is(const uint8_t *p, size_t n, const char *s)
+{
+    return n == strlen(s) && memcmp(p, s, n) == 0;
+}
+
+/* Reads the performative in b[0..n). `complete`: no more bytes of it will come. */
+static int perf(mqd_fpeek_t *fp, const uint8_t *b, size_t n, bool complete)
+{
+    rd_t r = {.p = b, .n = n, .i = 0, .short_rc = complete ? R_BAD : R_NEED};
+    if (n < 2)
+        return r.short_rc;
+    if (b[0] != 0x00)
+        return R_BAD;
+    uint64_t code = UINT64_MAX;
+    r.i = 2;
+    switch (b[1]) {
+    case 0x53:
+        if (n < 3)
+            return r.short_rc;
+        code = b[2];
+        r.i = 3;
+        break;
+    case 0x44: code = 0; break;
+    case 0x80:
+        if (n < 10)
+            return r.short_rc;
+        code = (uint64_t)be32(b + 2) << 32 | be32(b + 6);
+        r.i = 10;
+        break;
+    case 0xa3:
+    case 0xb3: {
+        r.i = 1;
+        const uint8_t *s;
+        size_t sl;
+        int rc = get_bytes(&r, 1, &s, &sl);
+        if (rc != R_OK)
+            return rc;
+        code = sym_is(s, sl, "amqp:transfer:list") ? DESC_TRANSFER
+               : sym_is(s, sl, "amqp:attach:list") ? DESC_ATTACH
+                                                   : UINT64_MAX;
+        break;
+    }
+    default: return R_BAD;
+    }
+    if (code != DESC_TRANSFER && code != DESC_ATTACH)
+        return R_OK;
+    if (r.i >= n)
+        return r.short_rc;
+    uint8_t lc = b[r.i++];
+    uint32_t count, size;
+    switch (lc) {
+    case 0x45: count = size = 0; break;
+    case 0xc0:
+        if (n - r.i < 2)
+            return r.short_rc;
+        size = b[r.i];
+        count = b[r.i + 1];
+        r.i += 1;
+        break;
+    case 0xd0:
+        if (n - r.i < 8)
+            return r.short_rc;
+        size = be32(b + r.i);
+        count = be32(b + r.i + 4);
+        r.i += 4;
+        break;
+    default: return R_BAD;
+    }
+    /* size counts the bytes after the size field (count included) */
+    uint64_t end = (uint64_t)r.i + size;
+    if (lc != 0x45)
+        r.i += lc == 0xc0 ? 1 : 4;
+    if (end > UINT32_MAX)
+        return R_BAD;
+    fp->perf_len = (uint32_t)end;
+    if (end <= n) {
+        r.n = (size_t)end;
+        r.short_rc = R_BAD; /* a field past the list's end */
+    }
+    return code == DESC_TRANSFER ? read_transfer(fp, &r, count) : read_attach(fp, &r, count);
+}
+
+/* ---------------------------------------------------------------- the byte stream */
+
+static void header(mqd_fpeek_t *fp, const uint8_t *h)
+{
+    if (h[0] == 'A' && h[1] == 'M' && h[2] == 'Q' && h[3] == 'P') {
+        if (h[4] != 0 && h[4] != 3) /* 2 = TLS: ciphertext follows */
+            stop(fp, "not a plain AMQP or SASL protocol header");
+        return;
+    }
+    uint32_t size = be32(h);
+    uint32_t doff = h[4];
+    uint8_t type = h[5];
+    if (size < 8 || doff < 2 || doff * 4 > size || type > 1)
+        return stop(fp, "bad frame header");
+    fp->frames++;
+    fp->left = size - 8;
+    if (fp->left == 0)
+        return; /* a heartbeat */
+    if (type == 1 || size == doff * 4) {
+        fp->phase = P_SKIP; /* SASL, or an empty frame with an extended header */
+        return;
+    }
+    fp->ch = (uint16_t)(h[6] << 8 | h[7]);
+    fp->ext = doff * 4 - 8;
+    fp->plen = 0;
+    fp->perf_len = 0;
+    fp->phase = fp->ext ? P_EXT : P_PERF;
+}
+
+/* The performative phase; returns the bytes of p consumed. */
+static size_t perf_step(mqd_fpeek_t *fp, const uint8_t *p, size_t n)
+{
+    size_t avail = n < fp->left ? n : fp->left;
+    int rc;
+    size_t k = 0;
+    if (fp->plen == 0) {
+        /* the same cap as when it straddles chunks, so chunking never changes a result */
+        if (avail > sizeof fp->pbuf)
+            avail = sizeof fp->pbuf;
+        rc = perf(fp, p, avail, avail == fp->left || avail == sizeof fp->pbuf);
+        if (rc == R_NEED) {
+            /* every byte here is the performative's (the parse wanted the next one) */
+            memcpy(fp->pbuf, p, avail);
+            fp->plen = (uint32_t)avail;
+            fp->left -= (uint32_t)avail;
+            return avail;
+        }
+    } else {
+        /* copy no further than the performative's end once it is known */
+        size_t room = sizeof fp->pbuf - fp->plen;
+        size_t want = fp->perf_len > fp->plen ? fp->perf_len - fp->plen : 32;
+        k = avail < room ? avail : room;
+        if (k > want)
+            k = want;
+        memcpy(fp->pbuf + fp->plen, p, k);
+        fp->plen += (uint32_t)k;
+        fp->left -= (uint32_t)k;
+        bool complete = fp->left == 0 || fp->plen == sizeof fp->pbuf ||
+                        (fp->perf_len && fp->plen >= fp->perf_len);
+        rc = perf(fp, fp->pbuf, fp->plen, complete);
+        if (rc == R_NEED)
+            return k;
+    }
+    if (rc == R_BAD) {
+        stop(fp, "a transfer or attach it could not read (or longer than MQD_FPEEK_PERF_MAX)");
+        return n;
+    }
+    fp->plen = 0;
+    fp->phase = fp->left ? P_SKIP : P_HDR;
+    return k;
+}
+
+void mqd_fpeek_feed(mqd_fpeek_t *fp, const uint8_t *p, size_t n)
+{
+    fp->bytes += n;
+    while (n > 0) {
+        size_t k;
+        switch (fp->phase) {
+        case P_HDR:
+            if (fp->hlen == 0 && n >= 8) {
+                p += 8;
+                n -= 8;
+                header(fp, p - 8);
+                break;
+            }
+            k = 8u - fp->hlen < n ? 8u - fp->hlen : n;
+            memcpy(fp->hbuf + fp->hlen, p, k);
+            fp->hlen += (uint8_t)k;
+            p += k;
+            n -= k;
+            if (fp->hlen == 8) {
+                fp->hlen = 0;
+                header(fp, fp->hbuf);
+            }
+            break;
+        case P_EXT:
+            k = fp->ext < n ? fp->ext : n;
+            fp->ext -= (uint32_t)k;
+            fp->left -= (uint32_t)k;
+            p += k;
+            n -= k;
+            if (fp->ext == 0)
+                fp->phase = P_PERF;
+            break;
+        case P_PERF:
+            k = perf_step(fp, p, n);
+            p += k;
+            n -= k;
+            break;
+        case P_SKIP:
+            k = fp->left < n ? fp->left : n;
+            fp->left -= (uint32_t)k;
+            p += k;
+            n -= k;
+            if (fp->left == 0)
+                fp->phase = P_HDR;
+            break;
+        default: return;
+        }
+    }
+}
