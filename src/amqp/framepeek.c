@@ -261,16 +261,12 @@ static int on_attach(mqd_fpeek_t *fp, const uint8_t *name, size_t name_len, uint
 {
     lnk_t *l = link_find(fp, fp->ch, handle);
     if (!l) {
-        if (fp->n_links == fp->cap_links) {
-            if (fp->n_links >= LINKS_MAX)
-                return MQD_ETOOBIG;
-            size_t ncap = fp->cap_links ? fp->cap_links * 2 : 4;
-            lnk_t *nl = realloc(fp->links, ncap * sizeof *nl);
-            if (!nl)
-                return MQD_ENOMEM;
-            fp->links = nl;
-            fp->cap_links = ncap;
-        }
+        if (fp->n_links >= LINKS_MAX)
+            return MQD_ETOOBIG;
+        lnk_t *nl = mqd_array_grow(fp->links, &fp->cap_links, fp->n_links, sizeof *nl, 4);
+        if (!nl)
+            return MQD_ENOMEM;
+        fp->links = nl;
         l = &fp->links[fp->n_links++];
         memset(l, 0, sizeof *l);
         l->ch = fp->ch;
@@ -294,12 +290,10 @@ static int record(mqd_fpeek_t *fp, uint64_t serial, const uint8_t *tag, size_t t
             memmove(fp->fmt, fp->fmt + 1, (fp->n_fmt - 1) * sizeof *fp->fmt);
             fp->n_fmt--;
         } else {
-            size_t ncap = fp->cap_fmt ? fp->cap_fmt * 2 : 8;
-            fent_t *nf = realloc(fp->fmt, ncap * sizeof *nf);
+            fent_t *nf = mqd_array_grow(fp->fmt, &fp->cap_fmt, fp->n_fmt, sizeof *nf, 8);
             if (!nf)
                 return MQD_ENOMEM;
             fp->fmt = nf;
-            fp->cap_fmt = ncap;
         }
     }
     fent_t *e = &fp->fmt[fp->n_fmt++];

@@ -410,14 +410,10 @@ static int batch_collect(const uint8_t *inner, size_t len, void *arg)
     mqd_msg_info_t mi;
     if (mqd_msg_scan(inner, len, &mi) != 0)
         return MQD_EINVAL;
-    if (b->n == b->cap) {
-        size_t ncap = b->cap ? b->cap * 2 : 16;
-        mqd_span_t *nv = realloc(b->v, ncap * sizeof *nv);
-        if (!nv)
-            return MQD_ENOMEM;
-        b->v = nv;
-        b->cap = ncap;
-    }
+    mqd_span_t *nv = mqd_array_grow(b->v, &b->cap, b->n, sizeof *nv, 16);
+    if (!nv)
+        return MQD_ENOMEM;
+    b->v = nv;
     b->v[b->n++] = (mqd_span_t){.off = (size_t)(inner - b->base), .len = len};
     return 0;
 }

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -72,4 +74,17 @@ int mqd_mkdirs(const char *path, unsigned mode)
     if (mkdir(buf, mode) != 0 && errno != EEXIST)
         return MQD_EIO;
     return 0;
+}
+
+void *mqd_array_grow(void *p, size_t *cap, size_t n, size_t size, size_t first)
+{
+    if (n < *cap)
+        return p;
+    size_t ncap = *cap ? *cap * 2 : first;
+    if (ncap < *cap || (size && ncap > SIZE_MAX / size))
+        return NULL; /* the size would overflow */
+    void *np = realloc(p, ncap * size);
+    if (np)
+        *cap = ncap;
+    return np;
 }

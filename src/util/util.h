@@ -31,6 +31,12 @@ uint64_t mqd_mono_ns(void); /* monotonic, ns */
 /* ---- CRC32C (Castagnoli), hardware-accelerated where the CPU allows ---- */
 uint32_t mqd_crc32c(uint32_t crc, const void *data, size_t len);
 
+/* ---- arrays ---- */
+/* Room for one more element in array p (*cap elements of `size` bytes, n of them used):
+ * p itself while n < *cap, else p realloc'd to twice *cap (`first` elements the first
+ * time) and *cap updated. NULL when out of memory (p and *cap unchanged). */
+void *mqd_array_grow(void *p, size_t *cap, size_t n, size_t size, size_t first);
+
 /* ---- files ---- */
 /* fsync the directory that holds `path` (after create/rename/unlink). */
 int mqd_fsync_dir(const char *dirpath);

@@ -15,9 +15,6 @@
 'use strict';
 const path = require('path');
 const fs = require('fs');
-const os = require('os');
-const net = require('net');
-const { spawn } = require('child_process');
 
 const TOPIC = 'eh44';
 const PARTS = 4;
@@ -25,110 +22,8 @@ const N = 20;
 const HARD_TIMEOUT_MS = 90000;
 const SEL = 'apache.org:selector-filter:string';
 
-let rhea;
-try {
-  rhea = require(path.join(__dirname, 'node', 'node_modules', 'rhea'));
-} catch (e) {
-  try { rhea = require('rhea'); } catch (e2) {
-    console.log('SKIP: rhea not installed (cd tests/interop/node && npm ci)');
-    process.exit(77);
-  }
-}
-
-let bin = process.env.MQD_BIN;
-if (!bin && process.env.MQD_BUILDDIR) bin = path.join(process.env.MQD_BUILDDIR, 'mqd');
-if (!bin) { console.log('SKIP: set MQD_BIN (or run through make check)'); process.exit(77); }
-if (!fs.existsSync(bin)) { console.log('FAIL: broker binary ' + bin + ' missing'); process.exit(1); }
-
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'mqd-44-rhea-'));
-const logPath = path.join(tmp, 'mqd.log');
-let broker = null;
-let finished = false;
-const t0 = Date.now();
-function log(...a) { console.log('[' + ((Date.now() - t0) / 1000).toFixed(2) + ']', ...a); }
-
-function stopBroker(cb) {
-  if (!broker || broker.exitCode !== null || broker.signalCode !== null) return cb();
-  const killer = setTimeout(() => { try { process.kill(broker.pid, 'SIGKILL'); } catch (e) { /* gone */ } }, 10000);
-  broker.once('exit', () => { clearTimeout(killer); cb(); });
-  try { process.kill(broker.pid, 'SIGTERM'); } catch (e) { clearTimeout(killer); cb(); }
-}
-
-function end(ok, msg) {
-  if (finished) return;
-  finished = true;
-  const died = broker && broker.exitCode === null && broker.signalCode === null ? null
-    : broker && ('broker exited: code ' + broker.exitCode + ' signal ' + broker.signalCode);
-  stopBroker(() => {
-    if (ok && broker && broker.exitCode !== 0) {
-      ok = false;
-      msg = 'broker exited with ' + broker.exitCode + '/' + broker.signalCode + ' after SIGTERM';
-    }
-    console.log((ok ? 'PASS: ' : 'FAIL: ') + '44-rhea-eventhubs' + (msg ? ': ' + msg : ''));
-    if (!ok) {
-      if (died) console.log('NOTE: ' + died);
-      try { console.log('----- mqd log -----\n' + fs.readFileSync(logPath, 'utf8').slice(-60000)); } catch (e) { /* none */ }
-      console.log('(temp dir kept: ' + tmp + ')');
-    } else {
-      fs.rmSync(tmp, { recursive: true, force: true });
-    }
-    process.exit(ok ? 0 : 1);
-  });
-}
-
-setTimeout(() => end(false, 'hard timeout of ' + HARD_TIMEOUT_MS / 1000 + 's reached'), HARD_TIMEOUT_MS).unref();
-
-function check(cond, msg) { if (!cond) { end(false, msg); throw new Error(msg); } }
-
-// Kafka's murmur2 (signed 32-bit, like org.apache.kafka.common.utils.Utils.murmur2)
-function murmur2(str) {
-  const data = Buffer.from(str, 'utf8');
-  const len = data.length;
-  const m = 0x5bd1e995;
-  let h = (0x9747b28c ^ len) | 0;
-  for (let i = 0; i + 4 <= len; i += 4) {
-    let k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24);
-    k = Math.imul(k, m);
-    k ^= k >>> 24;
-    k = Math.imul(k, m);
-    h = Math.imul(h, m);
-    h ^= k;
-  }
-  const t = len & ~3;
-  switch (len % 4) {
-    case 3: h ^= data[t + 2] << 16; // falls through
-    case 2: h ^= data[t + 1] << 8; // falls through
-    case 1: h ^= data[t]; h = Math.imul(h, m);
-  }
-  h ^= h >>> 13;
-  h = Math.imul(h, m);
-  h ^= h >>> 15;
-  return h | 0;
-}
-function kafkaPartition(key, n) { return (murmur2(key) & 0x7fffffff) % n; }
-
-function freePort(cb) {
-  const s = net.createServer();
-  s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => cb(p)); });
-}
-
-function waitPort(port, deadline, cb) {
-  if (broker.exitCode !== null || broker.signalCode !== null) return end(false, 'mqd exited before accepting connections');
-  const s = net.connect(port, '127.0.0.1');
-  s.on('connect', () => { s.destroy(); cb(); });
-  s.on('error', () => {
-    if (Date.now() > deadline) return end(false, 'mqd did not accept connections');
-    setTimeout(() => waitPort(port, deadline, cb), 50);
-  });
-}
-
-function connect(port, id) {
-  const container = rhea.create_container({ id });
-  container.on('error', (e) => log(id + ': container error: ' + e));
-  const conn = container.connect({ host: '127.0.0.1', port, reconnect: false });
-  conn.on('connection_error', (ctx) => end(false, id + ': connection error ' + JSON.stringify(ctx.connection.error)));
-  return conn;
-}
+const h = require('./mqdnode')('44-rhea-eventhubs', HARD_TIMEOUT_MS);
+const { rhea, tmp, log, end, check, murmur2, kafkaPartition, freePort, connect } = h;
 
 function sendAll(port, key, cb) {
   const conn = connect(port, 'eh-sender');
@@ -247,13 +142,9 @@ freePort((port) => {
   log('partition key ' + key + ' -> partition 0 of ' + PARTS + ' (murmur2)');
   const dataDir = path.join(tmp, 'data');
   fs.mkdirSync(dataDir);
-  const out = fs.openSync(logPath, 'w');
   const argv = ['--foreground', '--listen', '127.0.0.1:' + port, '--data-dir', dataDir,
     '--set', 'topic.' + TOPIC + '.partitions=' + PARTS];
-  log('start broker: ' + bin + ' ' + argv.join(' '));
-  broker = spawn(bin, argv, { stdio: ['ignore', out, out] });
-  waitPort(port, Date.now() + 30000, () => {
-    log('broker ready on port ' + port);
+  h.startBroker(argv, port, () => {
     sendAll(port, key, (accepted) => {
       log('sent and accepted: ' + accepted);
       if (accepted !== N) return end(false, 'only ' + accepted + ' of ' + N + ' accepted');

@@ -1,0 +1,130 @@
+// Shared harness of the Node (rhea) interop tests, as mqdtest.py is for the Python ones:
+// finds rhea and the broker binary (exit 77 to skip without them), a temp dir with the
+// broker's log, one broker started by the test and stopped by its PID at the end,
+// PASS/FAIL lines (with the tail of the broker's log on a failure), a hard timeout,
+// Kafka's murmur2 partitioner, free ports, and a wait for the broker's port.
+//   const h = require('./mqdnode')('44-rhea-eventhubs', 90000);
+'use strict';
+const path = require('path');
+const fs = require('fs');
+const os = require('os');
+const net = require('net');
+const { spawn } = require('child_process');
+
+module.exports = function harness(name, hardTimeoutMs) {
+  const h = {};
+  try {
+    h.rhea = require(path.join(__dirname, 'node', 'node_modules', 'rhea'));
+  } catch (e) {
+    try { h.rhea = require('rhea'); } catch (e2) {
+      console.log('SKIP: rhea not installed (cd tests/interop/node && npm ci)');
+      process.exit(77);
+    }
+  }
+  let bin = process.env.MQD_BIN;
+  if (!bin && process.env.MQD_BUILDDIR) bin = path.join(process.env.MQD_BUILDDIR, 'mqd');
+  if (!bin) { console.log('SKIP: set MQD_BIN (or run through make check)'); process.exit(77); }
+  if (!fs.existsSync(bin)) { console.log('FAIL: broker binary ' + bin + ' missing'); process.exit(1); }
+  h.bin = bin;
+  h.tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'mqd-' + name.replace(/^(\d+)-.*/, '$1') + '-'));
+  h.logPath = path.join(h.tmp, 'mqd.log');
+  let broker = null;
+  let finished = false;
+  const t0 = Date.now();
+  h.log = (...a) => console.log('[' + ((Date.now() - t0) / 1000).toFixed(2) + ']', ...a);
+
+  function stopBroker(cb) {
+    if (!broker || broker.exitCode !== null || broker.signalCode !== null) return cb();
+    const killer = setTimeout(() => { try { process.kill(broker.pid, 'SIGKILL'); } catch (e) { /* gone */ } }, 10000);
+    broker.once('exit', () => { clearTimeout(killer); cb(); });
+    try { process.kill(broker.pid, 'SIGTERM'); } catch (e) { clearTimeout(killer); cb(); }
+  }
+
+  // Ends the test: stops the broker (SIGTERM; a broker that then exits non-zero fails a
+  // passing test), prints PASS/FAIL, and exits 0 or 1.
+  h.end = (ok, msg) => {
+    if (finished) return;
+    finished = true;
+    const died = broker && broker.exitCode === null && broker.signalCode === null ? null
+      : broker && ('broker exited: code ' + broker.exitCode + ' signal ' + broker.signalCode);
+    stopBroker(() => {
+      if (ok && broker && broker.exitCode !== 0) {
+        ok = false;
+        msg = 'broker exited with ' + broker.exitCode + '/' + broker.signalCode + ' after SIGTERM';
+      }
+      console.log((ok ? 'PASS: ' : 'FAIL: ') + name + (msg ? ': ' + msg : ''));
+      if (!ok) {
+        if (died) console.log('NOTE: ' + died);
+        try { console.log('----- mqd log -----\n' + fs.readFileSync(h.logPath, 'utf8').slice(-60000)); } catch (e) { /* none */ }
+        console.log('(temp dir kept: ' + h.tmp + ')');
+      } else {
+        fs.rmSync(h.tmp, { recursive: true, force: true });
+      }
+      process.exit(ok ? 0 : 1);
+    });
+  };
+
+  setTimeout(() => h.end(false, 'hard timeout of ' + hardTimeoutMs / 1000 + 's reached'), hardTimeoutMs).unref();
+
+  h.check = (cond, msg) => { if (!cond) { h.end(false, msg); throw new Error(msg); } };
+
+  // Kafka's murmur2 (signed 32-bit, like org.apache.kafka.common.utils.Utils.murmur2)
+  h.murmur2 = (str) => {
+    const data = Buffer.from(str, 'utf8');
+    const len = data.length;
+    const m = 0x5bd1e995;
+    let x = (0x9747b28c ^ len) | 0;
+    for (let i = 0; i + 4 <= len; i += 4) {
+      let k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24);
+      k = Math.imul(k, m);
+      k ^= k >>> 24;
+      k = Math.imul(k, m);
+      x = Math.imul(x, m);
+      x ^= k;
+    }
+    const t = len & ~3;
+    switch (len % 4) {
+      case 3: x ^= data[t + 2] << 16; // falls through
+      case 2: x ^= data[t + 1] << 8; // falls through
+      case 1: x ^= data[t]; x = Math.imul(x, m);
+    }
+    x ^= x >>> 13;
+    x = Math.imul(x, m);
+    x ^= x >>> 15;
+    return x | 0;
+  };
+  h.kafkaPartition = (key, n) => (h.murmur2(key) & 0x7fffffff) % n;
+
+  h.freePort = (cb) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => cb(p)); });
+  };
+
+  // Starts mqd with argv, its output in logPath; cb once it accepts connections on port.
+  h.startBroker = (argv, port, cb) => {
+    const out = fs.openSync(h.logPath, 'w');
+    h.log('start broker: ' + bin + ' ' + argv.join(' '));
+    broker = spawn(bin, argv, { stdio: ['ignore', out, out] });
+    const deadline = Date.now() + 30000;
+    const wait = () => {
+      if (broker.exitCode !== null || broker.signalCode !== null) return h.end(false, 'mqd exited before accepting connections');
+      const s = net.connect(port, '127.0.0.1');
+      s.on('connect', () => { s.destroy(); h.log('broker ready on port ' + port); cb(); });
+      s.on('error', () => {
+        if (Date.now() > deadline) return h.end(false, 'mqd did not accept connections');
+        setTimeout(wait, 50);
+      });
+    };
+    wait();
+  };
+
+  // A rhea connection to 127.0.0.1:port; a connection error fails the test.
+  h.connect = (port, id, opts) => {
+    const container = h.rhea.create_container({ id });
+    container.on('error', (e) => h.log(id + ': container error: ' + e));
+    const conn = container.connect(Object.assign({ host: '127.0.0.1', port, reconnect: false }, opts || {}));
+    conn.on('connection_error', (ctx) => h.end(false, id + ': connection error ' + JSON.stringify(ctx.connection.error)));
+    return conn;
+  };
+  return h;
+};
