@@ -7,79 +7,14 @@
 'use strict';
 const path = require('path');
 const fs = require('fs');
-const os = require('os');
-const net = require('net');
-const { spawn } = require('child_process');
 
 const N = 1000;
 const TOPIC = 'rhea-order';
 const HARD_TIMEOUT_MS = 120000;
 
-let rhea;
-try {
-  rhea = require(path.join(__dirname, 'node', 'node_modules', 'rhea'));
-} catch (e) {
-  try { rhea = require('rhea'); } catch (e2) {
-    console.log('SKIP: rhea not installed (cd tests/interop/node && npm ci)');
-    process.exit(77);
-  }
-}
+const h = require('./mqdnode')('12-rhea', HARD_TIMEOUT_MS);
+const { rhea, tmp, log, end, check, freePort } = h;
 
-let bin = process.env.MQD_BIN;
-if (!bin && process.env.MQD_BUILDDIR) bin = path.join(process.env.MQD_BUILDDIR, 'mqd');
-if (!bin) { console.log('SKIP: set MQD_BIN (or run through make check)'); process.exit(77); }
-if (!fs.existsSync(bin)) { console.log('FAIL: broker binary ' + bin + ' missing'); process.exit(1); }
-
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'mqd-12-rhea-'));
-const logPath = path.join(tmp, 'mqd.log');
-let broker = null;
-let finished = false;
-const t0 = Date.now();
-function log(...a) { console.log('[' + ((Date.now() - t0) / 1000).toFixed(2) + ']', ...a); }
-
-function stopBroker(cb) {
-  if (!broker || broker.exitCode !== null || broker.signalCode !== null) return cb();
-  const killer = setTimeout(() => { try { process.kill(broker.pid, 'SIGKILL'); } catch (e) { /* gone */ } }, 10000);
-  broker.once('exit', () => { clearTimeout(killer); cb(); });
-  try { process.kill(broker.pid, 'SIGTERM'); } catch (e) { clearTimeout(killer); cb(); }
-}
-
-function end(ok, msg) {
-  if (finished) return;
-  finished = true;
-  console.log((ok ? 'PASS: ' : 'FAIL: ') + '12-rhea' + (msg ? ': ' + msg : ''));
-  const died = broker && broker.exitCode === null && broker.signalCode === null ? null
-    : broker && ('broker exited: code ' + broker.exitCode + ' signal ' + broker.signalCode);
-  stopBroker(() => {
-    if (!ok) {
-      if (died) console.log('NOTE: ' + died);
-      try { console.log('----- mqd log -----\n' + fs.readFileSync(logPath, 'utf8').slice(-60000)); } catch (e) { /* none */ }
-      console.log('(temp dir kept: ' + tmp + ')');
-    } else {
-      fs.rmSync(tmp, { recursive: true, force: true });
-    }
-    process.exit(ok ? 0 : 1);
-  });
-}
-
-setTimeout(() => end(false, 'hard timeout of ' + HARD_TIMEOUT_MS / 1000 + 's reached'), HARD_TIMEOUT_MS).unref();
-
-function freePort(cb) {
-  const s = net.createServer();
-  s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => cb(p)); });
-}
-
-function waitPort(port, deadline, cb) {
-  if (broker.exitCode !== null || broker.signalCode !== null) return end(false, 'mqd exited before accepting connections');
-  const s = net.connect(port, '127.0.0.1');
-  s.on('connect', () => { s.destroy(); cb(); });
-  s.on('error', () => {
-    if (Date.now() > deadline) return end(false, 'mqd did not accept connections');
-    setTimeout(() => waitPort(port, deadline, cb), 50);
-  });
-}
-
-function check(cond, msg) { if (!cond) { end(false, msg); throw new Error(msg); } }
 
 function sendAll(port, cb) {
   const container = rhea.create_container({ id: 'rhea-sender' });
@@ -143,12 +78,8 @@ function receiveAll(port, cb) {
 freePort((port) => {
   const dataDir = path.join(tmp, 'data');
   fs.mkdirSync(dataDir);
-  const out = fs.openSync(logPath, 'w');
   const argv = ['--foreground', '--listen', '127.0.0.1:' + port, '--data-dir', dataDir];
-  log('start broker: ' + bin + ' ' + argv.join(' '));
-  broker = spawn(bin, argv, { stdio: ['ignore', out, out] });
-  waitPort(port, Date.now() + 30000, () => {
-    log('broker ready on port ' + port);
+  h.startBroker(argv, port, () => {
     sendAll(port, (accepted) => {
       log('sent and accepted: ' + accepted);
       if (accepted !== N) return end(false, 'only ' + accepted + ' of ' + N + ' accepted');

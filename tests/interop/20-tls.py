@@ -105,6 +105,16 @@ def write_conf(t, name, pki, extra):
     return path
 
 
+def tls_broker(t, name, pki, extra):
+    """A broker with a TLS listener on a free port, its config write_conf's with `extra`:
+    (broker, port, url)."""
+    port = mqdtest.free_port()
+    brk = t.broker(name, conf=write_conf(t, name, pki, extra),
+                   args=["--listen", "amqps://127.0.0.1:%d" % port])
+    mqdtest.wait_port(port, 15)
+    return brk, port, "amqps://127.0.0.1:%d" % port
+
+
 def client_domain(pki, cert=None, key=None):
     d = SSLDomain(SSLDomain.MODE_CLIENT)
     d.set_trusted_ca_db(pki["ca.crt"])
@@ -238,12 +248,8 @@ def closed_by_peer_within(s, seconds):
 
 
 def optional_cases(t, pki, coll):
-    tls_c = mqdtest.free_port()
-    conf_c = write_conf(t, "c", pki, "tls_verify_client = optional\ntls_ca = %s\n"
-                        "tls_handshake_timeout_ms = 1000\n" % pki["ca.crt"])
-    c_brk = t.broker("c", conf=conf_c, args=["--listen", "amqps://127.0.0.1:%d" % tls_c])
-    mqdtest.wait_port(tls_c, 15)
-    url_c = "amqps://127.0.0.1:%d" % tls_c
+    c_brk, tls_c, url_c = tls_broker(t, "c", pki, "tls_verify_client = optional\ntls_ca = %s\n"
+                                     "tls_handshake_timeout_ms = 1000\n" % pki["ca.crt"])
 
     with coll.case("optional: no certificate, PLAIN works"):
         c = connect(url_c, ssl_domain=client_domain(pki), user="alice", password=PASSWORD,
@@ -304,11 +310,7 @@ def body(t):
     coll = mqdtest.Collect()
 
     # ---------------- broker A: server-verified TLS ----------------
-    tls_a = mqdtest.free_port()
-    conf_a = write_conf(t, "a", pki, "")
-    a = t.broker("a", conf=conf_a, args=["--listen", "amqps://127.0.0.1:%d" % tls_a])
-    mqdtest.wait_port(tls_a, 15)
-    url_a = "amqps://127.0.0.1:%d" % tls_a
+    a, tls_a, url_a = tls_broker(t, "a", pki, "")
 
     with coll.case("TLS + PLAIN send/receive"):
         c = connect(url_a, ssl_domain=client_domain(pki), user="alice", password=PASSWORD,
@@ -362,11 +364,7 @@ def body(t):
         old_conn.close()
 
     # ---------------- broker B: mutual TLS ----------------
-    tls_b = mqdtest.free_port()
-    conf_b = write_conf(t, "b", pki, "tls_verify_client = required\ntls_ca = %s\n" % pki["ca.crt"])
-    b = t.broker("b", conf=conf_b, args=["--listen", "amqps://127.0.0.1:%d" % tls_b])
-    mqdtest.wait_port(tls_b, 15)
-    url_b = "amqps://127.0.0.1:%d" % tls_b
+    b, _, url_b = tls_broker(t, "b", pki, "tls_verify_client = required\ntls_ca = %s\n" % pki["ca.crt"])
 
     with coll.case("mutual TLS + EXTERNAL"):
         c = connect(url_b, ssl_domain=client_domain(pki, pki["carol.crt"], pki["carol.key"]),
