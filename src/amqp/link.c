@@ -400,21 +400,25 @@ static void append_failed(mqd_topic_t *t, uint32_t part, pn_delivery_t *d, bool 
  * each inner message's annotations (x-opt-partition-key), so consumers see it. */
 typedef struct batch {
     const uint8_t *base;
-    mqd_span_t *v; /* inner messages inside base; len 0 = a duplicate, not stored */
+    struct inner {
+        mqd_span_t at;     /* inside base; len 0 = a duplicate, not stored */
+        mqd_msg_info_t mi; /* its scan, made once by batch_collect */
+    } *v;
     size_t n, cap;
 } batch_t;
 
 static int batch_collect(const uint8_t *inner, size_t len, void *arg)
 {
     batch_t *b = arg;
-    mqd_msg_info_t mi;
-    if (mqd_msg_scan(inner, len, &mi) != 0)
-        return MQD_EINVAL;
-    mqd_span_t *nv = mqd_array_grow(b->v, &b->cap, b->n, sizeof *nv, 16);
+    struct inner *nv = mqd_array_grow(b->v, &b->cap, b->n, sizeof *nv, 16);
     if (!nv)
         return MQD_ENOMEM;
     b->v = nv;
-    b->v[b->n++] = (mqd_span_t){.off = (size_t)(inner - b->base), .len = len};
+    struct inner *e = &b->v[b->n];
+    if (mqd_msg_scan(inner, len, &e->mi) != 0)
+        return MQD_EINVAL;
+    e->at = (mqd_span_t){.off = (size_t)(inner - b->base), .len = len};
+    b->n++;
     return 0;
 }
 
@@ -427,22 +431,22 @@ static int batch_append(mqd_conn_t *c, mqd_topic_t *t, uint32_t part, const batc
     mqd_buf_t *out = &c->srv->scratch;
     size_t last = b->n;
     for (size_t i = 0; i < b->n; i++)
-        if (b->v[i].len)
+        if (b->v[i].at.len)
             last = i;
     for (size_t i = 0; i < b->n; i++) {
-        if (!b->v[i].len)
+        if (!b->v[i].at.len)
             continue;
-        const uint8_t *p = msg + b->v[i].off;
-        size_t n = b->v[i].len;
-        mqd_msg_info_t mi;
-        if (omi->partition_key.len && mqd_msg_scan(p, n, &mi) == 0 &&
-            (mi.partition_key.len != omi->partition_key.len ||
-             memcmp(p + mi.partition_key.off, msg + omi->partition_key.off, mi.partition_key.len))) {
+        const uint8_t *p = msg + b->v[i].at.off;
+        size_t n = b->v[i].at.len;
+        const mqd_msg_info_t *mi = &b->v[i].mi;
+        if (omi->partition_key.len &&
+            (mi->partition_key.len != omi->partition_key.len ||
+             memcmp(p + mi->partition_key.off, msg + omi->partition_key.off, mi->partition_key.len))) {
             mqd_msg_ann_t ann = {.pkey = msg + omi->partition_key.off,
                                  .pkey_len = omi->partition_key.len,
-                                 .delivery_count = mi.delivery_count,
+                                 .delivery_count = mi->delivery_count,
                                  .pkey_only = true};
-            int rc = mqd_msg_annotate(p, n, &mi, &ann, out);
+            int rc = mqd_msg_annotate(p, n, mi, &ann, out);
             if (rc != 0)
                 return rc;
             p = out->p;
@@ -489,12 +493,9 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
     uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &omi);
     bool any = false;
     for (size_t i = 0; i < b.n; i++) {
-        mqd_msg_info_t mi;
-        const uint8_t *p = msg + b.v[i].off;
-        if (t->conf.dedup_window_ms && mqd_msg_scan(p, b.v[i].len, &mi) == 0 &&
-            mqd_dedup_seen(t, p, &mi))
-            b.v[i].len = 0; /* stored within the window: exactly once */
-        any |= b.v[i].len != 0;
+        if (t->conf.dedup_window_ms && mqd_dedup_seen(t, msg + b.v[i].at.off, &b.v[i].mi))
+            b.v[i].at.len = 0; /* stored within the window: exactly once */
+        any |= b.v[i].at.len != 0;
     }
     if (!any) {
         if (!presettled) {
