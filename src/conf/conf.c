@@ -261,7 +261,8 @@ static int apply_key(mqd_conf_t *c, const section_t *sec, const char *key, const
     }
     int rc = mqd_conf_row_apply(r, base, val, why, whylen);
     if (rc == 0 && base != (void *)c && sec->kind != MQD_CS_USER)
-        ((mqd_topic_conf_t *)base)->set_mask |= UINT64_C(1) << (r - mqd_conf_rows);
+        ((mqd_topic_conf_t *)base)->set_mask[(r - mqd_conf_rows) / 64] |=
+            UINT64_C(1) << ((r - mqd_conf_rows) % 64);
     if (rc == MQD_ENOMEM)
         snprintf(why, whylen, "out of memory");
     return rc;
@@ -546,17 +547,17 @@ void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *ou
     const mqd_topic_conf_t *sec = topic ? topic_find(c, topic) : NULL;
     mqd_topic_conf_t t = c->topic_defaults;
     t.name = NULL;
-    t.set_mask = 0;
+    memset(t.set_mask, 0, sizeof t.set_mask);
     t.partitions = c->default_partitions;
     for (size_t i = 0; sec != NULL && i < mqd_conf_nrows; i++) {
         const mqd_conf_row_t *r = &mqd_conf_rows[i];
-        if ((sec->set_mask & (UINT64_C(1) << i)) == 0)
+        if ((sec->set_mask[i / 64] & (UINT64_C(1) << (i % 64))) == 0)
             continue;
         memcpy((char *)&t + r->off, (const char *)sec + r->off, r->width);
     }
     if (sec != NULL) {
         t.name = sec->name;
-        t.set_mask = sec->set_mask;
+        memcpy(t.set_mask, sec->set_mask, sizeof t.set_mask);
     }
     *out = t;
 }

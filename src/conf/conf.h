@@ -17,6 +17,8 @@
 typedef enum { MQD_OFFSET_RESET_EARLIEST = 0, MQD_OFFSET_RESET_LATEST = 1 } mqd_offset_reset_t;
 
 /* Settings of one topic (or the defaults, name == NULL). */
+#define MQD_CONF_MASK_WORDS 4 /* set_mask words: the table may have 64 x this rows */
+
 typedef struct mqd_topic_conf {
     char *name;                  /* owned; NULL for the global defaults */
     uint32_t partitions;         /* partitions = N (sections only; default: default_partitions) */
@@ -27,7 +29,7 @@ typedef struct mqd_topic_conf {
     uint32_t max_delivery_count; /* 0 = unlimited */
     bool dead_letter;            /* dead_letter = on: rejected/over-delivered go to T/$DeadLetterQueue */
     int64_t dedup_window_ms;     /* 0 = off */
-    uint64_t set_mask;           /* bit i set: table row i was given in this section */
+    uint64_t set_mask[MQD_CONF_MASK_WORDS]; /* bit i set: table row i was given here */
 } mqd_topic_conf_t;
 
 typedef struct mqd_user_conf {

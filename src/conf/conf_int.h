@@ -40,7 +40,7 @@ typedef struct mqd_conf_row {
     bool reloadable; /* SIGHUP applies it to the running broker; others need a restart */
 } mqd_conf_row_t;
 
-/* The table (conf_table.c). Row index i is bit i of mqd_topic_conf_t.set_mask. */
+/* The table (conf_table.c). Row index i is bit i % 64 of word i / 64 of mqd_topic_conf_t.set_mask. */
 extern const mqd_conf_row_t mqd_conf_rows[];
 extern const size_t mqd_conf_nrows;
 

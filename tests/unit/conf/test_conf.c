@@ -121,7 +121,8 @@ static void test_defaults(void **state)
     assert_int_equal(c->topic_defaults.max_delivery_count, 0);
     assert_false(c->topic_defaults.dead_letter);
     assert_int_equal(c->topic_defaults.dedup_window_ms, 0);
-    assert_int_equal(c->topic_defaults.set_mask, 0);
+    for (size_t w = 0; w < MQD_CONF_MASK_WORDS; w++)
+        assert_int_equal(c->topic_defaults.set_mask[w], 0);
     assert_int_equal(mqd_conf_validate(c, f->err, sizeof f->err), 0);
 }
 
@@ -361,7 +362,8 @@ static void test_topic_layering(void **state)
     assert_int_equal(t.partitions, 3);
     assert_int_equal(t.log.flush, MQD_FLUSH_ASYNC);
     assert_int_equal(t.log.segment_bytes, 64 * MiB);
-    assert_int_equal(t.set_mask, 0);
+    for (size_t w = 0; w < MQD_CONF_MASK_WORDS; w++)
+        assert_int_equal(t.set_mask[w], 0);
 
     /* defaults changed later (--set) show through where a section is silent */
     assert_int_equal(set(f, "segment_bytes=128MiB"), 0);
