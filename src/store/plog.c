@@ -96,6 +96,10 @@ int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,
     rc = mqd_mkdirs(log->dir, 0755);
     if (rc == 0)
         rc = log_recover(log);
+    /* An empty log may be one whose directories an earlier run made and then died before
+     * their parents were synced: sync topics/T/N's chain before anything is appended. */
+    if (rc == 0 && log->end == 0)
+        rc = mqd_fsync_parents(log->dir, strlen(st->root));
     if (rc != 0)
         goto err;
     log->last_sync_ms = log->last_ckpt_ms = mqd_now_ms();

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -56,6 +57,25 @@ int mqd_fsync_dir(const char *dirpath)
     return rc;
 }
 
+static int fsync_parent(const char *dir)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", dir);
+    char *slash = strrchr(buf, '/');
+    if (slash == NULL)
+        return mqd_fsync_dir(".");
+    if (slash == buf)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    return mqd_fsync_dir(buf);
+}
+
+/* A directory's name is durable only once the directory holding it is fsynced (POSIX
+ * promises nothing more; ext4's journal usually hides the difference, other file systems
+ * do not): every directory created here is fsynced, and so is its parent, before the
+ * next component is made, so the whole new chain survives a power cut once this
+ * returns. */
 int mqd_mkdirs(const char *path, unsigned mode)
 {
     char buf[PATH_MAX];
@@ -63,17 +83,46 @@ int mqd_mkdirs(const char *path, unsigned mode)
     if (len == 0 || len >= sizeof buf)
         return MQD_EINVAL;
     memcpy(buf, path, len + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
+    while (len > 1 && buf[len - 1] == '/')
+        buf[--len] = '\0';
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0')
             continue;
+        char c = *p;
         *p = '\0';
-        if (mkdir(buf, mode) != 0 && errno != EEXIST)
+        if (mkdir(buf, mode) == 0) {
+            if (mqd_fsync_dir(buf) != 0 || fsync_parent(buf) != 0)
+                return MQD_EIO;
+        } else if (errno != EEXIST) {
             return MQD_EIO;
-        *p = '/';
+        }
+        if (c == '\0')
+            break;
+        *p = c;
     }
-    if (mkdir(buf, mode) != 0 && errno != EEXIST)
-        return MQD_EIO;
     return 0;
+}
+
+int mqd_fsync_parents(const char *path, size_t base_len)
+{
+    char buf[PATH_MAX];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof buf || base_len > len)
+        return MQD_EINVAL;
+    memcpy(buf, path, len + 1);
+    for (;;) {
+        char *slash = strrchr(buf, '/');
+        if (slash == NULL || (size_t)(slash - buf) < base_len)
+            return 0;
+        if (slash == buf)
+            slash[1] = '\0'; /* the root */
+        else
+            *slash = '\0';
+        if (mqd_fsync_dir(buf) != 0)
+            return MQD_EIO;
+        if (slash == buf)
+            return 0;
+    }
 }
 
 void *mqd_array_grow(void *p, size_t *cap, size_t n, size_t size, size_t first)

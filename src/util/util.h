@@ -40,8 +40,13 @@ void *mqd_array_grow(void *p, size_t *cap, size_t n, size_t size, size_t first);
 /* ---- files ---- */
 /* fsync the directory that holds `path` (after create/rename/unlink). */
 int mqd_fsync_dir(const char *dirpath);
-/* mkdir -p; 0 or MQD_EIO. */
+/* mkdir -p that fsyncs each directory it creates and the directory holding it; 0 or
+ * MQD_EIO. */
 int mqd_mkdirs(const char *path, unsigned mode);
+/* fsyncs every ancestor directory of path whose name is at least base_len bytes long
+ * (path's parent first): makes a chain that an earlier run created, then crashed before
+ * syncing, durable. */
+int mqd_fsync_parents(const char *path, size_t base_len);
 
 /* ---- systemd notify (no-op without $NOTIFY_SOCKET) ---- */
 int mqd_sd_notify(const char *state);
