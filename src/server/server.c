@@ -728,6 +728,10 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
         MQD_ERR("server", "data_dir %s: cannot create", conf->data_dir);
         goto err;
     }
+    /* An operator's mkdir (or an installer's) was never synced: make the data dir's name
+     * durable before anything in it is acknowledged. */
+    if (mqd_fsync_parents(conf->data_dir, 1) != 0)
+        MQD_WARN("server", "data_dir %s: cannot fsync the directories above it", conf->data_dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/meta.db", conf->data_dir);
     if ((rc = mqd_meta_open(path, &s->meta)) != 0)
