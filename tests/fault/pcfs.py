@@ -83,3 +83,18 @@ class PowerCutFS:
     def remount(self):
         self.unmount()
         self.mount()
+
+
+def run_variant(test_file, mode="cut", env=None):
+    """Runs an interop crash test (tests/interop/NAME) with every broker's data dir on
+    powercutfs and a power cut after each SIGKILL (mqdtest's MQD_TEST_POWERCUT); returns
+    its exit status (77 when powercutfs cannot run here)."""
+    import sys
+    why = skip_reason()
+    if why:
+        print("SKIP: " + why)
+        return 77
+    here = os.path.dirname(os.path.abspath(__file__))
+    e = dict(os.environ, MQD_TEST_POWERCUT=mode)
+    e.update(env or {})
+    return subprocess.call([sys.executable, os.path.join(here, "..", "interop", test_file)], env=e)

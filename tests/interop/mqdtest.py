@@ -34,6 +34,10 @@ SKIP = 77
 
 # A sanitizer build is slower; let the environment stretch every timeout.
 SLOW = float(os.environ.get("MQD_TEST_SLOW", "1") or "1")
+# MQD_TEST_POWERCUT=cut|torn: every broker's data dir lives on its own powercutfs mount
+# (tests/fault/powercutfs), and a start that follows a SIGKILL first cuts power (torn:
+# every other cut is cut-torn). The power-cut variants of the crash tests set it.
+POWERCUT = os.environ.get("MQD_TEST_POWERCUT", "")
 
 
 class TestFailure(Exception):
@@ -190,6 +194,11 @@ class Broker:
         self.sets = dict(sets or {})
         self.args = list(args)
         self.conf = conf
+        self.fs = None
+        self.cuts = 0
+        if POWERCUT and data_dir is None:
+            self.fs = _powercut_mount(test, name)
+            data_dir = os.path.join(self.fs.mnt, "data")
         self.data_dir = data_dir or os.path.join(test.tmpdir, name + "-data")
         os.makedirs(self.data_dir, exist_ok=True)
         self.port = free_port()
@@ -220,6 +229,8 @@ class Broker:
 
     def start(self, ready_timeout=30):
         check(self.proc is None or self.proc.poll() is not None, "broker %s already running" % self.name)
+        if self.fs is not None and self.proc is not None and self.proc.returncode == -signal.SIGKILL:
+            self.power_cut()
         self.starts += 1
         logpath = os.path.join(self.test.tmpdir, "%s.%d.log" % (self.name, self.starts))
         self.logs.append(logpath)
@@ -257,6 +268,17 @@ class Broker:
             self.proc.wait(timeout=10)
             log("broker %s SIGKILLed" % self.name)
 
+    def power_cut(self):
+        """Cuts power under the (dead) broker's data dir, then remounts it."""
+        self.cuts += 1
+        torn = POWERCUT == "torn" and self.cuts % 2 == 0
+        st = self.fs.stats()
+        self.fs.cut(torn_seed=self.cuts * 7919 if torn else None)
+        self.fs.remount()
+        log("broker %s: %s #%d (%d dirty files, %d directory changes undone)"
+            % (self.name, "cut-torn" if torn else "power cut", self.cuts, st["dirty_files"],
+               st["pending_dir_changes"]))
+
     def restart(self, kill=True):
         self.kill() if kill else self.stop()
         return self.start()
@@ -277,6 +299,17 @@ class Broker:
             except OSError:
                 pass
         return "\n".join(out)
+
+
+def _powercut_mount(test, name):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+    import pcfs
+    why = pcfs.skip_reason()
+    if why:
+        skip("MQD_TEST_POWERCUT: " + why)
+    fs = pcfs.PowerCutFS(os.path.join(test.tmpdir, name + "-backing"), os.path.join(test.tmpdir, name + "-pcfs"))
+    fs.mount()
+    return fs
 
 
 class Test:
@@ -303,6 +336,9 @@ class Test:
     def cleanup(self):
         for p in reversed(self._procs):
             _terminate(p, grace=5.0)
+        for b in self.brokers:
+            if b.fs is not None:
+                b.fs.unmount()
 
     def dump_logs(self):
         for b in self.brokers:
