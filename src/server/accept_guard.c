@@ -1,0 +1,139 @@
+/* accept() at the descriptor limit (EMFILE/ENFILE).
+ *
+ * libevent's listener calls its error callback and stays enabled, so a listener whose
+ * backlog cannot be accepted is readable forever: the loop spun on it, logging
+ * "accept(): Too many open files" at full speed, while each waiting client timed out
+ * in its handshake. Here the first failure gives up a descriptor held in reserve for
+ * this (the libevent/nginx trick), accepts and closes what waits, and takes the
+ * reserve again. If the reserve cannot be had (some other thread took the slot), the
+ * listeners pause for ACCEPT_PAUSE_MS instead. */
+#include "config.h"
+#include "server/broker.h"
+
+#include <errno.h>
+#include <event2/listener.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define ACCEPT_PAUSE_MS 100
+#define SHED_MAX 256 /* connections closed per callback: the backlog is 512 */
+
+struct mqd_accept_guard {
+    mqd_server_t *s;
+    int reserve;            /* /dev/null, or -1 while given up */
+    struct event *resume;   /* re-enables paused listeners */
+    bool paused;
+    uint64_t shed;          /* connections closed at accept */
+    int64_t logged_ms;      /* last log line */
+    uint64_t quiet;         /* failures since it */
+};
+
+static int take_reserve(void)
+{
+    return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct mqd_accept_guard *g = arg;
+    g->paused = false;
+    if (g->reserve < 0)
+        g->reserve = take_reserve();
+    for (size_t i = 0; !g->s->stopping && i < g->s->n_listeners; i++)
+        evconnlistener_enable(g->s->listeners[i].l);
+}
+
+int mqd_accept_guard_init(mqd_server_t *s)
+{
+    struct mqd_accept_guard *g = calloc(1, sizeof *g);
+    if (!g)
+        return MQD_ENOMEM;
+    g->s = s;
+    g->reserve = take_reserve();
+    g->resume = evtimer_new(s->base, on_resume, g);
+    if (g->reserve < 0 || !g->resume) {
+        if (g->reserve >= 0)
+            close(g->reserve);
+        if (g->resume)
+            event_free(g->resume);
+        free(g);
+        return MQD_EIO;
+    }
+    s->accept_guard = g;
+    return 0;
+}
+
+void mqd_accept_guard_free(mqd_server_t *s)
+{
+    struct mqd_accept_guard *g = s->accept_guard;
+    if (!g)
+        return;
+    if (g->reserve >= 0)
+        close(g->reserve);
+    event_free(g->resume);
+    free(g);
+    s->accept_guard = NULL;
+}
+
+uint64_t mqd_accept_shed(const mqd_server_t *s)
+{
+    return s->accept_guard ? s->accept_guard->shed : 0;
+}
+
+/* Accepts and closes what waits on fd, up to SHED_MAX; how many. */
+static unsigned shed(int fd)
+{
+    unsigned n = 0;
+    while (n < SHED_MAX) {
+        int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (c < 0)
+            break;
+        close(c);
+        n++;
+    }
+    return n;
+}
+
+static void pause_listeners(struct mqd_accept_guard *g)
+{
+    if (g->paused)
+        return;
+    for (size_t i = 0; i < g->s->n_listeners; i++)
+        evconnlistener_disable(g->s->listeners[i].l);
+    struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
+    evtimer_add(g->resume, &tv);
+    g->paused = true;
+}
+
+void mqd_accept_error(struct evconnlistener *l, void *arg)
+{
+    mqd_listener_t *li = arg;
+    struct mqd_accept_guard *g = li->srv->accept_guard;
+    int err = EVUTIL_SOCKET_ERROR();
+    if (!g || (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM)) {
+        MQD_WARN("conn", "accept: %s", strerror(err));
+        return;
+    }
+    unsigned n = 0;
+    if (g->reserve >= 0) {
+        close(g->reserve);
+        n = shed(evconnlistener_get_fd(l));
+        g->reserve = take_reserve();
+    }
+    g->shed += n;
+    li->srv->conns_refused += n;
+    if (g->reserve < 0 || n == 0)
+        pause_listeners(g);
+    int64_t now = mqd_now_ms();
+    g->quiet += n ? n : 1;
+    if (now - g->logged_ms >= 1000) {
+        MQD_WARN("conn", "accept: %s: %llu connections closed at accept since the last report "
+                 "(descriptors: max_connections, max_open_files and RLIMIT_NOFILE)",
+                 strerror(err), (unsigned long long)g->quiet);
+        g->logged_ms = now;
+        g->quiet = 0;
+    }
+}

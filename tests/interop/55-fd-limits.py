@@ -1,0 +1,261 @@
+#!/usr/bin/python3
+"""File descriptors under a low RLIMIT_NOFILE (issue 16 point 4). mqd runs under
+`prlimit --nofile=256` (so max_open_files is (256 - 64) / 2 = 96 segment files), with
+max_topics = 300 and max_topics_per_connection = 200, while a well-behaved client on its
+own connection sends and receives throughout:
+
+(a) receivers attached to 400 new addresses on two connections: the first connection
+    creates 200 topics and is refused 50 more with amqp:resource-limit-exceeded
+    (max_topics_per_connection); the second creates topics up to max_topics (300 in all)
+    and is refused the rest with the same condition. mqd's descriptors (/proc/PID/fd,
+    sampled every 50 ms) stay below 256 - 64.
+(b) 3 messages to each of 250 of those topics (more than the 96 segment files that may
+    be open at once): every one is read back, counts and bodies exact; then SIGKILL and a
+    restart: mqd opens fewer than 64 descriptors with its 300 topics, accepts
+    connections, and a new consumer group reads every message of 50 of the topics again.
+(c) an EMFILE storm on accept: 400 idle TCP connections; past mqd's limit the rest are
+    accepted and closed at once (each sees EOF within seconds instead of hanging
+    unaccepted), mqd does not spin (CPU time over 2 s well under 1 s) and logs few
+    accept warnings; once the idle connections go, a new client connects and does a
+    send/receive round trip.
+Before the fix every topic held a descriptor: topic creation failed with EMFILE past
+~230 topics, accept() spun on "Too many open files", and the restart opened 300 logs."""
+
+import importlib.util
+import os
+import resource
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mqdtest  # noqa: E402
+from mqdtest import check, log  # noqa: E402
+
+from proton import Message  # noqa: E402
+from proton.utils import BlockingConnection, LinkDetached  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location(
+    "bad_input", os.path.join(os.path.dirname(os.path.abspath(__file__)), "10-bad-input.py"))
+bad_input = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bad_input)
+Bystander = bad_input.Bystander
+
+NOFILE = 256
+RESERVE = 64                  # MQD_STORE_FD_RESERVE
+MAX_TOPICS = 300
+PER_CONN = 200
+DATA_TOPICS = 250
+PER_TOPIC = 3
+STORM = 400
+
+
+def fd_count(pid):
+    try:
+        return len(os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        return -1
+
+
+class FdSampler(threading.Thread):
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.most = 0
+        self.stop_flag = False
+
+    def run(self):
+        while not self.stop_flag:
+            self.most = max(self.most, fd_count(self.pid))
+            time.sleep(0.05)
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def attach_many(url, names):
+    """Attaches a receiver to each name on one connection: (opened, refused conditions)."""
+    conn = BlockingConnection(url, timeout=30 * mqdtest.SLOW)
+    opened, refused = [], {}
+    try:
+        for n in names:
+            try:
+                conn.create_receiver(n, credit=1)
+                opened.append(n)
+            except LinkDetached as e:
+                cond = e.link.remote_condition.name if e.link.remote_condition else None
+                refused[cond] = refused.get(cond, 0) + 1
+    finally:
+        conn.close()
+    return opened, refused
+
+
+def case_topic_caps(b):
+    names1 = ["a%03d" % i for i in range(250)]
+    opened1, refused1 = attach_many(b.url, names1)
+    log("connection 1: %d attached, refused %r" % (len(opened1), refused1))
+    check(len(opened1) == PER_CONN, "connection 1: %d receivers attached, want %d" % (len(opened1), PER_CONN))
+    check(refused1 == {"amqp:resource-limit-exceeded": 250 - PER_CONN},
+          "connection 1: refusals %r, want 50 x amqp:resource-limit-exceeded" % refused1)
+    names2 = ["b%03d" % i for i in range(150)]
+    opened2, refused2 = attach_many(b.url, names2)
+    # the bystander's topic is one of the MAX_TOPICS
+    want2 = MAX_TOPICS - PER_CONN - 1
+    log("connection 2: %d attached, refused %r" % (len(opened2), refused2))
+    check(len(opened2) == want2, "connection 2: %d receivers attached, want %d (max_topics)"
+          % (len(opened2), want2))
+    check(refused2 == {"amqp:resource-limit-exceeded": 150 - want2},
+          "connection 2: refusals %r, want %d x amqp:resource-limit-exceeded" % (refused2, 150 - want2))
+    # existing topics stay usable past the cap
+    opened3, refused3 = attach_many(b.url, names1[:5])
+    check(len(opened3) == 5 and not refused3, "existing topics refused at the cap: %r" % refused3)
+    return opened1 + opened2
+
+
+def send_all(url, topics):
+    conn = BlockingConnection(url, timeout=30 * mqdtest.SLOW)
+    snd = conn.create_sender(None)  # anonymous relay: `to` names the topic
+    for j in range(PER_TOPIC):
+        for t in topics:
+            snd.send(Message(address=t, body="%s-%d" % (t, j)))
+    conn.close()
+
+
+def read_all(url, topics, source_of, want_each):
+    """Receives want_each messages of each topic; returns {topic: [bodies]}."""
+    conn = BlockingConnection(url, timeout=30 * mqdtest.SLOW)
+    got = {}
+    for t in topics:
+        rcv = conn.create_receiver(source_of(t), credit=PER_TOPIC + 2)
+        bodies = []
+        for _ in range(want_each):
+            m = rcv.receive(timeout=20 * mqdtest.SLOW)
+            bodies.append(m.body)
+            rcv.accept()
+        got[t] = bodies
+        rcv.close()
+    conn.close()
+    return got
+
+
+def check_bodies(got, what):
+    bad = [(t, v) for t, v in got.items() if v != ["%s-%d" % (t, j) for j in range(PER_TOPIC)]]
+    check(not bad, "%s: %d topics with wrong messages, first %r" % (what, len(bad), bad[:1]))
+
+
+def case_storm(b):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    base = fd_count(b.pid)
+    hogs = []
+    try:
+        for _ in range(STORM):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", b.port))
+            hogs.append(s)
+        time.sleep(1.0 * mqdtest.SLOW)
+        cpu0, t0 = cpu_seconds(b.pid), time.monotonic()
+        time.sleep(2.0)
+        busy = (cpu_seconds(b.pid) - cpu0) / (time.monotonic() - t0)
+        at_limit = fd_count(b.pid)
+        # past the limit the broker accepts and closes: those sockets read EOF
+        deadline = time.monotonic() + 5 * mqdtest.SLOW
+        closed = set()
+        while time.monotonic() < deadline and len(closed) < STORM - (NOFILE - base):
+            for i, s in enumerate(hogs):
+                if i in closed:
+                    continue
+                try:
+                    if s.recv(64) == b"":
+                        closed.add(i)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed.add(i)
+            time.sleep(0.05)
+        log("storm: mqd at %d descriptors (limit %d), %.0f%% CPU, %d of %d connections "
+            "closed at accept" % (at_limit, NOFILE, busy * 100, len(closed), STORM))
+        check(at_limit >= NOFILE - 8, "the storm did not reach the limit (%d descriptors)" % at_limit)
+        check(busy < 0.3, "mqd spins at the descriptor limit: %.0f%% CPU" % (busy * 100))
+        check(len(closed) >= STORM - NOFILE,
+              "only %d connections past the limit were closed (want >= %d): the rest hang "
+              "unaccepted" % (len(closed), STORM - NOFILE))
+    finally:
+        for s in hogs:
+            s.close()
+    time.sleep(0.5 * mqdtest.SLOW)
+    conn = BlockingConnection(b.url, timeout=20 * mqdtest.SLOW)
+    snd = conn.create_sender("bystander")  # max_topics reached: an existing topic
+    rcv = conn.create_receiver("bystander", credit=1)
+    snd.send(Message(body="after"))
+    m = rcv.receive(timeout=20 * mqdtest.SLOW)
+    check(m.body == "after", "round trip after the storm got %r" % m.body)
+    rcv.accept()
+    conn.close()
+    warns = b.log_text().count("accept: ")
+    log("accept warnings logged: %d" % warns)
+    check(warns <= 20, "%d accept warnings logged (rate limit: one a second)" % warns)
+
+
+def body(t):
+    b = t.broker(start=False, sets={"max_topics": MAX_TOPICS, "max_topics_per_connection": PER_CONN,
+                                    "handshake_timeout_ms": "60s"})
+    plain = b.argv
+    b.argv = lambda: ["prlimit", "--nofile=%d" % NOFILE, "--"] + plain()
+    b.start()
+    coll = mqdtest.Collect()
+    by = Bystander(b.url)
+    by.start()
+    deadline = time.monotonic() + 30 * mqdtest.SLOW
+    while by.rounds < 3 and by.error is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    check(by.error is None and by.rounds >= 3, "bystander did not get going: %s" % by.error)
+    sampler = FdSampler(b.pid)
+    sampler.start()
+    topics = []
+    with coll.case("(a) topic caps"):
+        topics = case_topic_caps(b)
+    b.check_alive("after (a)")
+    with coll.case("(b) more topics with data than open files"):
+        data = topics[:DATA_TOPICS]
+        check(len(data) == DATA_TOPICS, "only %d topics from (a)" % len(data))
+        send_all(b.url, data)
+        got = read_all(b.url, data, lambda x: x, PER_TOPIC)
+        check_bodies(got, "before the restart")
+        log("(b) read %d messages of %d topics back" % (sum(len(v) for v in got.values()), len(got)))
+    sampler.stop_flag = True
+    sampler.join(5)
+    with coll.case("descriptors below the limit minus the reserve"):
+        log("most descriptors seen during (a) and (b): %d" % sampler.most)
+        check(0 < sampler.most < NOFILE - RESERVE, "mqd reached %d descriptors (limit %d, reserve %d)"
+              % (sampler.most, NOFILE, RESERVE))
+    by.stop_flag = True
+    by.join(30)
+    with coll.case("well-behaved client throughout (a) and (b)"):
+        check(by.error is None, "the well-behaved client failed: %s" % by.error)
+        log("bystander completed %d round trips" % by.rounds)
+    with coll.case("(b) after SIGKILL and restart"):
+        b.restart(kill=True)
+        time.sleep(1.0 * mqdtest.SLOW)
+        n = fd_count(b.pid)
+        log("after the restart with %d topics: %d descriptors" % (MAX_TOPICS, n))
+        check(0 < n < 64, "mqd holds %d descriptors after the restart (limit %d)" % (n, NOFILE))
+        again = topics[:DATA_TOPICS][::5]
+        got = read_all(b.url, again, lambda x: x + "/ConsumerGroups/g2", PER_TOPIC)
+        check_bodies(got, "after the restart")
+        log("after the restart read %d messages of %d topics" % (sum(len(v) for v in got.values()), len(got)))
+        check(fd_count(b.pid) < NOFILE - RESERVE, "descriptors after the reads: %d" % fd_count(b.pid))
+    b.check_alive("after (b)")
+    with coll.case("(c) EMFILE storm on accept"):
+        case_storm(b)
+    b.check_alive("after (c)")
+    coll.finish()
+
+
+if __name__ == "__main__":
+    mqdtest.main(body, timeout=300)
