@@ -59,10 +59,11 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "Create a topic with default_partitions partitions when a link first names it.", false},
     {"max_topics", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 100000000, "10000", NULL, NULL,
      G_FIELD(max_topics), NULL, NULL,
-     "Topics the broker holds at once (temporary reply nodes included). At the limit a "
-     "link or message that would create one (auto_create_topics, management CREATE) is "
-     "refused with amqp:resource-limit-exceeded; existing topics work on, and topics "
-     "already on disk always load at start. 0: unlimited.",
+     "Topics the broker holds at once. At the limit a link or message that would create "
+     "one (auto_create_topics, management CREATE: status 503) is refused with "
+     "amqp:resource-limit-exceeded; existing topics work on, topics already on disk always "
+     "load at start, and temporary reply nodes (dynamic receivers, management replies) "
+     "count but are still created. 0: unlimited.",
      true},
     {"max_topics_per_connection", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 100000000, "1000", NULL,
      NULL, G_FIELD(max_topics_per_connection), NULL, NULL,

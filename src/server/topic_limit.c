@@ -26,7 +26,9 @@ static void note_refusal(mqd_server_t *s, const char *what, const char *name, ui
 bool mqd_topic_limit_reached(mqd_server_t *s, const char *name)
 {
     uint32_t max = s->conf->max_topics;
-    if (max == 0 || s->n_topics < max)
+    /* Temporary reply nodes count but are never refused: they go with their link (so
+     * links bound them), and management (mqctl's reply node) must work at the cap. */
+    if (max == 0 || s->n_topics < max || strncmp(name, "$tmp.", 5) == 0)
         return false;
     note_refusal(s, "max_topics", name, max);
     return true;

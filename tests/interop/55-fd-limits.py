@@ -7,7 +7,7 @@ own connection sends and receives throughout:
 (a) receivers attached to 400 new addresses on two connections: the first connection
     creates 200 topics and is refused 50 more with amqp:resource-limit-exceeded
     (max_topics_per_connection); the second creates topics up to max_topics (300 in all)
-    and is refused the rest with the same condition. mqd's descriptors (/proc/PID/fd,
+    and is refused the rest with the same condition; a management CREATE gets 503. mqd's descriptors (/proc/PID/fd,
     sampled every 50 ms) stay below 256 - 64.
 (b) 3 messages to each of 250 of those topics (more than the 96 segment files that may
     be open at once): every one is read back, counts and bodies exact; then SIGKILL and a
@@ -110,6 +110,10 @@ def case_topic_caps(b):
           % (len(opened2), want2))
     check(refused2 == {"amqp:resource-limit-exceeded": 150 - want2},
           "connection 2: refusals %r, want %d x amqp:resource-limit-exceeded" % (refused2, 150 - want2))
+    # management CREATE is bounded by max_topics too
+    rc, out, err = mqdtest.mqctl(b.url, "topic", "create", "by-mgmt")
+    check(rc != 0 and "503" in err + out and "max_topics" in err + out,
+          "management CREATE at max_topics: rc %d, %r" % (rc, (err + out)[:200]))
     # existing topics stay usable past the cap
     opened3, refused3 = attach_many(b.url, names1[:5])
     check(len(opened3) == 5 and not refused3, "existing topics refused at the cap: %r" % refused3)
