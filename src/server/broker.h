@@ -255,7 +255,8 @@ void mqd_conn_mark_dirty(mqd_conn_t *c);
 void mqd_conn_unref(mqd_conn_t *c);
 void mqd_server_tick_soon(mqd_server_t *s);
 
-/* accept_guard.c: accept() at the descriptor limit. A reserved descriptor is given up
+/* accept_guard.c: accept() at the descriptor limit. Connections are closed at accept
+ * before they eat into the store's headroom (mqd_accept_admit). A reserved descriptor is given up
  * to accept and close the connections waiting (each client sees its connection closed
  * at once instead of a handshake that times out), then taken again; without it the
  * listeners pause for ACCEPT_PAUSE_MS. So the loop never spins on a readable listener
@@ -264,6 +265,10 @@ int mqd_accept_guard_init(mqd_server_t *s);
 void mqd_accept_guard_free(mqd_server_t *s);
 /* The listeners' error callback (evconnlistener_set_error_cb; arg: the mqd_listener_t). */
 void mqd_accept_error(struct evconnlistener *l, void *arg);
+/* Whether a just-accepted connection (descriptor fd) may stay: false when keeping it
+ * would leave fewer descriptors than the store's headroom plus a spare (then the caller
+ * closes it; counted and logged here, once a second). */
+bool mqd_accept_admit(mqd_server_t *s, int fd);
 /* Connections closed at accept for want of a descriptor, since start. */
 uint64_t mqd_accept_shed(const mqd_server_t *s);
 

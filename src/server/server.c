@@ -527,6 +527,11 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         close(fd);
         return;
     }
+    if (!mqd_accept_admit(s, fd)) {
+        s->conns_refused++;
+        close(fd);
+        return;
+    }
     mqd_conn_t *c = calloc(1, sizeof *c);
     if (!c) {
         close(fd);
