@@ -19,6 +19,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#define TRIM_VISITS 64
+
 size_t store_fd_default_cap(void)
 {
     struct rlimit rl;
@@ -154,25 +156,34 @@ size_t store_fd_release(mqd_plog_t *log, const seg_t *keep)
     return release(log, keep, &left);
 }
 
+static void lru_push_head(mqd_store_t *st, mqd_plog_t *log)
+{
+    lru_unlink(st, log);
+    log->lru_next = st->lru_head;
+    if (st->lru_head)
+        st->lru_head->lru_prev = log;
+    else
+        st->lru_tail = log;
+    st->lru_head = log;
+    log->on_lru = 1;
+}
+
 void store_fd_touch(mqd_plog_t *log)
 {
     mqd_store_t *st = log->st;
-    if (st->lru_head != log) {
-        lru_unlink(st, log);
-        log->lru_next = st->lru_head;
-        if (st->lru_head)
-            st->lru_head->lru_prev = log;
-        else
-            st->lru_tail = log;
-        st->lru_head = log;
-        log->on_lru = 1;
-    }
+    if (st->lru_head != log)
+        lru_push_head(st, log);
     /* Room for what the caller may open next: a segment and its O_DIRECT twin. */
     size_t cap = cap_of(st), low = cap - cap / 8;
     if (__atomic_load_n(&st->fd_open, __ATOMIC_RELAXED) + 2 <= cap)
         return;
+    /* At most TRIM_VISITS logs a call, and a log that keeps its tail (the flusher has
+     * work for it) goes to the head: with more busy logs than the cap, each call costs
+     * O(TRIM_VISITS), not a walk of every log. */
     mqd_plog_t *l = st->lru_tail;
-    while (l && l != log && __atomic_load_n(&st->fd_open, __ATOMIC_RELAXED) + 2 > low) {
+    for (unsigned v = 0; v < TRIM_VISITS && l && l != log &&
+                         __atomic_load_n(&st->fd_open, __ATOMIC_RELAXED) + 2 > low;
+         v++) {
         mqd_plog_t *prev = l->lru_prev;
         size_t left;
         if (release(l, NULL, &left))
@@ -180,6 +191,8 @@ void store_fd_touch(mqd_plog_t *log)
         if (left == 0) {
             lru_unlink(st, l);
             store_cold_end(l); /* its read-ahead buffers go with its descriptors */
+        } else {
+            lru_push_head(st, l);
         }
         l = prev;
     }

@@ -210,6 +210,43 @@ static void test_unsynced_tail_stays_open(void **state)
     assert_int_equal(read_check(a, 0, UINT64_MAX, SEED, 200, 64, 1 << 20), 60);
 }
 
+/* More busy logs than the cap (40 async tails with unsynced bytes, cap 16): none of them
+ * is closed, so the cap is exceeded while they are busy; once the flusher synced them the
+ * next uses bring it back under the cap, and every record reads back. */
+static void test_busy_over_cap(void **state)
+{
+    fx_t *f = *state;
+    mqd_plog_config_t acfg;
+    mqd_plog_config_default(&acfg);
+    acfg.flush = MQD_FLUSH_ASYNC;
+    acfg.flush_interval_ms = 300;
+    assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    mqd_store_set_max_open_files(f->st, MQD_STORE_FD_MIN);
+    mqd_plog_t *logs[40];
+    char name[32];
+    size_t busy_open = 0;
+    for (uint32_t i = 0; i < 40; i++) {
+        snprintf(name, sizeof name, "b%u", i);
+        assert_int_equal(mqd_store_log_open(f->st, name, 0, &acfg, &logs[i]), 0);
+        assert_int_equal(append_n(f->st, logs[i], 5, 5, SEED + i, 100, 0, 0), 0);
+        assert_int_equal(mqd_plog_wait_stable(logs[i], 5), 0);
+        mqd_store_fd_stats_t fs;
+        mqd_store_fd_stats(f->st, &fs);
+        busy_open = fs.open > busy_open ? fs.open : busy_open;
+    }
+    /* written in well under 300 ms on an idle machine: most tails were unsynced */
+    assert_true(busy_open > MQD_STORE_FD_MIN);
+    for (uint32_t i = 0; i < 40; i++)
+        for (int k = 0; k < 500 && mqd_plog_durable_offset(logs[i]) < 5; k++)
+            usleep(10 * 1000);
+    for (uint32_t i = 0; i < 40; i++)
+        assert_int_equal(read_check(logs[i], 0, UINT64_MAX, SEED + i, 100, 64, 1 << 20), 5);
+    mqd_store_fd_stats_t fs;
+    mqd_store_fd_stats(f->st, &fs);
+    assert_true(fs.open <= MQD_STORE_FD_MIN);
+    assert_true(fs.evictions > 0);
+}
+
 /* Truncating a log whose segments are all closed (idle since its reopen). */
 static void test_truncate_closed_log(void **state)
 {
@@ -240,6 +277,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_more_logs_than_fds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_log_read_through, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsynced_tail_stays_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_over_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_closed_log, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
