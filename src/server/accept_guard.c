@@ -115,11 +115,6 @@ bool mqd_accept_admit(mqd_server_t *s, int fd)
     return false;
 }
 
-uint64_t mqd_accept_shed(const mqd_server_t *s)
-{
-    return s->accept_guard ? s->accept_guard->shed : 0;
-}
-
 /* Accepts and closes what waits on fd, up to SHED_MAX; how many. */
 static unsigned shed(int fd)
 {

@@ -269,8 +269,6 @@ void mqd_accept_error(struct evconnlistener *l, void *arg);
  * would leave fewer descriptors than the store's headroom plus a spare (then the caller
  * closes it; counted and logged here, once a second). */
 bool mqd_accept_admit(mqd_server_t *s, int fd);
-/* Connections closed at accept for want of a descriptor, since start. */
-uint64_t mqd_accept_shed(const mqd_server_t *s);
 
 /* topic_limit.c: max_topics and max_topics_per_connection. */
 /* Whether creating `name` now would pass max_topics (logged, at most once a second). */
