@@ -20,6 +20,10 @@ own connection sends and receives throughout:
     bystander connected before keeps doing round trips, and a reader connected before
     reads every message of 50 topics through a new group (segments reopened while the
     connections hold their share); once the storm goes, a new client does a round trip.
+(d) the store filling the table (max_open_files = 1000 under nofile = 128): 200
+    connections are accepted and closed at once, mqd does not spin, and a connection
+    opened before still works. (accept() failing with EMFILE itself, the reserved
+    descriptor's path, is tests/unit/server/test_accept.)
 Before the fix every topic held a descriptor: topic creation failed with EMFILE past
 ~230 topics, accept() spun on "Too many open files", and the restart opened 300 logs."""
 
@@ -234,6 +238,80 @@ def case_storm(b, topics):
     check(warns <= 20, "%d accept warnings logged (rate limit: one a second)" % warns)
 
 
+def hold_storm(b, n):
+    """Opens n idle connections; returns (CPU share over 2 s, sockets that read EOF within
+    5 s, the sockets)."""
+    hogs = []
+    for _ in range(n):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", b.port))
+        hogs.append(s)
+    time.sleep(1.0 * mqdtest.SLOW)
+    cpu0, t0 = cpu_seconds(b.pid), time.monotonic()
+    time.sleep(2.0)
+    busy = (cpu_seconds(b.pid) - cpu0) / (time.monotonic() - t0)
+    deadline = time.monotonic() + 5 * mqdtest.SLOW
+    closed = set()
+    while time.monotonic() < deadline and len(closed) < n:
+        for i, s in enumerate(hogs):
+            if i in closed:
+                continue
+            try:
+                if s.recv(64) == b"":
+                    closed.add(i)
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed.add(i)
+        time.sleep(0.05)
+    return busy, len(closed), hogs
+
+
+def case_store_full(t):
+    """(d) the table full of partition files: max_open_files = 1000 above what
+    nofile = 128 allows, so the store fills the descriptor table (its creation of the
+    last topics fails); 200 connections then arrive with a free descriptor or none. mqd
+    accepts and closes them (EOF at once: refused for the store's spare, or through the
+    reserved descriptor at EMFILE; tests/unit/server/test_accept covers that path
+    alone), it does not spin, logs a warning a second at most, and a connection opened
+    before still works."""
+    nofile = 128
+    b = t.broker(name="emfile", start=False, sets={"max_open_files": 1000, "handshake_timeout_ms": "60s"})
+    plain = b.argv
+    b.argv = lambda: ["prlimit", "--nofile=%d" % nofile, "--"] + plain()
+    b.start()
+    conn = BlockingConnection(b.url, timeout=30 * mqdtest.SLOW)
+    snd = conn.create_sender(None)
+    ok = failed = 0
+    for i in range(nofile + 20):
+        try:
+            snd.send(Message(address="e%03d" % i, body="e%03d" % i))
+            ok += 1
+        except Exception:  # refused once the store meets EMFILE: expected here
+            failed += 1
+    at_limit = fd_count(b.pid)
+    log("(d) %d topics written, %d sends refused; mqd at %d descriptors (limit %d)"
+        % (ok, failed, at_limit, nofile))
+    check(at_limit >= nofile - 2, "the store did not fill the table (%d descriptors)" % at_limit)
+    busy, closed, hogs = hold_storm(b, 200)
+    for s in hogs:
+        s.close()
+    log("(d) storm: %.0f%% CPU, %d of 200 connections closed at accept" % (busy * 100, closed))
+    check(busy < 0.3, "mqd spins on accept with a full table: %.0f%% CPU" % (busy * 100))
+    check(closed >= 190, "only %d of 200 connections were accepted and closed with a full table" % closed)
+    rcv = conn.create_receiver("e000/ConsumerGroups/d", credit=1)
+    m = rcv.receive(timeout=20 * mqdtest.SLOW)
+    check(m.body == "e000", "round trip after the EMFILE storm got %r" % m.body)
+    rcv.accept()
+    conn.close()
+    text = b.log_text()
+    warns = text.count("accept: Too many open files") + text.count("refused: descriptor")
+    log("(d) accept warnings logged: %d" % warns)
+    check(0 < warns <= 20, "%d accept warnings logged (want 1..20: one a second)" % warns)
+    b.stop()
+
+
 def body(t):
     b = t.broker(start=False, sets={"max_topics": MAX_TOPICS, "max_topics_per_connection": PER_CONN,
                                     "handshake_timeout_ms": "60s"})
@@ -283,9 +361,12 @@ def body(t):
         log("after the restart read %d messages of %d topics" % (sum(len(v) for v in got.values()), len(got)))
         check(fd_count(b.pid) < NOFILE - RESERVE, "descriptors after the reads: %d" % fd_count(b.pid))
     b.check_alive("after (b)")
-    with coll.case("(c) EMFILE storm on accept"):
+    with coll.case("(c) connection storm at the descriptor limit"):
         case_storm(b, topics)
     b.check_alive("after (c)")
+    b.stop()
+    with coll.case("(d) connection storm with the table full of partition files"):
+        case_store_full(t)
     coll.finish()
 
 
