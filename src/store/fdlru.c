@@ -56,7 +56,12 @@ static size_t cap_of(mqd_store_t *st)
 
 void mqd_store_set_max_open_files(mqd_store_t *st, size_t n)
 {
-    st->fd_cap = n ? (n < MQD_STORE_FD_MIN ? MQD_STORE_FD_MIN : n) : store_fd_default_cap();
+    size_t def = store_fd_default_cap();
+    st->fd_cap = n ? (n < MQD_STORE_FD_MIN ? MQD_STORE_FD_MIN : n) : def;
+    if (st->fd_cap > def)
+        MQD_WARN("store", "max_open_files = %zu is over (RLIMIT_NOFILE - 64) / 2 = %zu: partition "
+                 "files may take the descriptors connections and mqd's own files need; raise "
+                 "LimitNOFILE or leave max_open_files at 0", st->fd_cap, def);
 }
 
 void mqd_store_fd_stats(mqd_store_t *st, mqd_store_fd_stats_t *out)
