@@ -356,7 +356,6 @@ static void apply_start(mqd_lstate_t *ls)
 static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool browse,
                           mqd_topic_t **t, mqd_addr_t *a)
 {
-    mqd_server_t *s = c->srv;
     if (mqd_addr_parse(addr, strlen(addr), a) != 0 || a->kind == MQD_ADDR_PARTITION) {
         mqd_link_refuse(l, "amqp:not-found", "cannot receive from address '%s'", addr);
         return MQD_EINVAL;
@@ -366,7 +365,14 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
         return MQD_EINVAL;
     }
     bool create = mqd_may_create(c, a->topic);
-    if (mqd_topic_get(s, a->topic, create, 0, t) != 0) {
+    int rc = mqd_topic_get_as(c, a->topic, create, t);
+    if (rc == MQD_EAGAIN) {
+        mqd_link_refuse(l, "amqp:resource-limit-exceeded",
+                        "topic limit reached (max_topics, max_topics_per_connection): "
+                        "cannot create '%s'", a->topic);
+        return rc;
+    }
+    if (rc != 0) {
         mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a->topic);
         return MQD_ENOENT;
     }

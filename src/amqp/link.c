@@ -214,7 +214,12 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'", addr);
         bool create = mqd_may_create(c, a.topic);
         mqd_topic_t *t;
-        if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)
+        int rc = mqd_topic_get_as(c, a.topic, create, &t);
+        if (rc == MQD_EAGAIN)
+            return mqd_link_refuse(l, "amqp:resource-limit-exceeded",
+                                   "topic limit reached (max_topics, max_topics_per_connection): "
+                                   "cannot create '%s'", a.topic);
+        if (rc != 0)
             return mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
         if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
             return mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
@@ -265,18 +270,22 @@ static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t
 
 /* Anonymous relay: the topic named by the message's `to`. */
 static mqd_topic_t *relay_topic(mqd_conn_t *c, const uint8_t *p, const mqd_msg_info_t *mi,
-                                uint32_t *fixed, bool *has_fixed)
+                                uint32_t *fixed, bool *has_fixed, int *why)
 {
     mqd_addr_t a;
     *has_fixed = false;
+    *why = MQD_ENOENT;
     if (mi->to.len == 0 || mqd_addr_parse((const char *)p + mi->to.off, mi->to.len, &a) != 0)
         return NULL;
     if (a.kind != MQD_ADDR_TOPIC && a.kind != MQD_ADDR_PARTITION)
         return NULL;
     mqd_topic_t *t;
     bool create = mqd_may_create(c, a.topic);
-    if (mqd_topic_get(c->srv, a.topic, create, 0, &t) != 0)
+    int rc = mqd_topic_get_as(c, a.topic, create, &t);
+    if (rc != 0) {
+        *why = rc;
         return NULL;
+    }
     if (a.kind == MQD_ADDR_PARTITION) {
         if (a.partition >= t->nparts)
             return NULL;
@@ -361,12 +370,17 @@ static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
 {
     mqd_topic_t *t = ls->topic;
     *has_fixed = false;
+    int why = MQD_ENOENT;
     if (ls->tmp_name)
         t = mqd_topic_find(c->srv, ls->tmp_name);
     else if (!t)
-        t = relay_topic(c, msg, mi, fixed, has_fixed);
+        t = relay_topic(c, msg, mi, fixed, has_fixed, &why);
     if (!t) {
-        if (!presettled)
+        if (!presettled && why == MQD_EAGAIN)
+            mqd_delivery_reject(d, "amqp:resource-limit-exceeded",
+                                "topic limit reached (max_topics, max_topics_per_connection): "
+                                "the address in `to` is not created");
+        else if (!presettled)
             mqd_delivery_reject(d, "amqp:not-found", "no such address in `to`");
         return NULL;
     }

@@ -59,6 +59,8 @@ typedef struct mqd_conf {
     mqd_loglevel_t log_level; /* log_level = info */
     bool auto_create_topics;  /* on */
     uint32_t default_partitions;  /* 1 */
+    uint32_t max_topics;          /* topics at once, 10000; 0 = unlimited */
+    uint32_t max_topics_per_connection; /* topics one connection may create, 1000; 0 = unlimited */
     uint64_t max_message_size;    /* 16 MiB */
     uint32_t max_frame_size;      /* 128 KiB */
     uint32_t idle_timeout_ms;     /* 60000; 0 = off */
@@ -74,6 +76,7 @@ typedef struct mqd_conf {
     uint64_t heap_prefault;       /* heap faulted in at start and kept, 32 MiB; 0 = off */
     int flush_sync;               /* 0 fdatasync, 1 syncfs */
     uint64_t segment_prezero;     /* zeros kept ahead of a flush=sync log's tail, 0 */
+    uint32_t max_open_files;      /* segment descriptors kept open; 0 = from RLIMIT_NOFILE */
     char *metrics_listen;         /* owned; NULL = off */
     mqd_topic_conf_t topic_defaults;
     mqd_topic_conf_t *topics;     /* owned array of [topic NAME] sections */

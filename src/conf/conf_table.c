@@ -57,6 +57,21 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"auto_create_topics", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "on", NULL, NULL,
      G_FIELD(auto_create_topics), NULL, NULL,
      "Create a topic with default_partitions partitions when a link first names it.", false},
+    {"max_topics", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 100000000, "10000", NULL, NULL,
+     G_FIELD(max_topics), NULL, NULL,
+     "Topics the broker holds at once. At the limit a link or message that would create "
+     "one (auto_create_topics, management CREATE: status 503) is refused with "
+     "amqp:resource-limit-exceeded; existing topics work on, topics already on disk always "
+     "load at start, and temporary reply nodes (dynamic receivers, management replies) "
+     "count but are still created. 0: unlimited.",
+     true},
+    {"max_topics_per_connection", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 100000000, "1000", NULL,
+     NULL, G_FIELD(max_topics_per_connection), NULL, NULL,
+     "Topics one connection may auto-create (attaching links or sending through the "
+     "anonymous relay to new addresses) over its lifetime; past it those links and messages "
+     "are refused with amqp:resource-limit-exceeded while existing topics stay usable. "
+     "Temporary reply nodes do not count (they go with their link). 0: unlimited.",
+     true},
     {"default_partitions", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 65536, "1", NULL, NULL,
      G_FIELD(default_partitions), NULL, NULL,
      "Partitions of a topic created automatically or without an explicit count.", false},
@@ -113,6 +128,14 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "device flush instead of one each; use it when data_dir is a file system of its own, "
      "as it also syncs anything else dirty there. A failed syncfs falls back to the "
      "partition's fdatasync.",
+     false},
+    {"max_open_files", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 100000000, "0", "auto", NULL,
+     G_FIELD(max_open_files), NULL, NULL,
+     "Partition segment files kept open at once. Past it the segments of the partitions "
+     "used least recently are closed and reopened on their next append or read (a "
+     "partition being written keeps its active segment open, so only more busy partitions "
+     "than this go over it). 0: (RLIMIT_NOFILE - 64) / 2, at least 16, leaving the rest for "
+     "connections and the broker's own files.",
      false},
     {"segment_prezero", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * GiB, "0", "off", NULL,
      G_FIELD(segment_prezero), NULL, NULL,

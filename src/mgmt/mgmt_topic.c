@@ -158,6 +158,8 @@ static int topic_create(mqd_mgmt_req_t *r)
         return mqd_mgmt_fail(r, 409, "topic '%s' already exists", r->name);
     if (rc == MQD_EINVAL)
         return mqd_mgmt_fail(r, 400, "invalid topic name or setting");
+    if (rc == MQD_EAGAIN)
+        return mqd_mgmt_fail(r, 503, "topic limit reached (max_topics = %u)", r->s->conf->max_topics);
     if (rc != 0)
         return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "cannot create topic: %s", mqd_strerror(rc));
     put_topic(r->out, t);

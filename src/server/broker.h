@@ -184,6 +184,7 @@ struct mqd_conn {
     struct event *ev_read, *ev_write, *ev_timer;
     mqd_dlist_t node;        /* in srv->conns */
     mqd_dlist_t dirty_node;  /* in srv->dirty when queued for a flush */
+    uint32_t topics_created; /* topics it auto-created (max_topics_per_connection) */
     int refs;                /* pending sends hold references */
     bool closed;             /* driver finished; freeing deferred */
     bool want_write;
@@ -232,6 +233,8 @@ struct mqd_server {
     size_t n_conns;
     mqd_topic_t **topics;    /* hash table */
     size_t topics_cap, n_topics;
+    int64_t topic_refused_ms;     /* last log line of a topic-limit refusal (topic_limit.c) */
+    uint64_t topic_refused_quiet; /* refusals since, not logged */
     mqd_buf_t scratch;       /* annotate output */
     mqd_read_t browse_rd;    /* browsers' reads */
     mqd_buf_t mgmt_out;      /* management replies */
@@ -244,12 +247,36 @@ struct mqd_server {
     int64_t started_ms;      /* wall clock at start */
     uint64_t tmp_seq;
     char *conf_path;
+    struct mqd_accept_guard *accept_guard; /* accept_guard.c: EMFILE on accept */
 };
 
 /* server.c */
 void mqd_conn_mark_dirty(mqd_conn_t *c);
 void mqd_conn_unref(mqd_conn_t *c);
 void mqd_server_tick_soon(mqd_server_t *s);
+
+/* accept_guard.c: accept() at the descriptor limit. Connections are closed at accept
+ * before they eat into the store's headroom (mqd_accept_admit). A reserved descriptor is given up
+ * to accept and close the connections waiting (each client sees its connection closed
+ * at once instead of a handshake that times out), then taken again; without it the
+ * listeners pause for ACCEPT_PAUSE_MS. So the loop never spins on a readable listener
+ * it cannot accept from. */
+int mqd_accept_guard_init(mqd_server_t *s);
+void mqd_accept_guard_free(mqd_server_t *s);
+/* The listeners' error callback (evconnlistener_set_error_cb; arg: the mqd_listener_t). */
+void mqd_accept_error(struct evconnlistener *l, void *arg);
+/* Whether a just-accepted connection (descriptor fd) may stay: false when keeping it
+ * would leave fewer descriptors than the store's headroom plus a spare (then the caller
+ * closes it; counted and logged here, once a second). */
+bool mqd_accept_admit(mqd_server_t *s, int fd);
+
+/* topic_limit.c: max_topics and max_topics_per_connection. */
+/* Whether creating `name` now would pass max_topics (logged, at most once a second). */
+bool mqd_topic_limit_reached(mqd_server_t *s, const char *name);
+/* mqd_topic_get for a link or relayed message of connection c: creating a topic counts
+ * against c's max_topics_per_connection. MQD_EAGAIN when a limit refuses the creation
+ * (the caller answers amqp:resource-limit-exceeded), MQD_ENOENT when !create and none. */
+int mqd_topic_get_as(mqd_conn_t *c, const char *name, bool create, mqd_topic_t **out);
 
 /* topic.c */
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts, mqd_topic_t **out);

@@ -527,6 +527,11 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         close(fd);
         return;
     }
+    if (!mqd_accept_admit(s, fd)) {
+        s->conns_refused++;
+        close(fd);
+        return;
+    }
     mqd_conn_t *c = calloc(1, sizeof *c);
     if (!c) {
         close(fd);
@@ -676,6 +681,7 @@ static int listen_one(mqd_server_t *s, const char *hostport)
         MQD_ERR("server", "listen %s: %s", hostport, strerror(errno));
         return MQD_EIO;
     }
+    evconnlistener_set_error_cb(li->l, mqd_accept_error);
     s->n_listeners++;
     MQD_NOTICE("server", "listening on %s", hostport);
     return 0;
@@ -742,6 +748,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     mqd_store_set_syncfs(s->store, conf->flush_sync == 1);
     mqd_store_set_prezero(s->store, conf->segment_prezero);
     mqd_store_set_flush_boost(s->store, conf->flush_priority_boost);
+    mqd_store_set_max_open_files(s->store, conf->max_open_files);
     mqd_store_warm(s->store); /* reads partition metadata in parallel while topics open */
     if ((rc = mqd_topics_load(s)) != 0)
         goto err;
@@ -755,7 +762,8 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     if ((rc = mqd_metrics_start(s)) != 0)
         goto err;
     s->listeners = calloc(conf->n_listen ? conf->n_listen : 1, sizeof *s->listeners);
-    if (!s->listeners)
+    rc = s->listeners ? mqd_accept_guard_init(s) : MQD_ENOMEM;
+    if (rc != 0)
         goto err;
     for (size_t i = 0; i < conf->n_listen; i++)
         if ((rc = listen_one(s, conf->listen[i])) != 0)
@@ -860,6 +868,7 @@ void mqd_server_free(mqd_server_t *s)
     }
     for (size_t i = 0; i < s->n_listeners; i++)
         evconnlistener_free(s->listeners[i].l);
+    mqd_accept_guard_free(s);
     mqd_metrics_stop(s);
     mqd_auth_free(s);
     mqd_watermark_free(s);

@@ -276,6 +276,8 @@ int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t creat
     }
     if (!create)
         return MQD_ENOENT;
+    if (mqd_topic_limit_reached(s, name))
+        return MQD_EAGAIN;
     mqd_topic_conf_t tc;
     mqd_conf_topic(s->conf, name, &tc);
     uint32_t n = create_parts ? create_parts : tc.partitions;
@@ -587,6 +589,8 @@ int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const c
         return MQD_EEXIST;
     if (!mqd_topic_name_valid(name, strlen(name)) || strncmp(name, "$tmp.", 5) == 0)
         return MQD_EINVAL;
+    if (mqd_topic_limit_reached(s, name))
+        return MQD_EAGAIN;
     json_t *ov = NULL;
     if (overrides_json && *overrides_json) {
         ov = json_loads(overrides_json, 0, NULL);

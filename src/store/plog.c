@@ -48,6 +48,7 @@ void plog_free(mqd_plog_t *log)
     if (!log)
         return;
     store_zero_detach(log); /* before its segments' descriptors close */
+    store_fd_forget(log);
     while (log->head) {
         seg_t *s = log->head;
         log->head = s->next;
@@ -102,6 +103,9 @@ int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,
         rc = mqd_fsync_parents(log->dir, strlen(st->root));
     if (rc != 0)
         goto err;
+    /* Recovery synced what it kept: the log holds no descriptor until it is used, so a
+     * start with 40,000 partitions opens them one at a time, not all at once. */
+    store_fd_release(log, NULL);
     log->last_sync_ms = log->last_ckpt_ms = mqd_now_ms();
     /* A clean restart keeps the checkpoint it found; otherwise write one soon. */
     log->ckpt_durable = log->ckpt_clean ? log->end : UINT64_MAX;
@@ -170,7 +174,14 @@ int mqd_plog_append(mqd_plog_t *log, const mqd_rec_in_t *recs, size_t n, uint64_
             return MQD_ETOOBIG;
         total += REC_HDR + recs[i].len;
     }
-    int rc = batch_reserve(log, total);
+    /* The flusher writes through the tail's descriptor: open before it gets the batch. */
+    store_fd_touch(log);
+    pthread_mutex_lock(&log->mu);
+    int rc = seg_fd_get(log, log->tail);
+    pthread_mutex_unlock(&log->mu);
+    if (rc < 0)
+        return rc;
+    rc = batch_reserve(log, total);
     if (rc != 0)
         return rc;
     batch_t *b = log->pending;
@@ -267,9 +278,10 @@ static int seg_dfd(const mqd_plog_t *log, seg_t *s, uint64_t *dio_end)
     if (s->dfd == -1) {
         char p[4096];
         seg_path(log, s->base, "log", p, sizeof p);
-        s->dfd = open(p, O_RDONLY | O_DIRECT | O_CLOEXEC);
+        s->dfd = store_fd_open(log->st, p, O_RDONLY | O_DIRECT);
         if (s->dfd < 0)
-            s->dfd = -2; /* the file system refuses O_DIRECT: buffered reads only */
+            s->dfd = errno == EMFILE || errno == ENFILE ? -1 : -2; /* -2: the file system
+                                                 * refuses O_DIRECT: buffered reads only */
     }
     return s->dfd >= 0 ? s->dfd : -1;
 }
@@ -277,6 +289,25 @@ static int seg_dfd(const mqd_plog_t *log, seg_t *s, uint64_t *dio_end)
 static uint64_t seg_avg_rec(const seg_t *s)
 {
     return s->next_off > s->base ? s->size / (s->next_off - s->base) : 0;
+}
+
+/* s's descriptor for a read (log->mu held). Opening an older segment closes the log's
+ * other older ones (fdlru.c): a reader moving through a long log holds one at a time. */
+static int read_fd(mqd_plog_t *log, seg_t *s)
+{
+    if (s->fd >= 0 || s == log->tail)
+        return seg_fd_get(log, s);
+    for (seg_t *o = log->head; o != log->tail; o = o->next) {
+        if (o->fd >= 0) {
+            store_fd_close(log->st, o->fd);
+            o->fd = -1;
+        }
+        if (o->dfd >= 0) {
+            store_fd_close(log->st, o->dfd);
+            o->dfd = -1;
+        }
+    }
+    return seg_fd_get(log, s);
 }
 
 /* Locates `from` (or the next segment's start) under the log mutex. */
@@ -287,8 +318,9 @@ static int read_locate(mqd_plog_t *log, uint64_t from, rd_pos_t *p)
     while (s && s->base > from)
         s = s->prev;
     int rc = s ? 0 : MQD_ERANGE;
-    if (s) {
-        p->fd = s->fd;
+    if (s && (p->fd = read_fd(log, s)) < 0)
+        rc = MQD_EIO;
+    if (rc == 0) {
         p->dfd = seg_dfd(log, s, &p->dio_end);
         p->base = s->base;
         p->pos = seg_lookup_pos(s, from, &p->at_off);
@@ -297,8 +329,10 @@ static int read_locate(mqd_plog_t *log, uint64_t from, rd_pos_t *p)
         p->has_next = s->next != NULL;
         if (p->pos >= p->seg_end && s->next) {
             s = s->next;
-            p->fd = s->fd;
-            p->dfd = seg_dfd(log, s, &p->dio_end);
+            p->fd = read_fd(log, s);
+            if (p->fd < 0)
+                rc = MQD_EIO;
+            p->dfd = p->fd < 0 ? -1 : seg_dfd(log, s, &p->dio_end);
             p->base = s->base;
             p->pos = 0;
             p->at_off = s->base;
@@ -387,17 +421,19 @@ int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_rec
     if (from >= l.bound)
         return 0;
     rd_pos_t p = {.fd = -1, .dfd = -1};
+    store_fd_touch(log);
     int rc = read_locate(log, from, &p);
     size_t want = chunk_for(log, max_bytes, l.max_recs, p.avg_rec), used = 0;
     while (rc == 0) {
         if (p.pos >= p.seg_end) {
             if (r->n || !p.has_next)
                 break;
-            int fd = p.fd;
+            uint64_t base = p.base;
             rc = read_locate(log, p.at_off, &p);
             /* Back into the segment just read: it ended before the offsets it claims
-             * (damage kept in an unhealthy segment). Re-reading it would never end. */
-            if (rc == 0 && p.fd == fd && p.pos < p.seg_end)
+             * (damage kept in an unhealthy segment). Re-reading it would never end.
+             * (By base: a descriptor number is reused once fdlru.c closes one.) */
+            if (rc == 0 && p.base == base && p.pos < p.seg_end)
                 rc = MQD_ECORRUPT;
             continue;
         }

@@ -51,20 +51,20 @@ void seg_free(seg_t *s)
 {
     if (!s)
         return;
-    if (s->fd >= 0)
-        close(s->fd);
+    store_fd_close(s->st, s->fd);
     if (s->dfd >= 0)
-        close(s->dfd);
+        store_fd_close(s->st, s->dfd);
     free(s->idx);
     free(s->tix);
     free(s);
 }
 
-static seg_t *seg_new(uint64_t base)
+static seg_t *seg_new(mqd_store_t *st, uint64_t base)
 {
     seg_t *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
+    s->st = st;
     s->base = base;
     s->next_off = base;
     s->fd = s->dfd = -1;
@@ -75,14 +75,15 @@ static seg_t *seg_new(uint64_t base)
  * only while they are read or written; a missing one is simply rebuilt. */
 static int seg_open_files(mqd_plog_t *log, seg_t *s, int create)
 {
-    int cf = create ? O_CREAT | O_EXCL : 0;
-    s->fd = open_file(log, s->base, "log", cf);
+    char p[4096];
+    seg_path(log, s->base, "log", p, sizeof p);
+    s->fd = store_fd_open(log->st, p, O_RDWR | (create ? O_CREAT | O_EXCL : 0));
     return s->fd < 0 ? MQD_EIO : 0;
 }
 
 int seg_create(mqd_plog_t *log, uint64_t base, seg_t **out)
 {
-    seg_t *s = seg_new(base);
+    seg_t *s = seg_new(log->st, base);
     if (!s)
         return MQD_ENOMEM;
     int rc = seg_open_files(log, s, 1);
@@ -737,7 +738,7 @@ static int list_bases(const mqd_plog_t *log, uint64_t **out, size_t *n_out)
 
 static int recover_one(mqd_plog_t *log, uint64_t base, uint64_t next_base, int last)
 {
-    seg_t *s = seg_new(base);
+    seg_t *s = seg_new(log->st, base);
     if (!s)
         return MQD_ENOMEM;
     struct stat st;
@@ -750,6 +751,12 @@ static int recover_one(mqd_plog_t *log, uint64_t base, uint64_t next_base, int l
     if (rc != 0) {
         seg_free(s);
         return rc;
+    }
+    if (!last) {
+        /* Recovered and fdatasync'd at its roll: reopened when read (fdlru.c), so a
+         * partition with many segments does not hold them all open. */
+        store_fd_close(log->st, s->fd);
+        s->fd = -1;
     }
     s->prev = log->tail;
     if (log->tail)
@@ -787,6 +794,13 @@ int seg_truncate_at(mqd_plog_t *log, seg_t *s, uint64_t off)
 {
     uint64_t o;
     uint64_t pos = seg_lookup_pos(s, off, &o);
+    /* An idle segment's descriptor may be closed (fdlru.c); the owner waits for the
+     * truncation, so opening it here races with no read. */
+    pthread_mutex_lock(&log->mu);
+    int fd = seg_fd_get(log, s);
+    pthread_mutex_unlock(&log->mu);
+    if (fd < 0)
+        return fd;
     while (o < off) {
         uint8_t h[8];
         if (pread(s->fd, h, 8, (off_t)pos) != 8)

@@ -122,6 +122,22 @@ void mqd_store_set_prezero(mqd_store_t *st, uint64_t bytes);
  * applied by each flusher at its next wake). Raising a priority needs CAP_SYS_NICE or a
  * permissive RLIMIT_NICE: without, it is logged once and left. */
 void mqd_store_set_flush_boost(mqd_store_t *st, unsigned boost);
+/* max_open_files = N: segment (.log) descriptors the store keeps open at once. Segments
+ * of logs not used lately are closed (least recently used first) and reopened on the
+ * next append or read, so idle partitions hold none; a log the flusher is writing or
+ * syncing keeps its tail open, so the cap is exceeded only while more logs than N are
+ * busy at once. 0: the default, (RLIMIT_NOFILE soft limit - MQD_STORE_FD_RESERVE) / 2,
+ * at least MQD_STORE_FD_MIN. Owner thread, any time. */
+#define MQD_STORE_FD_RESERVE 64
+#define MQD_STORE_FD_MIN 16
+void mqd_store_set_max_open_files(mqd_store_t *st, size_t n);
+/* Segment descriptors open now, and the cap in force (owner thread). */
+typedef struct mqd_store_fd_stats {
+    size_t open, cap;
+    uint64_t reopens;   /* closed segments opened again on demand */
+    uint64_t evictions; /* logs whose descriptors were closed to stay under the cap */
+} mqd_store_fd_stats_t;
+void mqd_store_fd_stats(mqd_store_t *st, mqd_store_fd_stats_t *out);
 
 /* mqd_store_open_ex with the default number of flushers. */
 int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out);

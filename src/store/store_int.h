@@ -41,13 +41,14 @@ typedef struct idx_ent { uint32_t rel; uint32_t pos; } idx_ent_t;
 typedef struct tix_ent { int64_t ts; uint32_t rel; } tix_ent_t;
 
 /* One segment: files BASE.log/.idx/.tix. The in-memory indexes are the truth while
- * open; the files are a cache rebuilt at open when they disagree with the log. Only the
- * .log stays open (one fd per segment): the index files are opened when they are
- * loaded or written (checkpoints, rolls, close), so 10,000 partitions need 10,000 fds. */
+ * open; the files are a cache rebuilt at open when they disagree with the log. The index
+ * files are opened only while loaded or written (checkpoints, rolls, close); the .log
+ * only while the segment is in use (fdlru.c): fd is -1 while it is closed. */
 typedef struct seg {
     struct seg *next, *prev;
+    mqd_store_t *st;      /* counts the segment's descriptors (fdlru.c) */
     uint64_t base;
-    int fd;
+    int fd;               /* the .log, or -1 while closed (fdlru.c says when) */
     int dfd;              /* O_DIRECT descriptor for cold reads (plog.c): -1 not yet, -2 none */
     uint64_t size;        /* bytes of whole records in the file (written by the flusher) */
     uint64_t synced;      /* bytes known fdatasync'd (flusher; atomic) */
@@ -105,6 +106,8 @@ struct mqd_plog {
 
     /* owner-thread state */
     uint64_t end;
+    struct mqd_plog *lru_prev, *lru_next; /* st's LRU of logs with open segments (fdlru.c) */
+    int on_lru;
     cold_chain_t cold; /* cold reads of older segments (coldread.c) */
     batch_t *pending;
     struct mqd_plog *pend_next; /* in st->pend_logs while `pending` holds records */
@@ -207,6 +210,12 @@ struct mqd_store {
     size_t dc_logs;          /* logs with a cold-read chain (owner thread) */
     struct store_cold *cold; /* cold-read threads (coldread.c) */
     struct store_zero *zero; /* the zeroer thread (prezero.c) */
+    /* Segment descriptors (fdlru.c). fd_open: open now (atomic: flushers open new
+     * segments at rolls); fd_cap: the most the owner keeps open (0 until the first use
+     * derives it from RLIMIT_NOFILE); the LRU of logs holding some: owner thread only. */
+    size_t fd_open, fd_cap;
+    uint64_t fd_reopens, fd_evictions; /* counters for tests and metrics (owner) */
+    mqd_plog_t *lru_head, *lru_tail;
 };
 
 /* ---- segment.c ---- */
@@ -337,6 +346,38 @@ typedef struct store_cold_io {
 } store_cold_io_t;
 extern store_cold_io_t store_cold_io;
 void store_cold_io_reset(void);
+
+/* ---- fdlru.c: a cap on open segment descriptors ----
+ * Rules that make closing safe without a lock on every use of s->fd:
+ *   - only the owner thread closes a descriptor of an open log, and reopens one;
+ *   - a segment other than the tail: the flusher never touches it (rolls link the new
+ *     tail under log->mu after their last use of the old one; truncation runs while the
+ *     owner waits, after the owner opened what it cuts), so the owner closes it at will
+ *     under log->mu;
+ *   - the tail: only while the flusher has nothing of it to write or sync (st->mu held:
+ *     not flushing, no queued or pending batch, no truncation, synced == size, no
+ *     pre-zeroing), so every byte in it was fdatasync'd through that descriptor (or was
+ *     covered by the recovery sync) and closing loses no durability; the owner reopens
+ *     it before it hands the flusher a batch (mqd_plog_append).
+ * Opening an existing file needs no directory fsync: it was made durable at creation. */
+/* open(2) counted in st->fd_open (any thread). */
+int store_fd_open(mqd_store_t *st, const char *path, int flags);
+/* close(2) of a counted descriptor; fd < 0 is a no-op (any thread). */
+void store_fd_close(mqd_store_t *st, int fd);
+/* Owner, log->mu held: s->fd, opened first if closed (making room in the LRU).
+ * A descriptor or MQD_EIO. */
+int seg_fd_get(mqd_plog_t *log, seg_t *s);
+/* Owner: log is in use now (to the head of the LRU); closes the least recently used
+ * logs' descriptors while more than the cap are open (never log's own). */
+void store_fd_touch(mqd_plog_t *log);
+/* Owner, log->mu not held: closes the descriptors of log's segments other than the
+ * tail and `keep`, and the tail's too when the flusher has nothing of it (rules above).
+ * Returns how many it closed. */
+size_t store_fd_release(mqd_plog_t *log, const seg_t *keep);
+/* Owner: takes log off the LRU (it is being freed). */
+void store_fd_forget(mqd_plog_t *log);
+/* The cap: n, or 0 for the default (fdlru.c: from RLIMIT_NOFILE). */
+size_t store_fd_default_cap(void);
 
 /* ---- plog.c ---- */
 int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,

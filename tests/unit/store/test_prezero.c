@@ -75,10 +75,13 @@ static void put(fx_t *f, size_t n, size_t per)
     assert_int_equal(mqd_plog_wait_stable(f->log, end), 0);
 }
 
-static off_t file_size(int fd)
+/* By path: a segment not in use has no descriptor open (fdlru.c). */
+static off_t seg_file_size(const mqd_plog_t *log, const seg_t *s)
 {
+    char p[700];
     struct stat sb;
-    assert_int_equal(fstat(fd, &sb), 0);
+    seg_path(log, s->base, "log", p, sizeof p);
+    assert_int_equal(stat(p, &sb), 0);
     return sb.st_size;
 }
 
@@ -147,7 +150,7 @@ static void no_zeros_left(mqd_plog_t *log, bool tail_too)
 {
     for (seg_t *s = log->head; s; s = s->next)
         if (s != log->tail || tail_too)
-            assert_int_equal((uint64_t)file_size(s->fd), s->size);
+            assert_int_equal((uint64_t)seg_file_size(log, s), s->size);
 }
 
 /* ---- tests ---- */
@@ -165,7 +168,7 @@ static void test_ahead_then_cut_at_close(void **state)
     assert_true(zs.bytes >= 1 << 20);
     assert_int_equal(zs.logs, 1);
     seg_t *t = f->log->tail;
-    uint64_t fsz = (uint64_t)file_size(t->fd);
+    uint64_t fsz = (uint64_t)seg_file_size(f->log, t);
     assert_true(fsz >= t->size + (1 << 19));
     assert_true(fsz <= t->size + (1 << 20) + (1 << 20));
     assert_true(zeros(t->fd, t->size, fsz));
@@ -189,7 +192,7 @@ static void test_crash_image_recovers(void **state)
     put(f, 2500, 7);
     zero_idle(f);
     seg_t *t = f->log->tail;
-    assert_true((uint64_t)file_size(t->fd) > t->size);
+    assert_true((uint64_t)seg_file_size(f->log, t) > t->size);
     copy_partition(f->dir, f->copy);
 
     reopen_at(f, f->copy, 1 << 20);
@@ -249,7 +252,7 @@ static void test_older_segment_zero_tail(void **state)
 
     open_at(f, f->dir, 0);
     assert_false(mqd_plog_unhealthy(f->log));
-    assert_int_equal((uint64_t)file_size(f->log->head->fd), rec_end);
+    assert_int_equal((uint64_t)seg_file_size(f->log, f->log->head), rec_end);
     assert_int_equal(read_check(f->log, 0, 3000, SEED, MAXLEN, 256, 1 << 20), 3000);
 }
 
@@ -272,7 +275,7 @@ static void test_zeros_then_garbage_is_torn(void **state)
     close(fd);
     open_at(f, f->dir, 0);
     assert_int_equal(mqd_plog_end_offset(f->log), 1000);
-    assert_int_equal((uint64_t)file_size(f->log->tail->fd), rec_end);
+    assert_int_equal((uint64_t)seg_file_size(f->log, f->log->tail), rec_end);
     assert_int_equal(read_check(f->log, 0, 1000, SEED, MAXLEN, 256, 1 << 20), 1000);
 }
 
@@ -344,7 +347,7 @@ static void test_async_not_zeroed(void **state)
     store_zero_stats(f->st, &zs);
     assert_int_equal(zs.bytes, 0);
     assert_int_equal(zs.logs, 0);
-    assert_int_equal((uint64_t)file_size(f->log->tail->fd), f->log->tail->size);
+    assert_int_equal((uint64_t)seg_file_size(f->log, f->log->tail), f->log->tail->size);
 }
 
 int main(void)

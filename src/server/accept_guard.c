@@ -1,0 +1,171 @@
+/* accept() at the descriptor limit (EMFILE/ENFILE).
+ *
+ * libevent's listener calls its error callback and stays enabled, so a listener whose
+ * backlog cannot be accepted is readable forever: the loop spun on it, logging
+ * "accept(): Too many open files" at full speed, while each waiting client timed out
+ * in its handshake. Here the first failure gives up a descriptor held in reserve for
+ * this (the libevent/nginx trick), accepts and closes what waits, and takes the
+ * reserve again. If the reserve cannot be had (some other thread took the slot), the
+ * listeners pause for ACCEPT_PAUSE_MS instead. */
+#include "config.h"
+#include "server/broker.h"
+
+#include <errno.h>
+#include <event2/listener.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define ACCEPT_PAUSE_MS 100
+#define SHED_MAX 256 /* connections closed per callback: the backlog is 512 */
+#define ACCEPT_SPARE 32 /* descriptors connections never take: SQLite, index and checkpoint
+                         * files, directory fsyncs, cold-read duplicates, warm-up threads */
+
+struct mqd_accept_guard {
+    mqd_server_t *s;
+    int reserve;            /* /dev/null, or -1 while given up */
+    struct event *resume;   /* re-enables paused listeners */
+    bool paused;
+    uint64_t shed;          /* connections closed at accept */
+    uint64_t nofile;        /* RLIMIT_NOFILE soft limit at start (0: unlimited) */
+    int64_t logged_ms;      /* last log line */
+    uint64_t quiet;         /* failures since it */
+};
+
+static int take_reserve(void)
+{
+    return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct mqd_accept_guard *g = arg;
+    g->paused = false;
+    if (g->reserve < 0)
+        g->reserve = take_reserve();
+    for (size_t i = 0; !g->s->stopping && i < g->s->n_listeners; i++)
+        evconnlistener_enable(g->s->listeners[i].l);
+}
+
+int mqd_accept_guard_init(mqd_server_t *s)
+{
+    struct mqd_accept_guard *g = calloc(1, sizeof *g);
+    if (!g)
+        return MQD_ENOMEM;
+    g->s = s;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        g->nofile = rl.rlim_cur;
+    g->reserve = take_reserve();
+    g->resume = evtimer_new(s->base, on_resume, g);
+    if (g->reserve < 0 || !g->resume) {
+        if (g->reserve >= 0)
+            close(g->reserve);
+        if (g->resume)
+            event_free(g->resume);
+        free(g);
+        return MQD_EIO;
+    }
+    s->accept_guard = g;
+    return 0;
+}
+
+void mqd_accept_guard_free(mqd_server_t *s)
+{
+    struct mqd_accept_guard *g = s->accept_guard;
+    if (!g)
+        return;
+    if (g->reserve >= 0)
+        close(g->reserve);
+    event_free(g->resume);
+    free(g);
+    s->accept_guard = NULL;
+}
+
+/* Descriptors are handed out lowest first, so an accepted fd numbered k means k are in
+ * use: admitting it must leave the store its headroom (up to its cap, at most half of
+ * the limit) plus ACCEPT_SPARE. Without this, connections took every descriptor and the
+ * next segment roll failed its partition. */
+bool mqd_accept_admit(mqd_server_t *s, int fd)
+{
+    struct mqd_accept_guard *g = s->accept_guard;
+    if (!g || !g->nofile)
+        return true;
+    mqd_store_fd_stats_t fs;
+    mqd_store_fd_stats(s->store, &fs);
+    uint64_t half = g->nofile > 64 ? (g->nofile - 64) / 2 : 0;
+    uint64_t room = fs.cap < half ? fs.cap : half;
+    uint64_t head = room > fs.open ? room - fs.open : 0;
+    if ((uint64_t)fd + head + ACCEPT_SPARE < g->nofile)
+        return true;
+    g->shed++;
+    int64_t now = mqd_now_ms();
+    g->quiet++;
+    if (now - g->logged_ms >= 1000) {
+        MQD_WARN("conn", "refused: descriptor %d of %llu, %llu kept for partition files and "
+                 "%d spare (%llu refused since the last report; see max_open_files and "
+                 "RLIMIT_NOFILE)", fd, (unsigned long long)g->nofile, (unsigned long long)head,
+                 ACCEPT_SPARE, (unsigned long long)g->quiet);
+        g->logged_ms = now;
+        g->quiet = 0;
+    }
+    return false;
+}
+
+/* Accepts and closes what waits on fd, up to SHED_MAX; how many. */
+static unsigned shed(int fd)
+{
+    unsigned n = 0;
+    while (n < SHED_MAX) {
+        int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (c < 0)
+            break;
+        close(c);
+        n++;
+    }
+    return n;
+}
+
+static void pause_listeners(struct mqd_accept_guard *g)
+{
+    if (g->paused)
+        return;
+    for (size_t i = 0; i < g->s->n_listeners; i++)
+        evconnlistener_disable(g->s->listeners[i].l);
+    struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
+    evtimer_add(g->resume, &tv);
+    g->paused = true;
+}
+
+void mqd_accept_error(struct evconnlistener *l, void *arg)
+{
+    mqd_listener_t *li = arg;
+    struct mqd_accept_guard *g = li->srv->accept_guard;
+    int err = EVUTIL_SOCKET_ERROR();
+    if (!g || (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM)) {
+        MQD_WARN("conn", "accept: %s", strerror(err));
+        return;
+    }
+    unsigned n = 0;
+    if (g->reserve >= 0) {
+        close(g->reserve);
+        n = shed(evconnlistener_get_fd(l));
+        g->reserve = take_reserve();
+    }
+    g->shed += n;
+    li->srv->conns_refused += n;
+    if (g->reserve < 0 || n == 0)
+        pause_listeners(g);
+    int64_t now = mqd_now_ms();
+    g->quiet += n ? n : 1;
+    if (now - g->logged_ms >= 1000) {
+        MQD_WARN("conn", "accept: %s: %llu connections closed at accept since the last report "
+                 "(descriptors: max_connections, max_open_files and RLIMIT_NOFILE)",
+                 strerror(err), (unsigned long long)g->quiet);
+        g->logged_ms = now;
+        g->quiet = 0;
+    }
+}
