@@ -212,6 +212,7 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         }
         if (!mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'", addr);
+        ls->acl_perm = MQD_PERM_SEND;
         bool create = mqd_may_create(c, a.topic);
         mqd_topic_t *t;
         if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)

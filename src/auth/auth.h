@@ -24,6 +24,14 @@ int mqd_auth_init(struct mqd_server *s);
 int mqd_auth_reload(struct mqd_server *s);
 void mqd_auth_free(struct mqd_server *s);
 
+struct mqd_user_conf;
+/* SIGHUP, after the new users (server) and ACLs (mqd_auth_reload) are in place;
+ * `old_users[0..n_old)` are the users before the reload. Closes every live connection
+ * whose user is gone or whose credentials changed, and detaches every live link whose
+ * attach-time permission check fails now, both with amqp:unauthorized-access; the rest
+ * stays untouched. */
+void mqd_auth_recheck(struct mqd_server *s, const struct mqd_user_conf *old_users, size_t n_old);
+
 /* Sets up SASL (and TLS, for an amqps:// listener: `listener` is the index into
  * conf->listen) and the handshake timer on a new connection's transport, before it is
  * bound. The per-connection state it allocates (c->auth) is freed with the transport

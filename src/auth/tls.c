@@ -132,12 +132,18 @@ int mqd_auth_init(mqd_server_t *s)
     mqd_auth_t *a = calloc(1, sizeof *a);
     if (a == NULL)
         return MQD_ENOMEM;
+    s->auth = a;
     int rc = ctx_build(s->conf, &a->ctx);
+    if (rc == 0)
+        rc = mqd_auth_secret_load(s->conf->data_dir, a->secret);
+    if (rc == 0)
+        rc = mqd_auth_decoy_setup(a, s->conf);
+    if (rc == 0)
+        rc = mqd_auth_pool_new(s->base, s->conf->auth_threads, &a->pool);
     if (rc != 0) {
-        free(a);
+        mqd_auth_free(s);
         return rc;
     }
-    s->auth = a;
     if (s->conf->acl_present)
         MQD_INFO("auth", "%zu ACL rules", s->conf->n_acl);
     return 0;
@@ -179,6 +185,9 @@ int mqd_auth_reload(mqd_server_t *s)
     int rc = 0;
     if (a == NULL)
         return MQD_ESTATE;
+    /* server.c has swapped in the users: unknown names now cost what these do (on
+     * failure the old decoys serve as well) */
+    mqd_auth_decoy_setup(a, s->conf);
     if (s->conf_path) {
         /* server.c has swapped in the users; the rest of ours comes from a fresh load */
         if ((rc = mqd_conf_new(&nc)) != 0)
@@ -212,6 +221,7 @@ void mqd_auth_free(mqd_server_t *s)
     mqd_auth_t *a = s->auth;
     if (a == NULL)
         return;
+    mqd_auth_pool_free(a->pool); /* releases the connections its jobs hold */
     SSL_CTX_free(a->ctx);
     free(a);
     s->auth = NULL;
@@ -299,6 +309,8 @@ void mqd_auth_conn_free(mqd_auth_conn_t *ac)
 {
     if (ac->ev_hs)
         event_free(ac->ev_hs);
+    if (ac->ev_close)
+        event_free(ac->ev_close);
     if (ac->scram) {
         mqd_scram_clear(ac->scram);
         free(ac->scram);

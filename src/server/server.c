@@ -835,8 +835,9 @@ int mqd_server_reload(mqd_server_t *s)
     s->conf->log_level = nc->log_level;
     nc->users = u;
     nc->n_users = nu;
-    mqd_conf_free(nc);
     mqd_auth_reload(s);
+    mqd_auth_recheck(s, nc->users, nc->n_users); /* revoked users and rights leave now */
+    mqd_conf_free(nc);
     MQD_NOTICE("server", "reloaded %s", s->conf_path);
     return 0;
 }
