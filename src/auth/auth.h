@@ -44,6 +44,17 @@ int mqd_auth_conn_setup(struct mqd_conn *c, size_t listener);
  * without this call the handshake timer closes such a connection at its deadline. */
 bool mqd_auth_conn_opened(struct mqd_conn *c);
 
+/* server.c's input path (plaintext, before Proton): how many of the n bytes at p Proton
+ * may take now. Until the SASL outcome, input goes to Proton one SASL frame at a time;
+ * 0 means a PLAIN check is running (auth/pool.c): the caller hands the rest (all n) to
+ * mqd_auth_rx_hold, and auth feeds it (mqd_conn_rx_feed) once the outcome is set, so a
+ * client that pipelines its AMQP header and open behind sasl-init keeps working. After
+ * the outcome it returns n. */
+size_t mqd_auth_rx_gate(struct mqd_conn *c, const uint8_t *p, size_t n);
+/* Keeps n bytes for later; over 64 KiB the connection is closed
+ * (amqp:resource-limit-exceeded). */
+void mqd_auth_rx_hold(struct mqd_conn *c, const uint8_t *p, size_t n);
+
 /* on_accept: may one more connection come from `host` (max_connections_per_ip)? Logs a
  * refusal. */
 bool mqd_auth_admit_host(struct mqd_server *s, const char *host);

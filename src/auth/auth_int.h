@@ -106,6 +106,10 @@ typedef struct mqd_auth {
     uint32_t decoy_scram_iterations;
 } mqd_auth_t;
 
+/* gate.c: after a PLAIN check's outcome is set: feeds the input held meanwhile to Proton
+ * (feed: the login succeeded) or drops it. */
+void mqd_auth_rx_release(struct mqd_conn *c, bool feed);
+
 /* decoy.c: reads data_dir/auth.secret, or creates it (durably) on first start. */
 int mqd_auth_secret_load(const char *data_dir, unsigned char secret[32]);
 /* decoy.c: sets a->decoy_hash and a->decoy_scram_iterations from conf's users. */
@@ -122,6 +126,14 @@ typedef struct mqd_auth_conn {
     mqd_scram_t *scram;    /* during a SCRAM exchange */
     bool pending;          /* a PLAIN check is with the pool (holds a connection reference) */
     bool outcome;          /* the SASL outcome is set: a late pool result must not change it */
+    /* gate.c: input is fed to Proton frame by frame until the outcome */
+    bool gate_open;
+    uint8_t gate_hdr;      /* protocol header bytes seen (8) */
+    uint8_t gate_sz[4];    /* the current frame's size field */
+    uint8_t gate_sz_got;
+    uint32_t gate_left;    /* bytes of the current frame after its size field */
+    uint8_t *held;         /* input that came behind a sasl-init under check (owned) */
+    size_t held_len, held_cap;
     char mechs[96];        /* the mechanism list offered */
     char out[MQD_SCRAM_MSG_MAX + 1]; /* challenge / outcome data: Proton keeps a pointer */
 } mqd_auth_conn_t;

@@ -127,6 +127,9 @@ static void plain_done(mqd_auth_job_t *j, bool ran)
             fail(t, ac, "authorization identity differs from the user", p->user);
         else
             succeed(t, ac, p->user, false);
+        /* what the client pipelined behind its sasl-init: for Proton after a success,
+         * dropped after a failure (the connection ends with the outcome) */
+        mqd_auth_rx_release(c, c->user[0] != '\0');
         mqd_conn_mark_dirty(c); /* the outcome goes out with the next tick */
     }
     OPENSSL_cleanse(p, sizeof *p);

@@ -311,6 +311,7 @@ void mqd_auth_conn_free(mqd_auth_conn_t *ac)
         event_free(ac->ev_hs);
     if (ac->ev_close)
         event_free(ac->ev_close);
+    free(ac->held);
     if (ac->scram) {
         mqd_scram_clear(ac->scram);
         free(ac->scram);

@@ -250,6 +250,8 @@ struct mqd_server {
 
 /* server.c */
 void mqd_conn_mark_dirty(mqd_conn_t *c);
+/* Feeds n bytes of plaintext input to c's Proton driver (auth/gate.c, for input it held). */
+void mqd_conn_rx_feed(mqd_conn_t *c, const char *p, size_t n);
 void mqd_conn_unref(mqd_conn_t *c);
 void mqd_server_tick_soon(mqd_server_t *s);
 

@@ -10,6 +10,9 @@ frames over TCP and python3-qpid-proton clients.
   have (8192, not the built-in 4096) and a 16-byte salt that is the same on 5 tries and
   after a restart (the server secret is kept in data_dir), differs between two unknown
   names, and the exchange then fails with outcome auth.
+- Pipelining: sasl-init, AMQP header and open sent at once while the PLAIN check runs
+  on the pool: a good password gets outcome ok, then the AMQP header and mqd's open; a
+  wrong one gets outcome auth and nothing more (the pipelined open is dropped).
 - PBKDF2 off the loop: while 4 clients keep logging in with a wrong password (PBKDF2
   400,000 iterations, 0.1-0.3 s each), a bystander's open connection sends 40 messages one
   at a time: the median send (to settlement) stays under 75 ms and within 60 ms of the
@@ -217,6 +220,33 @@ def case_plain_timing(t, coll):
         r.close()
         log("after a restart mallory's salt is %s" % again["s"])
         check(again["s"] in salts, "the decoy salt changed across a restart: %s -> %s" % (sorted(salts), again["s"]))
+    with coll.case("PLAIN pipelined: AMQP header and open behind sasl-init"):
+        for pw, want in (("alice-pw", 0), ("nope", 1)):
+            r = RawSasl(b.port)
+            r.sock.sendall(b"AMQP\x03\x01\x00\x00" +
+                           frame(encode(0x41, [symbol("PLAIN"), b"\0alice\0" + pw.encode(), None])) +
+                           b"AMQP\x00\x01\x00\x00" + frame(encode(0x10, ["pipelined"]), ftype=0))
+            check(r.read(8) == b"AMQP\x03\x01\x00\x00", "no SASL header from mqd")
+            check(r.read_frame()[0] == 0x40, "no sasl-mechanisms")
+            code = r.outcome()
+            rest = b""
+            try:
+                if want == 0:
+                    rest = r.read(8)
+                    desc, fields = r.read_frame()
+                    rest += b" open from %s" % str(fields[0]).encode() if desc == 0x10 else b" 0x%x" % desc
+                else:
+                    r.sock.settimeout(5 * SLOW)
+                    rest = r.sock.recv(100)
+            except (EOFError, OSError) as e:
+                rest += b" (%s)" % repr(e).encode()
+            r.close()
+            log("pipelined login with %s: outcome %d, then %r" % (pw, code, rest))
+            check(code == want, "pipelined login with %s: outcome %d, want %d" % (pw, code, want))
+            if want == 0:
+                check(rest == b"AMQP\x00\x01\x00\x00 open from mqd", "after the outcome: %r" % rest)
+            else:
+                check(rest == b"", "a failed login still answered its pipelined open: %r" % rest)
     b.check_alive()
 
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -288,12 +289,84 @@ static void test_security_keys(void **state)
     mqd_conf_free(c);
 }
 
+/* Unknown users: decoy credentials are stable per name and key, differ between names,
+ * look like real ones, and an exchange against them never succeeds. */
+static void test_scram_decoy(void **state)
+{
+    (void)state;
+    unsigned char k1[32] = {1}, k2[32] = {2};
+    mqd_scram_cred_t a, b, c, d, cr;
+    assert_int_equal(mqd_scram_decoy(k1, "mallory", 8192, &a), 0);
+    assert_int_equal(mqd_scram_decoy(k1, "mallory", 8192, &b), 0);
+    assert_int_equal(mqd_scram_decoy(k1, "trudy", 8192, &c), 0);
+    assert_int_equal(mqd_scram_decoy(k2, "mallory", 8192, &d), 0);
+    assert_int_equal(a.iterations, 8192);
+    assert_int_equal(a.salt_len, 16);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_memory_not_equal(a.salt, c.salt, 16);
+    assert_memory_not_equal(a.salt, d.salt, 16);
+    /* even the user's real keys offered as a decoy do not let the right proof pass */
+    rfc_cred(&cr);
+    mqd_scram_t s = {0};
+    char out[MQD_SCRAM_MSG_MAX + 1];
+    assert_int_equal(mqd_scram_client_first(&s, RFC_C1, strlen(RFC_C1)), 0);
+    assert_int_equal(mqd_scram_server_first_decoy(&s, &cr, RFC_SNONCE, out), 0);
+    assert_string_equal(out, RFC_S1); /* indistinguishable from the real server-first */
+    assert_int_equal(mqd_scram_client_final(&s, RFC_C2, strlen(RFC_C2), out), MQD_EFAILED);
+    mqd_scram_clear(&s);
+}
+
+/* The PLAIN decoy hash has the configured users' iteration count and matches nothing;
+ * the server secret is created once (0600, 32 bytes) and read back the same. */
+static void test_decoy_setup(void **state)
+{
+    (void)state;
+    char err[512], dir[] = "/tmp/mqd-test-auth-XXXXXX", path[600];
+    mqd_conf_t *c;
+    mqd_auth_t a;
+    memset(&a, 0, sizeof a);
+    char hash[160];
+    assert_int_equal(mqd_conf_password_hash("pw", 2000, hash, sizeof hash), 0);
+    char text[400];
+    snprintf(text, sizeof text, "[user alice]\npassword_hash = %s\n", hash);
+    assert_int_equal(load_text(text, &c, err, sizeof err), 0);
+    assert_int_equal(mqd_auth_decoy_setup(&a, c), 0);
+    assert_int_equal(strncmp(a.decoy_hash, "pbkdf2-sha256$2000$", 19), 0);
+    assert_int_equal(mqd_conf_check_password_hash(a.decoy_hash, err, sizeof err), 0);
+    assert_false(mqd_conf_password_ok(a.decoy_hash, "pw"));
+    assert_false(mqd_conf_password_ok(a.decoy_hash, ""));
+    assert_int_equal(a.decoy_scram_iterations, MQD_CONF_SCRAM_ITERATIONS); /* no SCRAM user */
+    mqd_conf_free(c);
+
+    unsigned char s1[32], s2[32];
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(mqd_auth_secret_load(dir, s1), 0);
+    assert_int_equal(mqd_auth_secret_load(dir, s2), 0);
+    assert_memory_equal(s1, s2, 32);
+    snprintf(path, sizeof path, "%s/%s", dir, MQD_AUTH_SECRET_FILE);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 32);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    /* a torn file is replaced */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("short", f);
+    fclose(f);
+    assert_int_equal(mqd_auth_secret_load(dir, s2), 0);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 32);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scram_rfc7677),   cmocka_unit_test(test_scram_stored_form),
         cmocka_unit_test(test_scram_failures),  cmocka_unit_test(test_acl_match),
         cmocka_unit_test(test_acl_rules),       cmocka_unit_test(test_security_keys),
+        cmocka_unit_test(test_scram_decoy),     cmocka_unit_test(test_decoy_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
