@@ -63,6 +63,23 @@ bool mqd_acl_in_groups(const char *groups, const char *group);
 bool mqd_acl_check(const mqd_acl_rule_t *rules, size_t n, bool acl_present, const char *user,
                    const char *groups, unsigned perm, const char *address);
 
+/* ---- gate.c: the SASL-phase framer (pure; tests/fuzz/fuzz_gate.c) ---- */
+
+typedef struct mqd_auth_gate {
+    bool open;      /* past SASL (or no SASL header): everything passes */
+    uint8_t hdr;    /* protocol header bytes seen, of 8 */
+    uint8_t sz[4];  /* the current frame's size field */
+    uint8_t sz_got; /* bytes of it seen */
+    uint32_t left;  /* bytes of the current frame after its size field */
+} mqd_auth_gate_t;
+
+/* Accounts and returns how many of the n bytes at p come before the end of the protocol
+ * header or of the current frame (at least 1 when n > 0); n once open. Opens itself on a
+ * header other than SASL's and on a frame size below 8 (Proton rejects those). */
+size_t mqd_auth_gate_take(mqd_auth_gate_t *g, const uint8_t *p, size_t n);
+/* True between frames (after the header), or when open. */
+bool mqd_auth_gate_at_boundary(const mqd_auth_gate_t *g);
+
 /* ---- pool.c: threads for the slow part of a login ---- */
 
 struct event;
@@ -106,7 +123,7 @@ typedef struct mqd_auth {
     uint32_t decoy_scram_iterations;
 } mqd_auth_t;
 
-/* gate.c: after a PLAIN check's outcome is set: feeds the input held meanwhile to Proton
+/* hold.c: after a PLAIN check's outcome is set: feeds the input held meanwhile to Proton
  * (feed: the login succeeded) or drops it. */
 void mqd_auth_rx_release(struct mqd_conn *c, bool feed);
 
@@ -126,12 +143,7 @@ typedef struct mqd_auth_conn {
     mqd_scram_t *scram;    /* during a SCRAM exchange */
     bool pending;          /* a PLAIN check is with the pool (holds a connection reference) */
     bool outcome;          /* the SASL outcome is set: a late pool result must not change it */
-    /* gate.c: input is fed to Proton frame by frame until the outcome */
-    bool gate_open;
-    uint8_t gate_hdr;      /* protocol header bytes seen (8) */
-    uint8_t gate_sz[4];    /* the current frame's size field */
-    uint8_t gate_sz_got;
-    uint32_t gate_left;    /* bytes of the current frame after its size field */
+    mqd_auth_gate_t gate;  /* input reaches Proton frame by frame until the outcome */
     uint8_t *held;         /* input that came behind a sasl-init under check (owned) */
     size_t held_len, held_cap;
     char mechs[96];        /* the mechanism list offered */
