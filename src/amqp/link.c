@@ -208,6 +208,8 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:not-found", "cannot send to address '%s'", addr);
         if (a.kind == MQD_ADDR_MANAGEMENT) {
             ls->mgmt = true;
+            if (mqd_auth_may(c, MQD_PERM_MANAGE, "$management"))
+                ls->acl_perm = MQD_PERM_MANAGE; /* a reload that takes it detaches */
             goto open;
         }
         if (!mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))

@@ -63,5 +63,7 @@ bool mqd_auth_admit_host(struct mqd_server *s, const char *host);
  * address as attached)? False unless the connection completed SASL (or, with
  * allow_anonymous, uses none); then the [acl] rules decide. Logs refusals. */
 bool mqd_auth_allowed(struct mqd_conn *c, mqd_perm_t perm, const char *address);
+/* The same decision without logging a refusal (for a right that is only noted). */
+bool mqd_auth_may(struct mqd_conn *c, mqd_perm_t perm, const char *address);
 
 #endif

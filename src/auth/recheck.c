@@ -5,9 +5,11 @@
  *     certificate CN changed, is closed with amqp:unauthorized-access (an AMQP close; a
  *     peer that does not answer it is cut off after handshake_timeout_ms);
  *   - a link whose attach-time check (ls->acl_perm on its topic) fails now is detached
- *     with amqp:unauthorized-access;
- * and nothing else is touched. Anonymous-relay senders and $management requests are
- * checked per message already. */
+ *     with amqp:unauthorized-access; a $management sender whose user had `manage` at
+ *     attach is detached when the user has it no more;
+ * and nothing else is touched. Anonymous-relay messages and $management requests are
+ * checked one by one anyway (Event Hubs READs need only `receive` on the hub, so a
+ * $management sender without `manage` stays). */
 #include "config.h"
 #include "auth/auth_int.h"
 #include "server/broker.h"
@@ -74,6 +76,8 @@ static void close_revoked(mqd_conn_t *c, const char *why)
 /* The name the link's attach check used. */
 static const char *checked_name(const mqd_lstate_t *ls)
 {
+    if (ls->mgmt)
+        return "$management";
     if (ls->topic != NULL)
         return ls->topic->name;
     return ls->tmp_name;

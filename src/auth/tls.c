@@ -391,22 +391,33 @@ bool mqd_auth_admit_host(mqd_server_t *s, const char *host)
     return false;
 }
 
-bool mqd_auth_allowed(mqd_conn_t *c, mqd_perm_t perm, const char *address)
+/* Why c may not do perm on address, or NULL. */
+static const char *denied(mqd_conn_t *c, mqd_perm_t perm, const char *address)
 {
     const mqd_conf_t *conf = c->srv->conf;
     mqd_auth_conn_t *ac = c->auth;
-    const char *why = NULL;
     bool anonymous = c->user[0] == '\0' || (ac && ac->anonymous);
     const mqd_user_conf_t *u = NULL;
     if (c->user[0] == '\0' && !conf->allow_anonymous)
-        why = "not authenticated";
-    else if (!anonymous && !pn_transport_is_authenticated(c->driver.transport))
-        why = "not authenticated";
-    else if (!anonymous && (u = mqd_conf_user(conf, c->user)) == NULL)
-        why = "user no longer configured";
-    else if (!mqd_acl_check(conf->acl, conf->n_acl, conf->acl_present, anonymous ? NULL : c->user,
-                            u ? u->groups : NULL, perm, address))
-        why = "ACL";
+        return "not authenticated";
+    if (!anonymous && !pn_transport_is_authenticated(c->driver.transport))
+        return "not authenticated";
+    if (!anonymous && (u = mqd_conf_user(conf, c->user)) == NULL)
+        return "user no longer configured";
+    if (!mqd_acl_check(conf->acl, conf->n_acl, conf->acl_present, anonymous ? NULL : c->user,
+                       u ? u->groups : NULL, perm, address))
+        return "ACL";
+    return NULL;
+}
+
+bool mqd_auth_may(mqd_conn_t *c, mqd_perm_t perm, const char *address)
+{
+    return denied(c, perm, address) == NULL;
+}
+
+bool mqd_auth_allowed(mqd_conn_t *c, mqd_perm_t perm, const char *address)
+{
+    const char *why = denied(c, perm, address);
     if (why == NULL)
         return true;
     MQD_NOTICE("auth", "denied peer=%s user=%s %s %s: %s", c->peer,

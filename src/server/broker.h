@@ -152,8 +152,9 @@ struct mqd_lstate {
     char *tmp_name;           /* producer to a temporary node: its name (owned) */
     bool mgmt;                /* producer to $management */
     bool coord;               /* the transaction coordinator link */
-    uint8_t acl_perm;         /* mqd_perm_t checked on the topic at attach, 0 = none (a
-                                 reload checks it again: mqd_auth_recheck) */
+    uint8_t acl_perm;         /* mqd_perm_t checked on the topic (or $management) at
+                                 attach, 0 = none (a reload checks it again:
+                                 mqd_auth_recheck) */
     bool fixed_part;          /* T/Partitions/N */
     uint32_t part;
     uint32_t sticky_left;     /* round robin: messages left on `part` */

@@ -22,10 +22,13 @@ frames over TCP and python3-qpid-proton clients.
   other from 127.0.0.1 (3) and 127.0.0.2 (2) get outcomes [1, 1, 4, 1, 4]: the third
   from one address and the fourth in all fail at once with sys-temp (4).
 - Reload revokes: alice (senders and receivers on keep.a and gone.a), bob and carol
-  hold open connections; the reload removes bob, changes carol's password and takes
-  alice's gone.* rule away. After SIGHUP: bob's and carol's connections are closed with
-  amqp:unauthorized-access, alice's gone.a sender and receiver are detached with
-  amqp:unauthorized-access, and her keep.a sender and receiver still send and receive."""
+  hold open connections, alice also a $management sender; the reload removes bob,
+  changes carol's password and takes alice's gone.* and `manage` rules away. After
+  SIGHUP: bob's and carol's connections are closed with amqp:unauthorized-access,
+  alice's gone.a sender and receiver and her $management sender are detached with
+  amqp:unauthorized-access, and her keep.a sender and receiver still send and receive
+  (3 messages, bodies compared); bob cannot log in again, carol can with her new
+  password."""
 
 import base64
 import hashlib
@@ -356,13 +359,14 @@ def case_reload(t, coll):
     users = {u: mqd_passwd(u, u + "-pw", 1000, 4096) for u in ("alice", "bob", "carol")}
     acl = ("[acl]\nallow alice send,receive,create keep.*\n%s"
            "allow bob send,receive,create keep.*\nallow carol send,receive,create keep.*\n")
-    gone_rule = "allow alice send,receive,create gone.*\n"
+    gone_rule = "allow alice send,receive,create gone.*\nallow alice manage $management\n"
     write(conf, "allow_anonymous = off\n" + "".join(users.values()) + acl % gone_rule)
     b = t.broker("reload", conf=conf)
     with coll.case("reload revokes users, credentials and ACLs on live connections"):
         a = connect(b.url, "alice", "alice-pw")
         keep_s, keep_r = a.create_sender("keep.a"), a.create_receiver("keep.a")
         gone_s, gone_r = a.create_sender("gone.a"), a.create_receiver("gone.a")
+        mgmt_s = a.create_sender("$management")
         bc = connect(b.url, "bob", "bob-pw")
         bc.create_sender("keep.b").send(Message(body="bob before"))
         cc = connect(b.url, "carol", "carol-pw")
@@ -378,8 +382,8 @@ def case_reload(t, coll):
         got = {"bob": expect_closed(bc, "bob's connection"), "carol": expect_closed(cc, "carol's connection")}
         detached = {}
         deadline = time.monotonic() + 15 * SLOW
-        links = {"gone.a sender": gone_s.link, "gone.a receiver": gone_r.link}
-        while len(detached) < 2 and time.monotonic() < deadline:
+        links = {"gone.a sender": gone_s.link, "gone.a receiver": gone_r.link, "$management sender": mgmt_s.link}
+        while len(detached) < 3 and time.monotonic() < deadline:
             try:
                 a.wait(lambda: all(l.state & Endpoint.REMOTE_CLOSED for l in links.values()), timeout=1)
             except LinkDetached as e:
@@ -392,7 +396,8 @@ def case_reload(t, coll):
         log("after SIGHUP: connections %s, links %s" % (got, detached))
         check(got == {"bob": "amqp:unauthorized-access", "carol": "amqp:unauthorized-access"},
               "removed / changed users' connections: %s" % got)
-        check(detached == {"gone.a sender": "amqp:unauthorized-access", "gone.a receiver": "amqp:unauthorized-access"},
+        want = "amqp:unauthorized-access"
+        check(detached == {"gone.a sender": want, "gone.a receiver": want, "$management sender": want},
               "revoked links: %s" % detached)
         check(not (keep_s.link.state & Endpoint.REMOTE_CLOSED) and not (keep_r.link.state & Endpoint.REMOTE_CLOSED),
               "a still-allowed link was detached")
