@@ -43,8 +43,8 @@ void mqd_auth_rx_hold(mqd_conn_t *c, const uint8_t *p, size_t n)
 {
     mqd_auth_conn_t *ac = c->auth;
     if (ac->held_len + n > HOLD_MAX) {
-        MQD_NOTICE("auth", "peer=%s sent more than %u bytes during a login check: closing",
-                   c->peer, HOLD_MAX);
+        MQD_NOTICE("auth", "peer=%s sent more than %u bytes during a login check: closing", c->peer,
+                   HOLD_MAX);
         return close_conn(c, "amqp:resource-limit-exceeded",
                           "too much input before the SASL outcome");
     }

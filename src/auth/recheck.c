@@ -33,8 +33,8 @@ static const char *user_revoked(const mqd_conf_t *conf, const mqd_user_conf_t *o
         const mqd_user_conf_t *o = &old[i];
         if (strcmp(o->name, user) != 0)
             continue;
-        if (!str_eq(o->password_hash, u->password_hash) || !str_eq(o->scram_sha256, u->scram_sha256) ||
-            !str_eq(o->cert_cn, u->cert_cn))
+        if (!str_eq(o->password_hash, u->password_hash) ||
+            !str_eq(o->scram_sha256, u->scram_sha256) || !str_eq(o->cert_cn, u->cert_cn))
             return "credentials changed by a reload";
         break;
     }
