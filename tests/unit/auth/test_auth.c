@@ -1,6 +1,6 @@
 /* auth unit tests: SCRAM-SHA-256 against RFC 7677's example exchange, SCRAM failure
- * cases, ACL glob/group/first-match logic, and the security config keys ([acl] lines,
- * scram_sha256, TLS validation). */
+ * cases, ACL glob/group/first-match logic, the security config keys ([acl] lines,
+ * scram_sha256, TLS validation), unknown-user decoys and the login pool. */
 #include "config.h"
 #include "auth/auth_int.h"
 #include "conf/conf_int.h"
@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <event2/event.h>
+#include <event2/thread.h>
 #include <openssl/evp.h>
 
 /* RFC 7677 section 3 */
@@ -360,6 +362,73 @@ static void test_decoy_setup(void **state)
     rmdir(dir);
 }
 
+/* ---- the login pool (pool.c) with a real libevent loop ---- */
+
+typedef struct tjob {
+    mqd_auth_job_t job;
+    int v, out;
+    bool slow;
+} tjob_t;
+
+static int pool_done, pool_ran, pool_wrong;
+
+static void tjob_work(mqd_auth_job_t *j)
+{
+    tjob_t *t = (tjob_t *)j;
+    if (t->slow)
+        usleep(20000);
+    t->out = t->v * 2;
+}
+
+static void tjob_done(mqd_auth_job_t *j, bool ran)
+{
+    tjob_t *t = (tjob_t *)j;
+    pool_done++;
+    pool_ran += ran;
+    pool_wrong += ran && t->out != t->v * 2;
+    free(t);
+}
+
+static void submit(mqd_auth_pool_t *p, int v, bool slow)
+{
+    tjob_t *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    t->job.work = tjob_work;
+    t->job.done = tjob_done;
+    t->v = v;
+    t->slow = slow;
+    mqd_auth_pool_submit(p, &t->job);
+}
+
+/* Every job's done runs once, on the loop, after its work; freeing the pool with jobs
+ * queued or finished hands them back with ran = false (ASan: nothing leaks). */
+static void test_pool(void **state)
+{
+    (void)state;
+    evthread_use_pthreads();
+    struct event_base *base = event_base_new();
+    mqd_auth_pool_t *p;
+    assert_non_null(base);
+    assert_int_equal(mqd_auth_pool_new(base, 2, &p), 0);
+    for (int i = 0; i < 50; i++)
+        submit(p, i, false);
+    assert_int_equal(mqd_auth_pool_in_flight(p), 50);
+    for (int i = 0; i < 5000 && pool_done < 50; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        usleep(1000);
+    }
+    assert_int_equal(pool_done, 50);
+    assert_int_equal(pool_ran, 50);
+    assert_int_equal(pool_wrong, 0);
+    assert_int_equal(mqd_auth_pool_in_flight(p), 0);
+    for (int i = 0; i < 6; i++)
+        submit(p, i, true);
+    mqd_auth_pool_free(p); /* two are running: they finish, then all six come back */
+    assert_int_equal(pool_done, 56);
+    assert_int_equal(pool_ran, 50);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -367,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_scram_failures),  cmocka_unit_test(test_acl_match),
         cmocka_unit_test(test_acl_rules),       cmocka_unit_test(test_security_keys),
         cmocka_unit_test(test_scram_decoy),     cmocka_unit_test(test_decoy_setup),
+        cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
