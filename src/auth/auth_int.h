@@ -89,6 +89,7 @@ struct ssl_ctx_st;
 typedef struct mqd_auth_job mqd_auth_job_t;
 struct mqd_auth_job {
     mqd_auth_job_t *next;                      /* the pool's */
+    uint64_t key;                              /* who asks (the peer's address): fairness */
     void (*work)(mqd_auth_job_t *j);           /* on a pool thread: may touch only *j */
     void (*done)(mqd_auth_job_t *j, bool ran); /* on the loop, frees j; ran false: never run
                                                   (the pool is being freed) */

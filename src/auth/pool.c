@@ -7,7 +7,11 @@
  * but the job; the loop takes finished jobs in on_done (woken with event_active, as the
  * store's flusher wakes it) and runs each job's `done` callback there. The number of
  * jobs in flight is bounded by the caller (auth_queue_max, auth_queue_per_ip), so an
- * unauthenticated client cannot queue unbounded work. */
+ * unauthenticated client cannot queue unbounded work.
+ *
+ * A thread takes the queued job whose key (the peer's address) it served least often in
+ * its last RECENT picks, the oldest among equals: with one address keeping its 8 logins
+ * queued, a login from another address waits for about one check, not eight. */
 #include "config.h"
 #include "auth/auth_int.h"
 #include "server/broker.h"
@@ -16,17 +20,44 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#define RECENT 64
+
 struct mqd_auth_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     mqd_auth_job_t *q_head, *q_tail; /* waiting for a thread (FIFO) */
     mqd_auth_job_t *done;            /* finished, for the loop (any order) */
     bool stop;
+    uint64_t recent[RECENT]; /* keys of the last picks (ring) */
+    size_t recent_i;
     pthread_t *threads;
     size_t n_threads;
     struct event *ev_done;
     size_t in_flight; /* loop thread only: submitted, not yet taken back */
 };
+
+/* Unlinks and returns the fairest queued job (see the top). Called with p->mu held. */
+static mqd_auth_job_t *pick(mqd_auth_pool_t *p)
+{
+    mqd_auth_job_t **best = NULL, *prev = NULL, *best_prev = NULL;
+    size_t best_n = SIZE_MAX;
+    for (mqd_auth_job_t **jp = &p->q_head; *jp; prev = *jp, jp = &(*jp)->next) {
+        size_t n = 0;
+        for (size_t i = 0; i < RECENT; i++)
+            n += p->recent[i] == (*jp)->key;
+        if (n < best_n) {
+            best_n = n;
+            best = jp;
+            best_prev = prev;
+        }
+    }
+    mqd_auth_job_t *j = *best;
+    *best = j->next;
+    if (p->q_tail == j)
+        p->q_tail = best_prev;
+    p->recent[p->recent_i++ % RECENT] = j->key;
+    return j;
+}
 
 static void *run(void *arg)
 {
@@ -37,10 +68,7 @@ static void *run(void *arg)
             pthread_cond_wait(&p->cv, &p->mu);
         if (p->stop)
             break;
-        mqd_auth_job_t *j = p->q_head;
-        p->q_head = j->next;
-        if (p->q_head == NULL)
-            p->q_tail = NULL;
+        mqd_auth_job_t *j = pick(p);
         pthread_mutex_unlock(&p->mu);
         j->work(j);
         pthread_mutex_lock(&p->mu);

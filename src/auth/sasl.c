@@ -137,6 +137,17 @@ static void plain_done(mqd_auth_job_t *j, bool ran)
     mqd_conn_unref(c);
 }
 
+/* FNV-1a of the address part of "HOST:PORT". */
+static uint64_t host_key(const char *peer)
+{
+    const char *colon = strrchr(peer, ':');
+    size_t n = colon ? (size_t)(colon - peer) : strlen(peer);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)peer[i]) * 1099511628211ull;
+    return h;
+}
+
 /* PLAIN logins from c's address now with the pool. */
 static size_t pending_from(mqd_server_t *s, const mqd_conn_t *c)
 {
@@ -171,6 +182,7 @@ static void plain_submit(pn_transport_t *t, mqd_auth_conn_t *ac, plain_job_t *p)
     }
     p->job.work = plain_work;
     p->job.done = plain_done;
+    p->job.key = host_key(c->peer);
     p->c = c;
     c->refs++;
     ac->pending = true;

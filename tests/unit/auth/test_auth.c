@@ -371,6 +371,7 @@ typedef struct tjob {
 } tjob_t;
 
 static int pool_done, pool_ran, pool_wrong;
+static int work_order[16], n_work; /* v of each job run (one thread: no race) */
 
 static void tjob_work(mqd_auth_job_t *j)
 {
@@ -378,6 +379,8 @@ static void tjob_work(mqd_auth_job_t *j)
     if (t->slow)
         usleep(20000);
     t->out = t->v * 2;
+    if (n_work < 16)
+        work_order[n_work++] = t->v;
 }
 
 static void tjob_done(mqd_auth_job_t *j, bool ran)
@@ -393,6 +396,7 @@ static void submit(mqd_auth_pool_t *p, int v, bool slow)
 {
     tjob_t *t = calloc(1, sizeof *t);
     assert_non_null(t);
+    t->job.key = (uint64_t)(v >= 100) + 1; /* v >= 100: another peer */
     t->job.work = tjob_work;
     t->job.done = tjob_done;
     t->v = v;
@@ -429,6 +433,35 @@ static void test_pool(void **state)
     event_base_free(base);
 }
 
+/* One thread busy with peer 1's job, four more of peer 1 queued, then one of peer 2:
+ * peer 2's runs next, not after the four. */
+static void test_pool_fair(void **state)
+{
+    (void)state;
+    evthread_use_pthreads();
+    struct event_base *base = event_base_new();
+    mqd_auth_pool_t *p;
+    assert_int_equal(mqd_auth_pool_new(base, 1, &p), 0);
+    pool_done = pool_ran = n_work = 0;
+    submit(p, 1, true);
+    usleep(5000); /* the thread has taken it */
+    for (int i = 2; i <= 5; i++)
+        submit(p, i, true);
+    submit(p, 100, true);
+    for (int i = 0; i < 5000 && pool_done < 6; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        usleep(1000);
+    }
+    assert_int_equal(pool_done, 6);
+    assert_int_equal(n_work, 6);
+    assert_int_equal(work_order[0], 1);
+    assert_int_equal(work_order[1], 100);
+    for (int i = 2; i < 6; i++)
+        assert_int_equal(work_order[i], i); /* peer 1's in their order */
+    mqd_auth_pool_free(p);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -436,7 +469,7 @@ int main(void)
         cmocka_unit_test(test_scram_failures),  cmocka_unit_test(test_acl_match),
         cmocka_unit_test(test_acl_rules),       cmocka_unit_test(test_security_keys),
         cmocka_unit_test(test_scram_decoy),     cmocka_unit_test(test_decoy_setup),
-        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_pool),            cmocka_unit_test(test_pool_fair),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
