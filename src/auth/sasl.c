@@ -299,6 +299,8 @@ static void s_process_response(pn_transport_t *t, const pn_bytes_t *recv)
     snprintf(user, sizeof user, "%s", ac->scram->user);
     int rc = mqd_scram_client_final(ac->scram, recv->start, recv->size, ac->out);
     bool known = ac->scram->known;
+    unsigned char stored[32];
+    memcpy(stored, ac->scram->cred.stored_key, sizeof stored);
     mqd_scram_clear(ac->scram);
     free(ac->scram);
     ac->scram = NULL;
@@ -306,8 +308,16 @@ static void s_process_response(pn_transport_t *t, const pn_bytes_t *recv)
         return fail(t, ac, known ? "wrong password" : "unknown user", user);
     if (rc != 0)
         return fail(t, ac, "malformed SCRAM client-final-message", user);
-    if (mqd_conf_user(ac->c->srv->conf, user) == NULL)
-        return fail(t, ac, "user removed by a reload during the login", user);
+    /* a reload between client-first and client-final may have removed the user or
+     * changed its credentials */
+    const mqd_user_conf_t *u = mqd_conf_user(ac->c->srv->conf, user);
+    mqd_scram_cred_t now;
+    bool same = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &now) == 0 &&
+                CRYPTO_memcmp(now.stored_key, stored, sizeof stored) == 0;
+    OPENSSL_cleanse(&now, sizeof now);
+    OPENSSL_cleanse(stored, sizeof stored);
+    if (!same)
+        return fail(t, ac, "credentials changed by a reload during the login", user);
     /* the outcome's additional-data carries server-final ("v=..."): the client checks
      * that we know its ServerKey */
     pnx_sasl_set_bytes_out(t, pn_bytes(strlen(ac->out), ac->out));
