@@ -23,10 +23,11 @@ declare -A srcs=(
     [fuzz_mgmt]="src/mgmt/mgmt_json.c src/amqp/msg.c"
     [fuzz_conf]="$(echo src/conf/conf*.c | sed 's#src/conf/conf_gen.c##')"
     [fuzz_framepeek]="src/amqp/framepeek.c"
+    [fuzz_gate]="src/auth/gate.c"
 )
 libs=(-lqpid-proton -ljansson -lcrypto -lpthread -lm)
 total=0
-for t in fuzz_msg fuzz_addr fuzz_selector fuzz_store fuzz_mgmt fuzz_conf fuzz_framepeek; do
+for t in fuzz_msg fuzz_addr fuzz_selector fuzz_store fuzz_mgmt fuzz_conf fuzz_framepeek fuzz_gate; do
     # shellcheck disable=SC2086
     clang "${cflags[@]}" tests/fuzz/$t.c ${srcs[$t]} "${u[@]}" "${libs[@]}" -o "$out/$t"
     corpus=tests/fuzz/corpus/$t

@@ -430,6 +430,9 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     if (!ls)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
     ls->topic = t;
+    /* what resolve_source checked (not dynamic or $management reply nodes) */
+    if (!t->temporary && !(addr && strcasecmp(addr, "$management") == 0))
+        ls->acl_perm = browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE;
     ls->manual = a.kind == MQD_ADDR_GROUP_PARTITION;
     ls->part = a.partition;
     snprintf(ls->name, sizeof ls->name, "%s/%s", c->peer, pn_link_name(l));

@@ -208,10 +208,13 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:not-found", "cannot send to address '%s'", addr);
         if (a.kind == MQD_ADDR_MANAGEMENT) {
             ls->mgmt = true;
+            if (mqd_auth_may(c, MQD_PERM_MANAGE, "$management"))
+                ls->acl_perm = MQD_PERM_MANAGE; /* a reload that takes it detaches */
             goto open;
         }
         if (!mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'", addr);
+        ls->acl_perm = MQD_PERM_SEND;
         bool create = mqd_may_create(c, a.topic);
         mqd_topic_t *t;
         int rc = mqd_topic_get_as(c, a.topic, create, &t);

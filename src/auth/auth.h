@@ -24,6 +24,14 @@ int mqd_auth_init(struct mqd_server *s);
 int mqd_auth_reload(struct mqd_server *s);
 void mqd_auth_free(struct mqd_server *s);
 
+struct mqd_user_conf;
+/* SIGHUP, after the new users (server) and ACLs (mqd_auth_reload) are in place;
+ * `old_users[0..n_old)` are the users before the reload. Closes every live connection
+ * whose user is gone or whose credentials changed, and detaches every live link whose
+ * attach-time permission check fails now, both with amqp:unauthorized-access; the rest
+ * stays untouched. */
+void mqd_auth_recheck(struct mqd_server *s, const struct mqd_user_conf *old_users, size_t n_old);
+
 /* Sets up SASL (and TLS, for an amqps:// listener: `listener` is the index into
  * conf->listen) and the handshake timer on a new connection's transport, before it is
  * bound. The per-connection state it allocates (c->auth) is freed with the transport
@@ -36,6 +44,17 @@ int mqd_auth_conn_setup(struct mqd_conn *c, size_t listener);
  * without this call the handshake timer closes such a connection at its deadline. */
 bool mqd_auth_conn_opened(struct mqd_conn *c);
 
+/* server.c's input path (plaintext, before Proton): how many of the n bytes at p Proton
+ * may take now. Until the SASL outcome, input goes to Proton one SASL frame at a time;
+ * 0 means a PLAIN check is running (auth/pool.c): the caller hands the rest (all n) to
+ * mqd_auth_rx_hold, and auth feeds it (mqd_conn_rx_feed) once the outcome is set, so a
+ * client that pipelines its AMQP header and open behind sasl-init keeps working. After
+ * the outcome it returns n. */
+size_t mqd_auth_rx_gate(struct mqd_conn *c, const uint8_t *p, size_t n);
+/* Keeps n bytes for later; over 64 KiB the connection is closed
+ * (amqp:resource-limit-exceeded). */
+void mqd_auth_rx_hold(struct mqd_conn *c, const uint8_t *p, size_t n);
+
 /* on_accept: may one more connection come from `host` (max_connections_per_ip)? Logs a
  * refusal. */
 bool mqd_auth_admit_host(struct mqd_server *s, const char *host);
@@ -44,5 +63,7 @@ bool mqd_auth_admit_host(struct mqd_server *s, const char *host);
  * address as attached)? False unless the connection completed SASL (or, with
  * allow_anonymous, uses none); then the [acl] rules decide. Logs refusals. */
 bool mqd_auth_allowed(struct mqd_conn *c, mqd_perm_t perm, const char *address);
+/* The same decision without logging a refusal (for a right that is only noted). */
+bool mqd_auth_may(struct mqd_conn *c, mqd_perm_t perm, const char *address);
 
 #endif

@@ -33,6 +33,16 @@ int mqd_scram_client_first(mqd_scram_t *s, const char *msg, size_t len);
  * pass the RFC's). */
 int mqd_scram_server_first(mqd_scram_t *s, const mqd_scram_cred_t *cred, const char *server_nonce,
                            char *out);
+/* The same for a user that does not exist (or has no SCRAM credentials): `decoy` (from
+ * mqd_scram_decoy) is offered as if real, and client-final fails like a wrong password. */
+int mqd_scram_server_first_decoy(mqd_scram_t *s, const mqd_scram_cred_t *decoy,
+                                 const char *server_nonce, char *out);
+/* Credentials for an unknown `user` (at most 255 bytes) derived from the server secret
+ * `key`: the same salt for the same name on every try, and `iterations` as real users
+ * have, so that server-first does not tell which names exist (RFC 5802 section 9:
+ * a server may not want to reveal them). MQD_EIO if HMAC fails. */
+int mqd_scram_decoy(const unsigned char key[32], const char *user, uint32_t iterations,
+                    mqd_scram_cred_t *out);
 /* Checks client-final-message; on a valid proof writes server-final-message ("v=...")
  * into out and returns 0; MQD_EFAILED on a wrong proof or unknown user, MQD_EINVAL if
  * malformed. */
@@ -53,17 +63,76 @@ bool mqd_acl_in_groups(const char *groups, const char *group);
 bool mqd_acl_check(const mqd_acl_rule_t *rules, size_t n, bool acl_present, const char *user,
                    const char *groups, unsigned perm, const char *address);
 
-/* ---- tls.c / sasl.c: state of the server and of each connection ---- */
+/* ---- gate.c: the SASL-phase framer (pure; tests/fuzz/fuzz_gate.c) ---- */
+
+typedef struct mqd_auth_gate {
+    bool open;      /* past SASL (or no SASL header): everything passes */
+    uint8_t hdr;    /* protocol header bytes seen, of 8 */
+    uint8_t sz[4];  /* the current frame's size field */
+    uint8_t sz_got; /* bytes of it seen */
+    uint32_t left;  /* bytes of the current frame after its size field */
+} mqd_auth_gate_t;
+
+/* Accounts and returns how many of the n bytes at p come before the end of the protocol
+ * header or of the current frame (at least 1 when n > 0); n once open. Opens itself on a
+ * header other than SASL's and on a frame size below 8 (Proton rejects those). */
+size_t mqd_auth_gate_take(mqd_auth_gate_t *g, const uint8_t *p, size_t n);
+/* True between frames (after the header), or when open. */
+bool mqd_auth_gate_at_boundary(const mqd_auth_gate_t *g);
+
+/* ---- pool.c: threads for the slow part of a login ---- */
 
 struct event;
+struct event_base;
 struct ssl_ctx_st;
+
+typedef struct mqd_auth_job mqd_auth_job_t;
+struct mqd_auth_job {
+    mqd_auth_job_t *next;                      /* the pool's */
+    uint64_t key;                              /* who asks (the peer's address): fairness */
+    void (*work)(mqd_auth_job_t *j);           /* on a pool thread: may touch only *j */
+    void (*done)(mqd_auth_job_t *j, bool ran); /* on the loop, frees j; ran false: never run
+                                                  (the pool is being freed) */
+};
+typedef struct mqd_auth_pool mqd_auth_pool_t;
+
+/* Starts n_threads threads; finished jobs come back through an event on `base`. */
+int mqd_auth_pool_new(struct event_base *base, size_t n_threads, mqd_auth_pool_t **out);
+/* Queues j (the pool holds it until done). Loop thread only; the caller bounds how many. */
+void mqd_auth_pool_submit(mqd_auth_pool_t *p, mqd_auth_job_t *j);
+/* Jobs submitted whose done has not run yet. */
+size_t mqd_auth_pool_in_flight(const mqd_auth_pool_t *p);
+/* Joins the threads; jobs still queued or finished get done(j, false). */
+void mqd_auth_pool_free(mqd_auth_pool_t *p);
+
+/* ---- tls.c / sasl.c / decoy.c: state of the server and of each connection ---- */
+
+#define MQD_AUTH_SECRET_FILE "auth.secret" /* in data_dir: 32 random bytes, mode 0600 */
+#define MQD_AUTH_DECOY_HASH_MAX 160
 
 typedef struct mqd_auth {
     struct ssl_ctx_st *ctx; /* amqps:// listeners; NULL without tls_cert. An SSL_CTX is
                                reference counted and each connection's SSL holds one
                                (SSL_new takes it, SSL_free drops it): open connections keep
                                theirs across a reload */
+    mqd_auth_pool_t *pool;  /* PLAIN password checks */
+    unsigned char secret[32]; /* server secret for SCRAM decoys (decoy.c) */
+    /* what an unknown user is checked against, so that it costs what a real one does:
+       a PBKDF2 hash with the configured users' iteration count (PLAIN), and the SCRAM
+       iteration count real users have (decoy.c, set at init and on reload) */
+    char decoy_hash[MQD_AUTH_DECOY_HASH_MAX];
+    uint32_t decoy_scram_iterations;
 } mqd_auth_t;
+
+/* hold.c: after a PLAIN check's outcome is set: feeds the input held meanwhile to Proton
+ * (feed: the login succeeded) or drops it. */
+void mqd_auth_rx_release(struct mqd_conn *c, bool feed);
+
+/* decoy.c: reads data_dir/auth.secret, or creates it (durably) on first start. */
+int mqd_auth_secret_load(const char *data_dir, unsigned char secret[32]);
+/* decoy.c: sets a->decoy_hash and a->decoy_scram_iterations from conf's users. */
+int mqd_auth_decoy_setup(mqd_auth_t *a, const mqd_conf_t *conf);
+
 
 typedef struct mqd_auth_conn {
     struct mqd_conn *c;
@@ -71,7 +140,13 @@ typedef struct mqd_auth_conn {
                               before SASL starts: Proton only sees plaintext) */
     bool anonymous;        /* logged in with SASL ANONYMOUS */
     struct event *ev_hs;   /* handshake timeout; a no-op once the peer has opened */
+    struct event *ev_close; /* recheck.c: cuts off a revoked peer that ignores the close */
     mqd_scram_t *scram;    /* during a SCRAM exchange */
+    bool pending;          /* a PLAIN check is with the pool (holds a connection reference) */
+    bool outcome;          /* the SASL outcome is set: a late pool result must not change it */
+    mqd_auth_gate_t gate;  /* input reaches Proton frame by frame until the outcome */
+    uint8_t *held;         /* input that came behind a sasl-init under check (owned) */
+    size_t held_len, held_cap;
     char mechs[96];        /* the mechanism list offered */
     char out[MQD_SCRAM_MSG_MAX + 1]; /* challenge / outcome data: Proton keeps a pointer */
 } mqd_auth_conn_t;

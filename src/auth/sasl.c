@@ -5,7 +5,8 @@
  *   PLAIN          against PBKDF2 hashes (password_hash); on plain TCP only with
  *                  allow_plain_without_tls
  *   ANONYMOUS      with allow_anonymous
- * A success also checks max_connections_per_user. Secrets are never logged. */
+ * A success also checks max_connections_per_user. Secrets are never logged. An unknown
+ * name costs and looks like a known one with a wrong password (decoy.c). */
 #include "config.h"
 #include "auth/auth_int.h"
 #include "server/broker.h"
@@ -61,6 +62,7 @@ static void fail(pn_transport_t *t, mqd_auth_conn_t *ac, const char *why, const 
         free(ac->scram);
         ac->scram = NULL;
     }
+    ac->outcome = true;
     pnx_sasl_set_bytes_out(t, pn_bytes(0, NULL));
     pnx_sasl_set_failed(t);
     pnx_sasl_set_desired_state(t, SASL_POSTED_OUTCOME);
@@ -75,44 +77,151 @@ static void succeed(pn_transport_t *t, mqd_auth_conn_t *ac, const char *user, bo
         return fail(t, ac, "max_connections_per_user reached", user);
     snprintf(c->user, sizeof c->user, "%s", user);
     ac->anonymous = anonymous;
+    ac->outcome = true;
     pnx_sasl_set_succeeded(t, c->user, NULL);
     pnx_sasl_set_desired_state(t, SASL_POSTED_OUTCOME);
     MQD_INFO("auth", "SASL %s peer=%s user=%s", pnx_sasl_get_selected_mechanism(t), c->peer,
              c->user);
 }
 
+/* ---- PLAIN: the PBKDF2 runs on the login pool (pool.c); the outcome waits for it ---- */
+
+typedef struct plain_job {
+    mqd_auth_job_t job; /* first: the pool's view */
+    mqd_conn_t *c;      /* holds a reference until done */
+    bool known;         /* the user exists with a password hash (else hash is a decoy) */
+    bool authz_ok;
+    bool ok;            /* set by the pool thread */
+    char user[256];
+    char hash[MQD_AUTH_DECOY_HASH_MAX + 64];
+    char pw[1025];
+} plain_job_t;
+
+static void plain_work(mqd_auth_job_t *j)
+{
+    plain_job_t *p = (plain_job_t *)j;
+    /* known or not, the same PBKDF2: the answer takes as long either way */
+    p->ok = mqd_conf_password_ok(p->hash, p->pw) && p->known;
+    OPENSSL_cleanse(p->pw, sizeof p->pw);
+}
+
+/* On the loop: the outcome, unless the connection went away or already has one. */
+static void plain_done(mqd_auth_job_t *j, bool ran)
+{
+    plain_job_t *p = (plain_job_t *)j;
+    mqd_conn_t *c = p->c;
+    mqd_auth_conn_t *ac = c->auth;
+    if (ac != NULL)
+        ac->pending = false;
+    if (ran && ac != NULL && !c->closed && !ac->outcome &&
+        !pn_connection_driver_write_closed(&c->driver)) {
+        pn_transport_t *t = c->driver.transport;
+        /* a reload while the check ran may have removed the user or changed the hash */
+        const mqd_user_conf_t *u = mqd_conf_user(c->srv->conf, p->user);
+        bool same = u && u->password_hash && strcmp(u->password_hash, p->hash) == 0;
+        if (!p->ok)
+            fail(t, ac, p->known ? "wrong password" : "unknown user", p->user);
+        else if (!same)
+            fail(t, ac, "credentials changed by a reload during the login", p->user);
+        else if (!p->authz_ok)
+            fail(t, ac, "authorization identity differs from the user", p->user);
+        else
+            succeed(t, ac, p->user, false);
+        /* what the client pipelined behind its sasl-init: for Proton after a success,
+         * dropped after a failure (the connection ends with the outcome) */
+        mqd_auth_rx_release(c, c->user[0] != '\0');
+        mqd_conn_mark_dirty(c); /* the outcome goes out with the next tick */
+    }
+    OPENSSL_cleanse(p, sizeof *p);
+    free(p);
+    mqd_conn_unref(c);
+}
+
+/* FNV-1a of the address part of "HOST:PORT". */
+static uint64_t host_key(const char *peer)
+{
+    const char *colon = strrchr(peer, ':');
+    size_t n = colon ? (size_t)(colon - peer) : strlen(peer);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)peer[i]) * 1099511628211ull;
+    return h;
+}
+
+/* PLAIN logins from c's address now with the pool. */
+static size_t pending_from(mqd_server_t *s, const mqd_conn_t *c)
+{
+    const char *colon = strrchr(c->peer, ':');
+    size_t hl = colon ? (size_t)(colon - c->peer) : strlen(c->peer), n = 0;
+    for (mqd_dlist_t *p = s->conns.next; p != &s->conns; p = p->next) {
+        const mqd_conn_t *o = MQD_CONTAINER(p, mqd_conn_t, node);
+        const mqd_auth_conn_t *oa = o->auth;
+        if (oa && oa->pending && strncmp(o->peer, c->peer, hl) == 0 && o->peer[hl] == ':')
+            n++;
+    }
+    return n;
+}
+
+/* Hands the check to the pool, or fails with sys-temp when the queue is full. */
+static void plain_submit(pn_transport_t *t, mqd_auth_conn_t *ac, plain_job_t *p)
+{
+    mqd_conn_t *c = ac->c;
+    const mqd_conf_t *conf = c->srv->conf;
+    mqd_auth_t *a = c->srv->auth;
+    const char *full = NULL;
+    if (mqd_auth_pool_in_flight(a->pool) >= conf->auth_queue_max)
+        full = "auth_queue_max reached";
+    else if (pending_from(c->srv, c) >= conf->auth_queue_per_ip)
+        full = "auth_queue_per_ip reached";
+    if (full) {
+        fail(t, ac, full, p->user);
+        pn_sasl_done(pn_sasl(t), PN_SASL_TEMP); /* sys-temp: worth a retry later */
+        OPENSSL_cleanse(p, sizeof *p);
+        free(p);
+        return;
+    }
+    p->job.work = plain_work;
+    p->job.done = plain_done;
+    p->job.key = host_key(c->peer);
+    p->c = c;
+    c->refs++;
+    ac->pending = true;
+    mqd_auth_pool_submit(a->pool, &p->job);
+}
+
 /* PLAIN: [authzid] NUL authcid NUL passwd */
 static void plain(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
 {
     const mqd_conf_t *conf = ac->c->srv->conf;
+    const mqd_auth_t *a = ac->c->srv->auth;
     if (!ac->tls && !conf->allow_plain_without_tls)
         return fail(t, ac, "PLAIN needs TLS (allow_plain_without_tls = off)", "-");
     if (!recv || recv->size == 0 || recv->size > 1024)
         return fail(t, ac, "malformed PLAIN response", "-");
-    char buf[1025];
+    plain_job_t *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return fail(t, ac, "out of memory", "-");
+    char *buf = p->pw; /* parsed in place: the password is where it has to be */
     memcpy(buf, recv->start, recv->size);
-    buf[recv->size] = '\0';
     const char *end = buf + recv->size;
     const char *authcid = memchr(buf, '\0', recv->size);
     const char *pw = authcid ? memchr(authcid + 1, '\0', (size_t)(end - authcid - 1)) : NULL;
-    if (!pw) {
-        OPENSSL_cleanse(buf, sizeof buf);
+    if (!pw || strlen(authcid + 1) >= sizeof p->user) {
+        OPENSSL_cleanse(p, sizeof *p);
+        free(p);
         return fail(t, ac, "malformed PLAIN response", "-");
     }
     authcid++;
     pw++;
-    const mqd_user_conf_t *u = mqd_conf_user(conf, authcid);
-    bool ok = u && u->password_hash && mqd_conf_password_ok(u->password_hash, pw);
+    snprintf(p->user, sizeof p->user, "%s", authcid);
     /* an authzid other than the user itself would be impersonation */
-    bool authz_ok = buf[0] == '\0' || strcmp(buf, authcid) == 0;
-    char who[256];
-    snprintf(who, sizeof who, "%s", authcid);
-    OPENSSL_cleanse(buf, sizeof buf);
-    if (!ok)
-        return fail(t, ac, u ? "wrong password" : "unknown user", who);
-    if (!authz_ok)
-        return fail(t, ac, "authorization identity differs from the user", who);
-    succeed(t, ac, who, false);
+    p->authz_ok = buf[0] == '\0' || strcmp(buf, authcid) == 0;
+    const mqd_user_conf_t *u = mqd_conf_user(conf, authcid);
+    p->known = u && u->password_hash && strlen(u->password_hash) < sizeof p->hash;
+    snprintf(p->hash, sizeof p->hash, "%s", p->known ? u->password_hash : a->decoy_hash);
+    memmove(p->pw, pw, (size_t)(end - pw) + 1);
+    OPENSSL_cleanse(p->pw + (end - pw) + 1, sizeof p->pw - (size_t)(end - pw) - 1);
+    plain_submit(t, ac, p);
 }
 
 /* EXTERNAL: the verified client certificate's subject CN names the user. */
@@ -150,12 +259,17 @@ static void scram_first(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t
         return fail(t, ac, "out of memory", "-");
     if (!recv || mqd_scram_client_first(ac->scram, recv->start, recv->size) != 0)
         return fail(t, ac, "malformed SCRAM client-first-message", "-");
+    const mqd_auth_t *a = ac->c->srv->auth;
     const mqd_user_conf_t *u = mqd_conf_user(conf, ac->scram->user);
     mqd_scram_cred_t cred;
     bool known = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &cred) == 0;
-    if (mqd_scram_server_first(ac->scram, known ? &cred : NULL, NULL, ac->out) != 0)
-        return fail(t, ac, "SCRAM server-first failed", "-");
+    int rc = known ? mqd_scram_server_first(ac->scram, &cred, NULL, ac->out)
+             : mqd_scram_decoy(a->secret, ac->scram->user, a->decoy_scram_iterations, &cred);
+    if (!known && rc == 0)
+        rc = mqd_scram_server_first_decoy(ac->scram, &cred, NULL, ac->out);
     OPENSSL_cleanse(&cred, sizeof cred);
+    if (rc != 0)
+        return fail(t, ac, "SCRAM server-first failed", "-");
     pnx_sasl_set_bytes_out(t, pn_bytes(strlen(ac->out), ac->out));
     pnx_sasl_set_desired_state(t, SASL_POSTED_CHALLENGE);
 }
@@ -163,6 +277,8 @@ static void scram_first(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t
 static void s_process_init(pn_transport_t *t, const char *mech, const pn_bytes_t *recv)
 {
     mqd_auth_conn_t *ac = pnx_sasl_get_context(t);
+    if (ac->pending || ac->outcome)
+        return fail(t, ac, "SASL init after the first", "-");
     if (strcmp(mech, "ANONYMOUS") == 0 && ac->c->srv->conf->allow_anonymous)
         return succeed(t, ac, "anonymous", true);
     if (strcmp(mech, "PLAIN") == 0)
@@ -177,12 +293,14 @@ static void s_process_init(pn_transport_t *t, const char *mech, const pn_bytes_t
 static void s_process_response(pn_transport_t *t, const pn_bytes_t *recv)
 {
     mqd_auth_conn_t *ac = pnx_sasl_get_context(t);
-    if (!ac->scram || !recv)
+    if (!ac->scram || !recv || ac->pending || ac->outcome)
         return fail(t, ac, "unexpected SASL response", "-");
     char user[256];
     snprintf(user, sizeof user, "%s", ac->scram->user);
     int rc = mqd_scram_client_final(ac->scram, recv->start, recv->size, ac->out);
     bool known = ac->scram->known;
+    unsigned char stored[32];
+    memcpy(stored, ac->scram->cred.stored_key, sizeof stored);
     mqd_scram_clear(ac->scram);
     free(ac->scram);
     ac->scram = NULL;
@@ -190,6 +308,16 @@ static void s_process_response(pn_transport_t *t, const pn_bytes_t *recv)
         return fail(t, ac, known ? "wrong password" : "unknown user", user);
     if (rc != 0)
         return fail(t, ac, "malformed SCRAM client-final-message", user);
+    /* a reload between client-first and client-final may have removed the user or
+     * changed its credentials */
+    const mqd_user_conf_t *u = mqd_conf_user(ac->c->srv->conf, user);
+    mqd_scram_cred_t now;
+    bool same = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &now) == 0 &&
+                CRYPTO_memcmp(now.stored_key, stored, sizeof stored) == 0;
+    OPENSSL_cleanse(&now, sizeof now);
+    OPENSSL_cleanse(stored, sizeof stored);
+    if (!same)
+        return fail(t, ac, "credentials changed by a reload during the login", user);
     /* the outcome's additional-data carries server-final ("v=..."): the client checks
      * that we know its ServerKey */
     pnx_sasl_set_bytes_out(t, pn_bytes(strlen(ac->out), ac->out));

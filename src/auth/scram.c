@@ -101,8 +101,9 @@ int mqd_scram_client_first(mqd_scram_t *s, const char *msg, size_t len)
     return 0;
 }
 
-int mqd_scram_server_first(mqd_scram_t *s, const mqd_scram_cred_t *cred, const char *server_nonce,
-                           char *out)
+/* known false: cred is a decoy (or NULL: a random one) and the proof fails. */
+static int server_first(mqd_scram_t *s, const mqd_scram_cred_t *cred, bool known,
+                        const char *server_nonce, char *out)
 {
     unsigned char rnd[24];
     char rnd64[40], salt64[100];
@@ -114,12 +115,10 @@ int mqd_scram_server_first(mqd_scram_t *s, const mqd_scram_cred_t *cred, const c
         EVP_EncodeBlock((unsigned char *)rnd64, rnd, sizeof rnd); /* no ',' in base64 */
         server_nonce = rnd64;
     }
-    s->known = cred != NULL;
+    s->known = known;
     if (cred != NULL) {
         s->cred = *cred;
     } else {
-        /* an unknown user gets a made-up salt and fails at the proof, like a wrong
-         * password: the exchange does not tell which names exist */
         memset(&s->cred, 0, sizeof s->cred);
         s->cred.iterations = MQD_CONF_SCRAM_ITERATIONS;
         s->cred.salt_len = 16;
@@ -136,6 +135,46 @@ int mqd_scram_server_first(mqd_scram_t *s, const mqd_scram_cred_t *cred, const c
     if (n < 0 || (size_t)n >= sizeof s->server_first)
         return MQD_EINVAL;
     memcpy(out, s->server_first, (size_t)n + 1);
+    return 0;
+}
+
+int mqd_scram_server_first(mqd_scram_t *s, const mqd_scram_cred_t *cred, const char *server_nonce,
+                           char *out)
+{
+    return server_first(s, cred, cred != NULL, server_nonce, out);
+}
+
+int mqd_scram_server_first_decoy(mqd_scram_t *s, const mqd_scram_cred_t *decoy,
+                                 const char *server_nonce, char *out)
+{
+    return server_first(s, decoy, false, server_nonce, out);
+}
+
+/* HMAC-SHA256(key, label NUL user) */
+static bool keyed(const unsigned char key[32], const char *label, const char *user,
+                  unsigned char out[32])
+{
+    unsigned char msg[64 + 256];
+    unsigned int n = 0;
+    size_t ll = strlen(label) + 1, ul = strlen(user);
+    if (ll + ul > sizeof msg)
+        return false;
+    memcpy(msg, label, ll);
+    memcpy(msg + ll, user, ul);
+    return HMAC(EVP_sha256(), key, 32, msg, ll + ul, out, &n) != NULL && n == 32;
+}
+
+int mqd_scram_decoy(const unsigned char key[32], const char *user, uint32_t iterations,
+                    mqd_scram_cred_t *out)
+{
+    unsigned char salt[32];
+    mqd_scram_cred_t cr = {.iterations = iterations, .salt_len = 16};
+    if (!keyed(key, "mqd scram salt", user, salt) ||
+        !keyed(key, "mqd scram stored", user, cr.stored_key) ||
+        !keyed(key, "mqd scram server", user, cr.server_key))
+        return MQD_EIO;
+    memcpy(cr.salt, salt, 16);
+    *out = cr;
     return 0;
 }
 

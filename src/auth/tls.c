@@ -132,12 +132,18 @@ int mqd_auth_init(mqd_server_t *s)
     mqd_auth_t *a = calloc(1, sizeof *a);
     if (a == NULL)
         return MQD_ENOMEM;
+    s->auth = a;
     int rc = ctx_build(s->conf, &a->ctx);
+    if (rc == 0)
+        rc = mqd_auth_secret_load(s->conf->data_dir, a->secret);
+    if (rc == 0)
+        rc = mqd_auth_decoy_setup(a, s->conf);
+    if (rc == 0)
+        rc = mqd_auth_pool_new(s->base, s->conf->auth_threads, &a->pool);
     if (rc != 0) {
-        free(a);
+        mqd_auth_free(s);
         return rc;
     }
-    s->auth = a;
     if (s->conf->acl_present)
         MQD_INFO("auth", "%zu ACL rules", s->conf->n_acl);
     return 0;
@@ -179,6 +185,9 @@ int mqd_auth_reload(mqd_server_t *s)
     int rc = 0;
     if (a == NULL)
         return MQD_ESTATE;
+    /* server.c has swapped in the users: unknown names now cost what these do (on
+     * failure the old decoys serve as well) */
+    mqd_auth_decoy_setup(a, s->conf);
     if (s->conf_path) {
         /* server.c has swapped in the users; the rest of ours comes from a fresh load */
         if ((rc = mqd_conf_new(&nc)) != 0)
@@ -212,6 +221,7 @@ void mqd_auth_free(mqd_server_t *s)
     mqd_auth_t *a = s->auth;
     if (a == NULL)
         return;
+    mqd_auth_pool_free(a->pool); /* releases the connections its jobs hold */
     SSL_CTX_free(a->ctx);
     free(a);
     s->auth = NULL;
@@ -299,6 +309,9 @@ void mqd_auth_conn_free(mqd_auth_conn_t *ac)
 {
     if (ac->ev_hs)
         event_free(ac->ev_hs);
+    if (ac->ev_close)
+        event_free(ac->ev_close);
+    free(ac->held);
     if (ac->scram) {
         mqd_scram_clear(ac->scram);
         free(ac->scram);
@@ -378,22 +391,33 @@ bool mqd_auth_admit_host(mqd_server_t *s, const char *host)
     return false;
 }
 
-bool mqd_auth_allowed(mqd_conn_t *c, mqd_perm_t perm, const char *address)
+/* Why c may not do perm on address, or NULL. */
+static const char *denied(mqd_conn_t *c, mqd_perm_t perm, const char *address)
 {
     const mqd_conf_t *conf = c->srv->conf;
     mqd_auth_conn_t *ac = c->auth;
-    const char *why = NULL;
     bool anonymous = c->user[0] == '\0' || (ac && ac->anonymous);
     const mqd_user_conf_t *u = NULL;
     if (c->user[0] == '\0' && !conf->allow_anonymous)
-        why = "not authenticated";
-    else if (!anonymous && !pn_transport_is_authenticated(c->driver.transport))
-        why = "not authenticated";
-    else if (!anonymous && (u = mqd_conf_user(conf, c->user)) == NULL)
-        why = "user no longer configured";
-    else if (!mqd_acl_check(conf->acl, conf->n_acl, conf->acl_present, anonymous ? NULL : c->user,
-                            u ? u->groups : NULL, perm, address))
-        why = "ACL";
+        return "not authenticated";
+    if (!anonymous && !pn_transport_is_authenticated(c->driver.transport))
+        return "not authenticated";
+    if (!anonymous && (u = mqd_conf_user(conf, c->user)) == NULL)
+        return "user no longer configured";
+    if (!mqd_acl_check(conf->acl, conf->n_acl, conf->acl_present, anonymous ? NULL : c->user,
+                       u ? u->groups : NULL, perm, address))
+        return "ACL";
+    return NULL;
+}
+
+bool mqd_auth_may(mqd_conn_t *c, mqd_perm_t perm, const char *address)
+{
+    return denied(c, perm, address) == NULL;
+}
+
+bool mqd_auth_allowed(mqd_conn_t *c, mqd_perm_t perm, const char *address)
+{
+    const char *why = denied(c, perm, address);
     if (why == NULL)
         return true;
     MQD_NOTICE("auth", "denied peer=%s user=%s %s %s: %s", c->peer,

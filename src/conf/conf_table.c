@@ -212,6 +212,21 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"tls_handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "5s", NULL, NULL,
      G_FIELD(tls_handshake_timeout_ms), NULL, NULL,
      "The same for amqps:// listeners (TLS, SASL and open).", true},
+    {"auth_threads", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 16, "1", NULL, NULL,
+     G_FIELD(auth_threads), NULL, NULL,
+     "Threads that check SASL PLAIN passwords (PBKDF2), off the event loop, so that a "
+     "login costs other connections nothing. More logins than threads wait in a queue "
+     "(auth_queue_max).",
+     false},
+    {"auth_queue_max", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 100000, "32", NULL, NULL,
+     G_FIELD(auth_queue_max), NULL, NULL,
+     "PLAIN logins waiting for or in a password check, all peers together. A login "
+     "beyond it fails at once with the SASL outcome sys-temp (the client may retry).",
+     true},
+    {"auth_queue_per_ip", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 100000, "8", NULL, NULL,
+     G_FIELD(auth_queue_per_ip), NULL, NULL,
+     "The same, per source address: one address cannot fill the whole queue.",
+     true},
     {"txn_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, DAY, "60s", "off", NULL,
      G_FIELD(txn_timeout_ms), NULL, NULL,
      "An AMQP transaction still open after this long is rolled back; its discharge is "

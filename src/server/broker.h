@@ -152,6 +152,9 @@ struct mqd_lstate {
     char *tmp_name;           /* producer to a temporary node: its name (owned) */
     bool mgmt;                /* producer to $management */
     bool coord;               /* the transaction coordinator link */
+    uint8_t acl_perm;         /* mqd_perm_t checked on the topic (or $management) at
+                                 attach, 0 = none (a reload checks it again:
+                                 mqd_auth_recheck) */
     bool fixed_part;          /* T/Partitions/N */
     uint32_t part;
     uint32_t sticky_left;     /* round robin: messages left on `part` */
@@ -252,6 +255,8 @@ struct mqd_server {
 
 /* server.c */
 void mqd_conn_mark_dirty(mqd_conn_t *c);
+/* Feeds n bytes of plaintext input to c's Proton driver (auth/gate.c, for input it held). */
+void mqd_conn_rx_feed(mqd_conn_t *c, const char *p, size_t n);
 void mqd_conn_unref(mqd_conn_t *c);
 void mqd_server_tick_soon(mqd_server_t *s);
 

@@ -214,6 +214,11 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
         if (rb.size == 0)
             return; /* input closed after an error: the rest cannot matter */
         size_t k = n < rb.size ? n : rb.size;
+        /* during SASL, auth may hold what follows a login under check */
+        if ((k = mqd_auth_rx_gate(c, (const uint8_t *)p, k)) == 0) {
+            mqd_auth_rx_hold(c, (const uint8_t *)p, n);
+            return;
+        }
         if (c->peek)
             mqd_fpeek_feed(c->peek, (const uint8_t *)p, k);
         memcpy(rb.start, p, k);
@@ -221,6 +226,11 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
         p += k;
         n -= k;
     }
+}
+
+void mqd_conn_rx_feed(mqd_conn_t *c, const char *p, size_t n)
+{
+    rx_feed(c, p, n);
 }
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
@@ -847,8 +857,9 @@ int mqd_server_reload(mqd_server_t *s)
     s->conf->log_level = nc->log_level;
     nc->users = u;
     nc->n_users = nu;
-    mqd_conf_free(nc);
     mqd_auth_reload(s);
+    mqd_auth_recheck(s, nc->users, nc->n_users); /* revoked users and rights leave now */
+    mqd_conf_free(nc);
     MQD_NOTICE("server", "reloaded %s", s->conf_path);
     return 0;
 }

@@ -1,6 +1,6 @@
 /* auth unit tests: SCRAM-SHA-256 against RFC 7677's example exchange, SCRAM failure
- * cases, ACL glob/group/first-match logic, and the security config keys ([acl] lines,
- * scram_sha256, TLS validation). */
+ * cases, ACL glob/group/first-match logic, the security config keys ([acl] lines,
+ * scram_sha256, TLS validation), unknown-user decoys and the login pool. */
 #include "config.h"
 #include "auth/auth_int.h"
 #include "conf/conf_int.h"
@@ -11,9 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <event2/event.h>
+#include <event2/thread.h>
 #include <openssl/evp.h>
 
 /* RFC 7677 section 3 */
@@ -288,12 +291,185 @@ static void test_security_keys(void **state)
     mqd_conf_free(c);
 }
 
+/* Unknown users: decoy credentials are stable per name and key, differ between names,
+ * look like real ones, and an exchange against them never succeeds. */
+static void test_scram_decoy(void **state)
+{
+    (void)state;
+    unsigned char k1[32] = {1}, k2[32] = {2};
+    mqd_scram_cred_t a, b, c, d, cr;
+    assert_int_equal(mqd_scram_decoy(k1, "mallory", 8192, &a), 0);
+    assert_int_equal(mqd_scram_decoy(k1, "mallory", 8192, &b), 0);
+    assert_int_equal(mqd_scram_decoy(k1, "trudy", 8192, &c), 0);
+    assert_int_equal(mqd_scram_decoy(k2, "mallory", 8192, &d), 0);
+    assert_int_equal(a.iterations, 8192);
+    assert_int_equal(a.salt_len, 16);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_memory_not_equal(a.salt, c.salt, 16);
+    assert_memory_not_equal(a.salt, d.salt, 16);
+    /* even the user's real keys offered as a decoy do not let the right proof pass */
+    rfc_cred(&cr);
+    mqd_scram_t s = {0};
+    char out[MQD_SCRAM_MSG_MAX + 1];
+    assert_int_equal(mqd_scram_client_first(&s, RFC_C1, strlen(RFC_C1)), 0);
+    assert_int_equal(mqd_scram_server_first_decoy(&s, &cr, RFC_SNONCE, out), 0);
+    assert_string_equal(out, RFC_S1); /* indistinguishable from the real server-first */
+    assert_int_equal(mqd_scram_client_final(&s, RFC_C2, strlen(RFC_C2), out), MQD_EFAILED);
+    mqd_scram_clear(&s);
+}
+
+/* The PLAIN decoy hash has the configured users' iteration count and matches nothing;
+ * the server secret is created once (0600, 32 bytes) and read back the same. */
+static void test_decoy_setup(void **state)
+{
+    (void)state;
+    char err[512], dir[] = "/tmp/mqd-test-auth-XXXXXX", path[600];
+    mqd_conf_t *c;
+    mqd_auth_t a;
+    memset(&a, 0, sizeof a);
+    char hash[160];
+    assert_int_equal(mqd_conf_password_hash("pw", 2000, hash, sizeof hash), 0);
+    char text[400];
+    snprintf(text, sizeof text, "[user alice]\npassword_hash = %s\n", hash);
+    assert_int_equal(load_text(text, &c, err, sizeof err), 0);
+    assert_int_equal(mqd_auth_decoy_setup(&a, c), 0);
+    assert_int_equal(strncmp(a.decoy_hash, "pbkdf2-sha256$2000$", 19), 0);
+    assert_int_equal(mqd_conf_check_password_hash(a.decoy_hash, err, sizeof err), 0);
+    assert_false(mqd_conf_password_ok(a.decoy_hash, "pw"));
+    assert_false(mqd_conf_password_ok(a.decoy_hash, ""));
+    assert_int_equal(a.decoy_scram_iterations, MQD_CONF_SCRAM_ITERATIONS); /* no SCRAM user */
+    mqd_conf_free(c);
+
+    unsigned char s1[32], s2[32];
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(mqd_auth_secret_load(dir, s1), 0);
+    assert_int_equal(mqd_auth_secret_load(dir, s2), 0);
+    assert_memory_equal(s1, s2, 32);
+    snprintf(path, sizeof path, "%s/%s", dir, MQD_AUTH_SECRET_FILE);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 32);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    /* a torn file is replaced */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("short", f);
+    fclose(f);
+    assert_int_equal(mqd_auth_secret_load(dir, s2), 0);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 32);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* ---- the login pool (pool.c) with a real libevent loop ---- */
+
+typedef struct tjob {
+    mqd_auth_job_t job;
+    int v, out;
+    bool slow;
+} tjob_t;
+
+static int pool_done, pool_ran, pool_wrong;
+static int work_order[16], n_work; /* v of each job run (one thread: no race) */
+
+static void tjob_work(mqd_auth_job_t *j)
+{
+    tjob_t *t = (tjob_t *)j;
+    if (t->slow)
+        usleep(20000);
+    t->out = t->v * 2;
+    if (n_work < 16)
+        work_order[n_work++] = t->v;
+}
+
+static void tjob_done(mqd_auth_job_t *j, bool ran)
+{
+    tjob_t *t = (tjob_t *)j;
+    pool_done++;
+    pool_ran += ran;
+    pool_wrong += ran && t->out != t->v * 2;
+    free(t);
+}
+
+static void submit(mqd_auth_pool_t *p, int v, bool slow)
+{
+    tjob_t *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    t->job.key = (uint64_t)(v >= 100) + 1; /* v >= 100: another peer */
+    t->job.work = tjob_work;
+    t->job.done = tjob_done;
+    t->v = v;
+    t->slow = slow;
+    mqd_auth_pool_submit(p, &t->job);
+}
+
+/* Every job's done runs once, on the loop, after its work; freeing the pool with jobs
+ * queued or finished hands them back with ran = false (ASan: nothing leaks). */
+static void test_pool(void **state)
+{
+    (void)state;
+    evthread_use_pthreads();
+    struct event_base *base = event_base_new();
+    mqd_auth_pool_t *p;
+    assert_non_null(base);
+    assert_int_equal(mqd_auth_pool_new(base, 2, &p), 0);
+    for (int i = 0; i < 50; i++)
+        submit(p, i, false);
+    assert_int_equal(mqd_auth_pool_in_flight(p), 50);
+    for (int i = 0; i < 5000 && pool_done < 50; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        usleep(1000);
+    }
+    assert_int_equal(pool_done, 50);
+    assert_int_equal(pool_ran, 50);
+    assert_int_equal(pool_wrong, 0);
+    assert_int_equal(mqd_auth_pool_in_flight(p), 0);
+    for (int i = 0; i < 6; i++)
+        submit(p, i, true);
+    mqd_auth_pool_free(p); /* two are running: they finish, then all six come back */
+    assert_int_equal(pool_done, 56);
+    assert_int_equal(pool_ran, 50);
+    event_base_free(base);
+}
+
+/* One thread busy with peer 1's job, four more of peer 1 queued, then one of peer 2:
+ * peer 2's runs next, not after the four. */
+static void test_pool_fair(void **state)
+{
+    (void)state;
+    evthread_use_pthreads();
+    struct event_base *base = event_base_new();
+    mqd_auth_pool_t *p;
+    assert_int_equal(mqd_auth_pool_new(base, 1, &p), 0);
+    pool_done = pool_ran = n_work = 0;
+    submit(p, 1, true);
+    usleep(5000); /* the thread has taken it */
+    for (int i = 2; i <= 5; i++)
+        submit(p, i, true);
+    submit(p, 100, true);
+    for (int i = 0; i < 5000 && pool_done < 6; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        usleep(1000);
+    }
+    assert_int_equal(pool_done, 6);
+    assert_int_equal(n_work, 6);
+    assert_int_equal(work_order[0], 1);
+    assert_int_equal(work_order[1], 100);
+    for (int i = 2; i < 6; i++)
+        assert_int_equal(work_order[i], i); /* peer 1's in their order */
+    mqd_auth_pool_free(p);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scram_rfc7677),   cmocka_unit_test(test_scram_stored_form),
         cmocka_unit_test(test_scram_failures),  cmocka_unit_test(test_acl_match),
         cmocka_unit_test(test_acl_rules),       cmocka_unit_test(test_security_keys),
+        cmocka_unit_test(test_scram_decoy),     cmocka_unit_test(test_decoy_setup),
+        cmocka_unit_test(test_pool),            cmocka_unit_test(test_pool_fair),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
