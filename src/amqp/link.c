@@ -214,8 +214,9 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'", addr);
         bool create = mqd_may_create(c, a.topic);
         mqd_topic_t *t;
-        if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)
-            return mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
+        int trc = mqd_topic_get(s, a.topic, create, 0, &t);
+        if (trc != 0)
+            return mqd_link_refuse(l, mqd_topic_get_condition(trc), mqd_topic_get_desc(trc), a.topic);
         if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
             return mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
         ls->fixed_part = a.kind == MQD_ADDR_PARTITION;
@@ -381,9 +382,11 @@ static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
 static void append_failed(mqd_topic_t *t, uint32_t part, pn_delivery_t *d, bool presettled, int rc)
 {
     MQD_WARN("link", "append to %s/%u failed: %s", t->name, part, mqd_strerror(rc));
-    if (!presettled)
-        mqd_delivery_reject(d, rc == MQD_EFAILED ? "amqp:internal-error" : "amqp:resource-limit-exceeded",
-                            mqd_strerror(rc));
+    char desc[512];
+    if (!presettled && rc == MQD_EFAILED) /* the partition failed: say why (partfail.c) */
+        mqd_delivery_reject(d, mqd_part_fail_condition(&t->parts[part], desc, sizeof desc), desc);
+    else if (!presettled)
+        mqd_delivery_reject(d, "amqp:resource-limit-exceeded", mqd_strerror(rc));
 }
 
 /* ---------------------------------------------------------------- batched sends

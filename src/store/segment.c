@@ -77,7 +77,7 @@ static int seg_open_files(mqd_plog_t *log, seg_t *s, int create)
 {
     int cf = create ? O_CREAT | O_EXCL : 0;
     s->fd = open_file(log, s->base, "log", cf);
-    return s->fd < 0 ? MQD_EIO : 0;
+    return s->fd < 0 ? mqd_errno_rc(errno) : 0;
 }
 
 int seg_create(mqd_plog_t *log, uint64_t base, seg_t **out)

@@ -39,6 +39,7 @@ const char *mqd_strerror(int rc)
     case MQD_EAGAIN: return "try again";
     case MQD_ERANGE: return "out of range";
     case MQD_EFAILED: return "failed (refusing writes)";
+    case MQD_ENOSPC: return "disk full";
     case MQD_ETOOBIG: return "too big";
     case MQD_ESTATE: return "wrong state";
     case MQD_EDB: return "database error";
@@ -56,6 +57,11 @@ int mqd_fsync_dir(const char *dirpath)
     return rc;
 }
 
+int mqd_errno_rc(int err)
+{
+    return err == ENOSPC || err == EDQUOT ? MQD_ENOSPC : MQD_EIO;
+}
+
 int mqd_mkdirs(const char *path, unsigned mode)
 {
     char buf[PATH_MAX];
@@ -68,11 +74,11 @@ int mqd_mkdirs(const char *path, unsigned mode)
             continue;
         *p = '\0';
         if (mkdir(buf, mode) != 0 && errno != EEXIST)
-            return MQD_EIO;
+            return mqd_errno_rc(errno);
         *p = '/';
     }
     if (mkdir(buf, mode) != 0 && errno != EEXIST)
-        return MQD_EIO;
+        return mqd_errno_rc(errno);
     return 0;
 }
 

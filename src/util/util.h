@@ -42,6 +42,8 @@ void *mqd_array_grow(void *p, size_t *cap, size_t n, size_t size, size_t first);
 int mqd_fsync_dir(const char *dirpath);
 /* mkdir -p; 0 or MQD_EIO. */
 int mqd_mkdirs(const char *path, unsigned mode);
+/* MQD_ENOSPC for a full file system (ENOSPC, EDQUOT), else MQD_EIO. */
+int mqd_errno_rc(int err);
 
 /* ---- systemd notify (no-op without $NOTIFY_SOCKET) ---- */
 int mqd_sd_notify(const char *state);
