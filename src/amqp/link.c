@@ -555,14 +555,19 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     uint64_t off;
     int rc = mqd_part_append_ex(&t->parts[part], msg, size, txn ? MQD_REC_TXN : MQD_REC_DATA,
                                 txn ? mqd_txn_id(txn) : 0, c, presettled ? NULL : d, &off);
-    if (rc == 0 && !presettled)
+    if (rc == 0 && !presettled) {
         mqd_delivery_hold(d); /* the partition's pending list settles it when stable */
+        if (t->conf.dedup_window_ms) /* forgotten if the partition fails first (partfail.c) */
+            t->parts[part].pend_tail->dedup_key = mqd_dedup_key(msg, &mi);
+    }
     if (rc == 0 && txn && (rc = mqd_txn_add_send(txn, &t->parts[part], off)) != 0) {
         /* the pending send owns d now: the transaction fails at its discharge instead */
         MQD_WARN("link", "transactional send to %s/%u not staged: %s", t->name, part,
                  mqd_strerror(rc));
         return;
     }
+    if (rc != 0 && t->conf.dedup_window_ms)
+        mqd_dedup_forget(t, mqd_dedup_key(msg, &mi)); /* not stored: a retry must be */
     if (rc != 0)
         append_failed(t, part, d, presettled, rc);
 }

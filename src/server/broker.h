@@ -73,6 +73,7 @@ typedef struct mqd_pending {
     uint64_t last_offset; /* settle when stable > last_offset */
     uint64_t txn;         /* transactional send: settle with transactional-state */
     uint64_t t_ns;        /* when appended (metrics) */
+    uint64_t dedup_key;   /* its message-id in the topic's dedup window, 0 if none */
 } mqd_pending_t;
 
 /* ---- offsets waiting to be delivered again (sorted ascending) ---- */
@@ -355,6 +356,11 @@ void mqd_producers_refill(mqd_server_t *s);
 /* dedup.c: true if msg's message-id was stored within the topic's window (records it if not). */
 bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi);
 void mqd_dedup_free(mqd_topic_t *t);
+/* The window's key for msg's message-id (0: none). */
+uint64_t mqd_dedup_key(const uint8_t *msg, const mqd_msg_info_t *mi);
+/* Takes a key out of the window: its send was refused or failed and stored nothing, so a
+ * retry must be stored, not taken for a duplicate. 0 is a no-op. */
+void mqd_dedup_forget(mqd_topic_t *t, uint64_t key);
 /* Rebuilds the topic's window from its logs now, if it has dedup and no window yet. */
 void mqd_dedup_warm(mqd_topic_t *t);
 /* topic.c: mqd_dedup_warm for every topic (start-up, after the transactions load). */

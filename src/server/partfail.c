@@ -59,6 +59,7 @@ static size_t fail_pending(mqd_part_t *p)
             mqd_link_reap(l);
             mqd_conn_mark_dirty(pe->conn);
         }
+        mqd_dedup_forget(p->topic, pe->dedup_key); /* nothing stored: a retry must be */
         mqd_conn_unref(pe->conn);
         s->sends_failed++;
         n++;
@@ -94,6 +95,7 @@ int mqd_part_resume(mqd_part_t *p)
     if (!mqd_plog_failed(p->log))
         return 0;
     fail_pending(p); /* before the log reuses their offsets */
+    mqd_txns_stable_advanced(p->topic->srv); /* transactions with records here are doomed */
     return mqd_plog_resume(p->log);
 }
 

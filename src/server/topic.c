@@ -473,6 +473,7 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
     pe->last_offset = off;
     pe->txn = (flags & MQD_REC_TXN) ? txn : 0;
     pe->t_ns = mqd_mono_ns();
+    pe->dedup_key = 0;
     c->refs++;
     if (p->pend_tail)
         p->pend_tail->next = pe;

@@ -10,7 +10,8 @@ sends 160 x 16 KiB unsettled. Asserted:
   - creating a topic on the full disk fails with "disk full" (not "not found"), through
     mqctl and through an auto-creating attach;
   - once space is freed the partition resumes without a restart (describe: failed
-    false): new sends are accepted and read back after the earlier ones."""
+    false): the rejected sends, resent with their message-ids (dedup on), and 20 new ones
+    are accepted and read back after the earlier ones, each stored once."""
 import os
 import subprocess
 import sys
@@ -111,13 +112,14 @@ def body(t):
         b = t.broker(data_dir=data, sets={"disk_free_limit": "0", "partition_resume_ms": "1s",
                                           "allow_anonymous": "on"})
         brokers.append(b)
-        rc, _, err = mqdtest.mqctl(b.url, "topic", "create", TOPIC, "--partitions", "1")
+        rc, _, err = mqdtest.mqctl(b.url, "topic", "create", TOPIC, "--partitions", "1",
+                                   "--config", "dedup_window_ms=600000")
         check(rc == 0, "create %s: %s" % (TOPIC, err))
         mqdtest.send(b.url, TOPIC, [Message(body="warm-%d" % i) for i in range(5)])
         fill(mnt, LEFT)
 
         # 1. every send gets an outcome within the bound
-        msgs = [Message(body="m%03d-" % i + "x" * SIZE) for i in range(N)]
+        msgs = [Message(id="id-%03d" % i, body="m%03d-" % i + "x" * SIZE) for i in range(N)]
         s = Tracking(b.url, TOPIC, msgs)
         t0 = time.monotonic()
         mqdtest.run_container(s, 60)
@@ -157,13 +159,17 @@ def body(t):
         while describe(b, TOPIC)["partition_info"][0]["failed"]:
             check(time.monotonic() < deadline, "the partition did not resume within 30 s")
             time.sleep(0.5)
-        more = [Message(body="after-%d" % i) for i in range(20)]
+        # the rejected sends, sent again with their message-ids (dedup is on), are stored
+        # once each: a rejection must not leave its id in the dedup window
+        rejected = sorted(idx for idx, _, _ in s.outcomes)
+        more = [msgs[i] for i in rejected] + [Message(body="after-%d" % i) for i in range(20)]
         mqdtest.send(b.url, TOPIC, more)
-        r = mqdtest.receive(b.url, TOPIC, count=20, linger=1.0, timeout=60)
-        check([m.body for m in r.got] == [m.body for m in more],
-              "after the resume read %r" % [m.body for m in r.got][:5])
+        r = mqdtest.receive(b.url, TOPIC, count=len(more), linger=1.0, timeout=60)
+        got = [m.body for m in r.got]
+        check(got == [m.body for m in more], "after the resume read %d of %d (first %r)" % (
+            len(got), len(more), [g[:8] for g in got[:3]]))
         d = describe(b, TOPIC)["partition_info"][0]
-        check(d["end"] == 5 + s.accepted + 20, "end offset %d, want %d" % (d["end"], 5 + s.accepted + 20))
+        check(d["end"] == 5 + N + 20, "end offset %d, want %d" % (d["end"], 5 + N + 20))
         b.check_alive("after the resume")
     finally:
         for b in brokers:
