@@ -21,18 +21,24 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
-static bool disk_full(int err) { return err == ENOSPC || err == EDQUOT; }
+static bool disk_full(int err)
+{
+    return err == ENOSPC || err == EDQUOT;
+}
 
 const char *mqd_part_fail_condition(const mqd_part_t *p, char *desc, size_t n)
 {
     int err = mqd_plog_fail_errno(p->log);
     if (disk_full(err)) {
-        snprintf(desc, n, "disk full: partition %s/%u stored nothing of this message and refuses "
+        snprintf(desc, n,
+                 "disk full: partition %s/%u stored nothing of this message and refuses "
                  "sends until it resumes (free space; it retries by itself, or: mqctl topic "
-                 "resume %s)", p->topic->name, p->id, p->topic->name);
+                 "resume %s)",
+                 p->topic->name, p->id, p->topic->name);
         return "amqp:resource-limit-exceeded";
     }
-    snprintf(desc, n, "I/O error on partition %s/%u (%s): this message was not stored; the "
+    snprintf(desc, n,
+             "I/O error on partition %s/%u (%s): this message was not stored; the "
              "partition refuses sends until an operator runs mqctl topic resume %s",
              p->topic->name, p->id, err ? strerror(err) : "unknown", p->topic->name);
     return "amqp:internal-error";
@@ -94,7 +100,7 @@ int mqd_part_resume(mqd_part_t *p)
 {
     if (!mqd_plog_failed(p->log))
         return 0;
-    fail_pending(p); /* before the log reuses their offsets */
+    fail_pending(p);                         /* before the log reuses their offsets */
     mqd_txns_stable_advanced(p->topic->srv); /* transactions with records here are doomed */
     return mqd_plog_resume(p->log);
 }
@@ -118,7 +124,7 @@ int mqd_topic_room(mqd_server_t *s)
         return 0; /* unknown: creating the files decides */
     uint64_t free_b = (uint64_t)v.f_bavail * v.f_frsize;
     uint64_t need = s->conf->disk_free_limit > MQD_TOPIC_MIN_FREE ? s->conf->disk_free_limit
-                                                                   : MQD_TOPIC_MIN_FREE;
+                                                                  : MQD_TOPIC_MIN_FREE;
     if (free_b >= need)
         return 0;
     MQD_WARN("topic", "no topic is created while %s has %llu bytes free (below %llu): disk full",
@@ -148,14 +154,14 @@ void mqd_topics_resume_failed(mqd_server_t *s)
 
 const char *mqd_topic_get_condition(int rc)
 {
-    return rc == MQD_ENOENT ? "amqp:not-found"
+    return rc == MQD_ENOENT   ? "amqp:not-found"
            : rc == MQD_ENOSPC ? "amqp:resource-limit-exceeded"
                               : "amqp:internal-error";
 }
 
 const char *mqd_topic_get_desc(int rc)
 {
-    return rc == MQD_ENOENT    ? "no such topic '%s'"
+    return rc == MQD_ENOENT   ? "no such topic '%s'"
            : rc == MQD_ENOSPC ? "cannot create topic '%s': disk full"
                               : "cannot create topic '%s' (see the broker's log)";
 }

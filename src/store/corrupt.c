@@ -28,8 +28,8 @@
 #define MAX_SPANS 1024 /* spans remembered; past it each pass over one counts again */
 
 typedef struct span {
-    uint64_t base, pos;     /* segment and file position of the damaged record */
-    uint64_t off;           /* first offset it covers */
+    uint64_t base, pos; /* segment and file position of the damaged record */
+    uint64_t off;       /* first offset it covers */
     uint64_t next_pos, next_off;
 } span_t;
 
@@ -51,8 +51,8 @@ static int intact_at(int fd, uint64_t q, const uint8_t *h, uint64_t seg_end, uin
     uint8_t *b = malloc(len);
     if (!b)
         return 0;
-    int ok = pread(fd, b, len, (off_t)q + 4) == (ssize_t)len &&
-             mqd_crc32c(0, b + 4, len - 4) == rd32(b);
+    int ok =
+        pread(fd, b, len, (off_t)q + 4) == (ssize_t)len && mqd_crc32c(0, b + 4, len - 4) == rd32(b);
     free(b);
     return ok;
 }
@@ -134,9 +134,11 @@ int store_corrupt_skip(mqd_plog_t *log, int fd, uint64_t base, uint64_t pos, uin
     cs->count += no - off;
     if (off < cs->first)
         cs->first = off;
-    MQD_ERR("store", "%s/%020" PRIu64 ".log: corrupt record at position %" PRIu64
-            " (offsets %" PRIu64 "..%" PRIu64 "): %" PRIu64 " record(s) lost, readers skip "
-            "them and go on at offset %" PRIu64, log->dir, base, pos, off, no - 1, no - off, no);
+    MQD_ERR("store",
+            "%s/%020" PRIu64 ".log: corrupt record at position %" PRIu64 " (offsets %" PRIu64
+            "..%" PRIu64 "): %" PRIu64 " record(s) lost, readers skip "
+            "them and go on at offset %" PRIu64,
+            log->dir, base, pos, off, no - 1, no - off, no);
     *next_pos = np;
     *next_off = no;
     return 0;

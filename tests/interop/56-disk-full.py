@@ -11,8 +11,11 @@ sends 160 x 16 KiB unsettled. Asserted:
     mqctl and through an auto-creating attach;
   - once space is freed the partition resumes without a restart (describe: failed
     false): the rejected sends, resent with their message-ids (dedup on), and 20 new ones
-    are accepted and read back after the earlier ones, each stored once."""
+    are accepted and read back after the earlier ones, each stored once;
+  - with partition_resume_ms = 0 (reloaded) a partition failed again stays failed with
+    space free until `mqctl topic resume full/0`, then takes sends again."""
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -81,6 +84,11 @@ def describe(b, name):
     return json.loads(out)
 
 
+def write_conf(path, resume):
+    with open(path, "w") as f:
+        f.write("allow_anonymous = on\ndisk_free_limit = 0\npartition_resume_ms = %s\n" % resume)
+
+
 def fill(dirpath, leave):
     """Writes dirpath/filler until only `leave` bytes are free."""
     st = os.statvfs(dirpath)
@@ -109,8 +117,9 @@ def body(t):
     brokers = []
     try:
         data = os.path.join(mnt, "data")
-        b = t.broker(data_dir=data, sets={"disk_free_limit": "0", "partition_resume_ms": "1s",
-                                          "allow_anonymous": "on"})
+        conf = os.path.join(t.tmpdir, "mqd.conf")
+        write_conf(conf, "1s")
+        b = t.broker(data_dir=data, conf=conf)
         brokers.append(b)
         rc, _, err = mqdtest.mqctl(b.url, "topic", "create", TOPIC, "--partitions", "1",
                                    "--config", "dedup_window_ms=600000")
@@ -171,6 +180,31 @@ def body(t):
         d = describe(b, TOPIC)["partition_info"][0]
         check(d["end"] == 5 + N + 20, "end offset %d, want %d" % (d["end"], 5 + N + 20))
         b.check_alive("after the resume")
+
+        # 5. manual resume: partition_resume_ms = 0 (SIGHUP), fill, fail, free: the
+        # partition stays failed until `mqctl topic resume full/0`
+        write_conf(conf, "0")
+        os.kill(b.pid, signal.SIGHUP)
+        time.sleep(0.5 * mqdtest.SLOW)
+        fill(mnt, LEFT)
+        s2 = Tracking(b.url, TOPIC, [Message(body="n%03d-" % i + "y" * SIZE) for i in range(N)])
+        mqdtest.run_container(s2, 60)
+        check(s2.accepted + len(s2.outcomes) == N and s2.outcomes,
+              "second fill: %d accepted, %d other of %d" % (s2.accepted, len(s2.outcomes), N))
+        os.unlink(os.path.join(mnt, "filler"))
+        time.sleep(3 * mqdtest.SLOW)
+        check(describe(b, TOPIC)["partition_info"][0]["failed"],
+              "resumed by itself with partition_resume_ms = 0")
+        rc, _, err = mqdtest.mqctl(b.url, "topic", "resume", TOPIC + "/0")
+        check(rc == 0, "mqctl topic resume: exit %d %s" % (rc, err))
+        deadline = time.monotonic() + 30 * mqdtest.SLOW
+        while describe(b, TOPIC)["partition_info"][0]["failed"]:
+            check(time.monotonic() < deadline, "mqctl topic resume did not resume it within 30 s")
+            time.sleep(0.5)
+        mqdtest.send(b.url, TOPIC, [Message(body="manual-%d" % i) for i in range(5)])
+        r = mqdtest.receive(b.url, TOPIC, count=s2.accepted + 5, linger=1.0, timeout=60)
+        check(len(r.got) == s2.accepted + 5 and [m.body for m in r.got[-5:]] ==
+              ["manual-%d" % i for i in range(5)], "after mqctl resume read %d" % len(r.got))
     finally:
         for b in brokers:
             b.stop()
