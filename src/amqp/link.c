@@ -465,6 +465,28 @@ static int batch_append(mqd_conn_t *c, mqd_topic_t *t, uint32_t part, const batc
     return 0;
 }
 
+/* The dedup keys of a batch's inner messages: forgotten at once when its partition had
+ * failed (waiting == NULL; whatever of it was appended is cut at the resume), else kept
+ * with its pending send, which forgets them if the partition fails before they are
+ * durable (partfail.c). Without memory for that they stay: a retry would then be taken
+ * for a duplicate, as before issue 16. */
+static void batch_keys(mqd_topic_t *t, mqd_part_t *p, const batch_t *b, const uint8_t *msg,
+                       pn_delivery_t *waiting)
+{
+    mqd_pending_t *pe = waiting ? p->pend_tail : NULL;
+    if (pe && !(pe->batch_keys = calloc(b->n, sizeof *pe->batch_keys)))
+        return;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!b->v[i].at.len)
+            continue; /* a duplicate: its key belongs to the copy stored before */
+        uint64_t k = mqd_dedup_key(msg + b->v[i].at.off, &b->v[i].mi);
+        if (pe)
+            pe->batch_keys[pe->n_batch_keys++] = k;
+        else
+            mqd_dedup_forget(t, k);
+    }
+}
+
 static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                         size_t size, bool presettled)
 {
@@ -511,6 +533,8 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
      * (records appended before a failing one stay, as a partition that fails mid-way
      * keeps what it wrote) */
     rc = batch_append(c, t, part, &b, msg, &omi, d, presettled);
+    if (t->conf.dedup_window_ms && ((rc == 0 && !presettled) || rc == MQD_EFAILED))
+        batch_keys(t, &t->parts[part], &b, msg, rc == 0 ? d : NULL);
     if (rc != 0)
         append_failed(t, part, d, presettled, rc);
 out:

@@ -74,6 +74,8 @@ typedef struct mqd_pending {
     uint64_t txn;         /* transactional send: settle with transactional-state */
     uint64_t t_ns;        /* when appended (metrics) */
     uint64_t dedup_key;   /* its message-id in the topic's dedup window, 0 if none */
+    uint64_t *batch_keys; /* a batched send: its inner messages' keys (owned), or NULL */
+    size_t n_batch_keys;
 } mqd_pending_t;
 
 /* ---- offsets waiting to be delivered again (sorted ascending) ---- */

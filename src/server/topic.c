@@ -53,6 +53,8 @@ static int table_grow(mqd_server_t *s)
 /* Settled sends go to a free list: no malloc per message in the steady state. */
 void mqd_pending_release(mqd_server_t *s, mqd_pending_t *pe)
 {
+    free(pe->batch_keys);
+    pe->batch_keys = NULL;
     if (s->n_pend_free >= 65536) {
         free(pe);
         return;
@@ -357,6 +359,7 @@ static void part_free(mqd_part_t *p)
         mqd_pending_t *pe = p->pend_head;
         p->pend_head = pe->next;
         mqd_conn_unref(pe->conn);
+        free(pe->batch_keys);
         free(pe);
     }
     p->pend_tail = NULL;
@@ -474,6 +477,8 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
     pe->txn = (flags & MQD_REC_TXN) ? txn : 0;
     pe->t_ns = mqd_mono_ns();
     pe->dedup_key = 0;
+    pe->batch_keys = NULL;
+    pe->n_batch_keys = 0;
     c->refs++;
     if (p->pend_tail)
         p->pend_tail->next = pe;

@@ -12,9 +12,13 @@ sends 160 x 16 KiB unsettled. Asserted:
   - once space is freed the partition resumes without a restart (describe: failed
     false): the rejected sends, resent with their message-ids (dedup on), and 20 new ones
     are accepted and read back after the earlier ones, each stored once;
+  - Event Hubs batches (message-format 0x80013700) likewise: each gets an outcome, and
+    the rejected ones resent after the resume are stored once each (ehbatch-send.js);
   - with partition_resume_ms = 0 (reloaded) a partition failed again stays failed with
     space free until `mqctl topic resume full/0`, then takes sends again."""
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,7 +84,6 @@ class Attach(mqdtest.Client):
 def describe(b, name):
     rc, out, err = mqdtest.mqctl(b.url, "--json", "topic", "describe", name)
     check(rc == 0, "describe %s: exit %d %s" % (name, rc, err))
-    import json
     return json.loads(out)
 
 
@@ -106,6 +109,53 @@ def fill(dirpath, leave):
             want -= n
     st = os.statvfs(dirpath)
     log("filled: %d bytes free" % (st.f_bavail * st.f_frsize))
+
+
+def send_batches(b, batches):
+    """Event Hubs batches through the rhea helper: the outcomes, or None without node."""
+    node = shutil.which("node")
+    helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ehbatch-send.js")
+    if not node:
+        return None
+    p = subprocess.run([node, helper, str(b.port), TOPIC], input=json.dumps(batches).encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=90 * mqdtest.SLOW)
+    if p.returncode == 77:
+        return None
+    check(p.returncode == 0, "batch helper: exit %d %s %s" % (p.returncode, p.stdout[-300:], p.stderr[-300:]))
+    return json.loads(p.stdout.decode().strip().splitlines()[-1])
+
+
+def batches_phase(b, mnt):
+    """4b. Batched sends (message-format 0x80013700) fail the same way, and their inner
+    message-ids leave the dedup window too: resent after the resume, every inner message
+    is stored exactly once."""
+    fill(mnt, LEFT)
+    batches = [[["b-%02d-%d" % (i, k), "b-%02d-%d-" % (i, k) + "z" * (SIZE // 2)] for k in range(4)]
+               for i in range(40)]
+    out = send_batches(b, batches)
+    if out is None:
+        log("node/rhea missing: batch phase skipped")
+        os.unlink(os.path.join(mnt, "filler"))
+        return
+    ok = sorted(o["i"] for o in out if o["state"] == "accepted")
+    bad = sorted(o["i"] for o in out if o["state"] != "accepted")
+    log("batches: %d accepted, %d not" % (len(ok), len(bad)))
+    check(len(out) == len(batches) and bad, "batch outcomes %d of %d, %d failed" % (len(out), len(batches), len(bad)))
+    for o in out:
+        check(o["state"] == "accepted" or (o["condition"] == "amqp:resource-limit-exceeded" and
+                                           "disk full" in (o["description"] or "")), "batch outcome %r" % o)
+    os.unlink(os.path.join(mnt, "filler"))
+    deadline = time.monotonic() + 30 * mqdtest.SLOW
+    while describe(b, TOPIC)["partition_info"][0]["failed"]:
+        check(time.monotonic() < deadline, "the partition did not resume within 30 s (batches)")
+        time.sleep(0.5)
+    again = send_batches(b, [batches[i] for i in bad])
+    check(all(o["state"] == "accepted" for o in again), "resent batches: %r" % again[:3])
+    want = sorted(body for bt in batches for _, body in bt)
+    r = mqdtest.receive(b.url, TOPIC, count=len(want), linger=1.0, timeout=60)
+    got = sorted(m.body for m in r.got)
+    check(got == want, "batches read back: %d messages, %d distinct, want %d" % (
+        len(got), len(set(got)), len(want)))
 
 
 def body(t):
@@ -180,6 +230,7 @@ def body(t):
         d = describe(b, TOPIC)["partition_info"][0]
         check(d["end"] == 5 + N + 20, "end offset %d, want %d" % (d["end"], 5 + N + 20))
         b.check_alive("after the resume")
+        batches_phase(b, mnt)
 
         # 5. manual resume: partition_resume_ms = 0 (SIGHUP), fill, fail, free: the
         # partition stays failed until `mqctl topic resume full/0`
