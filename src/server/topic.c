@@ -363,6 +363,9 @@ static void part_free(mqd_part_t *p)
         free(pe);
     }
     p->pend_tail = NULL;
+    if (p->failed && p->topic)
+        p->topic->srv->parts_failed--; /* a deleted topic's failed partitions go with it */
+    p->failed = false;
     free(p->otx);
     p->otx = NULL;
     p->n_otx = p->cap_otx = 0;

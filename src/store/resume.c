@@ -61,8 +61,13 @@ void store_do_resume(mqd_plog_t *log)
     drop_queue(log); /* their sends were failed: never written after the resume */
     store_zero_detach(log);
     errno = 0;
+    /* Under the log mutex: the owner keeps reading while a resume runs (it does not
+     * wait as for truncate_to), and the rescan rebuilds the indexes its reads look up. */
+    pthread_mutex_lock(&log->mu);
     int rc = seg_truncate_at(log, t, d < t->base ? t->base : d);
-    int err = rc == 0 ? probe(t) : errno ? errno : EIO;
+    int terr = errno;
+    pthread_mutex_unlock(&log->mu);
+    int err = rc == 0 ? probe(t) : terr ? terr : EIO;
     if (err == 0 && ckpt_write(log, t->base, t->size, t->next_off, 1) != 0)
         err = errno ? errno : EIO;
     if (err == 0) {

@@ -7,6 +7,7 @@ with no error) and the length field of offset 1200 (the next record has to be fo
 a scan). After the restart, with mqd's skip-and-count policy:
   - a consumer receives every other record: 1,998 messages, in offset order, each body
     intact; none silently stops (count);
+  - a browser (distribution-mode copy) gets the same 1,998;
   - `topic describe` shows corrupt_records 2 and first_corrupt_offset 520 for the
     partition, /metrics mqd_partition_corrupt_records_total 2;
   - the group's committed offset passes the damage (a second consumer of the same group
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
 from mqdtest import check, log  # noqa: E402
 from proton import Message  # noqa: E402
+from proton.reactor import Copy  # noqa: E402
 
 TOPIC = "bad"
 N = 2000
@@ -109,6 +111,11 @@ def body(t):
     line = [ln for ln in text.splitlines()
             if ln.startswith('mqd_partition_corrupt_records_total{topic="%s",partition="0"}' % TOPIC)]
     check(line and line[0].split()[-1] == "2", "metric: %r" % line)
+
+    # a browser (distribution-mode copy) steps over the damage too
+    br = mqdtest.receive(b.url, TOPIC, count=N - 2, linger=0.5, options=Copy(), timeout=120)
+    boffs = [int(mqdtest.ann(m, "x-opt-offset")) for m in br.got]
+    check(boffs == want, "browser got %d offsets, want %d" % (len(boffs), len(want)))
 
     # the damage counts as consumed: the shared group has nothing left to give
     r2 = mqdtest.receive(b.url, TOPIC, idle=2.0, timeout=60)
