@@ -590,7 +590,7 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
                  mqd_strerror(rc));
         return;
     }
-    if (rc != 0 && t->conf.dedup_window_ms)
+    if (rc == MQD_EFAILED && t->conf.dedup_window_ms)
         mqd_dedup_forget(t, mqd_dedup_key(msg, &mi)); /* not stored: a retry must be */
     if (rc != 0)
         append_failed(t, part, d, presettled, rc);

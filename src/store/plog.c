@@ -323,10 +323,10 @@ static int read_parse(mqd_plog_t *log, mqd_read_t *r, const uint8_t *buf, size_t
         const uint8_t *h = buf + c;
         uint32_t len = rd32(h);
         uint64_t off = rd64(h + 8);
-        if (p->at_off >= l->bound)
+        if (p->at_off >= l->bound) /* not `off`: a damaged offset must not end the read */
             return 1;
         if (len < REC_LEN_MIN || off != p->at_off)
-            goto corrupt; /* before the bound check: a damaged offset must not end the read */
+            goto corrupt;
         if (c + 4 + len > got)
             break;
         if (off >= l->from) {
