@@ -21,6 +21,7 @@ enum {
     MQD_ETOOBIG = -10,  /* over a configured size limit */
     MQD_ESTATE = -11,   /* wrong state for the operation */
     MQD_EDB = -12,      /* SQLite error */
+    MQD_ENOSPC = -13,   /* no space left on the data directory's file system (disk full) */
 };
 
 /* A static string naming a return code ("MQD_EIO: I/O error"). */

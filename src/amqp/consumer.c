@@ -365,15 +365,9 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
         return MQD_EINVAL;
     }
     bool create = mqd_may_create(c, a->topic);
-    int rc = mqd_topic_get_as(c, a->topic, create, t);
-    if (rc == MQD_EAGAIN) {
-        mqd_link_refuse(l, "amqp:resource-limit-exceeded",
-                        "topic limit reached (max_topics, max_topics_per_connection): "
-                        "cannot create '%s'", a->topic);
-        return rc;
-    }
-    if (rc != 0) {
-        mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a->topic);
+    int trc = mqd_topic_get_as(c, a->topic, create, t);
+    if (trc != 0) {
+        mqd_link_refuse(l, mqd_topic_get_condition(trc), mqd_topic_get_desc(trc), a->topic);
         return MQD_ENOENT;
     }
     if (a->kind == MQD_ADDR_GROUP_PARTITION && a->partition >= (*t)->nparts) {

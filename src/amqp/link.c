@@ -217,13 +217,9 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         ls->acl_perm = MQD_PERM_SEND;
         bool create = mqd_may_create(c, a.topic);
         mqd_topic_t *t;
-        int rc = mqd_topic_get_as(c, a.topic, create, &t);
-        if (rc == MQD_EAGAIN)
-            return mqd_link_refuse(l, "amqp:resource-limit-exceeded",
-                                   "topic limit reached (max_topics, max_topics_per_connection): "
-                                   "cannot create '%s'", a.topic);
-        if (rc != 0)
-            return mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
+        int trc = mqd_topic_get_as(c, a.topic, create, &t);
+        if (trc != 0)
+            return mqd_link_refuse(l, mqd_topic_get_condition(trc), mqd_topic_get_desc(trc), a.topic);
         if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
             return mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
         ls->fixed_part = a.kind == MQD_ADDR_PARTITION;
@@ -398,9 +394,11 @@ static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
 static void append_failed(mqd_topic_t *t, uint32_t part, pn_delivery_t *d, bool presettled, int rc)
 {
     MQD_WARN("link", "append to %s/%u failed: %s", t->name, part, mqd_strerror(rc));
-    if (!presettled)
-        mqd_delivery_reject(d, rc == MQD_EFAILED ? "amqp:internal-error" : "amqp:resource-limit-exceeded",
-                            mqd_strerror(rc));
+    char desc[512];
+    if (!presettled && rc == MQD_EFAILED) /* the partition failed: say why (partfail.c) */
+        mqd_delivery_reject(d, mqd_part_fail_condition(&t->parts[part], desc, sizeof desc), desc);
+    else if (!presettled)
+        mqd_delivery_reject(d, "amqp:resource-limit-exceeded", mqd_strerror(rc));
 }
 
 /* ---------------------------------------------------------------- batched sends
@@ -479,6 +477,28 @@ static int batch_append(mqd_conn_t *c, mqd_topic_t *t, uint32_t part, const batc
     return 0;
 }
 
+/* The dedup keys of a batch's inner messages: forgotten at once when its partition had
+ * failed (waiting == NULL; whatever of it was appended is cut at the resume), else kept
+ * with its pending send, which forgets them if the partition fails before they are
+ * durable (partfail.c). Without memory for that they stay: a retry would then be taken
+ * for a duplicate, as before issue 16. */
+static void batch_keys(mqd_topic_t *t, mqd_part_t *p, const batch_t *b, const uint8_t *msg,
+                       pn_delivery_t *waiting)
+{
+    mqd_pending_t *pe = waiting ? p->pend_tail : NULL;
+    if (pe && !(pe->batch_keys = calloc(b->n, sizeof *pe->batch_keys)))
+        return;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!b->v[i].at.len)
+            continue; /* a duplicate: its key belongs to the copy stored before */
+        uint64_t k = mqd_dedup_key(msg + b->v[i].at.off, &b->v[i].mi);
+        if (pe)
+            pe->batch_keys[pe->n_batch_keys++] = k;
+        else
+            mqd_dedup_forget(t, k);
+    }
+}
+
 static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                         size_t size, bool presettled)
 {
@@ -525,6 +545,8 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
      * (records appended before a failing one stay, as a partition that fails mid-way
      * keeps what it wrote) */
     rc = batch_append(c, t, part, &b, msg, &omi, d, presettled);
+    if (t->conf.dedup_window_ms && ((rc == 0 && !presettled) || rc == MQD_EFAILED))
+        batch_keys(t, &t->parts[part], &b, msg, rc == 0 ? d : NULL);
     if (rc != 0)
         append_failed(t, part, d, presettled, rc);
 out:
@@ -569,14 +591,19 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     uint64_t off;
     int rc = mqd_part_append_ex(&t->parts[part], msg, size, txn ? MQD_REC_TXN : MQD_REC_DATA,
                                 txn ? mqd_txn_id(txn) : 0, c, presettled ? NULL : d, &off);
-    if (rc == 0 && !presettled)
+    if (rc == 0 && !presettled) {
         mqd_delivery_hold(d); /* the partition's pending list settles it when stable */
+        if (t->conf.dedup_window_ms) /* forgotten if the partition fails first (partfail.c) */
+            t->parts[part].pend_tail->dedup_key = mqd_dedup_key(msg, &mi);
+    }
     if (rc == 0 && txn && (rc = mqd_txn_add_send(txn, &t->parts[part], off)) != 0) {
         /* the pending send owns d now: the transaction fails at its discharge instead */
         MQD_WARN("link", "transactional send to %s/%u not staged: %s", t->name, part,
                  mqd_strerror(rc));
         return;
     }
+    if (rc == MQD_EFAILED && t->conf.dedup_window_ms)
+        mqd_dedup_forget(t, mqd_dedup_key(msg, &mi)); /* not stored: a retry must be */
     if (rc != 0)
         append_failed(t, part, d, presettled, rc);
 }

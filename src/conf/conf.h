@@ -101,6 +101,7 @@ typedef struct mqd_conf {
     uint32_t max_unsettled_per_link;   /* deliveries a consumer link may hold; 0 = unlimited */
     uint64_t memory_high_watermark;    /* RSS above which producers get no credit; 0 = off */
     uint64_t disk_free_limit;          /* free bytes on data_dir below which the same; 64 MiB */
+    uint32_t partition_resume_ms;      /* a disk-full partition retries a resume this often; 0 = manual */
     mqd_acl_rule_t *acl;          /* owned array: the [acl] section in order */
     size_t n_acl;
     bool acl_present;             /* an [acl] section exists (even an empty one: deny all) */

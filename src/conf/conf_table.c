@@ -247,6 +247,15 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "While the file system holding data_dir has less free space than this, sending links "
      "get no new credit; credit comes back once there is more. 0 turns it off.",
      true},
+    {"partition_resume_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, DAY, "5s", NULL, NULL,
+     G_FIELD(partition_resume_ms), NULL, NULL,
+     "A partition that failed because the disk was full (a write or fdatasync returned "
+     "ENOSPC) refuses sends, and every send it had not made durable was rejected with "
+     "amqp:resource-limit-exceeded. This often, once the free space is above "
+     "disk_free_limit + max_message_size, mqd truncates it to its last durable record, writes and syncs a "
+     "probe block, and resumes it if that worked. 0: only `mqctl topic resume` does. "
+     "Partitions failed by other I/O errors always wait for mqctl.",
+     true},
 
     /* ---- topics: global part = defaults for every topic, [topic NAME] overrides ---- */
     {"partitions", MQD_CT_UINT, MQD_CS_TOPIC, 1, 65536, NULL, "default_partitions", NULL,

@@ -70,7 +70,8 @@ int meta_dberr(mqd_meta_t *m, const char *what)
 {
     MQD_ERR("meta", "%s: %s (sqlite %d)", what, sqlite3_errmsg(m->db),
             sqlite3_extended_errcode(m->db));
-    return MQD_EDB;
+    /* a full disk is the operator's to fix, not a broken database: say so */
+    return (sqlite3_extended_errcode(m->db) & 0xff) == SQLITE_FULL ? MQD_ENOSPC : MQD_EDB;
 }
 
 int meta_exec(mqd_meta_t *m, const char *sql)

@@ -164,19 +164,28 @@ static void put_topics(struct evbuffer *b, mqd_server_t *s)
             evbuffer_add_printf(b, "\"} %llu\n", (unsigned long long)topic_field(t, topic_counters[k].f));
         }
     }
-    static const char *const pm[3][2] = {
-        {"mqd_partition_log_start_offset", "First offset still on disk."},
-        {"mqd_partition_log_end_offset", "Next offset to be written (stable end)."},
-        {"mqd_partition_size_bytes", "Bytes of the partition's segments."},
+    static const char *const pm[5][3] = {
+        {"mqd_partition_log_start_offset", "First offset still on disk.", "gauge"},
+        {"mqd_partition_log_end_offset", "Next offset to be written (stable end).", "gauge"},
+        {"mqd_partition_size_bytes", "Bytes of the partition's segments.", "gauge"},
+        {"mqd_partition_failed", "1 while the partition's log is failed (disk full, I/O error) "
+         "and refuses sends.", "gauge"},
+        {"mqd_partition_corrupt_records_total", "Offsets readers skipped because their record "
+         "failed its CRC or header check (since start).", "counter"},
     };
-    for (int k = 0; k < 3; k++) {
-        head(b, pm[k][0], "gauge", pm[k][1]);
+    for (int k = 0; k < 5; k++) {
+        head(b, pm[k][0], pm[k][2], pm[k][1]);
         FOR_TOPICS(s, t) {
             for (uint32_t i = 0; i < t->nparts; i++) {
                 mqd_plog_t *log = t->parts[i].log;
-                uint64_t v = k == 0 ? mqd_plog_start_offset(log)
-                             : k == 1 ? mqd_plog_stable_offset(log)
-                                      : mqd_plog_size_bytes(log);
+                uint64_t v, first;
+                if (k == 4)
+                    mqd_plog_corrupt(log, &v, &first);
+                else
+                    v = k == 0 ? mqd_plog_start_offset(log)
+                        : k == 1 ? mqd_plog_stable_offset(log)
+                        : k == 2 ? mqd_plog_size_bytes(log)
+                                 : mqd_plog_failed(log);
                 evbuffer_add_printf(b, "%s{topic=\"", pm[k][0]);
                 put_label(b, t->name);
                 evbuffer_add_printf(b, "\",partition=\"%u\"} %llu\n", i, (unsigned long long)v);
@@ -275,6 +284,9 @@ static void put_broker(struct evbuffer *b, mqd_server_t *s)
     evbuffer_add_printf(b, "mqd_connections_refused_total %llu\n", (unsigned long long)s->conns_refused);
     head(b, "mqd_messages_rejected_total", "counter", "Messages rejected by the broker.");
     evbuffer_add_printf(b, "mqd_messages_rejected_total %llu\n", (unsigned long long)s->msgs_rejected);
+    head(b, "mqd_sends_failed_total", "counter", "Sends rejected because their partition failed "
+         "before they were durable.");
+    evbuffer_add_printf(b, "mqd_sends_failed_total %llu\n", (unsigned long long)s->sends_failed);
     head(b, "mqd_topics", "gauge", "Topics (temporary reply nodes excluded).");
     evbuffer_add_printf(b, "mqd_topics %zu\n", topics);
     put_hist(b, "mqd_append_stable_seconds", "Time from append to stable (settlement) of a send.",

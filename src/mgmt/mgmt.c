@@ -46,6 +46,7 @@ int mqd_mgmt_status_of(int rc)
     case MQD_EINVAL:
     case MQD_ERANGE:
     case MQD_ETOOBIG: return 400;
+    case MQD_ENOSPC: return 507; /* Insufficient Storage */
     default: return 500;
     }
 }

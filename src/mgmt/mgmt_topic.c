@@ -74,6 +74,21 @@ static void put_effective_config(pn_data_t *d, const mqd_topic_t *t)
     pn_data_exit(d);
 }
 
+/* Why a partition failed and what readers skipped (issue 16: points 5 and 8). */
+static void put_health(pn_data_t *d, const mqd_part_t *p)
+{
+    char desc[512];
+    uint64_t n, first;
+    bool failed = mqd_plog_failed(p->log);
+    if (failed)
+        mqd_part_fail_condition(p, desc, sizeof desc);
+    mqd_mgmt_kv_str(d, "failed_reason", failed ? desc : "");
+    mqd_mgmt_kv_bool(d, "resuming", mqd_plog_resuming(p->log));
+    mqd_plog_corrupt(p->log, &n, &first);
+    mqd_mgmt_kv_long(d, "corrupt_records", (int64_t)n);
+    mqd_mgmt_kv_long(d, "first_corrupt_offset", n ? (int64_t)first : -1);
+}
+
 static void put_topic(pn_data_t *d, mqd_topic_t *t)
 {
     uint64_t size = 0;
@@ -103,6 +118,7 @@ static void put_topic(pn_data_t *d, mqd_topic_t *t)
         mqd_mgmt_kv_long(d, "end", (int64_t)mqd_plog_stable_offset(log));
         mqd_mgmt_kv_long(d, "size_bytes", (int64_t)mqd_plog_size_bytes(log));
         mqd_mgmt_kv_bool(d, "failed", mqd_plog_failed(log));
+        put_health(d, &t->parts[i]);
         pn_data_exit(d);
     }
     pn_data_exit(d);
@@ -160,6 +176,8 @@ static int topic_create(mqd_mgmt_req_t *r)
         return mqd_mgmt_fail(r, 400, "invalid topic name or setting");
     if (rc == MQD_EAGAIN)
         return mqd_mgmt_fail(r, 503, "topic limit reached (max_topics = %u)", r->s->conf->max_topics);
+    if (rc == MQD_ENOSPC)
+        return mqd_mgmt_fail(r, 507, "cannot create topic '%s': disk full", r->name);
     if (rc != 0)
         return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "cannot create topic: %s", mqd_strerror(rc));
     put_topic(r->out, t);
@@ -227,6 +245,29 @@ static int topic_delete(mqd_mgmt_req_t *r)
         return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "delete failed: %s", mqd_strerror(rc));
     MQD_NOTICE("mgmt", "deleted topic %s", r->name);
     return 204;
+}
+
+/* RESUME: failed partitions of the topic (all, or property `partition`) are truncated
+ * to their last durable record and take sends again once a probe write succeeds
+ * (store/resume.c); the reply is the topic as it is now (`resuming` per partition). */
+static int topic_resume(mqd_mgmt_req_t *r)
+{
+    mqd_topic_t *t = named_topic(r);
+    if (!t)
+        return r->status;
+    int64_t only = -1;
+    if (mqd_mgmt_arg_int(r, "partition", &only) && (only < 0 || only >= (int64_t)t->nparts))
+        return mqd_mgmt_fail(r, 404, "no partition %lld in '%s'", (long long)only, t->name);
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        if (only >= 0 && i != (uint64_t)only)
+            continue;
+        int rc = mqd_part_resume(&t->parts[i]);
+        if (rc != 0 && rc != MQD_EAGAIN)
+            return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "resume failed: %s", mqd_strerror(rc));
+    }
+    MQD_NOTICE("mgmt", "resume of topic %s asked", t->name);
+    put_topic(r->out, t);
+    return 202;
 }
 
 static int cmp_topic(const void *a, const void *b)
@@ -318,6 +359,7 @@ const mqd_mgmt_op_t mqd_mgmt_topic_ops[] = {
     {MQD_MGMT_T_TOPIC, "UPDATE", topic_update},
     {MQD_MGMT_T_TOPIC, "DELETE", topic_delete},
     {MQD_MGMT_T_TOPIC, "QUERY", topic_query},
+    {MQD_MGMT_T_TOPIC, "RESUME", topic_resume},
     {MQD_MGMT_T_EVENTHUB, "READ", eventhub_read},
     {MQD_MGMT_T_PARTITION, "READ", partition_read},
 };

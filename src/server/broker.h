@@ -73,6 +73,9 @@ typedef struct mqd_pending {
     uint64_t last_offset; /* settle when stable > last_offset */
     uint64_t txn;         /* transactional send: settle with transactional-state */
     uint64_t t_ns;        /* when appended (metrics) */
+    uint64_t dedup_key;   /* its message-id in the topic's dedup window, 0 if none */
+    uint64_t *batch_keys; /* a batched send: its inner messages' keys (owned), or NULL */
+    size_t n_batch_keys;
 } mqd_pending_t;
 
 /* ---- offsets waiting to be delivered again (sorted ascending) ---- */
@@ -105,6 +108,8 @@ struct mqd_part {
     mqd_pending_t *pend_head, *pend_tail; /* FIFO by offset */
     struct { uint64_t txn, first; } *otx; /* open transactions with records here (txn/) */
     size_t n_otx, cap_otx;
+    bool failed;                          /* its log failed and the owner knows (partfail.c) */
+    int64_t resume_at_ms;                 /* next automatic resume attempt */
 };
 
 /* ---- a consumer group of a topic (group/group.c) ---- */
@@ -247,6 +252,8 @@ struct mqd_server {
     bool tick_queued;
     bool persist_due;        /* the 1 s timer asks the tick to persist group state */
     uint64_t ticks;          /* periodic timer runs (1 s) */
+    size_t parts_failed;     /* partitions whose log failed (partfail.c) */
+    uint64_t sends_failed;   /* sends rejected because their partition failed */
     int64_t started_ms;      /* wall clock at start */
     uint64_t tmp_seq;
     char *conf_path;
@@ -303,6 +310,28 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
 /* Appends one message (already scanned) to partition p; queues settlement of dlv. */
 int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *c, pn_delivery_t *dlv,
                     uint64_t *offset_out);
+/* topic.c: a settled send back to the free list. */
+void mqd_pending_release(mqd_server_t *s, mqd_pending_t *pe);
+
+/* partfail.c: failed partitions. After a stable callback: if p's log failed, every send
+ * waiting for it is rejected with a condition (the first time counted and logged); if it
+ * resumed, that is noted. */
+void mqd_part_log_event(mqd_part_t *p);
+/* The condition for a send p's failed log refused, and its description in desc. */
+const char *mqd_part_fail_condition(const mqd_part_t *p, char *desc, size_t n);
+/* Rejects p's waiting sends and asks the store to resume its failed log (0: asked or
+ * not failed; MQD_EAGAIN: a resume is under way). */
+int mqd_part_resume(mqd_part_t *p);
+/* The link error for a failed mqd_topic_get (rc): condition, and a format with one %s
+ * for the topic name ("disk full" when creating it found no space). */
+const char *mqd_topic_get_condition(int rc);
+const char *mqd_topic_get_desc(int rc);
+/* 0 if data_dir has room for a new topic (max(disk_free_limit, MQD_TOPIC_MIN_FREE)
+ * free), else MQD_ENOSPC: a topic created into a full disk could take no sends. */
+#define MQD_TOPIC_MIN_FREE (1u << 20)
+int mqd_topic_room(mqd_server_t *s);
+/* Periodic: resumes disk-full partitions every partition_resume_ms while there is room. */
+void mqd_topics_resume_failed(mqd_server_t *s);
 void mqd_topic_dispatch_soon(mqd_topic_t *t);
 void mqd_server_run_dispatch(mqd_server_t *s);
 void mqd_topics_persist(mqd_server_t *s, bool force);
@@ -361,6 +390,11 @@ void mqd_producers_refill(mqd_server_t *s);
 /* dedup.c: true if msg's message-id was stored within the topic's window (records it if not). */
 bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi);
 void mqd_dedup_free(mqd_topic_t *t);
+/* The window's key for msg's message-id (0: none). */
+uint64_t mqd_dedup_key(const uint8_t *msg, const mqd_msg_info_t *mi);
+/* Takes a key out of the window: its send was refused or failed and stored nothing, so a
+ * retry must be stored, not taken for a duplicate. 0 is a no-op. */
+void mqd_dedup_forget(mqd_topic_t *t, uint64_t key);
 /* Rebuilds the topic's window from its logs now, if it has dedup and no window yet. */
 void mqd_dedup_warm(mqd_topic_t *t);
 /* topic.c: mqd_dedup_warm for every topic (start-up, after the transactions load). */

@@ -214,6 +214,18 @@ bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi
     return false;
 }
 
+uint64_t mqd_dedup_key(const uint8_t *msg, const mqd_msg_info_t *mi)
+{
+    return mi->message_id.len ? hash_bytes(msg + mi->message_id.off, mi->message_id.len) : 0;
+}
+
+void mqd_dedup_forget(mqd_topic_t *t, uint64_t key)
+{
+    /* its FIFO entry stays: expire() skips entries whose key is gone */
+    if (key && t->dedup && t->dedup->cap)
+        erase(t->dedup, key);
+}
+
 void mqd_dedup_free(mqd_topic_t *t)
 {
     if (!t->dedup)

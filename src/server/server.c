@@ -652,6 +652,7 @@ static void on_periodic(evutil_socket_t fd, short what, void *arg)
     mqd_server_tick_soon(s);
     mqd_txns_expire(s);
     mqd_producers_refill(s);
+    mqd_topics_resume_failed(s);
     if (++s->ticks % 10 == 0)
         mqd_topics_retain(s);
 }

@@ -51,8 +51,10 @@ static int table_grow(mqd_server_t *s)
 }
 
 /* Settled sends go to a free list: no malloc per message in the steady state. */
-static void pending_put(mqd_server_t *s, mqd_pending_t *pe)
+void mqd_pending_release(mqd_server_t *s, mqd_pending_t *pe)
 {
+    free(pe->batch_keys);
+    pe->batch_keys = NULL;
     if (s->n_pend_free >= 65536) {
         free(pe);
         return;
@@ -93,8 +95,9 @@ static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
             mqd_conn_mark_dirty(pe->conn);
         }
         mqd_conn_unref(pe->conn);
-        pending_put(p->topic->srv, pe);
+        mqd_pending_release(p->topic->srv, pe);
     }
+    mqd_part_log_event(p); /* failed (its other sends get an outcome now) or resumed */
     if (!mqd_dlist_empty(&p->topic->consumers))
         mqd_topic_dispatch_soon(p->topic);
     mqd_txns_stable_advanced(p->topic->srv); /* commits waiting for their records */
@@ -285,7 +288,9 @@ int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t creat
         n = s->conf->default_partitions ? s->conf->default_partitions : 1;
     /* temporary reply nodes live only as long as their receiver: not in meta.db */
     bool persist = strncmp(name, "$tmp.", 5) != 0;
-    int rc = topic_create(s, name, n, persist, NULL, &t);
+    int rc = persist ? mqd_topic_room(s) : 0; /* management replies still work on a full disk */
+    if (rc == 0)
+        rc = topic_create(s, name, n, persist, NULL, &t);
     if (rc == 0) {
         MQD_INFO("topic", "created topic=%s partitions=%u", name, n);
         *out = t;
@@ -356,9 +361,13 @@ static void part_free(mqd_part_t *p)
         mqd_pending_t *pe = p->pend_head;
         p->pend_head = pe->next;
         mqd_conn_unref(pe->conn);
+        free(pe->batch_keys);
         free(pe);
     }
     p->pend_tail = NULL;
+    if (p->failed && p->topic)
+        p->topic->srv->parts_failed--; /* a deleted topic's failed partitions go with it */
+    p->failed = false;
     free(p->otx);
     p->otx = NULL;
     p->n_otx = p->cap_otx = 0;
@@ -472,6 +481,9 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
     pe->last_offset = off;
     pe->txn = (flags & MQD_REC_TXN) ? txn : 0;
     pe->t_ns = mqd_mono_ns();
+    pe->dedup_key = 0;
+    pe->batch_keys = NULL;
+    pe->n_batch_keys = 0;
     c->refs++;
     if (p->pend_tail)
         p->pend_tail->next = pe;
@@ -614,7 +626,11 @@ int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const c
         json_decref(ov);
         return MQD_EINVAL;
     }
-    int rc = topic_create(s, name, nparts, true, ov, out);
+    int rc = mqd_topic_room(s);
+    if (rc == 0)
+        rc = topic_create(s, name, nparts, true, ov, out);
+    else
+        json_decref(ov);
     if (rc == 0)
         MQD_INFO("topic", "created topic=%s partitions=%u (management)", name, nparts);
     return rc;

@@ -115,7 +115,8 @@ void store_fd_forget(mqd_plog_t *log)
 static int tail_idle(const mqd_plog_t *log)
 {
     if (log->flushing || log->queue || log->pending ||
-        __atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE))
+        __atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE)) /* resume.c uses the tail's fd */
         return 0;
     const seg_t *t = log->tail;
     return __atomic_load_n(&t->synced, __ATOMIC_ACQUIRE) == t->size &&

@@ -65,6 +65,7 @@ void plog_free(mqd_plog_t *log)
         free(log->pending);
     }
     store_cold_end(log);
+    store_corrupt_free(log);
     pthread_mutex_destroy(&log->mu);
     free(log->topic);
     free(log->dir);
@@ -255,6 +256,7 @@ typedef struct rd_pos {
     int dfd;          /* the segment's O_DIRECT descriptor, else -1 */
     uint64_t base;    /* the segment's base offset */
     uint64_t pos, seg_end, at_off;
+    uint64_t next_off; /* offset after the segment's last record (when located) */
     uint64_t dio_end; /* O_DIRECT reads stay below (cold_req_t) */
     uint64_t avg_rec; /* the segment's average record size (bytes incl. header), 0 unknown */
     int has_next;
@@ -325,6 +327,7 @@ static int read_locate(mqd_plog_t *log, uint64_t from, rd_pos_t *p)
         p->base = s->base;
         p->pos = seg_lookup_pos(s, from, &p->at_off);
         p->seg_end = s->size;
+        p->next_off = s->next ? s->next->base : s->next_off;
         p->avg_rec = seg_avg_rec(s);
         p->has_next = s->next != NULL;
         if (p->pos >= p->seg_end && s->next) {
@@ -337,6 +340,7 @@ static int read_locate(mqd_plog_t *log, uint64_t from, rd_pos_t *p)
             p->pos = 0;
             p->at_off = s->base;
             p->seg_end = s->size;
+            p->next_off = s->next ? s->next->base : s->next_off;
             p->avg_rec = seg_avg_rec(s);
             p->has_next = s->next != NULL;
         }
@@ -357,7 +361,7 @@ static int read_parse(mqd_plog_t *log, mqd_read_t *r, const uint8_t *buf, size_t
         const uint8_t *h = buf + c;
         uint32_t len = rd32(h);
         uint64_t off = rd64(h + 8);
-        if (off >= l->bound)
+        if (p->at_off >= l->bound) /* not `off`: a damaged offset must not end the read */
             return 1;
         if (len < REC_LEN_MIN || off != p->at_off)
             goto corrupt;
@@ -387,8 +391,33 @@ static int read_parse(mqd_plog_t *log, mqd_read_t *r, const uint8_t *buf, size_t
     p->pos += c;
     return 0;
 corrupt:
-    MQD_ERR("store", "%s: bad record near offset %" PRIu64 " while reading", log->dir, p->at_off);
+    p->pos += c; /* the damaged record: mqd_plog_read skips it (corrupt.c) */
+    MQD_UNUSED(log);
     return MQD_ECORRUPT;
+}
+
+/* The damaged record at p->pos: r gets one MQD_REC_CORRUPT record for each offset the
+ * damage covers from `from` on (below the bound, within max_recs), p moves to the next
+ * intact record. 0, or an error when the damage cannot be skipped. */
+static int skip_corrupt(mqd_plog_t *log, mqd_read_t *r, rd_pos_t *p, const rd_lim_t *l)
+{
+    uint64_t np, no;
+    int rc = store_corrupt_skip(log, p->fd, p->base, p->pos, p->at_off, p->seg_end, p->next_off,
+                                &np, &no);
+    if (rc == 0)
+        rc = read_reserve(r, 1, l->max_recs); /* r->n is 0: nothing points into r->buf */
+    if (rc != 0)
+        return rc;
+    uint64_t o = p->at_off > l->from ? p->at_off : l->from;
+    for (; o < no && o < l->bound && r->n < l->max_recs; o++) {
+        r->recs[r->n++] = (mqd_rec_t){.offset = o, .flags = MQD_REC_CORRUPT, .data = r->buf};
+        r->next_offset = o + 1;
+    }
+    if (o < no && r->n) /* the rest of the span at the next read */
+        return 0;
+    p->pos = np;
+    p->at_off = no;
+    return 0;
 }
 
 /* Bytes to pread for one call: max_bytes, but no more than max_recs records of the
@@ -454,6 +483,11 @@ int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_rec
             rc = got == 0 ? 1 : MQD_EIO; /* 0: a failed log cut its unsynced tail */
         if (rc == 0)
             rc = read_parse(log, r, src, (size_t)got, &p, &l, &used);
+        if (rc == MQD_ECORRUPT && p.pos < p.seg_end) {
+            if (r->n)
+                return 0; /* what came before first; the next read starts at the damage */
+            rc = skip_corrupt(log, r, &p, &l);
+        }
         if (rc == 1 || (rc == 0 && r->n))
             return 0; /* done, or a partial chunk after some records: caller reads on */
         if (rc == 0 && r->n == 0 && p.pos < p.seg_end) {
@@ -462,9 +496,11 @@ int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_rec
             bool hdr = left >= REC_HDR && pread(p.fd, h, 4, (off_t)p.pos) == 4;
             /* A partial record up to the segment end never completes (damage kept in an
              * unhealthy segment): fail instead of spinning. */
-            if (left < REC_HDR || (hdr && 4 + (uint64_t)rd32(h) > left))
-                rc = MQD_ECORRUPT;
-            else if (hdr && 4 + (size_t)rd32(h) > want)
+            if (left < REC_HDR || (hdr && 4 + (uint64_t)rd32(h) > left)) {
+                rc = skip_corrupt(log, r, &p, &l); /* a damaged length */
+                if (rc == 0 && r->n)
+                    return 0;
+            } else if (hdr && 4 + (size_t)rd32(h) > want)
                 want = 4 + (size_t)rd32(h);
         }
         if (r->n >= l.max_recs)

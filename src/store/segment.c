@@ -78,7 +78,7 @@ static int seg_open_files(mqd_plog_t *log, seg_t *s, int create)
     char p[4096];
     seg_path(log, s->base, "log", p, sizeof p);
     s->fd = store_fd_open(log->st, p, O_RDWR | (create ? O_CREAT | O_EXCL : 0));
-    return s->fd < 0 ? MQD_EIO : 0;
+    return s->fd < 0 ? mqd_errno_rc(errno) : 0;
 }
 
 int seg_create(mqd_plog_t *log, uint64_t base, seg_t **out)
@@ -789,16 +789,19 @@ int log_recover(mqd_plog_t *log)
     return 0;
 }
 
-/* Cuts s at offset off (off within [base, next_off]); rebuilds its indexes. */
-int seg_truncate_at(mqd_plog_t *log, seg_t *s, uint64_t off)
+/* Cuts s at offset off (off within [base, next_off]); rebuilds its indexes. An idle
+ * segment's descriptor may be closed (fdlru.c): `locked` says whether the caller holds
+ * log->mu already (resume.c does), else it is taken to open it. The owner waits for a
+ * truncation or a resume, so opening it here races with no read. */
+int seg_truncate_at(mqd_plog_t *log, seg_t *s, uint64_t off, bool locked)
 {
     uint64_t o;
     uint64_t pos = seg_lookup_pos(s, off, &o);
-    /* An idle segment's descriptor may be closed (fdlru.c); the owner waits for the
-     * truncation, so opening it here races with no read. */
-    pthread_mutex_lock(&log->mu);
+    if (!locked)
+        pthread_mutex_lock(&log->mu);
     int fd = seg_fd_get(log, s);
-    pthread_mutex_unlock(&log->mu);
+    if (!locked)
+        pthread_mutex_unlock(&log->mu);
     if (fd < 0)
         return fd;
     while (o < off) {

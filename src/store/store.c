@@ -176,20 +176,41 @@ void store_kick_log(mqd_store_t *st, mqd_plog_t *log)
 
 /* ---- flusher ---- */
 
+void store_announce(mqd_plog_t *log)
+{
+    mqd_store_t *st = log->st;
+    pthread_mutex_lock(&st->mu);
+    if (!log->on_adv) {
+        log->on_adv = 1;
+        log->adv_next = st->adv;
+        st->adv = log;
+    }
+    pthread_cond_broadcast(&st->done_cv);
+    pthread_mutex_unlock(&st->mu);
+    if (st->wake)
+        st->wake(st->wake_arg);
+}
+
 static void log_fail(mqd_plog_t *log, seg_t *s, const char *what, int err)
 {
     if (__atomic_exchange_n(&log->failed, 1, __ATOMIC_ACQ_REL))
         return;
+    __atomic_store_n(&log->fail_err, err ? err : EIO, __ATOMIC_RELEASE);
     MQD_ERR("store", "%s: %s failed (%s): partition failed; nothing after offset %" PRIu64
             " is durable", log->dir, what, strerror(err),
             __atomic_load_n(&log->durable, __ATOMIC_ACQUIRE));
-    /* Best effort: make unsynced bytes disappear so a restart cannot resurrect data
-     * that was never acknowledged. The log stays failed either way. */
+    /* Make unsynced bytes disappear so a restart cannot resurrect data that was never
+     * acknowledged: also the whole records of a short write, which s->size never
+     * counted (fsyncgate: after a failed write or sync nothing past `synced` is known
+     * to be on disk). The zeroer keeps off the tail until a resume. Best effort: the
+     * log stays failed either way. */
+    store_zero_detach(log);
     pthread_mutex_lock(&log->mu);
-    if (s->size > s->synced && ftruncate(s->fd, (off_t)s->synced) == 0)
+    if (ftruncate(s->fd, (off_t)s->synced) == 0)
         s->size = s->synced;
     pthread_mutex_unlock(&log->mu);
     __atomic_store_n(&log->stable, log->durable, __ATOMIC_RELEASE);
+    store_announce(log); /* the owner fails the sends waiting for this log */
 }
 
 static void free_batches(mqd_store_t *st, batch_t *b)
@@ -470,6 +491,8 @@ static void flush_log_rest(mqd_plog_t *log, int64_t now, int stopping)
         store_fsync_dir(log->dir);
     if (__atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE))
         do_truncate(log);
+    if (__atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE))
+        store_do_resume(log);
     if (__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
         return;
     seg_t *s = log->tail;
@@ -511,16 +534,7 @@ static void visit(mqd_store_t *st, mqd_plog_t *log, int64_t now, int stopping)
          * list refills during every fdatasync, so the pass would go on to write and sync
          * the next batches (and checkpoints) first, and settlements of data already
          * durable would wait for those syncs too. */
-        pthread_mutex_lock(&st->mu);
-        if (!log->on_adv) {
-            log->on_adv = 1;
-            log->adv_next = st->adv;
-            st->adv = log;
-        }
-        pthread_cond_broadcast(&st->done_cv);
-        pthread_mutex_unlock(&st->mu);
-        if (st->wake)
-            st->wake(st->wake_arg);
+        store_announce(log);
     }
     flush_log_rest(log, now, stopping);
     int timed = needs_timed(log);
@@ -660,7 +674,7 @@ static int truncate_segments(mqd_plog_t *log, uint64_t off)
     }
     seg_t *t = log->tail;
     if (t->base < off || t->base == off)
-        return seg_truncate_at(log, t, off < t->base ? t->base : off);
+        return seg_truncate_at(log, t, off < t->base ? t->base : off, false);
     /* Everything goes: restart the log at `off` with a fresh segment. */
     seg_t *s;
     int rc = seg_create(log, off, &s);

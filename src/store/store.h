@@ -192,6 +192,28 @@ bool mqd_plog_unhealthy(const mqd_plog_t *log); /* mid-log corruption found at o
 const char *mqd_plog_topic(const mqd_plog_t *log);
 uint32_t mqd_plog_partition(const mqd_plog_t *log);
 
+/* Failed logs (a write or sync error; the stable callback runs once when a log fails,
+ * with stable = durable, so the owner can fail the sends past it). The errno that
+ * failed it (ENOSPC / EDQUOT: the disk is full), 0 while healthy. */
+int mqd_plog_fail_errno(const mqd_plog_t *log);
+/* Asks the flusher to make a failed log take appends again: it truncates the log to its
+ * durable offset (every record appended after it is gone: their sends must already have
+ * been failed), writes and fdatasyncs a probe block, and clears the failure only if that
+ * worked. Returns at once: 0 (asked, or the log is healthy), MQD_EAGAIN (a resume is
+ * under way). The stable callback runs when it ended; mqd_plog_failed then tells how.
+ * Owner thread. */
+int mqd_plog_resume(mqd_plog_t *log);
+bool mqd_plog_resuming(const mqd_plog_t *log);
+
+/* Corrupt records (a CRC or header mismatch inside the whole records of a segment: bit
+ * rot, a damaged sealed segment). Readers skip them: mqd_plog_read returns, for each
+ * offset the damage covers, a record with kind MQD_REC_CORRUPT and no data, and goes on
+ * with the next intact record, so no consumer ever stops at one. Counted once per
+ * offset per process run (and logged once): `count` offsets, the lowest in *first
+ * (UINT64_MAX if none). */
+#define MQD_REC_CORRUPT 0x03u /* kind of a record mqd_plog_read made up for damage */
+void mqd_plog_corrupt(const mqd_plog_t *log, uint64_t *count, uint64_t *first);
+
 /* Leader epoch stamped on records appended from now on (replication). */
 void mqd_plog_set_epoch(mqd_plog_t *log, uint32_t epoch);
 

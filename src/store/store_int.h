@@ -122,6 +122,10 @@ struct mqd_plog {
     /* written by the flusher, read anywhere (atomics) */
     uint64_t stable, durable;
     int failed, unhealthy;
+    int fail_err;             /* errno that failed the log (0 while healthy) */
+    int resume_req;           /* mqd_plog_resume asks the flusher (atomic; resume.c) */
+    int resume_rc;            /* how the last resume ended (0, MQD_ENOSPC, MQD_EIO) */
+    struct corrupt_set *corrupt; /* corrupt records readers skipped (corrupt.c; owner) */
 
     /* flusher-only state */
     uint64_t unsynced_recs;   /* async: records written but not synced */
@@ -230,7 +234,7 @@ int seg_index_add(seg_t *s, const mqd_plog_config_t *cfg, uint64_t off, uint64_t
 int seg_index_write(const mqd_plog_t *log, seg_t *s, int rewrite, int sync);
 uint64_t seg_lookup_pos(const seg_t *s, uint64_t off, uint64_t *at_off);
 uint64_t seg_lookup_time(const seg_t *s, int64_t ts);
-int seg_truncate_at(mqd_plog_t *log, seg_t *s, uint64_t off);
+int seg_truncate_at(mqd_plog_t *log, seg_t *s, uint64_t off, bool locked);
 int log_recover(mqd_plog_t *log);
 /* Records that [0, pos) of segment `base` holds whole, fdatasync'd records up to offset
  * `off`, so recovery scans from there. `sync`: durably (tmp file, fdatasync, rename,
@@ -251,6 +255,10 @@ static inline uint32_t rd32(const uint8_t *p) { uint32_t v; __builtin_memcpy(&v,
 static inline uint64_t rd64(const uint8_t *p) { uint64_t v; __builtin_memcpy(&v, p, 8); return v; }
 
 /* ---- store.c ---- */
+/* Files log on the store's advanced list and wakes the owner, so the log's stable
+ * callback runs (flusher thread, st->mu not held): stable rose, or the log failed or
+ * resumed. */
+void store_announce(mqd_plog_t *log);
 batch_t *store_batch_get(mqd_store_t *st);
 void store_batch_put(mqd_store_t *st, batch_t *b);
 /* Puts log on the flusher's work list and wakes the flusher. */
@@ -378,6 +386,21 @@ size_t store_fd_release(mqd_plog_t *log, const seg_t *keep);
 void store_fd_forget(mqd_plog_t *log);
 /* The cap: n, or 0 for the default (fdlru.c: from RLIMIT_NOFILE). */
 size_t store_fd_default_cap(void);
+
+/* ---- resume.c ---- */
+/* Flusher: serves a resume request of a failed log (truncate to the durable offset, a
+ * probe write + fdatasync, then the log takes appends again). */
+void store_do_resume(mqd_plog_t *log);
+
+/* ---- corrupt.c ---- */
+/* Owner, from mqd_plog_read: the record at file position `pos` (offset `off`) of the
+ * segment read through fd (whole records up to seg_end, offsets up to seg_next_off) failed
+ * its checks. Finds the next intact record after it (*next_pos, *next_off; seg_end and
+ * seg_next_off when none) and counts offsets [off, *next_off) as skipped, once each. */
+int store_corrupt_skip(mqd_plog_t *log, int fd, uint64_t base, uint64_t pos, uint64_t off,
+                       uint64_t seg_end, uint64_t seg_next_off, uint64_t *next_pos,
+                       uint64_t *next_off);
+void store_corrupt_free(mqd_plog_t *log);
 
 /* ---- plog.c ---- */
 int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,

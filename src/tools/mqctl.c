@@ -66,6 +66,7 @@ static void usage(FILE *f)
           "  topic create NAME [--partitions N] [--config KEY=VALUE]...\n"
           "  topic list | describe NAME | delete NAME\n"
           "  topic alter NAME [--partitions N] [--config KEY=VALUE]...\n"
+          "  topic resume NAME[/PARTITION]   (a partition failed by a full disk or an I/O error)\n"
           "  group list [TOPIC] | describe TOPIC GROUP | delete TOPIC GROUP\n"
           "  group reset TOPIC GROUP --to earliest|latest|OFFSET|@TIME_MS\n"
           "  connection list | close ID\n"
@@ -483,14 +484,20 @@ static void show_topic(json_t *o)
     json_object_foreach(cfg, k, v)
         printf("  %-20s %s%s\n", k, fld(cfg, k, b[0], sizeof b[0]),
                json_object_get(ov, k) ? "  (set by management)" : "");
-    const char *head[] = {"PARTITION", "START", "END", "SIZE_BYTES"};
-    table_t t = {.ncols = 4, .head = head};
+    const char *head[] = {"PARTITION", "START", "END", "SIZE_BYTES", "FAILED", "CORRUPT"};
+    table_t t = {.ncols = 6, .head = head};
     size_t i;
-    char c[4][32];
+    char c[6][32];
     json_array_foreach(json_object_get(o, "partition_info"), i, v)
         table_add(&t, fld(v, "partition", c[0], 32), fld(v, "start", c[1], 32),
-                  fld(v, "end", c[2], 32), fld(v, "size_bytes", c[3], 32));
+                  fld(v, "end", c[2], 32), fld(v, "size_bytes", c[3], 32),
+                  fld(v, "failed", c[4], 32), fld(v, "corrupt_records", c[5], 32));
     table_print(&t);
+    json_array_foreach(json_object_get(o, "partition_info"), i, v) {
+        const char *why = json_string_value(json_object_get(v, "failed_reason"));
+        if (why && *why)
+            printf("partition %s: %s\n", fld(v, "partition", c[0], 32), why);
+    }
 }
 
 static void show_groups(json_t *v)
@@ -593,6 +600,19 @@ static void build_name(request_t *rq, char **args, int nargs, int argc, char **a
     rq->name = nargs > 0 ? args[0] : NULL;
 }
 
+/* NAME or NAME/N: the partition goes as property `partition`. */
+static void build_resume(request_t *rq, char **args, int nargs, int argc, char **argv)
+{
+    no_opts(argc, argv);
+    char *slash = nargs > 0 ? strrchr(args[0], '/') : NULL;
+    rq->name = args[0];
+    if (!slash || !slash[1] || strspn(slash + 1, "0123456789") != strlen(slash + 1))
+        return;
+    *slash = '\0';
+    rq->props = json_object();
+    json_object_set_new(rq->props, "partition", json_integer(strtoll(slash + 1, NULL, 10)));
+}
+
 static void build_group(request_t *rq, char **args, int nargs, int argc, char **argv)
 {
     rq->props = json_object();
@@ -628,6 +648,7 @@ static const cmd_t cmds[] = {
     {"topic", "describe", 1, 1, "READ", T_TOPIC, build_name, show_topic, NULL},
     {"topic", "alter", 1, 1, "UPDATE", T_TOPIC, build_topic_opts, show_topic, NULL},
     {"topic", "delete", 1, 1, "DELETE", T_TOPIC, build_name, NULL, "deleted topic %s"},
+    {"topic", "resume", 1, 1, "RESUME", T_TOPIC, build_resume, show_topic, NULL},
     {"group", "list", 0, 1, "QUERY", T_GROUP, build_group_list, show_groups, NULL},
     {"group", "describe", 2, 2, "READ", T_GROUP, build_group, show_group, NULL},
     {"group", "reset", 2, 2, "RESET", T_GROUP, build_group, show_group, NULL},

@@ -908,6 +908,18 @@ void mqd_txns_decide(mqd_server_t *s)
 }
 
 /* Commits whose records have become stable (called when a partition's stable rose). */
+/* Did a partition the transaction wrote to fail before its records were stable? They
+ * are gone (a resume truncates them and reuses their offsets): it can never commit. */
+static bool records_lost(const mqd_txn_t *t)
+{
+    for (size_t i = 0; i < t->n_parts; i++) {
+        mqd_plog_t *log = tp(&t->parts[i])->log;
+        if (mqd_plog_failed(log) && mqd_plog_stable_offset(log) <= t->parts[i].last)
+            return true;
+    }
+    return false;
+}
+
 void mqd_txns_stable_advanced(mqd_server_t *s)
 {
     mqd_txns_t *x = s->txns;
@@ -916,8 +928,15 @@ void mqd_txns_stable_advanced(mqd_server_t *s)
     for (mqd_dlist_t *n = x->open.next; n != &x->open;) {
         mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
         n = n->next;
-        if (t->discharge && records_stable(t))
+        if (records_lost(t)) {
+            t->doomed = true; /* a discharge later rolls it back */
+            if (t->discharge) {
+                finish_discharge(t, MQD_EFAILED);
+                rollback(s, t, "a partition failed before its records were durable");
+            }
+        } else if (t->discharge && records_stable(t)) {
             commit_soon(s, t);
+        }
     }
 }
 

@@ -40,6 +40,7 @@ const char *mqd_strerror(int rc)
     case MQD_EAGAIN: return "try again";
     case MQD_ERANGE: return "out of range";
     case MQD_EFAILED: return "failed (refusing writes)";
+    case MQD_ENOSPC: return "disk full";
     case MQD_ETOOBIG: return "too big";
     case MQD_ESTATE: return "wrong state";
     case MQD_EDB: return "database error";
@@ -55,6 +56,11 @@ int mqd_fsync_dir(const char *dirpath)
     int rc = fsync(fd) == 0 ? 0 : MQD_EIO;
     close(fd);
     return rc;
+}
+
+int mqd_errno_rc(int err)
+{
+    return err == ENOSPC || err == EDQUOT ? MQD_ENOSPC : MQD_EIO;
 }
 
 static int fsync_parent(const char *dir)
@@ -94,7 +100,7 @@ int mqd_mkdirs(const char *path, unsigned mode)
             if (mqd_fsync_dir(buf) != 0 || fsync_parent(buf) != 0)
                 return MQD_EIO;
         } else if (errno != EEXIST) {
-            return MQD_EIO;
+            return mqd_errno_rc(errno);
         }
         if (c == '\0')
             break;

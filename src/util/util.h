@@ -47,6 +47,8 @@ int mqd_mkdirs(const char *path, unsigned mode);
  * (path's parent first): makes a chain that an earlier run created, then crashed before
  * syncing, durable. */
 int mqd_fsync_parents(const char *path, size_t base_len);
+/* MQD_ENOSPC for a full file system (ENOSPC, EDQUOT), else MQD_EIO. */
+int mqd_errno_rc(int err);
 
 /* ---- systemd notify (no-op without $NOTIFY_SOCKET) ---- */
 int mqd_sd_notify(const char *state);

@@ -65,6 +65,12 @@ def seeds():
     yield b'\x00' + gen(6, [(b'x', 0, 1, 0), (b'y', 5, 2, 0), (b'z', -3, 3, 1)])
     yield b'\x00' + chunk(1, struct.pack('<II', 3, 100) * 3) + gen(6, five)  # bad index
     yield b'\x00' + gen(6, [(b'', 0, 0, 0x01), (b't', 0, 0, 0x81)])
+    # issue 16: damage inside an old segment whose index is intact (found by reads only):
+    # a payload byte of record 10 (its CRC fails), the length field of record 20
+    yield b'\x27' + chunk(0, log[:745] + bytes([log[745] ^ 0xFF]) + log[746:]) + chunk(1, idx) + \
+        chunk(2, tix) + chunk(3, log_b) + chunk(4, idx_b) + chunk(5, tix_b)
+    yield b'\x27' + chunk(0, log[:1400] + struct.pack('<I', 0xFFFFFF) + log[1404:]) + chunk(1, idx) + \
+        chunk(2, tix) + chunk(3, log_b) + chunk(4, idx_b) + chunk(5, tix_b)
 
 
 for n, s in enumerate(seeds(), 1):

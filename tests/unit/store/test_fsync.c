@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -124,6 +126,77 @@ static void test_sync_eio(void **state)
     assert_int_equal(mqd_plog_wait_stable(f->log, 150), MQD_EFAILED);
     assert_int_equal(sync_calls, 1); /* never retried */
     check_failed_then_reopen(f, 100);
+}
+
+static uint64_t cb_stable;
+static int cb_calls;
+
+static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
+{
+    (void)log;
+    (void)arg;
+    cb_stable = stable;
+    cb_calls++;
+}
+
+/* Owner side of a resume: waits (bounded) until the flusher finished it. */
+static void wait_resumed(fx_t *f)
+{
+    for (int i = 0; i < 10000 && mqd_plog_resuming(f->log); i++)
+        usleep(1000);
+    assert_false(mqd_plog_resuming(f->log));
+    mqd_store_dispatch(f->st);
+}
+
+static off_t seg0_size(fx_t *f)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/topics/t/0/%020u.log", f->dir, 0);
+    struct stat sb;
+    assert_int_equal(stat(p, &sb), 0);
+    return sb.st_size;
+}
+
+/* Issue 16 (5): a failed fdatasync fails the log, tells the owner through the stable
+ * callback, cuts the unsynced bytes; a resume while syncs still fail keeps it failed,
+ * one after they work truncates to the durable offset and takes appends again. */
+static void test_sync_eio_resume(void **state)
+{
+    fx_t *f = *state;
+    fx_open(f);
+    mqd_plog_set_stable_cb(f->log, on_stable, NULL);
+    assert_int_equal(append_n(f->st, f->log, 100, 10, SEED, 100, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 100), 0);
+    off_t good_size = seg0_size(f);
+    mqd_store_dispatch(f->st);
+    cb_calls = 0;
+    mqd_store_io.fdatasync = fail_fdatasync;
+    assert_int_equal(append_n(f->st, f->log, 50, 50, SEED, 100, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 150), MQD_EFAILED);
+    assert_int_equal(mqd_plog_fail_errno(f->log), EIO);
+    mqd_store_dispatch(f->st);
+    assert_int_equal(cb_calls, 1); /* the owner hears of the failure */
+    assert_int_equal(cb_stable, 100);
+    assert_int_equal(seg0_size(f), good_size); /* the unsynced records are gone */
+
+    assert_int_equal(mqd_plog_resume(f->log), 0); /* syncs still fail: the probe too */
+    wait_resumed(f);
+    assert_true(mqd_plog_failed(f->log));
+
+    mqd_store_io_reset();
+    assert_int_equal(mqd_plog_resume(f->log), 0);
+    wait_resumed(f);
+    assert_false(mqd_plog_failed(f->log));
+    assert_int_equal(mqd_plog_fail_errno(f->log), 0);
+    assert_int_equal(mqd_plog_end_offset(f->log), 100);
+    assert_int_equal(seg0_size(f), good_size); /* the probe block was cut again */
+    assert_int_equal(append_n(f->st, f->log, 50, 50, SEED, 100, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 150), 0);
+    assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED, 100, 100, 1 << 20), 150);
+    mqd_store_close(f->st);
+    fx_open(f);
+    assert_int_equal(mqd_plog_end_offset(f->log), 150);
+    assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED, 100, 100, 1 << 20), 150);
 }
 
 static void test_write_eio(void **state)
@@ -467,6 +540,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sync_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_eio, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_eio_resume, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_eio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_short_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_syncfs_shared, setup, teardown),
