@@ -42,7 +42,7 @@ static void release_unsettled(mqd_lstate_t *ls)
         uint64_t off;
         tag_decode(d, &part, &off);
         if (part < g->ncur && !pn_delivery_settled(d))
-            mqd_cursor_release(&g->cur[part], off, false);
+            mqd_cursor_release(&g->cur[part], off, true); /* an unsuccessful attempt (3.2.1) */
     }
 }
 
@@ -432,6 +432,9 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
         return mqd_link_refuse(l, "amqp:invalid-field", "bad filter: %s", err);
     read_epoch(l, ls);
     if (browse) {
+        pn_link_set_snd_settle_mode(l, pn_link_remote_snd_settle_mode(l) == PN_SND_SETTLED
+                                           ? PN_SND_SETTLED
+                                           : PN_SND_MIXED);
         ls->browse_next = calloc(t->nparts, sizeof *ls->browse_next);
         ls->browse_n = ls->browse_next ? t->nparts : 0;
         for (uint32_t i = 0; i < ls->browse_n; i++)
@@ -459,7 +462,8 @@ static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const 
         .enqueued_ms = rec->timestamp_ms,
         .pkey = mi->partition_key.len ? rec->data + mi->partition_key.off : NULL,
         .pkey_len = mi->partition_key.len,
-        .delivery_count = dcount,
+        .delivery_count = mi->delivery_count + MQD_DC_COUNT(dcount),
+        .redelivered = (dcount & MQD_DC_SEEN) != 0,
     };
     int rc = mqd_msg_annotate(rec->data, rec->len, mi, &ann, &s->scratch);
     if (rc != 0)
@@ -472,7 +476,9 @@ static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const 
     pn_link_advance(ls->link);
     ls->topic->msgs_out++;
     ls->topic->bytes_out += s->scratch.len;
-    if (ls->kind == MQD_LS_BROWSER)
+    /* A copy goes out unsettled, as ActiveMQ and Artemis send it (clients settle what they
+     * browse and fail on a pre-settled delivery), unless the receiver asked for settled. */
+    if (ls->kind == MQD_LS_BROWSER && pn_link_snd_settle_mode(ls->link) == PN_SND_SETTLED)
         pn_delivery_settle(d);
     else
         ls->unsettled++;
@@ -589,27 +595,129 @@ static size_t browse_pump(mqd_lstate_t *ls)
     return 0;
 }
 
-/* What to do with a record before it goes out: 0 deliver, 1 consumed without delivery. */
-static int screen(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_info_t *mi,
-                  uint32_t dc)
+/* What to do with a scanned record before it goes out: 0 deliver, 1 consumed without
+ * delivery (expired, or dead-lettered at max_delivery_count, which sees the count the
+ * delivery would carry). */
+static int admit(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, const mqd_msg_info_t *mi,
+                 uint32_t dc)
 {
     mqd_topic_t *t = ls->topic;
-    if (scan_record(ls, rec, mi) != 0) {
-        MQD_WARN("link", "skipping unparseable record %s/%u@%llu", t->name, i,
-                 (unsigned long long)rec->offset);
-        return 1;
-    }
     if (expired(rec, mi, mqd_now_ms())) {
         t->msgs_expired++;
         return 1;
     }
-    if (t->conf.max_delivery_count && dc >= t->conf.max_delivery_count) {
+    if (t->conf.max_delivery_count &&
+        mi->delivery_count + MQD_DC_COUNT(dc) >= t->conf.max_delivery_count) {
         dead_letter(t, i, rec, mi, "max_delivery_count reached");
         t->msgs_dead++;
         return 1;
     }
+    return 0;
+}
+
+static int scan_or_warn(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_info_t *mi)
+{
+    if (scan_record(ls, rec, mi) == 0)
+        return 0;
+    MQD_WARN("link", "skipping unparseable record %s/%u@%llu", ls->topic->name, i,
+             (unsigned long long)rec->offset);
+    return 1;
+}
+
+/* An exclusive group's link or an unfiltered one: a selector skips for the whole group
+ * (Kafka style: what this link does not select counts as consumed by the group). */
+static int screen(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_info_t *mi,
+                  uint32_t dc)
+{
+    if (scan_or_warn(ls, i, rec, mi) != 0 || admit(ls, i, rec, mi, dc) != 0)
+        return 1;
     if (ls->sel && !mqd_selector_match(ls->sel, rec->data, rec->len, mi))
-        return 1; /* the group's offset moves past what this link does not select */
+        return 1;
+    return 0;
+}
+
+/* A selective link takes a free record it selects: 1 if it went out (or was consumed by
+ * expiry / dead-lettering), 0 if the record stays for the others. */
+static int sel_take(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec)
+{
+    mqd_cursor_t *cur = &ls->group->cur[i];
+    mqd_msg_info_t mi;
+    if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
+        ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(ls->topic->srv, rec->txn)) ||
+        scan_or_warn(ls, i, rec, &mi) != 0) {
+        mqd_cursor_skip(cur, rec->offset); /* never delivered to anyone */
+        return 0;
+    }
+    if (!mqd_selector_match(ls->sel, rec->data, rec->len, &mi))
+        return 0;
+    uint32_t dc = mqd_cursor_take(cur, rec->offset);
+    if (admit(ls, i, rec, &mi, dc) == 0 && deliver(ls, i, rec, &mi, dc) == 0)
+        return 1;
+    mqd_cursor_done(cur, rec->offset);
+    return 0;
+}
+
+/* Released records this link selects, up to SEL_REDELIVER of the list per call, from
+ * where the last call stopped (the list may hold many records other links want). */
+#define SEL_REDELIVER 32
+
+static int sel_redelivery(mqd_lstate_t *ls, uint32_t i)
+{
+    mqd_cursor_t *cur = &ls->group->cur[i];
+    mqd_plog_t *log = ls->topic->parts[i].log;
+    mqd_read_t *rd = &ls->topic->srv->browse_rd;
+    for (size_t k = 0; k < SEL_REDELIVER && cur->redeliver.n; k++) {
+        uint64_t off = cur->redeliver.v[ls->sel_rdi++ % cur->redeliver.n];
+        if (off >= ls->browse_next[i] || !mqd_cursor_free_at(cur, off))
+            continue; /* the scan reaches it, or it is someone else's */
+        if (mqd_plog_read(log, off, off + 1, 1, 1, rd) != 0 || rd->n != 1 ||
+            rd->recs[0].offset != off)
+            continue;
+        if (sel_take(ls, i, &rd->recs[0]))
+            return 1;
+    }
+    return 0;
+}
+
+/* A link with a selector on the shared group (a queue) takes only what it selects, from
+ * its own scan position per partition (browse_next) and from the group's released
+ * records; what it passes over stays free, in order, for the group's other links, and
+ * the committed floor stays below it. Positions persist across calls, so a long run of
+ * records it does not select is read once, SEL_SCAN records per call at most. */
+#define SEL_SCAN 256
+
+static size_t selective_pump(mqd_lstate_t *ls)
+{
+    mqd_topic_t *t = ls->topic;
+    mqd_group_t *g = ls->group;
+    size_t work = 0;
+    if (ls->browse_n < g->ncur) {
+        uint64_t *nb = realloc(ls->browse_next, g->ncur * sizeof *nb);
+        if (!nb)
+            return 0;
+        memset(nb + ls->browse_n, 0, (g->ncur - ls->browse_n) * sizeof *nb);
+        ls->browse_next = nb;
+        ls->browse_n = g->ncur;
+    }
+    for (uint32_t k = 0; k < g->ncur; k++) {
+        uint32_t i = (t->rr_part + k) % g->ncur;
+        mqd_cursor_t *cur = &g->cur[i];
+        if (ls->browse_next[i] < cur->floor)
+            ls->browse_next[i] = cur->floor;
+        int sent = sel_redelivery(ls, i);
+        const mqd_rec_t *rec;
+        while (!sent && work < SEL_SCAN && (rec = browse_next_rec(ls, i)) != NULL) {
+            work++;
+            ls->browse_next[i] = rec->offset + 1;
+            sent = mqd_cursor_free_at(cur, rec->offset) && sel_take(ls, i, rec);
+        }
+        if (sent) {
+            t->rr_part = i + 1;
+            return 1;
+        }
+        if (work >= SEL_SCAN)
+            return 1; /* more to look at: the dispatcher calls again */
+    }
     return 0;
 }
 
@@ -617,6 +725,8 @@ static size_t group_pump(mqd_lstate_t *ls)
 {
     mqd_topic_t *t = ls->topic;
     mqd_group_t *g = ls->group;
+    if (ls->sel && g->mode == MQD_GROUP_SHARED)
+        return selective_pump(ls);
     for (uint32_t k = 0; k < g->ncur; k++) {
         uint32_t i = (t->rr_part + k) % g->ncur;
         if (!mqd_group_may_deliver(g, ls, i))
@@ -710,6 +820,8 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
         mqd_group_settled(g, part);
         mqd_topic_dispatch_soon(ls->topic);
     }
+    if (ls->kind == MQD_LS_BROWSER && ls->unsettled)
+        ls->unsettled--; /* a copy: any outcome only settles it */
     if (!pn_delivery_settled(d))
         pn_delivery_update(d, state);
     pn_delivery_settle(d);

@@ -81,14 +81,21 @@ typedef struct mqd_redeliver {
     size_t n, cap;
 } mqd_redeliver_t;
 
+/* A record's delivery state as the cursor hands it out: the number of earlier failed
+ * attempts (header delivery-count to add) and whether a link acquired it before. */
+#define MQD_DC_SEEN 0x80000000u
+#define MQD_DC_COUNT(v) ((v) & ~MQD_DC_SEEN)
+
 /* ---- one group's position in one partition ---- */
 typedef struct mqd_cursor {
     uint64_t floor;      /* committed: every offset below is done (accepted/rejected/skipped) */
     uint64_t next_read;  /* next never-delivered offset */
     uint8_t *done;       /* bitmap: bit i = offset (floor & ~7) + i done */
-    size_t done_bits;    /* capacity in bits */
+    uint8_t *held;       /* bitmap (same base and size): offset handed out, unsettled */
+    size_t done_bits;    /* capacity in bits of both */
     mqd_redeliver_t redeliver;
-    /* delivery counts of offsets redelivered after `modified(delivery-failed)` */
+    /* delivery state of offsets delivered before and not done: failed attempts, and
+       MQD_DC_SEEN once any link acquired it (released, link lost, restart) */
     uint64_t *dc_off;
     uint32_t *dc_val;
     size_t dc_n, dc_cap;
@@ -156,11 +163,14 @@ struct mqd_lstate {
     uint32_t part;
     uint32_t sticky_left;     /* round robin: messages left on `part` */
     mqd_dlist_t tnode;        /* in topic->consumers */
-    uint64_t *browse_next;    /* browser: next offset per partition */
+    uint64_t *browse_next;    /* browser, selective consumer: next offset per partition */
     uint32_t browse_n;        /* entries in browse_next (partitions when attached) */
     mqd_read_t *brd;          /* browser: records read ahead from partition brd_part */
     uint32_t brd_part;
     size_t brd_i;             /* next record in brd to deliver */
+    /* A consumer with a selector on the shared group scans with browse_next/brd too, and
+       looks at the group's released records from sel_rdi on (consumer.c). */
+    size_t sel_rdi;
     uint64_t unsettled;       /* consumer: deliveries not yet settled */
     mqd_group_t *group;       /* consumer: its group */
     mqd_dlist_t gnode;        /* in group->members */
@@ -280,8 +290,18 @@ void mqd_topics_retain(mqd_server_t *s);
 /* cursor.c: a group's position in a partition */
 int mqd_cursor_init(mqd_cursor_t *cur, mqd_part_t *p, const char *group, mqd_offset_reset_t reset);
 void mqd_cursor_free(mqd_cursor_t *cur);
-/* Next record to deliver (redeliveries first); false if nothing readable now. */
+/* Next record to deliver (redeliveries first), taken (held) for the caller; *dcount is
+ * its delivery state (MQD_DC_*). false if nothing readable now. Skips what other links
+ * hold or settled. */
 bool mqd_cursor_next(mqd_cursor_t *cur, mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount);
+/* For a link that picks records itself (a selector on a shared group, scanning from its
+ * own position and cur->redeliver.v): is `offset` free (not settled, not held by a
+ * link)? mqd_cursor_take hands a free one to the caller (held, out of the redelivery
+ * list) and returns its delivery state. */
+bool mqd_cursor_free_at(const mqd_cursor_t *cur, uint64_t offset);
+uint32_t mqd_cursor_take(mqd_cursor_t *cur, uint64_t offset);
+/* Marks a record never handed out as consumed (control record, aborted, expired). */
+void mqd_cursor_skip(mqd_cursor_t *cur, uint64_t offset);
 /* A delivered record was settled for good (accepted, rejected, expired, filtered). */
 void mqd_cursor_done(mqd_cursor_t *cur, uint64_t offset);
 /* A delivered record comes back (released / modified / link gone). */
