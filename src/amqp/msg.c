@@ -910,7 +910,10 @@ int mqd_msg_annotate(const uint8_t *p, size_t n, const mqd_msg_info_t *info,
     if (!span_ok(info->header, n) || !span_ok(info->delivery_ann, n) ||
         !span_ok(info->message_ann, n) || (ann->pkey == NULL && ann->pkey_len != 0))
         return MQD_EINVAL;
-    if (ann->delivery_count != info->delivery_count || (ann->redelivered && info->first_acquirer)) {
+    /* A redelivery states first-acquirer false even where absence would mean it: some
+     * clients show an absent header field as "unknown". */
+    if (ann->delivery_count != info->delivery_count ||
+        (ann->redelivered && (info->first_acquirer || info->header.len == 0))) {
         pos = info->header.len ? info->header.off + info->header.len : 0;
         rc = put(out, p, info->header.len ? info->header.off : 0);
         rc = rc ? rc : write_header(p, n, info, ann, out);
