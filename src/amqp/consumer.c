@@ -61,6 +61,8 @@ void mqd_consumer_free(mqd_lstate_t *ls)
         mqd_selector_free(ls->sel);
     free(ls->start_done);
     free(ls->browse_next);
+    free(ls->sel_gen);
+    free(ls->sel_looked);
     if (ls->brd) {
         mqd_read_free(ls->brd);
         free(ls->brd);
@@ -666,8 +668,13 @@ static int sel_redelivery(mqd_lstate_t *ls, uint32_t i)
     mqd_cursor_t *cur = &ls->group->cur[i];
     mqd_plog_t *log = ls->topic->parts[i].log;
     mqd_read_t *rd = &ls->topic->srv->browse_rd;
-    for (size_t k = 0; k < SEL_REDELIVER && cur->redeliver.n; k++) {
+    if (ls->sel_gen[i] != cur->redeliver_gen) {
+        ls->sel_gen[i] = cur->redeliver_gen; /* new entries: look at the list again */
+        ls->sel_looked[i] = 0;
+    }
+    for (size_t k = 0; k < SEL_REDELIVER && ls->sel_looked[i] < cur->redeliver.n; k++) {
         uint64_t off = cur->redeliver.v[ls->sel_rdi++ % cur->redeliver.n];
+        ls->sel_looked[i]++;
         if (off >= ls->browse_next[i] || !mqd_cursor_free_at(cur, off))
             continue; /* the scan reaches it, or it is someone else's */
         if (mqd_plog_read(log, off, off + 1, 1, 1, rd) != 0 || rd->n != 1 ||
@@ -676,6 +683,30 @@ static int sel_redelivery(mqd_lstate_t *ls, uint32_t i)
         if (sel_take(ls, i, &rd->recs[0]))
             return 1;
     }
+    return 0;
+}
+
+/* Scan state for partitions [browse_n, ncur): added partitions start at the floor. */
+static int sel_grow(mqd_lstate_t *ls, uint32_t ncur)
+{
+    uint64_t *nb = realloc(ls->browse_next, ncur * sizeof *nb);
+    if (!nb)
+        return MQD_ENOMEM;
+    ls->browse_next = nb;
+    uint64_t *ng = realloc(ls->sel_gen, ncur * sizeof *ng);
+    if (!ng)
+        return MQD_ENOMEM;
+    ls->sel_gen = ng;
+    size_t *nl = realloc(ls->sel_looked, ncur * sizeof *nl);
+    if (!nl)
+        return MQD_ENOMEM;
+    ls->sel_looked = nl;
+    for (uint32_t i = ls->browse_n; i < ncur; i++) {
+        nb[i] = 0;
+        ng[i] = UINT64_MAX;
+        nl[i] = 0;
+    }
+    ls->browse_n = ncur;
     return 0;
 }
 
@@ -691,14 +722,8 @@ static size_t selective_pump(mqd_lstate_t *ls)
     mqd_topic_t *t = ls->topic;
     mqd_group_t *g = ls->group;
     size_t work = 0;
-    if (ls->browse_n < g->ncur) {
-        uint64_t *nb = realloc(ls->browse_next, g->ncur * sizeof *nb);
-        if (!nb)
-            return 0;
-        memset(nb + ls->browse_n, 0, (g->ncur - ls->browse_n) * sizeof *nb);
-        ls->browse_next = nb;
-        ls->browse_n = g->ncur;
-    }
+    if (ls->browse_n < g->ncur && sel_grow(ls, g->ncur) != 0)
+        return 0;
     for (uint32_t k = 0; k < g->ncur; k++) {
         uint32_t i = (t->rr_part + k) % g->ncur;
         mqd_cursor_t *cur = &g->cur[i];

@@ -100,12 +100,25 @@ static void floor_advance(mqd_cursor_t *sh)
     bm_shift(sh->held, sh->done_bits / 8, shift);
 }
 
+/* Delivery states are sorted by offset: a consumer that goes away with thousands
+ * unsettled leaves as many, and every hand-out looks one up. */
+static size_t dc_lower(const mqd_cursor_t *sh, uint64_t off)
+{
+    size_t lo = 0, hi = sh->dc_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (sh->dc_off[mid] < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static size_t dc_find(const mqd_cursor_t *sh, uint64_t off)
 {
-    for (size_t i = 0; i < sh->dc_n; i++)
-        if (sh->dc_off[i] == off)
-            return i;
-    return SIZE_MAX;
+    size_t i = dc_lower(sh, off);
+    return i < sh->dc_n && sh->dc_off[i] == off ? i : SIZE_MAX;
 }
 
 static void dc_remove(mqd_cursor_t *sh, uint64_t off)
@@ -113,21 +126,21 @@ static void dc_remove(mqd_cursor_t *sh, uint64_t off)
     size_t i = dc_find(sh, off);
     if (i == SIZE_MAX)
         return;
-    sh->dc_off[i] = sh->dc_off[sh->dc_n - 1];
-    sh->dc_val[i] = sh->dc_val[sh->dc_n - 1];
     sh->dc_n--;
+    memmove(sh->dc_off + i, sh->dc_off + i + 1, (sh->dc_n - i) * sizeof *sh->dc_off);
+    memmove(sh->dc_val + i, sh->dc_val + i + 1, (sh->dc_n - i) * sizeof *sh->dc_val);
 }
 
 static uint32_t dc_get(const mqd_cursor_t *sh, uint64_t off)
 {
-    size_t i = dc_find(sh, off);
+    size_t i = sh->dc_n ? dc_find(sh, off) : SIZE_MAX;
     return i == SIZE_MAX ? 0 : sh->dc_val[i];
 }
 
 static int dc_set(mqd_cursor_t *sh, uint64_t off, uint32_t val)
 {
-    size_t i = dc_find(sh, off);
-    if (i != SIZE_MAX) {
+    size_t i = dc_lower(sh, off);
+    if (i < sh->dc_n && sh->dc_off[i] == off) {
         sh->dc_val[i] = val;
         return 0;
     }
@@ -143,8 +156,11 @@ static int dc_set(mqd_cursor_t *sh, uint64_t off, uint32_t val)
         sh->dc_val = nv;
         sh->dc_cap = ncap;
     }
-    sh->dc_off[sh->dc_n] = off;
-    sh->dc_val[sh->dc_n++] = val;
+    memmove(sh->dc_off + i + 1, sh->dc_off + i, (sh->dc_n - i) * sizeof *sh->dc_off);
+    memmove(sh->dc_val + i + 1, sh->dc_val + i, (sh->dc_n - i) * sizeof *sh->dc_val);
+    sh->dc_off[i] = off;
+    sh->dc_val[i] = val;
+    sh->dc_n++;
     return 0;
 }
 
@@ -293,6 +309,7 @@ void mqd_cursor_seek(mqd_cursor_t *sh, mqd_part_t *p, uint64_t offset)
     if (sh->held)
         memset(sh->held, 0, sh->done_bits / 8);
     sh->redeliver.n = 0;
+    sh->redeliver_gen++;
     sh->dc_n = 0;
     sh->rd_pos = sh->rd.n; /* drop the read-ahead */
     sh->dirty = true;
@@ -420,6 +437,7 @@ void mqd_cursor_release(mqd_cursor_t *sh, uint64_t off, bool failed)
     bit_clear(sh, sh->held, off);
     dc_attempt(sh, off, failed);
     redeliver_add(&sh->redeliver, off);
+    sh->redeliver_gen++;
     sh->dirty = true;
 }
 
@@ -482,6 +500,10 @@ static int encode_states(const mqd_cursor_t *sh, uint8_t **b, size_t *cap, size_
     }
     uint64_t base = bm_base(sh);
     for (uint64_t o = base; rc == 0 && o - base < sh->done_bits; o++) {
+        if (((o - base) & 7) == 0 && sh->held[(o - base) >> 3] == 0) {
+            o += 7; /* nothing held in this byte */
+            continue;
+        }
         if (!is_held(sh, o) || is_done(sh, o))
             continue;
         uint32_t v = dc_get(sh, o), n = MQD_DC_COUNT(v);

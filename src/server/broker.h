@@ -94,6 +94,7 @@ typedef struct mqd_cursor {
     uint8_t *held;       /* bitmap (same base and size): offset handed out, unsettled */
     size_t done_bits;    /* capacity in bits of both */
     mqd_redeliver_t redeliver;
+    uint64_t redeliver_gen; /* bumped when an offset joins the redelivery list */
     /* delivery state of offsets delivered before and not done: failed attempts, and
        MQD_DC_SEEN once any link acquired it (released, link lost, restart) */
     uint64_t *dc_off;
@@ -169,8 +170,12 @@ struct mqd_lstate {
     uint32_t brd_part;
     size_t brd_i;             /* next record in brd to deliver */
     /* A consumer with a selector on the shared group scans with browse_next/brd too, and
-       looks at the group's released records from sel_rdi on (consumer.c). */
+       looks at the group's released records from sel_rdi on; per partition, sel_gen is
+       the redelivery list's generation since which sel_looked entries were looked at
+       and none selected (consumer.c). */
     size_t sel_rdi;
+    uint64_t *sel_gen;
+    size_t *sel_looked;
     uint64_t unsettled;       /* consumer: deliveries not yet settled */
     mqd_group_t *group;       /* consumer: its group */
     mqd_dlist_t gnode;        /* in group->members */

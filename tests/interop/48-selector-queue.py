@@ -13,6 +13,10 @@ B (Proton blocking API): two selective receivers (red, blue) and a plain one ope
    goes to exactly one receiver, each receiver's share in offset order.
 C (restart): after a selective receiver took the red ones, the broker stops and starts:
    a plain receiver gets exactly the 20 others, in order (the red ones stay consumed).
+F (Proton blocking): a plain receiver holds 00-02 unsettled; a red receiver gets 03 and
+   06; the plain one releases 00 (it has no credit left): the red receiver gets it
+   (behind its scan position, from the group's released records), first-acquirer
+   false; the plain one then gets 04 05 07 08; committed offset 9.
 D (uamqp over TLS, a socat relay as in 13): a selective receive client (described
    apache.org:selector-filter:string) gets only the green ones, in order; a plain uamqp
    receiver then gets the red and blue ones.
@@ -161,6 +165,52 @@ def case_blocking(b):
     first = [mm for v in got.values() for mm in v if mm.body != released]
     check(all(mm.first_acquirer is not False or mm.delivery_count == 0 for mm in first), "bad header")
     log("B: every message once; released %s redelivered with first-acquirer false" % released)
+
+
+def case_released_behind(b):
+    """A record released by another link behind a selective link's scan position."""
+    from proton.utils import BlockingConnection
+    topic = "q48f"
+    send(b.url, topic, msgs(topic, 9))
+    conn = BlockingConnection(b.url, timeout=30 * mqdtest.SLOW)
+    try:
+        plain = conn.create_receiver(topic, name="plain", credit=0)
+        red = conn.create_receiver(topic, name="red", options=Selector("colour = 'red'"), credit=0)
+        plain.flow(3)
+        held = [blocking_take(plain, 10 * mqdtest.SLOW) for _ in range(3)]
+        check([m and m.body for m in held] == names(topic, lambda i: i < 3, 9),
+              "plain took %s" % [m and m.body for m in held])
+        red.flow(10)
+        reds = [blocking_take(red, 10 * mqdtest.SLOW) for _ in range(2)]
+        check([m and m.body for m in reds] == [topic + "-03", topic + "-06"],
+              "red while 00 is held: %s" % [m and m.body for m in reds])
+        for _ in reds:
+            red.accept()
+        # plain gives 00 (red) back, and has no credit: only red can take it now
+        plain.release()  # settles the oldest unsettled: 00
+        m = blocking_take(red, 10 * mqdtest.SLOW)
+        check(m is not None and m.body == topic + "-00", "after the release red got %r, want %s-00"
+              % (m and m.body, topic))
+        check(m.first_acquirer is False and m.delivery_count == 0,
+              "red got the released 00 with first-acquirer %r delivery-count %r" % (m.first_acquirer, m.delivery_count))
+        red.accept()
+        extra = blocking_take(red, 1.0 * mqdtest.SLOW)
+        check(extra is None, "red got an extra %r" % (extra and extra.body))
+        plain.accept()
+        plain.accept()  # 01, 02
+        plain.flow(10)
+        rest = [blocking_take(plain, 5 * mqdtest.SLOW) for _ in range(4)]
+        check([x and x.body for x in rest] == [topic + "-04", topic + "-05", topic + "-07", topic + "-08"],
+              "plain's rest: %s" % [x and x.body for x in rest])
+        for _ in rest:
+            plain.accept()
+        extra = blocking_take(plain, 1.0 * mqdtest.SLOW)
+        check(extra is None, "plain got an extra %r" % (extra and extra.body))
+    finally:
+        conn.close()
+    time.sleep(0.3)
+    check(committed(b, topic) == [9], "committed after all 9: %s" % committed(b, topic))
+    log("F: red took the 00 plain released behind its scan position; every record once, committed 9")
 
 
 def case_restart(b):
@@ -347,6 +397,7 @@ def case_load(b):
 def body(t):
     b = t.broker(sets={"topic.q48a.partitions": 1, "topic.q48b.partitions": 1,
                        "topic.q48c.partitions": 1, "topic.q48d.partitions": 1,
+                       "topic.q48f.partitions": 1,
                        "topic.q48e.partitions": 2, "topic.q48p.partitions": 2})
     coll = mqdtest.Collect()
     with coll.case("A: event-driven selective then plain"):
@@ -355,6 +406,9 @@ def body(t):
     with coll.case("B: blocking API, selective and plain at once"):
         case_blocking(b)
     b.check_alive("after case B")
+    with coll.case("F: a release behind a selective link's scan position"):
+        case_released_behind(b)
+    b.check_alive("after case F")
     with coll.case("C: restart"):
         case_restart(b)
     b.check_alive("after case C")
