@@ -434,9 +434,8 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
         return mqd_link_refuse(l, "amqp:invalid-field", "bad filter: %s", err);
     read_epoch(l, ls);
     if (browse) {
-        pn_link_set_snd_settle_mode(l, pn_link_remote_snd_settle_mode(l) == PN_SND_SETTLED
-                                           ? PN_SND_SETTLED
-                                           : PN_SND_MIXED);
+        pn_link_set_snd_settle_mode(
+            l, pn_link_remote_snd_settle_mode(l) == PN_SND_SETTLED ? PN_SND_SETTLED : PN_SND_MIXED);
         ls->browse_next = calloc(t->nparts, sizeof *ls->browse_next);
         ls->browse_n = ls->browse_next ? t->nparts : 0;
         for (uint32_t i = 0; i < ls->browse_n; i++)
@@ -454,6 +453,14 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
 
 /* ---------------------------------------------------------------- delivery */
 
+/* The header delivery-count a delivery carries: the stored one (a message forwarded by
+ * another broker may have one) plus mqd's failed attempts, saturating. */
+static uint32_t total_count(const mqd_msg_info_t *mi, uint32_t dcount)
+{
+    uint32_t n = MQD_DC_COUNT(dcount);
+    return mi->delivery_count > UINT32_MAX - n ? UINT32_MAX : mi->delivery_count + n;
+}
+
 static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const mqd_msg_info_t *mi,
                    uint32_t dcount)
 {
@@ -464,7 +471,7 @@ static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const 
         .enqueued_ms = rec->timestamp_ms,
         .pkey = mi->partition_key.len ? rec->data + mi->partition_key.off : NULL,
         .pkey_len = mi->partition_key.len,
-        .delivery_count = mi->delivery_count + MQD_DC_COUNT(dcount),
+        .delivery_count = total_count(mi, dcount),
         .redelivered = (dcount & MQD_DC_SEEN) != 0,
     };
     int rc = mqd_msg_annotate(rec->data, rec->len, mi, &ann, &s->scratch);
@@ -608,8 +615,7 @@ static int admit(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, const mqd_m
         t->msgs_expired++;
         return 1;
     }
-    if (t->conf.max_delivery_count &&
-        mi->delivery_count + MQD_DC_COUNT(dc) >= t->conf.max_delivery_count) {
+    if (t->conf.max_delivery_count && total_count(mi, dc) >= t->conf.max_delivery_count) {
         dead_letter(t, i, rec, mi, "max_delivery_count reached");
         t->msgs_dead++;
         return 1;
