@@ -720,14 +720,20 @@ static int sel_grow(mqd_lstate_t *ls, uint32_t ncur)
  * its own scan position per partition (browse_next) and from the group's released
  * records; what it passes over stays free, in order, for the group's other links, and
  * the committed floor stays below it. Positions persist across calls, so a long run of
- * records it does not select is read once, SEL_SCAN records per call at most. */
+ * records it does not select is read once: SEL_SCAN records per call at most, and
+ * SEL_TURN per loop turn, after which the topic is dispatched again in a later turn. */
 #define SEL_SCAN 256
+#define SEL_TURN 4096
 
 static size_t selective_pump(mqd_lstate_t *ls)
 {
     mqd_topic_t *t = ls->topic;
     mqd_group_t *g = ls->group;
     size_t work = 0;
+    if (ls->sel_work >= SEL_TURN) {
+        mqd_topic_dispatch_later(t); /* enough for this turn */
+        return 0;
+    }
     if (ls->browse_n < g->ncur && sel_grow(ls, g->ncur) != 0)
         return 0;
     for (uint32_t k = 0; k < g->ncur; k++) {
@@ -736,18 +742,20 @@ static size_t selective_pump(mqd_lstate_t *ls)
         if (ls->browse_next[i] < cur->floor)
             ls->browse_next[i] = cur->floor;
         int sent = sel_redelivery(ls, i);
+        size_t before = work;
         const mqd_rec_t *rec;
         while (!sent && work < SEL_SCAN && (rec = browse_next_rec(ls, i)) != NULL) {
             work++;
             ls->browse_next[i] = rec->offset + 1;
             sent = mqd_cursor_free_at(cur, rec->offset) && sel_take(ls, i, rec);
         }
+        ls->sel_work += (uint32_t)(work - before) + 1;
         if (sent) {
             t->rr_part = i + 1;
             return 1;
         }
-        if (work >= SEL_SCAN)
-            return 1; /* more to look at: the dispatcher calls again */
+        if (work >= SEL_SCAN || ls->sel_work >= SEL_TURN)
+            return 1; /* more to look at: the dispatcher calls again (or defers, above) */
     }
     return 0;
 }
@@ -785,7 +793,8 @@ size_t mqd_consumer_pump(mqd_lstate_t *ls)
         (max_unsettled && ls->unsettled >= max_unsettled))
         return 0;
     size_t n = ls->kind == MQD_LS_BROWSER ? browse_pump(ls) : ls->group ? group_pump(ls) : 0;
-    if (n == 0 && pn_link_get_drain(ls->link)) {
+    /* a selective link out of budget for this turn may have more: not drained yet */
+    if (n == 0 && pn_link_get_drain(ls->link) && ls->sel_work < SEL_TURN) {
         pn_link_drained(ls->link);
         mqd_conn_mark_dirty(ls->conn);
     }

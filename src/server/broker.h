@@ -147,6 +147,7 @@ struct mqd_topic {
     int64_t created_ms;
     struct json_t *overrides;  /* settings changed through management (owned), or NULL */
     mqd_dlist_t dnode;         /* in server->dispatch_q when queued */
+    mqd_dlist_t lnode;         /* in server->dispatch_later when queued */
 };
 
 typedef enum { MQD_LS_PRODUCER = 1, MQD_LS_CONSUMER, MQD_LS_BROWSER } mqd_ls_kind_t;
@@ -174,6 +175,7 @@ struct mqd_lstate {
        the redelivery list's generation since which sel_looked entries were looked at
        and none selected (consumer.c). */
     size_t sel_rdi;
+    uint32_t sel_work;        /* records looked at this loop turn (reset by run_later) */
     uint64_t *sel_gen;
     size_t *sel_looked;
     uint64_t unsettled;       /* consumer: deliveries not yet settled */
@@ -229,6 +231,7 @@ struct mqd_server {
     struct event *ev_wake;   /* flusher -> loop */
     int wake_pending;        /* atomic: set with ev_wake by the flusher, cleared by on_wake */
     struct event *ev_tick;   /* end-of-iteration: flush connections, commit the store */
+    struct event *ev_later;  /* zero timeout: dispatch_later, after the loop polled I/O */
     struct event *ev_sig[4];
     struct event *ev_timer;  /* periodic: persist ack state, retention */
     struct event *ev_watchdog;
@@ -243,6 +246,7 @@ struct mqd_server {
     mqd_dlist_t conns;
     mqd_dlist_t dirty;
     mqd_dlist_t dispatch_q;
+    mqd_dlist_t dispatch_later; /* mqd_topic_t.lnode: a consumer used its turn's budget */
     mqd_dlist_t graveyard;   /* closed connections awaiting their last unref */
     size_t n_conns;
     mqd_topic_t **topics;    /* hash table */
@@ -265,6 +269,8 @@ struct mqd_server {
 void mqd_conn_mark_dirty(mqd_conn_t *c);
 void mqd_conn_unref(mqd_conn_t *c);
 void mqd_server_tick_soon(mqd_server_t *s);
+/* Arms ev_later: mqd_server_run_later at the next loop iteration, after I/O. */
+void mqd_server_later_soon(mqd_server_t *s);
 
 /* topic.c */
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts, mqd_topic_t **out);
@@ -288,6 +294,10 @@ int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *
                     uint64_t *offset_out);
 void mqd_topic_dispatch_soon(mqd_topic_t *t);
 void mqd_server_run_dispatch(mqd_server_t *s);
+/* A consumer of t used its work budget for this loop turn (consumer.c, sel_work): t is
+ * dispatched again in a later turn, when mqd_server_run_later resets the budgets. */
+void mqd_topic_dispatch_later(mqd_topic_t *t);
+void mqd_server_run_later(mqd_server_t *s);
 void mqd_topics_persist(mqd_server_t *s, bool force);
 /* Applies retention to every partition (periodic timer). */
 void mqd_topics_retain(mqd_server_t *s);

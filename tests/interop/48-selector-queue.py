@@ -17,6 +17,9 @@ F (Proton blocking): a plain receiver holds 00-02 unsettled; a red receiver gets
    06; the plain one releases 00 (it has no credit left): the red receiver gets it
    (behind its scan position, from the group's released records), first-acquirer
    false; the plain one then gets 04 05 07 08; committed offset 9.
+G: 20,000 records the selector does not match, then 5 red ones: the selective receiver
+   gets the 5 (its scan continues over several loop turns), committed stays 0; a plain
+   receiver then gets the 20,000 in order; committed 20,005.
 D (uamqp over TLS, a socat relay as in 13): a selective receive client (described
    apache.org:selector-filter:string) gets only the green ones, in order; a plain uamqp
    receiver then gets the red and blue ones.
@@ -213,6 +216,33 @@ def case_released_behind(b):
     log("F: red took the 00 plain released behind its scan position; every record once, committed 9")
 
 
+def case_long_skip(b):
+    """A selective receiver whose matches lie behind 20,000 records it does not select:
+    its scan goes on over several loop turns (4,096 records per turn) to the end."""
+    topic = "q48g"
+    skip_n = 20000
+    batch = [Message(body="skip-%05d" % i, properties={"colour": "other"}) for i in range(skip_n)]
+    batch += [Message(body="red-%d" % i, properties={"colour": "red"}) for i in range(5)]
+    send(b.url, topic, batch, timeout=300)
+    t0 = time.monotonic()
+    r = receive(b.url, topic, count=5, linger=0.5, options=Selector("colour = 'red'"), close="link",
+                timeout=120)
+    took = time.monotonic() - t0
+    check(r.bodies() == ["red-%d" % i for i in range(5)], "selective receiver got %s" % r.bodies())
+    offs = [int(ann(m, "x-opt-sequence-number")) for m in r.got]
+    check(offs == list(range(skip_n, skip_n + 5)), "offsets %s" % offs)
+    time.sleep(0.3)
+    check(committed(b, topic) == [0], "committed after the reds: %s, want [0]" % committed(b, topic))
+    r2 = receive(b.url, topic, idle=2.0 * mqdtest.SLOW, timeout=120)
+    check(len(r2.got) == skip_n and r2.got[0].body == "skip-00000" and r2.got[-1].body == "skip-%05d" % (skip_n - 1),
+          "the plain receiver got %d of the %d others" % (len(r2.got), skip_n))
+    check(r2.bodies() == ["skip-%05d" % i for i in range(skip_n)], "the others out of order")
+    time.sleep(0.3)
+    check(committed(b, topic) == [skip_n + 5], "committed at the end: %s" % committed(b, topic))
+    log("G: 5 reds behind %d others found in %.2f s; the %d others then went to a plain receiver in order"
+        % (skip_n, took, skip_n))
+
+
 def case_restart(b):
     topic = "q48c"
     send(b.url, topic, msgs(topic))
@@ -397,7 +427,7 @@ def case_load(b):
 def body(t):
     b = t.broker(sets={"topic.q48a.partitions": 1, "topic.q48b.partitions": 1,
                        "topic.q48c.partitions": 1, "topic.q48d.partitions": 1,
-                       "topic.q48f.partitions": 1,
+                       "topic.q48f.partitions": 1, "topic.q48g.partitions": 1,
                        "topic.q48e.partitions": 2, "topic.q48p.partitions": 2})
     coll = mqdtest.Collect()
     with coll.case("A: event-driven selective then plain"):
@@ -409,6 +439,9 @@ def body(t):
     with coll.case("F: a release behind a selective link's scan position"):
         case_released_behind(b)
     b.check_alive("after case F")
+    with coll.case("G: matches behind 20,000 unselected records"):
+        case_long_skip(b)
+    b.check_alive("after case G")
     with coll.case("C: restart"):
         case_restart(b)
     b.check_alive("after case C")
