@@ -19,6 +19,8 @@ D (restart): 5 delivered and outstanding when the broker stops (SIGTERM) -> afte
    periodic persist -> delivery-count 2.
 E (max_delivery_count = 2 sees the same count): a message whose consumer connection
    drops twice is dead-lettered, not delivered a third time.
+G (Proton): a browser with Selector("colour = 'red'") gets copies of the 3 red ones of 9;
+   a consumer then gets all 9 (browsing with a selector consumes nothing).
 F (uamqp over TLS): a ReceiveClient that settles nothing and closes; the next one gets
    the 5 with header delivery_count 1.
 """
@@ -35,7 +37,7 @@ import mqdtest  # noqa: E402
 from mqdtest import Receiver, ann, check, log, receive, run_container, send  # noqa: E402
 
 from proton import Message  # noqa: E402
-from proton.reactor import AtMostOnce, Copy  # noqa: E402
+from proton.reactor import AtMostOnce, Copy, Selector  # noqa: E402
 
 
 def bodies(prefix, n):
@@ -98,6 +100,21 @@ def case_settle_mode(b):
     check(seen["unsettled"] == [False] * 5, "default browser: settled flags %s, want all False"
           % seen["unsettled"])
     log("B: settled-mode browser got pre-settled copies, the default one unsettled")
+
+
+def case_browse_selector(b):
+    topic = "br49g"
+    cols = ["red", "green", "blue"]
+    send(b.url, topic, [Message(body="%s-%02d" % (topic, i), properties={"colour": cols[i % 3]})
+                        for i in range(9)])
+    r = receive(b.url, topic, idle=1.5 * mqdtest.SLOW, options=[Copy(), Selector("colour = 'red'")],
+                timeout=60)
+    want = ["%s-%02d" % (topic, i) for i in (0, 3, 6)]
+    check(r.bodies() == want, "browser with colour = 'red' got %s, want %s" % (r.bodies(), want))
+    c = receive(b.url, topic, count=9, linger=1.0 * mqdtest.SLOW, timeout=60)
+    check(c.bodies() == ["%s-%02d" % (topic, i) for i in range(9)],
+          "after the selective browser a consumer got %s: a browser consumes nothing" % c.bodies())
+    log("G: a selective browser saw the 3 red copies; a consumer then got all 9")
 
 
 class DropAfter(Receiver):
@@ -310,10 +327,11 @@ def body(t):
     b = t.broker(sets={"topic.br49a.partitions": 1, "topic.br49b.partitions": 1,
                        "topic.rd49c.partitions": 1, "topic.rd49d.partitions": 1,
                        "topic.mx49e.partitions": 1, "topic.mx49e.max_delivery_count": 2,
-                       "topic.ua49f.partitions": 1})
+                       "topic.ua49f.partitions": 1, "topic.br49g.partitions": 1})
     coll = mqdtest.Collect()
     for name, fn in (("A: blocking browser accepts", lambda: case_blocking_browse(b)),
                      ("B: browse settle modes", lambda: case_settle_mode(b)),
+                     ("G: browser with a selector", lambda: case_browse_selector(b)),
                      ("C: dropped connection", lambda: case_dropped(b)),
                      ("D: restart", lambda: case_restart(b)),
                      ("E: max_delivery_count", lambda: case_max_delivery(b)),
