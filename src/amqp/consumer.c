@@ -644,8 +644,9 @@ static int screen(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_in
     return 0;
 }
 
-/* A selective link takes a free record it selects: 1 if it went out (or was consumed by
- * expiry / dead-lettering), 0 if the record stays for the others. */
+/* A selective link takes a free record it selects: 1 if it went out. 0 otherwise: the
+ * record stays for the others (not selected), or it was consumed without delivery
+ * (control record, aborted, unparseable, expired, dead-lettered) and the scan goes on. */
 static int sel_take(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec)
 {
     mqd_cursor_t *cur = &ls->group->cur[i];
