@@ -42,7 +42,7 @@ static void release_unsettled(mqd_lstate_t *ls)
         uint64_t off;
         tag_decode(d, &part, &off);
         if (part < g->ncur && !pn_delivery_settled(d))
-            mqd_cursor_release(&g->cur[part], off, false);
+            mqd_cursor_release(&g->cur[part], off, true); /* an unsuccessful attempt (3.2.1) */
     }
 }
 
@@ -61,6 +61,8 @@ void mqd_consumer_free(mqd_lstate_t *ls)
         mqd_selector_free(ls->sel);
     free(ls->start_done);
     free(ls->browse_next);
+    free(ls->sel_gen);
+    free(ls->sel_looked);
     if (ls->brd) {
         mqd_read_free(ls->brd);
         free(ls->brd);
@@ -435,6 +437,8 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
         return mqd_link_refuse(l, "amqp:invalid-field", "bad filter: %s", err);
     read_epoch(l, ls);
     if (browse) {
+        pn_link_set_snd_settle_mode(
+            l, pn_link_remote_snd_settle_mode(l) == PN_SND_SETTLED ? PN_SND_SETTLED : PN_SND_MIXED);
         ls->browse_next = calloc(t->nparts, sizeof *ls->browse_next);
         ls->browse_n = ls->browse_next ? t->nparts : 0;
         for (uint32_t i = 0; i < ls->browse_n; i++)
@@ -452,6 +456,14 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
 
 /* ---------------------------------------------------------------- delivery */
 
+/* The header delivery-count a delivery carries: the stored one (a message forwarded by
+ * another broker may have one) plus mqd's failed attempts, saturating. */
+static uint32_t total_count(const mqd_msg_info_t *mi, uint32_t dcount)
+{
+    uint32_t n = MQD_DC_COUNT(dcount);
+    return mi->delivery_count > UINT32_MAX - n ? UINT32_MAX : mi->delivery_count + n;
+}
+
 static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const mqd_msg_info_t *mi,
                    uint32_t dcount)
 {
@@ -462,7 +474,8 @@ static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const 
         .enqueued_ms = rec->timestamp_ms,
         .pkey = mi->partition_key.len ? rec->data + mi->partition_key.off : NULL,
         .pkey_len = mi->partition_key.len,
-        .delivery_count = dcount,
+        .delivery_count = total_count(mi, dcount),
+        .redelivered = (dcount & MQD_DC_SEEN) != 0,
     };
     int rc = mqd_msg_annotate(rec->data, rec->len, mi, &ann, &s->scratch);
     if (rc != 0)
@@ -475,7 +488,9 @@ static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const 
     pn_link_advance(ls->link);
     ls->topic->msgs_out++;
     ls->topic->bytes_out += s->scratch.len;
-    if (ls->kind == MQD_LS_BROWSER)
+    /* A copy goes out unsettled, as ActiveMQ and Artemis send it (clients settle what they
+     * browse and fail on a pre-settled delivery), unless the receiver asked for settled. */
+    if (ls->kind == MQD_LS_BROWSER && pn_link_snd_settle_mode(ls->link) == PN_SND_SETTLED)
         pn_delivery_settle(d);
     else
         ls->unsettled++;
@@ -592,27 +607,160 @@ static size_t browse_pump(mqd_lstate_t *ls)
     return 0;
 }
 
-/* What to do with a record before it goes out: 0 deliver, 1 consumed without delivery. */
-static int screen(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_info_t *mi,
-                  uint32_t dc)
+/* What to do with a scanned record before it goes out: 0 deliver, 1 consumed without
+ * delivery (expired, or dead-lettered at max_delivery_count, which sees the count the
+ * delivery would carry). */
+static int admit(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, const mqd_msg_info_t *mi,
+                 uint32_t dc)
 {
     mqd_topic_t *t = ls->topic;
-    if (scan_record(ls, rec, mi) != 0) {
-        MQD_WARN("link", "skipping unparseable record %s/%u@%llu", t->name, i,
-                 (unsigned long long)rec->offset);
-        return 1;
-    }
     if (expired(rec, mi, mqd_now_ms())) {
         t->msgs_expired++;
         return 1;
     }
-    if (t->conf.max_delivery_count && dc >= t->conf.max_delivery_count) {
+    if (t->conf.max_delivery_count && total_count(mi, dc) >= t->conf.max_delivery_count) {
         dead_letter(t, i, rec, mi, "max_delivery_count reached");
         t->msgs_dead++;
         return 1;
     }
+    return 0;
+}
+
+static int scan_or_warn(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_info_t *mi)
+{
+    if (scan_record(ls, rec, mi) == 0)
+        return 0;
+    MQD_WARN("link", "skipping unparseable record %s/%u@%llu", ls->topic->name, i,
+             (unsigned long long)rec->offset);
+    return 1;
+}
+
+/* An exclusive group's link or an unfiltered one: a selector skips for the whole group
+ * (Kafka style: what this link does not select counts as consumed by the group). */
+static int screen(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_info_t *mi,
+                  uint32_t dc)
+{
+    if (scan_or_warn(ls, i, rec, mi) != 0 || admit(ls, i, rec, mi, dc) != 0)
+        return 1;
     if (ls->sel && !mqd_selector_match(ls->sel, rec->data, rec->len, mi))
-        return 1; /* the group's offset moves past what this link does not select */
+        return 1;
+    return 0;
+}
+
+/* A selective link takes a free record it selects: 1 if it went out. 0 otherwise: the
+ * record stays for the others (not selected), or it was consumed without delivery
+ * (control record, aborted, unparseable, expired, dead-lettered) and the scan goes on. */
+static int sel_take(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec)
+{
+    mqd_cursor_t *cur = &ls->group->cur[i];
+    mqd_msg_info_t mi;
+    if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
+        ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(ls->topic->srv, rec->txn)) ||
+        scan_or_warn(ls, i, rec, &mi) != 0) {
+        mqd_cursor_skip(cur, rec->offset); /* never delivered to anyone */
+        return 0;
+    }
+    if (!mqd_selector_match(ls->sel, rec->data, rec->len, &mi))
+        return 0;
+    uint32_t dc = mqd_cursor_take(cur, rec->offset);
+    if (admit(ls, i, rec, &mi, dc) == 0 && deliver(ls, i, rec, &mi, dc) == 0)
+        return 1;
+    mqd_cursor_done(cur, rec->offset);
+    return 0;
+}
+
+/* Released records this link selects, up to SEL_REDELIVER of the list per call, from
+ * where the last call stopped (the list may hold many records other links want). */
+#define SEL_REDELIVER 32
+
+static int sel_redelivery(mqd_lstate_t *ls, uint32_t i)
+{
+    mqd_cursor_t *cur = &ls->group->cur[i];
+    mqd_plog_t *log = ls->topic->parts[i].log;
+    mqd_read_t *rd = &ls->topic->srv->browse_rd;
+    if (ls->sel_gen[i] != cur->redeliver_gen) {
+        ls->sel_gen[i] = cur->redeliver_gen; /* new entries: look at the list again */
+        ls->sel_looked[i] = 0;
+    }
+    for (size_t k = 0; k < SEL_REDELIVER && ls->sel_looked[i] < cur->redeliver.n; k++) {
+        uint64_t off = cur->redeliver.v[ls->sel_rdi++ % cur->redeliver.n];
+        ls->sel_looked[i]++;
+        if (off >= ls->browse_next[i] || !mqd_cursor_free_at(cur, off))
+            continue; /* the scan reaches it, or it is someone else's */
+        if (mqd_plog_read(log, off, off + 1, 1, 1, rd) != 0 || rd->n != 1 ||
+            rd->recs[0].offset != off)
+            continue;
+        if (sel_take(ls, i, &rd->recs[0]))
+            return 1;
+    }
+    return 0;
+}
+
+/* Scan state for partitions [browse_n, ncur): added partitions start at the floor. */
+static int sel_grow(mqd_lstate_t *ls, uint32_t ncur)
+{
+    uint64_t *nb = realloc(ls->browse_next, ncur * sizeof *nb);
+    if (!nb)
+        return MQD_ENOMEM;
+    ls->browse_next = nb;
+    uint64_t *ng = realloc(ls->sel_gen, ncur * sizeof *ng);
+    if (!ng)
+        return MQD_ENOMEM;
+    ls->sel_gen = ng;
+    size_t *nl = realloc(ls->sel_looked, ncur * sizeof *nl);
+    if (!nl)
+        return MQD_ENOMEM;
+    ls->sel_looked = nl;
+    for (uint32_t i = ls->browse_n; i < ncur; i++) {
+        nb[i] = 0;
+        ng[i] = UINT64_MAX;
+        nl[i] = 0;
+    }
+    ls->browse_n = ncur;
+    return 0;
+}
+
+/* A link with a selector on the shared group (a queue) takes only what it selects, from
+ * its own scan position per partition (browse_next) and from the group's released
+ * records; what it passes over stays free, in order, for the group's other links, and
+ * the committed floor stays below it. Positions persist across calls, so a long run of
+ * records it does not select is read once: SEL_SCAN records per call at most, and
+ * SEL_TURN per loop turn, after which the topic is dispatched again in a later turn. */
+#define SEL_SCAN 256
+#define SEL_TURN 4096
+
+static size_t selective_pump(mqd_lstate_t *ls)
+{
+    mqd_topic_t *t = ls->topic;
+    mqd_group_t *g = ls->group;
+    size_t work = 0;
+    if (ls->sel_work >= SEL_TURN) {
+        mqd_topic_dispatch_later(t); /* enough for this turn */
+        return 0;
+    }
+    if (ls->browse_n < g->ncur && sel_grow(ls, g->ncur) != 0)
+        return 0;
+    for (uint32_t k = 0; k < g->ncur; k++) {
+        uint32_t i = (t->rr_part + k) % g->ncur;
+        mqd_cursor_t *cur = &g->cur[i];
+        if (ls->browse_next[i] < cur->floor)
+            ls->browse_next[i] = cur->floor;
+        int sent = sel_redelivery(ls, i);
+        size_t before = work;
+        const mqd_rec_t *rec;
+        while (!sent && work < SEL_SCAN && (rec = browse_next_rec(ls, i)) != NULL) {
+            work++;
+            ls->browse_next[i] = rec->offset + 1;
+            sent = mqd_cursor_free_at(cur, rec->offset) && sel_take(ls, i, rec);
+        }
+        ls->sel_work += (uint32_t)(work - before) + 1;
+        if (sent) {
+            t->rr_part = i + 1;
+            return 1;
+        }
+        if (work >= SEL_SCAN || ls->sel_work >= SEL_TURN)
+            return 1; /* more to look at: the dispatcher calls again (or defers, above) */
+    }
     return 0;
 }
 
@@ -620,6 +768,8 @@ static size_t group_pump(mqd_lstate_t *ls)
 {
     mqd_topic_t *t = ls->topic;
     mqd_group_t *g = ls->group;
+    if (ls->sel && g->mode == MQD_GROUP_SHARED)
+        return selective_pump(ls);
     for (uint32_t k = 0; k < g->ncur; k++) {
         uint32_t i = (t->rr_part + k) % g->ncur;
         if (!mqd_group_may_deliver(g, ls, i))
@@ -647,7 +797,8 @@ size_t mqd_consumer_pump(mqd_lstate_t *ls)
         (max_unsettled && ls->unsettled >= max_unsettled))
         return 0;
     size_t n = ls->kind == MQD_LS_BROWSER ? browse_pump(ls) : ls->group ? group_pump(ls) : 0;
-    if (n == 0 && pn_link_get_drain(ls->link)) {
+    /* a selective link out of budget for this turn may have more: not drained yet */
+    if (n == 0 && pn_link_get_drain(ls->link) && ls->sel_work < SEL_TURN) {
         pn_link_drained(ls->link);
         mqd_conn_mark_dirty(ls->conn);
     }
@@ -713,6 +864,8 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
         mqd_group_settled(g, part);
         mqd_topic_dispatch_soon(ls->topic);
     }
+    if (ls->kind == MQD_LS_BROWSER && ls->unsettled)
+        ls->unsettled--; /* a copy: any outcome only settles it */
     if (!pn_delivery_settled(d))
         pn_delivery_update(d, state);
     pn_delivery_settle(d);

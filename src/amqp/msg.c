@@ -19,6 +19,7 @@ enum { C_FIXED, C_VAR, C_COMPOUND, C_ARRAY };
 #define CODE_DESCRIBED 0x00
 #define CODE_NULL 0x40
 #define CODE_LIST0 0x45
+#define CODE_FALSE 0x42
 
 /* Classifies a (non-described) constructor: its class and the width of its fixed data or
  * of its size field. Unknown codes are errors: we cannot know how far to skip them. */
@@ -855,8 +856,9 @@ static int write_message_ann(const uint8_t *p, size_t n, const mqd_msg_info_t *i
     return rc ? rc : close_compound(out, head, 0xc1, count * 2);
 }
 
-/* Writes a header with ann's delivery-count: the old header's other fields are kept byte
- * for byte (nulls pad a short list); with no old header, all other fields are null. */
+/* Writes a header with ann's delivery-count (and first-acquirer false on a redelivery):
+ * the old header's other fields are kept byte for byte (nulls pad a short list); with no
+ * old header, all other fields are null. */
 static int write_header(const uint8_t *p, size_t n, const mqd_msg_info_t *info,
                         const mqd_msg_ann_t *ann, mqd_buf_t *out)
 {
@@ -881,6 +883,8 @@ static int write_header(const uint8_t *p, size_t n, const mqd_msg_info_t *info,
             return MQD_EINVAL;
         if (i == 4)
             rc = put_uint(out, ann->delivery_count);
+        else if (i == 3 && ann->redelivered)
+            rc = put_u8(out, CODE_FALSE);
         else if (i < count)
             rc = put(out, p + v.off, v.end - v.off);
         else
@@ -906,7 +910,10 @@ int mqd_msg_annotate(const uint8_t *p, size_t n, const mqd_msg_info_t *info,
     if (!span_ok(info->header, n) || !span_ok(info->delivery_ann, n) ||
         !span_ok(info->message_ann, n) || (ann->pkey == NULL && ann->pkey_len != 0))
         return MQD_EINVAL;
-    if (ann->delivery_count != info->delivery_count) {
+    /* A redelivery states first-acquirer false even where absence would mean it: some
+     * clients show an absent header field as "unknown". */
+    if (ann->delivery_count != info->delivery_count ||
+        (ann->redelivered && (info->first_acquirer || info->header.len == 0))) {
         pos = info->header.len ? info->header.off + info->header.len : 0;
         rc = put(out, p, info->header.len ? info->header.off : 0);
         rc = rc ? rc : write_header(p, n, info, ann, out);

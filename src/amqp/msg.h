@@ -62,6 +62,8 @@ typedef struct mqd_msg_ann {
     const uint8_t *pkey;     /* x-opt-partition-key (string) or NULL */
     size_t pkey_len;
     uint32_t delivery_count; /* if != info->delivery_count, the header is rewritten/created */
+    bool redelivered;        /* acquired before: header first-acquirer false (the header
+                                is rewritten if it says true, created if there is none) */
     /* extra annotations for dead-lettered copies; NULL when unused */
     const char *dlq_reason;  /* x-opt-deadletter-reason */
     const char *dlq_origin;  /* x-opt-deadletter-source (origin "T/Partitions/N@offset") */

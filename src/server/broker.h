@@ -84,14 +84,22 @@ typedef struct mqd_redeliver {
     size_t n, cap;
 } mqd_redeliver_t;
 
+/* A record's delivery state as the cursor hands it out: the number of earlier failed
+ * attempts (header delivery-count to add) and whether a link acquired it before. */
+#define MQD_DC_SEEN 0x80000000u
+#define MQD_DC_COUNT(v) ((v) & ~MQD_DC_SEEN)
+
 /* ---- one group's position in one partition ---- */
 typedef struct mqd_cursor {
     uint64_t floor;      /* committed: every offset below is done (accepted/rejected/skipped) */
     uint64_t next_read;  /* next never-delivered offset */
     uint8_t *done;       /* bitmap: bit i = offset (floor & ~7) + i done */
-    size_t done_bits;    /* capacity in bits */
+    uint8_t *held;       /* bitmap (same base and size): offset handed out, unsettled */
+    size_t done_bits;    /* capacity in bits of both */
     mqd_redeliver_t redeliver;
-    /* delivery counts of offsets redelivered after `modified(delivery-failed)` */
+    uint64_t redeliver_gen; /* bumped when an offset joins the redelivery list */
+    /* delivery state of offsets delivered before and not done: failed attempts, and
+       MQD_DC_SEEN once any link acquired it (released, link lost, restart) */
     uint64_t *dc_off;
     uint32_t *dc_val;
     size_t dc_n, dc_cap;
@@ -144,6 +152,7 @@ struct mqd_topic {
     int64_t created_ms;
     struct json_t *overrides;  /* settings changed through management (owned), or NULL */
     mqd_dlist_t dnode;         /* in server->dispatch_q when queued */
+    mqd_dlist_t lnode;         /* in server->dispatch_later when queued */
 };
 
 typedef enum { MQD_LS_PRODUCER = 1, MQD_LS_CONSUMER, MQD_LS_BROWSER } mqd_ls_kind_t;
@@ -164,11 +173,19 @@ struct mqd_lstate {
     uint32_t part;
     uint32_t sticky_left;     /* round robin: messages left on `part` */
     mqd_dlist_t tnode;        /* in topic->consumers */
-    uint64_t *browse_next;    /* browser: next offset per partition */
+    uint64_t *browse_next;    /* browser, selective consumer: next offset per partition */
     uint32_t browse_n;        /* entries in browse_next (partitions when attached) */
     mqd_read_t *brd;          /* browser: records read ahead from partition brd_part */
     uint32_t brd_part;
     size_t brd_i;             /* next record in brd to deliver */
+    /* A consumer with a selector on the shared group scans with browse_next/brd too, and
+       looks at the group's released records from sel_rdi on; per partition, sel_gen is
+       the redelivery list's generation since which sel_looked entries were looked at
+       and none selected (consumer.c). */
+    size_t sel_rdi;
+    uint32_t sel_work;        /* records looked at this loop turn (reset by run_later) */
+    uint64_t *sel_gen;
+    size_t *sel_looked;
     uint64_t unsettled;       /* consumer: deliveries not yet settled */
     mqd_group_t *group;       /* consumer: its group */
     mqd_dlist_t gnode;        /* in group->members */
@@ -223,6 +240,7 @@ struct mqd_server {
     struct event *ev_wake;   /* flusher -> loop */
     int wake_pending;        /* atomic: set with ev_wake by the flusher, cleared by on_wake */
     struct event *ev_tick;   /* end-of-iteration: flush connections, commit the store */
+    struct event *ev_later;  /* zero timeout: dispatch_later, after the loop polled I/O */
     struct event *ev_sig[4];
     struct event *ev_timer;  /* periodic: persist ack state, retention */
     struct event *ev_watchdog;
@@ -237,6 +255,7 @@ struct mqd_server {
     mqd_dlist_t conns;
     mqd_dlist_t dirty;
     mqd_dlist_t dispatch_q;
+    mqd_dlist_t dispatch_later; /* mqd_topic_t.lnode: a consumer used its turn's budget */
     mqd_dlist_t graveyard;   /* closed connections awaiting their last unref */
     size_t n_conns;
     mqd_topic_t **topics;    /* hash table */
@@ -266,6 +285,8 @@ void mqd_conn_mark_dirty(mqd_conn_t *c);
 void mqd_conn_rx_feed(mqd_conn_t *c, const char *p, size_t n);
 void mqd_conn_unref(mqd_conn_t *c);
 void mqd_server_tick_soon(mqd_server_t *s);
+/* Arms ev_later: mqd_server_run_later at the next loop iteration, after I/O. */
+void mqd_server_later_soon(mqd_server_t *s);
 
 /* accept_guard.c: accept() at the descriptor limit. Connections are closed at accept
  * before they eat into the store's headroom (mqd_accept_admit). A reserved descriptor is given up
@@ -334,6 +355,10 @@ int mqd_topic_room(mqd_server_t *s);
 void mqd_topics_resume_failed(mqd_server_t *s);
 void mqd_topic_dispatch_soon(mqd_topic_t *t);
 void mqd_server_run_dispatch(mqd_server_t *s);
+/* A consumer of t used its work budget for this loop turn (consumer.c, sel_work): t is
+ * dispatched again in a later turn, when mqd_server_run_later resets the budgets. */
+void mqd_topic_dispatch_later(mqd_topic_t *t);
+void mqd_server_run_later(mqd_server_t *s);
 void mqd_topics_persist(mqd_server_t *s, bool force);
 /* Applies retention to every partition (periodic timer). */
 void mqd_topics_retain(mqd_server_t *s);
@@ -341,8 +366,18 @@ void mqd_topics_retain(mqd_server_t *s);
 /* cursor.c: a group's position in a partition */
 int mqd_cursor_init(mqd_cursor_t *cur, mqd_part_t *p, const char *group, mqd_offset_reset_t reset);
 void mqd_cursor_free(mqd_cursor_t *cur);
-/* Next record to deliver (redeliveries first); false if nothing readable now. */
+/* Next record to deliver (redeliveries first), taken (held) for the caller; *dcount is
+ * its delivery state (MQD_DC_*). false if nothing readable now. Skips what other links
+ * hold or settled. */
 bool mqd_cursor_next(mqd_cursor_t *cur, mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount);
+/* For a link that picks records itself (a selector on a shared group, scanning from its
+ * own position and cur->redeliver.v): is `offset` free (not settled, not held by a
+ * link)? mqd_cursor_take hands a free one to the caller (held, out of the redelivery
+ * list) and returns its delivery state. */
+bool mqd_cursor_free_at(const mqd_cursor_t *cur, uint64_t offset);
+uint32_t mqd_cursor_take(mqd_cursor_t *cur, uint64_t offset);
+/* Marks a record never handed out as consumed (control record, aborted, expired). */
+void mqd_cursor_skip(mqd_cursor_t *cur, uint64_t offset);
 /* A delivered record was settled for good (accepted, rejected, expired, filtered). */
 void mqd_cursor_done(mqd_cursor_t *cur, uint64_t offset);
 /* A delivered record comes back (released / modified / link gone). */

@@ -49,6 +49,20 @@ void mqd_server_tick_soon(mqd_server_t *s)
     }
 }
 
+/* A zero timeout fires after the loop's next poll: work deferred to it cannot hold up
+ * I/O, as re-activating the tick from inside the tick would. */
+static void on_later(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_server_run_later(arg);
+}
+
+void mqd_server_later_soon(mqd_server_t *s)
+{
+    static const struct timeval zero = {0, 0};
+    if (!evtimer_pending(s->ev_later, NULL))
+        evtimer_add(s->ev_later, &zero);
+}
+
 void mqd_conn_mark_dirty(mqd_conn_t *c)
 {
     if (c->closed)
@@ -723,6 +737,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     mqd_dlist_init(&s->conns);
     mqd_dlist_init(&s->dirty);
     mqd_dlist_init(&s->dispatch_q);
+    mqd_dlist_init(&s->dispatch_later);
     mqd_dlist_init(&s->graveyard);
     mqd_read_init(&s->browse_rd);
     evthread_use_pthreads();
@@ -735,6 +750,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     pn_logger_set_log_sink(pl, proton_log_sink, 0);
     s->ev_wake = event_new(s->base, -1, 0, on_wake, s);
     s->ev_tick = event_new(s->base, -1, 0, on_tick, s);
+    s->ev_later = evtimer_new(s->base, on_later, s);
     event_priority_set(s->ev_wake, PRIO_IO);
     event_priority_set(s->ev_tick, PRIO_TICK);
     s->ev_timer = event_new(s->base, -1, EV_PERSIST, on_periodic, s);
@@ -902,6 +918,8 @@ void mqd_server_free(mqd_server_t *s)
         event_free(s->ev_wake);
     if (s->ev_tick)
         event_free(s->ev_tick);
+    if (s->ev_later)
+        event_free(s->ev_later);
     if (s->ev_timer)
         event_free(s->ev_timer);
     if (s->ev_watchdog)

@@ -246,6 +246,7 @@ static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool
     mqd_dlist_init(&t->consumers);
     mqd_dlist_init(&t->groups);
     mqd_dlist_init(&t->dnode);
+    mqd_dlist_init(&t->lnode);
     int rc = topic_grow(t, nparts);
     if (rc == 0 && !persist)
         rc = mqd_groups_load(t); /* an existing topic: its groups' offsets */
@@ -385,6 +386,7 @@ static void topic_unlink(mqd_server_t *s, mqd_topic_t *t)
         s->n_topics--;
     }
     mqd_dlist_del(&t->dnode);
+    mqd_dlist_del(&t->lnode);
 }
 
 static void topic_free(mqd_topic_t *t)
@@ -519,6 +521,25 @@ static void topic_dispatch(mqd_topic_t *t)
         }
         if (sent == 0)
             break;
+    }
+}
+
+void mqd_topic_dispatch_later(mqd_topic_t *t)
+{
+    if (mqd_dlist_empty(&t->lnode))
+        mqd_dlist_push(&t->srv->dispatch_later, &t->lnode);
+    mqd_server_later_soon(t->srv);
+}
+
+void mqd_server_run_later(mqd_server_t *s)
+{
+    while (!mqd_dlist_empty(&s->dispatch_later)) {
+        mqd_dlist_t *n = s->dispatch_later.next;
+        mqd_dlist_del(n);
+        mqd_topic_t *t = MQD_CONTAINER(n, mqd_topic_t, lnode);
+        for (mqd_dlist_t *c = t->consumers.next; c != &t->consumers; c = c->next)
+            MQD_CONTAINER(c, mqd_lstate_t, tnode)->sel_work = 0;
+        mqd_topic_dispatch_soon(t);
     }
 }
 

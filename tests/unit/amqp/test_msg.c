@@ -702,6 +702,53 @@ static void test_delivery_count(void **state)
     free(e2.p);
 }
 
+/* A redelivery says first-acquirer false; the other header fields stay as they were. */
+static void test_first_acquirer(void **state)
+{
+    mqd_msg_ann_t a = std_ann();
+    mqd_buf_t res = { 0 };
+    mqd_msg_info_t mi;
+
+    pn_message_t *m = pn_message();
+    pn_message_set_durable(m, true);
+    pn_message_set_priority(m, 7);
+    pn_message_set_first_acquirer(m, true);
+    put_string(pn_message_body(m), "b");
+    enc_t e = encode(m);
+    assert_int_equal(mqd_msg_scan(e.p, e.n, &mi), 0);
+    assert_true(mi.first_acquirer);
+    a.delivery_count = 0; /* released before: the count stays, first-acquirer goes false */
+    a.redelivered = true;
+    pn_message_t *d = annotate_decode(e, &a, &res);
+    assert_false(pn_message_is_first_acquirer(d));
+    assert_int_equal(pn_message_get_delivery_count(d), 0);
+    assert_true(pn_message_is_durable(d));
+    assert_int_equal(pn_message_get_priority(d), 7);
+    assert_int_equal(count_sections(res.p, res.len, 0x70), 1);
+    pn_message_free(d);
+    /* not a redelivery: first-acquirer true is delivered as stored */
+    a.redelivered = false;
+    assert_int_equal(mqd_msg_annotate(e.p, e.n, &mi, &a, &res), 0);
+    assert_memory_equal(res.p, e.p, mi.header.len);
+
+    /* no header and released before: one is created, first-acquirer false, count 0 */
+    static const uint8_t nohdr[] = { 0x00, 0x53, 0x77, 0xa1, 0x01, 'b' };
+    enc_t e2 = { .p = exact(nohdr, sizeof(nohdr)), .n = sizeof(nohdr) };
+    a.redelivered = true;
+    d = annotate_decode(e2, &a, &res);
+    assert_int_equal(res.p[2], 0x70);
+    assert_int_equal(res.p[3], 0xc0);
+    assert_int_equal(res.p[6 + 3], 0x42); /* list8 code size count, null x3, false */
+    assert_false(pn_message_is_first_acquirer(d));
+    assert_int_equal(pn_message_get_delivery_count(d), 0);
+    pn_message_free(d);
+    free(e2.p);
+
+    pn_message_free(m);
+    mqd_buf_free(&res);
+    free(e.p);
+}
+
 /* A short header list (only `durable`) is padded with nulls up to delivery-count. */
 static void test_delivery_count_short_header(void **state)
 {
@@ -1093,6 +1140,7 @@ int main(void)
         cmocka_unit_test(test_annotate_placement),
         cmocka_unit_test(test_annotate_map32),
         cmocka_unit_test(test_delivery_count),
+        cmocka_unit_test(test_first_acquirer),
         cmocka_unit_test(test_delivery_count_short_header),
         cmocka_unit_test(test_truncated_everywhere),
         cmocka_unit_test(test_bombs),
