@@ -550,17 +550,27 @@ void mqd_topics_persist(mqd_server_t *s, bool force)
     MQD_UNUSED(force);
 }
 
-/* The lowest offset of partition i that some group still needs (UINT64_MAX if none):
- * with retention = consumed, everything below every group's committed offset goes. */
+/* The lowest offset of partition i that retention must keep (UINT64_MAX: no limit).
+ * An open transaction's records stay until it is decided, in every mode (the timeout
+ * bounds how long). Only retention = consumed waits for groups: everything below every
+ * group's committed offset goes, and with no group yet nothing goes. In the default
+ * mode a group's position never holds data back (as in Kafka): a consumer that falls
+ * behind retention_bytes/retention_ms resumes at the new start. */
 static uint64_t keep_from(const mqd_topic_t *t, uint32_t i)
 {
-    uint64_t low = UINT64_MAX;
+    uint64_t low = mqd_txn_lso(&t->parts[i]);
+    if (!t->conf.retention_consumed)
+        return low;
+    bool any = false;
     for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
         const mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
-        if (g->active && i < g->ncur && g->cur[i].floor < low)
-            low = g->cur[i].floor;
+        if (g->active && i < g->ncur) {
+            any = true;
+            if (g->cur[i].floor < low)
+                low = g->cur[i].floor;
+        }
     }
-    return low;
+    return any ? low : 0;
 }
 
 void mqd_topics_retain(mqd_server_t *s)
@@ -569,10 +579,7 @@ void mqd_topics_retain(mqd_server_t *s)
     for (size_t i = 0; i < s->topics_cap; i++) {
         for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext) {
             for (uint32_t k = 0; k < t->nparts; k++) {
-                uint64_t kf = keep_from(t, k);
-                if (t->conf.retention_consumed && kf == UINT64_MAX)
-                    kf = 0; /* consumed by whom? keep all until a group exists */
-                int n = mqd_plog_retain(t->parts[k].log, kf, now);
+                int n = mqd_plog_retain(t->parts[k].log, keep_from(t, k), now);
                 if (n > 0)
                     MQD_INFO("topic", "retention removed %d segment(s) of %s/%u", n, t->name, k);
             }

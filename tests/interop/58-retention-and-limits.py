@@ -1,0 +1,137 @@
+#!/usr/bin/python3
+"""Retention and hardening limits (issue 16, points 7 and 9).
+
+  retention default   retention = default, retention_ms = 1 s, 4 KiB segments: after a
+                      plain receiver ($shared) read 20 and a consumer group 10 of 200,
+                      every closed segment goes (1 segment file left, describe's start =
+                      its base, beyond both groups' positions); the same after a restart
+                      (groups loaded from meta.db) for 150 more; both groups then resume
+                      at the new start.
+  retention consumed  retention = consumed (no time/size limit): groups g1 (120 read)
+                      and g2 (40 read): only segments wholly below 40 go (start in
+                      (40 - one segment, 40]); g2 then reads 40..199 complete; after a
+                      restart with g2 at 200, segments wholly below g1's 120 go, and g1
+                      reads 120..199 complete.
+"""
+
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mqdtest  # noqa: E402
+from mqdtest import Collect, Message, SLOW, ann, check, log, receive, send  # noqa: E402
+
+BODY = "x" * 480  # ~ 8 records per 4 KiB segment
+
+
+def describe(url, topic):
+    rc, out, err = mqdtest.mqctl(url, "--json", "topic", "describe", topic)
+    check(rc == 0, "mqctl topic describe %s: exit %d: %s" % (topic, rc, err))
+    return json.loads(out)
+
+
+def seg_files(b, topic, part=0):
+    d = os.path.join(b.data_dir, "topics", topic, str(part))
+    return sorted(int(f[:-4]) for f in os.listdir(d) if f.endswith(".log"))
+
+
+def start_of(url, topic, part=0):
+    return int(describe(url, topic)["partition_info"][part]["start"])
+
+
+def send_n(url, topic, first, n, burst=5):
+    """Sends in bursts: a segment rolls between write batches, so a burst bounds how far
+    a segment can pass segment_bytes."""
+    for b in range(first, first + n, burst):
+        send(url, topic, [Message(body=BODY, properties={"i": i}) for i in range(b, min(b + burst, first + n))])
+
+
+def read(url, address, n):
+    """Accepts n messages from address; returns their offsets."""
+    r = receive(url, address, count=n, credit=n, timeout=60 * SLOW)
+    check(len(r.got) == n, "%s: received %d of %d" % (address, len(r.got), n))
+    return [int(ann(m, "x-opt-sequence-number")) for m in r.got]
+
+
+def wait_start(b, topic, pred, what, timeout=40):
+    """Polls describe's start offset until pred(start) (retention runs every 10 s)."""
+    deadline = time.monotonic() + timeout * SLOW
+    while True:
+        start, files = start_of(b.url, topic), seg_files(b, topic)
+        if pred(start):
+            return start, files
+        if time.monotonic() > deadline:
+            mqdtest.fail("%s: start offset still %d after %.0f s, %d segment files (bases %s)"
+                         % (what, start, timeout * SLOW, len(files), files[:6]))
+        time.sleep(0.5)
+
+
+def case_retention_default(t):
+    T = "rd"
+    b = t.broker("rd", sets={"topic.%s.retention_ms" % T: "1s", "topic.%s.segment_bytes" % T: "4KiB"})
+    send_n(b.url, T, 0, 200)
+    nseg = len(seg_files(b, T))
+    check(nseg >= 20, "200 records of ~500 B made %d segments, want >= 20" % nseg)
+    shared = read(b.url, T, 20)
+    grp = read(b.url, T + "/ConsumerGroups/g1", 10)
+    check(shared == list(range(20)) and grp == list(range(10)), "first reads: %s / %s" % (shared, grp))
+    start, files = wait_start(b, T, lambda s: s > 20, "retention = default, 1 s, before restart")
+    log("before restart: start %d, %d of %d segment files left (%s)" % (start, len(files), nseg, files))
+    check(len(files) == 1 and files[0] == start, "want only the active segment left, whose base is the "
+          "start: start %d, files %s" % (start, files))
+
+    b.restart(kill=False)  # the groups' offsets come back from meta.db
+    send_n(b.url, T, 200, 150)
+    nseg = len(seg_files(b, T))
+    start, files = wait_start(b, T, lambda s: s > 200, "retention = default, 1 s, after restart")
+    log("after restart: start %d, %d of %d segment files left" % (start, len(files), nseg))
+    check(len(files) == 1 and files[0] == start, "after restart: start %d, files %s" % (start, files))
+    # Both groups resume at the new start: what retention took counts as consumed.
+    for addr in (T, T + "/ConsumerGroups/g1"):
+        offs = read(b.url, addr, 350 - start)
+        check(offs == list(range(start, 350)), "%s after retention: offsets %s..%s, want %d..349"
+              % (addr, offs[:3], offs[-3:], start))
+    b.stop()
+
+
+def case_retention_consumed(t):
+    T = "rc"
+    b = t.broker("rc", sets={"topic.%s.retention" % T: "consumed", "topic.%s.segment_bytes" % T: "4KiB"})
+    send_n(b.url, T, 0, 200)
+    files0 = seg_files(b, T)
+    per_seg = max(files0[i + 1] - files0[i] for i in range(len(files0) - 1))
+    check(read(b.url, T + "/ConsumerGroups/g1", 120) == list(range(120)), "g1's first 120")
+    check(read(b.url, T + "/ConsumerGroups/g2", 40) == list(range(40)), "g2's first 40")
+    start, files = wait_start(b, T, lambda s: s > 0, "retention = consumed, g2 at 40")
+    time.sleep(1)
+    start = start_of(b.url, T)
+    log("consumed, g1 120, g2 40: start %d (%d records per segment), %d of %d files"
+        % (start, per_seg, len(files), len(files0)))
+    check(40 - per_seg < start <= 40, "start %d: want the segments wholly below 40 gone, no more" % start)
+    check(seg_files(b, T) == [f for f in files0 if f >= start], "segment files %s, want those of %s from %d"
+          % (seg_files(b, T), files0, start))
+    check(read(b.url, T + "/ConsumerGroups/g2", 160) == list(range(40, 200)), "g2 reads 40..199")
+
+    b.restart(kill=False)
+    start, files = wait_start(b, T, lambda s: s > 40, "retention = consumed after restart, g1 at 120")
+    time.sleep(1)
+    start = start_of(b.url, T)
+    log("after restart, g1 120, g2 200: start %d" % start)
+    check(120 - per_seg < start <= 120, "after restart: start %d, want in (%d, 120]" % (start, 120 - per_seg))
+    check(read(b.url, T + "/ConsumerGroups/g1", 80) == list(range(120, 200)), "g1 reads 120..199")
+    b.stop()
+
+
+def body(t):
+    coll = Collect()
+    with coll.case("retention = default deletes old segments whatever groups read"):
+        case_retention_default(t)
+    with coll.case("retention = consumed deletes only what every group consumed"):
+        case_retention_consumed(t)
+    coll.finish()
+
+
+if __name__ == "__main__":
+    mqdtest.main(body, timeout=400)
