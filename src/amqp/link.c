@@ -546,7 +546,7 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     mqd_txn_t *txn = mqd_txn_of_delivery(c->srv, d, &unknown);
     if (unknown) {
         if (!presettled)
-            mqd_delivery_reject(d, "amqp:transaction:unknown-id", "no such transaction");
+            mqd_delivery_reject(d, mqd_txn_unknown_condition(c->srv, d), "no such open transaction");
         return;
     }
     uint64_t off;

@@ -189,10 +189,14 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"tls_handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "5s", NULL, NULL,
      G_FIELD(tls_handshake_timeout_ms), NULL, NULL,
      "The same for amqps:// listeners (TLS, SASL and open).", true},
-    {"txn_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, DAY, "60s", "off", NULL,
+    {"txn_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, DAY, "60s", NULL, NULL,
      G_FIELD(txn_timeout_ms), NULL, NULL,
-     "An AMQP transaction still open after this long is rolled back; its discharge is "
-     "then rejected with amqp:transaction:timeout. 0 turns it off.",
+     "An AMQP transaction still open this long after its declare is rolled back: its sends "
+     "are discarded (read-committed readers of its partitions, held at its first record, "
+     "move on), its acks released; a later transactional send or discharge naming it is "
+     "rejected with amqp:transaction:timeout. 0 turns it off: an idle transaction then "
+     "holds those readers back until its connection closes (Kafka's transaction.timeout.ms "
+     "is 60 s too).",
      true},
     {"max_unsettled_per_link", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1048576, "10000", "unlimited", NULL,
      G_FIELD(max_unsettled_per_link), NULL, NULL,

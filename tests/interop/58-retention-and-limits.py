@@ -12,6 +12,14 @@
                       (40 - one segment, 40]); g2 then reads 40..199 complete; after a
                       restart with g2 at 200, segments wholly below g1's 120 go, and g1
                       reads 120..199 complete.
+  txn timeout         the built-in txn_timeout_ms is non-zero (sample etc/mqd.conf and
+                      mqd.conf(5) state "default 60s"); with it at 3 s (--set), a
+                      transaction left open with 3 sends stalls a read-committed
+                      receiver of its partition no longer than the timeout (+ 1 s tick
+                      + slack), which then gets exactly the later plain send and the
+                      later committed transaction's 2 messages; the idle transaction's
+                      client is told on its next use: a transactional send and the
+                      discharge are both rejected with amqp:transaction:timeout.
 """
 
 import json
@@ -124,12 +132,91 @@ def case_retention_consumed(t):
     b.stop()
 
 
+def doc_default(key):
+    """The default that the sample config and the man page state for key."""
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    with open(os.path.join(top, "etc", "mqd.conf")) as f:
+        sample = [ln for ln in f if ln.startswith("# %s: " % key)]
+    with open(os.path.join(top, "man", "mqd.conf.5")) as f:
+        lines = f.read().split("\n")
+    i = lines.index(".B %s" % key)
+    check(len(sample) == 1, "no '# %s:' line in etc/mqd.conf" % key)
+    return sample[0].split("default ", 1)[1].split(";")[0].strip(), lines[i + 1].split("default ", 1)[1].split(";")[0]
+
+
+def case_txn_timeout(t):
+    from proton import Delivery
+    from proton.utils import BlockingConnection
+    from mqdtest import BlockingTxns, txn_outcome_ok
+    sample, man = doc_default("txn_timeout_ms")
+    log("txn_timeout_ms built-in default: sample %r, man page %r" % (sample, man))
+    check(sample == "60s" and man == "60s", "txn_timeout_ms default: sample %r, man %r, want 60s (not off)"
+          % (sample, man))
+    TO = 3.0
+    T = "tx-idle"
+    b = t.broker("txn", sets={"txn_timeout_ms": "%dms" % (TO * 1000)})
+    idle = BlockingConnection(b.url, timeout=30 * SLOW)
+    try:
+        bt = BlockingTxns(idle)
+        snd = idle.create_sender(T)
+        tid = bt.declare()
+        t_open = time.monotonic()
+        res = bt.wait_settled([bt.send(snd, Message(body="open-%d" % i), tid) for i in range(3)])
+        check(all(txn_outcome_ok(r[0], r[1], tid) for r in res), "idle txn's sends: %s" % res[:2])
+        send(b.url, T, [Message(body="plain-after")])
+        other = BlockingConnection(b.url, timeout=30 * SLOW)
+        try:
+            bt2 = BlockingTxns(other)
+            s2 = other.create_sender(T)
+            tid2 = bt2.declare()
+            res = bt2.wait_settled([bt2.send(s2, Message(body="committed-%d" % i), tid2) for i in range(2)])
+            check(all(txn_outcome_ok(r[0], r[1], tid2) for r in res), "second txn's sends: %s" % res[:2])
+            ok, st, cond = bt2.discharge(tid2, False)
+            check(ok, "second txn's commit: %s %s" % (st, cond))
+        finally:
+            other.close()
+        r = mqdtest.Receiver(b.url, T, count=3, linger=1.0)
+        stamps = []
+        r.on_each = lambda rc, m, d: stamps.append(time.monotonic())
+        mqdtest.run_container(r, (TO + 30) * SLOW)
+        got = r.bodies()
+        stall = (stamps[0] - t_open) if stamps else None
+        log("read-committed receiver: %s; first delivery %.2f s after the transaction opened (timeout %.0f s)"
+            % (got, stall if stall is not None else -1, TO))
+        check(got == ["plain-after", "committed-0", "committed-1"],
+              "receiver got %s, want the plain send and the committed transaction's 2 (not the idle one's)" % got)
+        check(stall is not None and stall <= TO + 1 + 4 * SLOW, "receiver stalled %.1f s, timeout %.0f s" % (stall, TO))
+        # The idle transaction's client on its next use.
+        d = bt.send(snd, Message(body="late"), tid)
+        (st, _, cond), = bt.wait_settled([d], "send in the timed-out transaction")
+        log("send in the timed-out transaction: state %s condition %s" % (st, cond))
+        check(st == Delivery.REJECTED and cond is not None and cond.name == "amqp:transaction:timeout",
+              "send in the timed-out transaction: %s %s, want rejected amqp:transaction:timeout" % (st, cond))
+        ok, st, cond = bt.discharge(tid, False)
+        check(not ok and st == Delivery.REJECTED and cond is not None and cond.name == "amqp:transaction:timeout",
+              "discharge of the timed-out transaction: %s %s" % (st, cond))
+    finally:
+        idle.close()
+    got = receive(b.url, T, idle=2.0 * SLOW, timeout=30 * SLOW).bodies()
+    check(got == [], "after the timeout the topic still delivers %s" % got)
+    b.stop()
+
+
+CASES = [
+    ("retention-default", "retention = default deletes old segments whatever groups read", case_retention_default),
+    ("retention-consumed", "retention = consumed deletes only what every group consumed", case_retention_consumed),
+    ("txn-timeout", "an idle transaction times out by default and frees its readers", case_txn_timeout),
+]
+
+
 def body(t):
+    only = os.environ.get("MQD_T58_CASES")  # e.g. "txn-timeout,retention-default" (development)
     coll = Collect()
-    with coll.case("retention = default deletes old segments whatever groups read"):
-        case_retention_default(t)
-    with coll.case("retention = consumed deletes only what every group consumed"):
-        case_retention_consumed(t)
+    for key, name, fn in CASES:
+        if only and key not in only.split(","):
+            continue
+        with coll.case(name):
+            fn(t)
     coll.finish()
 
 
