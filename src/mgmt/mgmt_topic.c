@@ -5,6 +5,7 @@
 #include "mgmt/mgmt_json.h"
 #include "server/broker.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,16 +130,25 @@ static mqd_topic_t *named_topic(mqd_mgmt_req_t *r)
     return t;
 }
 
+/* The request's partition count (0: none given), or false after setting a 400 status:
+ * more than max_partitions_per_topic is refused before any work (creating partitions
+ * blocks the loop). */
 static bool partitions_arg(mqd_mgmt_req_t *r, uint32_t *out)
 {
     int64_t n = 0;
+    uint32_t max = r->s->conf->max_partitions_per_topic;
     json_t *v = r->body ? json_object_get(r->body, "partitions") : NULL;
     if (!v)
         v = json_object_get(r->props, "partitions");
-    if (v && !mqd_mgmt_arg_int(r, "partitions", &n))
+    if (v && !mqd_mgmt_arg_int(r, "partitions", &n)) {
+        mqd_mgmt_fail(r, 400, "partitions must be an integer in 1..%u", max);
         return false;
-    if (n < 0 || n > 100000)
+    }
+    if (n < 0 || n > (int64_t)max) {
+        mqd_mgmt_fail(r, 400, "partitions %" PRId64 " is over the limit max_partitions_per_topic = %u",
+                      n, max);
         return false;
+    }
     *out = (uint32_t)n;
     return true;
 }
@@ -149,7 +159,7 @@ static int topic_create(mqd_mgmt_req_t *r)
     if (!r->name || !*r->name)
         return mqd_mgmt_fail(r, 400, "application property 'name' is required");
     if (!partitions_arg(r, &nparts))
-        return mqd_mgmt_fail(r, 400, "partitions must be an integer in 1..100000");
+        return r->status;
     char *ov = overrides_of(r);
     mqd_topic_t *t;
     int rc = mqd_topic_create(r->s, r->name, nparts, ov, &t);
@@ -158,6 +168,9 @@ static int topic_create(mqd_mgmt_req_t *r)
         return mqd_mgmt_fail(r, 409, "topic '%s' already exists", r->name);
     if (rc == MQD_EINVAL)
         return mqd_mgmt_fail(r, 400, "invalid topic name or setting");
+    if (rc == MQD_ETOOBIG)
+        return mqd_mgmt_fail(r, 400, "the topic's partitions are over the limit max_partitions_per_topic = %u",
+                             r->s->conf->max_partitions_per_topic);
     if (rc != 0)
         return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "cannot create topic: %s", mqd_strerror(rc));
     put_topic(r->out, t);
@@ -180,7 +193,7 @@ static int topic_update(mqd_mgmt_req_t *r)
     if (!t)
         return r->status;
     if (!partitions_arg(r, &nparts))
-        return mqd_mgmt_fail(r, 400, "partitions must be an integer in 1..100000");
+        return r->status;
     if (nparts && nparts < t->nparts)
         return mqd_mgmt_fail(r, 400, "partitions can only grow (now %u)", t->nparts);
     char *ov = overrides_of(r);

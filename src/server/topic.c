@@ -281,6 +281,11 @@ int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t creat
     uint32_t n = create_parts ? create_parts : tc.partitions;
     if (n == 0)
         n = s->conf->default_partitions ? s->conf->default_partitions : 1;
+    if (n > s->conf->max_partitions_per_topic) {
+        MQD_WARN("topic", "not creating topic=%s: %u partitions > max_partitions_per_topic (%u)", name,
+                 n, s->conf->max_partitions_per_topic);
+        return MQD_ETOOBIG;
+    }
     /* temporary reply nodes live only as long as their receiver: not in meta.db */
     bool persist = strncmp(name, "$tmp.", 5) != 0;
     int rc = topic_create(s, name, n, persist, NULL, &t);
@@ -613,9 +618,9 @@ int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const c
         mqd_conf_topic(s->conf, name, &tc);
         nparts = tc.partitions ? tc.partitions : s->conf->default_partitions;
     }
-    if (nparts == 0 || nparts > 100000) {
+    if (nparts == 0 || nparts > s->conf->max_partitions_per_topic) {
         json_decref(ov);
-        return MQD_EINVAL;
+        return nparts ? MQD_ETOOBIG : MQD_EINVAL;
     }
     int rc = topic_create(s, name, nparts, true, ov, out);
     if (rc == 0)
@@ -627,6 +632,8 @@ int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char
 {
     if (nparts && nparts < t->nparts)
         return MQD_EINVAL; /* partitions only grow: keys would move otherwise */
+    if (nparts > t->nparts && nparts > s->conf->max_partitions_per_topic)
+        return MQD_ETOOBIG;
     json_t *merged = t->overrides ? json_deep_copy(t->overrides) : json_object();
     if (!merged)
         return MQD_ENOMEM;

@@ -20,6 +20,13 @@
                       later committed transaction's 2 messages; the idle transaction's
                       client is told on its next use: a transactional send and the
                       discharge are both rejected with amqp:transaction:timeout.
+  partitions limit    a bystander sends one message at a time (each waits for its
+                      accept) throughout; a management create of 65,536 partitions is
+                      refused at once (mqctl exit 5, status 400 naming
+                      max_partitions_per_topic = 1024), creates nothing, and the
+                      bystander's worst send latency during it stays < 2 s; an alter to
+                      2,000 likewise; a create of exactly 1,024 works (its loop stall,
+                      the bystander's worst latency, is logged and bounded).
 """
 
 import json
@@ -202,10 +209,85 @@ def case_txn_timeout(t):
     b.stop()
 
 
+class Bystander:
+    """A thread sending one message at a time to its own topic on its own connection,
+    recording (start, latency) of each accepted send."""
+
+    def __init__(self, url, topic):
+        import threading
+        from proton.utils import BlockingConnection
+        self.conn = BlockingConnection(url, timeout=60 * SLOW)
+        self.snd = self.conn.create_sender(topic)
+        self.lat = []
+        self.err = None
+        self.stop = False
+        self.th = threading.Thread(target=self.run, daemon=True)
+        self.th.start()
+
+    def run(self):
+        try:
+            for i in range(100000):  # bounded; stopped long before
+                if self.stop:
+                    break
+                t0 = time.monotonic()
+                self.snd.send(Message(body="by-%d" % i))
+                self.lat.append((t0, time.monotonic() - t0))
+                time.sleep(0.01)
+        except Exception as e:  # noqa: BLE001 (reported by the test)
+            self.err = e
+
+    def worst(self, t0, t1):
+        """Worst latency of sends that overlapped [t0, t1]."""
+        return max([lat for (s, lat) in self.lat if s <= t1 and s + lat >= t0] or [0.0])
+
+    def close(self):
+        self.stop = True
+        self.th.join(30 * SLOW)
+        self.conn.close()
+
+
+def case_partitions_limit(t):
+    b = t.broker("parts")
+    by = Bystander(b.url, "bystander")
+    try:
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        rc, out, err = mqdtest.mqctl(b.url, "topic", "create", "huge", "--partitions", "65536")
+        t1 = time.monotonic()
+        time.sleep(0.5)
+        worst = by.worst(t0, t1 + 0.5)
+        log("create 65536: exit %d in %.2f s (%r); bystander's worst send latency %.3f s over %d sends"
+            % (rc, t1 - t0, err.strip(), worst, len(by.lat)))
+        check(rc == 5 and "max_partitions_per_topic = 1024" in err and "(400)" in err,
+              "create of 65,536 partitions: exit %d %r, want refused (400) naming max_partitions_per_topic" % (rc, err))
+        check(not os.path.exists(os.path.join(b.data_dir, "topics", "huge")), "the refused create left a directory")
+        rc2, _, _ = mqdtest.mqctl(b.url, "topic", "describe", "huge")
+        check(rc2 != 0, "the refused topic exists")
+        check(worst < 2.0 * SLOW, "bystander stalled %.2f s during the refused create" % worst)
+        rc, out, err = mqdtest.mqctl(b.url, "topic", "create", "ok", "--partitions", "4")
+        check(rc == 0, "create of 4: %d %s" % (rc, err))
+        rc, out, err = mqdtest.mqctl(b.url, "topic", "alter", "ok", "--partitions", "2000")
+        check(rc == 5 and "max_partitions_per_topic = 1024" in err, "alter to 2,000: %d %r" % (rc, err))
+        check(describe(b.url, "ok")["partitions"] == 4, "the refused alter changed the count")
+        t0 = time.monotonic()
+        rc, out, err = mqdtest.mqctl(b.url, "--json", "topic", "create", "max", "--partitions", "1024")
+        t1 = time.monotonic()
+        time.sleep(0.5)
+        worst = by.worst(t0, t1 + 0.5)
+        log("create 1024 (the limit): exit %d in %.2f s; bystander's worst send latency %.3f s" % (rc, t1 - t0, worst))
+        check(rc == 0 and json.loads(out)["partitions"] == 1024, "create of 1,024: exit %d %r" % (rc, err))
+        check(worst < 20.0 * SLOW, "bystander stalled %.2f s during the create of 1,024" % worst)
+        check(by.err is None, "bystander: %r" % (by.err,))
+    finally:
+        by.close()
+    b.stop()
+
+
 CASES = [
     ("retention-default", "retention = default deletes old segments whatever groups read", case_retention_default),
     ("retention-consumed", "retention = consumed deletes only what every group consumed", case_retention_consumed),
     ("txn-timeout", "an idle transaction times out by default and frees its readers", case_txn_timeout),
+    ("partitions", "a create of 65,536 partitions is refused, a bystander keeps flowing", case_partitions_limit),
 ]
 
 
