@@ -255,6 +255,12 @@ void mqd_server_tick_soon(mqd_server_t *s);
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts, mqd_topic_t **out);
 mqd_topic_t *mqd_topic_find(mqd_server_t *s, const char *name);
 int mqd_topics_load(mqd_server_t *s);
+/* topic_recover.c: every topic directory under data_dir/topics goes to mqd_topic_adopt
+ * with the partition count its directory implies (after meta.db's topics are open). */
+int mqd_topics_recover_dirs(mqd_server_t *s);
+/* A topic found on disk with `ndir` partitions: created (and written to meta.db) if
+ * meta.db does not know it, grown if meta.db knows fewer partitions; warns either way. */
+int mqd_topic_adopt(mqd_server_t *s, const char *name, uint32_t ndir);
 void mqd_topics_free(mqd_server_t *s);
 void mqd_pending_pool_free(mqd_server_t *s);
 int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t);

@@ -4,6 +4,7 @@
 #include "server/broker.h"
 
 #include <dirent.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <proton/disposition.h>
 #include <stdio.h>
@@ -337,10 +338,50 @@ static void drop_stale_temporaries(mqd_server_t *s)
         MQD_INFO("topic", "removed %zu temporary node(s) left by the previous run", n);
 }
 
+static uint64_t topic_messages(const mqd_topic_t *t)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < t->nparts; i++)
+        n += mqd_plog_stable_offset(t->parts[i].log) - mqd_plog_start_offset(t->parts[i].log);
+    return n;
+}
+
+int mqd_topic_adopt(mqd_server_t *s, const char *name, uint32_t ndir)
+{
+    mqd_topic_t *t = mqd_topic_find(s, name);
+    uint32_t had = t ? t->nparts : 0;
+    if (had >= ndir)
+        return 0;
+    /* not persisted by topic_create: that would also skip loading the groups' offsets,
+     * which meta.db may still hold when only the topic row is missing */
+    int rc = t ? topic_grow(t, ndir) : topic_create(s, name, ndir, false, NULL, &t);
+    if (rc == 0) {
+        char *cj = topic_config_json(t);
+        rc = mqd_meta_topic_put(s->meta, name, t->nparts, cj ? cj : "{}");
+        free(cj);
+    }
+    if (rc != 0) {
+        MQD_ERR("topic", "cannot recover topic %s from its directory: %s", name, mqd_strerror(rc));
+        return rc;
+    }
+    if (had == 0)
+        MQD_WARN("topic", "topic %s: %u partition directories on disk but the topic is not in "
+                 "meta.db: recovered with %u partitions and %" PRIu64 " messages (settings made "
+                 "through management and group offsets not in meta.db are lost)",
+                 name, ndir, t->nparts, topic_messages(t));
+    else
+        MQD_WARN("topic", "topic %s: %u partition directories on disk but meta.db says %u "
+                 "partitions: grown to %u (%" PRIu64 " messages)", name, ndir, had, t->nparts,
+                 topic_messages(t));
+    return 0;
+}
+
 int mqd_topics_load(mqd_server_t *s)
 {
     drop_stale_temporaries(s);
     int rc = mqd_meta_topic_list(s->meta, load_one, s);
+    if (rc == 0)
+        rc = mqd_topics_recover_dirs(s);
     if (rc == 0)
         MQD_NOTICE("topic", "recovered %zu topics", s->n_topics);
     return rc;

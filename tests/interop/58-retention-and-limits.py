@@ -27,6 +27,12 @@
                       bystander's worst send latency during it stays < 2 s; an alter to
                       2,000 likewise; a create of exactly 1,024 works (its loop stall,
                       the bystander's worst latency, is logged and bounded).
+  meta.db lost        a 4-partition topic (mqctl create) with 100 messages in each
+                      partition; stop, delete meta.db (and -wal/-shm), start: describe
+                      shows 4 partitions before any client names the topic, a plain
+                      receiver gets all 400 (each body once), and the log warns
+                      "topic tm: 4 partition directories on disk but the topic is not in
+                      meta.db: recovered with 4 partitions and 400 messages".
 """
 
 import json
@@ -283,10 +289,43 @@ def case_partitions_limit(t):
     b.stop()
 
 
+def case_meta_lost(t):
+    T = "tm"
+    b = t.broker("meta")
+    rc, out, err = mqdtest.mqctl(b.url, "topic", "create", T, "--partitions", "4")
+    check(rc == 0, "create %s: %d %s" % (T, rc, err))
+    for p in range(4):
+        send(b.url, "%s/Partitions/%d" % (T, p), [Message(body="p%d-%d" % (p, i)) for i in range(100)])
+    check([int(x["end"]) for x in describe(b.url, T)["partition_info"]] == [100] * 4, "100 per partition")
+    b.stop()
+    for suffix in ("", "-wal", "-shm"):
+        path = os.path.join(b.data_dir, "meta.db" + suffix)
+        if os.path.exists(path):
+            os.unlink(path)
+    b.start()
+    d = describe(b.url, T)
+    log("after meta.db was deleted: partitions %s, ends %s" % (d["partitions"], [x["end"] for x in d["partition_info"]]))
+    check(d["partitions"] == 4, "topic came back with %s partitions, want 4" % d["partitions"])
+    r = receive(b.url, T, count=400, timeout=60 * SLOW, linger=1.0)
+    got = r.bodies()
+    want = sorted("p%d-%d" % (p, i) for p in range(4) for i in range(100))
+    log("plain receiver after the loss of meta.db: %d messages, %d distinct" % (len(got), len(set(got))))
+    check(sorted(got) == want, "received %d (%d distinct) of 400" % (len(got), len(set(got))))
+    text = b.log_text()
+    warn = ("warn topic: topic tm: 4 partition directories on disk but the topic is not in meta.db: "
+            "recovered with 4 partitions and 400 messages")
+    check(warn in text, "no warning %r in the log" % warn)
+    b.restart(kill=False)  # recovered into meta.db: no second warning
+    check(describe(b.url, T)["partitions"] == 4, "after a second restart")
+    check(b.log_text().count("partition directories on disk") == 1, "the warning repeats after the topic is back in meta.db")
+    b.stop()
+
+
 CASES = [
     ("retention-default", "retention = default deletes old segments whatever groups read", case_retention_default),
     ("retention-consumed", "retention = consumed deletes only what every group consumed", case_retention_consumed),
     ("txn-timeout", "an idle transaction times out by default and frees its readers", case_txn_timeout),
+    ("meta-lost", "a topic whose meta.db row is lost comes back with its partitions", case_meta_lost),
     ("partitions", "a create of 65,536 partitions is refused, a bystander keeps flowing", case_partitions_limit),
 ]
 
