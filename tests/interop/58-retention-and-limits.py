@@ -37,6 +37,7 @@
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -225,6 +226,7 @@ class Bystander:
         self.conn = BlockingConnection(url, timeout=60 * SLOW)
         self.snd = self.conn.create_sender(topic)
         self.lat = []
+        self.cur = None  # start of the send in flight
         self.err = None
         self.stop = False
         self.th = threading.Thread(target=self.run, daemon=True)
@@ -235,16 +237,23 @@ class Bystander:
             for i in range(100000):  # bounded; stopped long before
                 if self.stop:
                     break
-                t0 = time.monotonic()
+                t0 = self.cur = time.monotonic()
                 self.snd.send(Message(body="by-%d" % i))
                 self.lat.append((t0, time.monotonic() - t0))
+                self.cur = None
                 time.sleep(0.01)
         except Exception as e:  # noqa: BLE001 (reported by the test)
             self.err = e
 
     def worst(self, t0, t1):
-        """Worst latency of sends that overlapped [t0, t1]."""
-        return max([lat for (s, lat) in self.lat if s <= t1 and s + lat >= t0] or [0.0])
+        """Worst latency of sends that overlapped [t0, t1], once a send that started
+        after t1 has completed (bounded wait: a stalled loop shows as a long latency)."""
+        deadline = time.monotonic() + 90 * SLOW
+        while not any(s > t1 for (s, _) in self.lat) and time.monotonic() < deadline and self.err is None:
+            time.sleep(0.05)
+        cur = self.cur
+        inflight = [time.monotonic() - cur] if cur is not None and cur <= t1 else []
+        return max([lat for (s, lat) in self.lat if s <= t1 and s + lat >= t0] + inflight or [0.0])
 
     def close(self):
         self.stop = True
@@ -260,8 +269,7 @@ def case_partitions_limit(t):
         t0 = time.monotonic()
         rc, out, err = mqdtest.mqctl(b.url, "topic", "create", "huge", "--partitions", "65536")
         t1 = time.monotonic()
-        time.sleep(0.5)
-        worst = by.worst(t0, t1 + 0.5)
+        worst = by.worst(t0, t1)
         log("create 65536: exit %d in %.2f s (%r); bystander's worst send latency %.3f s over %d sends"
             % (rc, t1 - t0, err.strip(), worst, len(by.lat)))
         check(rc == 5 and "max_partitions_per_topic = 1024" in err and "(400)" in err,
@@ -276,13 +284,16 @@ def case_partitions_limit(t):
         check(rc == 5 and "max_partitions_per_topic = 1024" in err, "alter to 2,000: %d %r" % (rc, err))
         check(describe(b.url, "ok")["partitions"] == 4, "the refused alter changed the count")
         t0 = time.monotonic()
-        rc, out, err = mqdtest.mqctl(b.url, "--json", "topic", "create", "max", "--partitions", "1024")
+        # mqctl's own timeout, not the harness's 10 s: at the limit the create is allowed
+        # and takes a few ms per partition on a busy disk
+        p = subprocess.run([mqdtest.mqctl_bin(), "--url", b.url, "--timeout", str(120 * SLOW), "--json", "topic",
+                            "create", "max", "--partitions", "1024"], capture_output=True, text=True, timeout=150 * SLOW)
+        rc, out, err = p.returncode, p.stdout, p.stderr
         t1 = time.monotonic()
-        time.sleep(0.5)
-        worst = by.worst(t0, t1 + 0.5)
+        worst = by.worst(t0, t1)
         log("create 1024 (the limit): exit %d in %.2f s; bystander's worst send latency %.3f s" % (rc, t1 - t0, worst))
         check(rc == 0 and json.loads(out)["partitions"] == 1024, "create of 1,024: exit %d %r" % (rc, err))
-        check(worst < 20.0 * SLOW, "bystander stalled %.2f s during the create of 1,024" % worst)
+        check(worst < 60.0 * SLOW, "bystander stalled %.2f s during the create of 1,024" % worst)
         check(by.err is None, "bystander: %r" % (by.err,))
     finally:
         by.close()
