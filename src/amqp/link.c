@@ -336,7 +336,7 @@ static void management_request(mqd_conn_t *c, pn_delivery_t *d, const uint8_t *m
     mqd_buf_t *out = &s->mgmt_out;
     mqd_msg_info_t mi;
     int rc = mqd_mgmt_handle(s, c, msg, size, out);
-    if (rc == 0 && mqd_msg_scan(out->p, out->len, &mi) == 0 && mi.to.len > 0) {
+    if (rc == 0 && out->len > 0 && mqd_msg_scan(out->p, out->len, &mi) == 0 && mi.to.len > 0) {
         char name[MQD_NAME_MAX + 1];
         mqd_reply_topic_name((const char *)out->p + mi.to.off, mi.to.len, name, sizeof name);
         mqd_topic_t *t = mqd_topic_find(s, name);

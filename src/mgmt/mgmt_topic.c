@@ -153,6 +153,26 @@ static bool partitions_arg(mqd_mgmt_req_t *r, uint32_t *out)
     return true;
 }
 
+/* Creates with more partitions than this open a slice at a time between other events
+ * (mqd_topic_create_async); the reply goes out when the topic is complete. */
+#define SYNC_PARTITIONS 16
+
+static void put_created(pn_data_t *d, void *t) { put_topic(d, t); }
+
+static void on_built(void *arg, int rc, mqd_topic_t *t)
+{
+    mqd_mgmt_later_t *l = arg;
+    char desc[160];
+    if (rc == MQD_ESTATE && !t) {
+        mqd_mgmt_later_free(l); /* shutdown */
+        return;
+    }
+    if (rc == 0)
+        return mqd_mgmt_finish(l, 201, NULL, put_created, t);
+    snprintf(desc, sizeof desc, "cannot create topic: %s", mqd_strerror(rc));
+    mqd_mgmt_finish(l, mqd_mgmt_status_of(rc), desc, NULL, NULL);
+}
+
 static int topic_create(mqd_mgmt_req_t *r)
 {
     uint32_t nparts;
@@ -161,9 +181,21 @@ static int topic_create(mqd_mgmt_req_t *r)
     if (!partitions_arg(r, &nparts))
         return r->status;
     char *ov = overrides_of(r);
-    mqd_topic_t *t;
-    int rc = mqd_topic_create(r->s, r->name, nparts, ov, &t);
+    mqd_topic_t *t = NULL;
+    int rc;
+    mqd_mgmt_later_t *l = nparts > SYNC_PARTITIONS ? mqd_mgmt_defer(r) : NULL;
+    if (l) {
+        rc = mqd_topic_create_async(r->s, r->name, nparts, ov, on_built, l);
+        if (rc != 0) {
+            mqd_mgmt_later_free(l);
+            r->deferred = false;
+        }
+    } else {
+        rc = mqd_topic_create(r->s, r->name, nparts, ov, &t);
+    }
     free(ov);
+    if (rc == 0 && r->deferred)
+        return 0;
     if (rc == MQD_EEXIST)
         return mqd_mgmt_fail(r, 409, "topic '%s' already exists", r->name);
     if (rc == MQD_EINVAL)

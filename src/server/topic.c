@@ -117,6 +117,8 @@ static void store_name(const char *name, char *out, size_t outlen)
     out[o] = '\0';
 }
 
+static mqd_topic_build_t *build_find(mqd_server_t *s, const char *name);
+
 static int part_open(mqd_topic_t *t, uint32_t id)
 {
     char sname[3 * MQD_NAME_MAX + 1];
@@ -227,15 +229,12 @@ static char *topic_config_json(const mqd_topic_t *t)
     return t->overrides ? json_dumps(t->overrides, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
 }
 
-static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool persist,
-                        json_t *overrides, mqd_topic_t **out)
+static mqd_topic_t *topic_alloc(mqd_server_t *s, const char *name, json_t *overrides)
 {
-    if (s->n_topics + 1 > s->topics_cap / 2 && table_grow(s) != 0)
-        return MQD_ENOMEM;
     mqd_topic_t *t = calloc(1, sizeof *t);
     if (!t || !(t->name = strdup(name))) {
         free(t);
-        return MQD_ENOMEM;
+        return NULL;
     }
     t->srv = s;
     t->created_ms = mqd_now_ms();
@@ -244,7 +243,13 @@ static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool
     mqd_dlist_init(&t->consumers);
     mqd_dlist_init(&t->groups);
     mqd_dlist_init(&t->dnode);
-    int rc = topic_grow(t, nparts);
+    return t;
+}
+
+/* Groups, meta.db and the topic table for t, whose partitions are open (rc says how
+ * that went; the table has room for one more); on failure t is deleted. */
+static int topic_publish(mqd_server_t *s, mqd_topic_t *t, bool persist, int rc)
+{
     if (rc == 0 && !persist)
         rc = mqd_groups_load(t); /* an existing topic: its groups' offsets */
     mqd_group_t *shared;
@@ -252,19 +257,30 @@ static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool
         rc = mqd_group_get(t, MQD_SHARED_GROUP, &shared); /* queue consumers of plain T */
     if (rc == 0 && persist) {
         char *cj = topic_config_json(t);
-        rc = mqd_meta_topic_put(s->meta, name, nparts, cj ? cj : "{}");
+        rc = mqd_meta_topic_put(s->meta, t->name, t->nparts, cj ? cj : "{}");
         free(cj);
     }
-    size_t b = hash_name(name) & (s->topics_cap - 1);
+    size_t b = hash_name(t->name) & (s->topics_cap - 1);
     t->hnext = s->topics[b];
     s->topics[b] = t;
     s->n_topics++;
-    if (rc != 0) {
+    if (rc != 0)
         mqd_topic_delete(s, t);
-        return rc;
-    }
-    *out = t;
-    return 0;
+    return rc;
+}
+
+static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool persist,
+                        json_t *overrides, mqd_topic_t **out)
+{
+    if (s->n_topics + 1 > s->topics_cap / 2 && table_grow(s) != 0)
+        return MQD_ENOMEM;
+    mqd_topic_t *t = topic_alloc(s, name, overrides);
+    if (!t)
+        return MQD_ENOMEM;
+    int rc = topic_publish(s, t, persist, topic_grow(t, nparts));
+    if (rc == 0)
+        *out = t;
+    return rc;
 }
 
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts,
@@ -277,6 +293,8 @@ int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t creat
     }
     if (!create)
         return MQD_ENOENT;
+    if (build_find(s, name))
+        return MQD_EAGAIN; /* being created by management, not visible yet */
     mqd_topic_conf_t tc;
     mqd_conf_topic(s->conf, name, &tc);
     uint32_t n = create_parts ? create_parts : tc.partitions;
@@ -473,6 +491,7 @@ int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t)
 
 void mqd_topics_free(mqd_server_t *s)
 {
+    mqd_topic_builds_cancel(s);
     for (size_t i = 0; i < s->topics_cap; i++) {
         mqd_topic_t *t = s->topics[i];
         while (t) {
@@ -633,10 +652,13 @@ void mqd_topics_retain(mqd_server_t *s)
     }
 }
 
-int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const char *overrides_json,
-                     mqd_topic_t **out)
+/* Checks a management create: the name is free and valid, the overrides parse
+ * (*ov: NULL or an object, owned by the caller), *nparts is resolved and within the
+ * limit. */
+static int create_args(mqd_server_t *s, const char *name, uint32_t *nparts,
+                       const char *overrides_json, json_t **ov_out)
 {
-    if (mqd_topic_find(s, name))
+    if (mqd_topic_find(s, name) || build_find(s, name))
         return MQD_EEXIST;
     if (!mqd_topic_name_valid(name, strlen(name)) || strncmp(name, "$tmp.", 5) == 0)
         return MQD_EINVAL;
@@ -654,19 +676,134 @@ int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const c
             ov = NULL;
         }
     }
-    if (nparts == 0) {
+    uint32_t n = *nparts;
+    if (n == 0) {
         mqd_topic_conf_t tc;
         mqd_conf_topic(s->conf, name, &tc);
-        nparts = tc.partitions ? tc.partitions : s->conf->default_partitions;
+        n = tc.partitions ? tc.partitions : s->conf->default_partitions;
     }
-    if (nparts == 0 || nparts > s->conf->max_partitions_per_topic) {
+    if (n == 0 || n > s->conf->max_partitions_per_topic) {
         json_decref(ov);
-        return nparts ? MQD_ETOOBIG : MQD_EINVAL;
+        return n ? MQD_ETOOBIG : MQD_EINVAL;
     }
-    int rc = topic_create(s, name, nparts, true, ov, out);
+    *nparts = n;
+    *ov_out = ov;
+    return 0;
+}
+
+int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const char *overrides_json,
+                     mqd_topic_t **out)
+{
+    json_t *ov;
+    int rc = create_args(s, name, &nparts, overrides_json, &ov);
+    if (rc == 0)
+        rc = topic_create(s, name, nparts, true, ov, out);
     if (rc == 0)
         MQD_INFO("topic", "created topic=%s partitions=%u (management)", name, nparts);
     return rc;
+}
+
+/* ---- creating a topic a slice at a time ---- */
+
+/* The longest the loop spends opening one topic's partitions before it serves other
+ * events again (each takes a few ms on a busy disk: 1,024 at once stalled it 14 s). */
+#define BUILD_SLICE_MS 20
+
+struct mqd_topic_build {
+    mqd_dlist_t node; /* s->builds */
+    mqd_server_t *s;
+    mqd_topic_t *t;   /* not in the topic table until every partition is open */
+    uint32_t want;
+    struct event *ev;
+    mqd_topic_built_cb cb;
+    void *arg;
+};
+
+static mqd_topic_build_t *build_find(mqd_server_t *s, const char *name)
+{
+    for (mqd_dlist_t *n = s->builds.next; n != &s->builds; n = n->next) {
+        mqd_topic_build_t *b = MQD_CONTAINER(n, mqd_topic_build_t, node);
+        if (b->t && strcmp(b->t->name, name) == 0)
+            return b;
+    }
+    return NULL;
+}
+
+/* Ends b: a topic still in b->t is unfinished and goes with its directories (meta.db
+ * never had it). */
+static void build_end(mqd_topic_build_t *b, int rc, mqd_topic_t *done)
+{
+    mqd_dlist_del(&b->node);
+    event_free(b->ev);
+    if (b->t) {
+        char sname[3 * MQD_NAME_MAX + 1];
+        store_name(b->t->name, sname, sizeof sname);
+        topic_free(b->t);
+        mqd_store_drop_topic(b->s->store, sname);
+    }
+    b->cb(b->arg, rc, done);
+    free(b);
+}
+
+static void build_step(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_topic_build_t *b = arg;
+    mqd_topic_t *t = b->t;
+    mqd_server_t *s = b->s;
+    int64_t until = mqd_now_ms() + BUILD_SLICE_MS;
+    int rc = 0;
+    while (rc == 0 && t->nparts < b->want && mqd_now_ms() < until)
+        rc = topic_grow(t, t->nparts + 1);
+    if (rc == 0 && t->nparts < b->want) {
+        struct timeval next = {0, 1000}; /* a poll for I/O between slices */
+        event_add(b->ev, &next);
+        return;
+    }
+    if (rc == 0 && s->n_topics + 1 > s->topics_cap / 2 && table_grow(s) != 0)
+        rc = MQD_ENOMEM;
+    if (rc == 0) {
+        b->t = NULL; /* published or, on failure, deleted by topic_publish */
+        rc = topic_publish(s, t, true, 0);
+    }
+    if (rc == 0)
+        MQD_INFO("topic", "created topic=%s partitions=%u (management, in slices)", t->name, t->nparts);
+    else
+        MQD_WARN("topic", "creating a topic with %u partitions failed: %s", b->want, mqd_strerror(rc));
+    build_end(b, rc, rc == 0 ? t : NULL);
+    MQD_UNUSED(fd);
+    MQD_UNUSED(what);
+}
+
+int mqd_topic_create_async(mqd_server_t *s, const char *name, uint32_t nparts,
+                           const char *overrides_json, mqd_topic_built_cb cb, void *arg)
+{
+    json_t *ov;
+    int rc = create_args(s, name, &nparts, overrides_json, &ov);
+    if (rc != 0)
+        return rc;
+    mqd_topic_build_t *b = calloc(1, sizeof *b);
+    mqd_topic_t *t = b ? topic_alloc(s, name, ov) : NULL;
+    if (t)
+        b->ev = evtimer_new(s->base, build_step, b);
+    if (!t || !b->ev) {
+        if (t)
+            topic_free(t); /* frees ov too */
+        else
+            json_decref(ov);
+        free(b);
+        return MQD_ENOMEM;
+    }
+    *b = (mqd_topic_build_t){.s = s, .t = t, .want = nparts, .ev = b->ev, .cb = cb, .arg = arg};
+    mqd_dlist_push(&s->builds, &b->node);
+    struct timeval now = {0, 0};
+    event_add(b->ev, &now);
+    return 0;
+}
+
+void mqd_topic_builds_cancel(mqd_server_t *s)
+{
+    while (!mqd_dlist_empty(&s->builds))
+        build_end(MQD_CONTAINER(s->builds.next, mqd_topic_build_t, node), MQD_ESTATE, NULL);
 }
 
 int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char *overrides_json)
