@@ -300,7 +300,22 @@ def case_partitions_limit(t):
         check(by.err is None, "bystander: %r" % (by.err,))
     finally:
         by.close()
+    # SIGTERM while a create is half done: a clean exit, nothing of that topic left
+    # (meta.db never had it; start-up would otherwise adopt its directories)
+    ctl = t.spawn([mqdtest.mqctl_bin(), "--url", b.url, "--timeout", str(120 * SLOW), "topic", "create", "cut",
+                   "--partitions", "1024"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cut = os.path.join(b.data_dir, "topics", "cut")
+    deadline = time.monotonic() + 30 * SLOW
+    while not (os.path.isdir(cut) and len(os.listdir(cut)) >= 8) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    made = len(os.listdir(cut)) if os.path.isdir(cut) else 0
     b.stop()
+    ctl.wait(timeout=150 * SLOW)
+    log("SIGTERM during a create of 1024 (%d partition directories made): broker exit %s, directory left: %s"
+        % (made, b.proc.returncode, os.path.exists(cut)))
+    check(made >= 8 and made < 1024, "the create was not caught half done (%d directories)" % made)
+    check(b.proc.returncode == 0, "broker exit status %s after SIGTERM during a create" % b.proc.returncode)
+    check(not os.path.exists(cut), "the unfinished topic's directory is left")
 
 
 def case_meta_lost(t):
