@@ -255,8 +255,10 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "Delete segments whose newest message is older than this. 0 turns it off.", false},
     {"retention", MQD_CT_ENUM, MQD_CS_BOTH, 0, 0, "default", NULL, NULL,
      T_FIELD(retention_consumed), retention_names, NULL,
-     "default: only retention_bytes/retention_ms delete data. consumed: also delete segments "
-     "every consumer group has consumed (queue-like).",
+     "default: only retention_bytes/retention_ms delete data, whatever consumer groups have "
+     "read (a group behind resumes at the new start). consumed: also delete segments every "
+     "consumer group has consumed (queue-like); with no group yet nothing goes. An open "
+     "transaction's records stay in either mode until it is decided.",
      false},
     {"index_interval_bytes", MQD_CT_SIZE, MQD_CS_BOTH, 64, 16 * MiB, "4KiB", NULL, NULL,
      T_FIELD(log.index_interval_bytes), NULL, NULL,
