@@ -33,7 +33,11 @@
                       shows 4 partitions before any client names the topic, a plain
                       receiver gets all 400 (each body once), and the log warns
                       "topic tm: 4 partition directories on disk but the topic is not in
-                      meta.db: recovered with 4 partitions and 400 messages".
+                      meta.db: recovered with 4 partitions and 400 messages"; not again
+                      after the next restart. An older meta.db (topic tg with 2
+                      partitions) put back under 3 partition directories: tg comes back
+                      with 3 (partition 2's 10 messages readable in describe) and the
+                      warning "meta.db says 2 partitions: grown to 3 (10 messages)".
 """
 
 import json
@@ -347,6 +351,29 @@ def case_meta_lost(t):
     b.restart(kill=False)  # recovered into meta.db: no second warning
     check(describe(b.url, T)["partitions"] == 4, "after a second restart")
     check(b.log_text().count("partition directories on disk") == 1, "the warning repeats after the topic is back in meta.db")
+    # An older meta.db that knows fewer partitions: grown to the directory's count.
+    rc, out, err = mqdtest.mqctl(b.url, "topic", "create", "tg", "--partitions", "2")
+    check(rc == 0, "create tg: %d %s" % (rc, err))
+    b.stop()
+    import shutil
+    old_db = os.path.join(t.tmpdir, "meta-old.db")
+    shutil.copy(os.path.join(b.data_dir, "meta.db"), old_db)  # clean stop: the WAL is checkpointed
+    b.start()
+    rc, out, err = mqdtest.mqctl(b.url, "topic", "alter", "tg", "--partitions", "3")
+    check(rc == 0, "alter tg: %d %s" % (rc, err))
+    send(b.url, "tg/Partitions/2", [Message(body="in-2-%d" % i) for i in range(10)])
+    b.stop()
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(os.path.join(b.data_dir, "meta.db" + suffix)):
+            os.unlink(os.path.join(b.data_dir, "meta.db" + suffix))
+    shutil.copy(old_db, os.path.join(b.data_dir, "meta.db"))
+    b.start()
+    d = describe(b.url, "tg")
+    log("older meta.db (2 partitions) under 3 directories: partitions %s, ends %s"
+        % (d["partitions"], [x["end"] for x in d["partition_info"]]))
+    check(d["partitions"] == 3 and int(d["partition_info"][2]["end"]) == 10, "tg after the older meta.db: %s" % d)
+    warn = "warn topic: topic tg: 3 partition directories on disk but meta.db says 2 partitions: grown to 3 (10 messages)"
+    check(warn in b.log_text(), "no warning %r in the log" % warn)
     b.stop()
 
 
