@@ -214,7 +214,12 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'", addr);
         bool create = mqd_may_create(c, a.topic);
         mqd_topic_t *t;
-        if (mqd_topic_get(s, a.topic, create, 0, &t) != 0)
+        int grc = mqd_topic_get(s, a.topic, create, 0, &t);
+        if (grc == MQD_ETOOBIG)
+            return mqd_link_refuse(l, "amqp:resource-limit-exceeded",
+                                   "creating '%s' needs more partitions than max_partitions_per_topic",
+                                   a.topic);
+        if (grc != 0)
             return mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
         if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
             return mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);

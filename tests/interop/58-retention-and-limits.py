@@ -28,6 +28,9 @@
                       2,000 likewise; a create of exactly 1,024 works, its reply once
                       all 1,024 are open, and the bystander's worst latency during it
                       stays < 2 s too (partitions open 20 ms at a time between events).
+                      SIGTERM half way through another such create: exit 0, nothing of
+                      it left. With default_partitions = 2000 a sender to a new topic is
+                      refused with amqp:resource-limit-exceeded naming the key.
   meta.db lost        a 4-partition topic (mqctl create) with 100 messages in each
                       partition; stop, delete meta.db (and -wal/-shm), start: describe
                       shows 4 partitions before any client names the topic, a plain
@@ -320,6 +323,19 @@ def case_partitions_limit(t):
     check(made >= 8 and made < 1024, "the create was not caught half done (%d directories)" % made)
     check(b.proc.returncode == 0, "broker exit status %s after SIGTERM during a create" % b.proc.returncode)
     check(not os.path.exists(cut), "the unfinished topic's directory is left")
+    # default_partitions above the limit: an automatic create refuses the link clearly
+    b2 = t.broker("parts2", sets={"default_partitions": 2000})
+    snd = mqdtest.Sender(b2.url, "auto", [Message(body="x")])
+    try:
+        mqdtest.run_container(snd, 30 * SLOW)
+    except mqdtest.TestFailure as e:  # the link error ends the run; its condition is checked below
+        log("sender ended: %s" % e)
+    cond = snd.link_condition
+    log("send to a new topic with default_partitions 2000: link condition %s" % (cond,))
+    check(cond is not None and cond.name == "amqp:resource-limit-exceeded"
+          and "max_partitions_per_topic" in (cond.description or ""), "link refusal: %s" % (cond,))
+    check(not os.path.exists(os.path.join(b2.data_dir, "topics", "auto")), "the refused topic has a directory")
+    b2.stop()
 
 
 def case_meta_lost(t):
