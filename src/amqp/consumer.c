@@ -369,7 +369,8 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
     int grc = mqd_topic_get(s, a->topic, create, 0, t);
     if (grc == MQD_ETOOBIG)
         mqd_link_refuse(l, "amqp:resource-limit-exceeded",
-                        "creating '%s' needs more partitions than max_partitions_per_topic", a->topic);
+                        "creating '%s' needs more partitions than max_partitions_per_topic",
+                        a->topic);
     else if (grc != 0)
         mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a->topic);
     if (grc != 0)

@@ -216,9 +216,9 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         mqd_topic_t *t;
         int grc = mqd_topic_get(s, a.topic, create, 0, &t);
         if (grc == MQD_ETOOBIG)
-            return mqd_link_refuse(l, "amqp:resource-limit-exceeded",
-                                   "creating '%s' needs more partitions than max_partitions_per_topic",
-                                   a.topic);
+            return mqd_link_refuse(
+                l, "amqp:resource-limit-exceeded",
+                "creating '%s' needs more partitions than max_partitions_per_topic", a.topic);
         if (grc != 0)
             return mqd_link_refuse(l, "amqp:not-found", "no such topic '%s'", a.topic);
         if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
@@ -551,7 +551,8 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     mqd_txn_t *txn = mqd_txn_of_delivery(c->srv, d, &unknown);
     if (unknown) {
         if (!presettled)
-            mqd_delivery_reject(d, mqd_txn_unknown_condition(c->srv, d), "no such open transaction");
+            mqd_delivery_reject(d, mqd_txn_unknown_condition(c->srv, d),
+                                "no such open transaction");
         return;
     }
     uint64_t off;

@@ -395,7 +395,10 @@ mqd_mgmt_later_t *mqd_mgmt_defer(mqd_mgmt_req_t *r)
     return l;
 }
 
-void mqd_mgmt_later_free(mqd_mgmt_later_t *l) { free(l); }
+void mqd_mgmt_later_free(mqd_mgmt_later_t *l)
+{
+    free(l);
+}
 
 /* Appends a reply to its `to` node (a receiver's reply node, found by name). */
 static void deliver_reply(struct mqd_server *s, const mqd_buf_t *out)

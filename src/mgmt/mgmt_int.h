@@ -31,7 +31,7 @@ typedef struct mqd_mgmt_req {
     char desc[256];    /* statusDescription; empty = the status's standard text */
     const uint8_t *req; /* the request message (borrowed; for mqd_mgmt_defer) */
     size_t req_len;
-    bool deferred;     /* the handler answers later (mqd_mgmt_finish): no reply now */
+    bool deferred; /* the handler answers later (mqd_mgmt_finish): no reply now */
 } mqd_mgmt_req_t;
 
 /* An answer to send later: a copy of the request (its reply-to and ids). */

@@ -145,8 +145,9 @@ static bool partitions_arg(mqd_mgmt_req_t *r, uint32_t *out)
         return false;
     }
     if (n < 0 || n > (int64_t)max) {
-        mqd_mgmt_fail(r, 400, "partitions %" PRId64 " is over the limit max_partitions_per_topic = %u",
-                      n, max);
+        mqd_mgmt_fail(r, 400,
+                      "partitions %" PRId64 " is over the limit max_partitions_per_topic = %u", n,
+                      max);
         return false;
     }
     *out = (uint32_t)n;
@@ -157,7 +158,10 @@ static bool partitions_arg(mqd_mgmt_req_t *r, uint32_t *out)
  * (mqd_topic_create_async); the reply goes out when the topic is complete. */
 #define SYNC_PARTITIONS 16
 
-static void put_created(pn_data_t *d, void *t) { put_topic(d, t); }
+static void put_created(pn_data_t *d, void *t)
+{
+    put_topic(d, t);
+}
 
 static void on_built(void *arg, int rc, mqd_topic_t *t)
 {
@@ -201,8 +205,9 @@ static int topic_create(mqd_mgmt_req_t *r)
     if (rc == MQD_EINVAL)
         return mqd_mgmt_fail(r, 400, "invalid topic name or setting");
     if (rc == MQD_ETOOBIG)
-        return mqd_mgmt_fail(r, 400, "the topic's partitions are over the limit max_partitions_per_topic = %u",
-                             r->s->conf->max_partitions_per_topic);
+        return mqd_mgmt_fail(
+            r, 400, "the topic's partitions are over the limit max_partitions_per_topic = %u",
+            r->s->conf->max_partitions_per_topic);
     if (rc != 0)
         return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "cannot create topic: %s", mqd_strerror(rc));
     put_topic(r->out, t);

@@ -301,8 +301,8 @@ int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t creat
     if (n == 0)
         n = s->conf->default_partitions ? s->conf->default_partitions : 1;
     if (n > s->conf->max_partitions_per_topic) {
-        MQD_WARN("topic", "not creating topic=%s: %u partitions > max_partitions_per_topic (%u)", name,
-                 n, s->conf->max_partitions_per_topic);
+        MQD_WARN("topic", "not creating topic=%s: %u partitions > max_partitions_per_topic (%u)",
+                 name, n, s->conf->max_partitions_per_topic);
         return MQD_ETOOBIG;
     }
     /* temporary reply nodes live only as long as their receiver: not in meta.db */
@@ -383,14 +383,16 @@ int mqd_topic_adopt(mqd_server_t *s, const char *name, uint32_t ndir)
         return rc;
     }
     if (had == 0)
-        MQD_WARN("topic", "topic %s: %u partition directories on disk but the topic is not in "
+        MQD_WARN("topic",
+                 "topic %s: %u partition directories on disk but the topic is not in "
                  "meta.db: recovered with %u partitions and %" PRIu64 " messages (settings made "
                  "through management and group offsets not in meta.db are lost)",
                  name, ndir, t->nparts, topic_messages(t));
     else
-        MQD_WARN("topic", "topic %s: %u partition directories on disk but meta.db says %u "
-                 "partitions: grown to %u (%" PRIu64 " messages)", name, ndir, had, t->nparts,
-                 topic_messages(t));
+        MQD_WARN("topic",
+                 "topic %s: %u partition directories on disk but meta.db says %u "
+                 "partitions: grown to %u (%" PRIu64 " messages)",
+                 name, ndir, had, t->nparts, topic_messages(t));
     return 0;
 }
 
@@ -712,7 +714,7 @@ int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const c
 struct mqd_topic_build {
     mqd_dlist_t node; /* s->builds */
     mqd_server_t *s;
-    mqd_topic_t *t;   /* not in the topic table until every partition is open */
+    mqd_topic_t *t; /* not in the topic table until every partition is open */
     uint32_t want;
     struct event *ev;
     mqd_topic_built_cb cb;
@@ -766,9 +768,11 @@ static void build_step(evutil_socket_t fd, short what, void *arg)
         rc = topic_publish(s, t, true, 0);
     }
     if (rc == 0)
-        MQD_INFO("topic", "created topic=%s partitions=%u (management, in slices)", t->name, t->nparts);
+        MQD_INFO("topic", "created topic=%s partitions=%u (management, in slices)", t->name,
+                 t->nparts);
     else
-        MQD_WARN("topic", "creating a topic with %u partitions failed: %s", b->want, mqd_strerror(rc));
+        MQD_WARN("topic", "creating a topic with %u partitions failed: %s", b->want,
+                 mqd_strerror(rc));
     build_end(b, rc, rc == 0 ? t : NULL);
     MQD_UNUSED(fd);
     MQD_UNUSED(what);
