@@ -825,7 +825,7 @@ static void transactional_disposition(mqd_lstate_t *ls, pn_delivery_t *d, uint32
     bool unknown, failed;
     mqd_txn_t *txn = mqd_txn_of_delivery(ls->conn->srv, d, &unknown);
     if (!txn || !ls->group || part >= ls->group->ncur) {
-        mqd_consumer_detach(ls, "amqp:transaction:unknown-id",
+        mqd_consumer_detach(ls, mqd_txn_unknown_condition(ls->conn->srv, d),
                             "a disposition names a transaction that is not open");
         return;
     }

@@ -344,7 +344,7 @@ static void management_request(mqd_conn_t *c, pn_delivery_t *d, const uint8_t *m
     mqd_buf_t *out = &s->mgmt_out;
     mqd_msg_info_t mi;
     int rc = mqd_mgmt_handle(s, c, msg, size, out);
-    if (rc == 0 && mqd_msg_scan(out->p, out->len, &mi) == 0 && mi.to.len > 0) {
+    if (rc == 0 && out->len > 0 && mqd_msg_scan(out->p, out->len, &mi) == 0 && mi.to.len > 0) {
         char name[MQD_NAME_MAX + 1];
         mqd_reply_topic_name((const char *)out->p + mi.to.off, mi.to.len, name, sizeof name);
         mqd_topic_t *t = mqd_topic_find(s, name);
@@ -585,7 +585,8 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     mqd_txn_t *txn = mqd_txn_of_delivery(c->srv, d, &unknown);
     if (unknown) {
         if (!presettled)
-            mqd_delivery_reject(d, "amqp:transaction:unknown-id", "no such transaction");
+            mqd_delivery_reject(d, mqd_txn_unknown_condition(c->srv, d),
+                                "no such open transaction");
         return;
     }
     uint64_t off;

@@ -61,6 +61,7 @@ typedef struct mqd_conf {
     uint32_t default_partitions;  /* 1 */
     uint32_t max_topics;          /* topics at once, 10000; 0 = unlimited */
     uint32_t max_topics_per_connection; /* topics one connection may create, 1000; 0 = unlimited */
+    uint32_t max_partitions_per_topic; /* 1024: a create or alter asking for more is refused */
     uint64_t max_message_size;    /* 16 MiB */
     uint32_t max_frame_size;      /* 128 KiB */
     uint32_t idle_timeout_ms;     /* 60000; 0 = off */

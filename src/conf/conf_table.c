@@ -75,6 +75,16 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"default_partitions", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 65536, "1", NULL, NULL,
      G_FIELD(default_partitions), NULL, NULL,
      "Partitions of a topic created automatically or without an explicit count.", false},
+    {"max_partitions_per_topic", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 65536, "1024", NULL, NULL,
+     G_FIELD(max_partitions_per_topic), NULL, NULL,
+     "Most partitions one topic may have: each costs files, descriptors and start-up "
+     "time. A management create or alter asking for more is refused at once (status 400 "
+     "naming this key), as is an automatic create when default_partitions or the topic's "
+     "partitions is above it. A management create of more than 16 opens them 20 ms at a "
+     "time between other events and replies once all are open (an alter opens them at "
+     "once: a few ms each on a busy disk). Topics that already have more keep them. "
+     "Reloadable (SIGHUP).",
+     true},
     {"max_message_size", MQD_CT_SIZE, MQD_CS_GLOBAL, 1 * KiB, 1 * GiB, "16MiB", NULL, NULL,
      G_FIELD(max_message_size), NULL, NULL,
      "Largest message accepted; stated as max-message-size on every attach.", false},
@@ -227,10 +237,14 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      G_FIELD(auth_queue_per_ip), NULL, NULL,
      "The same, per source address: one address cannot fill the whole queue.",
      true},
-    {"txn_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, DAY, "60s", "off", NULL,
+        {"txn_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, DAY, "60s", NULL, NULL,
      G_FIELD(txn_timeout_ms), NULL, NULL,
-     "An AMQP transaction still open after this long is rolled back; its discharge is "
-     "then rejected with amqp:transaction:timeout. 0 turns it off.",
+     "An AMQP transaction still open this long after its declare is rolled back: its sends "
+     "are discarded (read-committed readers of its partitions, held at its first record, "
+     "move on), its acks released; a later transactional send or discharge naming it is "
+     "rejected with amqp:transaction:timeout. 0 turns it off: an idle transaction then "
+     "holds those readers back until its connection closes (Kafka's transaction.timeout.ms "
+     "is 60 s too).",
      true},
     {"max_unsettled_per_link", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1048576, "10000", "unlimited", NULL,
      G_FIELD(max_unsettled_per_link), NULL, NULL,
@@ -288,8 +302,10 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "Delete segments whose newest message is older than this. 0 turns it off.", false},
     {"retention", MQD_CT_ENUM, MQD_CS_BOTH, 0, 0, "default", NULL, NULL,
      T_FIELD(retention_consumed), retention_names, NULL,
-     "default: only retention_bytes/retention_ms delete data. consumed: also delete segments "
-     "every consumer group has consumed (queue-like).",
+     "default: only retention_bytes/retention_ms delete data, whatever consumer groups have "
+     "read (a group behind resumes at the new start). consumed: also delete segments every "
+     "consumer group has consumed (queue-like); with no group yet nothing goes. An open "
+     "transaction's records stay in either mode until it is decided.",
      false},
     {"index_interval_bytes", MQD_CT_SIZE, MQD_CS_BOTH, 64, 16 * MiB, "4KiB", NULL, NULL,
      T_FIELD(log.index_interval_bytes), NULL, NULL,

@@ -11,6 +11,7 @@
 #include "mgmt/mgmt.h"
 #include "mgmt/mgmt_int.h"
 #include "mgmt/mgmt_json.h"
+#include "amqp/link_int.h"
 #include "group/group.h"
 #include "server/broker.h"
 #include "server/server.h"
@@ -377,6 +378,62 @@ static int build_reply(mqd_mgmt_req_t *r, const uint8_t *req, const mqd_msg_info
     return encode_reply(m, out);
 }
 
+struct mqd_mgmt_later {
+    struct mqd_server *s;
+    size_t len;
+    uint8_t req[]; /* the request message */
+};
+
+mqd_mgmt_later_t *mqd_mgmt_defer(mqd_mgmt_req_t *r)
+{
+    mqd_mgmt_later_t *l = malloc(sizeof *l + r->req_len);
+    if (!l)
+        return NULL;
+    l->s = r->s;
+    l->len = r->req_len;
+    memcpy(l->req, r->req, r->req_len);
+    r->deferred = true;
+    return l;
+}
+
+void mqd_mgmt_later_free(mqd_mgmt_later_t *l)
+{
+    free(l);
+}
+
+/* Appends a reply to its `to` node (a receiver's reply node, found by name). */
+static void deliver_reply(struct mqd_server *s, const mqd_buf_t *out)
+{
+    mqd_msg_info_t mi;
+    char name[MQD_NAME_MAX + 1];
+    if (mqd_msg_scan(out->p, out->len, &mi) != 0 || mi.to.len == 0)
+        return;
+    mqd_reply_topic_name((const char *)out->p + mi.to.off, mi.to.len, name, sizeof name);
+    mqd_topic_t *t = mqd_topic_find(s, name);
+    if (!t || mqd_part_append(&t->parts[0], out->p, out->len, NULL, NULL, NULL) != 0)
+        MQD_INFO("mgmt", "a late reply found no reply node %s", name);
+}
+
+void mqd_mgmt_finish(mqd_mgmt_later_t *l, int status, const char *desc,
+                     void (*fill)(pn_data_t *body, void *arg), void *arg)
+{
+    mqd_msg_info_t mi;
+    mqd_buf_t out = {0};
+    pn_message_t *m = pn_message();
+    if (m && mqd_msg_scan(l->req, l->len, &mi) == 0) {
+        mqd_mgmt_req_t r = {.s = l->s, .out = pn_message_body(m), .status = status};
+        snprintf(r.desc, sizeof r.desc, "%s", desc ? desc : "");
+        if (fill && status < 300)
+            fill(r.out, arg);
+        if (build_reply(&r, l->req, &mi, m, &out) == 0)
+            deliver_reply(l->s, &out);
+    }
+    if (m)
+        pn_message_free(m);
+    mqd_buf_free(&out);
+    free(l);
+}
+
 int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req, size_t len,
                     mqd_buf_t *out)
 {
@@ -386,14 +443,15 @@ int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req
     pn_message_t *m = pn_message();
     if (!m)
         return MQD_ENOMEM;
-    mqd_mgmt_req_t r = {.s = s, .c = c, .out = pn_message_body(m)};
+    mqd_mgmt_req_t r = {.s = s, .c = c, .out = pn_message_body(m), .req = req, .req_len = len};
     if (len > MGMT_MAX_REQUEST)
         mqd_mgmt_fail(&r, 400, "request larger than %d bytes", MGMT_MAX_REQUEST);
     else if (decode_request(req, len, &mi, &r.props, &r.body) != 0)
         mqd_mgmt_fail(&r, 500, "out of memory");
     else
         run_request(&r);
-    int rc = build_reply(&r, req, &mi, m, out);
+    out->len = 0;
+    int rc = r.deferred ? 0 : build_reply(&r, req, &mi, m, out);
     json_decref(r.props);
     json_decref(r.body);
     pn_message_free(m);

@@ -29,7 +29,21 @@ typedef struct mqd_mgmt_req {
     pn_data_t *out;    /* reply body (the reply message's; borrowed) */
     int status;
     char desc[256];    /* statusDescription; empty = the status's standard text */
+    const uint8_t *req; /* the request message (borrowed; for mqd_mgmt_defer) */
+    size_t req_len;
+    bool deferred; /* the handler answers later (mqd_mgmt_finish): no reply now */
 } mqd_mgmt_req_t;
+
+/* An answer to send later: a copy of the request (its reply-to and ids). */
+typedef struct mqd_mgmt_later mqd_mgmt_later_t;
+/* Copies r's request and marks r deferred; NULL when out of memory (r unchanged). */
+mqd_mgmt_later_t *mqd_mgmt_defer(mqd_mgmt_req_t *r);
+/* Sends the reply (status, desc, and for a status < 300 the body `fill` writes) to the
+ * request's reply-to node if it still exists, and frees l. */
+void mqd_mgmt_finish(mqd_mgmt_later_t *l, int status, const char *desc,
+                     void (*fill)(pn_data_t *body, void *arg), void *arg);
+/* Frees l without an answer (shutdown). */
+void mqd_mgmt_later_free(mqd_mgmt_later_t *l);
 
 /* A handler fills r->out and returns the status code (or calls mqd_mgmt_fail). */
 typedef struct mqd_mgmt_op {

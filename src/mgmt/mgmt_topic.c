@@ -5,6 +5,7 @@
 #include "mgmt/mgmt_json.h"
 #include "server/broker.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,18 +146,51 @@ static mqd_topic_t *named_topic(mqd_mgmt_req_t *r)
     return t;
 }
 
+/* The request's partition count (0: none given), or false after setting a 400 status:
+ * more than max_partitions_per_topic is refused before any work (creating partitions
+ * blocks the loop). */
 static bool partitions_arg(mqd_mgmt_req_t *r, uint32_t *out)
 {
     int64_t n = 0;
+    uint32_t max = r->s->conf->max_partitions_per_topic;
     json_t *v = r->body ? json_object_get(r->body, "partitions") : NULL;
     if (!v)
         v = json_object_get(r->props, "partitions");
-    if (v && !mqd_mgmt_arg_int(r, "partitions", &n))
+    if (v && !mqd_mgmt_arg_int(r, "partitions", &n)) {
+        mqd_mgmt_fail(r, 400, "partitions must be an integer in 1..%u", max);
         return false;
-    if (n < 0 || n > 100000)
+    }
+    if (n < 0 || n > (int64_t)max) {
+        mqd_mgmt_fail(r, 400,
+                      "partitions %" PRId64 " is over the limit max_partitions_per_topic = %u", n,
+                      max);
         return false;
+    }
     *out = (uint32_t)n;
     return true;
+}
+
+/* Creates with more partitions than this open a slice at a time between other events
+ * (mqd_topic_create_async); the reply goes out when the topic is complete. */
+#define SYNC_PARTITIONS 16
+
+static void put_created(pn_data_t *d, void *t)
+{
+    put_topic(d, t);
+}
+
+static void on_built(void *arg, int rc, mqd_topic_t *t)
+{
+    mqd_mgmt_later_t *l = arg;
+    char desc[160];
+    if (rc == MQD_ESTATE && !t) {
+        mqd_mgmt_later_free(l); /* shutdown */
+        return;
+    }
+    if (rc == 0)
+        return mqd_mgmt_finish(l, 201, NULL, put_created, t);
+    snprintf(desc, sizeof desc, "cannot create topic: %s", mqd_strerror(rc));
+    mqd_mgmt_finish(l, mqd_mgmt_status_of(rc), desc, NULL, NULL);
 }
 
 static int topic_create(mqd_mgmt_req_t *r)
@@ -165,11 +199,23 @@ static int topic_create(mqd_mgmt_req_t *r)
     if (!r->name || !*r->name)
         return mqd_mgmt_fail(r, 400, "application property 'name' is required");
     if (!partitions_arg(r, &nparts))
-        return mqd_mgmt_fail(r, 400, "partitions must be an integer in 1..100000");
+        return r->status;
     char *ov = overrides_of(r);
-    mqd_topic_t *t;
-    int rc = mqd_topic_create(r->s, r->name, nparts, ov, &t);
+    mqd_topic_t *t = NULL;
+    int rc;
+    mqd_mgmt_later_t *l = nparts > SYNC_PARTITIONS ? mqd_mgmt_defer(r) : NULL;
+    if (l) {
+        rc = mqd_topic_create_async(r->s, r->name, nparts, ov, on_built, l);
+        if (rc != 0) {
+            mqd_mgmt_later_free(l);
+            r->deferred = false;
+        }
+    } else {
+        rc = mqd_topic_create(r->s, r->name, nparts, ov, &t);
+    }
     free(ov);
+    if (rc == 0 && r->deferred)
+        return 0;
     if (rc == MQD_EEXIST)
         return mqd_mgmt_fail(r, 409, "topic '%s' already exists", r->name);
     if (rc == MQD_EINVAL)
@@ -178,6 +224,10 @@ static int topic_create(mqd_mgmt_req_t *r)
         return mqd_mgmt_fail(r, 503, "topic limit reached (max_topics = %u)", r->s->conf->max_topics);
     if (rc == MQD_ENOSPC)
         return mqd_mgmt_fail(r, 507, "cannot create topic '%s': disk full", r->name);
+    if (rc == MQD_ETOOBIG)
+        return mqd_mgmt_fail(
+            r, 400, "the topic's partitions are over the limit max_partitions_per_topic = %u",
+            r->s->conf->max_partitions_per_topic);
     if (rc != 0)
         return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "cannot create topic: %s", mqd_strerror(rc));
     put_topic(r->out, t);
@@ -200,7 +250,7 @@ static int topic_update(mqd_mgmt_req_t *r)
     if (!t)
         return r->status;
     if (!partitions_arg(r, &nparts))
-        return mqd_mgmt_fail(r, 400, "partitions must be an integer in 1..100000");
+        return r->status;
     if (nparts && nparts < t->nparts)
         return mqd_mgmt_fail(r, 400, "partitions can only grow (now %u)", t->nparts);
     char *ov = overrides_of(r);

@@ -35,6 +35,7 @@ typedef struct mqd_conn mqd_conn_t;
 typedef struct mqd_topic mqd_topic_t;
 typedef struct mqd_part mqd_part_t;
 typedef struct mqd_lstate mqd_lstate_t;
+typedef struct mqd_topic_build mqd_topic_build_t; /* topic.c */
 
 /* One listening socket; `index` is its position in conf->listen. */
 typedef struct mqd_listener {
@@ -257,6 +258,7 @@ struct mqd_server {
     mqd_dlist_t dispatch_q;
     mqd_dlist_t dispatch_later; /* mqd_topic_t.lnode: a consumer used its turn's budget */
     mqd_dlist_t graveyard;   /* closed connections awaiting their last unref */
+    mqd_dlist_t builds;      /* topics being created a slice at a time (topic.c) */
     size_t n_conns;
     mqd_topic_t **topics;    /* hash table */
     size_t topics_cap, n_topics;
@@ -315,6 +317,12 @@ int mqd_topic_get_as(mqd_conn_t *c, const char *name, bool create, mqd_topic_t *
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts, mqd_topic_t **out);
 mqd_topic_t *mqd_topic_find(mqd_server_t *s, const char *name);
 int mqd_topics_load(mqd_server_t *s);
+/* topic_recover.c: every topic directory under data_dir/topics goes to mqd_topic_adopt
+ * with the partition count its directory implies (after meta.db's topics are open). */
+int mqd_topics_recover_dirs(mqd_server_t *s);
+/* A topic found on disk with `ndir` partitions: created (and written to meta.db) if
+ * meta.db does not know it, grown if meta.db knows fewer partitions; warns either way. */
+int mqd_topic_adopt(mqd_server_t *s, const char *name, uint32_t ndir);
 void mqd_topics_free(mqd_server_t *s);
 void mqd_pending_pool_free(mqd_server_t *s);
 int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t);
@@ -322,6 +330,17 @@ int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t);
  * {"flush":"async","retention_ms":3600000}); MQD_EEXIST, MQD_EINVAL. nparts 0 = default. */
 int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const char *overrides_json,
                      mqd_topic_t **out);
+/* The same for a create that may take long (many partitions): the partitions open a
+ * slice of BUILD_SLICE_MS at a time between other events, the topic invisible (its name
+ * taken: creates of it get MQD_EEXIST, links MQD_EAGAIN) until complete. Then
+ * cb(arg, 0, topic), or cb(arg, rc, NULL) when it failed (nothing of it is left); at
+ * shutdown before completion cb(arg, MQD_ESTATE, NULL), where cb must only free arg.
+ * Returns 0 (cb will run, never from inside this call) or an error (cb never runs). */
+typedef void (*mqd_topic_built_cb)(void *arg, int rc, mqd_topic_t *t);
+int mqd_topic_create_async(mqd_server_t *s, const char *name, uint32_t nparts,
+                           const char *overrides_json, mqd_topic_built_cb cb, void *arg);
+/* Ends every unfinished asynchronous create (shutdown; mqd_topics_free calls it). */
+void mqd_topic_builds_cancel(mqd_server_t *s);
 /* Management: grows the partition count (0 = keep; fewer = MQD_EINVAL) and merges
  * `overrides_json` (NULL = none) into the topic's overrides; persists both. */
 int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char *overrides_json);

@@ -157,7 +157,7 @@ void mqd_topics_resume_failed(mqd_server_t *s)
 const char *mqd_topic_get_condition(int rc)
 {
     return rc == MQD_ENOENT                      ? "amqp:not-found"
-           : rc == MQD_ENOSPC || rc == MQD_EAGAIN ? "amqp:resource-limit-exceeded"
+           : rc == MQD_ENOSPC || rc == MQD_EAGAIN || rc == MQD_ETOOBIG ? "amqp:resource-limit-exceeded"
                                                  : "amqp:internal-error";
 }
 
@@ -167,5 +167,6 @@ const char *mqd_topic_get_desc(int rc)
            : rc == MQD_ENOSPC ? "cannot create topic '%s': disk full"
            : rc == MQD_EAGAIN ? "topic limit reached (max_topics, max_topics_per_connection): "
                                 "cannot create '%s'"
+           : rc == MQD_ETOOBIG ? "creating '%s' needs more partitions than max_partitions_per_topic"
                               : "cannot create topic '%s' (see the broker's log)";
 }

@@ -739,6 +739,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     mqd_dlist_init(&s->dispatch_q);
     mqd_dlist_init(&s->dispatch_later);
     mqd_dlist_init(&s->graveyard);
+    mqd_dlist_init(&s->builds);
     mqd_read_init(&s->browse_rd);
     evthread_use_pthreads();
     event_set_log_callback(libevent_log);

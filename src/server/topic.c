@@ -4,6 +4,7 @@
 #include "server/broker.h"
 
 #include <dirent.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <proton/disposition.h>
 #include <stdio.h>
@@ -119,6 +120,8 @@ static void store_name(const char *name, char *out, size_t outlen)
     out[o] = '\0';
 }
 
+static mqd_topic_build_t *build_find(mqd_server_t *s, const char *name);
+
 static int part_open(mqd_topic_t *t, uint32_t id)
 {
     char sname[3 * MQD_NAME_MAX + 1];
@@ -229,15 +232,12 @@ static char *topic_config_json(const mqd_topic_t *t)
     return t->overrides ? json_dumps(t->overrides, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
 }
 
-static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool persist,
-                        json_t *overrides, mqd_topic_t **out)
+static mqd_topic_t *topic_alloc(mqd_server_t *s, const char *name, json_t *overrides)
 {
-    if (s->n_topics + 1 > s->topics_cap / 2 && table_grow(s) != 0)
-        return MQD_ENOMEM;
     mqd_topic_t *t = calloc(1, sizeof *t);
     if (!t || !(t->name = strdup(name))) {
         free(t);
-        return MQD_ENOMEM;
+        return NULL;
     }
     t->srv = s;
     t->created_ms = mqd_now_ms();
@@ -247,7 +247,13 @@ static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool
     mqd_dlist_init(&t->groups);
     mqd_dlist_init(&t->dnode);
     mqd_dlist_init(&t->lnode);
-    int rc = topic_grow(t, nparts);
+    return t;
+}
+
+/* Groups, meta.db and the topic table for t, whose partitions are open (rc says how
+ * that went; the table has room for one more); on failure t is deleted. */
+static int topic_publish(mqd_server_t *s, mqd_topic_t *t, bool persist, int rc)
+{
     if (rc == 0 && !persist)
         rc = mqd_groups_load(t); /* an existing topic: its groups' offsets */
     mqd_group_t *shared;
@@ -255,19 +261,30 @@ static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool
         rc = mqd_group_get(t, MQD_SHARED_GROUP, &shared); /* queue consumers of plain T */
     if (rc == 0 && persist) {
         char *cj = topic_config_json(t);
-        rc = mqd_meta_topic_put(s->meta, name, nparts, cj ? cj : "{}");
+        rc = mqd_meta_topic_put(s->meta, t->name, t->nparts, cj ? cj : "{}");
         free(cj);
     }
-    size_t b = hash_name(name) & (s->topics_cap - 1);
+    size_t b = hash_name(t->name) & (s->topics_cap - 1);
     t->hnext = s->topics[b];
     s->topics[b] = t;
     s->n_topics++;
-    if (rc != 0) {
+    if (rc != 0)
         mqd_topic_delete(s, t);
-        return rc;
-    }
-    *out = t;
-    return 0;
+    return rc;
+}
+
+static int topic_create(mqd_server_t *s, const char *name, uint32_t nparts, bool persist,
+                        json_t *overrides, mqd_topic_t **out)
+{
+    if (s->n_topics + 1 > s->topics_cap / 2 && table_grow(s) != 0)
+        return MQD_ENOMEM;
+    mqd_topic_t *t = topic_alloc(s, name, overrides);
+    if (!t)
+        return MQD_ENOMEM;
+    int rc = topic_publish(s, t, persist, topic_grow(t, nparts));
+    if (rc == 0)
+        *out = t;
+    return rc;
 }
 
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts,
@@ -282,11 +299,18 @@ int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t creat
         return MQD_ENOENT;
     if (mqd_topic_limit_reached(s, name))
         return MQD_EAGAIN;
+    if (build_find(s, name))
+        return MQD_ENOENT; /* being created by management, not visible yet */
     mqd_topic_conf_t tc;
     mqd_conf_topic(s->conf, name, &tc);
     uint32_t n = create_parts ? create_parts : tc.partitions;
     if (n == 0)
         n = s->conf->default_partitions ? s->conf->default_partitions : 1;
+    if (n > s->conf->max_partitions_per_topic) {
+        MQD_WARN("topic", "not creating topic=%s: %u partitions > max_partitions_per_topic (%u)",
+                 name, n, s->conf->max_partitions_per_topic);
+        return MQD_ETOOBIG;
+    }
     /* temporary reply nodes live only as long as their receiver: not in meta.db */
     bool persist = strncmp(name, "$tmp.", 5) != 0;
     int rc = persist ? mqd_topic_room(s) : 0; /* management replies still work on a full disk */
@@ -340,10 +364,52 @@ static void drop_stale_temporaries(mqd_server_t *s)
         MQD_INFO("topic", "removed %zu temporary node(s) left by the previous run", n);
 }
 
+static uint64_t topic_messages(const mqd_topic_t *t)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < t->nparts; i++)
+        n += mqd_plog_stable_offset(t->parts[i].log) - mqd_plog_start_offset(t->parts[i].log);
+    return n;
+}
+
+int mqd_topic_adopt(mqd_server_t *s, const char *name, uint32_t ndir)
+{
+    mqd_topic_t *t = mqd_topic_find(s, name);
+    uint32_t had = t ? t->nparts : 0;
+    if (had >= ndir)
+        return 0;
+    /* not persisted by topic_create: that would also skip loading the groups' offsets,
+     * which meta.db may still hold when only the topic row is missing */
+    int rc = t ? topic_grow(t, ndir) : topic_create(s, name, ndir, false, NULL, &t);
+    if (rc == 0) {
+        char *cj = topic_config_json(t);
+        rc = mqd_meta_topic_put(s->meta, name, t->nparts, cj ? cj : "{}");
+        free(cj);
+    }
+    if (rc != 0) {
+        MQD_ERR("topic", "cannot recover topic %s from its directory: %s", name, mqd_strerror(rc));
+        return rc;
+    }
+    if (had == 0)
+        MQD_WARN("topic",
+                 "topic %s: %u partition directories on disk but the topic is not in "
+                 "meta.db: recovered with %u partitions and %" PRIu64 " messages (settings made "
+                 "through management and group offsets not in meta.db are lost)",
+                 name, ndir, t->nparts, topic_messages(t));
+    else
+        MQD_WARN("topic",
+                 "topic %s: %u partition directories on disk but meta.db says %u "
+                 "partitions: grown to %u (%" PRIu64 " messages)",
+                 name, ndir, had, t->nparts, topic_messages(t));
+    return 0;
+}
+
 int mqd_topics_load(mqd_server_t *s)
 {
     drop_stale_temporaries(s);
     int rc = mqd_meta_topic_list(s->meta, load_one, s);
+    if (rc == 0)
+        rc = mqd_topics_recover_dirs(s);
     if (rc == 0)
         MQD_NOTICE("topic", "recovered %zu topics", s->n_topics);
     return rc;
@@ -440,6 +506,7 @@ int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t)
 
 void mqd_topics_free(mqd_server_t *s)
 {
+    mqd_topic_builds_cancel(s);
     for (size_t i = 0; i < s->topics_cap; i++) {
         mqd_topic_t *t = s->topics[i];
         while (t) {
@@ -585,17 +652,27 @@ void mqd_topics_persist(mqd_server_t *s, bool force)
     MQD_UNUSED(force);
 }
 
-/* The lowest offset of partition i that some group still needs (UINT64_MAX if none):
- * with retention = consumed, everything below every group's committed offset goes. */
+/* The lowest offset of partition i that retention must keep (UINT64_MAX: no limit).
+ * An open transaction's records stay until it is decided, in every mode (the timeout
+ * bounds how long). Only retention = consumed waits for groups: everything below every
+ * group's committed offset goes, and with no group yet nothing goes. In the default
+ * mode a group's position never holds data back (as in Kafka): a consumer that falls
+ * behind retention_bytes/retention_ms resumes at the new start. */
 static uint64_t keep_from(const mqd_topic_t *t, uint32_t i)
 {
-    uint64_t low = UINT64_MAX;
+    uint64_t low = mqd_txn_lso(&t->parts[i]);
+    if (!t->conf.retention_consumed)
+        return low;
+    bool any = false;
     for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
         const mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
-        if (g->active && i < g->ncur && g->cur[i].floor < low)
-            low = g->cur[i].floor;
+        if (g->active && i < g->ncur) {
+            any = true;
+            if (g->cur[i].floor < low)
+                low = g->cur[i].floor;
+        }
     }
-    return low;
+    return any ? low : 0;
 }
 
 void mqd_topics_retain(mqd_server_t *s)
@@ -604,10 +681,7 @@ void mqd_topics_retain(mqd_server_t *s)
     for (size_t i = 0; i < s->topics_cap; i++) {
         for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext) {
             for (uint32_t k = 0; k < t->nparts; k++) {
-                uint64_t kf = keep_from(t, k);
-                if (t->conf.retention_consumed && kf == UINT64_MAX)
-                    kf = 0; /* consumed by whom? keep all until a group exists */
-                int n = mqd_plog_retain(t->parts[k].log, kf, now);
+                int n = mqd_plog_retain(t->parts[k].log, keep_from(t, k), now);
                 if (n > 0)
                     MQD_INFO("topic", "retention removed %d segment(s) of %s/%u", n, t->name, k);
             }
@@ -615,15 +689,21 @@ void mqd_topics_retain(mqd_server_t *s)
     }
 }
 
-int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const char *overrides_json,
-                     mqd_topic_t **out)
+/* Checks a management create: the name is free and valid, the overrides parse
+ * (*ov: NULL or an object, owned by the caller), *nparts is resolved and within the
+ * limit. */
+static int create_args(mqd_server_t *s, const char *name, uint32_t *nparts,
+                       const char *overrides_json, json_t **ov_out)
 {
-    if (mqd_topic_find(s, name))
+    if (mqd_topic_find(s, name) || build_find(s, name))
         return MQD_EEXIST;
     if (!mqd_topic_name_valid(name, strlen(name)) || strncmp(name, "$tmp.", 5) == 0)
         return MQD_EINVAL;
     if (mqd_topic_limit_reached(s, name))
         return MQD_EAGAIN;
+    int rc = mqd_topic_room(s); /* MQD_ENOSPC: "disk full", not "not found" */
+    if (rc != 0)
+        return rc;
     json_t *ov = NULL;
     if (overrides_json && *overrides_json) {
         ov = json_loads(overrides_json, 0, NULL);
@@ -638,29 +718,144 @@ int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const c
             ov = NULL;
         }
     }
-    if (nparts == 0) {
+    uint32_t n = *nparts;
+    if (n == 0) {
         mqd_topic_conf_t tc;
         mqd_conf_topic(s->conf, name, &tc);
-        nparts = tc.partitions ? tc.partitions : s->conf->default_partitions;
+        n = tc.partitions ? tc.partitions : s->conf->default_partitions;
     }
-    if (nparts == 0 || nparts > 100000) {
+    if (n == 0 || n > s->conf->max_partitions_per_topic) {
         json_decref(ov);
-        return MQD_EINVAL;
+        return n ? MQD_ETOOBIG : MQD_EINVAL;
     }
-    int rc = mqd_topic_room(s);
+    *nparts = n;
+    *ov_out = ov;
+    return 0;
+}
+
+int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const char *overrides_json,
+                     mqd_topic_t **out)
+{
+    json_t *ov;
+    int rc = create_args(s, name, &nparts, overrides_json, &ov);
     if (rc == 0)
         rc = topic_create(s, name, nparts, true, ov, out);
-    else
-        json_decref(ov);
     if (rc == 0)
         MQD_INFO("topic", "created topic=%s partitions=%u (management)", name, nparts);
     return rc;
+}
+
+/* ---- creating a topic a slice at a time ---- */
+
+/* The longest the loop spends opening one topic's partitions before it serves other
+ * events again (each takes a few ms on a busy disk: 1,024 at once stalled it 14 s). */
+#define BUILD_SLICE_MS 20
+
+struct mqd_topic_build {
+    mqd_dlist_t node; /* s->builds */
+    mqd_server_t *s;
+    mqd_topic_t *t; /* not in the topic table until every partition is open */
+    uint32_t want;
+    struct event *ev;
+    mqd_topic_built_cb cb;
+    void *arg;
+};
+
+static mqd_topic_build_t *build_find(mqd_server_t *s, const char *name)
+{
+    for (mqd_dlist_t *n = s->builds.next; n != &s->builds; n = n->next) {
+        mqd_topic_build_t *b = MQD_CONTAINER(n, mqd_topic_build_t, node);
+        if (b->t && strcmp(b->t->name, name) == 0)
+            return b;
+    }
+    return NULL;
+}
+
+/* Ends b: a topic still in b->t is unfinished and goes with its directories (meta.db
+ * never had it). */
+static void build_end(mqd_topic_build_t *b, int rc, mqd_topic_t *done)
+{
+    mqd_dlist_del(&b->node);
+    event_free(b->ev);
+    if (b->t) {
+        char sname[3 * MQD_NAME_MAX + 1];
+        store_name(b->t->name, sname, sizeof sname);
+        topic_free(b->t);
+        mqd_store_drop_topic(b->s->store, sname);
+    }
+    b->cb(b->arg, rc, done);
+    free(b);
+}
+
+static void build_step(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_topic_build_t *b = arg;
+    mqd_topic_t *t = b->t;
+    mqd_server_t *s = b->s;
+    int64_t until = mqd_now_ms() + BUILD_SLICE_MS;
+    int rc = 0;
+    while (rc == 0 && t->nparts < b->want && mqd_now_ms() < until)
+        rc = topic_grow(t, t->nparts + 1);
+    if (rc == 0 && t->nparts < b->want) {
+        struct timeval next = {0, 1000}; /* a poll for I/O between slices */
+        event_add(b->ev, &next);
+        return;
+    }
+    if (rc == 0 && s->n_topics + 1 > s->topics_cap / 2 && table_grow(s) != 0)
+        rc = MQD_ENOMEM;
+    if (rc == 0) {
+        b->t = NULL; /* published or, on failure, deleted by topic_publish */
+        rc = topic_publish(s, t, true, 0);
+    }
+    if (rc == 0)
+        MQD_INFO("topic", "created topic=%s partitions=%u (management, in slices)", t->name,
+                 t->nparts);
+    else
+        MQD_WARN("topic", "creating a topic with %u partitions failed: %s", b->want,
+                 mqd_strerror(rc));
+    build_end(b, rc, rc == 0 ? t : NULL);
+    MQD_UNUSED(fd);
+    MQD_UNUSED(what);
+}
+
+int mqd_topic_create_async(mqd_server_t *s, const char *name, uint32_t nparts,
+                           const char *overrides_json, mqd_topic_built_cb cb, void *arg)
+{
+    json_t *ov;
+    int rc = create_args(s, name, &nparts, overrides_json, &ov);
+    if (rc != 0)
+        return rc;
+    mqd_topic_build_t *b = calloc(1, sizeof *b);
+    mqd_topic_t *t = b ? topic_alloc(s, name, ov) : NULL;
+    if (t)
+        b->ev = evtimer_new(s->base, build_step, b);
+    if (!t || !b->ev) {
+        if (t)
+            topic_free(t); /* frees ov too */
+        else
+            json_decref(ov);
+        free(b);
+        return MQD_ENOMEM;
+    }
+    *b = (mqd_topic_build_t){.s = s, .t = t, .want = nparts, .ev = b->ev, .cb = cb, .arg = arg};
+    mqd_dlist_push(&s->builds, &b->node);
+    struct timeval now = {0, 0};
+    event_add(b->ev, &now);
+    return 0;
+}
+
+void mqd_topic_builds_cancel(mqd_server_t *s)
+{
+    while (!mqd_dlist_empty(&s->builds))
+        build_end(MQD_CONTAINER(s->builds.next, mqd_topic_build_t, node), MQD_ESTATE, NULL);
 }
 
 int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char *overrides_json)
 {
     if (nparts && nparts < t->nparts)
         return MQD_EINVAL; /* partitions only grow: keys would move otherwise */
+    if (nparts > t->nparts && nparts > s->conf->max_partitions_per_topic)
+        return MQD_ETOOBIG;
     json_t *merged = t->overrides ? json_deep_copy(t->overrides) : json_object();
     if (!merged)
         return MQD_ENOMEM;

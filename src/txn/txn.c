@@ -680,13 +680,19 @@ void mqd_txn_settle(pn_delivery_t *d, uint64_t txn, uint64_t outcome)
     pn_delivery_settle(d);
 }
 
-mqd_txn_t *mqd_txn_of_delivery(mqd_server_t *s, pn_delivery_t *d, bool *unknown)
+/* A transaction the timeout rolled back (the last TIMED_OUT_RING of them). */
+static bool timed_out(const mqd_txns_t *x, uint64_t id)
 {
-    *unknown = false;
-    pn_disposition_t *rd = pn_delivery_remote(d);
-    if (pn_disposition_type(rd) != MQD_TXN_STATE)
-        return NULL;
-    pn_data_t *data = pn_disposition_data(rd);
+    for (size_t i = 0; id != 0 && i < TIMED_OUT_RING; i++)
+        if (x->timed_out[i] == id)
+            return true;
+    return false;
+}
+
+/* The txn id in d's remote transactional-state (0 if it names none). */
+static uint64_t delivery_txn_id(pn_delivery_t *d)
+{
+    pn_data_t *data = pn_disposition_data(pn_delivery_remote(d));
     uint64_t id = 0;
     pn_data_rewind(data);
     if (pn_data_next(data) && pn_data_type(data) == PN_LIST) {
@@ -695,9 +701,24 @@ mqd_txn_t *mqd_txn_of_delivery(mqd_server_t *s, pn_delivery_t *d, bool *unknown)
             id = 0;
         pn_data_exit(data);
     }
-    mqd_txn_t *t = s->txns ? txn_find(s->txns, id) : NULL;
+    return id;
+}
+
+mqd_txn_t *mqd_txn_of_delivery(mqd_server_t *s, pn_delivery_t *d, bool *unknown)
+{
+    *unknown = false;
+    if (pn_disposition_type(pn_delivery_remote(d)) != MQD_TXN_STATE)
+        return NULL;
+    mqd_txn_t *t = s->txns ? txn_find(s->txns, delivery_txn_id(d)) : NULL;
     *unknown = t == NULL;
     return t;
+}
+
+const char *mqd_txn_unknown_condition(mqd_server_t *s, pn_delivery_t *d)
+{
+    if (s->txns && timed_out(s->txns, delivery_txn_id(d)))
+        return "amqp:transaction:timeout";
+    return "amqp:transaction:unknown-id";
 }
 
 /* The outcome inside a transactional-state disposition (accepted if absent). */
@@ -961,14 +982,6 @@ static void declare(mqd_lstate_t *ls, pn_delivery_t *d)
     pn_data_exit(data);
     pn_delivery_update(d, MQD_TXN_DECLARED);
     pn_delivery_settle(d);
-}
-
-static bool timed_out(const mqd_txns_t *x, uint64_t id)
-{
-    for (size_t i = 0; id != 0 && i < TIMED_OUT_RING; i++)
-        if (x->timed_out[i] == id)
-            return true;
-    return false;
 }
 
 static void discharge(mqd_lstate_t *ls, pn_delivery_t *d, uint64_t id, bool fail)

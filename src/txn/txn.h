@@ -64,6 +64,10 @@ void mqd_txn_coordinator_gone(struct mqd_lstate *ls);
 /* Reads the txn id out of a delivery's remote transactional-state; NULL if none.
  * *unknown is set when the state names an id that is not an open transaction. */
 mqd_txn_t *mqd_txn_of_delivery(struct mqd_server *s, pn_delivery_t *d, bool *unknown);
+/* The error condition for a delivery whose txn id is not open: amqp:transaction:timeout
+ * when the timeout rolled that transaction back (the client's next use after it),
+ * else amqp:transaction:unknown-id. A static string. */
+const char *mqd_txn_unknown_condition(struct mqd_server *s, pn_delivery_t *d);
 uint64_t mqd_txn_id(const mqd_txn_t *t);
 
 /* A transactional send appended at `offset` of partition p (settled later with

@@ -98,6 +98,8 @@ static void test_defaults(void **state)
     assert_int_equal(c->max_message_size, 16 * MiB);
     assert_int_equal(c->max_frame_size, 128 * KiB);
     assert_int_equal(c->idle_timeout_ms, 60000);
+    /* an idle transaction must not hold read-committed readers back forever */
+    assert_int_equal(c->txn_timeout_ms, 60000);
     assert_true(c->allow_anonymous);
     assert_int_equal(c->max_connections, 10000);
     assert_int_equal(c->max_sessions, 64);
