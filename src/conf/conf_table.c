@@ -204,6 +204,21 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "While the broker's resident memory is above this, sending links get no new credit "
      "(consumers keep flowing); credit comes back once it is below. 0 turns it off.",
      true},
+    {"max_connection_memory", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "64MiB", NULL, NULL,
+     G_FIELD(max_connection_memory), NULL, NULL,
+     "Memory one connection may hold: its sessions and links (a fixed charge each), the "
+     "buffers of deliveries still arriving in several transfers, and output its peer has "
+     "not read. Past it the connection is closed with amqp:resource-limit-exceeded (its "
+     "close frame gets 2 s to leave). Keep it above max_message_size times the senders "
+     "that may be mid-way through a large message on one connection. 0 turns it off.",
+     true},
+    {"max_memory", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "1GiB", NULL, NULL,
+     G_FIELD(max_memory), NULL, NULL,
+     "The same charges summed over all connections. While the sum is above it, new "
+     "connections are refused at accept, new links are refused with "
+     "amqp:resource-limit-exceeded, and a connection whose partial deliveries or unread "
+     "output grow is closed with it. 0 turns it off.",
+     true},
     {"disk_free_limit", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "64MiB", NULL, NULL,
      G_FIELD(disk_free_limit), NULL, NULL,
      "While the file system holding data_dir has less free space than this, sending links "
