@@ -322,6 +322,9 @@ def case_partial_deliveries(b):
         peak = max(peak, b.rss_kib())
         done = (r.closed_by_peer or r.c.state & Endpoint.REMOTE_CLOSED or sent >= (PARTIAL_MIB << 20) - 8
                 or (not ASAN and peak > base + 4 * PARTIAL_RSS_MIB * 1024))
+    # what is still in our transport goes out too (or the close comes)
+    r.pump(lambda: r.closed_by_peer or r.c.state & Endpoint.REMOTE_CLOSED or r.t.pending() == 0, timeout=30)
+    peak = max(peak, b.rss_kib())
     r.pump(lambda: r.closed_by_peer or r.c.state & Endpoint.REMOTE_CLOSED, timeout=10)
     cond = r.c.remote_condition
     log("partial: %d KiB sent on each of %d links, RSS %d -> peak %d KiB, closed: %s %s"
