@@ -229,13 +229,44 @@ int mqd_budget_partial(mqd_conn_t *c, int64_t delta)
     return 0;
 }
 
+bool mqd_budget_send_blocked(mqd_conn_t *c, pn_session_t *ss)
+{
+    mqd_budget_t *b = &c->budget;
+    if (b->send_blocked)
+        return true;
+    if (b->pending + pn_session_outgoing_bytes(ss) < MQD_BUDGET_SEND_HIGH)
+        return false;
+    b->send_blocked = true; /* until mqd_budget_output sees the backlog drained */
+    return true;
+}
+
+/* The backlog fell: the connection's consumers may send again. */
+static void send_unblock(mqd_conn_t *c)
+{
+    c->budget.send_blocked = false;
+    for (pn_link_t *l = pn_link_head(c->driver.connection, PN_LOCAL_ACTIVE); l;
+         l = pn_link_next(l, PN_LOCAL_ACTIVE)) {
+        mqd_lstate_t *ls = pn_link_get_context(l);
+        if (ls && ls->topic && (ls->kind == MQD_LS_CONSUMER || ls->kind == MQD_LS_BROWSER))
+            mqd_topic_dispatch_soon(ls->topic);
+    }
+}
+
 void mqd_budget_output(mqd_conn_t *c, size_t pending)
 {
     mqd_budget_t *b = &c->budget;
     if (pending < PN_OUT_MIN)
         b->ssn_ending = 0; /* the write ran Proton's output: ends are written */
-    int64_t delta = (int64_t)pending - (int64_t)b->output;
-    b->output = pending;
+    b->pending = pending;
+    /* plus what deliveries hold that Proton has not framed yet (the peer's window) */
+    uint64_t out = pending;
+    for (pn_session_t *ss = pn_session_head(c->driver.connection, 0); ss;
+         ss = pn_session_next(ss, 0))
+        out += pn_session_outgoing_bytes(ss);
+    int64_t delta = (int64_t)out - (int64_t)b->output;
+    b->output = out;
+    if (b->send_blocked && out < MQD_BUDGET_SEND_HIGH / 2)
+        send_unblock(c);
     charge_growth(c, delta);
 }
 

@@ -23,6 +23,7 @@
 #include "mqd.h"
 
 #include <proton/event.h>
+#include <proton/session.h>
 
 struct mqd_conn;
 struct mqd_server;
@@ -31,7 +32,9 @@ typedef struct mqd_budget {
     uint64_t bytes;       /* charged now (sum of the parts below) */
     uint64_t peak;        /* most charged at once */
     uint64_t partial;     /* link buffers of deliveries still arriving */
-    uint64_t output;      /* Proton output the socket has not taken */
+    uint64_t output;      /* Proton output the socket has not taken, and unframed deliveries */
+    uint64_t pending;     /* of which in Proton's output buffer (the last write's rest) */
+    bool send_blocked;    /* consumers wait for the output to drain */
     uint32_t sessions;    /* Proton sessions not yet final */
     uint32_t links;       /* Proton links not yet final */
     uint32_t ssn_open;    /* sessions mqd began and has not ended */
@@ -57,9 +60,17 @@ bool mqd_budget_event(struct mqd_conn *c, pn_event_t *e);
  * caller must not grow the buffer. Releases always succeed. */
 int mqd_budget_partial(struct mqd_conn *c, int64_t delta);
 
-/* Records the output Proton holds after a write (bytes not taken by the socket);
- * closes the connection if that puts it over budget. */
+/* Records the output Proton holds after a write (`pending`: bytes not taken by the
+ * socket, plus what its deliveries hold unframed); closes the connection if that puts
+ * it over budget, and lets blocked consumers send again once it has drained. */
 void mqd_budget_output(struct mqd_conn *c, size_t pending);
+
+/* A consumer may not send on session ss while the connection's unread output and the
+ * session's queued delivery bytes are MQD_BUDGET_SEND_HIGH or more: a peer that grants
+ * credit but does not read stops getting deliveries (they stay in the log) instead of
+ * having them all copied into Proton. Sending resumes below half of it. */
+bool mqd_budget_send_blocked(struct mqd_conn *c, pn_session_t *ss);
+#define MQD_BUDGET_SEND_HIGH (4u << 20)
 
 /* True once a connection closed by the budget has had its linger: close the socket.
  * *wait_ms (if not NULL) gets the time left, for the connection's timer. */

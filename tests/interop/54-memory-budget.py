@@ -19,6 +19,9 @@ BYSTANDER_MAX_S for one round trip. Cases:
   with amqp:resource-limit-exceeded before all are attached, RSS stays under base +
   LINKS_RSS_MIB, a handshake on another connection meanwhile takes less than
   HANDSHAKE_MAX_S, and after the close RSS is back within SETTLE_MIB;
+- a consumer that grants credit for OUT_MSGS messages of OUT_MSG_KIB KiB and then reads
+  nothing for 3 s: mqd's RSS grows by less than OUT_RSS_MIB (before: every message was
+  copied into Proton's buffers at once); once it reads, all OUT_MSGS arrive;
 - the same SESSIONS x LINKS attached properly on a broker with a large budget, then
   every link detached and every session ended (the connection stays open): RSS after
   the detach/end is within SETTLE_MIB (+5 %) of RSS before the attaches (before: +127 MiB
@@ -39,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
 from mqdtest import check, log  # noqa: E402
 
-from proton import Endpoint  # noqa: E402
+from proton import Delivery, Endpoint, Message  # noqa: E402
 from proton.utils import BlockingConnection  # noqa: E402
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -58,6 +61,9 @@ SESSIONS = 64
 LINKS = 1024
 LINKS_RSS_MIB = 2 * BUDGET_MIB + 32
 SETTLE_MIB = 8
+OUT_MSGS = 240
+OUT_MSG_KIB = 256
+OUT_RSS_MIB = 24
 BYSTANDER_MAX_S = 5.0
 HANDSHAKE_MAX_S = 5.0
 LIMIT = "amqp:resource-limit-exceeded"
@@ -341,6 +347,67 @@ def case_partial_deliveries(b):
               % (rss, base, SETTLE_MIB))
 
 
+def take_deliveries(lk):
+    """Accepts every complete delivery on receiver lk; returns how many and their bytes."""
+    n = size = 0
+    while lk.current is not None:
+        d = lk.current
+        while True:
+            chunk = lk.recv(1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+        if d.partial:
+            break
+        d.update(Delivery.ACCEPTED)
+        d.settle()
+        lk.advance()
+        n += 1
+    return n, size
+
+
+def case_slow_consumer(b):
+    mqdtest.send(b.url, "mem-out", [Message(body=os.urandom(OUT_MSG_KIB << 10)) for _ in range(OUT_MSGS)],
+                 timeout=120)
+    time.sleep(0.5)
+    base = b.rss_kib()
+    r = RawAmqp(b.port)
+    r.open()
+    ssn = r.c.session()
+    ssn.open()
+    lk = ssn.receiver("slow")
+    lk.source.address = "mem-out"
+    lk.flow(OUT_MSGS)
+    lk.open()
+    r.pump(lambda: lk.state & Endpoint.REMOTE_ACTIVE or r.closed_by_peer, timeout=20)
+    check(lk.state & Endpoint.REMOTE_ACTIVE, "slow consumer: no attach")
+    # the peer reads nothing for a while: whatever mqd sends waits in mqd
+    peak = base
+    t_end = time.monotonic() + 3 * mqdtest.SLOW
+    while time.monotonic() < t_end:
+        peak = max(peak, b.rss_kib())
+        time.sleep(0.1)
+    log("slow consumer: %d x %d KiB waiting, credit %d, not read for 3 s: RSS %d -> peak %d KiB"
+        % (OUT_MSGS, OUT_MSG_KIB, OUT_MSGS, base, peak))
+    rss_check(peak <= base + OUT_RSS_MIB * 1024, "slow consumer: RSS grew by %d KiB while it read nothing (bound %d MiB;"
+              " the messages total %d MiB)" % (peak - base, OUT_RSS_MIB, OUT_MSGS * OUT_MSG_KIB >> 10))
+    got = [0, 0]
+
+    def more():
+        n, size = take_deliveries(lk)
+        got[0] += n
+        got[1] += size
+        return got[0] >= OUT_MSGS or r.closed_by_peer
+
+    r.pump(more, timeout=60)
+    log("slow consumer: then read %d deliveries, %d KiB; connection %s" % (got[0], got[1] >> 10, r.c.remote_condition))
+    check(got[0] == OUT_MSGS, "slow consumer: %d of %d messages arrived once it read (%s)"
+          % (got[0], OUT_MSGS, r.c.remote_condition or r.closed_by_peer))
+    r.c.close()
+    r.pump(lambda: r.closed_by_peer or r.c.state & Endpoint.REMOTE_CLOSED, timeout=10)
+    r.sock.close()
+
+
 def attach_many(b, r, stop_on_close, probe=None):
     """Opens SESSIONS sessions of LINKS sender links each on raw client r; returns
     (sessions, links, peak RSS, worst handshake time of `probe` runs)."""
@@ -443,7 +510,8 @@ def body(t):
     cases = (("begin+end pipelined on channel 0, not read", lambda: case_pipelined_sessions(b, False)),
              ("begin+end pipelined on channel 0, read", lambda: case_pipelined_sessions(b, True)),
              ("unfinished multi-frame deliveries", lambda: case_partial_deliveries(b)),
-             ("64 sessions x 1,024 links", lambda: case_many_links(b)))
+             ("64 sessions x 1,024 links", lambda: case_many_links(b)),
+             ("consumer that does not read", lambda: case_slow_consumer(b)))
     for name, fn in cases:
         with coll.case(name):
             before = by.rounds
