@@ -25,7 +25,10 @@ BYSTANDER_MAX_S for one round trip. Cases:
 - the same SESSIONS x LINKS attached properly on a broker with a large budget, then
   every link detached and every session ended (the connection stays open): RSS after
   the detach/end is within SETTLE_MIB (+5 %) of RSS before the attaches (before: +127 MiB
-  that stayed), and again after the connection closes.
+  that stayed), and again after the connection closes;
+- a broker with max_memory=BROKER_MIB MiB: BROKER_LINKS attaches on one connection; those
+  past the limit are refused with amqp:resource-limit-exceeded (the connection stays),
+  a new connection is refused meanwhile and accepted once the big one has closed.
 
 Under AddressSanitizer RSS says nothing (quarantine, shadow memory): the RSS bounds are
 skipped there and the cases run for their errors and frees (LeakSanitizer at exit)."""
@@ -49,7 +52,27 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("hostile", os.path.join(_here, "50-hostile.py"))
 hostile = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hostile)
-RawAmqp, bad_input = hostile.RawAmqp, hostile.bad_input
+bad_input = hostile.bad_input
+
+
+class RawAmqp(hostile.RawAmqp):
+    """50-hostile's raw client, whose writes wait for a slow broker (sanitizer build)
+    instead of failing after the 0.1 s read timeout."""
+
+    def _flush(self):
+        deadline = time.monotonic() + 60 * mqdtest.SLOW
+        while self.t.pending() > 0:
+            out = self.t.peek(min(self.t.pending(), 1 << 20))
+            try:
+                n = self.sock.send(out)
+            except socket.timeout:
+                check(time.monotonic() < deadline, "mqd took none of our output for 60 s")
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                self.closed_by_peer = self.closed_by_peer or "reset"
+                self.t.close_head()
+                return
+            self.t.pop(n)
 
 BUDGET_MIB = 64
 PIPELINED = 300000
@@ -61,6 +84,8 @@ SESSIONS = 64
 LINKS = 1024
 LINKS_RSS_MIB = 2 * BUDGET_MIB + 32
 SETTLE_MIB = 8
+BROKER_MIB = 4
+BROKER_LINKS = 3000
 OUT_MSGS = 240
 OUT_MSG_KIB = 256
 OUT_RSS_MIB = 24
@@ -496,6 +521,59 @@ def case_benign_churn(t):
     b.stop()
 
 
+def case_broker_limit(t):
+    b = t.broker(name="small", sets={"heap_prefault": "0", "max_memory": "%dMiB" % BROKER_MIB})
+    r = RawAmqp(b.port)
+    r.open()
+    links = []
+    for i in range(BROKER_LINKS):
+        if i % 1000 == 0:  # under max_links_per_session
+            ssn = r.c.session()
+            ssn.open()
+        lk = ssn.sender("b%d" % i)
+        lk.target.address = "mem-broker"
+        lk.open()
+        links.append(lk)
+        if i % 256 == 255:
+            r.pump(lambda: r.t.pending() == 0 or r.closed_by_peer, timeout=10)
+    r.pump(lambda: r.closed_by_peer or all(lk.state & (Endpoint.REMOTE_ACTIVE | Endpoint.REMOTE_CLOSED)
+                                           for lk in links), timeout=30)
+    r.pump(lambda: False, timeout=0.5)  # a refusal is attach + detach: take both
+    refused = [lk for lk in links if lk.state & Endpoint.REMOTE_CLOSED]
+    conds = set("%s: %s" % (lk.remote_condition.name, lk.remote_condition.description)
+                for lk in refused if lk.remote_condition)
+    ok = len(links) - len(refused)
+    log("max_memory %d MiB: %d links attached, %d refused (%s); connection %s"
+        % (BROKER_MIB, ok, len(refused), sorted(conds), r.c.remote_condition or r.closed_by_peer or "open"))
+    check(not r.closed_by_peer and r.c.remote_condition is None, "the connection was closed: %s"
+          % (r.c.remote_condition or r.closed_by_peer))
+    want = LIMIT + ": broker over max_memory"
+    check(refused and conds == {want}, "over max_memory: %d links refused with %s, want %s"
+          % (len(refused), sorted(conds), want))
+    check(ok <= (BROKER_MIB << 20) // 2048, "%d links attached within max_memory %d MiB" % (ok, BROKER_MIB))
+    try:
+        c = BlockingConnection(b.url, timeout=5 * mqdtest.SLOW)
+        c.close()
+        fail_msg = "a new connection was accepted while the broker was over max_memory"
+    except Exception as e:
+        fail_msg = None
+        log("max_memory: a new connection was refused (%s)" % type(e).__name__)
+    check(fail_msg is None, fail_msg or "")
+    r.c.close()
+    r.pump(lambda: r.closed_by_peer or r.c.state & Endpoint.REMOTE_CLOSED, timeout=10)
+    r.sock.close()
+    dt = None
+    deadline = time.monotonic() + 10 * mqdtest.SLOW
+    while dt is None and time.monotonic() < deadline:
+        try:
+            dt = handshake_time(b)
+        except Exception:
+            time.sleep(0.2)
+    log("max_memory: after the close a new connection opened in %s s" % dt)
+    check(dt is not None, "no connection accepted after the big one closed")
+    b.stop()
+
+
 def body(t):
     global ASAN
     ASAN = built_with_asan(mqdtest.mqd_bin())
@@ -529,6 +607,8 @@ def body(t):
     by.join(30)
     with coll.case("benign 64 x 1,024 links attached, detached, ended"):
         case_benign_churn(t)
+    with coll.case("broker over max_memory"):
+        case_broker_limit(t)
     coll.finish()
 
 
