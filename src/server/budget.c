@@ -62,9 +62,11 @@ static void budget_close(mqd_conn_t *c, const char *why)
         }
     }
     pn_connection_close(c->driver.connection);
-    MQD_NOTICE("conn", "closing peer=%s: %s (%llu bytes charged: %u sessions, %u links, %llu "
-               "partial, %llu output)", c->peer, why, (unsigned long long)b->bytes, b->sessions,
-               b->links, (unsigned long long)b->partial, (unsigned long long)b->output);
+    MQD_NOTICE("conn",
+               "closing peer=%s: %s (%llu bytes charged: %u sessions, %u links, %llu "
+               "partial, %llu output)",
+               c->peer, why, (unsigned long long)b->bytes, b->sessions, b->links,
+               (unsigned long long)b->partial, (unsigned long long)b->output);
     pn_connection_driver_read_close(&c->driver);
     mqd_conn_mark_dirty(c);
 }
@@ -162,8 +164,7 @@ static bool session_event(mqd_conn_t *c, pn_event_t *e)
             b->ssn_ending++;
         }
         return true;
-    default:
-        return true;
+    default: return true;
     }
 }
 
@@ -192,8 +193,7 @@ static bool link_event(mqd_conn_t *c, pn_event_t *e)
             return false;
         }
         return true;
-    default:
-        return true;
+    default: return true;
     }
 }
 
@@ -203,16 +203,12 @@ bool mqd_budget_event(mqd_conn_t *c, pn_event_t *e)
     case PN_SESSION_INIT:
     case PN_SESSION_FINAL:
     case PN_SESSION_REMOTE_OPEN:
-    case PN_SESSION_REMOTE_CLOSE:
-        return session_event(c, e);
+    case PN_SESSION_REMOTE_CLOSE: return session_event(c, e);
     case PN_LINK_INIT:
     case PN_LINK_FINAL:
-    case PN_LINK_REMOTE_OPEN:
-        return link_event(c, e);
-    case PN_DELIVERY:
-        return c->budget.closing_ms == 0;
-    default:
-        return true;
+    case PN_LINK_REMOTE_OPEN: return link_event(c, e);
+    case PN_DELIVERY: return c->budget.closing_ms == 0;
+    default: return true;
     }
 }
 

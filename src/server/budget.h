@@ -29,18 +29,18 @@ struct mqd_conn;
 struct mqd_server;
 
 typedef struct mqd_budget {
-    uint64_t bytes;       /* charged now (sum of the parts below) */
-    uint64_t peak;        /* most charged at once */
-    uint64_t partial;     /* link buffers of deliveries still arriving */
-    uint64_t output;      /* Proton output the socket has not taken, and unframed deliveries */
-    uint64_t pending;     /* of which in Proton's output buffer (the last write's rest) */
-    bool send_blocked;    /* consumers wait for the output to drain */
-    uint32_t sessions;    /* Proton sessions not yet final */
-    uint32_t links;       /* Proton links not yet final */
-    uint32_t ssn_open;    /* sessions mqd began and has not ended */
-    uint32_t ssn_ending;  /* sessions mqd ended whose end may not be written yet */
-    int64_t closing_ms;   /* closed by the budget at (monotonic ms), else 0 */
-    bool peer_eof;        /* after closing_ms: the peer's EOF (or an error) was read */
+    uint64_t bytes;      /* charged now (sum of the parts below) */
+    uint64_t peak;       /* most charged at once */
+    uint64_t partial;    /* link buffers of deliveries still arriving */
+    uint64_t output;     /* Proton output the socket has not taken, and unframed deliveries */
+    uint64_t pending;    /* of which in Proton's output buffer (the last write's rest) */
+    bool send_blocked;   /* consumers wait for the output to drain */
+    uint32_t sessions;   /* Proton sessions not yet final */
+    uint32_t links;      /* Proton links not yet final */
+    uint32_t ssn_open;   /* sessions mqd began and has not ended */
+    uint32_t ssn_ending; /* sessions mqd ended whose end may not be written yet */
+    int64_t closing_ms;  /* closed by the budget at (monotonic ms), else 0 */
+    bool peer_eof;       /* after closing_ms: the peer's EOF (or an error) was read */
 } mqd_budget_t;
 
 /* Fixed charges (measured: Proton's session ~3.5 KiB with its delivery maps, a link

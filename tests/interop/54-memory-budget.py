@@ -521,8 +521,19 @@ def case_benign_churn(t):
     b.stop()
 
 
+def metric(port, name):
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10 * mqdtest.SLOW) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    check(False, "metric %s missing" % name)
+
+
 def case_broker_limit(t):
-    b = t.broker(name="small", sets={"heap_prefault": "0", "max_memory": "%dMiB" % BROKER_MIB})
+    mport = mqdtest.free_port()
+    b = t.broker(name="small", sets={"heap_prefault": "0", "max_memory": "%dMiB" % BROKER_MIB,
+                                     "metrics_listen": "127.0.0.1:%d" % mport})
     r = RawAmqp(b.port)
     r.open()
     links = []
@@ -551,6 +562,9 @@ def case_broker_limit(t):
     check(refused and conds == {want}, "over max_memory: %d links refused with %s, want %s"
           % (len(refused), sorted(conds), want))
     check(ok <= (BROKER_MIB << 20) // 2048, "%d links attached within max_memory %d MiB" % (ok, BROKER_MIB))
+    held = metric(mport, "mqd_connection_memory_bytes")
+    log("max_memory: mqd_connection_memory_bytes %d while the links are held" % held)
+    check(held > BROKER_MIB << 20, "mqd_connection_memory_bytes %d, want > max_memory" % held)
     try:
         c = BlockingConnection(b.url, timeout=5 * mqdtest.SLOW)
         c.close()
@@ -571,13 +585,18 @@ def case_broker_limit(t):
             time.sleep(0.2)
     log("max_memory: after the close a new connection opened in %s s" % dt)
     check(dt is not None, "no connection accepted after the big one closed")
+    left = metric(mport, "mqd_connection_memory_bytes")
+    log("max_memory: mqd_connection_memory_bytes %d after the close" % left)
+    check(left < 1 << 20, "mqd_connection_memory_bytes %d after the connection closed" % left)
     b.stop()
 
 
 def body(t):
     global ASAN
     ASAN = built_with_asan(mqdtest.mqd_bin())
-    b = t.broker(sets={"heap_prefault": "0", "max_connection_memory": "%dMiB" % BUDGET_MIB})
+    mport = mqdtest.free_port()
+    b = t.broker(sets={"heap_prefault": "0", "max_connection_memory": "%dMiB" % BUDGET_MIB,
+                       "metrics_listen": "127.0.0.1:%d" % mport})
     by = TimedBystander(b.url)
     by.start()
     t0 = time.monotonic()
@@ -605,6 +624,11 @@ def body(t):
                   "a bystander round trip took %.1fs (bound %.0fs)" % (by.worst, BYSTANDER_MAX_S))
     by.stop_flag = True
     by.join(30)
+    with coll.case("metrics"):
+        closes = metric(mport, "mqd_connections_over_budget_total")
+        log("mqd_connections_over_budget_total %d" % closes)
+        check(closes >= 2, "mqd_connections_over_budget_total %d, want at least 2 (partial deliveries, links)"
+              % closes)
     with coll.case("benign 64 x 1,024 links attached, detached, ended"):
         case_benign_churn(t)
     with coll.case("broker over max_memory"):
