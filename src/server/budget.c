@@ -228,11 +228,13 @@ int mqd_budget_partial(mqd_conn_t *c, int64_t delta)
 bool mqd_budget_send_blocked(mqd_conn_t *c, pn_session_t *ss)
 {
     mqd_budget_t *b = &c->budget;
-    if (b->send_blocked)
-        return true;
     if (b->pending + pn_session_outgoing_bytes(ss) < MQD_BUDGET_SEND_HIGH)
         return false;
-    b->send_blocked = true; /* until mqd_budget_output sees the backlog drained */
+    /* per session: one whose peer never opens its window does not stop the others */
+    if (!b->send_blocked) {
+        b->send_blocked = true; /* mqd_budget_output dispatches again once it drains */
+        b->blocked_at = 0;
+    }
     return true;
 }
 
@@ -261,7 +263,10 @@ void mqd_budget_output(mqd_conn_t *c, size_t pending)
         out += pn_session_outgoing_bytes(ss);
     int64_t delta = (int64_t)out - (int64_t)b->output;
     b->output = out;
-    if (b->send_blocked && out < MQD_BUDGET_SEND_HIGH / 2)
+    if (b->send_blocked && b->blocked_at == 0)
+        b->blocked_at = out ? out : 1; /* the backlog when consumers began to wait */
+    if (b->send_blocked &&
+        (out < MQD_BUDGET_SEND_HIGH / 2 || out + MQD_BUDGET_SEND_HIGH / 2 <= b->blocked_at))
         send_unblock(c);
     charge_growth(c, delta);
 }

@@ -35,6 +35,7 @@ typedef struct mqd_budget {
     uint64_t output;     /* Proton output the socket has not taken, and unframed deliveries */
     uint64_t pending;    /* of which in Proton's output buffer (the last write's rest) */
     bool send_blocked;   /* consumers wait for the output to drain */
+    uint64_t blocked_at; /* `output` when they began to wait (0: not measured yet) */
     uint32_t sessions;   /* Proton sessions not yet final */
     uint32_t links;      /* Proton links not yet final */
     uint32_t ssn_open;   /* sessions mqd began and has not ended */
@@ -68,7 +69,8 @@ void mqd_budget_output(struct mqd_conn *c, size_t pending);
 /* A consumer may not send on session ss while the connection's unread output and the
  * session's queued delivery bytes are MQD_BUDGET_SEND_HIGH or more: a peer that grants
  * credit but does not read stops getting deliveries (they stay in the log) instead of
- * having them all copied into Proton. Sending resumes below half of it. */
+ * having them all copied into Proton. The connection's consumers are dispatched again
+ * once its backlog is below half of it, or has fallen by half of it. */
 bool mqd_budget_send_blocked(struct mqd_conn *c, pn_session_t *ss);
 #define MQD_BUDGET_SEND_HIGH (4u << 20)
 
