@@ -209,7 +209,7 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "Memory one connection may hold: its sessions and links (a fixed charge each), the "
      "buffers of deliveries still arriving in several transfers, and output its peer has "
      "not read. Past it the connection is closed with amqp:resource-limit-exceeded (its "
-     "close frame gets 2 s to leave). Keep it above max_message_size times the senders "
+     "close frame gets 10 s to leave). Keep it above max_message_size times the senders "
      "that may be mid-way through a large message on one connection. 0 turns it off.",
      true},
     {"max_memory", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "1GiB", NULL, NULL,
