@@ -794,7 +794,8 @@ size_t mqd_consumer_pump(mqd_lstate_t *ls)
     uint32_t max_unsettled = ls->conn->srv->conf->max_unsettled_per_link;
     if (ls->conn->closed || pn_link_credit(ls->link) <= 0 ||
         pn_link_state(ls->link) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE) ||
-        (max_unsettled && ls->unsettled >= max_unsettled))
+        (max_unsettled && ls->unsettled >= max_unsettled) ||
+        mqd_budget_send_blocked(ls->conn, pn_link_session(ls->link)))
         return 0;
     size_t n = ls->kind == MQD_LS_BROWSER ? browse_pump(ls) : ls->group ? group_pump(ls) : 0;
     /* a selective link out of budget for this turn may have more: not drained yet */

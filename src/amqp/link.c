@@ -49,6 +49,7 @@ void mqd_lstate_free(mqd_lstate_t *ls)
     if (ls->coord)
         mqd_txn_coordinator_gone(ls); /* rolls back what it declared */
     mqd_dlist_del(&ls->tnode);
+    mqd_budget_partial(ls->conn, -(int64_t)ls->acc_cap);
     free(ls->acc);
     free(ls->tmp_name);
     if (consumer && t && t->temporary && mqd_dlist_empty(&t->consumers))
@@ -305,9 +306,13 @@ static int transfer_accumulate(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
         size_t ncap = ls->acc_cap ? ls->acc_cap : 4096;
         while (ncap < ls->acc_len + pending)
             ncap *= 2;
+        if (mqd_budget_partial(c, (int64_t)(ncap - ls->acc_cap)) != 0)
+            return MQD_EAGAIN; /* over budget: the connection is being closed */
         uint8_t *nb = realloc(ls->acc, ncap);
-        if (!nb)
+        if (!nb) {
+            mqd_budget_partial(c, -(int64_t)(ncap - ls->acc_cap));
             return MQD_ENOMEM;
+        }
         ls->acc = nb;
         ls->acc_cap = ncap;
     }
@@ -677,6 +682,7 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
     if (presettled)
         pn_delivery_settle(d);
     if (ls->acc_cap > (1u << 20) && ls->acc_len == 0) {
+        mqd_budget_partial(c, -(int64_t)ls->acc_cap);
         free(ls->acc); /* don't keep a large buffer per idle link */
         ls->acc = NULL;
         ls->acc_cap = 0;
@@ -819,6 +825,9 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
         pn_link_t *l = pn_delivery_link(d);
         mqd_lstate_t *ls = pn_link_get_context(l);
         if (!ls) {
+            char sink[4096]; /* refused or detached: what Proton holds must not pile up */
+            while (pn_link_is_receiver(l) && pn_link_recv(l, sink, sizeof sink) > 0)
+                ;
             if (pn_link_is_receiver(l) && !pn_delivery_partial(d)) {
                 transfer_format(c, l, d); /* forget it */
                 pn_link_advance(l);

@@ -607,6 +607,12 @@ int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen)
                 return fail(err, errlen, "%s: metrics_listen: %s is also an AMQP listener", src,
                             c->metrics_listen);
     }
+    if (c->max_connection_memory && c->max_connection_memory < c->max_message_size)
+        MQD_WARN("conf",
+                 "%s: max_connection_memory (%llu) is below max_message_size (%llu): a "
+                 "connection sending a message that large is closed",
+                 src, (unsigned long long)c->max_connection_memory,
+                 (unsigned long long)c->max_message_size);
     if (!c->allow_anonymous && c->n_users == 0)
         MQD_WARN("conf",
                  "%s: allow_anonymous is off and no [user NAME] section exists: no "

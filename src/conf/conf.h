@@ -103,6 +103,8 @@ typedef struct mqd_conf {
     uint64_t memory_high_watermark;    /* RSS above which producers get no credit; 0 = off */
     uint64_t disk_free_limit;          /* free bytes on data_dir below which the same; 64 MiB */
     uint32_t partition_resume_ms;      /* a disk-full partition retries a resume this often; 0 = manual */
+    uint64_t max_connection_memory;    /* budget.c: one connection's charge, 64 MiB; 0 = off */
+    uint64_t max_memory;               /* budget.c: all connections' charges, 1 GiB; 0 = off */
     mqd_acl_rule_t *acl;          /* owned array: the [acl] section in order */
     size_t n_acl;
     bool acl_present;             /* an [acl] section exists (even an empty one: deny all) */

@@ -144,8 +144,8 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "Partition segment files kept open at once. Past it the segments of the partitions "
      "used least recently are closed and reopened on their next append or read (a "
      "partition being written keeps its active segment open, so only more busy partitions "
-     "than this go over it). 0: (RLIMIT_NOFILE - 64) / 2, at least 16, leaving the rest for "
-     "connections and the broker's own files.",
+     "than this go over it). 0: (RLIMIT_NOFILE - 64) / 2, at most 4096, at least 16, "
+     "leaving the rest for connections and the broker's own files.",
      false},
     {"segment_prezero", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * GiB, "0", "off", NULL,
      G_FIELD(segment_prezero), NULL, NULL,
@@ -255,6 +255,21 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      G_FIELD(memory_high_watermark), NULL, NULL,
      "While the broker's resident memory is above this, sending links get no new credit "
      "(consumers keep flowing); credit comes back once it is below. 0 turns it off.",
+     true},
+    {"max_connection_memory", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "64MiB", NULL, NULL,
+     G_FIELD(max_connection_memory), NULL, NULL,
+     "Memory one connection may hold: its sessions and links (a fixed charge each), the "
+     "buffers of deliveries still arriving in several transfers, and output its peer has "
+     "not read. Past it the connection is closed with amqp:resource-limit-exceeded (its "
+     "close frame gets 10 s to leave). Keep it above max_message_size times the senders "
+     "that may be mid-way through a large message on one connection. 0 turns it off.",
+     true},
+    {"max_memory", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "1GiB", NULL, NULL,
+     G_FIELD(max_memory), NULL, NULL,
+     "The same charges summed over all connections. While the sum is above it, new "
+     "connections are refused at accept, new links are refused with "
+     "amqp:resource-limit-exceeded, and a connection whose partial deliveries or unread "
+     "output grow is closed with it. 0 turns it off.",
      true},
     {"disk_free_limit", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "64MiB", NULL, NULL,
      G_FIELD(disk_free_limit), NULL, NULL,

@@ -282,6 +282,15 @@ static void put_broker(struct evbuffer *b, mqd_server_t *s)
     evbuffer_add_printf(b, "mqd_connections_accepted_total %llu\n", (unsigned long long)s->conns_accepted);
     head(b, "mqd_connections_refused_total", "counter", "AMQP connections refused (limits, stopping).");
     evbuffer_add_printf(b, "mqd_connections_refused_total %llu\n", (unsigned long long)s->conns_refused);
+    head(b, "mqd_connection_memory_bytes", "gauge",
+         "Memory charged to all connections (max_memory; sessions, links, partial "
+         "deliveries, unread output).");
+    evbuffer_add_printf(b, "mqd_connection_memory_bytes %llu\n", (unsigned long long)s->budget_bytes);
+    head(b, "mqd_connections_over_budget_total", "counter",
+         "Connections closed with amqp:resource-limit-exceeded by max_connection_memory or "
+         "max_memory.");
+    evbuffer_add_printf(b, "mqd_connections_over_budget_total %llu\n",
+                        (unsigned long long)s->budget_closes);
     head(b, "mqd_messages_rejected_total", "counter", "Messages rejected by the broker.");
     evbuffer_add_printf(b, "mqd_messages_rejected_total %llu\n", (unsigned long long)s->msgs_rejected);
     head(b, "mqd_sends_failed_total", "counter", "Sends rejected because their partition failed "

@@ -16,6 +16,7 @@
 #include "group/group.h"
 #include "group/selector.h"
 #include "txn/txn.h"
+#include "server/budget.h"
 #include "server/watermark.h"
 #include "conf/conf.h"
 #include "meta/meta.h"
@@ -229,6 +230,7 @@ struct mqd_conn {
     uint8_t *rbuf;
     void *auth;              /* auth/: per-connection TLS/SASL state (mqd_auth_conn_t), owned
                                 by the transport (freed with it); NULL before setup */
+    mqd_budget_t budget;     /* budget.c: what it holds, against max_connection_memory */
 };
 
 struct mqd_server {
@@ -251,6 +253,10 @@ struct mqd_server {
     /* counters for metrics/ (event-loop thread) */
     uint64_t conns_accepted, conns_refused;
     uint64_t msgs_rejected;
+    uint64_t budget_bytes;   /* budget.c: charged to all connections, against max_memory */
+    uint64_t budget_closes;  /* connections closed by their budget or max_memory */
+    uint64_t budget_high;    /* most charged since the last heap trim (mqd_budget_tick) */
+    unsigned budget_trims;   /* heap trims still due on the next periodic ticks */
     mqd_hist_t h_append_stable; /* append -> stable (seconds) */
     struct mqd_txns *txns;   /* txn/: open transactions, committed set */
     mqd_dlist_t conns;
@@ -259,6 +265,7 @@ struct mqd_server {
     mqd_dlist_t dispatch_later; /* mqd_topic_t.lnode: a consumer used its turn's budget */
     mqd_dlist_t graveyard;   /* closed connections awaiting their last unref */
     mqd_dlist_t builds;      /* topics being created a slice at a time (topic.c) */
+    mqd_dlist_t drains;      /* budget.c: sockets of closed connections read until EOF */
     size_t n_conns;
     mqd_topic_t **topics;    /* hash table */
     size_t topics_cap, n_topics;
@@ -286,6 +293,8 @@ void mqd_conn_mark_dirty(mqd_conn_t *c);
 /* Feeds n bytes of plaintext input to c's Proton driver (auth/gate.c, for input it held). */
 void mqd_conn_rx_feed(mqd_conn_t *c, const char *p, size_t n);
 void mqd_conn_unref(mqd_conn_t *c);
+/* Writes what Proton has for c's socket; returns the bytes it could not take. */
+size_t mqd_conn_write(mqd_conn_t *c);
 void mqd_server_tick_soon(mqd_server_t *s);
 /* Arms ev_later: mqd_server_run_later at the next loop iteration, after I/O. */
 void mqd_server_later_soon(mqd_server_t *s);

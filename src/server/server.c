@@ -85,6 +85,7 @@ static void conn_free(mqd_conn_t *c)
             }
         }
     }
+    mqd_budget_release(c);
     pn_connection_driver_destroy(&c->driver);
     SSL_free(c->ssl); /* drops its reference on the SSL_CTX it started with */
     mqd_fpeek_free(c->peek);
@@ -117,7 +118,7 @@ static void conn_close_deferred(mqd_conn_t *c)
     c->ev_read = c->ev_write = c->ev_timer = NULL;
     if (c->ssl)
         tls_shutdown(c);
-    close(c->fd);
+    mqd_budget_close_fd(c); /* closes c->fd (lingering after a budget close) */
     c->fd = -1;
     mqd_dlist_del(&c->node);
     mqd_dlist_del(&c->dirty_node);
@@ -168,11 +169,23 @@ static void conn_write(mqd_conn_t *c)
     }
 }
 
+size_t mqd_conn_write(mqd_conn_t *c)
+{
+    conn_write(c);
+    return pn_connection_driver_write_buffer(&c->driver).size;
+}
+
 static void conn_schedule_timer(mqd_conn_t *c)
 {
     pn_transport_t *t = c->driver.transport;
     int64_t now = mqd_now_ms();
     int64_t next = pn_transport_tick(t, now);
+    int64_t linger = 0;
+    if (c->budget.closing_ms) { /* closed by its budget: end the linger on time */
+        mqd_budget_linger_over(c, &linger);
+        if (next <= 0 || next > now + linger)
+            next = now + linger;
+    }
     if (next > 0) {
         int64_t d = next - now;
         if (d < 1)
@@ -186,7 +199,8 @@ static void conn_handle_events(mqd_conn_t *c)
 {
     pn_event_t *e;
     while ((e = pn_connection_driver_next_event(&c->driver)) != NULL)
-        mqd_amqp_handle(c, e);
+        if (mqd_budget_event(c, e))
+            mqd_amqp_handle(c, e);
 }
 
 /* Processes all Proton events, writes output, notices the end of the connection. */
@@ -196,7 +210,7 @@ static void conn_process(mqd_conn_t *c)
         return;
     for (int round = 0; round < 8; round++) {
         conn_handle_events(c);
-        conn_write(c);
+        mqd_budget_output(c, mqd_conn_write(c));
         if (pn_connection_driver_read_closed(&c->driver) &&
             !pn_connection_driver_write_closed(&c->driver) &&
             pn_connection_driver_write_buffer(&c->driver).size == 0) {
@@ -206,8 +220,10 @@ static void conn_process(mqd_conn_t *c)
         if (!pn_connection_driver_has_event(&c->driver))
             break;
     }
-    if (pn_connection_driver_read_closed(&c->driver) && c->ev_read)
+    if (pn_connection_driver_read_closed(&c->driver) && c->ev_read && !mqd_budget_draining(c))
         event_del(c->ev_read); /* a socket at EOF stays readable: stop polling it */
+    if (mqd_budget_linger_over(c, NULL))
+        pn_connection_driver_write_close(&c->driver); /* its close frame had its time */
     if (pn_connection_driver_finished(&c->driver)) {
         conn_close_deferred(c);
         return;
@@ -251,6 +267,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     mqd_conn_t *c = arg;
     char buf[RX_CHUNK];
+    if (mqd_budget_draining(c))
+        return mqd_budget_drain(c); /* closed by its budget: input is dropped */
     for (int i = 0; i < RX_ROUNDS && !pn_connection_driver_read_closed(&c->driver); i++) {
         /* A group commit is done: take no more input now, so that its settlements and
          * deliveries go out after this chunk (~60 messages of 1 KiB) instead of after up
@@ -436,6 +454,8 @@ static void on_read_tls(evutil_socket_t fd, short what, void *arg)
 {
     mqd_conn_t *c = arg;
     char buf[RX_CHUNK];
+    if (mqd_budget_draining(c))
+        return mqd_budget_drain(c); /* closed by its budget: input is dropped */
     if (c->tls_hdr == TLS_HDR_DONE || tls_header_done(c)) {
         int st = RX_MORE;
         for (int i = 0;
@@ -545,9 +565,11 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 {
     mqd_listener_t *li = arg;
     mqd_server_t *s = li->srv;
-    if (s->stopping || s->n_conns >= s->conf->max_connections) {
+    if (s->stopping || s->n_conns >= s->conf->max_connections || mqd_budget_broker_full(s)) {
         s->conns_refused++;
-        MQD_WARN("conn", "refused: %s", s->stopping ? "stopping" : "max_connections reached");
+        MQD_WARN("conn", "refused: %s", s->stopping ? "stopping"
+                 : s->n_conns >= s->conf->max_connections ? "max_connections reached"
+                                                          : "max_memory reached");
         close(fd);
         return;
     }
@@ -667,6 +689,7 @@ static void on_periodic(evutil_socket_t fd, short what, void *arg)
     mqd_txns_expire(s);
     mqd_producers_refill(s);
     mqd_topics_resume_failed(s);
+    mqd_budget_tick(s);
     if (++s->ticks % 10 == 0)
         mqd_topics_retain(s);
 }
@@ -740,6 +763,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     mqd_dlist_init(&s->dispatch_later);
     mqd_dlist_init(&s->graveyard);
     mqd_dlist_init(&s->builds);
+    mqd_dlist_init(&s->drains);
     mqd_read_init(&s->browse_rd);
     evthread_use_pthreads();
     event_set_log_callback(libevent_log);
@@ -925,6 +949,7 @@ void mqd_server_free(mqd_server_t *s)
         event_free(s->ev_timer);
     if (s->ev_watchdog)
         event_free(s->ev_watchdog);
+    mqd_budget_drains_free(s);
     if (s->base)
         event_base_free(s->base);
     mqd_buf_free(&s->scratch);

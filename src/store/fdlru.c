@@ -25,9 +25,14 @@ size_t store_fd_default_cap(void)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
-        return 32768;
+        return MQD_STORE_FD_MAX_DEFAULT;
     size_t lim = (size_t)rl.rlim_cur;
     size_t n = lim > MQD_STORE_FD_RESERVE ? (lim - MQD_STORE_FD_RESERVE) / 2 : 0;
+    /* Connections get the rest (accept_guard.c keeps this much for partition files):
+     * half of a 20,000 limit was 10,000 connections at most; idle partitions reopen on
+     * demand, so thousands of open segments are plenty. */
+    if (n > MQD_STORE_FD_MAX_DEFAULT)
+        n = MQD_STORE_FD_MAX_DEFAULT;
     return n < MQD_STORE_FD_MIN ? MQD_STORE_FD_MIN : n;
 }
 

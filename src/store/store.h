@@ -127,9 +127,10 @@ void mqd_store_set_flush_boost(mqd_store_t *st, unsigned boost);
  * next append or read, so idle partitions hold none; a log the flusher is writing or
  * syncing keeps its tail open, so the cap is exceeded only while more logs than N are
  * busy at once. 0: the default, (RLIMIT_NOFILE soft limit - MQD_STORE_FD_RESERVE) / 2,
- * at least MQD_STORE_FD_MIN. Owner thread, any time. */
+ * at most MQD_STORE_FD_MAX_DEFAULT, at least MQD_STORE_FD_MIN. Owner thread, any time. */
 #define MQD_STORE_FD_RESERVE 64
 #define MQD_STORE_FD_MIN 16
+#define MQD_STORE_FD_MAX_DEFAULT 4096
 void mqd_store_set_max_open_files(mqd_store_t *st, size_t n);
 /* Segment descriptors open now, and the cap in force (owner thread). */
 typedef struct mqd_store_fd_stats {
