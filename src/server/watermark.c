@@ -14,6 +14,8 @@ struct mqd_watermark {
     uint64_t next_check_ns; /* monotonic; measure again at or after this */
     uint64_t rss, disk_free;
     bool mem_high, disk_low;
+    uint64_t taken_cur;  /* bytes let into the store since the last measurement */
+    uint64_t taken_prev; /* and in the interval before (maybe not written by then) */
 };
 
 /* Resident set size from /proc/self/statm (second field, in pages); UINT64_MAX if the
@@ -65,6 +67,10 @@ static void measure(struct mqd_server *s, struct mqd_watermark *w)
     uint64_t mem_high = s->conf->memory_high_watermark;
     uint64_t disk_min = s->conf->disk_free_limit;
 
+    /* what was let in during the interval before this measurement may still be on its
+     * way to the file (a group commit's write); what is older is in disk_free */
+    w->taken_prev = w->taken_cur;
+    w->taken_cur = 0;
     w->rss = mem_high ? read_rss() : UINT64_MAX;
     w->disk_free = disk_min ? read_disk_free(s->conf->data_dir) : UINT64_MAX;
     /* an unreadable value never blocks: it is not evidence of pressure */
@@ -115,4 +121,64 @@ void mqd_watermark_usage(struct mqd_server *s, uint64_t *rss, uint64_t *disk_fre
         *rss = w ? w->rss : UINT64_MAX;
     if (disk_free)
         *disk_free = w ? w->disk_free : UINT64_MAX;
+}
+
+/* ---------------------------------------------------------------- the disk budget
+ *
+ * Credit cannot be taken back (transfers may be on the wire), so what a watermark that
+ * only stops new credit leaves open is every credit already granted times the largest
+ * message: 1,000 credit of 512 KiB messages filled a disk far past the limit. Two rules
+ * close it (docs/security.md, Limits):
+ *   - the store: a message is let in only if the free space last measured, less what
+ *     was let in since, less the message, stays at or above disk_free_limit; else it is
+ *     refused (amqp:resource-limit-exceeded), not stored. What a flusher had not written
+ *     yet at the measurement is the only thing this misses (the bound stated there);
+ *   - the credit: a producer link is granted credit only while its outstanding credit
+ *     times its largest message so far (max_message_size before its first) is within
+ *     half the headroom above the limit, counted cautiously (what was let in during the
+ *     interval before the measurement too, in case it was not written by then). Near
+ *     the limit credit comes in ever smaller windows, and a lone producer waits instead
+ *     of meeting the first rule; several at once may meet it. */
+static uint64_t headroom(struct mqd_server *s, struct mqd_watermark *w, bool cautious)
+{
+    uint64_t limit = s->conf->disk_free_limit;
+    uint64_t taken = w->taken_cur + (cautious ? w->taken_prev : 0);
+
+    if (w->disk_free == UINT64_MAX)
+        return UINT64_MAX;
+    if (w->disk_free <= limit || w->disk_free - limit <= taken)
+        return 0;
+    return w->disk_free - limit - taken;
+}
+
+bool mqd_watermark_disk_take(struct mqd_server *s, uint64_t bytes)
+{
+    struct mqd_watermark *w = s->watermark;
+
+    if (w == NULL || s->conf->disk_free_limit == 0)
+        return true;
+    (void)mqd_watermark_blocked(s); /* a fresh measurement if one is due */
+    uint64_t room = headroom(s, w, false);
+    if (room != UINT64_MAX && room < bytes)
+        return false;
+    w->taken_cur += bytes;
+    return true;
+}
+
+uint32_t mqd_watermark_window(struct mqd_server *s, uint32_t want, int have, uint64_t msg_bytes)
+{
+    struct mqd_watermark *w = s->watermark;
+
+    if (w == NULL)
+        return want;
+    if (mqd_watermark_blocked(s))
+        return 0;
+    uint64_t room = s->conf->disk_free_limit ? headroom(s, w, true) : UINT64_MAX;
+    if (room == UINT64_MAX || msg_bytes == 0)
+        return want;
+    uint64_t allowed = room / 2 / msg_bytes;
+    uint64_t held = have > 0 ? (uint64_t)have : 0;
+    if (allowed <= held)
+        return 0;
+    return allowed - held < want ? (uint32_t)(allowed - held) : want;
 }
