@@ -12,8 +12,11 @@
 (b) The disk watermark (needs root to mount a 64 MiB tmpfs; else exit 77 after (a)).
     With disk_free_limit = 24 MiB, a producer of 512 KiB messages with 1,000 credit
     cannot carry the free space below disk_free_limit - BOUND (statvfs sampled every
-    20 ms); meanwhile, with the watermark hit, `mqctl status`, `mqctl topic describe T`
-    and `mqctl topic delete T` succeed, and after the delete producers get through."""
+    20 ms); meanwhile, with the watermark hit, `mqctl status`, `mqctl topic describe T`,
+    a transaction's declare and discharge, and `mqctl topic delete T` succeed, and after the delete producers get through. The
+    lone producer is never refused (it waits for credit). Then three producers at once
+    (each link's credit window fits the headroom, their sum does not): still within the
+    bound, what the store refuses carries amqp:resource-limit-exceeded."""
 
 import importlib.util
 import os
@@ -28,6 +31,7 @@ import mqdtest  # noqa: E402
 from mqdtest import Client, Collect, check, log  # noqa: E402
 
 from proton import Data, Delivery, Endpoint, Message  # noqa: E402
+from proton.utils import BlockingConnection  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "bad_input", os.path.join(os.path.dirname(os.path.abspath(__file__)), "10-bad-input.py"))
@@ -37,7 +41,7 @@ Bystander, RawAmqp, frame = bad_input.Bystander, bad_input.RawAmqp, bad_input.fr
 
 N = 20          # link_credit of broker (a)
 K = 10          # transfers sent beyond it
-FRAME = 1024    # broker (a)'s max_frame_size: a 1,500-byte body takes two frames
+FRAME = 512     # broker (a)'s max_frame_size: a 700-byte body takes two frames
 TMPFS_MIB = 64
 LIMIT_MIB = 24  # disk_free_limit of broker (b)
 MSG = 512 * 1024
@@ -83,6 +87,8 @@ def over_credit(b, name, target, body_len, to=None):
     """Sends N + K transfers on a link granted N; returns (accepted indices, other
     outcomes, link condition, bytes written)."""
     r = RawAmqp(b.port)
+    # room for the whole burst at once, so it goes out as one segment
+    r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
     r.open()
     ssn = r.c.session()
     ssn.open()
@@ -155,8 +161,8 @@ def part_a(t, coll):
             check_exceeded("small", acc, cond)
             check_stored(b, "small", "credit-small")
         with coll.case("two-frame transfers beyond credit (a delivery counts once)"):
-            acc, other, cond, wrote = over_credit(b, "big", "credit-big", 1500)
-            check(wrote > (N + K) * 1500, "big: wrote only %d bytes" % wrote)
+            acc, other, cond, wrote = over_credit(b, "big", "credit-big", 700)
+            check(wrote > (N + K) * 700, "big: wrote only %d bytes" % wrote)
             check_exceeded("big", acc, cond)
             check_stored(b, "big", "credit-big")
         with coll.case("anonymous relay beyond credit"):
@@ -201,6 +207,7 @@ class DiskProducer(Client):
         super().__init__()
         self.url, self.address, self.cap = url, address, cap
         self.sent = self.accepted = self.rejected = 0
+        self.conditions = set()
         self.last_progress = time.monotonic()
         self.stop = False
         self.link_cond = None
@@ -223,6 +230,8 @@ class DiskProducer(Client):
 
     def on_rejected(self, event):
         self.rejected += 1
+        c = event.delivery.remote.condition
+        self.conditions.add(c.name if c else None)
         self.last_progress = time.monotonic()
 
     def on_link_error(self, event):
@@ -247,6 +256,44 @@ class Sampler(threading.Thread):
             self.min_free = f if self.min_free is None else min(self.min_free, f)
             self.n += 1
             time.sleep(0.02)
+
+
+def near_limit(mnt, limit):
+    return free_bytes(mnt) < limit + 4 * MSG + BOUND
+
+
+def wait_stalled(prods, threads, mnt, limit):
+    """Until every producer made no progress for 3 s with the free space near the limit
+    (bounded: 90 s)."""
+    deadline = time.monotonic() + 90 * mqdtest.SLOW
+    while time.monotonic() < deadline and all(th.is_alive() for th in threads):
+        quiet = time.monotonic() - max(p.last_progress for p in prods)
+        if all(p.sent for p in prods) and quiet > 3 * mqdtest.SLOW and near_limit(mnt, limit):
+            return
+        time.sleep(0.1)
+
+
+def many_producers(b, mnt, limit):
+    prods = [DiskProducer(b.url, "disk-m", cap=2 * TMPFS_MIB * 2) for _ in range(3)]
+    threads = [threading.Thread(target=mqdtest.run_container, args=(p, 300), daemon=True) for p in prods]
+    for th in threads:
+        th.start()
+    try:
+        wait_stalled(prods, threads, mnt, limit)
+        log("3 producers stalled: sent %s, accepted %s, rejected %s (%s); free %.2f MiB"
+            % ([p.sent for p in prods], [p.accepted for p in prods], [p.rejected for p in prods],
+               set().union(*[p.conditions for p in prods]), free_bytes(mnt) / 2 ** 20))
+        check(near_limit(mnt, limit), "3 producers stopped with %.1f MiB free, far above the limit"
+              % (free_bytes(mnt) / 2 ** 20))
+        conds = set().union(*[p.conditions for p in prods])
+        check(conds <= {"amqp:resource-limit-exceeded"}, "refusals carried %s" % conds)
+    finally:
+        for p in prods:
+            p.stop = True
+        for th in threads:
+            th.join(30)
+    rc, out, _ = mqdtest.mqctl(b.url, "topic", "delete", "disk-m")
+    check(rc == 0, "mqctl topic delete disk-m at the watermark: rc %d %r" % (rc, out[:200]))
 
 
 def mount_tmpfs(path):
@@ -275,13 +322,7 @@ def part_b(t, coll, mnt):
     th = threading.Thread(target=run_prod, daemon=True)
     th.start()
     try:
-        # the watermark is hit once the producer stops making progress near the limit
-        deadline = time.monotonic() + 90 * mqdtest.SLOW
-        while time.monotonic() < deadline and th.is_alive():
-            quiet = time.monotonic() - prod.last_progress
-            if prod.sent > 0 and quiet > 3 * mqdtest.SLOW:
-                break
-            time.sleep(0.1)
+        wait_stalled([prod], [th], mnt, limit)
         free_hit = free_bytes(mnt)
         log("producer stalled: sent %d, accepted %d, rejected %d; free %.1f MiB (limit %d MiB, "
             "lowest %.1f MiB)" % (prod.sent, prod.accepted, prod.rejected, free_hit / 2 ** 20,
@@ -302,11 +343,19 @@ def part_b(t, coll, mnt):
             rc, out, _ = mqdtest.mqctl(b.url, "--json", "topic", "describe", "disk-t")
             check(rc == 0 and '"disk-t"' in out, "mqctl topic describe at the watermark: rc %d %r"
                   % (rc, out[:200]))
+            # the coordinator too keeps working (a small window; it stores no messages)
+            conn = BlockingConnection(b.url, timeout=20 * mqdtest.SLOW)
+            try:
+                bt = mqdtest.BlockingTxns(conn)
+                ok, st, cond = bt.discharge(bt.declare(), fail=False)
+                check(ok, "declare + discharge at the watermark: %s %s" % (st, cond))
+            finally:
+                conn.close()
             # a topic with attached links is refused (409): the operator stops its producer
             prod.stop = True
             th.join(30 * mqdtest.SLOW)
             check(not th.is_alive(), "the stalled producer did not close")
-            check(free_bytes(mnt) < limit + 4 * MSG + BOUND, "the watermark cleared by itself")
+            check(near_limit(mnt, limit), "the watermark cleared by itself")
             rc, out, _ = mqdtest.mqctl(b.url, "topic", "delete", "disk-t")
             check(rc == 0 and out.strip() == "deleted topic disk-t",
                   "mqctl topic delete at the watermark: rc %d %r" % (rc, out[:200]))
@@ -316,6 +365,8 @@ def part_b(t, coll, mnt):
         with coll.case("producers resume after the delete"):
             s = mqdtest.send(b.url, "disk-t", [Message(body=b"r" * MSG) for _ in range(8)], timeout=60)
             log("after the delete: %d of 8 messages of 512 KiB accepted" % s.accepted)
+        with coll.case("three producers at once: the store refuses what credit would overrun"):
+            many_producers(b, mnt, limit)
         with coll.case("free space within the bound after resuming"):
             check(sampler.min_free >= limit - BOUND, "free space fell to %.2f MiB"
                   % (sampler.min_free / 2 ** 20))
