@@ -91,13 +91,23 @@ int mqd_credit_refill(mqd_lstate_t *ls)
             window = BLOCKED_WINDOW;
         n = 2 * credit < window ? window - credit : 0;
     } else if (2 * credit < window) {
+        if (!ls->credit_shared) {
+            ls->credit_shared = true;
+            mqd_watermark_producers(s, 1);
+        }
         /* each credit may bring a message as large as the link's largest so far */
-        uint64_t est = ls->msg_max ? ls->msg_max : s->conf->max_message_size;
-        n = (int)mqd_watermark_window(s, (uint32_t)(window - credit), credit,
-                                      est + MQD_WATERMARK_REC_OVERHEAD);
+        uint64_t est = ls->msg_max ? ls->msg_max + MQD_WATERMARK_REC_OVERHEAD : 0;
+        n = (int)mqd_watermark_window(s, (uint32_t)(window - credit), credit, est);
     } else {
         n = 0;
     }
     mqd_credit_grant(ls, n);
     return n;
+}
+
+void mqd_credit_free(mqd_lstate_t *ls)
+{
+    if (ls->credit_shared)
+        mqd_watermark_producers(ls->conn->srv, -1);
+    ls->credit_shared = false;
 }

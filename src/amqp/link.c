@@ -49,6 +49,7 @@ void mqd_lstate_free(mqd_lstate_t *ls)
         mqd_consumer_free(ls);
     if (ls->coord)
         mqd_txn_coordinator_gone(ls); /* rolls back what it declared */
+    mqd_credit_free(ls);
     mqd_dlist_del(&ls->tnode);
     free(ls->acc);
     free(ls->tmp_name);

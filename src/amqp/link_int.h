@@ -26,6 +26,8 @@ void mqd_credit_grant(mqd_lstate_t *ls, int n);
 bool mqd_credit_arrived(mqd_lstate_t *ls, pn_delivery_t *d);
 void mqd_credit_exceeded(mqd_lstate_t *ls);
 int mqd_credit_refill(mqd_lstate_t *ls);
+/* The link state goes: it no longer shares the disk budget. */
+void mqd_credit_free(mqd_lstate_t *ls);
 
 /* consumer.c */
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l);

@@ -179,6 +179,7 @@ struct mqd_lstate {
     int credit_unposted;
     uint64_t credit_gen;
     uint64_t msg_max;
+    bool credit_shared;       /* counted among the producers sharing the disk budget */
 };
 
 struct mqd_conn {

@@ -16,6 +16,7 @@ struct mqd_watermark {
     bool mem_high, disk_low;
     uint64_t taken_cur;  /* bytes let into the store since the last measurement */
     uint64_t taken_prev; /* and in the interval before (maybe not written by then) */
+    uint64_t producers;  /* producer links sharing the credit budget */
 };
 
 /* Resident set size from /proc/self/statm (second field, in pages); UINT64_MAX if the
@@ -135,10 +136,14 @@ void mqd_watermark_usage(struct mqd_server *s, uint64_t *rss, uint64_t *disk_fre
  *     yet at the measurement is the only thing this misses (the bound stated there);
  *   - the credit: a producer link is granted credit only while its outstanding credit
  *     times its largest message so far (max_message_size before its first) is within
- *     half the headroom above the limit, counted cautiously (what was let in during the
- *     interval before the measurement too, in case it was not written by then). Near
- *     the limit credit comes in ever smaller windows, and a lone producer waits instead
- *     of meeting the first rule; several at once may meet it. */
+ *     its share of half the headroom above the limit (half / the producer links open),
+ *     counted cautiously (what was let in during the interval before the measurement
+ *     too, in case it was not written by then). Near the limit credit comes in ever
+ *     smaller windows, and producers wait instead of meeting the first rule (a link
+ *     with no credit gets one while its share holds one message, or 64 KiB if it has
+ *     sent none yet, so a share smaller than max_message_size stalls no one). A share
+ *     depends on no other link's credit, so an idle link holding credit starves no one;
+ *     credit held from before a new link opened (shares shrank) may still meet it. */
 static uint64_t headroom(struct mqd_server *s, struct mqd_watermark *w, bool cautious)
 {
     uint64_t limit = s->conf->disk_free_limit;
@@ -174,11 +179,26 @@ uint32_t mqd_watermark_window(struct mqd_server *s, uint32_t want, int have, uin
     if (mqd_watermark_blocked(s))
         return 0;
     uint64_t room = s->conf->disk_free_limit ? headroom(s, w, true) : UINT64_MAX;
-    if (room == UINT64_MAX || msg_bytes == 0)
+    if (room == UINT64_MAX)
         return want;
-    uint64_t allowed = room / 2 / msg_bytes;
+    /* a link that has sent nothing yet: its messages may be as large as allowed */
+    uint64_t est = msg_bytes ? msg_bytes : s->conf->max_message_size + MQD_WATERMARK_REC_OVERHEAD;
+    uint64_t share = room / 2 / (w->producers ? w->producers : 1);
+    uint64_t allowed = share / est;
     uint64_t held = have > 0 ? (uint64_t)have : 0;
-    if (allowed <= held)
-        return 0;
+    if (allowed <= held) /* a share smaller than a message: one at a time while it fits */
+        return held == 0 && share >= (msg_bytes ? msg_bytes : MQD_WATERMARK_FIRST_BYTES);
     return allowed - held < want ? (uint32_t)(allowed - held) : want;
+}
+
+void mqd_watermark_producers(struct mqd_server *s, int delta)
+{
+    struct mqd_watermark *w = s->watermark;
+
+    if (w == NULL)
+        return;
+    if (delta < 0 && w->producers < (uint64_t)-delta)
+        w->producers = 0;
+    else
+        w->producers = (uint64_t)((int64_t)w->producers + delta);
 }

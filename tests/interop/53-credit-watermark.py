@@ -263,12 +263,12 @@ def near_limit(mnt, limit):
 
 
 def wait_stalled(prods, threads, mnt, limit):
-    """Until every producer made no progress for 3 s with the free space near the limit
-    (bounded: 90 s)."""
+    """Until the producers made no progress for 3 s with the free space near the limit
+    (bounded: 90 s). One that attaches late may get no credit at all near the limit."""
     deadline = time.monotonic() + 90 * mqdtest.SLOW
     while time.monotonic() < deadline and all(th.is_alive() for th in threads):
         quiet = time.monotonic() - max(p.last_progress for p in prods)
-        if all(p.sent for p in prods) and quiet > 3 * mqdtest.SLOW and near_limit(mnt, limit):
+        if any(p.sent for p in prods) and quiet > 3 * mqdtest.SLOW and near_limit(mnt, limit):
             return
         time.sleep(0.1)
 
