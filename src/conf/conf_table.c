@@ -212,8 +212,9 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "While the file system holding data_dir has less free space than this, sending links "
      "get no new credit; credit comes back once there is more. Credit already granted "
      "cannot carry the disk past it: near the limit a link gets credit only while its "
-     "credit times its largest message fits in half the free space above the limit, and a "
-     "message that would take the free space below the limit is refused "
+     "credit times its largest message fits in its share of half the free space above the "
+     "limit (shared by the producer links open), and a message that would take the free "
+     "space below the limit is refused "
      "(amqp:resource-limit-exceeded). $management and the transaction coordinator keep a "
      "window of 8 at the limit, so mqctl can still delete topics. 0 turns it off.",
      true},
