@@ -90,16 +90,16 @@ int mqd_credit_refill(mqd_lstate_t *ls)
         if (window > BLOCKED_WINDOW && mqd_watermark_blocked(s))
             window = BLOCKED_WINDOW;
         n = 2 * credit < window ? window - credit : 0;
-    } else if (2 * credit < window) {
+    } else {
         if (!ls->credit_shared) {
             ls->credit_shared = true;
-            mqd_watermark_producers(s, 1);
+            mqd_watermark_producers(s, 1, 0);
         }
-        /* each credit may bring a message as large as the link's largest so far */
+        /* each credit may bring a message as large as the link's largest so far; asked
+         * for nothing, the budget still learns what the link holds now */
         uint64_t est = ls->msg_max ? ls->msg_max + MQD_WATERMARK_REC_OVERHEAD : 0;
-        n = (int)mqd_watermark_window(s, (uint32_t)(window - credit), credit, est);
-    } else {
-        n = 0;
+        uint32_t want = 2 * credit < window ? (uint32_t)(window - credit) : 0;
+        n = (int)mqd_watermark_window(s, want, credit, est, &ls->credit_reserved);
     }
     mqd_credit_grant(ls, n);
     return n;
@@ -108,6 +108,7 @@ int mqd_credit_refill(mqd_lstate_t *ls)
 void mqd_credit_free(mqd_lstate_t *ls)
 {
     if (ls->credit_shared)
-        mqd_watermark_producers(ls->conn->srv, -1);
+        mqd_watermark_producers(ls->conn->srv, -1, ls->credit_reserved);
     ls->credit_shared = false;
+    ls->credit_reserved = 0;
 }

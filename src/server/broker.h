@@ -180,6 +180,7 @@ struct mqd_lstate {
     uint64_t credit_gen;
     uint64_t msg_max;
     bool credit_shared;       /* counted among the producers sharing the disk budget */
+    uint64_t credit_reserved; /* its part of that budget (watermark.c) */
 };
 
 struct mqd_conn {

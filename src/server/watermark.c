@@ -17,6 +17,7 @@ struct mqd_watermark {
     uint64_t taken_cur;  /* bytes let into the store since the last measurement */
     uint64_t taken_prev; /* and in the interval before (maybe not written by then) */
     uint64_t producers;  /* producer links sharing the credit budget */
+    uint64_t reserved;   /* their credit x message size, as of each one's last window */
 };
 
 /* Resident set size from /proc/self/statm (second field, in pages); UINT64_MAX if the
@@ -136,14 +137,16 @@ void mqd_watermark_usage(struct mqd_server *s, uint64_t *rss, uint64_t *disk_fre
  *     yet at the measurement is the only thing this misses (the bound stated there);
  *   - the credit: a producer link is granted credit only while its outstanding credit
  *     times its largest message so far (max_message_size before its first) is within
- *     its share of half the headroom above the limit (half / the producer links open),
- *     counted cautiously (what was let in during the interval before the measurement
+ *     its share of half the headroom above the limit (half / the producer links open)
+ *     and, with what the other links hold (`reserved`), within that half, counted
+ *     cautiously (what was let in during the interval before the measurement
  *     too, in case it was not written by then). Near the limit credit comes in ever
  *     smaller windows, and producers wait instead of meeting the first rule (a link
  *     with no credit gets one while its share holds one message, or 64 KiB if it has
- *     sent none yet, so a share smaller than max_message_size stalls no one). A share
- *     depends on no other link's credit, so an idle link holding credit starves no one;
- *     credit held from before a new link opened (shares shrank) may still meet it. */
+ *     sent none yet, so a share smaller than max_message_size stalls no one, not
+ *     even next to an idle link holding much credit). So what producers hold stays
+ *     within the headroom (half in windows, at most half in those single credits), and
+ *     the first rule only catches what a measurement missed. */
 static uint64_t headroom(struct mqd_server *s, struct mqd_watermark *w, bool cautious)
 {
     uint64_t limit = s->conf->disk_free_limit;
@@ -170,33 +173,47 @@ bool mqd_watermark_disk_take(struct mqd_server *s, uint64_t bytes)
     return true;
 }
 
-uint32_t mqd_watermark_window(struct mqd_server *s, uint32_t want, int have, uint64_t msg_bytes)
+static uint32_t window(struct mqd_server *s, struct mqd_watermark *w, uint32_t want,
+                       uint64_t held, uint64_t est, uint64_t first)
 {
-    struct mqd_watermark *w = s->watermark;
-
-    if (w == NULL)
-        return want;
-    if (mqd_watermark_blocked(s))
+    if (want == 0 || mqd_watermark_blocked(s))
         return 0;
     uint64_t room = s->conf->disk_free_limit ? headroom(s, w, true) : UINT64_MAX;
     if (room == UINT64_MAX)
         return want;
-    /* a link that has sent nothing yet: its messages may be as large as allowed */
-    uint64_t est = msg_bytes ? msg_bytes : s->conf->max_message_size + MQD_WATERMARK_REC_OVERHEAD;
     uint64_t share = room / 2 / (w->producers ? w->producers : 1);
-    uint64_t allowed = share / est;
-    uint64_t held = have > 0 ? (uint64_t)have : 0;
-    if (allowed <= held) /* a share smaller than a message: one at a time while it fits */
-        return held == 0 && share >= (msg_bytes ? msg_bytes : MQD_WATERMARK_FIRST_BYTES);
+    uint64_t pool = room / 2 > w->reserved ? room / 2 - w->reserved : 0;
+    uint64_t allowed = (share < pool ? share : pool) / est;
+    if (allowed <= held) /* one at a time while it fits the share: no one starves */
+        return held == 0 && share >= first;
     return allowed - held < want ? (uint32_t)(allowed - held) : want;
 }
 
-void mqd_watermark_producers(struct mqd_server *s, int delta)
+uint32_t mqd_watermark_window(struct mqd_server *s, uint32_t want, int have, uint64_t msg_bytes,
+                              uint64_t *reserved)
+{
+    struct mqd_watermark *w = s->watermark;
+    uint64_t held = have > 0 ? (uint64_t)have : 0;
+    /* a link that has sent nothing yet: its messages may be as large as allowed */
+    uint64_t est = msg_bytes ? msg_bytes : s->conf->max_message_size + MQD_WATERMARK_REC_OVERHEAD;
+
+    if (w == NULL)
+        return want;
+    w->reserved -= *reserved < w->reserved ? *reserved : w->reserved; /* the others' only */
+    uint32_t n = window(s, w, want, held, est, msg_bytes ? msg_bytes : MQD_WATERMARK_FIRST_BYTES);
+    uint64_t units = held + n;
+    *reserved = units > UINT64_MAX / est ? UINT64_MAX / 2 : units * est;
+    w->reserved += *reserved;
+    return n;
+}
+
+void mqd_watermark_producers(struct mqd_server *s, int delta, uint64_t reserved)
 {
     struct mqd_watermark *w = s->watermark;
 
     if (w == NULL)
         return;
+    w->reserved -= reserved < w->reserved ? reserved : w->reserved;
     if (delta < 0 && w->producers < (uint64_t)-delta)
         w->producers = 0;
     else

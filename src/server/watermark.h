@@ -35,11 +35,14 @@ void mqd_watermark_usage(struct mqd_server *s, uint64_t *rss, uint64_t *disk_fre
  * mqd_watermark_window: how many of `want` credit units a producer link holding `have`
  * may be granted now, if each may carry `msg_bytes` (0: unknown, the link has sent
  * nothing yet): 0 while a watermark is exceeded, fewer than `want` near
- * disk_free_limit (its share of the budget). */
+ * disk_free_limit (its share of the budget). *reserved is the link's part of the
+ * budget (0 at first), replaced by (have + the answer) x msg_bytes. */
 bool mqd_watermark_disk_take(struct mqd_server *s, uint64_t bytes);
-/* A producer link starts (+1) or stops (-1) sharing the credit budget. */
-void mqd_watermark_producers(struct mqd_server *s, int delta);
-uint32_t mqd_watermark_window(struct mqd_server *s, uint32_t want, int have, uint64_t msg_bytes);
+/* A producer link starts (+1) or stops (-1, with its last *reserved) sharing the
+ * credit budget. */
+void mqd_watermark_producers(struct mqd_server *s, int delta, uint64_t reserved);
+uint32_t mqd_watermark_window(struct mqd_server *s, uint32_t want, int have, uint64_t msg_bytes,
+                              uint64_t *reserved);
 /* Disk bytes a stored message costs besides its own: the record header (40) and its
  * share of the offset and time indexes, rounded up. */
 #define MQD_WATERMARK_REC_OVERHEAD 64
