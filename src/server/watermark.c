@@ -173,8 +173,8 @@ bool mqd_watermark_disk_take(struct mqd_server *s, uint64_t bytes)
     return true;
 }
 
-static uint32_t window(struct mqd_server *s, struct mqd_watermark *w, uint32_t want,
-                       uint64_t held, uint64_t est, uint64_t first)
+static uint32_t window(struct mqd_server *s, struct mqd_watermark *w, uint32_t want, uint64_t held,
+                       uint64_t est, uint64_t first)
 {
     if (want == 0 || mqd_watermark_blocked(s))
         return 0;
