@@ -200,8 +200,11 @@ uint32_t mqd_watermark_window(struct mqd_server *s, uint32_t want, int have, uin
     if (w == NULL)
         return want;
     w->reserved -= *reserved < w->reserved ? *reserved : w->reserved; /* the others' only */
-    uint32_t n = window(s, w, want, held, est, msg_bytes ? msg_bytes : MQD_WATERMARK_FIRST_BYTES);
+    uint64_t first = msg_bytes ? msg_bytes : MQD_WATERMARK_FIRST_BYTES;
+    uint32_t n = window(s, w, want, held, est, first);
     uint64_t units = held + n;
+    if (units == 1 && msg_bytes == 0)
+        est = first; /* the single credit of a link still unknown: sized as granted */
     *reserved = units > UINT64_MAX / est ? UINT64_MAX / 2 : units * est;
     w->reserved += *reserved;
     return n;

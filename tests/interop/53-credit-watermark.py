@@ -7,8 +7,8 @@
     accept exactly the first N (counted with a receiver: bodies and offsets 0..N-1),
     detach the link with amqp:link:transfer-limit-exceeded and accept none of the K,
     while a bystander client keeps doing round trips. The same for messages of two
-    frames each (a delivery counts once), for the anonymous relay link and for
-    $management. An honest sender of multi-frame messages gets all of its 3 N through.
+    frames each (a delivery counts once), for the anonymous relay link, $management
+    and the transaction coordinator (granted 100). An honest sender of multi-frame messages gets all of its 3 N through.
 (b) The disk watermark (needs root to mount a 64 MiB tmpfs; else exit 77 after (a)).
     With disk_free_limit = 24 MiB, a producer of 512 KiB messages with 1,000 credit
     cannot carry the free space below disk_free_limit - BOUND (statvfs sampled every
@@ -30,14 +30,48 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
 from mqdtest import Client, Collect, check, log  # noqa: E402
 
-from proton import Data, Delivery, Endpoint, Message  # noqa: E402
+from proton import Data, Delivery, Endpoint, Message, Terminus  # noqa: E402
 from proton.utils import BlockingConnection  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "bad_input", os.path.join(os.path.dirname(os.path.abspath(__file__)), "10-bad-input.py"))
 bad_input = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bad_input)
-Bystander, RawAmqp, frame = bad_input.Bystander, bad_input.RawAmqp, bad_input.frame
+Bystander, frame = bad_input.Bystander, bad_input.frame
+
+
+class RawAmqp(bad_input.RawAmqp):
+    """10-bad-input's raw client, feeding its transport no more than it takes at once
+    (a burst of dispositions can exceed its input buffer)."""
+
+    def pump(self, until, timeout=5.0):
+        self.sock.settimeout(0.1)
+        deadline = time.monotonic() + timeout * mqdtest.SLOW
+        while time.monotonic() < deadline:
+            while self.t.pending() > 0:
+                out = self.t.peek(self.t.pending())
+                self.sock.sendall(out)
+                self.t.pop(len(out))
+            if until():
+                return True
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                self.closed_by_peer = self.closed_by_peer or "eof"
+                self.t.close_tail()
+                return until()
+            while data:
+                n = max(self.t.capacity(), 0)
+                if n == 0:
+                    self.closed_by_peer = "transport closed"
+                    return until()
+                self.t.push(data[:n])
+                data = data[n:]
+        return until()
 
 N = 20          # link_credit of broker (a)
 K = 10          # transfers sent beyond it
@@ -83,9 +117,9 @@ def flush_once(r):
     return len(out)
 
 
-def over_credit(b, name, target, body_len, to=None):
-    """Sends N + K transfers on a link granted N; returns (accepted indices, other
-    outcomes, link condition, bytes written)."""
+def over_credit(b, name, target, body_len, to=None, credit=N, coordinator=False):
+    """Sends credit + K transfers on a link granted `credit`; returns (accepted indices,
+    other outcomes, link condition, bytes written)."""
     r = RawAmqp(b.port)
     # room for the whole burst at once, so it goes out as one segment
     r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
@@ -94,13 +128,16 @@ def over_credit(b, name, target, body_len, to=None):
     ssn.open()
     snd = ssn.sender(name)
     snd.target.address = target
+    if coordinator:
+        snd.target.type = Terminus.COORDINATOR
     snd.open()
-    check(r.pump(lambda: snd.credit == N or r.closed_by_peer, timeout=10),
-          "%s: mqd did not grant %d credit (credit %d)" % (name, N, snd.credit))
-    r.t.push(forged_flow(N + K))
-    check(snd.credit == N + K, "%s: forged flow gave credit %d, want %d" % (name, snd.credit, N + K))
+    check(r.pump(lambda: snd.credit == credit or r.closed_by_peer, timeout=10),
+          "%s: mqd did not grant %d credit (credit %d)" % (name, credit, snd.credit))
+    r.t.push(forged_flow(credit + K))
+    check(snd.credit == credit + K, "%s: forged flow gave credit %d, want %d"
+          % (name, snd.credit, credit + K))
     dlvs = []
-    for i in range(N + K):
+    for i in range(credit + K):
         m = Message(body="%s-%d-" % (name, i) + "x" * body_len, address=to)
         d = snd.delivery(str(i))
         snd.send(m.encode())
@@ -109,7 +146,7 @@ def over_credit(b, name, target, body_len, to=None):
     wrote = flush_once(r)
     closed = lambda: snd.state & Endpoint.REMOTE_CLOSED  # noqa: E731
     settled_n = lambda: sum(1 for d in dlvs if d.remote_state)  # noqa: E731
-    r.pump(lambda: closed() and settled_n() >= N or r.closed_by_peer, timeout=15)
+    r.pump(lambda: closed() and settled_n() >= credit or r.closed_by_peer, timeout=15)
     r.pump(lambda: False, timeout=0.5)  # anything late would show here
     cond = snd.remote_condition
     acc = [i for i, d in enumerate(dlvs) if d.remote_state == Delivery.ACCEPTED]
@@ -121,7 +158,7 @@ def over_credit(b, name, target, body_len, to=None):
     r.pump(lambda: snd.state & Endpoint.LOCAL_CLOSED and closed(), timeout=5)
     r.sock.close()
     log("%s: %d transfers (%d bytes in one write): accepted %d (%s..%s), other %r, "
-        "link condition %s" % (name, N + K, wrote, len(acc), acc[:1], acc[-1:], other[:3], cond))
+        "link condition %s" % (name, credit + K, wrote, len(acc), acc[:1], acc[-1:], other[:3], cond))
     return acc, other, cond, wrote
 
 
@@ -176,6 +213,13 @@ def part_a(t, coll):
             done = sorted(acc + [i for i, _ in other])
             check(done == list(range(N)), "mgmt: outcomes for requests %s, want the first %d only"
                   % (done[:3] + ["..."] + done[-3:], N))
+        with coll.case("transaction coordinator beyond credit"):
+            # not declares: each is refused; mqd grants the coordinator 100 at attach
+            acc, other, cond, _ = over_credit(b, "coord", None, 10, credit=100, coordinator=True)
+            check_exceeded("coord", acc, cond, want_accepted=False)
+            done = sorted(acc + [i for i, _ in other])
+            check(done == list(range(100)), "coord: outcomes for %d transfers, want the first 100 only"
+                  % len(done))
         with coll.case("honest sender, two-frame messages: all through"):
             msgs = [Message(body="honest-%d-" % i + "y" * 1500) for i in range(3 * N)]
             s = mqdtest.send(b.url, "credit-honest", msgs, timeout=60)
@@ -283,8 +327,9 @@ def many_producers(b, mnt, limit):
         th.start()
     try:
         wait_stalled(prods, threads, mnt, limit)
-        log("3 producers stalled: sent %s, accepted %s, rejected %s (%s); free %.2f MiB"
+        log("3 producers stalled: sent %s, accepted %s, rejected %s, credit %s (%s); free %.2f MiB"
             % ([p.sent for p in prods], [p.accepted for p in prods], [p.rejected for p in prods],
+               [p.sender.credit if hasattr(p, "sender") else None for p in prods],
                set().union(*[p.conditions for p in prods]), free_bytes(mnt) / 2 ** 20))
         check(near_limit(mnt, limit, 3), "3 producers stopped with %.1f MiB free, far above the limit"
               % (free_bytes(mnt) / 2 ** 20))
