@@ -3,6 +3,7 @@
 #include "config.h"
 #include "amqp/link_int.h"
 #include "mgmt/mgmt.h"
+#include "server/watermark.h"
 
 #include <proton/condition.h>
 #include <proton/disposition.h>
@@ -48,6 +49,7 @@ void mqd_lstate_free(mqd_lstate_t *ls)
         mqd_consumer_free(ls);
     if (ls->coord)
         mqd_txn_coordinator_gone(ls); /* rolls back what it declared */
+    mqd_credit_free(ls);
     mqd_dlist_del(&ls->tnode);
     mqd_budget_partial(ls->conn, -(int64_t)ls->acc_cap);
     free(ls->acc);
@@ -153,8 +155,6 @@ void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen
 
 /* ---------------------------------------------------------------- producers */
 
-static void refill(mqd_server_t *s, pn_link_t *l);
-
 /* Auto-creation of a missing topic: on in the config and the `create` permission. */
 bool mqd_may_create(mqd_conn_t *c, const char *topic)
 {
@@ -188,7 +188,7 @@ static void coordinator_attach(mqd_conn_t *c, pn_link_t *l)
     pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
     pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
     pn_link_open(l);
-    pn_link_flow(l, 100);
+    mqd_credit_grant(ls, 100);
 }
 
 static void producer_attach(mqd_conn_t *c, pn_link_t *l)
@@ -239,7 +239,7 @@ open:
     pn_link_set_max_message_size(l, s->conf->max_message_size);
     pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
     pn_link_open(l);
-    refill(s, l);
+    mqd_credit_refill(ls);
 }
 
 void mqd_delivery_reject(pn_delivery_t *d, const char *cond, const char *desc)
@@ -406,6 +406,14 @@ static void append_failed(mqd_topic_t *t, uint32_t part, pn_delivery_t *d, bool 
         mqd_delivery_reject(d, "amqp:resource-limit-exceeded", mqd_strerror(rc));
 }
 
+/* The disk budget refuses a message (watermark.c): it is not stored. */
+static void disk_full(pn_delivery_t *d, bool presettled)
+{
+    if (!presettled)
+        mqd_delivery_reject(d, "amqp:resource-limit-exceeded",
+                            "not stored: free disk space on the broker is at disk_free_limit");
+}
+
 /* ---------------------------------------------------------------- batched sends
  *
  * A transfer with message-format MQD_MSG_FORMAT_BATCH (ARCHITECTURE §1, read by the frame
@@ -534,10 +542,17 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
     }
     uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &omi);
     bool any = false;
+    uint64_t bytes = 0;
     for (size_t i = 0; i < b.n; i++) {
         if (t->conf.dedup_window_ms && mqd_dedup_seen(t, msg + b.v[i].at.off, &b.v[i].mi))
             b.v[i].at.len = 0; /* stored within the window: exactly once */
         any |= b.v[i].at.len != 0;
+        if (b.v[i].at.len) /* the outer key may grow an inner message's annotations */
+            bytes += b.v[i].at.len + omi.partition_key.len + 32 + MQD_WATERMARK_REC_OVERHEAD;
+    }
+    if (any && !mqd_watermark_disk_take(c->srv, bytes)) {
+        disk_full(d, presettled);
+        goto out;
     }
     if (!any) {
         if (!presettled) {
@@ -594,6 +609,8 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
                                 "no such open transaction");
         return;
     }
+    if (!mqd_watermark_disk_take(c->srv, size + MQD_WATERMARK_REC_OVERHEAD))
+        return disk_full(d, presettled);
     uint64_t off;
     int rc = mqd_part_append_ex(&t->parts[part], msg, size, txn ? MQD_REC_TXN : MQD_REC_DATA,
                                 txn ? mqd_txn_id(txn) : 0, c, presettled ? NULL : d, &off);
@@ -625,21 +642,29 @@ static uint32_t transfer_format(mqd_conn_t *c, pn_link_t *l, pn_delivery_t *d)
     return mqd_fpeek_take(c->peek, name, strlen(name), (const uint8_t *)tag.start, tag.size);
 }
 
+/* Drops what arrives on a link mqd closed: bytes left in Proton would hold session
+ * capacity for good. */
+static void transfer_drop(mqd_conn_t *c, pn_link_t *l, pn_delivery_t *d)
+{
+    char sink[4096];
+    while (pn_link_recv(l, sink, sizeof sink) > 0)
+        ;
+    if (!pn_delivery_partial(d)) {
+        transfer_format(c, l, d);
+        pn_link_advance(l);
+        pn_delivery_settle(d);
+    }
+}
+
 static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
 {
     mqd_server_t *s = c->srv;
     pn_link_t *l = ls->link;
-    if (pn_link_state(l) & PN_LOCAL_CLOSED) {
-        /* drop it: bytes left in Proton would hold session capacity for good */
-        char sink[4096];
-        while (pn_link_recv(l, sink, sizeof sink) > 0)
-            ;
-        if (!pn_delivery_partial(d)) {
-            transfer_format(c, l, d);
-            pn_link_advance(l);
-            pn_delivery_settle(d);
-        }
-        return;
+    if (pn_link_state(l) & PN_LOCAL_CLOSED)
+        return transfer_drop(c, l, d);
+    if (!mqd_credit_arrived(ls, d)) {
+        mqd_credit_exceeded(ls); /* nothing of it, or after it, is stored */
+        return transfer_drop(c, l, d);
     }
     if (pn_delivery_aborted(d)) {
         transfer_format(c, l, d);
@@ -677,6 +702,8 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
     }
     uint32_t format = transfer_format(c, l, d);
     pn_link_advance(l);
+    if (size > ls->msg_max)
+        ls->msg_max = size; /* sizes its next credit windows near disk_free_limit */
     bool presettled = pn_delivery_settled(d);
     store_message(c, ls, d, msg, size, presettled, format);
     if (presettled)
@@ -687,19 +714,12 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
         ls->acc = NULL;
         ls->acc_cap = 0;
     }
-    refill(s, l);
+    mqd_credit_refill(ls);
 }
 
-/* Tops a producer link's credit up to link_credit, unless memory or disk is above its
- * watermark: then producers wait (consumers keep flowing) and the periodic timer gives
- * the credit back once it clears. */
-static void refill(mqd_server_t *s, pn_link_t *l)
-{
-    int credit = pn_link_credit(l);
-    if (credit < (int)s->conf->link_credit / 2 && !mqd_watermark_blocked(s))
-        pn_link_flow(l, (int)s->conf->link_credit - credit);
-}
-
+/* Producer links get no new credit while memory or disk is above its watermark (nor,
+ * near disk_free_limit, more than the disk budget allows: credit.c); consumers keep
+ * flowing, and this periodic refill gives the credit back once it clears. */
 void mqd_producers_refill(mqd_server_t *s)
 {
     if (mqd_watermark_blocked(s))
@@ -710,11 +730,8 @@ void mqd_producers_refill(mqd_server_t *s)
         for (pn_link_t *l = pn_link_head(c->driver.connection, PN_LOCAL_ACTIVE); l;
              l = pn_link_next(l, PN_LOCAL_ACTIVE)) {
             mqd_lstate_t *ls = pn_link_get_context(l);
-            if (ls && ls->kind == MQD_LS_PRODUCER && !ls->coord &&
-                pn_link_credit(l) < (int)s->conf->link_credit / 2) {
-                refill(s, l);
+            if (ls && ls->kind == MQD_LS_PRODUCER && !ls->coord && mqd_credit_refill(ls) > 0)
                 touched = true;
-            }
         }
         if (touched)
             mqd_conn_mark_dirty(c);

@@ -15,6 +15,20 @@ void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen
 /* May c auto-create `topic` (config + the `create` permission)? */
 bool mqd_may_create(mqd_conn_t *c, const char *topic);
 
+/* credit.c: producer link credit (AMQP 1.0 2.6.7), the disk budget's windows.
+ * mqd_credit_grant: pn_link_flow(n), remembered as not yet shown to the peer.
+ * mqd_credit_arrived: first sight of d (the link's current delivery) counts it; false
+ * when it was sent beyond the credit the peer had been shown. Later frames: true.
+ * mqd_credit_exceeded: detaches the link with amqp:link:transfer-limit-exceeded.
+ * mqd_credit_refill: tops the link's credit up as link_credit, the watermarks and the
+ * disk budget allow; returns the credit granted. */
+void mqd_credit_grant(mqd_lstate_t *ls, int n);
+bool mqd_credit_arrived(mqd_lstate_t *ls, pn_delivery_t *d);
+void mqd_credit_exceeded(mqd_lstate_t *ls);
+int mqd_credit_refill(mqd_lstate_t *ls);
+/* The link state goes: it no longer shares the disk budget. */
+void mqd_credit_free(mqd_lstate_t *ls);
+
 /* consumer.c */
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l);
 void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d);

@@ -111,7 +111,10 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      G_FIELD(max_links_per_session), NULL, NULL, "Links per session (AMQP handle-max + 1).", false},
     {"link_credit", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 1000000, "1000", NULL, NULL,
      G_FIELD(link_credit), NULL, NULL,
-     "Credit granted to each sending client link; refilled as messages become durable.", false},
+     "Credit granted to each sending client link; refilled as messages become durable. A "
+     "transfer sent beyond the credit granted (AMQP 1.0 2.6.7) is not stored: the link is "
+     "detached with amqp:link:transfer-limit-exceeded.",
+     false},
     {"prefetch_bytes", MQD_CT_SIZE, MQD_CS_GLOBAL, 4 * KiB, 1 * GiB, "1MiB", NULL, NULL,
      G_FIELD(prefetch_bytes), NULL, NULL, "Most bytes read from a log for one consumer at a time.",
      false},
@@ -274,7 +277,13 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"disk_free_limit", MQD_CT_SIZE, MQD_CS_GLOBAL, 0, 1 * TiB, "64MiB", NULL, NULL,
      G_FIELD(disk_free_limit), NULL, NULL,
      "While the file system holding data_dir has less free space than this, sending links "
-     "get no new credit; credit comes back once there is more. 0 turns it off.",
+     "get no new credit; credit comes back once there is more. Credit already granted "
+     "cannot carry the disk past it: near the limit a link gets credit only while its "
+     "credit times its largest message fits in its share of half the free space above the "
+     "limit (shared by the producer links open), and a message that would take the free "
+     "space below the limit is refused "
+     "(amqp:resource-limit-exceeded). $management and the transaction coordinator keep a "
+     "window of 8 at the limit, so mqctl can still delete topics. 0 turns it off.",
      true},
     {"partition_resume_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, DAY, "5s", NULL, NULL,
      G_FIELD(partition_resume_ms), NULL, NULL,

@@ -201,6 +201,13 @@ struct mqd_lstate {
     char name[96];            /* "peer/link-name" for management */
     uint8_t *acc;             /* producer: a transfer arriving in several frames */
     size_t acc_len, acc_cap;
+    /* producer credit (amqp/credit.c): granted since the connection's output generation
+       credit_gen, so not yet shown to the peer; the largest message so far */
+    int credit_unposted;
+    uint64_t credit_gen;
+    uint64_t msg_max;
+    bool credit_shared;       /* counted among the producers sharing the disk budget */
+    uint64_t credit_reserved; /* its part of that budget (watermark.c) */
 };
 
 struct mqd_conn {
@@ -226,6 +233,8 @@ struct mqd_conn {
        It is the on/off switch: set at accept where rx_feed sees plaintext (plain
        listeners; on TLS listeners Proton decrypts), NULL elsewhere. */
     mqd_fpeek_t *peek;
+    uint64_t out_gen;        /* Proton's output produced (conn_write, tls_write): credit
+                                granted before the last one has reached the peer */
     size_t rbuf_cap;         /* scratch for incoming transfers */
     uint8_t *rbuf;
     void *auth;              /* auth/: per-connection TLS/SASL state (mqd_auth_conn_t), owned

@@ -139,6 +139,7 @@ static void conn_close_deferred(mqd_conn_t *c)
 
 static void conn_write(mqd_conn_t *c)
 {
+    c->out_gen++; /* Proton writes its flow frames now: see amqp/credit.c */
     if (c->ssl) {
         tls_write(c);
         return;

@@ -27,4 +27,27 @@ bool mqd_watermark_blocked(struct mqd_server *s);
  * data_dir (UINT64_MAX when unknown). Either pointer may be NULL. */
 void mqd_watermark_usage(struct mqd_server *s, uint64_t *rss, uint64_t *disk_free);
 
+/* The disk budget (rules in watermark.c; docs/security.md, Limits). Event-loop thread.
+ *
+ * mqd_watermark_disk_take: may `bytes` more be stored (a producer's message, with
+ * MQD_WATERMARK_REC_OVERHEAD)? true counts them against the free space measured; false
+ * (the free space would fall below disk_free_limit) means refuse the message.
+ * mqd_watermark_window: how many of `want` credit units a producer link holding `have`
+ * may be granted now, if each may carry `msg_bytes` (0: unknown, the link has sent
+ * nothing yet): 0 while a watermark is exceeded, fewer than `want` near
+ * disk_free_limit (its share of the budget). *reserved is the link's part of the
+ * budget (0 at first), replaced by (have + the answer) x msg_bytes. */
+bool mqd_watermark_disk_take(struct mqd_server *s, uint64_t bytes);
+/* A producer link starts (+1) or stops (-1, with its last *reserved) sharing the
+ * credit budget. */
+void mqd_watermark_producers(struct mqd_server *s, int delta, uint64_t reserved);
+uint32_t mqd_watermark_window(struct mqd_server *s, uint32_t want, int have, uint64_t msg_bytes,
+                              uint64_t *reserved);
+/* Disk bytes a stored message costs besides its own: the record header (40) and its
+ * share of the offset and time indexes, rounded up. */
+#define MQD_WATERMARK_REC_OVERHEAD 64
+/* A link with no credit near the limit gets one while this fits in its share of the
+ * headroom, before it has sent a message (then: its largest message). */
+#define MQD_WATERMARK_FIRST_BYTES (64u << 10)
+
 #endif
