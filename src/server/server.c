@@ -207,6 +207,30 @@ static void conn_process(mqd_conn_t *c)
 #define RX_CHUNK (64u << 10)
 #define RX_ROUNDS 4 /* at most 256 KiB per readable event: fair to other connections */
 
+/* Input the frame peek refused (framepeek.h): Proton got none of the refused frame, so it
+ * cannot reach one of its asserts on it. The events of the frames before it are handled
+ * first, so that a remote open among them cannot undo the close. The close carries the
+ * peek's condition (the connection's local one, since Proton's own error path sends
+ * nothing while part of a frame is still in its input buffer). */
+static void rx_refuse(mqd_conn_t *c)
+{
+    const char *why = NULL;
+    const char *cond = c->peek ? mqd_fpeek_error(c->peek, &why) : "amqp:internal-error";
+    if (!cond)
+        return;
+    if (!pn_connection_driver_read_closed(&c->driver)) {
+        MQD_NOTICE("conn", "peer=%s refused: %s: %s", c->peer, cond, why ? why : "no frame peek");
+        conn_handle_events(c);
+        pn_connection_t *pc = c->driver.connection;
+        pn_condition_t *tc = pn_transport_condition(c->driver.transport);
+        if (!pn_condition_is_set(tc))
+            pn_condition_format(tc, cond, "%s", why ? why : "");
+        pn_condition_format(pn_connection_condition(pc), cond, "%s", why ? why : "");
+        pn_connection_close(pc);
+        pn_connection_driver_read_close(&c->driver);
+    }
+}
+
 static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
 {
     while (n > 0) {
@@ -214,10 +238,15 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
         if (rb.size == 0)
             return; /* input closed after an error: the rest cannot matter */
         size_t k = n < rb.size ? n : rb.size;
-        if (c->peek)
-            mqd_fpeek_feed(c->peek, (const uint8_t *)p, k);
-        memcpy(rb.start, p, k);
-        pn_connection_driver_read_done(&c->driver, k);
+        size_t ok = c->peek ? mqd_fpeek_feed(c->peek, (const uint8_t *)p, k) : 0;
+        if (ok > 0) {
+            memcpy(rb.start, p, ok);
+            pn_connection_driver_read_done(&c->driver, ok);
+        }
+        if (ok < k) {
+            rx_refuse(c);
+            return;
+        }
         p += k;
         n -= k;
     }
@@ -516,57 +545,37 @@ static int conn_setup_transport(mqd_conn_t *c)
     return pn_connection_driver_bind(&c->driver) == 0 ? 0 : MQD_EINVAL;
 }
 
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
-                      void *arg)
+int mqd_server_adopt(mqd_server_t *s, int fd, const char *peer, size_t listener)
 {
-    mqd_listener_t *li = arg;
-    mqd_server_t *s = li->srv;
-    if (s->stopping || s->n_conns >= s->conf->max_connections) {
-        s->conns_refused++;
-        MQD_WARN("conn", "refused: %s", s->stopping ? "stopping" : "max_connections reached");
-        close(fd);
-        return;
-    }
     mqd_conn_t *c = calloc(1, sizeof *c);
     if (!c) {
         close(fd);
-        return;
+        return MQD_ENOMEM;
     }
     c->srv = s;
     c->fd = fd;
     c->refs = 1;
-    c->listener = li->index;
+    c->listener = listener;
     c->opened_ms = mqd_now_ms();
     mqd_dlist_init(&c->node);
     mqd_dlist_init(&c->dirty_node);
-    char host[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-    if (sa->sa_family == AF_INET) {
-        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, host, sizeof host);
-        port = ntohs(((struct sockaddr_in *)sa)->sin_port);
-    } else if (sa->sa_family == AF_INET6) {
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, host, sizeof host);
-        port = ntohs(((struct sockaddr_in6 *)sa)->sin6_port);
-    }
-    snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
-    if (!mqd_auth_admit_host(s, host)) {
-        s->conns_refused++;
-        close(fd);
-        free(c);
-        return;
-    }
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails on a socketpair */
     evutil_make_socket_nonblocking(fd);
-    if (conn_setup_transport(c) != 0) {
+    /* rx_feed gets plaintext on every listener (mqd runs TLS): the peek reads
+     * message-formats and guards Proton (framepeek.h), so no connection runs without it */
+    int rc = (c->peek = mqd_fpeek_new()) ? conn_setup_transport(c) : MQD_ENOMEM;
+    if (rc == 0)
+        mqd_fpeek_set_max_frame(c->peek, pn_transport_get_max_frame(c->driver.transport));
+    if (rc != 0) {
         close(fd);
         pn_connection_driver_destroy(&c->driver);
         SSL_free(c->ssl);
+        mqd_fpeek_free(c->peek);
         free(c);
-        return;
+        return rc;
     }
-    /* rx_feed gets plaintext on every listener (mqd runs TLS): read message-formats */
-    c->peek = mqd_fpeek_new();
     /* a TLS listener's connection (c->ssl, from mqd_auth_conn_setup) has its own I/O */
     c->ev_read = event_new(s->base, fd, EV_READ | EV_PERSIST, c->ssl ? on_read_tls : on_read, c);
     c->ev_write =
@@ -580,6 +589,37 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     s->conns_accepted++;
     MQD_DEBUG("conn", "open peer=%s", c->peer);
     conn_process(c);
+    return 0;
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg)
+{
+    mqd_listener_t *li = arg;
+    mqd_server_t *s = li->srv;
+    if (s->stopping || s->n_conns >= s->conf->max_connections) {
+        s->conns_refused++;
+        MQD_WARN("conn", "refused: %s", s->stopping ? "stopping" : "max_connections reached");
+        close(fd);
+        return;
+    }
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (sa->sa_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, host, sizeof host);
+        port = ntohs(((struct sockaddr_in *)sa)->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, host, sizeof host);
+        port = ntohs(((struct sockaddr_in6 *)sa)->sin6_port);
+    }
+    if (!mqd_auth_admit_host(s, host)) {
+        s->conns_refused++;
+        close(fd);
+        return;
+    }
+    char peer[64];
+    snprintf(peer, sizeof peer, "%s:%d", host, port);
+    mqd_server_adopt(s, fd, peer, li->index);
 }
 
 /* End of a loop iteration: dispatch consumers, flush touched connections, commit. */
