@@ -17,11 +17,13 @@ Each time: the connection is closed with amqp:connection:framing-error in an AMQ
 frame, mqd's pid is alive, the bystander keeps making round trips, and no topic's
 messages_in (mqctl topic list) moved. A positive control (i): a two-frame delivery whose
 continuation omits the delivery-id (as the spec allows) is stored whole (1 message, its
-exact body) and the connection stays open."""
+exact body) and the connection stays open. (j) A sasl-init whose mechanism is not a symbol
+(found by fuzz_conn; the old mqd died of SIGSEGV) gets a sasl-outcome, mqd stays up."""
 
 import importlib.util
 import json
 import os
+import socket
 import struct
 import sys
 import time
@@ -105,6 +107,27 @@ def refused(b, ctl, by, what, address, wait_for, frames):
         % (what, cond.name, cond.description, b.pid, by.rounds, after_in))
 
 
+def case_sasl_mech_not_symbol(b, by):
+    """A sasl-init whose mechanism is not a symbol (0xa2, no such type): Proton hands the
+    broker's SASL callback a NULL mechanism (fuzz_conn found it: SIGSEGV in strcmp)."""
+    rounds = by.rounds
+    s = socket.create_connection(("127.0.0.1", b.port), timeout=5)
+    s.sendall(b"AMQP\x03\x01\x00\x00" + frame(b"\x00\x53\x41\xc0\x0c\x01\xa2\x09ANONYMOUS", ftype=1))
+    data, how = bad_input.read_until_closed(s)
+    s.close()
+    b.check_alive("after a sasl-init with a mechanism that is not a symbol")
+    outcome = data.find(b"\x00\x53\x44")
+    check(outcome >= 0, "sasl-init, mechanism not a symbol: no sasl-outcome in %r" % data[:80])
+    code = data[outcome + 6:outcome + 8]  # 00 53 44 c0 size count 50 code
+    check(code in (b"\x50\x01", b"\x50\x02"), "sasl-outcome code %r, want auth (1) or sys (2)" % code)
+    t0 = time.monotonic()
+    while by.rounds <= rounds and by.error is None and time.monotonic() - t0 < 20 * mqdtest.SLOW:
+        time.sleep(0.05)
+    check(by.rounds > rounds, "the bystander made no round trip afterwards (%s)" % by.error)
+    log("sasl-init with mechanism 0xa2: sasl-outcome code %d, closed (%s); pid %d alive"
+        % (code[1], how, b.pid))
+
+
 def case_continuation_without_id(b, ctl):
     """Valid: the continuation of a delivery may omit its delivery-id."""
     body = b"\x00\x53\x77\xa1\x0bhello-split"
@@ -166,6 +189,9 @@ def body(t):
         with coll.case(name):
             refused(b, ctl, by, name, address, wait_for, frames)
         b.check_alive("after case %s" % name)
+    with coll.case("(j) sasl-init whose mechanism is not a symbol"):
+        case_sasl_mech_not_symbol(b, by)
+    b.check_alive("after case (j)")
     with coll.case("(i) continuation without delivery-id is accepted"):
         case_continuation_without_id(b, ctl)
     by.stop_flag = True
