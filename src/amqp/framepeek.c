@@ -18,6 +18,8 @@
 #define DESC_ATTACH 0x12
 #define DESC_TRANSFER 0x14
 
+#define NO_PROTO 0xff
+#define DESC_SASL_INIT 0x41
 #define COND_FRAMING "amqp:connection:framing-error"
 #define COND_DECODE "amqp:decode-error"
 #define COND_LIMIT "amqp:resource-limit-exceeded"
@@ -64,6 +66,9 @@ struct mqd_fpeek {
     const char *cond;  /* why it stopped: an AMQP error condition and a reason */
     const char *why;
     bool pass_unit;     /* Proton may have the unit that stopped it (a protocol header) */
+    uint8_t proto;      /* id of the last protocol header (0 AMQP, 3 SASL), NO_PROTO before */
+    uint8_t ftype;      /* type of the current frame */
+    bool sasl_init;     /* a sasl-init was seen */
     uint32_t max_frame; /* Proton's local max-frame-size; 0: none */
     lnk_t *links;
     size_t n_links, cap_links, last;
@@ -76,7 +81,10 @@ struct mqd_fpeek {
 
 mqd_fpeek_t *mqd_fpeek_new(void)
 {
-    return calloc(1, sizeof(mqd_fpeek_t));
+    mqd_fpeek_t *fp = calloc(1, sizeof(mqd_fpeek_t));
+    if (fp)
+        fp->proto = NO_PROTO;
+    return fp;
 }
 
 void mqd_fpeek_free(mqd_fpeek_t *fp)
@@ -506,6 +514,16 @@ static int perf(mqd_fpeek_t *fp, const uint8_t *b, size_t n, bool complete)
     }
     default: return R_BAD;
     }
+    if (fp->ftype == 1) {
+        if (code != DESC_SASL_INIT)
+            return R_OK;
+        if (fp->sasl_init) {
+            stop(fp, COND_FRAMING, "a second sasl-init");
+            return R_BAD;
+        }
+        fp->sasl_init = true;
+        return R_OK;
+    }
     if (code != DESC_TRANSFER && code != DESC_ATTACH)
         return R_OK;
     if (r.i >= n)
@@ -554,6 +572,12 @@ static void header(mqd_fpeek_t *fp, const uint8_t *h)
             stop(fp, COND_FRAMING, "not a plain AMQP or SASL protocol header");
             fp->pass_unit = true;
         }
+        fp->proto = h[4];
+        return;
+    }
+    if (fp->proto == NO_PROTO) { /* likewise: Proton wants a protocol header first */
+        stop(fp, COND_FRAMING, "no protocol header");
+        fp->pass_unit = true;
         return;
     }
     uint32_t size = be32(h);
@@ -567,10 +591,16 @@ static void header(mqd_fpeek_t *fp, const uint8_t *h)
     fp->left = size - 8;
     if (fp->left == 0)
         return; /* a heartbeat */
-    if (type == 1 || size == doff * 4) {
-        fp->phase = P_SKIP; /* SASL, or an empty frame with an extended header */
+    if (size == doff * 4) {
+        fp->phase = P_SKIP; /* an empty frame with an extended header */
         return;
     }
+    /* Proton runs the SASL handlers for a SASL frame in the AMQP phase too: a second
+     * sasl-init re-ran mqd's SASL callback on an open connection (fuzz_conn) */
+    if (type != (fp->proto == 3 ? 1 : 0))
+        return stop(fp, COND_FRAMING, type ? "a SASL frame outside the SASL exchange"
+                                           : "an AMQP frame before the AMQP protocol header");
+    fp->ftype = type;
     fp->ch = (uint16_t)(h[6] << 8 | h[7]);
     fp->ext = doff * 4 - 8;
     fp->plen = 0;

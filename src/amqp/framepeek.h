@@ -1,7 +1,7 @@
 /* framepeek: reads the message-format of incoming transfers from the plaintext bytes of
  * one connection, beside Proton (whose C API does not expose it; see ARCHITECTURE §1
  * "Batched sends"). It is fed every byte before Proton gets it, in any chunking, and
- * never changes them. It skips protocol headers, SASL frames and heartbeats, notes each
+ * never changes them. It notes protocol headers and sasl-init, skips heartbeats, notes each
  * sender attach's (channel, handle) -> link name (kept as a 64-bit hash and length, so
  * the map costs 40 bytes a link whatever the names), and for each transfer that starts a
  * delivery with a message-format other than 0 records (link, delivery tag, format) until
@@ -11,13 +11,19 @@
  * It is also the guard in front of Proton: every plaintext byte passes it before Proton
  * sees it, on every listener. Input it cannot follow stops the peek for good, and the
  * connection is then closed (server.c rx_feed) with the condition mqd_fpeek_error names,
- * before Proton gets any byte of the frame that stopped it:
+ * before Proton has the whole frame that stopped it (it may have a prefix from earlier
+ * chunks; Proton acts on a frame only once it has all of it):
  *   amqp:connection:framing-error  a bad frame header, or one over max-frame-size; a
  *                                  protocol header other than AMQP (id 0) or SASL (id 3)
  *                                  (this one Proton is given, to answer with its own
  *                                  header as the spec asks, and it closes); a
  *                                  transfer on a handle no sender attached; the first
- *                                  transfer of a delivery without a delivery-id
+ *                                  transfer of a delivery without a delivery-id; a SASL
+ *                                  frame after the AMQP header or an AMQP frame before
+ *                                  it, and a second sasl-init (Proton dispatches SASL
+ *                                  frames in any phase: it re-ran mqd's SASL callback on
+ *                                  an open connection); bytes before any protocol
+ *                                  header (given to Proton, which answers and closes)
  *   amqp:decode-error              a transfer or attach whose fields it reads do not
  *                                  decode, or take more than MQD_FPEEK_PERF_MAX bytes
  *   amqp:resource-limit-exceeded   more than MQD_FPEEK_LINKS_MAX sender (channel, handle)

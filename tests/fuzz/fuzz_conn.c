@@ -71,10 +71,12 @@ static void start_server(void)
         }
     if (mqd_conf_validate(conf, err, sizeof err) != 0)
         abort();
+    size_t n_listen = conf->n_listen;
     conf->n_listen = 0; /* no socket of its own: the connection comes from adopt */
     mqd_log_set_level(conf->log_level);
     if (mqd_server_new(conf, NULL, &srv) != 0)
         abort();
+    conf->n_listen = n_listen; /* for mqd_conf_free; listener SIZE_MAX is past them all */
     static bool registered;
     if (!registered)
         atexit(stop_server);
