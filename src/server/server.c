@@ -207,8 +207,8 @@ static void conn_process(mqd_conn_t *c)
 #define RX_CHUNK (64u << 10)
 #define RX_ROUNDS 4 /* at most 256 KiB per readable event: fair to other connections */
 
-/* Input the frame peek refused (framepeek.h): Proton got none of the refused frame, so it
- * cannot reach one of its asserts on it. The events of the frames before it are handled
+/* Input the frame peek refused (framepeek.h): Proton never has the whole refused frame
+ * (at most a prefix of it), so it cannot reach one of its asserts on it. The events of the frames before it are handled
  * first, so that a remote open among them cannot undo the close. The close carries the
  * peek's condition (the connection's local one, since Proton's own error path sends
  * nothing while part of a frame is still in its input buffer). */
@@ -565,9 +565,12 @@ int mqd_server_adopt(mqd_server_t *s, int fd, const char *peer, size_t listener)
     evutil_make_socket_nonblocking(fd);
     /* rx_feed gets plaintext on every listener (mqd runs TLS): the peek reads
      * message-formats and guards Proton (framepeek.h), so no connection runs without it */
-    int rc = (c->peek = mqd_fpeek_new()) ? conn_setup_transport(c) : MQD_ENOMEM;
-    if (rc == 0)
-        mqd_fpeek_set_max_frame(c->peek, pn_transport_get_max_frame(c->driver.transport));
+    if (!(c->peek = mqd_fpeek_new())) {
+        close(fd);
+        free(c);
+        return MQD_ENOMEM;
+    }
+    int rc = conn_setup_transport(c);
     if (rc != 0) {
         close(fd);
         pn_connection_driver_destroy(&c->driver);
@@ -576,6 +579,7 @@ int mqd_server_adopt(mqd_server_t *s, int fd, const char *peer, size_t listener)
         free(c);
         return rc;
     }
+    mqd_fpeek_set_max_frame(c->peek, pn_transport_get_max_frame(c->driver.transport));
     /* a TLS listener's connection (c->ssl, from mqd_auth_conn_setup) has its own I/O */
     c->ev_read = event_new(s->base, fd, EV_READ | EV_PERSIST, c->ssl ? on_read_tls : on_read, c);
     c->ev_write =
