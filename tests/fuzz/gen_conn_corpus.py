@@ -6,15 +6,15 @@ Client sessions are real Proton client bytes: a python-qpid-proton client Transp
 paired in memory with a Proton server Transport (SASL ANONYMOUS, credit granted on every
 receiving link), and what the client writes is recorded: producers to a topic, to a
 partition and through the anonymous relay, a consumer that accepts/releases/rejects, a
-$management request, a multi-frame message, presettled sends. Then the hostile
+$management request, a multi-frame message, presettled sends, a transaction coordinator. Then the hostile
 sequences of tests/interop/52-hostile-frames.py (a delivery started without delivery-id,
 on a plain link, the relay and $management; aborted; unknown handle)."""
 import os
 import struct
 import sys
 
-from proton import (Collector, Connection, Delivery, Endpoint, Event, Message, SASL,  # noqa: F401
-                    Transport)
+from proton import (Collector, Connection, Data, Delivery, Described, Endpoint, Event,  # noqa: F401
+                    Message, SASL, Terminus, Transport, ulong)
 
 
 class Pair:
@@ -195,6 +195,27 @@ def session_multiframe():
     return p.rec
 
 
+def session_txn():
+    """A coordinator link: declare, then a discharge naming the id mqd gives its first
+    transaction on a fresh server (the fuzzer mutates it)."""
+    p = Pair()
+    ssn = p.c.session()
+    ssn.open()
+    snd = ssn.sender("seed-txn")
+    snd.target.type = Terminus.COORDINATOR
+    snd.target.capabilities.put_array(False, Data.SYMBOL)
+    snd.target.capabilities.enter()
+    snd.target.capabilities.put_symbol("amqp:local-transactions")
+    snd.target.capabilities.exit()
+    snd.open()
+    p.pump()
+    send(p, snd, [Message(body=Described(ulong(0x31), [])),
+                  Message(body=Described(ulong(0x32), [b"\x00\x00\x00\x00\x00\x00\x00\x01", False]))])
+    p.c.close()
+    p.pump()
+    return p.rec
+
+
 # ---------------------------------------------------------------- hostile (test 52)
 
 def frame(body, ftype=0, channel=0):
@@ -239,6 +260,7 @@ def main():
         "mgmt": session_mgmt(),
         "relay": session_relay(),
         "multiframe": session_multiframe(),
+        "txn": session_txn(),
         "hostile-plain": hostile("seed-topic", [transfer()]),
         "hostile-relay": hostile(None, [transfer()]),
         "hostile-mgmt": hostile("$management", [transfer()]),
