@@ -3,6 +3,7 @@
 # on a copy of its committed corpus. New inputs stay in the scratch dir; a crash stops the
 # run with the crashing input's path (fix it, then add it to tests/fuzz/corpus/TARGET/).
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]      (default 20; needs build/config.h: run setup.sh)
+#   MQD_FUZZ_TARGETS="fuzz_conn" scripts/fuzz.sh 600    (some targets only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
@@ -24,10 +25,11 @@ declare -A srcs=(
     [fuzz_conf]="$(echo src/conf/conf*.c | sed 's#src/conf/conf_gen.c##')"
     [fuzz_framepeek]="src/amqp/framepeek.c"
     [fuzz_gate]="src/auth/gate.c"
+    [fuzz_conn]="$(ls src/*/*.c | grep -v -e '^src/tools/' -e '^src/util/' -e '^src/conf/conf_gen.c$')"
 )
-libs=(-lqpid-proton -ljansson -lcrypto -lpthread -lm)
+libs=(-lqpid-proton -ljansson -lssl -lcrypto -levent_core -levent_pthreads -levent -lsqlite3 -lpthread -lm)
 total=0
-for t in fuzz_msg fuzz_addr fuzz_selector fuzz_store fuzz_mgmt fuzz_conf fuzz_framepeek fuzz_gate; do
+for t in ${MQD_FUZZ_TARGETS:-fuzz_msg fuzz_addr fuzz_selector fuzz_store fuzz_mgmt fuzz_conf fuzz_framepeek fuzz_gate fuzz_conn}; do
     # shellcheck disable=SC2086
     clang "${cflags[@]}" tests/fuzz/$t.c ${srcs[$t]} "${u[@]}" "${libs[@]}" -o "$out/$t"
     corpus=tests/fuzz/corpus/$t

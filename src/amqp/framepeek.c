@@ -15,9 +15,14 @@
 #include <string.h>
 
 #define TAG_MAX 32     /* AMQP 1.0 2.8.7: a delivery-tag is at most 32 octets */
-#define LINKS_MAX 8192 /* attached sender links tracked per connection */
 #define DESC_ATTACH 0x12
 #define DESC_TRANSFER 0x14
+
+#define NO_PROTO 0xff
+#define DESC_SASL_INIT 0x41
+#define COND_FRAMING "amqp:connection:framing-error"
+#define COND_DECODE "amqp:decode-error"
+#define COND_LIMIT "amqp:resource-limit-exceeded"
 
 enum { P_HDR, P_EXT, P_PERF, P_SKIP, P_DEAD };
 enum { R_OK, R_NEED, R_BAD };
@@ -30,6 +35,14 @@ typedef struct lnk {
     uint16_t ch;
     bool open; /* a multi-frame delivery is in progress */
 } lnk_t;
+
+/* The fields of a transfer that the peek reads. */
+typedef struct xfer {
+    uint32_t handle, fmt;
+    bool has_id, more, aborted;
+    const uint8_t *tag;
+    size_t tag_len;
+} xfer_t;
 
 typedef struct fent {
     uint64_t serial;
@@ -49,6 +62,14 @@ struct mqd_fpeek {
     uint32_t plen;     /* bytes in pbuf */
     uint64_t frames;
     uint64_t bytes;
+    uint64_t unit_off; /* stream offset of the frame (or protocol header) being read */
+    const char *cond;  /* why it stopped: an AMQP error condition and a reason */
+    const char *why;
+    bool pass_unit;     /* Proton may have the unit that stopped it (a protocol header) */
+    uint8_t proto;      /* id of the last protocol header (0 AMQP, 3 SASL), NO_PROTO before */
+    uint8_t ftype;      /* type of the current frame */
+    bool sasl_init;     /* a sasl-init was seen */
+    uint32_t max_frame; /* Proton's local max-frame-size; 0: none */
     lnk_t *links;
     size_t n_links, cap_links, last;
     uint64_t next_serial;
@@ -60,7 +81,10 @@ struct mqd_fpeek {
 
 mqd_fpeek_t *mqd_fpeek_new(void)
 {
-    return calloc(1, sizeof(mqd_fpeek_t));
+    mqd_fpeek_t *fp = calloc(1, sizeof(mqd_fpeek_t));
+    if (fp)
+        fp->proto = NO_PROTO;
+    return fp;
 }
 
 void mqd_fpeek_free(mqd_fpeek_t *fp)
@@ -70,6 +94,11 @@ void mqd_fpeek_free(mqd_fpeek_t *fp)
     free(fp->links);
     free(fp->fmt);
     free(fp);
+}
+
+void mqd_fpeek_set_max_frame(mqd_fpeek_t *fp, uint32_t max)
+{
+    fp->max_frame = max;
 }
 
 bool mqd_fpeek_waiting(const mqd_fpeek_t *fp)
@@ -85,13 +114,24 @@ uint64_t mqd_fpeek_frames(const mqd_fpeek_t *fp)
     return fp->frames;
 }
 
-static void stop(mqd_fpeek_t *fp, const char *why)
+const char *mqd_fpeek_error(const mqd_fpeek_t *fp, const char **why)
 {
-    MQD_DEBUG("peek",
-              "frame peek stopped after %llu frames (%llu bytes): %s; batched sends "
-              "on this connection are stored as one message",
-              (unsigned long long)fp->frames, (unsigned long long)fp->bytes, why);
+    if (fp->phase != P_DEAD)
+        return NULL;
+    if (why)
+        *why = fp->why;
+    return fp->cond;
+}
+
+static void stop(mqd_fpeek_t *fp, const char *cond, const char *why)
+{
+    if (fp->phase == P_DEAD)
+        return;
+    MQD_DEBUG("peek", "frame peek stopped after %llu frames (%llu bytes): %s: %s",
+              (unsigned long long)fp->frames, (unsigned long long)fp->bytes, cond, why);
     fp->phase = P_DEAD;
+    fp->cond = cond;
+    fp->why = why;
     fp->n_fmt = 0;
 }
 
@@ -261,11 +301,15 @@ static int on_attach(mqd_fpeek_t *fp, const uint8_t *name, size_t name_len, uint
 {
     lnk_t *l = link_find(fp, fp->ch, handle);
     if (!l) {
-        if (fp->n_links >= LINKS_MAX)
+        if (fp->n_links >= MQD_FPEEK_LINKS_MAX) {
+            stop(fp, COND_LIMIT, "more sender links (channel, handle) than MQD_FPEEK_LINKS_MAX");
             return MQD_ETOOBIG;
+        }
         lnk_t *nl = mqd_array_grow(fp->links, &fp->cap_links, fp->n_links, sizeof *nl, 4);
-        if (!nl)
+        if (!nl) {
+            stop(fp, COND_LIMIT, "out of memory");
             return MQD_ENOMEM;
+        }
         fp->links = nl;
         l = &fp->links[fp->n_links++];
         memset(l, 0, sizeof *l);
@@ -291,8 +335,10 @@ static int record(mqd_fpeek_t *fp, uint64_t serial, const uint8_t *tag, size_t t
             fp->n_fmt--;
         } else {
             fent_t *nf = mqd_array_grow(fp->fmt, &fp->cap_fmt, fp->n_fmt, sizeof *nf, 8);
-            if (!nf)
+            if (!nf) {
+                stop(fp, COND_LIMIT, "out of memory");
                 return MQD_ENOMEM;
+            }
             fp->fmt = nf;
         }
     }
@@ -304,29 +350,43 @@ static int record(mqd_fpeek_t *fp, uint64_t serial, const uint8_t *tag, size_t t
     return 0;
 }
 
-static int on_transfer(mqd_fpeek_t *fp, uint32_t handle, const uint8_t *tag, size_t tag_len,
-                       uint32_t fmt, bool more, bool aborted)
+/* The link of a transfer; stops the peek when the handle was never attached as a sender. */
+static lnk_t *transfer_link(mqd_fpeek_t *fp, uint32_t handle)
+{
+    lnk_t *l = link_find(fp, fp->ch, handle);
+    if (!l)
+        stop(fp, COND_FRAMING, "a transfer on a handle not attached by a sender");
+    return l;
+}
+
+/* Tracks each link's "more pending" state as Proton 0.37 does (pn_do_transfer) and stops
+ * on a transfer that starts a delivery without a delivery-id (framepeek.h). */
+static int on_transfer(mqd_fpeek_t *fp, const xfer_t *x)
 {
     lnk_t *l = NULL;
     bool cont = false;
     if (fp->n_open) {
-        if (!(l = link_find(fp, fp->ch, handle)))
+        if (!(l = transfer_link(fp, x->handle)))
             return MQD_ENOENT;
         cont = l->open;
     }
-    if (!cont && fmt != 0 && tag && tag_len <= TAG_MAX) {
-        if (!l && !(l = link_find(fp, fp->ch, handle)))
+    if (!cont && !x->has_id) {
+        stop(fp, COND_FRAMING, "the first transfer of a delivery has no delivery-id");
+        return MQD_EINVAL;
+    }
+    if (!cont && x->fmt != 0 && x->tag && x->tag_len <= TAG_MAX) {
+        if (!l && !(l = transfer_link(fp, x->handle)))
             return MQD_ENOENT;
-        int rc = record(fp, l->serial, tag, tag_len, fmt);
+        int rc = record(fp, l->serial, x->tag, x->tag_len, x->fmt);
         if (rc != 0)
             return rc;
     }
-    bool ends = !more || aborted;
+    bool ends = !x->more || x->aborted;
     if (cont && ends) {
         l->open = false;
         fp->n_open--;
     } else if (!cont && !ends) {
-        if (!l && !(l = link_find(fp, fp->ch, handle)))
+        if (!l && !(l = transfer_link(fp, x->handle)))
             return MQD_ENOENT;
         l->open = true;
         fp->n_open++;
@@ -362,19 +422,18 @@ uint32_t mqd_fpeek_take(mqd_fpeek_t *fp, const char *link, size_t link_len, cons
 
 static int read_transfer(mqd_fpeek_t *fp, rd_t *r, uint32_t count)
 {
-    bool has_h = false, has_id, has_fmt = false, more = false, aborted = false, b;
-    uint32_t handle = 0, id, fmt = 0;
-    const uint8_t *tag = NULL;
-    size_t tag_len = 0;
+    xfer_t x = {0};
+    bool has_h = false, has_fmt = false, b;
+    uint32_t id;
     int rc = R_OK;
     for (uint32_t f = 0; f < count && f <= 9 && rc == R_OK; f++) {
         switch (f) {
-        case 0: rc = get_uint(r, &has_h, &handle); break;
-        case 1: rc = get_uint(r, &has_id, &id); break;
-        case 2: rc = get_bytes(r, 0, &tag, &tag_len); break;
-        case 3: rc = get_uint(r, &has_fmt, &fmt); break;
-        case 5: rc = get_bool(r, &more); break;
-        case 9: rc = get_bool(r, &aborted); break;
+        case 0: rc = get_uint(r, &has_h, &x.handle); break;
+        case 1: rc = get_uint(r, &x.has_id, &id); break;
+        case 2: rc = get_bytes(r, 0, &x.tag, &x.tag_len); break;
+        case 3: rc = get_uint(r, &has_fmt, &x.fmt); break;
+        case 5: rc = get_bool(r, &x.more); break;
+        case 9: rc = get_bool(r, &x.aborted); break;
         case 4:
         case 8: rc = get_bool(r, &b); break;
         default: rc = skip_value(r, 8); break; /* rcv-settle-mode, state */
@@ -384,8 +443,9 @@ static int read_transfer(mqd_fpeek_t *fp, rd_t *r, uint32_t count)
         return rc;
     if (!has_h)
         return R_BAD;
-    return on_transfer(fp, handle, tag, tag_len, has_fmt ? fmt : 0, more, aborted) == 0 ? R_OK
-                                                                                        : R_BAD;
+    if (!has_fmt)
+        x.fmt = 0;
+    return on_transfer(fp, &x) == 0 ? R_OK : R_BAD;
 }
 
 static int read_attach(mqd_fpeek_t *fp, rd_t *r, uint32_t count)
@@ -454,6 +514,16 @@ static int perf(mqd_fpeek_t *fp, const uint8_t *b, size_t n, bool complete)
     }
     default: return R_BAD;
     }
+    if (fp->ftype == 1) {
+        if (code != DESC_SASL_INIT)
+            return R_OK;
+        if (fp->sasl_init) {
+            stop(fp, COND_FRAMING, "a second sasl-init");
+            return R_BAD;
+        }
+        fp->sasl_init = true;
+        return R_OK;
+    }
     if (code != DESC_TRANSFER && code != DESC_ATTACH)
         return R_OK;
     if (r.i >= n)
@@ -497,23 +567,40 @@ static int perf(mqd_fpeek_t *fp, const uint8_t *b, size_t n, bool complete)
 static void header(mqd_fpeek_t *fp, const uint8_t *h)
 {
     if (h[0] == 'A' && h[1] == 'M' && h[2] == 'Q' && h[3] == 'P') {
-        if (h[4] != 0 && h[4] != 3) /* 2 = TLS: ciphertext follows */
-            stop(fp, "not a plain AMQP or SASL protocol header");
+        if (h[4] != 0 && h[4] != 3) { /* 2 = TLS: ciphertext follows */
+            /* Proton answers a wrong header with its own (AMQP part 2.2) and closes */
+            stop(fp, COND_FRAMING, "not a plain AMQP or SASL protocol header");
+            fp->pass_unit = true;
+        }
+        fp->proto = h[4];
+        return;
+    }
+    if (fp->proto == NO_PROTO) { /* likewise: Proton wants a protocol header first */
+        stop(fp, COND_FRAMING, "no protocol header");
+        fp->pass_unit = true;
         return;
     }
     uint32_t size = be32(h);
     uint32_t doff = h[4];
     uint8_t type = h[5];
     if (size < 8 || doff < 2 || doff * 4 > size || type > 1)
-        return stop(fp, "bad frame header");
+        return stop(fp, COND_FRAMING, "bad frame header");
+    if (fp->max_frame && size > fp->max_frame)
+        return stop(fp, COND_FRAMING, "a frame larger than max-frame-size");
     fp->frames++;
     fp->left = size - 8;
     if (fp->left == 0)
         return; /* a heartbeat */
-    if (type == 1 || size == doff * 4) {
-        fp->phase = P_SKIP; /* SASL, or an empty frame with an extended header */
+    if (size == doff * 4) {
+        fp->phase = P_SKIP; /* an empty frame with an extended header */
         return;
     }
+    /* Proton runs the SASL handlers for a SASL frame in the AMQP phase too: a second
+     * sasl-init re-ran mqd's SASL callback on an open connection (fuzz_conn) */
+    if (type != (fp->proto == 3 ? 1 : 0))
+        return stop(fp, COND_FRAMING, type ? "a SASL frame outside the SASL exchange"
+                                           : "an AMQP frame before the AMQP protocol header");
+    fp->ftype = type;
     fp->ch = (uint16_t)(h[6] << 8 | h[7]);
     fp->ext = doff * 4 - 8;
     fp->plen = 0;
@@ -556,7 +643,9 @@ static size_t perf_step(mqd_fpeek_t *fp, const uint8_t *p, size_t n)
             return k;
     }
     if (rc == R_BAD) {
-        stop(fp, "a transfer or attach it could not read (or longer than MQD_FPEEK_PERF_MAX)");
+        stop(fp, COND_DECODE,
+             "a transfer or attach it could not decode (or its fields read take more than "
+             "MQD_FPEEK_PERF_MAX bytes)");
         return n;
     }
     fp->plen = 0;
@@ -564,13 +653,17 @@ static size_t perf_step(mqd_fpeek_t *fp, const uint8_t *p, size_t n)
     return k;
 }
 
-void mqd_fpeek_feed(mqd_fpeek_t *fp, const uint8_t *p, size_t n)
+size_t mqd_fpeek_feed(mqd_fpeek_t *fp, const uint8_t *p, size_t n)
 {
+    const uint64_t base = fp->bytes;
+    const uint8_t *p0 = p;
     fp->bytes += n;
-    while (n > 0) {
+    while (n > 0 && fp->phase != P_DEAD) {
         size_t k;
         switch (fp->phase) {
         case P_HDR:
+            if (fp->hlen == 0)
+                fp->unit_off = base + (uint64_t)(p - p0);
             if (fp->hlen == 0 && n >= 8) {
                 p += 8;
                 n -= 8;
@@ -601,7 +694,7 @@ void mqd_fpeek_feed(mqd_fpeek_t *fp, const uint8_t *p, size_t n)
             p += k;
             n -= k;
             break;
-        case P_SKIP:
+        default: /* P_SKIP */
             k = fp->left < n ? fp->left : n;
             fp->left -= (uint32_t)k;
             p += k;
@@ -609,7 +702,12 @@ void mqd_fpeek_feed(mqd_fpeek_t *fp, const uint8_t *p, size_t n)
             if (fp->left == 0)
                 fp->phase = P_HDR;
             break;
-        default: return;
         }
     }
+    if (fp->phase != P_DEAD)
+        return (size_t)(fp->bytes - base);
+    /* none of the refused frame: Proton acts on a frame only once it has all of it */
+    uint64_t end = fp->unit_off + (fp->pass_unit ? 8 : 0);
+    fp->pass_unit = false;
+    return end > base ? (size_t)(end - base) : 0;
 }

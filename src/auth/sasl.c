@@ -277,6 +277,8 @@ static void scram_first(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t
 static void s_process_init(pn_transport_t *t, const char *mech, const pn_bytes_t *recv)
 {
     mqd_auth_conn_t *ac = pnx_sasl_get_context(t);
+    if (!mech) /* Proton passes NULL for a mechanism that is not a symbol (fuzz_conn) */
+        return fail(t, ac, "mechanism not a symbol", "-");
     if (ac->pending || ac->outcome)
         return fail(t, ac, "SASL init after the first", "-");
     if (strcmp(mech, "ANONYMOUS") == 0 && ac->c->srv->conf->allow_anonymous)

@@ -238,6 +238,30 @@ static void conn_process(mqd_conn_t *c)
 #define RX_CHUNK (64u << 10)
 #define RX_ROUNDS 4 /* at most 256 KiB per readable event: fair to other connections */
 
+/* Input the frame peek refused (framepeek.h): Proton never has the whole refused frame
+ * (at most a prefix of it), so it cannot reach one of its asserts on it. The events of the frames before it are handled
+ * first, so that a remote open among them cannot undo the close. The close carries the
+ * peek's condition (the connection's local one, since Proton's own error path sends
+ * nothing while part of a frame is still in its input buffer). */
+static void rx_refuse(mqd_conn_t *c)
+{
+    const char *why = NULL;
+    const char *cond = c->peek ? mqd_fpeek_error(c->peek, &why) : "amqp:internal-error";
+    if (!cond)
+        return;
+    if (!pn_connection_driver_read_closed(&c->driver)) {
+        MQD_NOTICE("conn", "peer=%s refused: %s: %s", c->peer, cond, why ? why : "no frame peek");
+        conn_handle_events(c);
+        pn_connection_t *pc = c->driver.connection;
+        pn_condition_t *tc = pn_transport_condition(c->driver.transport);
+        if (!pn_condition_is_set(tc))
+            pn_condition_format(tc, cond, "%s", why ? why : "");
+        pn_condition_format(pn_connection_condition(pc), cond, "%s", why ? why : "");
+        pn_connection_close(pc);
+        pn_connection_driver_read_close(&c->driver);
+    }
+}
+
 static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
 {
     while (n > 0) {
@@ -250,10 +274,15 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
             mqd_auth_rx_hold(c, (const uint8_t *)p, n);
             return;
         }
-        if (c->peek)
-            mqd_fpeek_feed(c->peek, (const uint8_t *)p, k);
-        memcpy(rb.start, p, k);
-        pn_connection_driver_read_done(&c->driver, k);
+        size_t ok = c->peek ? mqd_fpeek_feed(c->peek, (const uint8_t *)p, k) : 0;
+        if (ok > 0) {
+            memcpy(rb.start, p, ok);
+            pn_connection_driver_read_done(&c->driver, ok);
+        }
+        if (ok < k) {
+            rx_refuse(c);
+            return;
+        }
         p += k;
         n -= k;
     }
@@ -561,6 +590,57 @@ static int conn_setup_transport(mqd_conn_t *c)
     return pn_connection_driver_bind(&c->driver) == 0 ? 0 : MQD_EINVAL;
 }
 
+int mqd_server_adopt(mqd_server_t *s, int fd, const char *peer, size_t listener)
+{
+    mqd_conn_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return MQD_ENOMEM;
+    }
+    c->srv = s;
+    c->fd = fd;
+    c->refs = 1;
+    c->listener = listener;
+    c->opened_ms = mqd_now_ms();
+    mqd_dlist_init(&c->node);
+    mqd_dlist_init(&c->dirty_node);
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails on a socketpair */
+    evutil_make_socket_nonblocking(fd);
+    /* rx_feed gets plaintext on every listener (mqd runs TLS): the peek reads
+     * message-formats and guards Proton (framepeek.h), so no connection runs without it */
+    if (!(c->peek = mqd_fpeek_new())) {
+        close(fd);
+        free(c);
+        return MQD_ENOMEM;
+    }
+    int rc = conn_setup_transport(c);
+    if (rc != 0) {
+        close(fd);
+        pn_connection_driver_destroy(&c->driver);
+        SSL_free(c->ssl);
+        mqd_fpeek_free(c->peek);
+        free(c);
+        return rc;
+    }
+    mqd_fpeek_set_max_frame(c->peek, pn_transport_get_max_frame(c->driver.transport));
+    /* a TLS listener's connection (c->ssl, from mqd_auth_conn_setup) has its own I/O */
+    c->ev_read = event_new(s->base, fd, EV_READ | EV_PERSIST, c->ssl ? on_read_tls : on_read, c);
+    c->ev_write =
+        event_new(s->base, fd, EV_WRITE | EV_PERSIST, c->ssl ? on_write_tls : on_write, c);
+    c->ev_timer = evtimer_new(s->base, on_timer, c);
+    event_priority_set(c->ev_read, PRIO_IO);
+    event_priority_set(c->ev_write, PRIO_IO);
+    event_add(c->ev_read, NULL);
+    mqd_dlist_push(&s->conns, &c->node);
+    s->n_conns++;
+    s->conns_accepted++;
+    MQD_DEBUG("conn", "open peer=%s", c->peer);
+    conn_process(c);
+    return 0;
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg)
 {
@@ -579,18 +659,6 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         close(fd);
         return;
     }
-    mqd_conn_t *c = calloc(1, sizeof *c);
-    if (!c) {
-        close(fd);
-        return;
-    }
-    c->srv = s;
-    c->fd = fd;
-    c->refs = 1;
-    c->listener = li->index;
-    c->opened_ms = mqd_now_ms();
-    mqd_dlist_init(&c->node);
-    mqd_dlist_init(&c->dirty_node);
     char host[INET6_ADDRSTRLEN] = "?";
     int port = 0;
     if (sa->sa_family == AF_INET) {
@@ -600,38 +668,14 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, host, sizeof host);
         port = ntohs(((struct sockaddr_in6 *)sa)->sin6_port);
     }
-    snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
     if (!mqd_auth_admit_host(s, host)) {
         s->conns_refused++;
         close(fd);
-        free(c);
         return;
     }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    evutil_make_socket_nonblocking(fd);
-    if (conn_setup_transport(c) != 0) {
-        close(fd);
-        pn_connection_driver_destroy(&c->driver);
-        SSL_free(c->ssl);
-        free(c);
-        return;
-    }
-    /* rx_feed gets plaintext on every listener (mqd runs TLS): read message-formats */
-    c->peek = mqd_fpeek_new();
-    /* a TLS listener's connection (c->ssl, from mqd_auth_conn_setup) has its own I/O */
-    c->ev_read = event_new(s->base, fd, EV_READ | EV_PERSIST, c->ssl ? on_read_tls : on_read, c);
-    c->ev_write =
-        event_new(s->base, fd, EV_WRITE | EV_PERSIST, c->ssl ? on_write_tls : on_write, c);
-    c->ev_timer = evtimer_new(s->base, on_timer, c);
-    event_priority_set(c->ev_read, PRIO_IO);
-    event_priority_set(c->ev_write, PRIO_IO);
-    event_add(c->ev_read, NULL);
-    mqd_dlist_push(&s->conns, &c->node);
-    s->n_conns++;
-    s->conns_accepted++;
-    MQD_DEBUG("conn", "open peer=%s", c->peer);
-    conn_process(c);
+    char peer[64];
+    snprintf(peer, sizeof peer, "%s:%d", host, port);
+    mqd_server_adopt(s, fd, peer, li->index);
 }
 
 /* End of a loop iteration: dispatch consumers, flush touched connections, commit. */

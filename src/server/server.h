@@ -14,6 +14,11 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out);
 int mqd_server_run(mqd_server_t *s);
 /* Stops accepting, flushes in-flight appends, leaves the loop. */
 void mqd_server_stop(mqd_server_t *s);
+/* Runs a connection over `fd`, a connected stream socket (the server owns it from now
+ * on, closed on failure too), as if accepted on listener `listener` (its index in
+ * conf->listen; one past them is a plain listener). `peer` names it in logs. The
+ * listeners' accept path, and a seam for tests and fuzz_conn (a socketpair). */
+int mqd_server_adopt(mqd_server_t *s, int fd, const char *peer, size_t listener);
 /* Re-reads the config file; applies what can change at run time. */
 int mqd_server_reload(mqd_server_t *s);
 /* Closes connections, fsyncs and closes the store and the metadata. */

@@ -415,6 +415,7 @@ static batch_t *take_group(const seg_t *s, const mqd_plog_config_t *c, batch_t *
 static int flush_batches(mqd_plog_t *log, batch_t *b, const mqd_plog_config_t *c, int64_t now)
 {
     int adv = 0;
+    batch_t *rest = NULL; /* split off b by take_group: freed too when a write fails */
     while (b && !__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE)) {
         seg_t *s = log->tail;
         if (need_roll(s, c, b->len, now)) {
@@ -423,7 +424,7 @@ static int flush_batches(mqd_plog_t *log, batch_t *b, const mqd_plog_config_t *c
             s = log->tail;
         }
         uint64_t total, nrec = 0, end = b->end_off;
-        batch_t *rest = take_group(s, c, b, &total);
+        rest = take_group(s, c, b, &total);
         for (batch_t *x = b; x; x = x->next) {
             nrec += x->nrec;
             end = x->end_off;
@@ -445,8 +446,10 @@ static int flush_batches(mqd_plog_t *log, batch_t *b, const mqd_plog_config_t *c
             sync_tail(log, s, end);
         free_batches(log->st, b);
         b = rest;
+        rest = NULL;
     }
     free_batches(log->st, b);
+    free_batches(log->st, rest);
     return adv;
 }
 

@@ -1,6 +1,6 @@
 /* Fuzz target: the frame peek (src/amqp/framepeek.c) on a client byte stream. The first
  * byte picks where the rest is cut into two chunks; fed whole and fed cut, the peek must
- * agree (same state, same formats recorded), and stay bounded on anything. */
+ * agree (same state, same formats recorded, same verdict), and stay bounded on anything. */
 #include "config.h"
 #include "amqp/framepeek.h"
 #include "fuzz.h"
@@ -22,11 +22,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mqd_fpeek_t *a = mqd_fpeek_new(), *b = mqd_fpeek_new();
     if (!a || !b)
         abort();
-    mqd_fpeek_feed(a, data, size);
-    mqd_fpeek_feed(b, data, cut);
-    mqd_fpeek_feed(b, data + cut, size - cut);
+    size_t ka = mqd_fpeek_feed(a, data, size);
+    size_t kb = mqd_fpeek_feed(b, data, cut);
+    kb += mqd_fpeek_feed(b, data + cut, size - cut);
     if (mqd_fpeek_ok(a) != mqd_fpeek_ok(b) || mqd_fpeek_frames(a) != mqd_fpeek_frames(b) ||
         mqd_fpeek_waiting(a) != mqd_fpeek_waiting(b))
+        abort();
+    /* the same verdict; Proton gets all of it, or (in pieces, at most a prefix of the
+     * refused frame more) the same bytes before it */
+    const char *ea = mqd_fpeek_error(a, NULL), *eb = mqd_fpeek_error(b, NULL);
+    if ((ea == NULL) != (eb == NULL) || (ea && strcmp(ea, eb) != 0) || ka > size || kb < ka ||
+        (!ea && (ka != size || kb != size)))
         abort();
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         for (size_t j = 0; j < sizeof tags / sizeof *tags; j++) {

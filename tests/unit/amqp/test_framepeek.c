@@ -432,6 +432,111 @@ static void test_stops(void **state)
     }
 }
 
+/* Bytes Proton may have of o[0..n) fed in pieces of `step` (0: whole), summed. */
+static size_t guarded(mqd_fpeek_t *fp, const out_t *o, size_t step)
+{
+    size_t ok = 0;
+    for (size_t off = 0; off < o->n;) {
+        size_t k = step && o->n - off > step ? step : o->n - off;
+        ok += mqd_fpeek_feed(fp, o->p + off, k);
+        off += k;
+    }
+    return ok;
+}
+
+/* The guard in front of Proton (framepeek.h): a delivery started without a delivery-id
+ * is refused with framing-error, and Proton gets no byte of that frame, in any
+ * chunking; a continuation may omit it. */
+static void test_guard(void **state)
+{
+    (void)state;
+    static const size_t steps[] = {0, 1, 3, 7, 64};
+    out_t o = {.n = 0};
+    put(&o, "AMQP\x00\x01\x00\x00", 8);
+    attach(&o, 0, "s", 0, false, 0);
+    xfer_t first = {.handle = 0, .tag = "a", .has_fmt = true, .more = true, .payload = 3};
+    xfer_t cont = {.handle = 0, .tag = NULL, .more = true, .payload = 3}; /* no delivery-id */
+    xfer_t last = cont, abort_ = cont;
+    last.more = false;
+    abort_.more = false, abort_.aborted = true;
+    transfer(&o, &first);
+    transfer(&o, &cont);
+    transfer(&o, &last);  /* delivery 1 ends: the next transfer starts one */
+    transfer(&o, &first); /* delivery 2 */
+    transfer(&o, &abort_);
+    size_t good = o.n;
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+        mqd_fpeek_t *fp = mqd_fpeek_new();
+        assert_int_equal(guarded(fp, &o, steps[i]), good);
+        assert_null(mqd_fpeek_error(fp, NULL));
+        mqd_fpeek_free(fp);
+    }
+    /* after the abort: a transfer without delivery-id starts a delivery (Proton asserts);
+     * and one with more=false, which the spec forbids as well */
+    for (int more = 0; more < 2; more++) {
+        out_t bad = o;
+        xfer_t x = cont;
+        x.more = more;
+        transfer(&bad, &x);
+        size_t x_end = bad.n;
+        transfer(&bad, &first); /* never reaches Proton either */
+        for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+            mqd_fpeek_t *fp = mqd_fpeek_new();
+            /* whole: none of the refused frame; in pieces, at most the part of it fed
+             * before the one that decided (Proton acts on a frame only when whole) */
+            size_t got = guarded(fp, &bad, steps[i]);
+            assert_true(steps[i] ? got >= good && got < x_end : got == good);
+            const char *why = NULL;
+            assert_string_equal(mqd_fpeek_error(fp, &why), "amqp:connection:framing-error");
+            assert_non_null(strstr(why, "delivery-id"));
+            assert_int_equal(mqd_fpeek_feed(fp, bad.p, 8), 0); /* and nothing later */
+            mqd_fpeek_free(fp);
+        }
+    }
+    /* a frame over max-frame-size stops at its header */
+    out_t big = {.n = 0};
+    put(&big, "AMQP\x00\x01\x00\x00", 8);
+    xfer_t x = first;
+    x.payload = 600;
+    transfer(&big, &x);
+    mqd_fpeek_t *fp = mqd_fpeek_new();
+    mqd_fpeek_set_max_frame(fp, 512);
+    assert_int_equal(guarded(fp, &big, 0), 8);
+    assert_string_equal(mqd_fpeek_error(fp, NULL), "amqp:connection:framing-error");
+    mqd_fpeek_free(fp);
+    /* a wrong protocol header goes to Proton (it answers with its own), nothing after */
+    fp = mqd_fpeek_new();
+    assert_int_equal(mqd_fpeek_feed(fp, (const uint8_t *)"AMQP\x02\x01\x00\x00\x16\x03", 10), 8);
+    assert_string_equal(mqd_fpeek_error(fp, NULL), "amqp:connection:framing-error");
+    mqd_fpeek_free(fp);
+    /* SASL frames belong between the SASL and the AMQP header, one sasl-init at most */
+    static const char init[] = "\x00\x53\x41\xc0\x0c\x01\xa3\x09ANONYMOUS";
+    for (int k = 0; k < 2; k++) {
+        out_t sa = {.n = 0}, ib = {.n = 0};
+        put(&ib, init, sizeof init - 1);
+        put(&sa, k ? "AMQP\x03\x01\x00\x00" : "AMQP\x00\x01\x00\x00", 8);
+        frame(&sa, 1, 0, 0, &ib);
+        size_t one = sa.n;
+        frame(&sa, 1, 0, 0, &ib);
+        fp = mqd_fpeek_new();
+        assert_int_equal(guarded(fp, &sa, 0), k ? one : 8);
+        const char *why = NULL;
+        assert_string_equal(mqd_fpeek_error(fp, &why), "amqp:connection:framing-error");
+        assert_string_equal(why, k ? "a second sasl-init" : "a SASL frame outside the SASL exchange");
+        mqd_fpeek_free(fp);
+    }
+    /* an attach that does not decode */
+    out_t dec = {.n = 0};
+    put(&dec, "AMQP\x00\x01\x00\x00", 8);
+    out_t b = {.n = 0};
+    put(&b, "\x00\x53\x12\xc0\x03\x03\x43\x43\x43", 9); /* name is not a string */
+    frame(&dec, 0, 0, 0, &b);
+    fp = mqd_fpeek_new();
+    assert_int_equal(guarded(fp, &dec, 0), 8);
+    assert_string_equal(mqd_fpeek_error(fp, NULL), "amqp:decode-error");
+    mqd_fpeek_free(fp);
+}
+
 /* Batches mqd never takes (dropped deliveries) do not grow the peek without bound. */
 static void test_bounded(void **state)
 {
@@ -507,7 +612,7 @@ int main(void)
         cmocka_unit_test(test_whole),       cmocka_unit_test(test_byte_by_byte),
         cmocka_unit_test(test_every_split), cmocka_unit_test(test_every_two_splits),
         cmocka_unit_test(test_stops),       cmocka_unit_test(test_bounded),
-        cmocka_unit_test(test_cost),
+        cmocka_unit_test(test_cost),        cmocka_unit_test(test_guard),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
