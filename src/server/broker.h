@@ -266,6 +266,7 @@ struct mqd_server {
     uint64_t budget_closes;  /* connections closed by their budget or max_memory */
     uint64_t budget_high;    /* most charged since the last heap trim (mqd_budget_tick) */
     unsigned budget_trims;   /* heap trims still due on the next periodic ticks */
+    size_t conns_high;       /* most connections since the last heap trim (mqd_budget_tick) */
     mqd_hist_t h_append_stable; /* append -> stable (seconds) */
     struct mqd_txns *txns;   /* txn/: open transactions, committed set */
     mqd_dlist_t conns;

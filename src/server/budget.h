@@ -95,6 +95,7 @@ void mqd_budget_drains_free(struct mqd_server *s);
  * MQD_BUDGET_TRIM_BYTES since the last time. */
 void mqd_budget_tick(struct mqd_server *s);
 #define MQD_BUDGET_TRIM_BYTES (1u << 20)
+#define MQD_BUDGET_TRIM_CONNS 256 /* ... or the connections fell by this many */
 
 /* A connection is being freed: its charges leave the broker's total. */
 void mqd_budget_release(struct mqd_conn *c);
