@@ -842,6 +842,12 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
         pn_link_t *l = pn_delivery_link(d);
         mqd_lstate_t *ls = pn_link_get_context(l);
         if (!ls) {
+            /* A send waiting for its records (or a discharge for its decision) is its
+             * holder's to settle, even once the link is detached: a disposition from the
+             * peer for it lands here, and settling it freed what on_stable still held
+             * (fuzz_conn: transfer, detach, disposition, then stable: SIGSEGV). */
+            if (pn_delivery_get_context(d) == &held || d != pn_link_current(l))
+                break;
             char sink[4096]; /* refused or detached: what Proton holds must not pile up */
             while (pn_link_is_receiver(l) && pn_link_recv(l, sink, sizeof sink) > 0)
                 ;
