@@ -40,38 +40,14 @@ _spec.loader.exec_module(bad_input)
 Bystander, frame = bad_input.Bystander, bad_input.frame
 
 
-class RawAmqp(bad_input.RawAmqp):
-    """10-bad-input's raw client, feeding its transport no more than it takes at once
-    (a burst of dispositions can exceed its input buffer)."""
+_hspec = importlib.util.spec_from_file_location(
+    "hostile", os.path.join(os.path.dirname(os.path.abspath(__file__)), "50-hostile.py"))
+hostile = importlib.util.module_from_spec(_hspec)
+_hspec.loader.exec_module(hostile)
+# 50-hostile's raw client: it takes input larger than the transport's capacity (a burst of
+# dispositions can exceed its input buffer)
+RawAmqp = hostile.RawAmqp
 
-    def pump(self, until, timeout=5.0):
-        self.sock.settimeout(0.1)
-        deadline = time.monotonic() + timeout * mqdtest.SLOW
-        while time.monotonic() < deadline:
-            while self.t.pending() > 0:
-                out = self.t.peek(self.t.pending())
-                self.sock.sendall(out)
-                self.t.pop(len(out))
-            if until():
-                return True
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                continue
-            except ConnectionResetError:
-                data = b""
-            if not data:
-                self.closed_by_peer = self.closed_by_peer or "eof"
-                self.t.close_tail()
-                return until()
-            while data:
-                n = max(self.t.capacity(), 0)
-                if n == 0:
-                    self.closed_by_peer = "transport closed"
-                    return until()
-                self.t.push(data[:n])
-                data = data[n:]
-        return until()
 
 N = 20          # link_credit of broker (a)
 K = 10          # transfers sent beyond it
