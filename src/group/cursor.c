@@ -174,7 +174,8 @@ static void dc_attempt(mqd_cursor_t *sh, uint64_t off, bool failed)
     dc_set(sh, off, n | MQD_DC_SEEN);
 }
 
-static int redeliver_add(mqd_redeliver_t *r, uint64_t off)
+/* The first index of r->v (sorted) whose offset is >= off. */
+static size_t redeliver_at(const mqd_redeliver_t *r, uint64_t off)
 {
     size_t lo = 0, hi = r->n;
     while (lo < hi) {
@@ -184,16 +185,18 @@ static int redeliver_add(mqd_redeliver_t *r, uint64_t off)
         else
             hi = mid;
     }
+    return lo;
+}
+
+static int redeliver_add(mqd_redeliver_t *r, uint64_t off)
+{
+    size_t lo = redeliver_at(r, off);
     if (lo < r->n && r->v[lo] == off)
         return 0;
-    if (r->n == r->cap) {
-        size_t ncap = r->cap ? r->cap * 2 : 64;
-        uint64_t *nv = realloc(r->v, ncap * sizeof *nv);
-        if (!nv)
-            return MQD_ENOMEM;
-        r->v = nv;
-        r->cap = ncap;
-    }
+    uint64_t *nv = mqd_array_grow(r->v, &r->cap, r->n, sizeof *nv, 64);
+    if (!nv)
+        return MQD_ENOMEM;
+    r->v = nv;
     memmove(r->v + lo + 1, r->v + lo, (r->n - lo) * sizeof *r->v);
     r->v[lo] = off;
     r->n++;
@@ -202,14 +205,7 @@ static int redeliver_add(mqd_redeliver_t *r, uint64_t off)
 
 static void redeliver_remove(mqd_redeliver_t *r, uint64_t off)
 {
-    size_t lo = 0, hi = r->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (r->v[mid] < off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = redeliver_at(r, off);
     if (lo < r->n && r->v[lo] == off) {
         r->n--;
         memmove(r->v + lo, r->v + lo + 1, (r->n - lo) * sizeof *r->v);
