@@ -512,6 +512,7 @@ def main(body, timeout=120, name=None):
         sys.exit(SKIP)
     t = None
     status = 1
+    why = []  # the failure, repeated after the broker logs (CI shows a log's tail)
 
     def on_alarm(signum, frame):
         raise TestTimeout("hard timeout of %.0fs reached" % timeout)
@@ -558,10 +559,12 @@ def main(body, timeout=120, name=None):
     except TestFailure as e:
         signal.alarm(0)
         print("FAIL: %s: %s" % (name, e))
+        why.append("%s" % e)
         traceback.print_exc(file=sys.stdout)
     except BaseException as e:  # noqa: B902 - report anything as a failure
         signal.alarm(0)
         print("FAIL: %s: unexpected %s: %s" % (name, type(e).__name__, e))
+        why.append("unexpected %s: %s" % (type(e).__name__, e))
         traceback.print_exc(file=sys.stdout)
     finally:
         signal.alarm(0)
@@ -579,6 +582,8 @@ def main(body, timeout=120, name=None):
                                   % (b.name, i + 1, describe_status(rc)))
                 t.dump_logs()
                 print("(temp dir kept: %s)" % t.tmpdir)
+                for w in why:
+                    print("failed (repeated after the logs): %s" % w)
             elif os.environ.get("MQD_KEEP"):
                 print("(temp dir kept: %s)" % t.tmpdir)
             else:
