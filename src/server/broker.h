@@ -24,6 +24,7 @@
 #include "route/route.h"
 #include "store/store.h"
 #include "util/util.h"
+#include "server/server.h"
 
 #include <event2/event.h>
 #include <event2/listener.h>
@@ -240,6 +241,11 @@ struct mqd_conn {
     void *auth;              /* auth/: per-connection TLS/SASL state (mqd_auth_conn_t), owned
                                 by the transport (freed with it); NULL before setup */
     mqd_budget_t budget;     /* budget.c: what it holds, against max_connection_memory */
+    /* Outbound (client role, outconn.c): its owner, NULL once the owner let go or for an
+       accepted connection; `client` stays true for the life of the struct. Not in
+       srv->conns or n_conns; its events go to the owner, its links are the owner's. */
+    struct mqd_outconn *out;
+    bool client;
 };
 
 struct mqd_server {
@@ -274,6 +280,7 @@ struct mqd_server {
     mqd_dlist_t dispatch_q;
     mqd_dlist_t dispatch_later; /* mqd_topic_t.lnode: a consumer used its turn's budget */
     mqd_dlist_t graveyard;   /* closed connections awaiting their last unref */
+    mqd_dlist_t outconns;    /* outconn.c: connections mqd keeps open to peers */
     mqd_dlist_t builds;      /* topics being created a slice at a time (topic.c) */
     mqd_dlist_t drains;      /* budget.c: sockets of closed connections read until EOF */
     size_t n_conns;
@@ -306,6 +313,18 @@ void mqd_conn_unref(mqd_conn_t *c);
 /* Writes what Proton has for c's socket; returns the bytes it could not take. */
 size_t mqd_conn_write(mqd_conn_t *c);
 void mqd_server_tick_soon(mqd_server_t *s);
+/* A connected socket as an outbound connection of `oc` (client role): TLS when ssl is
+ * set (the connection owns fd and ssl from here, on failure too: then NULL); `id` gives
+ * the open's and SASL's identity (url, ca and backoff ignored). */
+mqd_conn_t *mqd_server_adopt_out(mqd_server_t *s, int fd, const char *peer, struct mqd_outconn *oc,
+                                 struct ssl_st *ssl, const mqd_outconn_opts_t *id);
+/* Ends an outbound connection without calling its owner back: at once (`now`, only
+ * outside its handlers) or at the next tick. */
+void mqd_server_drop_out(mqd_conn_t *c, bool now);
+/* outconn.c, called by server.c */
+void mqd_outconn_event(mqd_outconn_t *oc, pn_event_t *e);
+void mqd_outconn_closed(mqd_outconn_t *oc, const char *why);
+void mqd_outconn_free_all(mqd_server_t *s);
 /* Arms ev_later: mqd_server_run_later at the next loop iteration, after I/O. */
 void mqd_server_later_soon(mqd_server_t *s);
 

@@ -19,6 +19,7 @@
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <proton/sasl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,8 +76,9 @@ void mqd_conn_mark_dirty(mqd_conn_t *c)
 static void conn_free(mqd_conn_t *c)
 {
     pn_connection_t *pc = c->driver.connection;
-    /* link states are the links' contexts: free them before Proton frees the links */
-    if (pc) {
+    /* link states are the links' contexts: free them before Proton frees the links (an
+     * outbound connection's link contexts are its owner's) */
+    if (pc && !c->client) {
         for (pn_link_t *l = pn_link_head(pc, 0); l; l = pn_link_next(l, 0)) {
             mqd_lstate_t *ls = pn_link_get_context(l);
             if (ls) {
@@ -97,6 +99,23 @@ void mqd_conn_unref(mqd_conn_t *c)
 {
     if (--c->refs == 0)
         conn_free(c);
+}
+
+/* Why an outbound connection ended. A refused login shows in the SASL outcome: Proton
+ * names it (amqp:unauthorized-access) only when it writes next, and the peer's EOF right
+ * after the outcome often comes first ("connection aborted"). */
+static const char *client_close_reason(mqd_conn_t *c, pn_condition_t *why)
+{
+    static char buf[200];
+    pn_sasl_outcome_t so = pn_sasl_outcome(pn_sasl(c->driver.transport));
+    if (so != PN_SASL_NONE && so != PN_SASL_OK)
+        snprintf(buf, sizeof buf, "amqp:unauthorized-access: SASL outcome %d", (int)so);
+    else if (pn_condition_is_set(why))
+        snprintf(buf, sizeof buf, "%s: %s", pn_condition_get_name(why),
+                 pn_condition_get_description(why) ? pn_condition_get_description(why) : "");
+    else
+        snprintf(buf, sizeof buf, "closed");
+    return buf;
 }
 
 /* Deferred teardown (STYLE rule 11): never free a connection inside its own handler. */
@@ -122,6 +141,15 @@ static void conn_close_deferred(mqd_conn_t *c)
     c->fd = -1;
     mqd_dlist_del(&c->node);
     mqd_dlist_del(&c->dirty_node);
+    if (c->client) {
+        mqd_outconn_t *oc = c->out;
+        c->out = NULL;
+        if (oc)
+            mqd_outconn_closed(oc, client_close_reason(c, why));
+        mqd_dlist_push(&s->graveyard, &c->dirty_node);
+        mqd_server_tick_soon(s);
+        return;
+    }
     s->n_conns--;
     /* release consumer deliveries and detach link states while the engine is alive */
     pn_connection_t *pc = c->driver.connection;
@@ -199,9 +227,13 @@ static void conn_schedule_timer(mqd_conn_t *c)
 static void conn_handle_events(mqd_conn_t *c)
 {
     pn_event_t *e;
-    while ((e = pn_connection_driver_next_event(&c->driver)) != NULL)
-        if (mqd_budget_event(c, e))
+    while ((e = pn_connection_driver_next_event(&c->driver)) != NULL) {
+        if (c->client) {
+            if (c->out)
+                mqd_outconn_event(c->out, e);
+        } else if (mqd_budget_event(c, e))
             mqd_amqp_handle(c, e);
+    }
 }
 
 /* Processes all Proton events, writes output, notices the end of the connection. */
@@ -590,17 +622,17 @@ static int conn_setup_transport(mqd_conn_t *c)
     return pn_connection_driver_bind(&c->driver) == 0 ? 0 : MQD_EINVAL;
 }
 
-int mqd_server_adopt(mqd_server_t *s, int fd, const char *peer, size_t listener)
+/* The part of a new connection every role shares; NULL (fd closed) when out of memory. */
+static mqd_conn_t *conn_alloc(mqd_server_t *s, int fd, const char *peer)
 {
     mqd_conn_t *c = calloc(1, sizeof *c);
     if (!c) {
         close(fd);
-        return MQD_ENOMEM;
+        return NULL;
     }
     c->srv = s;
     c->fd = fd;
     c->refs = 1;
-    c->listener = listener;
     c->opened_ms = mqd_now_ms();
     mqd_dlist_init(&c->node);
     mqd_dlist_init(&c->dirty_node);
@@ -608,37 +640,145 @@ int mqd_server_adopt(mqd_server_t *s, int fd, const char *peer, size_t listener)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* fails on a socketpair */
     evutil_make_socket_nonblocking(fd);
-    /* rx_feed gets plaintext on every listener (mqd runs TLS): the peek reads
-     * message-formats and guards Proton (framepeek.h), so no connection runs without it */
+    /* rx_feed gets plaintext on every connection (mqd runs TLS): the peek reads
+     * message-formats and guards Proton (framepeek.h), so no connection runs without it;
+     * on an outbound one it guards Proton from the peer we connected to */
     if (!(c->peek = mqd_fpeek_new())) {
         close(fd);
         free(c);
-        return MQD_ENOMEM;
+        return NULL;
     }
-    int rc = conn_setup_transport(c);
-    if (rc != 0) {
-        close(fd);
-        pn_connection_driver_destroy(&c->driver);
-        SSL_free(c->ssl);
-        mqd_fpeek_free(c->peek);
-        free(c);
-        return rc;
-    }
+    return c;
+}
+
+/* A connection whose transport setup failed (rc) never started: nothing refers to it. */
+static int conn_discard(mqd_conn_t *c, int rc)
+{
+    close(c->fd);
+    pn_connection_driver_destroy(&c->driver);
+    SSL_free(c->ssl);
+    mqd_fpeek_free(c->peek);
+    free(c);
+    return rc;
+}
+
+/* Its events, and the first round of its protocol work. */
+static void conn_start(mqd_conn_t *c)
+{
+    mqd_server_t *s = c->srv;
     mqd_fpeek_set_max_frame(c->peek, pn_transport_get_max_frame(c->driver.transport));
-    /* a TLS listener's connection (c->ssl, from mqd_auth_conn_setup) has its own I/O */
-    c->ev_read = event_new(s->base, fd, EV_READ | EV_PERSIST, c->ssl ? on_read_tls : on_read, c);
+    /* a TLS connection (c->ssl) has its own I/O */
+    c->ev_read = event_new(s->base, c->fd, EV_READ | EV_PERSIST, c->ssl ? on_read_tls : on_read, c);
     c->ev_write =
-        event_new(s->base, fd, EV_WRITE | EV_PERSIST, c->ssl ? on_write_tls : on_write, c);
+        event_new(s->base, c->fd, EV_WRITE | EV_PERSIST, c->ssl ? on_write_tls : on_write, c);
     c->ev_timer = evtimer_new(s->base, on_timer, c);
     event_priority_set(c->ev_read, PRIO_IO);
     event_priority_set(c->ev_write, PRIO_IO);
     event_add(c->ev_read, NULL);
+    conn_process(c);
+}
+
+int mqd_server_adopt(mqd_server_t *s, int fd, const char *peer, size_t listener)
+{
+    mqd_conn_t *c = conn_alloc(s, fd, peer);
+    if (!c)
+        return MQD_ENOMEM;
+    c->listener = listener;
+    int rc = conn_setup_transport(c);
+    if (rc != 0)
+        return conn_discard(c, rc);
     mqd_dlist_push(&s->conns, &c->node);
     s->n_conns++;
     s->conns_accepted++;
     MQD_DEBUG("conn", "open peer=%s", c->peer);
-    conn_process(c);
+    conn_start(c);
     return 0;
+}
+
+/* A client transport: SASL PLAIN or ANONYMOUS (Proton's own client side; mqd's SASL
+ * plugin is the server's), the open sent at once. Proton cannot see the TLS mqd runs in
+ * front of it, so it would refuse PLAIN as insecure: allowed when TLS is on, or when the
+ * owner said so for a plain socket (plain_over_tcp, checked by mqd_outconn_new). */
+static int conn_setup_client(mqd_conn_t *c, const mqd_outconn_opts_t *id)
+{
+    mqd_server_t *s = c->srv;
+    if (pn_connection_driver_init(&c->driver, NULL, NULL) != 0)
+        return MQD_ENOMEM;
+    pn_transport_t *t = c->driver.transport;
+    pn_transport_set_max_frame(t, s->conf->max_frame_size);
+    pn_transport_set_idle_timeout(t, s->conf->idle_timeout_ms);
+    pn_transport_set_channel_max(t, (uint16_t)(s->conf->max_sessions > 0 ? s->conf->max_sessions - 1 : 0));
+    pn_sasl_t *sasl = pn_sasl(t);
+    pn_sasl_allowed_mechs(sasl, id->user ? "PLAIN" : "ANONYMOUS");
+    pn_sasl_set_allow_insecure_mechs(sasl, c->ssl != NULL || id->plain_over_tcp);
+    pn_connection_t *pc = c->driver.connection;
+    pn_connection_set_context(pc, c);
+    pn_connection_set_container(pc, id->container);
+    pn_connection_set_hostname(pc, id->hostname);
+    if (id->user) {
+        pn_connection_set_user(pc, id->user);
+        pn_connection_set_password(pc, id->password ? id->password : "");
+    }
+    if (pn_connection_driver_bind(&c->driver) != 0)
+        return MQD_EINVAL;
+    pn_connection_open(pc);
+    return 0;
+}
+
+mqd_conn_t *mqd_server_adopt_out(mqd_server_t *s, int fd, const char *peer, mqd_outconn_t *oc,
+                                 SSL *ssl, const mqd_outconn_opts_t *id)
+{
+    mqd_conn_t *c = conn_alloc(s, fd, peer);
+    if (!c) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    c->client = true;
+    c->out = oc;
+    c->listener = SIZE_MAX;
+    c->ssl = ssl;
+    if (ssl) {
+        c->tls_hdr = TLS_HDR_DONE; /* a client speaks TLS at once */
+        if (SSL_set_fd(ssl, fd) != 1) {
+            ERR_clear_error();
+            conn_discard(c, MQD_EIO);
+            return NULL;
+        }
+        SSL_set_connect_state(ssl);
+    }
+    int rc = conn_setup_client(c, id);
+    if (rc != 0) {
+        conn_discard(c, rc);
+        return NULL;
+    }
+    snprintf(c->user, sizeof c->user, "%s", id->user ? id->user : "anonymous");
+    MQD_DEBUG("conn", "outbound open peer=%s", c->peer);
+    conn_start(c);
+    if (ssl && !c->closed)
+        event_active(c->ev_read, EV_READ, 1); /* SSL_read sends the ClientHello */
+    return c->closed ? NULL : c;
+}
+
+void mqd_server_drop_out(mqd_conn_t *c, bool now)
+{
+    c->out = NULL;
+    if (c->closed)
+        return;
+    if (now) { /* mqd_server_free: no handler of c runs; the close frame, best effort */
+        pn_connection_close(c->driver.connection);
+        pn_connection_driver_write_close(&c->driver);
+        conn_write(c);
+        conn_close_deferred(c);
+        return;
+    }
+    /* maybe inside one of c's own handlers: the tick ends it (STYLE rule 11) */
+    pn_connection_driver_close(&c->driver);
+    mqd_conn_mark_dirty(c);
+}
+
+struct event_base *mqd_server_base(mqd_server_t *s)
+{
+    return s->base;
 }
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
@@ -807,6 +947,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     mqd_dlist_init(&s->dispatch_q);
     mqd_dlist_init(&s->dispatch_later);
     mqd_dlist_init(&s->graveyard);
+    mqd_dlist_init(&s->outconns);
     mqd_dlist_init(&s->builds);
     mqd_dlist_init(&s->drains);
     mqd_read_init(&s->browse_rd);
@@ -955,6 +1096,7 @@ void mqd_server_free(mqd_server_t *s)
 {
     if (!s)
         return;
+    mqd_outconn_free_all(s);
     while (!mqd_dlist_empty(&s->conns)) {
         mqd_conn_t *c = MQD_CONTAINER(s->conns.next, mqd_conn_t, node);
         conn_close_deferred(c);

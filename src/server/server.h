@@ -5,6 +5,11 @@
 #include "mqd.h"
 #include "conf/conf.h"
 
+#include <proton/event.h>
+#include <proton/types.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 typedef struct mqd_server mqd_server_t;
 
 /* Opens the data directory (meta.db, topics/), recovers every partition, binds the
@@ -19,6 +24,57 @@ void mqd_server_stop(mqd_server_t *s);
  * conf->listen; one past them is a plain listener). `peer` names it in logs. The
  * listeners' accept path, and a seam for tests and fuzz_conn (a socketpair). */
 int mqd_server_adopt(mqd_server_t *s, int fd, const char *peer, size_t listener);
+/* ---- connections mqd opens itself (client role; outconn.c) ----
+ * One peer address kept connected: connect, TLS and SASL as a client, the same loop and
+ * Proton driver as accepted connections, reconnect after a doubling backoff. The owner
+ * gets every Proton event of the connection and makes its sessions and links on
+ * PN_CONNECTION_REMOTE_OPEN; a link's context is the owner's (the broker's link handlers
+ * never see these connections). After on_down every pn_ object of that connection is
+ * gone: forget them; the next connection comes with its own events. */
+typedef struct mqd_outconn mqd_outconn_t;
+
+typedef struct mqd_outconn_opts {
+    const char *url;        /* amqp://host[:5672] or amqps://host[:5671] ([v6] too) */
+    const char *user;       /* SASL PLAIN with password; NULL: ANONYMOUS */
+    const char *password;
+    const char *ca_file;    /* amqps: the CA that verifies the peer (NULL: the system's) */
+    bool no_verify;         /* amqps: do not verify the peer (tests; logged) */
+    const char *hostname;   /* open's hostname, SNI and the name verified; NULL: the URL's */
+    const char *container;  /* open's container-id; NULL: "mqd" */
+    bool plain_over_tcp;    /* allow PLAIN on amqp:// (the password in clear) */
+    uint32_t backoff_min_ms, backoff_max_ms; /* 0: 100 ms, 30 s */
+} mqd_outconn_opts_t;
+
+typedef struct mqd_outconn_ops {
+    void (*on_event)(mqd_outconn_t *oc, pn_event_t *e, void *arg);
+    void (*on_down)(mqd_outconn_t *oc, const char *why, void *arg);
+} mqd_outconn_ops_t;
+
+typedef struct mqd_outconn_stats {
+    uint64_t attempts;  /* connect() calls */
+    uint64_t connects;  /* sockets connected (TCP) */
+    uint64_t opened;    /* connections the peer opened (AMQP open received) */
+    bool connected;
+    uint32_t next_backoff_ms;
+    char last_error[160];
+} mqd_outconn_stats_t;
+
+/* Starts connecting now (the loop must run for anything to happen). 0 or MQD_EINVAL (a
+ * bad URL, PLAIN in clear, an unreadable CA), MQD_ENOMEM. */
+int mqd_outconn_new(mqd_server_t *s, const mqd_outconn_opts_t *o, const mqd_outconn_ops_t *ops,
+                    void *arg, mqd_outconn_t **out);
+/* Closes the connection and stops reconnecting; no callback runs after it. The server
+ * frees what is left at mqd_server_free. */
+void mqd_outconn_free(mqd_outconn_t *oc);
+/* The live connection (opened locally, maybe not yet by the peer), NULL while down. */
+pn_connection_t *mqd_outconn_connection(mqd_outconn_t *oc);
+/* Has the connection's output written and its events run soon: call after making links
+ * or sending outside one of its own callbacks (a timer, another connection's event). */
+void mqd_outconn_flush(mqd_outconn_t *oc);
+void mqd_outconn_get_stats(const mqd_outconn_t *oc, mqd_outconn_stats_t *st);
+/* The server's own loop, for owners that need timers of their own. */
+struct event_base *mqd_server_base(mqd_server_t *s);
+
 /* Re-reads the config file; applies what can change at run time. */
 int mqd_server_reload(mqd_server_t *s);
 /* Closes connections, fsyncs and closes the store and the metadata. */

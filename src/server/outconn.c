@@ -1,0 +1,340 @@
+/* Connections mqd opens itself (client role): a follower fetching from its leader, a
+ * node forwarding a link. Each mqd_outconn is one peer address that is kept connected:
+ * a non-blocking connect, then the connection runs on the same loop and Proton driver as
+ * an accepted one (server.c mqd_server_adopt_out), as an AMQP client with TLS and SASL of
+ * its own; when it ends, the next attempt follows after a backoff that doubles from
+ * backoff_min_ms to backoff_max_ms (with jitter, so that many followers of one lost
+ * leader do not come back in step) and falls back to the minimum once a connection was
+ * opened by the peer. Proton's events go to the owner's callbacks, never to the broker's
+ * link handlers: an outbound connection's links are the owner's.
+ *
+ * Name resolution is getaddrinfo on the loop: numeric addresses (or /etc/hosts) do not
+ * block; a cluster's node addresses are such. */
+#include "config.h"
+#include "server/server.h"
+#include "server/broker.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <proton/connection.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct mqd_outconn {
+    mqd_server_t *srv;
+    mqd_dlist_t node; /* in srv->outconns */
+    char host[256], port[16];
+    bool tls;
+    char *user, *password, *container, *hostname;
+    bool plain_over_tcp;
+    SSL_CTX *ctx; /* amqps: the client context (CA, verification) */
+    mqd_outconn_ops_t ops;
+    void *arg;
+    int fd;                   /* the socket being connected, -1 otherwise */
+    struct event *ev_connect; /* that socket writable: connect() finished */
+    struct event *ev_retry;   /* the backoff */
+    mqd_conn_t *conn;         /* the live connection, NULL while down */
+    uint32_t backoff_min, backoff_max, backoff;
+    mqd_outconn_stats_t st;
+};
+
+static void try_connect(mqd_outconn_t *oc);
+static void outconn_free(mqd_outconn_t *oc, bool now);
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* The next attempt in oc->backoff ms (+-20 %), then doubles it up to the maximum. */
+static void schedule_retry(mqd_outconn_t *oc, const char *why)
+{
+    uint32_t d = oc->backoff;
+    uint32_t j = d / 5;
+    if (j > 0)
+        d = d - j + (uint32_t)(random() % (2 * j + 1));
+    snprintf(oc->st.last_error, sizeof oc->st.last_error, "%s", why);
+    MQD_INFO("outconn", "%s:%s: %s; next attempt in %u ms", oc->host, oc->port, why, d);
+    struct timeval tv = {.tv_sec = d / 1000, .tv_usec = (suseconds_t)(d % 1000) * 1000};
+    evtimer_add(oc->ev_retry, &tv);
+    oc->backoff = oc->backoff >= oc->backoff_max / 2 ? oc->backoff_max : oc->backoff * 2;
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    try_connect(arg);
+}
+
+static void connect_failed(mqd_outconn_t *oc, int err)
+{
+    char why[160];
+    snprintf(why, sizeof why, "connect: %s", strerror(err));
+    if (oc->ev_connect) {
+        event_free(oc->ev_connect);
+        oc->ev_connect = NULL;
+    }
+    if (oc->fd >= 0)
+        close(oc->fd);
+    oc->fd = -1;
+    schedule_retry(oc, why);
+}
+
+static void connected(mqd_outconn_t *oc)
+{
+    int fd = oc->fd;
+    event_free(oc->ev_connect);
+    oc->ev_connect = NULL;
+    oc->fd = -1;
+    SSL *ssl = NULL;
+    if (oc->tls) {
+        ssl = SSL_new(oc->ctx);
+        if (ssl == NULL || SSL_set_tlsext_host_name(ssl, oc->hostname) != 1 ||
+            SSL_set1_host(ssl, oc->hostname) != 1) {
+            ERR_clear_error();
+            SSL_free(ssl);
+            close(fd);
+            schedule_retry(oc, "TLS setup failed");
+            return;
+        }
+    }
+    char peer[300];
+    snprintf(peer, sizeof peer, "%s:%s (outbound)", oc->host, oc->port);
+    mqd_outconn_opts_t id = {.user = oc->user, .password = oc->password,
+                             .container = oc->container, .hostname = oc->hostname,
+                             .plain_over_tcp = oc->plain_over_tcp};
+    oc->st.connects++;
+    /* the connection owns fd and ssl from here, failure included */
+    oc->conn = mqd_server_adopt_out(oc->srv, fd, peer, oc, ssl, &id);
+    if (oc->conn == NULL)
+        schedule_retry(oc, "connection setup failed");
+}
+
+static void on_connect(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_outconn_t *oc = arg;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
+    if (err != 0)
+        return connect_failed(oc, err);
+    connected(oc);
+}
+
+static void try_connect(mqd_outconn_t *oc)
+{
+    if (oc->srv->stopping)
+        return;
+    oc->st.attempts++;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int g = getaddrinfo(oc->host, oc->port, &hints, &ai);
+    if (g != 0) {
+        char why[160];
+        snprintf(why, sizeof why, "resolve: %s", gai_strerror(g));
+        schedule_retry(oc, why);
+        return;
+    }
+    oc->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (oc->fd < 0) {
+        freeaddrinfo(ai);
+        return connect_failed(oc, errno);
+    }
+    int rc = connect(oc->fd, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(ai);
+    if (rc != 0 && errno != EINPROGRESS)
+        return connect_failed(oc, errno);
+    oc->ev_connect = event_new(oc->srv->base, oc->fd, EV_WRITE, on_connect, oc);
+    if (oc->ev_connect == NULL)
+        return connect_failed(oc, ENOMEM);
+    struct timeval tv = {.tv_sec = 10, .tv_usec = 0}; /* an unanswered SYN: try again */
+    event_add(oc->ev_connect, &tv);
+}
+
+/* amqps: verify the peer against ca_file (the system's store when NULL) unless told not
+ * to; TLS 1.2 at least, as on mqd's listeners. */
+static int tls_ctx(mqd_outconn_t *oc, const mqd_outconn_opts_t *o)
+{
+    oc->ctx = SSL_CTX_new(TLS_client_method());
+    if (oc->ctx == NULL)
+        return MQD_ENOMEM;
+    SSL_CTX_set_min_proto_version(oc->ctx, TLS1_2_VERSION);
+    int ok = o->ca_file ? SSL_CTX_load_verify_locations(oc->ctx, o->ca_file, NULL)
+                        : SSL_CTX_set_default_verify_paths(oc->ctx);
+    if (ok != 1) {
+        MQD_ERR("outconn", "%s: cannot load CA %s", o->url, o->ca_file ? o->ca_file : "(system)");
+        ERR_clear_error();
+        return MQD_EINVAL;
+    }
+    if (o->no_verify)
+        MQD_WARN("outconn", "%s: TLS peer not verified (no_verify)", o->url);
+    SSL_CTX_set_verify(oc->ctx, o->no_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
+    return 0;
+}
+
+static int parse_url(mqd_outconn_t *oc, const char *url)
+{
+    const char *p = url;
+    if (strncmp(p, "amqps://", 8) == 0) {
+        oc->tls = true;
+        p += 8;
+    } else if (strncmp(p, "amqp://", 7) == 0)
+        p += 7;
+    const char *host = p, *colon;
+    size_t hl;
+    if (*p == '[') { /* [v6]:port */
+        const char *e = strchr(p, ']');
+        if (e == NULL)
+            return MQD_EINVAL;
+        host = p + 1;
+        hl = (size_t)(e - host);
+        colon = e[1] == ':' ? e + 1 : NULL;
+    } else {
+        colon = strrchr(p, ':');
+        hl = colon ? (size_t)(colon - p) : strlen(p);
+    }
+    if (hl == 0 || hl >= sizeof oc->host)
+        return MQD_EINVAL;
+    memcpy(oc->host, host, hl);
+    oc->host[hl] = '\0';
+    const char *port = colon ? colon + 1 : oc->tls ? "5671" : "5672";
+    char *end;
+    long n = strtol(port, &end, 10);
+    if (*end != '\0' || n < 1 || n > 65535)
+        return MQD_EINVAL;
+    snprintf(oc->port, sizeof oc->port, "%ld", n);
+    return 0;
+}
+
+int mqd_outconn_new(mqd_server_t *s, const mqd_outconn_opts_t *o, const mqd_outconn_ops_t *ops,
+                    void *arg, mqd_outconn_t **out)
+{
+    mqd_outconn_t *oc = calloc(1, sizeof *oc);
+    if (oc == NULL)
+        return MQD_ENOMEM;
+    oc->srv = s;
+    oc->fd = -1;
+    oc->ops = *ops;
+    oc->arg = arg;
+    mqd_dlist_init(&oc->node);
+    int rc = parse_url(oc, o->url);
+    if (rc != 0) {
+        MQD_ERR("outconn", "not an amqp:// or amqps:// host:port URL: %s", o->url);
+        goto fail;
+    }
+    oc->user = dup_or_null(o->user);
+    oc->password = dup_or_null(o->password);
+    oc->container = strdup(o->container ? o->container : "mqd");
+    oc->hostname = strdup(o->hostname ? o->hostname : oc->host);
+    oc->plain_over_tcp = o->plain_over_tcp;
+    oc->backoff_min = o->backoff_min_ms ? o->backoff_min_ms : 100;
+    oc->backoff_max = o->backoff_max_ms > oc->backoff_min ? o->backoff_max_ms : 30000;
+    if (oc->backoff_max < oc->backoff_min)
+        oc->backoff_max = oc->backoff_min;
+    oc->backoff = oc->backoff_min;
+    rc = MQD_ENOMEM;
+    if (!oc->container || !oc->hostname || (o->user && !oc->user) ||
+        (o->password && !oc->password))
+        goto fail;
+    if (oc->user && !oc->tls && !oc->plain_over_tcp) {
+        MQD_ERR("outconn", "%s: PLAIN would send the password in clear (use amqps:// or "
+                "plain_over_tcp)", o->url);
+        rc = MQD_EINVAL;
+        goto fail;
+    }
+    if (oc->tls && (rc = tls_ctx(oc, o)) != 0)
+        goto fail;
+    rc = MQD_ENOMEM;
+    if ((oc->ev_retry = evtimer_new(s->base, on_retry, oc)) == NULL)
+        goto fail;
+    mqd_dlist_push(&s->outconns, &oc->node);
+    try_connect(oc);
+    *out = oc;
+    return 0;
+fail:
+    outconn_free(oc, true);
+    return rc;
+}
+
+static void outconn_free(mqd_outconn_t *oc, bool now)
+{
+    if (oc == NULL)
+        return;
+    if (oc->conn) {
+        mqd_conn_t *c = oc->conn;
+        oc->conn = NULL;
+        mqd_server_drop_out(c, now); /* no callback reaches oc after this */
+    }
+    if (oc->ev_connect)
+        event_free(oc->ev_connect);
+    if (oc->fd >= 0)
+        close(oc->fd);
+    if (oc->ev_retry)
+        event_free(oc->ev_retry);
+    mqd_dlist_del(&oc->node);
+    SSL_CTX_free(oc->ctx);
+    free(oc->user);
+    if (oc->password) {
+        OPENSSL_cleanse(oc->password, strlen(oc->password));
+        free(oc->password);
+    }
+    free(oc->container);
+    free(oc->hostname);
+    free(oc);
+}
+
+void mqd_outconn_free(mqd_outconn_t *oc)
+{
+    outconn_free(oc, false);
+}
+
+void mqd_outconn_free_all(mqd_server_t *s)
+{
+    while (!mqd_dlist_empty(&s->outconns))
+        outconn_free(MQD_CONTAINER(s->outconns.next, mqd_outconn_t, node), true);
+}
+
+/* server.c: every Proton event of the live connection. */
+void mqd_outconn_event(mqd_outconn_t *oc, pn_event_t *e)
+{
+    if (pn_event_type(e) == PN_CONNECTION_REMOTE_OPEN) {
+        oc->st.opened++;
+        oc->backoff = oc->backoff_min; /* the peer answered: the next loss retries soon */
+        MQD_INFO("outconn", "%s:%s: open", oc->host, oc->port);
+    }
+    if (oc->ops.on_event)
+        oc->ops.on_event(oc, e, oc->arg);
+}
+
+/* server.c: the live connection ended (its events are over; it is freed later). */
+void mqd_outconn_closed(mqd_outconn_t *oc, const char *why)
+{
+    oc->conn = NULL;
+    if (!oc->srv->stopping && !evtimer_pending(oc->ev_retry, NULL))
+        schedule_retry(oc, why);
+    if (oc->ops.on_down) /* last: it may free oc */
+        oc->ops.on_down(oc, why, oc->arg);
+}
+
+pn_connection_t *mqd_outconn_connection(mqd_outconn_t *oc)
+{
+    return oc->conn ? oc->conn->driver.connection : NULL;
+}
+
+void mqd_outconn_flush(mqd_outconn_t *oc)
+{
+    if (oc->conn)
+        mqd_conn_mark_dirty(oc->conn);
+}
+
+void mqd_outconn_get_stats(const mqd_outconn_t *oc, mqd_outconn_stats_t *st)
+{
+    *st = oc->st;
+    st->connected = oc->conn != NULL;
+    st->next_backoff_ms = oc->backoff;
+}

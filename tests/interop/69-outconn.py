@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Connections mqd opens itself (issue 18 point 3). `outconn_probe` is an mqd of its own
+(mqd_server_new, no listener) whose mqd_outconn connects to a second, real mqd and sends
+COUNT durable messages to one address, at least once (what was not accepted when a
+connection ended goes again on the next). The test reads the second broker back with
+Proton:
+
+(a) amqp://, SASL ANONYMOUS: 2,000 messages, all accepted, read back exactly once and in
+    order; the probe connected once (attempts = connects = opened = 1).
+(b) amqps:// with the test CA and SASL PLAIN on a broker with allow_anonymous = off and
+    allow_plain_without_tls = off: 500 messages, exact and in order. A wrong password: the
+    peer refuses the login (amqp:unauthorized-access), the probe keeps retrying with a
+    doubling backoff (>= 3 attempts in 2 s at 50 -> 400 ms), nothing is stored. A CA that
+    did not sign the server's certificate: the TLS handshake fails, no connection opens.
+    A hostname the certificate does not name: the same.
+(c) reconnect: the probe starts before anything listens on the port (connect refused,
+    retried with backoff), the broker comes up 1.5 s later, and is SIGKILLed and
+    restarted while 20,000 messages flow (paced at 5,000 a second): every one of them is on the broker afterwards,
+    in order of first appearance, each accepted one present (duplicates only from sends
+    in flight at the kill); the probe opened 2 connections or more."""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mqdtest  # noqa: E402
+from mqdtest import check, log, skip  # noqa: E402
+
+from proton.utils import BlockingConnection  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location(
+    "tls20", os.path.join(os.path.dirname(os.path.abspath(__file__)), "20-tls.py"))
+tls20 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tls20)
+
+
+def probe_bin():
+    p = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "tests", "interop", "outconn_probe")
+    if not os.access(p, os.X_OK):
+        skip("outconn_probe not built (run through make check)")
+    return p
+
+
+def parse(out):
+    kv = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', out))
+    for k in ("count", "accepted", "sent", "rejected", "downs", "attempts", "connects", "opened"):
+        kv[k] = int(kv.get(k, -1))
+    return kv
+
+
+def run_probe(t, args, timeout):
+    log("probe " + " ".join(args))
+    r = subprocess.run([probe_bin()] + args, capture_output=True, text=True, timeout=timeout)
+    kv = parse(r.stdout)
+    log("probe exit %d: %s" % (r.returncode, r.stdout.strip()))
+    with open(os.path.join(t.tmpdir, "probe.log"), "a") as f:
+        f.write(r.stderr)
+    return r.returncode, kv, r.stderr
+
+
+def read_bodies(url, address, want, ssl_domain=None, user=None, password=None, quiet_ms=1500):
+    """Every body on `address`, read through a fresh consumer group until `want` arrived
+    and then nothing more for quiet_ms."""
+    kw = {}
+    if ssl_domain is not None:
+        kw.update(ssl_domain=ssl_domain, user=user, password=password, allowed_mechs="PLAIN")
+    conn = BlockingConnection(url, timeout=30 * mqdtest.SLOW, **kw)
+    rcv = conn.create_receiver(address + "/ConsumerGroups/check", credit=500)
+    got = []
+    deadline = time.monotonic() + 60 * mqdtest.SLOW
+    while time.monotonic() < deadline:
+        try:
+            m = rcv.receive(timeout=(quiet_ms / 1000.0 if len(got) >= want else 10 * mqdtest.SLOW))
+        except Exception:  # Timeout: nothing more arrived
+            break
+        got.append(m.body)
+        rcv.accept()
+    conn.close()
+    return got
+
+
+def case_plain(t):
+    b = t.broker("plain")
+    rc, kv, _ = run_probe(t, ["--url", b.url, "--address", "oc-a", "--count", "2000",
+                              "--seconds", str(60 * mqdtest.SLOW)], 120 * mqdtest.SLOW)
+    check(rc == 0 and kv["accepted"] == 2000, "(a) probe: %r" % kv)
+    check(kv["attempts"] == 1 and kv["connects"] == 1 and kv["opened"] == 1 and kv["downs"] == 0,
+          "(a) one connection expected: %r" % kv)
+    got = read_bodies(b.url, "oc-a", 2000)
+    want = ["oc-a-%d" % i for i in range(2000)]
+    check(got == want, "(a) read %d bodies, first wrong at %r" % (
+        len(got), next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), len(got))))
+    log("(a) 2000 sent, accepted, read back in order")
+
+
+def case_tls(t):
+    pki = tls20.make_pki(t.tmpdir)
+    b, port, url = tls20.tls_broker(t, "tls", pki, "")
+    base = ["--url", url, "--ca", pki["ca.crt"], "--backoff-min", "50", "--backoff-max", "400"]
+    rc, kv, _ = run_probe(t, base + ["--user", "alice", "--password", tls20.PASSWORD,
+                                     "--address", "oc-b", "--count", "500",
+                                     "--seconds", str(60 * mqdtest.SLOW)], 120 * mqdtest.SLOW)
+    check(rc == 0 and kv["accepted"] == 500 and kv["opened"] == 1, "(b) TLS + PLAIN probe: %r" % kv)
+    domain = tls20.client_domain(pki)
+    got = read_bodies(url, "oc-b", 500, ssl_domain=domain, user="alice", password=tls20.PASSWORD)
+    check(got == ["oc-b-%d" % i for i in range(500)], "(b) read %d bodies back, not the 500 in order" % len(got))
+    log("(b) 500 over TLS + PLAIN, read back in order")
+    rc, kv, err = run_probe(t, base + ["--user", "alice", "--password", "wrong", "--address", "oc-bad",
+                                       "--count", "10", "--seconds", "2", "--expect-down"], 60)
+    check(rc == 0 and kv["accepted"] == 0 and kv["opened"] == 0, "(b) wrong password: %r" % kv)
+    check(kv["attempts"] >= 3, "(b) wrong password: %d attempts in 2 s (backoff 50 -> 400 ms)" % kv["attempts"])
+    check(kv["downs"] >= 1 and "unauthorized" in kv.get("last_down", "") + kv.get("last_error", ""),
+          "(b) wrong password: the refusal is not named: %r" % kv)
+    log("(b) wrong password: %d attempts, last %s" % (kv["attempts"], kv["last_down"]))
+    rogue = dict(pki)
+    rc, kv, err = run_probe(t, ["--url", url, "--ca", rogue["rogue.crt"], "--user", "alice",
+                                "--password", tls20.PASSWORD, "--address", "oc-bad", "--count", "10",
+                                "--seconds", "1.5", "--backoff-min", "50", "--expect-down"], 60)
+    check(rc == 0 and kv["opened"] == 0 and kv["connects"] >= 1, "(b) untrusted CA: %r" % kv)
+    check("certificate verify failed" in err, "(b) untrusted CA: no verification failure logged")
+    rc, kv, err = run_probe(t, base + ["--hostname", "not-localhost.example", "--user", "alice",
+                                       "--password", tls20.PASSWORD, "--address", "oc-bad",
+                                       "--count", "10", "--seconds", "1.5", "--expect-down"], 60)
+    check(rc == 0 and kv["opened"] == 0, "(b) wrong hostname: %r" % kv)
+    # nothing of the refused probes reached the broker
+    got = read_bodies(url, "oc-bad", 0, ssl_domain=domain, user="alice", password=tls20.PASSWORD,
+                      quiet_ms=500)
+    check(got == [], "(b) refused probes stored %d messages" % len(got))
+
+
+def case_reconnect(t):
+    b = t.broker("reconnect", start=False)
+    n = 20000
+    p = t.spawn([probe_bin(), "--url", b.url, "--address", "oc-c", "--count", str(n),
+                 "--backoff-min", "50", "--backoff-max", "400", "--rate", "5000",
+                 "--seconds", str(120 * mqdtest.SLOW)],
+                stdout=subprocess.PIPE, stderr=open(os.path.join(t.tmpdir, "probe-c.log"), "w"),
+                text=True)
+    time.sleep(1.5)
+    check(p.poll() is None, "(c) the probe gave up before the broker came up")
+    b.start()
+    # kill it while messages flow (5,000 a second: 4 s in all), once the topic exists
+    deadline = time.monotonic() + 30 * mqdtest.SLOW
+    while time.monotonic() < deadline and not os.path.isdir(os.path.join(b.data_dir, "topics", "oc-c")):
+        time.sleep(0.02)
+    time.sleep(1.0)
+    check(p.poll() is None, "(c) the probe was done before the kill")
+    b.restart(kill=True)
+    out, _ = p.communicate(timeout=180 * mqdtest.SLOW)
+    kv = parse(out)
+    log("(c) probe: %s" % out.strip())
+    check(p.returncode == 0 and kv["accepted"] == n, "(c) probe did not get every message accepted: %r" % kv)
+    check(kv["opened"] >= 2 and kv["downs"] >= 1 and kv["attempts"] > kv["opened"],
+          "(c) expected refused attempts before the start and a reconnect after the kill: %r" % kv)
+    got = read_bodies(b.url, "oc-c", n)
+    firsts = list(dict.fromkeys(got))
+    check(set(firsts) == set("oc-c-%d" % i for i in range(n)),
+          "(c) %d of %d messages on the broker" % (len(set(firsts)), n))
+    check(firsts == ["oc-c-%d" % i for i in range(n)], "(c) first appearances out of order")
+    log("(c) %d messages, %d read (%d duplicates of sends in flight at the kill), %d attempts, "
+        "%d connections opened" % (n, len(got), len(got) - n, kv["attempts"], kv["opened"]))
+
+
+def body(t):
+    coll = mqdtest.Collect()
+    with coll.case("(a) amqp:// ANONYMOUS"):
+        case_plain(t)
+    import shutil
+    with coll.case("(b) amqps:// PLAIN, refusals"):
+        if not shutil.which("openssl"):
+            skip("openssl CLI not installed")
+        case_tls(t)
+    with coll.case("(c) reconnect across a start and a SIGKILL"):
+        case_reconnect(t)
+    coll.finish()
+
+
+if __name__ == "__main__":
+    mqdtest.main(body, timeout=400)
