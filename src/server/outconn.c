@@ -118,6 +118,8 @@ static void connected(mqd_outconn_t *oc)
 static void on_connect(evutil_socket_t fd, short what, void *arg)
 {
     mqd_outconn_t *oc = arg;
+    if (what & EV_TIMEOUT) /* still connecting: SO_ERROR would say 0 */
+        return connect_failed(oc, ETIMEDOUT);
     int err = 0;
     socklen_t len = sizeof err;
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
