@@ -311,6 +311,13 @@ void mqd_outconn_event(mqd_outconn_t *oc, pn_event_t *e)
     }
     if (oc->ops.on_event)
         oc->ops.on_event(oc, e, oc->arg);
+    /* the peer closed (its shutdown, a forced close): answer, so that the connection
+     * ends and the next attempt follows, whatever the owner did */
+    if (pn_event_type(e) == PN_CONNECTION_REMOTE_CLOSE) {
+        pn_connection_t *pc = pn_event_connection(e);
+        if (!(pn_connection_state(pc) & PN_LOCAL_CLOSED))
+            pn_connection_close(pc);
+    }
 }
 
 /* server.c: the live connection ended (its events are over; it is freed later). */
