@@ -17,7 +17,9 @@ Proton:
     retried with backoff), the broker comes up 1.5 s later, and is SIGKILLed and
     restarted while 20,000 messages flow (paced at 5,000 a second): every one of them is on the broker afterwards,
     in order of first appearance, each accepted one present (duplicates only from sends
-    in flight at the kill); the probe opened 2 connections or more."""
+    in flight at the kill); the probe opened 2 connections or more.
+(d) the same across a clean restart (SIGTERM): the probe answers the broker's close and
+    reconnects; all 10,000 there, in order of first appearance."""
 
 import importlib.util
 import os
@@ -165,6 +167,29 @@ def case_reconnect(t):
         "%d connections opened" % (n, len(got), len(got) - n, kv["attempts"], kv["opened"]))
 
 
+def case_clean_restart(t):
+    """(d) the peer stops cleanly (SIGTERM) and comes back while messages flow."""
+    b = t.broker("clean")
+    n = 10000
+    p = t.spawn([probe_bin(), "--url", b.url, "--address", "oc-d", "--count", str(n),
+                 "--backoff-min", "50", "--backoff-max", "400", "--rate", "5000",
+                 "--seconds", str(120 * mqdtest.SLOW)],
+                stdout=subprocess.PIPE, stderr=open(os.path.join(t.tmpdir, "probe-d.log"), "w"),
+                text=True)
+    time.sleep(1.0)
+    check(p.poll() is None, "(d) the probe was done before the restart")
+    b.restart(kill=False)
+    out, _ = p.communicate(timeout=180 * mqdtest.SLOW)
+    kv = parse(out)
+    log("(d) probe: %s" % out.strip())
+    check(p.returncode == 0 and kv["accepted"] == n and kv["opened"] >= 2 and kv["downs"] >= 1,
+          "(d) probe across a clean restart: %r" % kv)
+    got = read_bodies(b.url, "oc-d", n)
+    firsts = list(dict.fromkeys(got))
+    check(firsts == ["oc-d-%d" % i for i in range(n)], "(d) %d distinct of %d, or out of order"
+          % (len(firsts), n))
+
+
 def body(t):
     coll = mqdtest.Collect()
     with coll.case("(a) amqp:// ANONYMOUS"):
@@ -176,6 +201,8 @@ def body(t):
         case_tls(t)
     with coll.case("(c) reconnect across a start and a SIGKILL"):
         case_reconnect(t)
+    with coll.case("(d) reconnect across a clean restart"):
+        case_clean_restart(t)
     coll.finish()
 
 
