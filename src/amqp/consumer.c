@@ -312,9 +312,11 @@ static int read_epoch(pn_link_t *l, mqd_lstate_t *ls)
 }
 
 /* The offset of partition i where a start position points. */
-static uint64_t start_offset(const mqd_start_t *st, mqd_plog_t *log)
+static uint64_t start_offset(const mqd_start_t *st, const mqd_part_t *p)
 {
-    uint64_t first = mqd_plog_start_offset(log), end = mqd_plog_stable_offset(log), off = first;
+    mqd_plog_t *log = p->log;
+    uint64_t first = mqd_plog_start_offset(log), off = first;
+    uint64_t end = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
     switch (st->kind) {
     case MQD_START_FIRST: off = first; break;
     case MQD_START_LAST: off = st->value == 1 && end > first ? end - 1 : end; break;
@@ -343,7 +345,7 @@ static void apply_start(mqd_lstate_t *ls)
     if (ls->kind == MQD_LS_BROWSER) {
         for (uint32_t i = 0; i < ls->browse_n; i++)
             if (!ls->manual || i == ls->part)
-                ls->browse_next[i] = start_offset(&ls->start, t->parts[i].log);
+                ls->browse_next[i] = start_offset(&ls->start, &t->parts[i]);
         return;
     }
     mqd_group_t *g = ls->group;
@@ -351,7 +353,7 @@ static void apply_start(mqd_lstate_t *ls)
         return;
     for (uint32_t i = 0; i < g->ncur; i++)
         if (!ls->manual || i == ls->part)
-            mqd_cursor_seek(&g->cur[i], &t->parts[i], start_offset(&ls->start, t->parts[i].log));
+            mqd_cursor_seek(&g->cur[i], &t->parts[i], start_offset(&ls->start, &t->parts[i]));
 }
 
 /* Resolves the source address into topic, group and partition; 0 or refuses. */
@@ -552,9 +554,8 @@ static const mqd_rec_t *browse_next_rec(mqd_lstate_t *ls, uint32_t i)
         return &rd->recs[ls->brd_i++];
     /* Caught up: nothing to read, and the buffer stays for the next record (a live-tail
      * browser would otherwise allocate and free it around every message). */
-    uint64_t lso = mqd_txn_lso(&t->parts[i]);
-    uint64_t stable = mqd_plog_stable_offset(t->parts[i].log);
-    if (ls->browse_next[i] >= (lso < stable ? lso : stable) &&
+    uint64_t visible = mqd_part_visible_end(&t->parts[i], MQD_READ_COMMITTED);
+    if (ls->browse_next[i] >= visible &&
         ls->browse_next[i] >= mqd_plog_start_offset(t->parts[i].log))
         return NULL;
     if (!rd) {
@@ -566,7 +567,7 @@ static const mqd_rec_t *browse_next_rec(mqd_lstate_t *ls, uint32_t i)
                                                                     : BROWSE_BYTES;
     ls->brd_part = i;
     ls->brd_i = 0;
-    int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], lso, BROWSE_BATCH, max_bytes, rd);
+    int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], visible, BROWSE_BATCH, max_bytes, rd);
     if (rc == MQD_ERANGE) /* retention passed it: go on from the log's start */
         ls->browse_next[i] = mqd_plog_start_offset(t->parts[i].log);
     if (rc != 0 || rd->n == 0) {

@@ -277,8 +277,9 @@ int mqd_cursor_init(mqd_cursor_t *sh, mqd_part_t *p, const char *group, mqd_offs
             sh->floor = committed;
         } else if (rc == MQD_ENOENT) {
             /* a new group starts where auto_offset_reset says */
-            sh->floor = reset == MQD_OFFSET_RESET_LATEST ? mqd_plog_stable_offset(p->log)
-                                                         : mqd_plog_start_offset(p->log);
+            sh->floor = reset == MQD_OFFSET_RESET_LATEST
+                            ? mqd_part_visible_end(p, MQD_READ_UNCOMMITTED)
+                            : mqd_plog_start_offset(p->log);
             sh->dirty = true;
             rc = 0;
         }
@@ -293,7 +294,10 @@ int mqd_cursor_init(mqd_cursor_t *sh, mqd_part_t *p, const char *group, mqd_offs
 
 void mqd_cursor_seek(mqd_cursor_t *sh, mqd_part_t *p, uint64_t offset)
 {
-    uint64_t start = mqd_plog_start_offset(p->log), end = mqd_plog_end_offset(p->log);
+    /* not the log's end offset: a position past the visible end would skip records
+     * whose sends are not settled yet (and, after a crash, any reusing their offsets) */
+    uint64_t start = mqd_plog_start_offset(p->log);
+    uint64_t end = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
     if (offset < start)
         offset = start;
     if (offset > end)
@@ -384,8 +388,9 @@ bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *
     for (int guard = 0; guard < 1024; guard++) {
         if (sh->rd_pos >= sh->rd.n) {
             /* read committed: never past the first offset of an open transaction */
-            int rc = mqd_plog_read(p->log, sh->next_read, mqd_txn_lso(p), 256,
-                                   p->topic->srv->conf->prefetch_bytes, &sh->rd);
+            int rc =
+                mqd_plog_read(p->log, sh->next_read, mqd_part_visible_end(p, MQD_READ_COMMITTED),
+                              256, p->topic->srv->conf->prefetch_bytes, &sh->rd);
             sh->rd_pos = 0;
             if (rc == MQD_ERANGE) {
                 /* retention passed us: what was deleted counts as consumed */

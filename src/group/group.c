@@ -270,7 +270,7 @@ int mqd_group_describe(mqd_topic_t *t, const char *group, mqd_group_part_cb cb, 
             .partition = i,
             .committed = g->cur[i].floor,
             .log_start = mqd_plog_start_offset(p->log),
-            .log_end = mqd_plog_stable_offset(p->log),
+            .log_end = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED),
             .inflight = g->cur[i].inflight,
             .owner = g->owner[i] ? g->owner[i]->name : NULL,
         };
@@ -293,14 +293,15 @@ int mqd_group_reset(mqd_topic_t *t, const char *group, mqd_reset_t how, int64_t 
     g->active = true;
     for (uint32_t i = 0; i < g->ncur; i++) {
         mqd_plog_t *log = t->parts[i].log;
+        uint64_t end = mqd_part_visible_end(&t->parts[i], MQD_READ_UNCOMMITTED);
         uint64_t to = 0;
         switch (how) {
         case MQD_RESET_EARLIEST: to = mqd_plog_start_offset(log); break;
-        case MQD_RESET_LATEST: to = mqd_plog_stable_offset(log); break;
+        case MQD_RESET_LATEST: to = end; break;
         case MQD_RESET_OFFSET: to = value < 0 ? 0 : (uint64_t)value; break;
         case MQD_RESET_TIME:
             if (mqd_plog_offset_for_time(log, value, &to) != 0)
-                to = mqd_plog_stable_offset(log);
+                to = end;
             break;
         }
         mqd_cursor_seek(&g->cur[i], &t->parts[i], to);

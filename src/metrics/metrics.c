@@ -183,7 +183,7 @@ static void put_topics(struct evbuffer *b, mqd_server_t *s)
                     mqd_plog_corrupt(log, &v, &first);
                 else
                     v = k == 0 ? mqd_plog_start_offset(log)
-                        : k == 1 ? mqd_plog_stable_offset(log)
+                        : k == 1 ? mqd_part_visible_end(&t->parts[i], MQD_READ_UNCOMMITTED)
                         : k == 2 ? mqd_plog_size_bytes(log)
                                  : mqd_plog_failed(log);
                 evbuffer_add_printf(b, "%s{topic=\"", pm[k][0]);

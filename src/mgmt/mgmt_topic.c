@@ -116,7 +116,8 @@ static void put_topic(pn_data_t *d, mqd_topic_t *t)
         pn_data_enter(d);
         mqd_mgmt_kv_long(d, "partition", i);
         mqd_mgmt_kv_long(d, "start", (int64_t)mqd_plog_start_offset(log));
-        mqd_mgmt_kv_long(d, "end", (int64_t)mqd_plog_stable_offset(log));
+        mqd_mgmt_kv_long(d, "end",
+                         (int64_t)mqd_part_visible_end(&t->parts[i], MQD_READ_UNCOMMITTED));
         mqd_mgmt_kv_long(d, "size_bytes", (int64_t)mqd_plog_size_bytes(log));
         mqd_mgmt_kv_bool(d, "failed", mqd_plog_failed(log));
         put_health(d, &t->parts[i]);
@@ -383,7 +384,8 @@ static int partition_read(mqd_mgmt_req_t *r)
     if (p < 0 || p >= (int64_t)t->nparts)
         return mqd_mgmt_fail(r, 404, "no partition %lld in '%s'", (long long)p, t->name);
     mqd_plog_t *log = t->parts[p].log;
-    uint64_t start = mqd_plog_start_offset(log), end = mqd_plog_stable_offset(log);
+    uint64_t start = mqd_plog_start_offset(log);
+    uint64_t end = mqd_part_visible_end(&t->parts[p], MQD_READ_UNCOMMITTED);
     bool empty = end <= start;
     int64_t last = end > 0 ? (int64_t)end - 1 : -1;
     char pid[16], off[24];

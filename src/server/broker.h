@@ -36,6 +36,7 @@ typedef struct mqd_server mqd_server_t;
 typedef struct mqd_conn mqd_conn_t;
 typedef struct mqd_topic mqd_topic_t;
 typedef struct mqd_part mqd_part_t;
+typedef struct mqd_part_commit mqd_part_commit_t; /* part_commit.c */
 typedef struct mqd_lstate mqd_lstate_t;
 typedef struct mqd_topic_build mqd_topic_build_t; /* topic.c */
 
@@ -121,6 +122,7 @@ struct mqd_part {
     size_t n_otx, cap_otx;
     bool failed;                          /* its log failed and the owner knows (partfail.c) */
     int64_t resume_at_ms;                 /* next automatic resume attempt */
+    mqd_part_commit_t *commit;            /* its commit point (part_commit.c): use the accessors */
 };
 
 /* ---- a consumer group of a topic (group/group.c) ---- */
@@ -390,6 +392,34 @@ int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *
                     uint64_t *offset_out);
 /* topic.c: a settled send back to the free list. */
 void mqd_pending_release(mqd_server_t *s, mqd_pending_t *pe);
+
+/* part_commit.c: the partition's commit point, the one answer to "how far may a reader
+ * read" and "is this send settled". Every reader, settlement, metric and management
+ * reply asks mqd_part_visible_end; nothing else reads the store's stable offset for it.
+ * Read-committed readers (consumers, browsers) stop also at the first offset of an open
+ * transaction; positions, lags and reported ends use read-uncommitted. */
+typedef enum { MQD_READ_UNCOMMITTED = 0, MQD_READ_COMMITTED = 1 } mqd_isolation_t;
+/* Called on the loop thread after the visible end moved (or the store reported an
+ * event on the log), once per advance, after the sends below it were settled. */
+typedef void (*mqd_part_commit_fn)(mqd_part_t *p, uint64_t visible_end, void *arg);
+/* The commit point of a new partition (topic.c, before its log is used); freed with it. */
+int mqd_part_commit_init(mqd_part_t *p);
+void mqd_part_commit_free(mqd_part_t *p);
+/* Offsets below it may be read: min(stable, high watermark[, LSO when read-committed]). */
+uint64_t mqd_part_visible_end(const mqd_part_t *p, mqd_isolation_t iso);
+/* The high watermark: the stable offset until replication sets one. */
+uint64_t mqd_part_hw(const mqd_part_t *p);
+/* Replication: the offset below which the in-sync replicas hold every record. From the
+ * first call the watermark no longer follows the local stable offset; a rise of the
+ * visible end settles sends and notifies as a stable advance does. */
+void mqd_part_set_hw(mqd_part_t *p, uint64_t hw);
+/* At most 4 per partition (MQD_ENOMEM past that); `arg` is the caller's and must outlive
+ * the subscription. Subscribers run in the order they subscribed. */
+int mqd_part_commit_subscribe(mqd_part_t *p, mqd_part_commit_fn fn, void *arg);
+void mqd_part_commit_unsubscribe(mqd_part_t *p, mqd_part_commit_fn fn, void *arg);
+/* The store's stable callback for p (topic.c): moves the watermark when not replicated,
+ * settles, lets partfail.c see a failure or resume, then notifies. */
+void mqd_part_stable_advanced(mqd_part_t *p, uint64_t stable);
 
 /* partfail.c: failed partitions. After a stable callback: if p's log failed, every send
  * waiting for it is rejected with a condition (the first time counted and logged); if it

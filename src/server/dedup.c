@@ -132,7 +132,8 @@ static int rebuild_part(mqd_topic_t *t, mqd_part_t *p, int64_t since, mqd_read_t
     uint64_t from;
     int rc = mqd_plog_offset_for_time(p->log, since, &from);
     while (rc == 0) {
-        rc = mqd_plog_read(p->log, from, UINT64_MAX, 8192, 4u << 20, rd);
+        rc = mqd_plog_read(p->log, from, mqd_part_visible_end(p, MQD_READ_UNCOMMITTED), 8192,
+                           4u << 20, rd);
         if (rc == MQD_ERANGE) { /* retention moved the start meanwhile */
             from = mqd_plog_start_offset(p->log);
             rc = 0;

@@ -1,5 +1,5 @@
-/* Topics and partitions: the registry (hash by name, persisted in meta.db), appends with
- * settlement when the store reports the records stable, and consumer dispatch. */
+/* Topics and partitions: the registry (hash by name, persisted in meta.db), appends
+ * (settled by the partition's commit point, part_commit.c) and consumer dispatch. */
 #include "config.h"
 #include "server/broker.h"
 
@@ -75,33 +75,28 @@ void mqd_pending_pool_free(mqd_server_t *s)
     s->n_pend_free = 0;
 }
 
+/* The store's stable callback: everything it implies goes through the commit point. */
 static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
 {
-    mqd_part_t *p = arg;
-    while (p->pend_head && p->pend_head->last_offset < stable) {
-        mqd_pending_t *pe = p->pend_head;
-        p->pend_head = pe->next;
-        if (!p->pend_head)
-            p->pend_tail = NULL;
-        mqd_hist_observe(&p->topic->srv->h_append_stable, (double)(mqd_mono_ns() - pe->t_ns) / 1e9);
-        if (!pe->conn->closed) {
-            pn_link_t *l = mqd_delivery_unhold(pe->dlv);
-            if (pe->txn) {
-                mqd_txn_settle(pe->dlv, pe->txn, PN_ACCEPTED);
-            } else {
-                pn_delivery_update(pe->dlv, PN_ACCEPTED);
-                pn_delivery_settle(pe->dlv);
-            }
-            mqd_link_reap(l); /* a detached producer link goes with its last send */
-            mqd_conn_mark_dirty(pe->conn);
-        }
-        mqd_conn_unref(pe->conn);
-        mqd_pending_release(p->topic->srv, pe);
-    }
-    mqd_part_log_event(p); /* failed (its other sends get an outcome now) or resumed */
-    if (!mqd_dlist_empty(&p->topic->consumers))
-        mqd_topic_dispatch_soon(p->topic);
-    mqd_txns_stable_advanced(p->topic->srv); /* commits waiting for their records */
+    MQD_UNUSED(log);
+    mqd_part_stable_advanced(arg, stable);
+}
+
+/* Commit point subscribers: consumers waiting for data, commits waiting for records. */
+static void wake_consumers(mqd_part_t *p, uint64_t visible_end, void *arg)
+{
+    mqd_topic_t *t = arg;
+    MQD_UNUSED(p);
+    MQD_UNUSED(visible_end);
+    if (!mqd_dlist_empty(&t->consumers))
+        mqd_topic_dispatch_soon(t);
+}
+
+static void wake_txns(mqd_part_t *p, uint64_t visible_end, void *arg)
+{
+    MQD_UNUSED(p);
+    MQD_UNUSED(visible_end);
+    mqd_txns_stable_advanced(arg);
 }
 
 /* The store's name for a topic: '/' (only in "T/$DeadLetterQueue") becomes "%2F", which
@@ -129,9 +124,16 @@ static int part_open(mqd_topic_t *t, uint32_t id)
     mqd_part_t *p = &t->parts[id];
     p->topic = t;
     p->id = id;
-    int rc = mqd_store_log_open(t->srv->store, sname, id, &t->conf.log, &p->log);
+    /* the commit point first: a partition whose log is open counts (topic_grow) and is
+     * freed with part_free, but one that failed here is not */
+    int rc = mqd_part_commit_init(p);
+    if (rc == 0 && (rc = mqd_part_commit_subscribe(p, wake_consumers, t)) == 0)
+        rc = mqd_part_commit_subscribe(p, wake_txns, t->srv);
+    if (rc == 0)
+        rc = mqd_store_log_open(t->srv->store, sname, id, &t->conf.log, &p->log);
     if (rc != 0) {
         MQD_ERR("topic", "open %s/%u: %s", t->name, id, mqd_strerror(rc));
+        mqd_part_commit_free(p);
         return rc;
     }
     mqd_plog_set_stable_cb(p->log, on_stable, p);
@@ -367,8 +369,11 @@ static void drop_stale_temporaries(mqd_server_t *s)
 static uint64_t topic_messages(const mqd_topic_t *t)
 {
     uint64_t n = 0;
-    for (uint32_t i = 0; i < t->nparts; i++)
-        n += mqd_plog_stable_offset(t->parts[i].log) - mqd_plog_start_offset(t->parts[i].log);
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        uint64_t end = mqd_part_visible_end(&t->parts[i], MQD_READ_UNCOMMITTED);
+        uint64_t start = mqd_plog_start_offset(t->parts[i].log);
+        n += end > start ? end - start : 0; /* a replicated watermark may lag the start */
+    }
     return n;
 }
 
@@ -438,6 +443,7 @@ static void part_free(mqd_part_t *p)
     free(p->otx);
     p->otx = NULL;
     p->n_otx = p->cap_otx = 0;
+    mqd_part_commit_free(p);
     if (p->log)
         mqd_plog_set_stable_cb(p->log, NULL, NULL);
 }

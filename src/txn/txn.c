@@ -827,10 +827,11 @@ static int write_decision(mqd_server_t *s, mqd_txn_t *t)
     return rc;
 }
 
+/* Is every record of t below its partition's visible end (not only on the local disk)? */
 static bool records_stable(const mqd_txn_t *t)
 {
     for (size_t i = 0; i < t->n_parts; i++)
-        if (mqd_plog_stable_offset(tp(&t->parts[i])->log) <= t->parts[i].last)
+        if (mqd_part_visible_end(tp(&t->parts[i]), MQD_READ_UNCOMMITTED) <= t->parts[i].last)
             return false;
     return true;
 }
@@ -928,19 +929,22 @@ void mqd_txns_decide(mqd_server_t *s)
     }
 }
 
-/* Commits whose records have become stable (called when a partition's stable rose). */
 /* Did a partition the transaction wrote to fail before its records were stable? They
  * are gone (a resume truncates them and reuses their offsets): it can never commit. */
 static bool records_lost(const mqd_txn_t *t)
 {
     for (size_t i = 0; i < t->n_parts; i++) {
         mqd_plog_t *log = tp(&t->parts[i])->log;
+        /* the log's own stable (= durable once failed), not the commit point: this asks
+         * what the failure destroyed, not what readers may see */
         if (mqd_plog_failed(log) && mqd_plog_stable_offset(log) <= t->parts[i].last)
             return true;
     }
     return false;
 }
 
+/* Commits whose records have become stable (a subscriber of every partition's commit
+ * point: called when a visible end moved or a log failed). */
 void mqd_txns_stable_advanced(mqd_server_t *s)
 {
     mqd_txns_t *x = s->txns;

@@ -1,0 +1,156 @@
+/* The commit point of a partition (issue 18, point 2): how far a reader may read and
+ * when a send is settled are decided here and nowhere else.
+ *
+ *   visible end (read-uncommitted) = min(store's stable offset, high watermark)
+ *   visible end (read-committed)   = min(that, last stable offset of open transactions)
+ *
+ * Single node, the high watermark follows the stable offset (it is set to it on every
+ * stable callback); replication calls mqd_part_set_hw() and from then on the watermark
+ * is what followers confirmed. When the visible end moves, the sends waiting for it are
+ * settled (one walk of the partition's FIFO per advance, not per subscriber) and then
+ * the subscribers (consumers, transactions; later replication) are told once.
+ */
+#include "config.h"
+#include "server/broker.h"
+
+#include <proton/disposition.h>
+#include <stdlib.h>
+
+/* A partition has a fixed few subscribers (consumers, transactions, replication). */
+#define MAX_SUBS 4
+
+struct mqd_part_commit {
+    uint64_t hw;     /* high watermark; = stable while not replicated */
+    bool replicated; /* mqd_part_set_hw was called: hw no longer follows stable */
+    struct {
+        mqd_part_commit_fn fn;
+        void *arg;
+    } subs[MAX_SUBS];
+    size_t n_subs;
+};
+
+int mqd_part_commit_init(mqd_part_t *p)
+{
+    p->commit = calloc(1, sizeof *p->commit);
+    return p->commit ? 0 : MQD_ENOMEM;
+}
+
+void mqd_part_commit_free(mqd_part_t *p)
+{
+    free(p->commit);
+    p->commit = NULL;
+}
+
+uint64_t mqd_part_hw(const mqd_part_t *p)
+{
+    /* Not replicated, the watermark is the live stable offset: the flusher raises it
+     * between two dispatches, and readers have always seen records as soon as the store
+     * calls them stable (a copy taken at the last callback would hold them back). */
+    if (!p->commit || !p->commit->replicated)
+        return mqd_plog_stable_offset(p->log);
+    return p->commit->hw;
+}
+
+uint64_t mqd_part_visible_end(const mqd_part_t *p, mqd_isolation_t iso)
+{
+    uint64_t stable = mqd_plog_stable_offset(p->log); /* a failed log: its durable offset */
+    uint64_t hw = p->commit && p->commit->replicated ? p->commit->hw : stable;
+    uint64_t end = hw < stable ? hw : stable;
+    if (iso == MQD_READ_COMMITTED) {
+        uint64_t lso = mqd_txn_lso(p);
+        if (lso < end)
+            end = lso;
+    }
+    return end;
+}
+
+int mqd_part_commit_subscribe(mqd_part_t *p, mqd_part_commit_fn fn, void *arg)
+{
+    mqd_part_commit_t *c = p->commit;
+    if (!c)
+        return MQD_ESTATE;
+    if (c->n_subs == MAX_SUBS)
+        return MQD_ENOMEM;
+    c->subs[c->n_subs].fn = fn;
+    c->subs[c->n_subs++].arg = arg;
+    return 0;
+}
+
+void mqd_part_commit_unsubscribe(mqd_part_t *p, mqd_part_commit_fn fn, void *arg)
+{
+    mqd_part_commit_t *c = p->commit;
+    for (size_t i = 0; c && i < c->n_subs; i++) {
+        if (c->subs[i].fn == fn && c->subs[i].arg == arg) {
+            for (size_t k = i + 1; k < c->n_subs; k++) /* keeps the order of the others */
+                c->subs[k - 1] = c->subs[k];
+            c->n_subs--;
+            return;
+        }
+    }
+}
+
+/* Settles, in offset order, every send whose last record is below `visible`. */
+static void settle_sends(mqd_part_t *p, uint64_t visible)
+{
+    mqd_server_t *s = p->topic->srv;
+    while (p->pend_head && p->pend_head->last_offset < visible) {
+        mqd_pending_t *pe = p->pend_head;
+        p->pend_head = pe->next;
+        if (!p->pend_head)
+            p->pend_tail = NULL;
+        mqd_hist_observe(&s->h_append_stable, (double)(mqd_mono_ns() - pe->t_ns) / 1e9);
+        if (!pe->conn->closed) {
+            pn_link_t *l = mqd_delivery_unhold(pe->dlv);
+            if (pe->txn) {
+                mqd_txn_settle(pe->dlv, pe->txn, PN_ACCEPTED);
+            } else {
+                pn_delivery_update(pe->dlv, PN_ACCEPTED);
+                pn_delivery_settle(pe->dlv);
+            }
+            mqd_link_reap(l); /* a detached producer link goes with its last send */
+            mqd_conn_mark_dirty(pe->conn);
+        }
+        mqd_conn_unref(pe->conn);
+        mqd_pending_release(s, pe);
+    }
+}
+
+/* Settlement, then (after a store event) the log's failure or resume, then the
+ * subscribers. The order matters on a failure: sends below the durable offset are
+ * accepted before partfail.c rejects the rest, and transactions judge what is left. */
+static void advance(mqd_part_t *p, bool store_event)
+{
+    uint64_t visible = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
+    settle_sends(p, visible);
+    if (store_event)
+        mqd_part_log_event(p);
+    mqd_part_commit_t *c = p->commit;
+    if (!c)
+        return;
+    /* a subscriber must not subscribe or unsubscribe from inside its callback */
+    for (size_t i = 0; i < c->n_subs; i++)
+        c->subs[i].fn(p, visible, c->subs[i].arg);
+}
+
+void mqd_part_stable_advanced(mqd_part_t *p, uint64_t stable)
+{
+    if (p->commit && !p->commit->replicated)
+        p->commit->hw = stable;
+    /* Every store callback is passed on, also one that did not move the visible end: a
+     * failed or resumed log reports through it too. */
+    advance(p, true);
+}
+
+void mqd_part_set_hw(mqd_part_t *p, uint64_t hw)
+{
+    mqd_part_commit_t *c = p->commit;
+    if (!c)
+        return;
+    uint64_t before = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
+    c->replicated = true;
+    c->hw = hw;
+    /* only a rise: a fall (a new leader's lower watermark) settles nothing and wakes
+     * nobody, and the next rise is measured from where it fell to */
+    if (mqd_part_visible_end(p, MQD_READ_UNCOMMITTED) > before)
+        advance(p, false);
+}

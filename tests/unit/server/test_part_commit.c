@@ -1,0 +1,270 @@
+/* server: a partition's commit point (part_commit.c) against a real server object
+ * (meta.db + partition logs in a temp dir, flush = sync, no listeners).
+ *
+ * Records appended but not yet handed to the flusher (mqd_store_commit) are past the
+ * store's stable offset: the test uses that to hold a partition with end > stable.
+ *   - visible end: 0 of 3 appended before the sync, 3 after; the high watermark follows
+ *     the stable offset while not replicated;
+ *   - a group reset to an offset past the end (1000) lands on the visible end (3) with 2
+ *     more records appended and unsynced: the cursor used to clamp to the log's end (5),
+ *     which skips records whose sends were not settled yet;
+ *   - read-committed stops at an open transaction's first offset, read-uncommitted not;
+ *   - a replicated high watermark bounds the visible end and what a cursor delivers
+ *     (exactly hw - floor records), a rise notifies the subscribers once, in the order
+ *     they subscribed, a repeat or a fall does not, and a stable advance no longer moves
+ *     the watermark. */
+#include "config.h"
+#include "server/broker.h"
+#include "server/server.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fx {
+    char dir[64];
+    mqd_server_t *s;
+    mqd_topic_t *t;
+} fx_t;
+
+static mqd_server_t *server_open(const char *dir)
+{
+    mqd_conf_t *c;
+    char err[256], kv[256];
+    assert_int_equal(mqd_conf_new(&c), 0);
+    snprintf(kv, sizeof kv, "data_dir=%s", dir);
+    assert_int_equal(mqd_conf_set(c, kv, err, sizeof err), 0);
+    assert_int_equal(mqd_conf_set(c, "flush=sync", err, sizeof err), 0);
+    for (size_t i = 0; i < c->n_listen; i++)
+        free(c->listen[i]);
+    c->n_listen = 0; /* no sockets: the test drives the objects directly */
+    mqd_server_t *s = NULL;
+    assert_int_equal(mqd_server_new(c, NULL, &s), 0);
+    return s;
+}
+
+/* Appends n records ("rec <offset>") without handing them to the flusher. */
+static void append_unsynced(mqd_part_t *p, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char body[32];
+        int len = snprintf(body, sizeof body, "rec %llu",
+                           (unsigned long long)mqd_plog_end_offset(p->log));
+        assert_int_equal(mqd_part_append_ex(p, (const uint8_t *)body, (size_t)len, MQD_REC_DATA, 0,
+                                            NULL, NULL, NULL),
+                         0);
+    }
+}
+
+/* Syncs everything appended and runs the stable callbacks on this thread. */
+static void sync_all(fx_t *f, mqd_part_t *p)
+{
+    mqd_store_commit(f->s->store);
+    assert_int_equal(mqd_plog_wait_stable(p->log, mqd_plog_end_offset(p->log)), 0);
+    mqd_store_dispatch(f->s->store);
+}
+
+static int committed_cb(const mqd_group_part_info_t *pi, void *arg)
+{
+    ((uint64_t *)arg)[0] = pi->committed;
+    ((uint64_t *)arg)[1] = pi->log_end;
+    return 0;
+}
+
+static void group_position(mqd_topic_t *t, const char *g, uint64_t *committed, uint64_t *log_end)
+{
+    uint64_t v[2] = {UINT64_MAX, UINT64_MAX};
+    assert_int_equal(mqd_group_describe(t, g, committed_cb, v), 0);
+    *committed = v[0];
+    *log_end = v[1];
+}
+
+static void test_visible_end_and_seek(void **state)
+{
+    fx_t *f = *state;
+    mqd_part_t *p = &f->t->parts[0];
+    append_unsynced(p, 3);
+    assert_int_equal(mqd_plog_end_offset(p->log), 3);
+    assert_int_equal(mqd_part_visible_end(p, MQD_READ_UNCOMMITTED), 0);
+    assert_int_equal(mqd_part_hw(p), 0);
+    sync_all(f, p);
+    assert_int_equal(mqd_part_visible_end(p, MQD_READ_UNCOMMITTED), 3);
+    assert_int_equal(mqd_part_visible_end(p, MQD_READ_COMMITTED), 3);
+    assert_int_equal(mqd_part_hw(p), 3);
+
+    append_unsynced(p, 2); /* end 5, stable 3 */
+    assert_int_equal(mqd_plog_end_offset(p->log), 5);
+    uint64_t committed, log_end;
+    assert_int_equal(mqd_group_reset(f->t, "g", MQD_RESET_OFFSET, 1000), 0);
+    group_position(f->t, "g", &committed, &log_end);
+    print_message("reset to 1000 with end 5, stable 3: committed %llu, reported end %llu\n",
+                  (unsigned long long)committed, (unsigned long long)log_end);
+    assert_int_equal(log_end, 3);
+    assert_int_equal(committed, 3);
+    assert_int_equal(mqd_group_reset(f->t, "g", MQD_RESET_LATEST, 0), 0);
+    group_position(f->t, "g", &committed, &log_end);
+    assert_int_equal(committed, 3);
+
+    /* once synced, the group reads both records it would have skipped */
+    sync_all(f, p);
+    mqd_group_t *g;
+    assert_int_equal(mqd_group_get(f->t, "g", &g), 0);
+    mqd_rec_t rec;
+    uint32_t dc;
+    uint64_t got[4];
+    size_t n = 0;
+    while (n < 4 && mqd_cursor_next(&g->cur[0], p, &rec, &dc))
+        got[n++] = rec.offset;
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0], 3);
+    assert_int_equal(got[1], 4);
+}
+
+static void test_read_committed_lso(void **state)
+{
+    fx_t *f = *state;
+    mqd_part_t *p = &f->t->parts[0];
+    append_unsynced(p, 6);
+    sync_all(f, p);
+    /* an open transaction whose first record here is offset 4 (as txn.c records it) */
+    struct {
+        uint64_t txn, first;
+    } one = {0x42, 4};
+    p->otx = malloc(sizeof one);
+    assert_non_null(p->otx);
+    memcpy(p->otx, &one, sizeof one);
+    p->n_otx = p->cap_otx = 1;
+    assert_int_equal(mqd_part_visible_end(p, MQD_READ_UNCOMMITTED), 6);
+    assert_int_equal(mqd_part_visible_end(p, MQD_READ_COMMITTED), 4);
+    mqd_group_t *g;
+    assert_int_equal(mqd_group_reset(f->t, "rc", MQD_RESET_EARLIEST, 0), 0);
+    assert_int_equal(mqd_group_get(f->t, "rc", &g), 0);
+    mqd_rec_t rec;
+    uint32_t dc;
+    size_t n = 0;
+    while (n < 10 && mqd_cursor_next(&g->cur[0], p, &rec, &dc))
+        n++;
+    assert_int_equal(n, 4); /* offsets 0..3 */
+    p->n_otx = 0;
+    assert_int_equal(mqd_part_visible_end(p, MQD_READ_COMMITTED), 6);
+}
+
+typedef struct seen {
+    int n;
+    uint64_t last;
+    char order[16];
+} seen_t;
+
+static void sub_a(mqd_part_t *p, uint64_t visible_end, void *arg)
+{
+    seen_t *s = arg;
+    MQD_UNUSED(p);
+    s->n++;
+    s->last = visible_end;
+    strncat(s->order, "a", sizeof s->order - strlen(s->order) - 1);
+}
+
+static void sub_b(mqd_part_t *p, uint64_t visible_end, void *arg)
+{
+    seen_t *s = arg;
+    MQD_UNUSED(p);
+    MQD_UNUSED(visible_end);
+    strncat(s->order, "b", sizeof s->order - strlen(s->order) - 1);
+}
+
+static void test_high_watermark(void **state)
+{
+    fx_t *f = *state;
+    mqd_part_t *p = &f->t->parts[0];
+    seen_t seen = {0};
+    assert_int_equal(mqd_part_commit_subscribe(p, sub_a, &seen), 0);
+    assert_int_equal(mqd_part_commit_subscribe(p, sub_b, &seen), 0);
+    assert_int_equal(mqd_part_commit_subscribe(p, sub_b, NULL), MQD_ENOMEM); /* 2 + 2 = 4 */
+    append_unsynced(p, 5);
+    sync_all(f, p);
+    assert_int_equal(seen.n, 1); /* the stable callback, hw following it */
+    assert_int_equal(seen.last, 5);
+
+    mqd_part_set_hw(p, 2); /* replicated: followers hold 0..1 */
+    assert_int_equal(mqd_part_hw(p), 2);
+    assert_int_equal(mqd_part_visible_end(p, MQD_READ_UNCOMMITTED), 2);
+    assert_int_equal(seen.n, 1); /* a fall is no advance */
+    mqd_group_t *g;
+    assert_int_equal(mqd_group_reset(f->t, "h", MQD_RESET_EARLIEST, 0), 0);
+    assert_int_equal(mqd_group_get(f->t, "h", &g), 0);
+    mqd_rec_t rec;
+    uint32_t dc;
+    size_t n = 0;
+    while (n < 10 && mqd_cursor_next(&g->cur[0], p, &rec, &dc))
+        n++;
+    assert_int_equal(n, 2);
+
+    mqd_part_set_hw(p, 4);
+    assert_int_equal(seen.n, 2);
+    assert_int_equal(seen.last, 4);
+    assert_string_equal(seen.order, "abab");
+    mqd_part_set_hw(p, 4);
+    assert_int_equal(seen.n, 2); /* a repeat is no advance */
+    while (n < 10 && mqd_cursor_next(&g->cur[0], p, &rec, &dc))
+        n++;
+    assert_int_equal(n, 4);
+
+    append_unsynced(p, 3); /* stable 8: the watermark stays at 4 */
+    sync_all(f, p);
+    assert_int_equal(mqd_part_hw(p), 4);
+    assert_int_equal(mqd_part_visible_end(p, MQD_READ_UNCOMMITTED), 4);
+    assert_int_equal(seen.n, 3); /* store callbacks are passed on */
+    assert_int_equal(seen.last, 4);
+
+    mqd_part_set_hw(p, UINT64_MAX); /* past stable: stable bounds it */
+    assert_int_equal(mqd_part_visible_end(p, MQD_READ_UNCOMMITTED), 8);
+    assert_int_equal(seen.n, 4);
+    assert_int_equal(seen.last, 8);
+    mqd_part_commit_unsubscribe(p, sub_a, &seen);
+    mqd_part_set_hw(p, 3);
+    mqd_part_set_hw(p, 8);
+    assert_int_equal(seen.n, 4);
+    assert_string_equal(seen.order, "ababababb"); /* after a left, b alone */
+    mqd_part_commit_unsubscribe(p, sub_b, &seen);
+}
+
+static int setup(void **state)
+{
+    fx_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    strcpy(f->dir, "/tmp/mqd-commit-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    f->s = server_open(f->dir);
+    assert_int_equal(mqd_topic_create(f->s, "vc", 1, NULL, &f->t), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx_t *f = *state;
+    mqd_conf_t *c = f->s->conf;
+    mqd_server_free(f->s);
+    mqd_conf_free(c);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+    assert_int_equal(system(cmd), 0);
+    free(f);
+    return 0;
+}
+
+int main(void)
+{
+    mqd_log_set_level(MQD_LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_visible_end_and_seek, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_committed_lso, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_high_watermark, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
