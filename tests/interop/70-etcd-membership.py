@@ -1,0 +1,297 @@
+#!/usr/bin/python3
+"""cluster = etcd (issue 19 point 1, the foundation): node membership and controller
+election against a real etcd 3.4 that the test starts on loopback free ports with its own
+data dir (stopped by PID). Three real mqd processes, node_id 1..3, racks a/b/c,
+lease_ttl_ms = 3000. Everything is read back from etcd's JSON gateway directly (urllib,
+base64-decoded keys and values):
+
+(a) registration: /mqd/nodes/1..3 hold {id, address = the node's listener, rack, started}
+    each under its own lease; exactly one /mqd/controller, whose {"id"} names a node and
+    whose lease is that node's; exactly one broker log says it is controller. Nodes 1 and 3
+    list a dead endpoint first in etcd_endpoints: they move on to the live one.
+(b) SIGKILL of the controller: another node holds the controller key within
+    lease_ttl_ms x 2 + 2 s (the takeover time is measured and logged); the killed node's
+    key is gone with its lease.
+(c) the killed node restarts: it registers again under a new lease and does not take the
+    controller key from the node holding it (same holder, same create_revision 2 TTLs on).
+(d) SIGTERM of the controller: its lease is revoked, so the key moves at once (well under
+    the TTL) and its node key is gone at once.
+(e) etcd SIGKILLed and started again on the same data dir and ports: all nodes registered
+    again and exactly one controller (its lease = its node key's lease).
+(f) config: cluster = etcd without node_id, and node_id = 0, are errors naming FILE:LINE
+    and node_id; cluster = none (the default) logs no cluster activity at all."""
+
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mqdtest  # noqa: E402
+from mqdtest import SLOW, check, fail, log, skip  # noqa: E402
+
+TTL_MS = 3000
+
+
+class Etcd:
+    """One etcd member on 127.0.0.1 (client port, peer port, data dir fixed across restarts)."""
+
+    def __init__(self, t):
+        self.t = t
+        self.port = mqdtest.free_port()
+        self.peer = mqdtest.free_port()
+        self.data = os.path.join(t.tmpdir, "etcd-data")
+        self.proc = None
+        self.starts = 0
+
+    def start(self):
+        self.starts += 1
+        cu = "http://127.0.0.1:%d" % self.port
+        pu = "http://127.0.0.1:%d" % self.peer
+        argv = ["etcd", "--name", "default", "--data-dir", self.data,
+                "--listen-client-urls", cu, "--advertise-client-urls", cu,
+                "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
+                "--initial-cluster", "default=" + pu,
+                "--experimental-watch-progress-notify-interval=2s"]
+        lf = open(os.path.join(self.t.tmpdir, "etcd.%d.log" % self.starts), "wb")
+        self.proc = self.t.spawn(argv, stdout=lf, stderr=subprocess.STDOUT)
+        lf.close()
+        deadline = time.monotonic() + 20 * SLOW
+        while True:
+            try:
+                post(self.port, "/v3/kv/range", {"key": b64("/")})
+                break
+            except (OSError, urllib.error.URLError):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    fail("etcd did not start (%s)" % mqdtest.describe_status(self.proc.poll()))
+                time.sleep(0.1)
+        log("etcd %d up on port %d (pid %d)" % (self.starts, self.port, self.proc.pid))
+
+    def kill(self):
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        log("etcd SIGKILLed")
+
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+def post(port, path, body):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5 * SLOW) as r:
+        return json.loads(r.read())
+
+
+def read_keys(port, prefix):
+    """{key: (value bytes, lease int, create_revision int)} of every key under prefix."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    r = post(port, "/v3/kv/range", {"key": b64(prefix), "range_end": b64(end)})
+    out = {}
+    for kv in r.get("kvs", []):
+        out[base64.b64decode(kv["key"]).decode()] = (
+            base64.b64decode(kv.get("value", "")), int(kv.get("lease", "0")),
+            int(kv.get("create_revision", "0")))
+    return out
+
+
+def view(port):
+    """(nodes {id: (json, lease)}, controller (id, lease, create_rev) or None) from etcd."""
+    keys = read_keys(port, "/mqd/")
+    nodes, ctl = {}, None
+    for k, (v, lease, crev) in keys.items():
+        m = re.fullmatch(r"/mqd/nodes/(\d+)", k)
+        if m:
+            nodes[int(m.group(1))] = (json.loads(v), lease)
+        elif k == "/mqd/controller":
+            ctl = (json.loads(v)["id"], lease, crev)
+    return nodes, ctl
+
+
+def wait_for(what, pred, timeout):
+    deadline = time.monotonic() + timeout * SLOW
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            fail("timed out after %.1fs waiting for %s" % (timeout * SLOW, what))
+        time.sleep(0.05)
+
+
+def claims(b):
+    """Does broker b's latest log say it is the controller now?"""
+    text = open(b.logs[-1], errors="replace").read()
+    gained = [m.start() for m in re.finditer(r"cluster: controller: this node \(\d+\) since", text)]
+    lost = [m.start() for m in re.finditer(r"cluster: controller: this node \(\d+\) lost", text)]
+    return bool(gained) and (not lost or gained[-1] > lost[-1])
+
+
+def check_one_controller(port, brokers, when):
+    nodes, ctl = view(port)
+    check(ctl is not None, "%s: no controller key" % when)
+    cid, clease, crev = ctl
+    check(cid in nodes, "%s: controller %d is not a registered node (%s)" % (when, cid, sorted(nodes)))
+    check(clease == nodes[cid][1] and clease != 0,
+          "%s: controller key lease %x is not node %d's lease %x" % (when, clease, cid, nodes[cid][1]))
+    live = {i: b for i, b in brokers.items() if b.alive()}
+    who = wait_for("%s: exactly one broker claiming the controller role" % when,
+                   lambda: [i for i, b in live.items() if claims(b)] if
+                   [i for i, b in live.items() if claims(b)] == [cid] else None, 5)
+    log("%s: controller = node %d (create_revision %d), brokers claiming it: %s" % (when, cid, crev, who))
+    return cid, crev
+
+
+def all_registered(port, ids):
+    nodes, ctl = view(port)
+    return (nodes, ctl) if sorted(nodes) == sorted(ids) and ctl is not None else None
+
+
+def body(t):
+    if shutil.which("etcd") is None:
+        skip("etcd is not on PATH (Debian: apt-get install etcd-server; scripts/setup.sh does)")
+    coll = mqdtest.Collect()
+    with coll.case("(f) config errors and single-node mode"):
+        case_config(t)
+    etcd = Etcd(t)
+    etcd.start()
+    dead = mqdtest.free_port()  # nothing listens there
+    brokers = {}
+    for i, rack in ((1, "a"), (2, "b"), (3, "c")):
+        eps = "http://127.0.0.1:%d" % etcd.port
+        if i != 2:
+            eps = "http://127.0.0.1:%d,%s" % (dead, eps)
+        brokers[i] = t.broker("n%d" % i, start=False, sets={
+            "cluster": "etcd", "etcd_endpoints": eps, "node_id": str(i), "rack": rack,
+            "lease_ttl_ms": str(TTL_MS)})
+    t0 = int(time.time() * 1000)
+    for b in brokers.values():
+        b.start()
+    with coll.case("(a) three nodes registered, one controller"):
+        nodes, ctl = wait_for("3 nodes and a controller in etcd",
+                              lambda: all_registered(etcd.port, [1, 2, 3]), 10)
+        now = int(time.time() * 1000)
+        leases = set()
+        for i, rack in ((1, "a"), (2, "b"), (3, "c")):
+            v, lease = nodes[i]
+            check(v["id"] == i and v["rack"] == rack and v["address"] == brokers[i].hostport,
+                  "node %d registered as %r" % (i, v))
+            check(t0 - 1000 <= v["started"] <= now, "node %d started=%r not in [%d, %d]" % (i, v["started"], t0, now))
+            check(lease != 0, "node %d key has no lease" % i)
+            leases.add(lease)
+        check(len(leases) == 3, "3 nodes share leases: %s" % leases)
+        log("(a) registered: %s" % {i: (nodes[i][0], "%x" % nodes[i][1]) for i in nodes})
+        check_one_controller(etcd.port, brokers, "(a)")
+        for i in (1, 3):
+            text = open(brokers[i].logs[-1], errors="replace").read()
+            check("etcd 127.0.0.1:%d failed: trying 127.0.0.1:%d" % (dead, etcd.port) in text and
+                  "via etcd 127.0.0.1:%d" % etcd.port in text,
+                  "node %d did not move from the dead endpoint %d to %d" % (i, dead, etcd.port))
+        for i, b in brokers.items():
+            wait_for("node %d logging the view with 3 nodes" % i,
+                     lambda: re.search(r"cluster: view: controller=[123] nodes=\[1,2,3\]",
+                                       open(b.logs[-1], errors="replace").read()), 5)
+    with coll.case("(b) SIGKILL of the controller: takeover after the lease"):
+        cid, _ = check_one_controller(etcd.port, brokers, "(b) before")
+        old_lease = view(etcd.port)[0][cid][1]
+        t_kill = time.monotonic()
+        brokers[cid].kill()
+        bound = (2 * TTL_MS / 1000 + 2) * SLOW
+        _, ctl = wait_for("another controller", lambda: (lambda v: v if v[1] and v[1][0] != cid else None)(
+            view(etcd.port)), bound / SLOW)
+        took = time.monotonic() - t_kill
+        log("(b) controller %d SIGKILLed: node %d took over after %.2f s (bound %.1f s, TTL %.1f s)"
+            % (cid, ctl[0], took, bound, TTL_MS / 1000))
+        check(took <= bound, "(b) takeover took %.2f s > %.1f s" % (took, bound))
+        check(took >= 1.0, "(b) takeover after %.2f s: before the lease could expire?" % took)
+        nodes, _ = view(etcd.port)
+        check(cid not in nodes, "(b) killed node %d still registered: %r" % (cid, nodes.get(cid)))
+        check_one_controller(etcd.port, brokers, "(b) after")
+        killed = cid
+    with coll.case("(c) the killed node returns as a follower"):
+        _, ctl_before = view(etcd.port)
+        brokers[killed].start()
+        nodes, _ = wait_for("node %d registered again" % killed,
+                            lambda: all_registered(etcd.port, [1, 2, 3]), 10)
+        check(nodes[killed][1] not in (0, old_lease), "(c) node %d's new lease %x (old %x)"
+              % (killed, nodes[killed][1], old_lease))
+        time.sleep(2 * TTL_MS / 1000)
+        _, ctl_after = view(etcd.port)
+        check(ctl_after == ctl_before, "(c) controller changed from %r to %r after node %d returned"
+              % (ctl_before, ctl_after, killed))
+        check(not claims(brokers[killed]), "(c) node %d claims the controller role" % killed)
+        log("(c) node %d back under lease %x; controller still %d (create_revision %d)"
+            % (killed, nodes[killed][1], ctl_after[0], ctl_after[2]))
+    with coll.case("(d) SIGTERM of the controller: the lease is revoked, the key moves at once"):
+        cid, _ = check_one_controller(etcd.port, brokers, "(d) before")
+        t_term = time.monotonic()
+        brokers[cid].proc.send_signal(signal.SIGTERM)
+        _, ctl = wait_for("another controller", lambda: (lambda v: v if v[1] and v[1][0] != cid else None)(
+            view(etcd.port)), TTL_MS / 1000)
+        took = time.monotonic() - t_term
+        nodes, _ = view(etcd.port)
+        log("(d) controller %d SIGTERMed: node %d took over after %.3f s (TTL %.1f s)"
+            % (cid, ctl[0], took, TTL_MS / 1000))
+        check(took < TTL_MS / 1000 / 2 * SLOW, "(d) takeover took %.2f s: not under half the TTL" % took)
+        check(cid not in nodes, "(d) node %d still registered after a clean stop" % cid)
+        brokers[cid].proc.wait(timeout=20 * SLOW)
+        check(brokers[cid].proc.returncode == 0, "(d) node %d exit %s" % (cid, brokers[cid].proc.returncode))
+        check(re.search(r"cluster: lease [0-9a-f]+ revoked", open(brokers[cid].logs[-1], errors="replace").read()),
+              "(d) node %d did not log its lease revoked" % cid)
+        brokers[cid].start()
+        wait_for("node %d registered again" % cid, lambda: all_registered(etcd.port, [1, 2, 3]), 10)
+    with coll.case("(e) etcd restarted mid-run"):
+        etcd.kill()
+        time.sleep(1.0)
+        etcd.start()
+        t_up = time.monotonic()
+        wait_for("3 nodes and a controller after the etcd restart",
+                 lambda: all_registered(etcd.port, [1, 2, 3]), 2 * TTL_MS / 1000 + 10)
+        # settle past a lease period: whatever was re-granted has re-registered by then
+        time.sleep(TTL_MS / 1000 + 1)
+        nodes, _ = wait_for("3 nodes and a controller, settled",
+                            lambda: all_registered(etcd.port, [1, 2, 3]), 2 * TTL_MS / 1000 + 5)
+        cid, crev = check_one_controller(etcd.port, brokers, "(e)")
+        for i, b in brokers.items():
+            b.check_alive("after the etcd restart")
+        log("(e) etcd back: 3 nodes registered (leases %s), controller %d, %.1f s after etcd came up"
+            % (sorted("%x" % nodes[i][1] for i in nodes), cid, time.monotonic() - t_up))
+    for b in brokers.values():
+        b.stop()
+    coll.finish()
+
+
+def case_config(t):
+    d = t.tmpdir
+    for name, text, want in (
+            ("no-id", "listen = 127.0.0.1:5999\ncluster = etcd\netcd_endpoints = http://127.0.0.1:2379\n",
+             r"no-id\.conf:2: node_id: missing"),
+            ("zero-id", "cluster = etcd\nnode_id = 0\netcd_endpoints = http://127.0.0.1:2379\n",
+             r"zero-id\.conf:2: node_id: "),
+            ("bad-ep", "cluster = etcd\nnode_id = 1\netcd_endpoints = 127.0.0.1:2379\n",
+             r"bad-ep\.conf:3: etcd_endpoints: expected http://")):
+        path = os.path.join(d, name + ".conf")
+        with open(path, "w") as f:
+            f.write(text)
+        p = subprocess.run([mqdtest.mqd_bin(), "--check-config", "-c", path], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=30 * SLOW)
+        out = p.stdout.decode(errors="replace")
+        check(p.returncode != 0 and re.search(want, out), "(f) %s: exit %d, output %r" % (name, p.returncode, out))
+        log("(f) %s: %s" % (name, out.strip().splitlines()[-1]))
+    b = t.broker("single")
+    time.sleep(0.5)
+    b.stop()
+    text = open(b.logs[-1], errors="replace").read()
+    check(" cluster:" not in text, "(f) cluster = none logged cluster activity:\n%s" % text)
+
+
+if __name__ == "__main__":
+    mqdtest.main(body, timeout=300)
