@@ -100,14 +100,16 @@ int mqd_etcd_lease_revoke(mqd_etcd_t *e, int64_t id, mqd_etcd_cb cb, void *arg);
  * clean shutdown after the main loop has stopped. 0 when etcd confirmed it. */
 int mqd_etcd_lease_revoke_sync(mqd_etcd_t *e, int64_t id, uint32_t timeout_ms);
 
-/* A watch of key (or every key under it): first a SNAPSHOT of the range, then PUT and
- * DELETE events in revision order. After a broken stream it resumes at the next revision;
- * after a compaction it re-reads the range (a new SNAPSHOT) and watches on from there. */
+/* A watch of key (or every key under it): with start_rev 0 first a SNAPSHOT of the range,
+ * then PUT and DELETE events in revision order; with start_rev > 0 the events from that
+ * revision on. After a broken stream it resumes at the next revision; when the revision it
+ * needs was compacted it re-reads the range (a new SNAPSHOT) and watches on from there. */
 typedef enum { MQD_ETCD_EV_SNAPSHOT, MQD_ETCD_EV_PUT, MQD_ETCD_EV_DELETE } mqd_etcd_ev_t;
 typedef void (*mqd_etcd_watch_cb)(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs,
                                   size_t n, int64_t revision);
 int mqd_etcd_watch_new(mqd_etcd_t *e, const char *key, size_t klen, bool prefix,
-                       mqd_etcd_watch_cb cb, void *arg, mqd_etcd_watch_t **out);
+                       int64_t start_rev, mqd_etcd_watch_cb cb, void *arg,
+                       mqd_etcd_watch_t **out);
 void mqd_etcd_watch_free(mqd_etcd_watch_t *w);
 
 /* ---- membership ---- */

@@ -29,9 +29,12 @@ int mqd_etcd_b64_decode(const char *in, size_t n, char **out, size_t *outlen)
 {
     if (n > (1u << 28))
         return MQD_ETOOBIG;
-    /* EVP_DecodeUpdate skips whitespace and stops at '-': JSON strings have neither */
-    if (memchr(in, '-', n) != NULL || strcspn(in, " \t\r\n") < n)
-        return MQD_EINVAL;
+    /* EVP_DecodeUpdate skips whitespace and stops at '-': JSON strings have neither (and
+     * in[] need not end in a NUL: no str* functions) */
+    for (size_t i = 0; i < n; i++)
+        if (in[i] == '-' || in[i] == ' ' || in[i] == '\t' || in[i] == '\r' || in[i] == '\n' ||
+            in[i] == '\0')
+            return MQD_EINVAL;
     int rc = MQD_ENOMEM;
     unsigned char *d = malloc(3 * (n / 4) + 4);
     EVP_ENCODE_CTX *ctx = EVP_ENCODE_CTX_new();

@@ -307,6 +307,8 @@ int mqd_etcd_lines_feed(mqd_etcd_lines_t *l, const char *data, size_t n,
 {
     if (l->len + n > MQD_ETCD_LINE_MAX + 2)
         return MQD_ETOOBIG;
+    if (n == 0)
+        return 0; /* nothing new: every complete line went out already */
     if (l->len + n > l->cap) {
         size_t cap = l->cap ? l->cap : 4096;
         while (cap < l->len + n)
@@ -317,8 +319,7 @@ int mqd_etcd_lines_feed(mqd_etcd_lines_t *l, const char *data, size_t n,
         l->buf = b;
         l->cap = cap;
     }
-    if (n > 0)
-        memcpy(l->buf + l->len, data, n);
+    memcpy(l->buf + l->len, data, n);
     l->len += n;
     size_t start = 0;
     int rc = 0;

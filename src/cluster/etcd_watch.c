@@ -201,13 +201,14 @@ static void watch_step(mqd_etcd_watch_t *w)
 }
 
 int mqd_etcd_watch_new(mqd_etcd_t *e, const char *key, size_t klen, bool prefix,
-                       mqd_etcd_watch_cb cb, void *arg, mqd_etcd_watch_t **out)
+                       int64_t start_rev, mqd_etcd_watch_cb cb, void *arg,
+                       mqd_etcd_watch_t **out)
 {
     mqd_etcd_watch_t *w = calloc(1, sizeof *w);
     if (w == NULL)
         return MQD_ENOMEM;
     *w = (mqd_etcd_watch_t){.e = e, .klen = klen, .prefix = prefix, .cb = cb, .arg = arg,
-                            .retry_ms = RETRY_FIRST_MS};
+                            .retry_ms = RETRY_FIRST_MS, .next_rev = start_rev > 0 ? start_rev : 0};
     w->key = malloc(klen + 1);
     w->ev_retry = evtimer_new(mqd_etcd_base(e), on_retry, w);
     if (w->key == NULL || w->ev_retry == NULL) {

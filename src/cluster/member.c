@@ -148,6 +148,19 @@ static void on_campaign(void *arg, const mqd_etcd_reply_t *r)
     }
 }
 
+static void on_resign(void *arg, const mqd_etcd_reply_t *r)
+{
+    bool stale;
+    mqd_cluster_t *m = op_end(arg, &stale);
+    if (stale)
+        return;
+    m->campaign_out = false;
+    if (r->rc != 0)
+        return;
+    set_controller(m, r->succeeded ? NULL : r->n_kvs ? &r->kvs[0] : NULL);
+    kick(m); /* campaign */
+}
+
 static void campaign(mqd_cluster_t *m)
 {
     mqd_etcd_cmp_t cmp = {m->ctl_key, strlen(m->ctl_key), MQD_ETCD_CMP_CREATE, 0};
@@ -157,6 +170,26 @@ static void campaign(mqd_cluster_t *m)
     mqd_etcd_txn_t t = {&cmp, 1, &put, &get, 1, 1};
     op_t *o = op_new(m);
     if (o != NULL && mqd_etcd_txn(m->etcd, &t, on_campaign, o) == 0)
+        m->campaign_out = true;
+    else
+        free(o);
+}
+
+/* The controller key names this node under a lease it no longer holds (an earlier lease
+ * or an earlier life of this node id): that term is over, since this node already acts as
+ * non-controller. Deleting it, if nobody changed it meanwhile (mod_revision compare),
+ * starts the next election now instead of after that lease's TTL. */
+static void resign_stale(mqd_cluster_t *m)
+{
+    mqd_etcd_cmp_t cmp = {m->ctl_key, strlen(m->ctl_key), MQD_ETCD_CMP_MOD,
+                          m->view.controller_mod_rev};
+    mqd_etcd_op_t del = {MQD_ETCD_OP_DELETE, m->ctl_key, NULL, strlen(m->ctl_key), 0, 0, false};
+    mqd_etcd_op_t get = {MQD_ETCD_OP_RANGE, m->ctl_key, NULL, strlen(m->ctl_key), 0, 0, false};
+    mqd_etcd_txn_t t = {&cmp, 1, &del, &get, 1, 1};
+    op_t *o = op_new(m);
+    MQD_NOTICE("cluster", "%s names this node under old lease %" PRIx64 ": deleting it",
+               m->ctl_key, (uint64_t)m->ctl_lease);
+    if (o != NULL && mqd_etcd_txn(m->etcd, &t, on_resign, o) == 0)
         m->campaign_out = true;
     else
         free(o);
@@ -245,8 +278,12 @@ static void step(mqd_cluster_t *m)
             free(o);
         return;
     }
-    if (m->ctl_known && m->view.controller == 0 && !m->campaign_out)
+    if (!m->ctl_known || m->campaign_out)
+        return;
+    if (m->view.controller == 0)
         campaign(m);
+    else if (m->view.controller == m->conf->node_id && m->ctl_lease != m->lease)
+        resign_stale(m);
 }
 
 static void on_kick(evutil_socket_t fd, short what, void *arg)
@@ -411,10 +448,10 @@ int mqd_cluster_new(struct event_base *base, const mqd_conf_t *conf, const mqd_c
     if (rc == 0 && m->ev_kick == NULL)
         rc = MQD_ENOMEM;
     if (rc == 0)
-        rc = mqd_etcd_watch_new(m->etcd, m->nodes_prefix, strlen(m->nodes_prefix), true,
+        rc = mqd_etcd_watch_new(m->etcd, m->nodes_prefix, strlen(m->nodes_prefix), true, 0,
                                 on_nodes, m, &m->w_nodes);
     if (rc == 0)
-        rc = mqd_etcd_watch_new(m->etcd, m->ctl_key, strlen(m->ctl_key), false, on_ctl, m,
+        rc = mqd_etcd_watch_new(m->etcd, m->ctl_key, strlen(m->ctl_key), false, 0, on_ctl, m,
                                 &m->w_ctl);
     if (rc != 0) {
         mqd_cluster_free(m);

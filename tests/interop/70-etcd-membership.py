@@ -16,8 +16,17 @@ base64-decoded keys and values):
     controller key from the node holding it (same holder, same create_revision 2 TTLs on).
 (d) SIGTERM of the controller: its lease is revoked, so the key moves at once (well under
     the TTL) and its node key is gone at once.
-(e) etcd SIGKILLed and started again on the same data dir and ports: all nodes registered
-    again and exactly one controller (its lease = its node key's lease).
+(e) etcd SIGKILLed for longer than the TTL and started again on the same data dir and
+    ports: every node saw its lease lost; all register again under new leases and exactly
+    one controller (its lease = its node key's lease) within 2.5 s of etcd's return: the
+    old controller deletes its stale key (kept alive by etcd's restored lease) at once.
+(g) the etcd client alone (etcd_probe, a dead endpoint first): put, prefix range (3 keys), txn
+    create-if-absent (fails on an existing key and reads it in the failure branch;
+    succeeds on a new one), compare-and-swap on mod_revision (current wins, stale loses),
+    lease grant / keepalive / revoke (the leased key goes, a keepalive of the revoked lease
+    has no TTL, a put under it is refused with gRPC code 5), a watch (snapshot, then the
+    put and the delete in order), a watch from a compacted revision (a fresh snapshot with
+    the latest value, then the next put), delete of the prefix (count).
 (f) config: cluster = etcd without node_id, and node_id = 0, are errors naming FILE:LINE
     and node_id; cluster = none (the default) logs no cluster activity at all."""
 
@@ -135,19 +144,37 @@ def claims(b):
     return bool(gained) and (not lost or gained[-1] > lost[-1])
 
 
-def check_one_controller(port, brokers, when):
+def one_controller(port, brokers):
+    """(controller id, create_revision) when etcd and the broker logs agree on exactly one
+    controller (its key under the lease of its node key), else a reason string."""
     nodes, ctl = view(port)
-    check(ctl is not None, "%s: no controller key" % when)
+    if ctl is None:
+        return "no controller key"
     cid, clease, crev = ctl
-    check(cid in nodes, "%s: controller %d is not a registered node (%s)" % (when, cid, sorted(nodes)))
-    check(clease == nodes[cid][1] and clease != 0,
-          "%s: controller key lease %x is not node %d's lease %x" % (when, clease, cid, nodes[cid][1]))
-    live = {i: b for i, b in brokers.items() if b.alive()}
-    who = wait_for("%s: exactly one broker claiming the controller role" % when,
-                   lambda: [i for i, b in live.items() if claims(b)] if
-                   [i for i, b in live.items() if claims(b)] == [cid] else None, 5)
-    log("%s: controller = node %d (create_revision %d), brokers claiming it: %s" % (when, cid, crev, who))
+    if cid not in nodes:
+        return "controller %d is not a registered node (%s)" % (cid, sorted(nodes))
+    if clease == 0 or clease != nodes[cid][1]:
+        return "controller key lease %x is not node %d's lease %x" % (clease, cid, nodes[cid][1])
+    who = [i for i, b in brokers.items() if b.alive() and claims(b)]
+    if who != [cid]:
+        return "brokers claiming the controller role: %s, etcd says %d" % (who, cid)
     return cid, crev
+
+
+def check_one_controller(port, brokers, when, timeout=2 * TTL_MS / 1000 + 2):
+    """Waits (bounded) for exactly one controller and returns (id, create_revision)."""
+    deadline = time.monotonic() + timeout * SLOW
+    t0 = time.monotonic()
+    while True:
+        got = one_controller(port, brokers)
+        if not isinstance(got, str):
+            break
+        if time.monotonic() > deadline:
+            fail("%s: after %.1f s: %s" % (when, timeout * SLOW, got))
+        time.sleep(0.05)
+    log("%s: controller = node %d (create_revision %d), agreed after %.2f s"
+        % (when, got[0], got[1], time.monotonic() - t0))
+    return got
 
 
 def all_registered(port, ids):
@@ -249,24 +276,93 @@ def body(t):
         brokers[cid].start()
         wait_for("node %d registered again" % cid, lambda: all_registered(etcd.port, [1, 2, 3]), 10)
     with coll.case("(e) etcd restarted mid-run"):
+        before = {i: lease for i, (_, lease) in view(etcd.port)[0].items()}
+        cid0, _ = check_one_controller(etcd.port, brokers, "(e) before")
         etcd.kill()
-        time.sleep(1.0)
+        # down for longer than the TTL: every node sees its lease lost and steps down; etcd
+        # keeps the old leases (and the old controller key) and restarts their TTLs
+        time.sleep(TTL_MS / 1000 + 1.5)
         etcd.start()
         t_up = time.monotonic()
-        wait_for("3 nodes and a controller after the etcd restart",
-                 lambda: all_registered(etcd.port, [1, 2, 3]), 2 * TTL_MS / 1000 + 10)
-        # settle past a lease period: whatever was re-granted has re-registered by then
-        time.sleep(TTL_MS / 1000 + 1)
-        nodes, _ = wait_for("3 nodes and a controller, settled",
-                            lambda: all_registered(etcd.port, [1, 2, 3]), 2 * TTL_MS / 1000 + 5)
         cid, crev = check_one_controller(etcd.port, brokers, "(e)")
+        took = time.monotonic() - t_up
+        nodes, _ = wait_for("3 nodes registered under new leases",
+                            lambda: (lambda v: v if sorted(v[0]) == [1, 2, 3] and all(
+                                v[0][i][1] != before[i] for i in (1, 2, 3)) else None)(view(etcd.port)),
+                            2 * TTL_MS / 1000 + 5)
         for i, b in brokers.items():
             b.check_alive("after the etcd restart")
-        log("(e) etcd back: 3 nodes registered (leases %s), controller %d, %.1f s after etcd came up"
-            % (sorted("%x" % nodes[i][1] for i in nodes), cid, time.monotonic() - t_up))
+            text = open(b.logs[-1], errors="replace").read()
+            check("lost (no keepalive answer within the TTL)" in text,
+                  "(e) node %d did not notice its lease lost while etcd was down" % i)
+        # the old controller's key outlived its lease in etcd's restored state: the node
+        # deletes it (mod_revision compare) instead of everyone waiting for that TTL
+        check(took < 2.5 * SLOW, "(e) a controller agreed %.2f s after etcd came up: > 2.5 s" % took)
+        check(re.search(r"cluster: /mqd/controller names this node under old lease [0-9a-f]+: deleting",
+                        open(brokers[cid0].logs[-1], errors="replace").read()),
+              "(e) node %d did not delete its stale controller key" % cid0)
+        log("(e) etcd down %.1f s: controller %d before, %d after (%.2f s after etcd came up); leases "
+            "%s -> %s" % (TTL_MS / 1000 + 1.5, cid0, cid, took, sorted("%x" % v for v in before.values()),
+                          sorted("%x" % nodes[i][1] for i in nodes)))
+    with coll.case("(g) the etcd client alone"):
+        case_probe(etcd, dead)
     for b in brokers.values():
         b.stop()
     coll.finish()
+
+
+def probe_bin():
+    p = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "tests", "interop", "etcd_probe")
+    check(os.path.exists(p), "etcd_probe not built at %s" % p)
+    return p
+
+
+def case_probe(etcd, dead):
+    revs = []
+    for i in range(1, 6):
+        revs.append(int(post(etcd.port, "/v3/kv/put", {"key": b64("/probe/c/k"), "value": b64("v%d" % i)})
+                        ["header"]["revision"]))
+    post(etcd.port, "/v3/kv/compaction", {"revision": str(revs[-1]), "physical": True})
+    eps = "http://127.0.0.1:%d,http://127.0.0.1:%d" % (dead, etcd.port)
+    p = subprocess.run([probe_bin(), eps, str(revs[0])], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=120 * SLOW)
+    out = p.stdout.decode(errors="replace")
+    log("(g) etcd_probe (exit %d):\n%s" % (p.returncode, out))
+    check(p.returncode == 0, "(g) etcd_probe failed")
+    got = {}
+    for line in out.splitlines():
+        name, _, rest = line.partition(" ")
+        got[name] = dict(kv.split("=", 1) for kv in rest.split(" ") if "=" in kv and not kv.startswith("log="))
+        got[name]["log"] = rest.partition("log=")[2].strip()
+    want = {
+        "put": {"rc": "0", "endpoint": "127.0.0.1:%d" % etcd.port},
+        "range": {"rc": "0", "n": "3", "count": "3", "first": "1"},  # a, b and c/k
+        "create-if-absent": {"rc": "0", "succeeded": "0", "value": "1"},
+        "cas-current": {"rc": "0", "succeeded": "1"},
+        "cas-stale": {"rc": "0", "succeeded": "0", "value": "2"},
+        "create-new": {"rc": "0", "succeeded": "1"},
+        "grant": {"rc": "0", "ttl": "5", "id_nonzero": "1"},
+        "keepalive": {"rc": "0", "has_ttl": "1", "ttl": "5", "id_same": "1"},
+        "revoke": {"rc": "0"},
+        "leased-after-revoke": {"n": "0"},
+        "keepalive-revoked": {"rc": "0", "has_ttl": "0"},
+        "put-revoked-lease": {"rc": str(-3), "grpc": "5"},
+        "watch": {"snapshots": "1", "events": "2"},
+        "compacted-watch": {"snapshots": "1", "events": "1"},
+        "delete-prefix": {"rc": "0", "deleted": "4"},
+    }
+    for name, fields in want.items():
+        for k, v in fields.items():
+            check(got.get(name, {}).get(k) == v, "(g) %s: %s = %r, expected %r" % (name, k, got.get(name, {}).get(k), v))
+    check(int(got["cas-stale"]["mod"]) > int(got["create-if-absent"]["mod"]), "(g) CAS did not move mod_revision")
+    wl = got["watch"]["log"].split()
+    check(len(wl) == 3 and wl[0].startswith("snapshot@") and ",/probe/a=2" in wl[0] and ",/probe/b=x" in wl[0]
+          and re.fullmatch(r"put@\d+:/probe/w=w1", wl[1]) and re.fullmatch(r"delete@\d+:/probe/b=", wl[2]),
+          "(g) watch log %r" % wl)
+    cl = got["compacted-watch"]["log"].split()
+    check(len(cl) == 2 and re.fullmatch(r"snapshot@(\d+):1,/probe/c/k=v5", cl[0]) and
+          int(cl[0].split("@")[1].split(":")[0]) >= revs[-1] and cl[1].endswith(":/probe/c/k=v6"),
+          "(g) compacted watch log %r (compacted at %d, watched from %d)" % (cl, revs[-1], revs[0]))
 
 
 def case_config(t):
