@@ -47,6 +47,14 @@ static void kick(mqd_cluster_t *m)
     event_active(m->ev_kick, EV_TIMEOUT, 0);
 }
 
+/* After a failed grant or registration: sooner than the next keepalive tick, so a node
+ * is back within a fraction of a second of etcd's return. */
+static void kick_later(mqd_cluster_t *m)
+{
+    struct timeval tv = {0, 250000};
+    event_add(m->ev_kick, &tv);
+}
+
 static op_t *op_new(mqd_cluster_t *m)
 {
     op_t *o = malloc(sizeof *o);
@@ -209,6 +217,8 @@ static void on_put(void *arg, const mqd_etcd_reply_t *r)
         kick(m);
     } else if (r->rc == MQD_EINVAL && r->grpc_code == 5) { /* NotFound: the lease is gone */
         lease_lost(m, r->error ? r->error : "lease not found");
+    } else {
+        kick_later(m);
     }
 }
 
@@ -224,6 +234,7 @@ static void on_grant(void *arg, const mqd_etcd_reply_t *r)
     if (r->rc != 0 || r->lease_id == 0 || !r->has_ttl) {
         MQD_WARN("cluster", "etcd lease grant failed (%s): retrying",
                  r->error ? r->error : mqd_strerror(r->rc ? r->rc : MQD_ECORRUPT));
+        kick_later(m);
         return;
     }
     m->lease = r->lease_id;

@@ -27,6 +27,9 @@ base64-decoded keys and values):
     has no TTL, a put under it is refused with gRPC code 5), a watch (snapshot, then the
     put and the delete in order), a watch from a compacted revision (a fresh snapshot with
     the latest value, then the next put), delete of the prefix (count).
+(h) SIGSTOP of the controller past its lease: another node takes over within
+    lease_ttl_ms x 2 + 2 s; after SIGCONT the paused node logs its lease lost and the role
+    dropped, re-registers under a new lease and claims nothing (one controller agreed).
 (f) config: cluster = etcd without node_id, and node_id = 0, are errors naming FILE:LINE
     and node_id; cluster = none (the default) logs no cluster activity at all."""
 
@@ -298,17 +301,56 @@ def body(t):
         # the old controller's key outlived its lease in etcd's restored state: the node
         # deletes it (mod_revision compare) instead of everyone waiting for that TTL
         check(took < 2.5 * SLOW, "(e) a controller agreed %.2f s after etcd came up: > 2.5 s" % took)
+        for i, b in brokers.items():  # the watches resumed: every node's view agrees
+            wait_for("node %d logging the view controller=%d nodes=[1,2,3]" % (i, cid),
+                     lambda: re.findall(r"cluster: view: (controller=\d+ nodes=\[[\d,]*\])",
+                                        open(b.logs[-1], errors="replace").read())[-1:] ==
+                     ["controller=%d nodes=[1,2,3]" % cid], 5)
         check(re.search(r"cluster: /mqd/controller names this node under old lease [0-9a-f]+: deleting",
                         open(brokers[cid0].logs[-1], errors="replace").read()),
               "(e) node %d did not delete its stale controller key" % cid0)
         log("(e) etcd down %.1f s: controller %d before, %d after (%.2f s after etcd came up); leases "
             "%s -> %s" % (TTL_MS / 1000 + 1.5, cid0, cid, took, sorted("%x" % v for v in before.values()),
                           sorted("%x" % nodes[i][1] for i in nodes)))
+    with coll.case("(h) SIGSTOP of the controller past its lease, then SIGCONT"):
+        case_pause(etcd, brokers)
     with coll.case("(g) the etcd client alone"):
         case_probe(etcd, dead)
     for b in brokers.values():
         b.stop()
     coll.finish()
+
+
+def case_pause(etcd, brokers):
+    cid, _ = check_one_controller(etcd.port, brokers, "(h) before")
+    b = brokers[cid]
+    old_lease = view(etcd.port)[0][cid][1]
+    mark = len(open(b.logs[-1], errors="replace").read())
+    t_stop = time.monotonic()
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        _, ctl = wait_for("a controller other than the paused node %d" % cid,
+                          lambda: (lambda v: v if v[1] and v[1][0] != cid else None)(view(etcd.port)),
+                          2 * TTL_MS / 1000 + 2)
+        took = time.monotonic() - t_stop
+        time.sleep(0.5)
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    t_cont = time.monotonic()
+    # awake past its lease: it must see the lease gone and drop the role at once
+    after = wait_for("node %d to drop the role and register again after SIGCONT" % cid,
+                     lambda: (lambda tx: tx if re.search(r"controller: this node \(\d+\) lost the role", tx)
+                              and re.search(r"registered /mqd/nodes/%d under lease" % cid, tx) else None)(
+                         open(b.logs[-1], errors="replace").read()[mark:]), 5)
+    woke = time.monotonic() - t_cont
+    check(re.search(r"lease [0-9a-f]+ lost \(", after), "(h) node %d did not log its lease lost:\n%s" % (cid, after))
+    check(not claims(b), "(h) node %d still claims the controller role after waking" % cid)
+    nid, _ = check_one_controller(etcd.port, brokers, "(h) after")
+    nodes, _ = view(etcd.port)
+    check(nid == ctl[0] and nid != cid, "(h) controller %d after the pause, expected %d" % (nid, ctl[0]))
+    check(nodes[cid][1] not in (0, old_lease), "(h) node %d's lease %x after waking (old %x)" % (cid, nodes[cid][1], old_lease))
+    log("(h) controller %d paused: node %d took over after %.2f s; %d woke, stepped down and "
+        "re-registered %.2f s after SIGCONT" % (cid, nid, took, cid, woke))
 
 
 def probe_bin():
