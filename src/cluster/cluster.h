@@ -38,15 +38,15 @@ typedef struct mqd_etcd_reply {
     int rc;
     int http_status;
     int grpc_code;
-    char *error;          /* etcd's message, or NULL */
-    int64_t revision;     /* header.revision */
-    mqd_etcd_kv_t *kvs;   /* range; txn: the first range op's result */
+    char *error;        /* etcd's message, or NULL */
+    int64_t revision;   /* header.revision */
+    mqd_etcd_kv_t *kvs; /* range; txn: the first range op's result */
     size_t n_kvs;
-    int64_t count;        /* range: keys in range */
-    int64_t deleted;      /* deleterange: keys deleted; txn: of the first delete op */
-    bool succeeded;       /* txn: the compares held */
-    int64_t lease_id;     /* lease grant / keepalive */
-    int64_t ttl;          /* seconds; keepalive of an expired lease: has_ttl false */
+    int64_t count;    /* range: keys in range */
+    int64_t deleted;  /* deleterange: keys deleted; txn: of the first delete op */
+    bool succeeded;   /* txn: the compares held */
+    int64_t lease_id; /* lease grant / keepalive */
+    int64_t ttl;      /* seconds; keepalive of an expired lease: has_ttl false */
     bool has_ttl;
 } mqd_etcd_reply_t;
 
@@ -105,11 +105,10 @@ int mqd_etcd_lease_revoke_sync(mqd_etcd_t *e, int64_t id, uint32_t timeout_ms);
  * revision on. After a broken stream it resumes at the next revision; when the revision it
  * needs was compacted it re-reads the range (a new SNAPSHOT) and watches on from there. */
 typedef enum { MQD_ETCD_EV_SNAPSHOT, MQD_ETCD_EV_PUT, MQD_ETCD_EV_DELETE } mqd_etcd_ev_t;
-typedef void (*mqd_etcd_watch_cb)(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs,
-                                  size_t n, int64_t revision);
-int mqd_etcd_watch_new(mqd_etcd_t *e, const char *key, size_t klen, bool prefix,
-                       int64_t start_rev, mqd_etcd_watch_cb cb, void *arg,
-                       mqd_etcd_watch_t **out);
+typedef void (*mqd_etcd_watch_cb)(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t n,
+                                  int64_t revision);
+int mqd_etcd_watch_new(mqd_etcd_t *e, const char *key, size_t klen, bool prefix, int64_t start_rev,
+                       mqd_etcd_watch_cb cb, void *arg, mqd_etcd_watch_t **out);
 void mqd_etcd_watch_free(mqd_etcd_watch_t *w);
 
 /* ---- membership ---- */
@@ -126,7 +125,7 @@ typedef struct mqd_cluster_node {
 
 /* The view every node keeps; nodes sorted by id (left nodes stay, alive false). */
 typedef struct mqd_cluster_view {
-    uint32_t controller;         /* node id holding the controller key, 0 = none */
+    uint32_t controller; /* node id holding the controller key, 0 = none */
     int64_t controller_create_rev, controller_mod_rev;
     mqd_cluster_node_t *nodes;
     size_t n_nodes;

@@ -13,8 +13,7 @@ int mqd_etcd_b64_decode(const char *in, size_t n, char **out, size_t *outlen);
 
 /* Request bodies (malloc'd JSON text, or NULL when out of memory). prefix: range_end is
  * the key with its last byte raised by one (every key under it). */
-char *mqd_etcd_json_put(const char *key, size_t klen, const char *val, size_t vlen,
-                        int64_t lease);
+char *mqd_etcd_json_put(const char *key, size_t klen, const char *val, size_t vlen, int64_t lease);
 char *mqd_etcd_json_range(const char *key, size_t klen, bool prefix);
 char *mqd_etcd_json_delete(const char *key, size_t klen, bool prefix);
 char *mqd_etcd_json_txn(const mqd_etcd_txn_t *t);
@@ -24,8 +23,13 @@ char *mqd_etcd_json_watch(const char *key, size_t klen, bool prefix, int64_t sta
 
 /* What a reply is the answer to: decides which fields are read. */
 typedef enum {
-    MQD_ETCD_K_PUT, MQD_ETCD_K_RANGE, MQD_ETCD_K_DELETE, MQD_ETCD_K_TXN,
-    MQD_ETCD_K_GRANT, MQD_ETCD_K_KEEPALIVE, MQD_ETCD_K_REVOKE,
+    MQD_ETCD_K_PUT,
+    MQD_ETCD_K_RANGE,
+    MQD_ETCD_K_DELETE,
+    MQD_ETCD_K_TXN,
+    MQD_ETCD_K_GRANT,
+    MQD_ETCD_K_KEEPALIVE,
+    MQD_ETCD_K_REVOKE,
 } mqd_etcd_kind_t;
 
 /* Parses an HTTP answer (status, body) into out (zeroed first; free its contents with
@@ -38,7 +42,7 @@ void mqd_etcd_kvs_free(mqd_etcd_kv_t *kvs, size_t n);
 
 /* One message of a watch stream. */
 typedef struct mqd_etcd_watch_msg {
-    int64_t revision;         /* header.revision */
+    int64_t revision; /* header.revision */
     int64_t watch_id;
     bool created, canceled;
     int64_t compact_revision; /* canceled because start_revision was compacted */

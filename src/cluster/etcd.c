@@ -295,8 +295,8 @@ int mqd_etcd_txn(mqd_etcd_t *e, const mqd_etcd_txn_t *t, mqd_etcd_cb cb, void *a
 
 int mqd_etcd_lease_grant(mqd_etcd_t *e, int64_t ttl_s, mqd_etcd_cb cb, void *arg)
 {
-    return call_start(e, MQD_ETCD_K_GRANT, "/v3/lease/grant", mqd_etcd_json_lease_grant(ttl_s),
-                      cb, arg);
+    return call_start(e, MQD_ETCD_K_GRANT, "/v3/lease/grant", mqd_etcd_json_lease_grant(ttl_s), cb,
+                      arg);
 }
 
 int mqd_etcd_lease_keepalive(mqd_etcd_t *e, int64_t id, mqd_etcd_cb cb, void *arg)

@@ -112,8 +112,8 @@ static char *dump(json_t *o)
 static json_t *put_obj(const char *key, size_t klen, const char *val, size_t vlen, int64_t lease)
 {
     json_t *o = key_obj(key, klen, false);
-    if (o != NULL && (set_b64(o, "value", val, vlen) != 0 ||
-                      (lease != 0 && set_i64(o, "lease", lease) != 0))) {
+    if (o != NULL &&
+        (set_b64(o, "value", val, vlen) != 0 || (lease != 0 && set_i64(o, "lease", lease) != 0))) {
         json_decref(o);
         o = NULL;
     }

@@ -160,10 +160,8 @@ static int body_parse(mqd_etcd_kind_t kind, const json_t *o, mqd_etcd_reply_t *r
     case MQD_ETCD_K_RANGE:
         rc = kvs_parse(json_object_get(o, "kvs"), &r->kvs, &r->n_kvs);
         return rc ? rc : get_i64(o, "count", &r->count);
-    case MQD_ETCD_K_DELETE:
-        return get_i64(o, "deleted", &r->deleted);
-    case MQD_ETCD_K_TXN:
-        return txn_parse(o, r);
+    case MQD_ETCD_K_DELETE: return get_i64(o, "deleted", &r->deleted);
+    case MQD_ETCD_K_TXN: return txn_parse(o, r);
     case MQD_ETCD_K_GRANT:
     case MQD_ETCD_K_KEEPALIVE:
         r->has_ttl = json_object_get(o, "TTL") != NULL;
@@ -174,8 +172,7 @@ static int body_parse(mqd_etcd_kind_t kind, const json_t *o, mqd_etcd_reply_t *r
             r->has_ttl = false;
         return rc;
     case MQD_ETCD_K_PUT:
-    case MQD_ETCD_K_REVOKE:
-        return 0;
+    case MQD_ETCD_K_REVOKE: return 0;
     }
     return 0;
 }

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WATCH_IDLE_MS 30000   /* evhttp's timeout is an idle one: progress_notify feeds it */
+#define WATCH_IDLE_MS 30000 /* evhttp's timeout is an idle one: progress_notify feeds it */
 #define RETRY_FIRST_MS 100
 #define RETRY_MAX_MS 2000
 
@@ -155,8 +155,8 @@ static void stream_open(mqd_etcd_watch_t *w)
     if (s != NULL) {
         s->w = w;
         s->endpoint = mqd_etcd_cur(w->e);
-        s->conn = mqd_etcd_post(w->e, "/v3/watch", body, WATCH_IDLE_MS, on_stream_done,
-                                on_chunk, s);
+        s->conn =
+            mqd_etcd_post(w->e, "/v3/watch", body, WATCH_IDLE_MS, on_stream_done, on_chunk, s);
     }
     free(body);
     if (s == NULL || s->conn == NULL) {
@@ -200,15 +200,19 @@ static void watch_step(mqd_etcd_watch_t *w)
         retry_later(w);
 }
 
-int mqd_etcd_watch_new(mqd_etcd_t *e, const char *key, size_t klen, bool prefix,
-                       int64_t start_rev, mqd_etcd_watch_cb cb, void *arg,
-                       mqd_etcd_watch_t **out)
+int mqd_etcd_watch_new(mqd_etcd_t *e, const char *key, size_t klen, bool prefix, int64_t start_rev,
+                       mqd_etcd_watch_cb cb, void *arg, mqd_etcd_watch_t **out)
 {
     mqd_etcd_watch_t *w = calloc(1, sizeof *w);
     if (w == NULL)
         return MQD_ENOMEM;
-    *w = (mqd_etcd_watch_t){.e = e, .klen = klen, .prefix = prefix, .cb = cb, .arg = arg,
-                            .retry_ms = RETRY_FIRST_MS, .next_rev = start_rev > 0 ? start_rev : 0};
+    *w = (mqd_etcd_watch_t){.e = e,
+                            .klen = klen,
+                            .prefix = prefix,
+                            .cb = cb,
+                            .arg = arg,
+                            .retry_ms = RETRY_FIRST_MS,
+                            .next_rev = start_rev > 0 ? start_rev : 0};
     w->key = malloc(klen + 1);
     w->ev_retry = evtimer_new(mqd_etcd_base(e), on_retry, w);
     if (w->key == NULL || w->ev_retry == NULL) {

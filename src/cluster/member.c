@@ -24,12 +24,12 @@ struct mqd_cluster {
     char nodes_prefix[160], node_key[192], ctl_key[160];
     char *node_value, *ctl_value;
     int64_t ttl_s;
-    int64_t lease;          /* 0: none */
-    uint64_t deadline_ns;   /* the lease ends by then unless a keepalive answers */
-    uint64_t gen;           /* bumped per lease: answers about an older one are ignored */
+    int64_t lease;        /* 0: none */
+    uint64_t deadline_ns; /* the lease ends by then unless a keepalive answers */
+    uint64_t gen;         /* bumped per lease: answers about an older one are ignored */
     bool registered, grant_out, put_out, ka_out, campaign_out, closing;
     bool is_controller, ctl_known;
-    int64_t ctl_lease;      /* lease of the controller key in the view */
+    int64_t ctl_lease; /* lease of the controller key in the view */
     mqd_cluster_view_t view;
     size_t cap_nodes;
     char last_log[512];
@@ -75,8 +75,8 @@ static mqd_cluster_t *op_end(op_t *o, bool *stale)
 static void log_view(mqd_cluster_t *m)
 {
     char buf[512];
-    size_t off = (size_t)snprintf(buf, sizeof buf, "controller=%" PRIu32 " nodes=[",
-                                  m->view.controller);
+    size_t off =
+        (size_t)snprintf(buf, sizeof buf, "controller=%" PRIu32 " nodes=[", m->view.controller);
     bool first = true;
     for (size_t i = 0; i < m->view.n_nodes && off < sizeof buf - 16; i++) {
         if (!m->view.nodes[i].alive)
@@ -106,8 +106,7 @@ static void update_role(mqd_cluster_t *m)
         if (m->cbs.controller_gained)
             m->cbs.controller_gained(m->cbs.arg, m->view.controller_create_rev);
     } else {
-        MQD_WARN("cluster", "controller: this node (%" PRIu32 ") lost the role",
-                 m->conf->node_id);
+        MQD_WARN("cluster", "controller: this node (%" PRIu32 ") lost the role", m->conf->node_id);
         if (m->cbs.controller_lost)
             m->cbs.controller_lost(m->cbs.arg);
     }
@@ -147,8 +146,10 @@ static void on_campaign(void *arg, const mqd_etcd_reply_t *r)
     if (r->rc != 0)
         return; /* the next tick tries again */
     if (r->succeeded) {
-        mqd_etcd_kv_t kv = {.value = m->ctl_value, .value_len = strlen(m->ctl_value),
-                            .create_revision = r->revision, .mod_revision = r->revision,
+        mqd_etcd_kv_t kv = {.value = m->ctl_value,
+                            .value_len = strlen(m->ctl_value),
+                            .create_revision = r->revision,
+                            .mod_revision = r->revision,
                             .lease = m->lease};
         set_controller(m, &kv);
     } else {
@@ -172,8 +173,8 @@ static void on_resign(void *arg, const mqd_etcd_reply_t *r)
 static void campaign(mqd_cluster_t *m)
 {
     mqd_etcd_cmp_t cmp = {m->ctl_key, strlen(m->ctl_key), MQD_ETCD_CMP_CREATE, 0};
-    mqd_etcd_op_t put = {MQD_ETCD_OP_PUT, m->ctl_key, m->ctl_value, strlen(m->ctl_key),
-                         strlen(m->ctl_value), m->lease, false};
+    mqd_etcd_op_t put = {MQD_ETCD_OP_PUT,      m->ctl_key, m->ctl_value, strlen(m->ctl_key),
+                         strlen(m->ctl_value), m->lease,   false};
     mqd_etcd_op_t get = {MQD_ETCD_OP_RANGE, m->ctl_key, NULL, strlen(m->ctl_key), 0, 0, false};
     mqd_etcd_txn_t t = {&cmp, 1, &put, &get, 1, 1};
     op_t *o = op_new(m);
@@ -195,8 +196,8 @@ static void resign_stale(mqd_cluster_t *m)
     mqd_etcd_op_t get = {MQD_ETCD_OP_RANGE, m->ctl_key, NULL, strlen(m->ctl_key), 0, 0, false};
     mqd_etcd_txn_t t = {&cmp, 1, &del, &get, 1, 1};
     op_t *o = op_new(m);
-    MQD_NOTICE("cluster", "%s names this node under old lease %" PRIx64 ": deleting it",
-               m->ctl_key, (uint64_t)m->ctl_lease);
+    MQD_NOTICE("cluster", "%s names this node under old lease %" PRIx64 ": deleting it", m->ctl_key,
+               (uint64_t)m->ctl_lease);
     if (o != NULL && mqd_etcd_txn(m->etcd, &t, on_resign, o) == 0)
         m->campaign_out = true;
     else
@@ -380,8 +381,7 @@ static void node_down(mqd_cluster_t *m, uint32_t id)
     }
 }
 
-static void on_nodes(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t n,
-                     int64_t rev)
+static void on_nodes(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t n, int64_t rev)
 {
     mqd_cluster_t *m = arg;
     if (ev == MQD_ETCD_EV_SNAPSHOT) { /* whoever is not in it has left */
@@ -412,9 +412,7 @@ static void on_ctl(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t
 /* HOST:PORT others reach this node at: advertised_address, else the first listener. */
 static void own_address(const mqd_conf_t *c, char *buf, size_t len)
 {
-    const char *a = c->advertised_address ? c->advertised_address
-                    : c->n_listen         ? c->listen[0]
-                                          : "";
+    const char *a = c->advertised_address ? c->advertised_address : c->n_listen ? c->listen[0] : "";
     if (strncmp(a, "amqps://", 8) == 0)
         a += 8;
     else if (strncmp(a, "amqp://", 7) == 0)

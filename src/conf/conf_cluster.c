@@ -41,8 +41,9 @@ int mqd_conf_check_etcd_endpoints(const char *v, char *why, size_t whylen)
         n++;
     if (rc == MQD_ENOENT && (n > 0 || v[0] == '\0'))
         return 0;
-    snprintf(why, whylen, "expected http://HOST:PORT[,http://HOST:PORT...] (plain HTTP: etcd's "
-                          "v3 JSON gateway)");
+    snprintf(why, whylen,
+             "expected http://HOST:PORT[,http://HOST:PORT...] (plain HTTP: etcd's "
+             "v3 JSON gateway)");
     return MQD_EINVAL;
 }
 
@@ -50,15 +51,16 @@ int mqd_conf_check_etcd_endpoints(const char *v, char *why, size_t whylen)
 int mqd_conf_check_cluster_name(const char *v, char *why, size_t whylen)
 {
     size_t n = strlen(v);
-    if (n > 0 && n <= 64 && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                      "0123456789_.-") == n)
+    if (n > 0 && n <= 64 &&
+        strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                  "0123456789_.-") == n)
         return 0;
     snprintf(why, whylen, "1 to 64 characters of A-Z a-z 0-9 _ . -");
     return MQD_EINVAL;
 }
 
-static int fail_at(char *err, size_t errlen, const mqd_conf_t *c, const char *src,
-                   const char *key, const char *why)
+static int fail_at(char *err, size_t errlen, const mqd_conf_t *c, const char *src, const char *key,
+                   const char *why)
 {
     if (c->cluster_line > 0)
         snprintf(err, errlen, "%s:%d: %s: %s", src, c->cluster_line, key, why);

@@ -14,7 +14,8 @@ static int on_line(void *arg, const char *line, size_t len)
     size_t *n = arg;
     if (mqd_etcd_watch_parse(line, len, &m) == 0) {
         for (size_t i = 0; i < m.n_events; i++)
-            if (m.kvs[i].key == NULL || m.kvs[i].value == NULL || m.kvs[i].key[m.kvs[i].key_len] != '\0')
+            if (m.kvs[i].key == NULL || m.kvs[i].value == NULL ||
+                m.kvs[i].key[m.kvs[i].key_len] != '\0')
                 abort();
         mqd_etcd_watch_msg_clear(&m);
     }
@@ -27,7 +28,8 @@ static void stream(const char *d, size_t size, size_t step)
     mqd_etcd_lines_t l = {0};
     size_t n = 0;
     for (size_t off = 0; off < size; off += step)
-        if (mqd_etcd_lines_feed(&l, d + off, size - off < step ? size - off : step, on_line, &n) != 0)
+        if (mqd_etcd_lines_feed(&l, d + off, size - off < step ? size - off : step, on_line, &n) !=
+            0)
             break;
     mqd_etcd_lines_free(&l);
 }
@@ -45,16 +47,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *out;
     size_t n;
     switch (sel % 10) {
-    case 0: case 1: case 2: case 3: case 4: case 5: case 6:
-        if (mqd_etcd_reply_parse((mqd_etcd_kind_t)(sel % 10), sel & 0x80 ? 404 : 200, d, size, &r) == 0)
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+    case 6:
+        if (mqd_etcd_reply_parse((mqd_etcd_kind_t)(sel % 10), sel & 0x80 ? 404 : 200, d, size,
+                                 &r) == 0)
             for (size_t i = 0; i < r.n_kvs; i++)
-                if (r.kvs[i].key[r.kvs[i].key_len] != '\0' || r.kvs[i].value[r.kvs[i].value_len] != '\0')
+                if (r.kvs[i].key[r.kvs[i].key_len] != '\0' ||
+                    r.kvs[i].value[r.kvs[i].value_len] != '\0')
                     abort();
         mqd_etcd_reply_clear(&r);
         break;
-    case 7:
-        stream(d, size, 1 + (sel >> 4));
-        break;
+    case 7: stream(d, size, 1 + (sel >> 4)); break;
     case 8:
         if (mqd_cluster_node_parse(d, size, &nd) == 0 && nd.id == 0)
             abort();

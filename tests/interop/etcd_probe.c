@@ -17,8 +17,8 @@
 
 static struct event_base *base;
 static int pending;
-static mqd_etcd_reply_t last;     /* the scalar fields of the last answer */
-static char last_val[256];        /* its first kv's value */
+static mqd_etcd_reply_t last; /* the scalar fields of the last answer */
+static char last_val[256];    /* its first kv's value */
 static int64_t last_mod, last_create;
 static size_t last_n;
 static int snapshots, events;
@@ -41,9 +41,11 @@ static void on_watch(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size
     size_t off = strlen(ev_log);
     if (ev == MQD_ETCD_EV_SNAPSHOT) {
         snapshots++;
-        off += (size_t)snprintf(ev_log + off, sizeof ev_log - off, " snapshot@%" PRId64 ":%zu", rev, n);
+        off += (size_t)snprintf(ev_log + off, sizeof ev_log - off, " snapshot@%" PRId64 ":%zu", rev,
+                                n);
         for (size_t i = 0; i < n && off < sizeof ev_log; i++)
-            off += (size_t)snprintf(ev_log + off, sizeof ev_log - off, ",%s=%s", kvs[i].key, kvs[i].value);
+            off += (size_t)snprintf(ev_log + off, sizeof ev_log - off, ",%s=%s", kvs[i].key,
+                                    kvs[i].value);
     } else {
         events++;
         snprintf(ev_log + off, sizeof ev_log - off, " %s@%" PRId64 ":%s=%s",
@@ -92,8 +94,8 @@ int main(int argc, char **argv)
     mqd_etcd_op_t get = {MQD_ETCD_OP_RANGE, "/probe/a", NULL, 8, 0, 0, false};
     mqd_etcd_txn_t txn = {&cmp, 1, &put2, &get, 1, 1};
     bad |= mqd_etcd_txn(e, &txn, on_reply, NULL) || wait_for(1, t);
-    printf("create-if-absent rc=%d succeeded=%d value=%s mod=%" PRId64 "\n", last.rc, last.succeeded,
-           last_val, last_mod);
+    printf("create-if-absent rc=%d succeeded=%d value=%s mod=%" PRId64 "\n", last.rc,
+           last.succeeded, last_val, last_mod);
     int64_t mod = last_mod;
     /* compare-and-swap on mod_revision: the current one wins, a stale one loses */
     cmp = (mqd_etcd_cmp_t){K("/probe/a"), MQD_ETCD_CMP_MOD, mod};
@@ -114,8 +116,8 @@ int main(int argc, char **argv)
     printf("grant rc=%d ttl=%" PRId64 " id_nonzero=%d\n", last.rc, last.ttl, lease != 0);
     bad |= mqd_etcd_put(e, K("/probe/leased"), K("l"), lease, on_reply, NULL) || wait_for(1, t);
     bad |= mqd_etcd_lease_keepalive(e, lease, on_reply, NULL) || wait_for(1, t);
-    printf("keepalive rc=%d has_ttl=%d ttl=%" PRId64 " id_same=%d\n", last.rc, last.has_ttl, last.ttl,
-           last.lease_id == lease);
+    printf("keepalive rc=%d has_ttl=%d ttl=%" PRId64 " id_same=%d\n", last.rc, last.has_ttl,
+           last.ttl, last.lease_id == lease);
     bad |= mqd_etcd_lease_revoke(e, lease, on_reply, NULL) || wait_for(1, t);
     printf("revoke rc=%d\n", last.rc);
     bad |= mqd_etcd_range(e, K("/probe/leased"), false, on_reply, NULL) || wait_for(1, t);

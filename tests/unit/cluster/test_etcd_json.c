@@ -39,8 +39,8 @@ static void test_b64(void **state)
     assert_int_equal(n, 0);
     free(e);
     free(d);
-    static const char *const bad[] = {"L21xZ", "L21x*A==", "L2 1xZA==", "L21x-A==", "=AAA",
-                                      "L21xZA==L21x"};
+    static const char *const bad[] = {
+        "L21xZ", "L21x*A==", "L2 1xZA==", "L21x-A==", "=AAA", "L21xZA==L21x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(mqd_etcd_b64_decode(bad[i], strlen(bad[i]), &d, &n), MQD_EINVAL);
 }
@@ -177,36 +177,49 @@ static void test_replies(void **state)
     assert_int_equal(r.revision, 13);
     mqd_etcd_reply_clear(&r);
     /* grant; keepalive alive (wrapped in result) and expired (no TTL) */
-    assert_int_equal(parse(MQD_ETCD_K_GRANT, 200, "{\"header\":{},\"ID\":\"7587869426012343306\","
-                                                  "\"TTL\":\"3\"}", &r), 0);
+    assert_int_equal(parse(MQD_ETCD_K_GRANT, 200,
+                           "{\"header\":{},\"ID\":\"7587869426012343306\","
+                           "\"TTL\":\"3\"}",
+                           &r),
+                     0);
     assert_int_equal(r.lease_id, INT64_C(7587869426012343306));
     assert_true(r.has_ttl);
     assert_int_equal(r.ttl, 3);
     mqd_etcd_reply_clear(&r);
-    assert_int_equal(parse(MQD_ETCD_K_KEEPALIVE, 200,
-                           "{\"result\":{\"header\":{\"revision\":\"4\"},\"ID\":\"11\",\"TTL\":\"3\"}}",
-                           &r),
-                     0);
+    assert_int_equal(
+        parse(MQD_ETCD_K_KEEPALIVE, 200,
+              "{\"result\":{\"header\":{\"revision\":\"4\"},\"ID\":\"11\",\"TTL\":\"3\"}}", &r),
+        0);
     assert_true(r.has_ttl);
     assert_int_equal(r.lease_id, 11);
     mqd_etcd_reply_clear(&r);
     assert_int_equal(parse(MQD_ETCD_K_KEEPALIVE, 200,
-                           "{\"result\":{\"header\":{\"revision\":\"4\"},\"ID\":\"11\"}}", &r), 0);
+                           "{\"result\":{\"header\":{\"revision\":\"4\"},\"ID\":\"11\"}}", &r),
+                     0);
     assert_false(r.has_ttl);
     mqd_etcd_reply_clear(&r);
     /* an error: HTTP 400/404 with the gRPC code */
-    assert_int_equal(parse(MQD_ETCD_K_PUT, 404, "{\"error\":\"etcdserver: requested lease not "
-                                                "found\",\"message\":\"etcdserver: requested lease"
-                                                " not found\",\"code\":5}", &r), MQD_EINVAL);
+    assert_int_equal(parse(MQD_ETCD_K_PUT, 404,
+                           "{\"error\":\"etcdserver: requested lease not "
+                           "found\",\"message\":\"etcdserver: requested lease"
+                           " not found\",\"code\":5}",
+                           &r),
+                     MQD_EINVAL);
     assert_int_equal(r.grpc_code, 5);
     assert_string_equal(r.error, "etcdserver: requested lease not found");
     mqd_etcd_reply_clear(&r);
     /* malformed: not JSON, wrong types, a number that is not a whole 64-bit one, bad base64 */
-    static const char *const bad[] = {
-        "", "[]", "{\"header\":{\"revision\":\"12x\"}}", "{\"header\":{\"revision\":1.5}}",
-        "{\"header\":{\"revision\":\"99999999999999999999\"}}", "{\"kvs\":{}}",
-        "{\"kvs\":[{\"key\":\"not base64!\"}]}", "{\"kvs\":[{\"key\":7}]}", "{\"header\":[]}",
-        "{\"count\":\" 1\"}", "{\"a\":1,\"a\":2}"};
+    static const char *const bad[] = {"",
+                                      "[]",
+                                      "{\"header\":{\"revision\":\"12x\"}}",
+                                      "{\"header\":{\"revision\":1.5}}",
+                                      "{\"header\":{\"revision\":\"99999999999999999999\"}}",
+                                      "{\"kvs\":{}}",
+                                      "{\"kvs\":[{\"key\":\"not base64!\"}]}",
+                                      "{\"kvs\":[{\"key\":7}]}",
+                                      "{\"header\":[]}",
+                                      "{\"count\":\" 1\"}",
+                                      "{\"a\":1,\"a\":2}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(parse(MQD_ETCD_K_RANGE, 200, bad[i], &r), MQD_ECORRUPT);
         assert_null(r.kvs);
@@ -256,10 +269,13 @@ static void test_watch_msgs(void **state)
     assert_true(m.canceled);
     assert_string_equal(m.error, "etcdserver: no leader");
     mqd_etcd_watch_msg_clear(&m);
-    static const char *const bad[] = {
-        "{", "{}", "{\"result\":[]}", "{\"result\":{\"events\":[{\"type\":\"PATCH\"}]}}",
-        "{\"result\":{\"events\":[{\"type\":1,\"kv\":{}}]}}",
-        "{\"result\":{\"events\":[{\"kv\":{\"key\":\"@@\"}}]}}", "{\"result\":{\"events\":[7]}}"};
+    static const char *const bad[] = {"{",
+                                      "{}",
+                                      "{\"result\":[]}",
+                                      "{\"result\":{\"events\":[{\"type\":\"PATCH\"}]}}",
+                                      "{\"result\":{\"events\":[{\"type\":1,\"kv\":{}}]}}",
+                                      "{\"result\":{\"events\":[{\"kv\":{\"key\":\"@@\"}}]}}",
+                                      "{\"result\":{\"events\":[7]}}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(mqd_etcd_watch_parse(bad[i], strlen(bad[i]), &m), MQD_ECORRUPT);
         assert_int_equal(m.n_events, 0);
@@ -288,7 +304,8 @@ static void test_lines(void **state)
         mqd_etcd_lines_t l = {0};
         lines_seen_t s = {.n = 0};
         assert_int_equal(mqd_etcd_lines_feed(&l, stream, cut, collect, &s), 0);
-        assert_int_equal(mqd_etcd_lines_feed(&l, stream + cut, strlen(stream) - cut, collect, &s), 0);
+        assert_int_equal(mqd_etcd_lines_feed(&l, stream + cut, strlen(stream) - cut, collect, &s),
+                         0);
         assert_int_equal(s.n, 3);
         assert_string_equal(s.got[0], "{\"a\":1}");
         assert_string_equal(s.got[1], "{\"b\":2}");
@@ -320,8 +337,8 @@ static void test_lines(void **state)
 
 static void test_member_json(void **state)
 {
-    mqd_cluster_node_t n = {.id = 3, .address = "10.0.0.3:5672", .rack = "c",
-                            .started_ms = INT64_C(1796162668987)};
+    mqd_cluster_node_t n = {
+        .id = 3, .address = "10.0.0.3:5672", .rack = "c", .started_ms = INT64_C(1796162668987)};
     char *s = mqd_cluster_node_json(&n);
     assert_non_null(s);
     mqd_cluster_node_t back;
@@ -338,9 +355,15 @@ static void test_member_json(void **state)
     assert_int_equal(mqd_cluster_ctl_parse(s, strlen(s), &id), 0);
     assert_int_equal(id, 2);
     free(s);
-    static const char *const bad[] = {"", "{}", "{\"id\":0}", "{\"id\":-1}", "{\"id\":\"1\"}",
-                                      "{\"id\":4294967296}", "{\"id\":1,\"rack\":5}",
-                                      "{\"id\":1,\"started\":\"x\"}", "{\"id\":1,\"rack\":\"a\\u0000b\"}"};
+    static const char *const bad[] = {"",
+                                      "{}",
+                                      "{\"id\":0}",
+                                      "{\"id\":-1}",
+                                      "{\"id\":\"1\"}",
+                                      "{\"id\":4294967296}",
+                                      "{\"id\":1,\"rack\":5}",
+                                      "{\"id\":1,\"started\":\"x\"}",
+                                      "{\"id\":1,\"rack\":\"a\\u0000b\"}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(mqd_cluster_node_parse(bad[i], strlen(bad[i]), &back), MQD_ECORRUPT);
     assert_int_equal(mqd_cluster_ctl_parse("{\"id\":0}", 8, &id), MQD_ECORRUPT);
