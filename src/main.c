@@ -1,5 +1,6 @@
 /* mqd: command line, configuration, start and stop. The only globals live here. */
 #include "config.h"
+#include "cluster/cluster.h"
 #include "conf/conf.h"
 #include "server/server.h"
 #include "util/util.h"
@@ -161,6 +162,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     mqd_conf_t *conf = NULL;
     mqd_server_t *srv = NULL;
+    mqd_cluster_t *cluster = NULL;
     if (rc != 0)
         goto out;
     if ((rc = build_conf(&o, &conf)) != 0)
@@ -179,9 +181,17 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
+    /* cluster = etcd: membership on the server's loop; cluster = none creates nothing */
+    if (conf->cluster == MQD_CONF_CLUSTER_ETCD &&
+        mqd_cluster_new(mqd_server_base(srv), conf, NULL, &cluster) != 0) {
+        MQD_ERR("server", "start failed: cluster membership");
+        rc = 1;
+        goto out;
+    }
     rc = mqd_server_run(srv) == 0 ? 0 : 1;
     MQD_NOTICE("server", "stopped");
 out:
+    mqd_cluster_free(cluster); /* revokes the lease: the controller key goes now */
     mqd_server_free(srv);
     mqd_conf_free(conf);
     free(o.listen);

@@ -435,6 +435,8 @@ static int parse_line(parse_t *ps, char *raw)
         return fail(ps->err, ps->errlen, "%s:%d: %s: %s", ps->file, ps->line, key, why);
     if (strcmp(key, "listen") == 0)
         ps->listen_seen = true;
+    if (strcmp(key, "cluster") == 0) /* validate names this line when node_id is missing */
+        ps->c->cluster_line = ps->line;
     return 0;
 }
 
@@ -607,6 +609,8 @@ int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen)
                 return fail(err, errlen, "%s: metrics_listen: %s is also an AMQP listener", src,
                             c->metrics_listen);
     }
+    if ((rc = mqd_conf_validate_cluster(c, src, err, errlen)) != 0)
+        return rc;
     if (c->max_connection_memory && c->max_connection_memory < c->max_message_size)
         MQD_WARN("conf",
                  "%s: max_connection_memory (%llu) is below max_message_size (%llu): a "

@@ -110,7 +110,21 @@ typedef struct mqd_conf {
     bool acl_present;             /* an [acl] section exists (even an empty one: deny all) */
     int listen_source;            /* internal: who set `listen` (0 built-in, 1 file, 2 command
                                      line); a new source's first listen replaces the list */
+    /* cluster (src/cluster/, issue 19); restart-only */
+    int cluster;                  /* mqd_conf_cluster_t: none (single node) or etcd */
+    char *etcd_endpoints;         /* owned; "http://H:P,http://H:P", NULL = none */
+    char *cluster_name;           /* owned; etcd key prefix, "mqd" */
+    uint32_t node_id;             /* 0 = not set (required with cluster = etcd) */
+    char *advertised_address;     /* owned; HOST:PORT, NULL = the first listener */
+    char *rack;                   /* owned; NULL = none */
+    uint32_t lease_ttl_ms;        /* 3000 */
+    int cluster_line;             /* internal: file line of `cluster = ...`, 0 if not in a file */
 } mqd_conf_t;
+
+typedef enum { MQD_CONF_CLUSTER_NONE = 0, MQD_CONF_CLUSTER_ETCD = 1 } mqd_conf_cluster_t;
+/* The next endpoint of an etcd_endpoints list: *s moves past it. MQD_ENOENT at the end,
+ * MQD_EINVAL if it is not http://HOST:PORT. */
+int mqd_conf_etcd_endpoint_next(const char **s, char *host, size_t hostlen, uint16_t *port);
 
 /* Allocates a config holding the built-in defaults. */
 int mqd_conf_new(mqd_conf_t **out);

@@ -67,5 +67,9 @@ int mqd_conf_check_hostport_or_empty(const char *v, char *why, size_t whylen);
 int mqd_conf_check_nonempty(const char *v, char *why, size_t whylen);
 int mqd_conf_check_password_hash(const char *v, char *why, size_t whylen);
 int mqd_conf_check_scram(const char *v, char *why, size_t whylen);
+/* cluster keys (conf_cluster.c) */
+int mqd_conf_check_etcd_endpoints(const char *v, char *why, size_t whylen);
+int mqd_conf_check_cluster_name(const char *v, char *why, size_t whylen);
+int mqd_conf_validate_cluster(const mqd_conf_t *c, const char *src, char *err, size_t errlen);
 
 #endif

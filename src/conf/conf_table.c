@@ -32,6 +32,7 @@ static const char *const retention_names[] = {"default", "consumed", NULL};
 static const char *const reset_names[] = {"earliest", "latest", NULL};
 static const char *const tls_version_names[] = {"1.2", "1.3", NULL};
 static const char *const tls_verify_names[] = {"none", "optional", "required", NULL};
+static const char *const cluster_names[] = {"none", "etcd", NULL};
 
 /* The log defaults repeat mqd_plog_config_default (store.h): conf does not link the
  * store library, and the sample and man page need them as text anyway. */
@@ -351,6 +352,43 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "window (a producer's retry after a lost disposition is not stored twice). After a "
      "restart the window is rebuilt from the logs before mqd serves clients, so start-up "
      "reads the records of one window. 0 turns it off.",
+     false},
+
+    /* ---- cluster (issue 19; src/cluster/): restart-only ---- */
+    {"cluster", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "none", NULL, NULL, G_FIELD(cluster),
+     cluster_names, NULL,
+     "none: a single node, no coordination service. etcd: the node registers in etcd "
+     "(etcd_endpoints) under a lease of lease_ttl_ms as /cluster_name/nodes/node_id and "
+     "campaigns for /cluster_name/controller; needs node_id.",
+     false},
+    {"etcd_endpoints", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
+     G_FIELD(etcd_endpoints), NULL, mqd_conf_check_etcd_endpoints,
+     "etcd v3 JSON gateway addresses, http://HOST:PORT[,http://HOST:PORT...]; on a connection "
+     "error the node moves to the next one.",
+     false},
+    {"cluster_name", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "mqd", NULL, NULL,
+     G_FIELD(cluster_name), NULL, mqd_conf_check_cluster_name,
+     "Prefix of this cluster's etcd keys (/NAME/...): clusters sharing an etcd need "
+     "different names.",
+     false},
+    {"node_id", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 2147483647, NULL, "none", NULL, G_FIELD(node_id),
+     NULL, NULL,
+     "This node's id in the cluster, a positive integer unique among its nodes; required "
+     "with cluster = etcd.",
+     false},
+    {"advertised_address", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "the first listen address",
+     NULL, G_FIELD(advertised_address), NULL, mqd_conf_check_hostport_or_empty,
+     "HOST:PORT other nodes and redirected clients use to reach this node's AMQP listener.",
+     false},
+    {"rack", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL, G_FIELD(rack), NULL, NULL,
+     "Failure domain of this node (rack, zone): replicas of a partition go to different "
+     "racks where possible.",
+     false},
+    {"lease_ttl_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 2 * SEC, 60 * SEC, "3000", NULL, NULL,
+     G_FIELD(lease_ttl_ms), NULL, NULL,
+     "TTL of the node's etcd lease (rounded up to whole seconds; kept alive every third of "
+     "it). A node that stops answering for this long loses its registration and the "
+     "controller role; etcd may take up to about twice it after its own leader changes.",
      false},
 
     /* ---- users ---- */

@@ -1,0 +1,87 @@
+/* conf: the cluster keys' checks (issue 19: cluster = etcd). Kept apart from conf.c so the
+ * cluster rows of the table and their rules read in one place. */
+#include "config.h"
+#include "conf/conf_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int mqd_conf_etcd_endpoint_next(const char **s, char *host, size_t hostlen, uint16_t *port)
+{
+    const char *p = *s;
+    while (*p == ' ' || *p == ',')
+        p++;
+    if (*p == '\0')
+        return MQD_ENOENT;
+    size_t n = strcspn(p, ",");
+    char item[300];
+    if (n >= sizeof item || strncmp(p, "http://", 7) != 0)
+        return MQD_EINVAL;
+    size_t len = n - 7;
+    memcpy(item, p + 7, len);
+    while (len > 0 && item[len - 1] == ' ')
+        len--;
+    if (len > 0 && item[len - 1] == '/') /* http://h:p/ is how etcd prints its own URLs */
+        len--;
+    item[len] = '\0';
+    if (strchr(item, '/') != NULL || mqd_conf_parse_hostport(item, host, hostlen, port) != 0 ||
+        *port == 0)
+        return MQD_EINVAL;
+    *s = p + n;
+    return 0;
+}
+
+int mqd_conf_check_etcd_endpoints(const char *v, char *why, size_t whylen)
+{
+    char host[256];
+    uint16_t port;
+    const char *s = v;
+    int rc, n = 0;
+    while ((rc = mqd_conf_etcd_endpoint_next(&s, host, sizeof host, &port)) == 0)
+        n++;
+    if (rc == MQD_ENOENT && (n > 0 || v[0] == '\0'))
+        return 0;
+    snprintf(why, whylen,
+             "expected http://HOST:PORT[,http://HOST:PORT...] (plain HTTP: etcd's "
+             "v3 JSON gateway)");
+    return MQD_EINVAL;
+}
+
+/* The name is the first element of every etcd key: no '/' and nothing that needs quoting. */
+int mqd_conf_check_cluster_name(const char *v, char *why, size_t whylen)
+{
+    size_t n = strlen(v);
+    if (n > 0 && n <= 64 &&
+        strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                  "0123456789_.-") == n)
+        return 0;
+    snprintf(why, whylen, "1 to 64 characters of A-Z a-z 0-9 _ . -");
+    return MQD_EINVAL;
+}
+
+static int fail_at(char *err, size_t errlen, const mqd_conf_t *c, const char *src, const char *key,
+                   const char *why)
+{
+    if (c->cluster_line > 0)
+        snprintf(err, errlen, "%s:%d: %s: %s", src, c->cluster_line, key, why);
+    else
+        snprintf(err, errlen, "%s: %s: %s", src, key, why);
+    return MQD_EINVAL;
+}
+
+int mqd_conf_validate_cluster(const mqd_conf_t *c, const char *src, char *err, size_t errlen)
+{
+    if (c->cluster != MQD_CONF_CLUSTER_ETCD)
+        return 0;
+    if (c->node_id == 0)
+        return fail_at(err, errlen, c, src, "node_id",
+                       "missing: cluster = etcd needs a positive integer node_id, unique in "
+                       "the cluster");
+    if (c->etcd_endpoints == NULL)
+        return fail_at(err, errlen, c, src, "etcd_endpoints",
+                       "missing: cluster = etcd needs at least one http://HOST:PORT");
+    if (c->advertised_address == NULL && c->n_listen == 0)
+        return fail_at(err, errlen, c, src, "advertised_address",
+                       "missing and no listener to take it from");
+    return 0;
+}
