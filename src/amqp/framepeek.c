@@ -507,8 +507,7 @@ static void note_resume(mqd_fpeek_t *fp, const uint8_t *name, size_t name_len, b
     e->peer_receiver = role;
 }
 
-bool mqd_fpeek_resume_take(mqd_fpeek_t *fp, const char *link, size_t link_len,
-                           bool peer_receiver)
+bool mqd_fpeek_resume_take(mqd_fpeek_t *fp, const char *link, size_t link_len, bool peer_receiver)
 {
     if (fp->n_rsm == 0)
         return false;

@@ -33,8 +33,9 @@ void mqd_link_steal(mqd_conn_t *c, pn_link_t *l)
                 continue;
             MQD_INFO("link", "link '%s' of container %s attached again: the older one is stolen",
                      name, cid);
-            mqd_consumer_detach(ls, "amqp:link:stolen",
-                                "a link of the same name and role was attached by the same container");
+            mqd_consumer_detach(
+                ls, "amqp:link:stolen",
+                "a link of the same name and role was attached by the same container");
         }
     }
 }
