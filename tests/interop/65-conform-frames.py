@@ -6,12 +6,14 @@ hand, and what mqd stored is read back with Proton's BlockingConnection.
 
 (a) 2.6.12 / 2.7.5 `more`: two multi-frame deliveries on two links of one session, their
     frames interleaved (a1 b1 a2 b2 a3), each reassembled whole on its own topic: one
-    message each, exact bodies.
+    message each, exact bodies (the old mqd died of SIGSEGV: a stale delivery event made
+    it reject and settle a send still waiting for its record to be stable).
 (b) 2.7.5 `aborted`: on a link with link_credit 4, six deliveries of which each is a
     first frame (more=true) and an abort, then one whole message: nothing of the aborted
-    ones is stored (the topic holds 1 message, the whole one), the link stays attached
-    (an aborted delivery still takes credit, so the broker must give it back: the old mqd
-    detached the link with amqp:link:transfer-limit-exceeded at the fifth).
+    ones is stored (the topic holds 1 message, the whole one), the link stays attached,
+    and each delivery, sent only once credit is there for it, finds credit within 5 s (an
+    aborted delivery still takes credit, so the broker must give it back; mqd now does so
+    at once, the old one on its periodic producer refill).
 (c) 2.6.13 resume: an attach carrying a non-empty unsettled map, and one with
     incomplete-unsettled=true, are refused: attach answered, then detached with
     amqp:not-implemented (Proton 0.37 ignores both fields; the old mqd attached them as
