@@ -11,7 +11,8 @@ hand, and what mqd stored is read back with Proton's BlockingConnection.
 (b) 2.7.5 `aborted`: on a link with link_credit 4, six deliveries of which each is a
     first frame (more=true) and an abort, then one whole message: nothing of the aborted
     ones is stored (the topic holds 1 message, the whole one), the link stays attached,
-    and each delivery, sent only once credit is there for it, finds credit within 5 s (an
+    mqd's only disposition is for the whole one (delivery-id 6), and each delivery, sent
+    only once credit is there for it, finds credit within 5 s (an
     aborted delivery still takes credit, so the broker must give it back; mqd now does so
     at once, the old one on its periodic producer refill).
 (c) 2.6.13 resume: an attach carrying a non-empty unsettled map, and one with
@@ -26,6 +27,7 @@ hand, and what mqd stored is read back with Proton's BlockingConnection.
 
 import importlib.util
 import os
+import re
 import sys
 import time
 
@@ -33,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
 from mqdtest import check, log, send  # noqa: E402
 
-from proton import Endpoint, Message  # noqa: E402
+from proton import Endpoint, Message, Transport  # noqa: E402
 from proton.utils import BlockingConnection  # noqa: E402
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -120,6 +122,9 @@ def case_aborted(b, ctl):
     tp = "c65-abort"
     r, (s,) = senders(b, [tp])
     credit0 = s.credit
+    frames_in = []  # what mqd sends, as Proton's frame trace prints it
+    r.t.tracer = lambda transport, line: frames_in.append(line) if "<-" in line else None
+    r.t.trace(Transport.TRACE_FRM)
     sent = 0
     for i in range(7):
         ok = r.pump(lambda: s.credit - sent >= 1 or s.state & Endpoint.REMOTE_CLOSED or r.closed_by_peer,
@@ -147,11 +152,16 @@ def case_aborted(b, ctl):
     check(not s.state & Endpoint.REMOTE_CLOSED and not r.closed_by_peer,
           "aborted: detached (%s) / closed (%s)" % (cond and cond.name, r.closed_by_peer))
     check(n == 1, "aborted: messages_in of %s is %d, want 1" % (tp, n))
+    r.pump(lambda: any("@disposition" in x for x in frames_in), timeout=5)
+    disp = [x for x in frames_in if "@disposition" in x]
+    firsts = sorted(int(re.search(r"first=(0x[0-9a-f]+|\d+)", x).group(1), 0) for x in disp)
+    check(firsts == [6], "aborted: dispositions from mqd for delivery-ids %s, want only 6 (the whole "
+          "message; an aborted delivery is settled by its abort): %s" % (firsts, disp))
     r.sock.close()
     got = drain_topic(b.url, tp, 1)
     check(got == ["after-the-aborts"], "aborted: %s holds %r, want only 'after-the-aborts'" % (tp, got))
     log("6 aborted deliveries on link credit %d, each waiting for credit, then 1 whole: link "
-        "attached, messages_in %d, topic holds %r" % (credit0, n, got))
+        "attached, messages_in %d, topic holds %r, dispositions for delivery-ids %s" % (credit0, n, got, firsts))
 
 
 def attach_frame(name, handle, address, unsettled=None, incomplete=None):
