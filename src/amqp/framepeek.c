@@ -5,7 +5,8 @@
  * performative, the rest of the frame. Only the performative's first bytes are parsed,
  * in place when the chunk holds them (the common case), else from a copy of at most
  * MQD_FPEEK_PERF_MAX bytes; payload bytes are stepped over. Only attach (to name the
- * handle) and transfer are read; every other frame costs its header and descriptor.
+ * handle, and to note a resume) and transfer are read; every other frame costs its
+ * header and descriptor.
  */
 #include "config.h"
 #include "amqp/framepeek.h"
@@ -44,6 +45,13 @@ typedef struct xfer {
     size_t tag_len;
 } xfer_t;
 
+/* An attach that carried a non-empty unsettled map or incomplete-unsettled=true. */
+typedef struct rsm {
+    uint64_t name_h;
+    size_t name_len;
+    bool peer_receiver; /* the attach's role */
+} rsm_t;
+
 typedef struct fent {
     uint64_t serial;
     uint32_t fmt;
@@ -76,6 +84,8 @@ struct mqd_fpeek {
     size_t n_open;
     fent_t *fmt;
     size_t n_fmt, cap_fmt;
+    rsm_t rsm[MQD_FPEEK_RESUME_MAX]; /* attaches that asked to resume, not yet taken */
+    size_t n_rsm;
     uint8_t pbuf[MQD_FPEEK_PERF_MAX];
 };
 
@@ -133,6 +143,7 @@ static void stop(mqd_fpeek_t *fp, const char *cond, const char *why)
     fp->cond = cond;
     fp->why = why;
     fp->n_fmt = 0;
+    fp->n_rsm = 0;
 }
 
 /* ---------------------------------------------------------------- decoding */
@@ -448,11 +459,75 @@ static int read_transfer(mqd_fpeek_t *fp, rd_t *r, uint32_t count)
     return on_transfer(fp, &x) == 0 ? R_OK : R_BAD;
 }
 
+/* Fields 3-8 of an attach: is it a resume (2.6.13)? Proton 0.37 decodes neither the
+ * unsettled map nor incomplete-unsettled, so without this a resume would be accepted as
+ * a fresh link and the peer's unsettled state silently dropped. A field the peek cannot
+ * read (past MQD_FPEEK_PERF_MAX, or not of its type) means "no resume": Proton is the
+ * judge of the attach's validity, not this. */
+static int read_resume(rd_t *r, uint32_t count, bool *resume)
+{
+    *resume = false;
+    for (uint32_t i = 3; i < 7 && i < count; i++) {
+        int rc = skip_value(r, 8);
+        if (rc != R_OK)
+            return rc;
+    }
+    if (count > 7) {
+        if (r->i >= r->n)
+            return r->short_rc;
+        uint8_t c = r->p[r->i];
+        size_t w = c == 0xc1 ? 2 : c == 0xd1 ? 8 : 0;
+        if (w && r->n - r->i < 1 + w)
+            return r->short_rc;
+        if (w && (w == 2 ? r->p[r->i + 2] : be32(r->p + r->i + 5)) > 0)
+            *resume = true;
+        int rc = skip_value(r, 8);
+        if (rc != R_OK)
+            return rc;
+    }
+    if (count > 8) {
+        bool incomplete = false;
+        int rc = get_bool(r, &incomplete);
+        if (rc != R_OK)
+            return rc;
+        *resume = *resume || incomplete;
+    }
+    return R_OK;
+}
+
+static void note_resume(mqd_fpeek_t *fp, const uint8_t *name, size_t name_len, bool role)
+{
+    if (fp->n_rsm == MQD_FPEEK_RESUME_MAX) { /* never taken: forget the oldest */
+        memmove(fp->rsm, fp->rsm + 1, (fp->n_rsm - 1) * sizeof *fp->rsm);
+        fp->n_rsm--;
+    }
+    rsm_t *e = &fp->rsm[fp->n_rsm++];
+    e->name_h = name_hash(name, name_len);
+    e->name_len = name_len;
+    e->peer_receiver = role;
+}
+
+bool mqd_fpeek_resume_take(mqd_fpeek_t *fp, const char *link, size_t link_len, bool peer_receiver)
+{
+    if (fp->n_rsm == 0)
+        return false;
+    uint64_t h = name_hash(link, link_len);
+    for (size_t i = 0; i < fp->n_rsm; i++) {
+        rsm_t *e = &fp->rsm[i];
+        if (e->name_h == h && e->name_len == link_len && e->peer_receiver == peer_receiver) {
+            memmove(e, e + 1, (fp->n_rsm - i - 1) * sizeof *e);
+            fp->n_rsm--;
+            return true;
+        }
+    }
+    return false;
+}
+
 static int read_attach(mqd_fpeek_t *fp, rd_t *r, uint32_t count)
 {
     const uint8_t *name = NULL;
     size_t name_len = 0;
-    bool has_h = false, role = false;
+    bool has_h = false, role = false, resume = false;
     uint32_t handle = 0;
     if (count < 3)
         return R_BAD;
@@ -465,6 +540,11 @@ static int read_attach(mqd_fpeek_t *fp, rd_t *r, uint32_t count)
         return rc;
     if (!name || !has_h)
         return R_BAD;
+    rc = read_resume(r, count, &resume);
+    if (rc == R_NEED)
+        return rc;
+    if (rc == R_OK && resume)
+        note_resume(fp, name, name_len, role);
     if (role) /* the peer's receiver: it never sends transfers on it */
         return R_OK;
     return on_attach(fp, name, name_len, handle) == 0 ? R_OK : R_BAD;

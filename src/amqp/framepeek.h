@@ -3,7 +3,8 @@
  * "Batched sends"). It is fed every byte before Proton gets it, in any chunking, and
  * never changes them. It notes protocol headers and sasl-init, skips heartbeats, notes each
  * sender attach's (channel, handle) -> link name (kept as a 64-bit hash and length, so
- * the map costs 40 bytes a link whatever the names), and for each transfer that starts a
+ * the map costs 40 bytes a link whatever the names), notes each attach that asks to
+ * resume (a non-empty unsettled map or incomplete-unsettled), and for each transfer that starts a
  * delivery with a message-format other than 0 records (link, delivery tag, format) until
  * the delivery path takes it. Pure C, no Proton; no payload byte is copied (at most a
  * performative that straddles two chunks, up to MQD_FPEEK_PERF_MAX bytes).
@@ -65,6 +66,8 @@
 /* sender (channel, handle) pairs tracked per connection: max_sessions x
  * max_links_per_session at their defaults (40 bytes each) */
 #define MQD_FPEEK_LINKS_MAX 65536
+/* attaches asking to resume kept until the link handler takes them (oldest dropped) */
+#define MQD_FPEEK_RESUME_MAX 64
 
 typedef struct mqd_fpeek mqd_fpeek_t;
 
@@ -88,6 +91,13 @@ size_t mqd_fpeek_feed(mqd_fpeek_t *fp, const uint8_t *p, size_t n);
  * branch here. */
 uint32_t mqd_fpeek_take(mqd_fpeek_t *fp, const char *link, size_t link_len, const uint8_t *tag,
                         size_t tag_len);
+
+/* True once, when the last attach of the link named `link` with the peer's role
+ * `peer_receiver` carried a non-empty unsettled map or incomplete-unsettled=true (a
+ * resume, AMQP 1.0 2.6.13, which Proton 0.37 ignores); false otherwise (also when the map
+ * lay past the first MQD_FPEEK_PERF_MAX bytes of the attach). Forgets it. */
+bool mqd_fpeek_resume_take(mqd_fpeek_t *fp, const char *link, size_t link_len,
+                           bool peer_receiver);
 
 /* True when some delivery's format is recorded and not yet taken: the one branch a
  * connection of format-0 sends pays per delivery. */

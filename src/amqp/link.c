@@ -660,6 +660,13 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
 {
     mqd_server_t *s = c->srv;
     pn_link_t *l = ls->link;
+    /* An event for a delivery already taken: Proton folds only consecutive events of one
+     * delivery, so frames of deliveries interleaved across a session's links (2.6.12,
+     * a1 b1 a2 b2) leave a stale event behind, and a peer's disposition for a send
+     * waiting to be stable lands here too. Read as a new, empty message, it rejected and
+     * settled a held send: on_stable then used the freed delivery (SIGSEGV). */
+    if (d != pn_link_current(l))
+        return;
     if (pn_link_state(l) & PN_LOCAL_CLOSED)
         return transfer_drop(c, l, d);
     if (!mqd_credit_arrived(ls, d)) {
@@ -667,9 +674,12 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
         return transfer_drop(c, l, d);
     }
     if (pn_delivery_aborted(d)) {
+        /* nothing stored, no outcome (2.7.5: an aborted delivery is settled), but it took
+         * credit: give it back, or a few aborts in a row stall the link for good */
         transfer_format(c, l, d);
         ls->acc_len = 0;
         pn_delivery_settle(d);
+        mqd_credit_refill(ls);
         return;
     }
     const uint8_t *msg;
@@ -760,6 +770,14 @@ static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
     if ((size_t)session_links(pn_link_session(l), 0) > c->srv->conf->max_links_per_session)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded",
                                "too many links on this session (max_links_per_session)%s", "");
+    /* Proton 0.37 ignores an attach's unsettled map: accepting a resume as a fresh link
+     * would drop the peer's unsettled state unseen (docs/conformance.md, 2.6.13) */
+    const char *name = pn_link_name(l);
+    if (c->peek && mqd_fpeek_resume_take(c->peek, name, strlen(name), pn_link_is_sender(l)))
+        return mqd_link_refuse(l, "amqp:not-implemented",
+                               "resuming link '%.200s' (an attach with unsettled state) is not supported",
+                               name);
+    mqd_link_steal(c, l);
     if (pn_link_is_receiver(l))
         producer_attach(c, l);
     else

@@ -29,6 +29,10 @@ int mqd_credit_refill(mqd_lstate_t *ls);
 /* The link state goes: it no longer shares the disk budget. */
 void mqd_credit_free(mqd_lstate_t *ls);
 
+/* linkname.c: a second attach of l's name and role by the same peer container detaches
+ * the older link with amqp:link:stolen (AMQP 1.0 2.6.1). */
+void mqd_link_steal(mqd_conn_t *c, pn_link_t *l);
+
 /* consumer.c */
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l);
 void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d);

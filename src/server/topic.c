@@ -474,19 +474,20 @@ static void topic_free(mqd_topic_t *t)
     free(t);
 }
 
-/* Detaches every link that points at t (management deletes a topic under live links). */
+/* Detaches every link that points at t (management deletes a topic under live links)
+ * with amqp:link:detach-forced, the link error for an operator's intervention (2.8.15). */
 static void detach_links(mqd_server_t *s, mqd_topic_t *t)
 {
     while (!mqd_dlist_empty(&t->consumers)) {
         mqd_lstate_t *ls = MQD_CONTAINER(t->consumers.next, mqd_lstate_t, tnode);
-        mqd_consumer_detach(ls, "amqp:resource-deleted", "the topic was deleted");
+        mqd_consumer_detach(ls, "amqp:link:detach-forced", "the topic was deleted");
     }
     for (mqd_dlist_t *n = s->conns.next; n != &s->conns; n = n->next) {
         mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
         for (pn_link_t *l = pn_link_head(c->driver.connection, 0); l; l = pn_link_next(l, 0)) {
             mqd_lstate_t *ls = pn_link_get_context(l);
             if (ls && ls->kind == MQD_LS_PRODUCER && ls->topic == t)
-                mqd_consumer_detach(ls, "amqp:resource-deleted", "the topic was deleted");
+                mqd_consumer_detach(ls, "amqp:link:detach-forced", "the topic was deleted");
         }
     }
 }

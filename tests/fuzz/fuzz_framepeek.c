@@ -44,6 +44,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (fa != fb)
                 abort();
         }
+        for (int role = 0; role < 2; role++)
+            if (mqd_fpeek_resume_take(a, names[i], strlen(names[i]), role) !=
+                mqd_fpeek_resume_take(b, names[i], strlen(names[i]), role))
+                abort();
     }
     mqd_fpeek_free(a);
     mqd_fpeek_free(b);

@@ -243,6 +243,21 @@ def hostile(address, frames):
     return p.rec + b"".join(frames)
 
 
+def interleaved(frames):
+    """Two senders on one session (handles 0 and 1), then raw frames: multi-frame
+    deliveries interleaved across them made the old mqd reject and settle a held send
+    (a stale delivery event), then use it when its record became stable (SIGSEGV)."""
+    p = Pair()
+    ssn = p.c.session()
+    ssn.open()
+    for i in range(2):
+        snd = ssn.sender("seed-il-%d" % i)
+        snd.target.address = "seed-topic-%d" % i
+        snd.open()
+    p.pump()
+    return p.rec + b"".join(frames)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                              "corpus", "fuzz_conn")
@@ -270,6 +285,12 @@ def main():
             transfer(delivery_id=0, tag=b"a"), transfer(tag=b"a", more=False, aborted=True),
             transfer(tag=b"b")]),
         "hostile-handle": hostile("seed-topic", [transfer(handle=7, delivery_id=0)]),
+        "interleaved": interleaved([
+            transfer(handle=0, delivery_id=0, tag=b"a", payload=body[:4]),
+            transfer(handle=1, delivery_id=1, tag=b"b", payload=body[:6]),
+            transfer(handle=0, tag=b"a", payload=body[4:9]),
+            transfer(handle=1, tag=b"b", more=False, payload=body[6:]),
+            transfer(handle=0, tag=b"a", more=False, payload=body[9:])]),
         "continuation": hostile("seed-topic", [
             transfer(delivery_id=0, tag=b"s1", payload=body[:5]),
             transfer(tag=b"s1", more=False, payload=body[5:])]),

@@ -35,6 +35,11 @@ def stream(parts):
     s += b'AMQP\x00\x01\x00\x00' + frame(l8(0x10, string('c'), 1)) + frame(l8(0x11, b'\x40', 1))
     return s + b''.join(parts)
 
+def resume_attach(name, handle, role, unsettled, incomplete):
+    f = string(name) + uint(handle) + (b'\x41' if role else b'\x42') + b'\x40\x40'
+    f += b'\x00\x53\x28\x45' + b'\x00\x53\x29\x45' + unsettled + incomplete
+    return l8(0x12, f, 9)
+
 B = 0x80013700
 seeds = {
     'batch': stream([frame(attach('s', 0)), frame(transfer(0, b'a', B) + b'\x00\x53\x75\xa0\x01x')]),
@@ -45,6 +50,10 @@ seeds = {
                      frame(transfer(1, b'b', B, more=True)), frame(transfer(1, None, None, aborted=True))]),
     'ext': stream([frame(attach('s', 0), ch=1), frame(transfer(0, b'1', 7), ch=1, ext=3)]),
     'receiver': stream([frame(attach('s', 0, role=True)), frame(transfer(0, b'a', B))]),
+    'resume': stream([frame(resume_attach('s', 0, False, b'\xc1\x05\x02\xa0\x01t\x40', b'\x42')),
+                      frame(resume_attach('s1', 1, True, b'\x40', b'\x41')),
+                      frame(resume_attach('s2', 2, False, b'\xc1\x01\x00', b'\x42')),
+                      frame(transfer(0, b'a', B) + b'\x00\x53\x75\xa0\x01x')]),
 }
 out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), 'corpus', 'fuzz_framepeek')
 os.makedirs(out, exist_ok=True)

@@ -561,6 +561,67 @@ static void test_bounded(void **state)
     mqd_fpeek_free(fp);
 }
 
+/* An attach with fields up to unsettled (7) and incomplete-unsettled (8): `map` is the
+ * encoded unsettled field, `inc` 0/1 or -1 for absent; a source of `pad` bytes. */
+static void resume_attach(out_t *o, const char *name, bool role, const char *map, size_t maplen,
+                          int inc, size_t pad)
+{
+    out_t f = {.n = 0}, b = {.n = 0};
+    f_str(&f, name);
+    f_uint(&f, 3);
+    f_bool(&f, role);
+    f_null(&f);
+    f_null(&f);
+    put1(&f, 0xb0); /* source: binary padding (filters in real life) */
+    put32(&f, (uint32_t)pad);
+    for (size_t i = 0; i < pad; i++)
+        put1(&f, (uint8_t)i);
+    put(&f, "\x00\x53\x29\x45", 4); /* target: an empty list */
+    put(&f, map, maplen);
+    if (inc >= 0)
+        f_bool(&f, inc != 0);
+    perf(&b, D_SMALL, 0x12, NULL, pad > 200 ? L32 : L8, inc >= 0 ? 9 : 8, &f);
+    frame(o, 0, 0, 0, &b);
+}
+
+/* 2.6.13: an attach with a non-empty unsettled map or incomplete-unsettled=true is noted
+ * once per (name, role), fed whole and byte by byte; an empty or null map is not; a map
+ * past MQD_FPEEK_PERF_MAX bytes is not seen and does not stop the peek. */
+static void test_resume(void **state)
+{
+    (void)state;
+    static const char one[] = "\xc1\x05\x02\xa0\x01t\x40", empty[] = "\xc1\x01\x00",
+                      one32[] = "\xd1\x00\x00\x00\x08\x00\x00\x00\x02\xa0\x01t\x40";
+    for (int step = 0; step < 2; step++) {
+        static out_t o;
+        o.n = 0;
+        put(&o, "AMQP\x00\x01\x00\x00", 8);
+        resume_attach(&o, "rs", false, one, sizeof one - 1, -1, 0);
+        resume_attach(&o, "rr", true, one32, sizeof one32 - 1, 0, 40);
+        resume_attach(&o, "ri", false, "\x40", 1, 1, 0);
+        resume_attach(&o, "re", false, empty, sizeof empty - 1, 0, 0);
+        resume_attach(&o, "rn", true, "\x40", 1, -1, 0);
+        resume_attach(&o, "big", false, one, sizeof one - 1, -1, 1200);
+        mqd_fpeek_t *fp = mqd_fpeek_new();
+        if (step == 0) {
+            feed(fp, o.p, o.n);
+        } else {
+            for (size_t i = 0; i < o.n; i++)
+                feed(fp, o.p + i, 1);
+        }
+        assert_true(mqd_fpeek_ok(fp));
+        assert_false(mqd_fpeek_resume_take(fp, "rs", 2, true)); /* the other role */
+        assert_true(mqd_fpeek_resume_take(fp, "rs", 2, false));
+        assert_false(mqd_fpeek_resume_take(fp, "rs", 2, false)); /* taken */
+        assert_true(mqd_fpeek_resume_take(fp, "rr", 2, true));
+        assert_true(mqd_fpeek_resume_take(fp, "ri", 2, false));
+        assert_false(mqd_fpeek_resume_take(fp, "re", 2, false));
+        assert_false(mqd_fpeek_resume_take(fp, "rn", 2, true));
+        assert_false(mqd_fpeek_resume_take(fp, "big", 3, false));
+        mqd_fpeek_free(fp);
+    }
+}
+
 /* Not a benchmark gate: prints the cost per frame of a stream of small format-0
  * transfers fed in 64 KiB chunks (what rx_feed does). */
 static void test_cost(void **state)
@@ -613,6 +674,7 @@ int main(void)
         cmocka_unit_test(test_every_split), cmocka_unit_test(test_every_two_splits),
         cmocka_unit_test(test_stops),       cmocka_unit_test(test_bounded),
         cmocka_unit_test(test_cost),        cmocka_unit_test(test_guard),
+        cmocka_unit_test(test_resume),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,41 @@
+/* Link names (AMQP 1.0 2.6.1): a link is named uniquely per pair of containers and
+ * direction, so a second attach of a name by the same peer container and role takes the
+ * link over; the older one, on whichever of that container's connections and sessions,
+ * is detached with amqp:link:stolen (as RabbitMQ and Artemis do). A second attach of an
+ * active name on the same session never gets here: Proton closes the connection with
+ * amqp:invalid-field ("link name already attached"). */
+#include "config.h"
+#include "amqp/link_int.h"
+
+#include <proton/connection.h>
+#include <string.h>
+
+/* Detaches every other active link of c's peer container with l's name and role. The
+ * cost is one container-id compare per connection and a name compare per link of the
+ * connections of the same container (usually one). */
+void mqd_link_steal(mqd_conn_t *c, pn_link_t *l)
+{
+    const char *cid = pn_connection_remote_container(c->driver.connection);
+    if (!cid || !*cid)
+        return;
+    const char *name = pn_link_name(l);
+    bool sender = pn_link_is_sender(l);
+    for (mqd_dlist_t *n = c->srv->conns.next; n != &c->srv->conns; n = n->next) {
+        mqd_conn_t *o = MQD_CONTAINER(n, mqd_conn_t, node);
+        const char *ocid = o->closed ? NULL : pn_connection_remote_container(o->driver.connection);
+        if (!ocid || strcmp(ocid, cid) != 0)
+            continue;
+        for (pn_link_t *ol = pn_link_head(o->driver.connection, PN_LOCAL_ACTIVE), *next; ol;
+             ol = next) {
+            next = pn_link_next(ol, PN_LOCAL_ACTIVE);
+            mqd_lstate_t *ls = pn_link_get_context(ol);
+            if (ol == l || !ls || pn_link_is_sender(ol) != sender || strcmp(pn_link_name(ol), name))
+                continue;
+            MQD_INFO("link", "link '%s' of container %s attached again: the older one is stolen",
+                     name, cid);
+            mqd_consumer_detach(
+                ls, "amqp:link:stolen",
+                "a link of the same name and role was attached by the same container");
+        }
+    }
+}
