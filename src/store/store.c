@@ -53,11 +53,17 @@ static ssize_t io_pwritev(int fd, const struct iovec *iov, int n, off_t off)
     return pwritev(fd, iov, n, off);
 }
 
-mqd_store_io_t mqd_store_io = {io_pwritev, pwrite, fdatasync, fsync, ftruncate, syncfs};
-
-void mqd_store_io_reset(void)
+void mqd_store_io_default(mqd_store_io_t *io)
 {
-    mqd_store_io = (mqd_store_io_t){io_pwritev, pwrite, fdatasync, fsync, ftruncate, syncfs};
+    *io = (mqd_store_io_t){io_pwritev, pwrite, fdatasync, fsync, ftruncate, syncfs};
+}
+
+void mqd_store_set_io(mqd_store_t *st, const mqd_store_io_t *io)
+{
+    if (io)
+        st->io = *io;
+    else
+        mqd_store_io_default(&st->io);
 }
 
 batch_t *store_batch_get(mqd_store_t *st)
@@ -206,7 +212,7 @@ static void log_fail(mqd_plog_t *log, seg_t *s, const char *what, int err)
      * log stays failed either way. */
     store_zero_detach(log);
     pthread_mutex_lock(&log->mu);
-    if (ftruncate(s->fd, (off_t)s->synced) == 0)
+    if (log->st->io.ftruncate(s->fd, (off_t)s->synced) == 0)
         s->size = s->synced;
     pthread_mutex_unlock(&log->mu);
     __atomic_store_n(&log->stable, log->durable, __ATOMIC_RELEASE);
@@ -273,7 +279,7 @@ static int group_sync(mqd_store_t *st, int fd)
         st->gs_running = 1;
         uint64_t covers = st->gs_asked;
         pthread_mutex_unlock(&st->gs_mu);
-        int rc = mqd_store_io.syncfs(fd);
+        int rc = st->io.syncfs(fd);
         pthread_mutex_lock(&st->gs_mu);
         st->gs_running = 0;
         if (rc == 0)
@@ -297,7 +303,7 @@ static int sync_tail(mqd_plog_t *log, seg_t *s, uint64_t upto)
 {
     uint64_t t0 = mqd_mono_ns();
     if ((!log->st->use_syncfs || group_sync(log->st, s->fd) != 0) &&
-        mqd_store_io.fdatasync(s->fd) != 0) {
+        log->st->io.fdatasync(s->fd) != 0) {
         log_fail(log, s, "fdatasync", errno);
         return MQD_EIO;
     }
@@ -362,7 +368,7 @@ static int write_all(seg_t *s, batch_t *b)
         }
         struct iovec *v = iov;
         while (want > 0) {
-            ssize_t w = mqd_store_io.pwritev(s->fd, v, n, (off_t)pos);
+            ssize_t w = s->st->io.pwritev(s->fd, v, n, (off_t)pos);
             if (w <= 0)
                 return w == 0 ? ENOSPC : errno;
             pos += (uint64_t)w;
@@ -491,7 +497,7 @@ static void flush_log_rest(mqd_plog_t *log, int64_t now, int stopping)
 {
     mqd_plog_config_t c = log->cfg;
     if (__atomic_exchange_n(&log->dir_dirty, 0, __ATOMIC_ACQ_REL))
-        store_fsync_dir(log->dir);
+        store_fsync_dir(log->st, log->dir);
     if (__atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE))
         do_truncate(log);
     if (__atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE))
@@ -697,7 +703,7 @@ static void do_truncate(mqd_plog_t *log)
     store_zero_detach(log); /* the truncation cuts the zeros with the rest */
     int rc = truncate_segments(log, off);
     if (rc == 0)
-        rc = store_fsync_dir(log->dir);
+        rc = store_fsync_dir(log->st, log->dir);
     seg_t *t = log->tail;
     if (rc == 0 && ckpt_write(log, t->base, t->size, t->next_off, 1) != 0)
         rc = MQD_EIO;
@@ -771,6 +777,7 @@ int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn
         free(st);
         return MQD_ENOMEM;
     }
+    mqd_store_io_default(&st->io);
     snprintf(st->root, n, "%s/topics", data_dir);
     int rc = mqd_mkdirs(st->root, 0755);
     snprintf(st->root, n, "%s", data_dir);
@@ -1062,5 +1069,5 @@ int mqd_store_drop_topic(mqd_store_t *st, const char *topic)
     snprintf(p, sizeof p, "%s/topics/%s", st->root, topic);
     rm_dir_files(p);
     snprintf(p, sizeof p, "%s/topics", st->root);
-    return store_fsync_dir(p);
+    return store_fsync_dir(st, p);
 }

@@ -21,6 +21,7 @@
 #define MQD_STORE_H
 
 #include "mqd.h"
+#include <sys/types.h>
 #include <sys/uio.h>
 
 typedef struct mqd_store mqd_store_t; /* all partition logs + the flusher thread */
@@ -139,6 +140,25 @@ typedef struct mqd_store_fd_stats {
     uint64_t evictions; /* logs whose descriptors were closed to stay under the cap */
 } mqd_store_fd_stats_t;
 void mqd_store_fd_stats(mqd_store_t *st, mqd_store_fd_stats_t *out);
+
+/* The store's I/O table: every syscall that can lose data (write, sync, truncate) goes
+ * through it, so tests can inject errors (EIO from fdatasync, short writes) or count
+ * calls. Each store has its own (a leader and a follower store in one test process can
+ * fail differently); the appending path pays one pointer load for it. fsync is used for
+ * directories only, fdatasync for files. */
+typedef struct mqd_store_io {
+    ssize_t (*pwritev)(int fd, const struct iovec *iov, int iovcnt, off_t off);
+    ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
+    int (*fdatasync)(int fd);
+    int (*fsync)(int fd);
+    int (*ftruncate)(int fd, off_t len);
+    int (*syncfs)(int fd);
+} mqd_store_io_t;
+/* Fills `io` with the libc calls (what a store starts with). */
+void mqd_store_io_default(mqd_store_io_t *io);
+/* Copies `io` into st's table (NULL: the libc calls). Call it right after open, or
+ * between operations while the flushers are idle: they read the table without a lock. */
+void mqd_store_set_io(mqd_store_t *st, const mqd_store_io_t *io);
 
 /* mqd_store_open_ex with the default number of flushers. */
 int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out);

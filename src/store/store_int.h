@@ -21,22 +21,6 @@
 #error "mqd store writes little-endian records with memcpy; port the encoders first"
 #endif
 
-/* Every syscall that can lose data goes through this table so tests can inject errors
- * (EIO from fdatasync, short writes). Defaults are the libc calls. Not thread-safe to
- * change while a store is open with a busy flusher; tests set it between operations. */
-typedef struct mqd_store_io {
-    ssize_t (*pwritev)(int fd, const struct iovec *iov, int iovcnt, off_t off);
-    ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
-    int (*fdatasync)(int fd);
-    int (*fsync)(int fd);
-    int (*ftruncate)(int fd, off_t len);
-    int (*syncfs)(int fd);
-} mqd_store_io_t;
-
-extern mqd_store_io_t mqd_store_io;
-/* Restores the libc defaults. */
-void mqd_store_io_reset(void);
-
 typedef struct idx_ent { uint32_t rel; uint32_t pos; } idx_ent_t;
 typedef struct tix_ent { int64_t ts; uint32_t rel; } tix_ent_t;
 
@@ -180,6 +164,7 @@ typedef struct flusher {
 } flusher_t;
 
 struct mqd_store {
+    mqd_store_io_t io; /* every write, sync and truncate of this store (mqd_store_set_io) */
     char *root;
     mqd_store_wake_fn wake;
     void *wake_arg;
@@ -242,7 +227,8 @@ int log_recover(mqd_plog_t *log);
  * place with no sync, for the periodic checkpoints of a busy log (a lost or torn hint
  * only makes the next recovery scan more). */
 int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off, int sync);
-int store_fsync_dir(const char *dir);
+/* fsync of a directory through st's I/O table. 0 or MQD_EIO. */
+int store_fsync_dir(mqd_store_t *st, const char *dir);
 
 /* "." or "..", skipped when walking a directory. */
 static inline int store_is_dots(const char *n)
@@ -345,15 +331,19 @@ typedef struct store_cold_stats {
 void store_cold_stats(mqd_store_t *st, store_cold_stats_t *out);
 
 /* The cold path's reads, for tests to count, fail or delay them (defaults: libc pread
- * and preadv2, a mincore probe). Not to be changed while a store is reading. */
+ * and preadv2, a mincore probe). One table per store (its cold-read threads hold it),
+ * so two stores in one process read with different faults. */
 typedef struct store_cold_io {
     ssize_t (*pread)(int fd, void *buf, size_t n, off_t off); /* O_DIRECT chunks */
     ssize_t (*preadv2)(int fd, const struct iovec *iov, int cnt, off_t off, int flags);
     /* whether the page cache holds every page of [pos, pos + len) (mincore) */
     bool (*cached)(int fd, uint64_t pos, size_t len);
 } store_cold_io_t;
-extern store_cold_io_t store_cold_io;
-void store_cold_io_reset(void);
+/* Replaces st's table (NULL: the defaults). Before the store's first read or between
+ * reads: the reader threads use it without a lock. */
+void store_cold_set_io(mqd_store_t *st, const store_cold_io_t *io);
+/* Copies st's table into *out (tests). */
+void store_cold_get_io(mqd_store_t *st, store_cold_io_t *out);
 
 /* ---- fdlru.c: a cap on open segment descriptors ----
  * Rules that make closing safe without a lock on every use of s->fd:
