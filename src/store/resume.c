@@ -94,7 +94,7 @@ int mqd_plog_resume(mqd_plog_t *log)
 {
     if (!__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
         return 0;
-    if (__atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE) || log->truncating)
         return MQD_EAGAIN;
     if (log->pending) { /* appended before the failure, never committed */
         store_batch_put(log->st, log->pending);

@@ -792,7 +792,8 @@ int log_recover(mqd_plog_t *log)
 /* Cuts s at offset off (off within [base, next_off]); rebuilds its indexes. An idle
  * segment's descriptor may be closed (fdlru.c): `locked` says whether the caller holds
  * log->mu already (resume.c does), else it is taken to open it. The owner waits for a
- * truncation or a resume, so opening it here races with no read. */
+ * synchronous truncation and for a resume, and refuses reads of a log under an
+ * asynchronous truncation (truncate.c), so opening it here races with no read. */
 int seg_truncate_at(mqd_plog_t *log, seg_t *s, uint64_t off, bool locked)
 {
     uint64_t o;
