@@ -4,7 +4,8 @@
  * function here except where noted. fdatasync runs on the store's own flusher thread;
  * when a log's stable offset advances, the flusher calls the `wake` function given to
  * mqd_store_open (from the flusher thread); the owner then calls mqd_store_dispatch(),
- * which invokes each log's `on_stable` callback on the owner thread.
+ * which invokes each log's `on_stable` callback on the owner thread (and the callback of
+ * each asynchronous truncation that ended, mqd_plog_truncate_start).
  *
  * Offsets. Every record gets the next offset of its partition (0, 1, 2, ...).
  *   end offset     next offset to be assigned (everything below was appended)
@@ -188,14 +189,16 @@ void mqd_plog_set_stable_cb(mqd_plog_t *log, mqd_plog_stable_cb cb, void *arg);
 /* Appends n records; assigns consecutive offsets starting at *first_offset (out).
  * The bytes are in the log's pending batch until mqd_store_commit; reads see them
  * only once stable. Returns MQD_EFAILED if the partition failed (fsync EIO,
- * corruption), MQD_ETOOBIG if a record exceeds 2 GiB. */
+ * corruption), MQD_ETOOBIG if a record exceeds 2 GiB, MQD_EAGAIN while an asynchronous
+ * truncation is under way. */
 int mqd_plog_append(mqd_plog_t *log, const mqd_rec_in_t *recs, size_t n, uint64_t *first_offset);
 
 /* Reads records with offset in [from, min(upper, stable)) into `r`, at most
  * max_records and about max_bytes (always at least one record if any is readable).
  * May return fewer (it stops at a segment end or after 8192 records); read on from
  * r->next_offset. Safe while the flusher writes.
- * from < start offset -> MQD_ERANGE. Nothing readable -> 0 with r->n == 0. */
+ * from < start offset -> MQD_ERANGE. Nothing readable -> 0 with r->n == 0. An
+ * asynchronous truncation under way -> MQD_EAGAIN. */
 int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_records,
                   size_t max_bytes, mqd_read_t *r);
 
@@ -256,11 +259,13 @@ void mqd_plog_set_epoch(mqd_plog_t *log, uint32_t epoch);
  *   txn u64 | payload
  * `len` counts the bytes after itself; the CRC covers everything after the crc field.
  * The leader epoch a record was written under is already a field (mqd_plog_set_epoch
- * stamps it; 0 on a single node), so a follower can find where its log diverges from
- * the leader's by epoch without a format change. The format has no version field of its
- * own: the flags word (kind in the low byte, attributes above it; unknown bits are kept
- * and ignored by readers) is where a later format marks what it adds, e.g. a flag bit for
- * a header extension after txn, counted in `len` so older readers skip it whole. */
+ * stamps it; 0 on a single node), so a follower finds where its log diverges from the
+ * leader's by epoch with no format change. Records carry no version number: the flags
+ * word is where a later format marks what it adds (kind in the low byte, MQD_REC_TXN =
+ * 0x100, bits 9-31 unused), e.g. a bit for a header extension after txn counted in
+ * `len`. Today's readers take every byte after txn as payload and readers of data
+ * records test only the kind and MQD_REC_TXN, so such a bit must come with readers that
+ * know it before any store writes it. */
 #define MQD_STORE_RAW_HDR 40u
 
 /* One record of a raw buffer, as mqd_store_raw_next parsed it. `data` points into that
