@@ -148,8 +148,10 @@ static size_t release(mqd_plog_t *log, const seg_t *keep, size_t *left)
     size_t n = 0, kept = 0;
     pthread_mutex_lock(&st->mu);
     int idle = tail_idle(log);
-    /* A truncation's flusher uses (and opens) descriptors of segments other than the
-     * tail too: none is closed under it. */
+    /* A truncation's flusher relinks the tail and reopens what it cuts (truncate.c,
+     * seg_truncate_at); with the owner free to run meanwhile (mqd_plog_truncate_start),
+     * none of the log's descriptors is closed until it is done, whichever segment is
+     * the tail at that moment. */
     int cutting = __atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE) != 0;
     pthread_mutex_lock(&log->mu);
     for (seg_t *s = log->head; s; s = s->next) {
