@@ -11,7 +11,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -615,6 +617,120 @@ static void test_truncate_async_edges(void **state)
     assert_int_equal(read_check(f->lead, 0, UINT64_MAX, SEED, 600, 100, 1 << 20), 12);
 }
 
+/* The flusher's first cut of a gated truncation waits here until the test opens it. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int armed, entered, open;
+} gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+
+static int gated_ftruncate(int fd, off_t len)
+{
+    pthread_mutex_lock(&gate.mu);
+    if (gate.armed && !gate.entered) {
+        gate.entered = 1;
+        pthread_cond_broadcast(&gate.cv);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 60 * slow_factor(); /* never hangs the suite */
+        while (!gate.open && pthread_cond_timedwait(&gate.cv, &gate.mu, &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&gate.mu);
+    return ftruncate(fd, len);
+}
+
+/* Opens the gate 300 ms from now (a thread of its own). */
+static void *open_gate_later(void *arg)
+{
+    (void)arg;
+    usleep(300 * 1000);
+    pthread_mutex_lock(&gate.mu);
+    gate.open = 1;
+    gate.armed = 0;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+    return NULL;
+}
+
+/* The owner does not wait for the disk: with the flusher held inside the truncation's
+ * cut, truncate_start has returned, another log (another flusher) takes appends and makes
+ * them stable, and no callback runs; once the cut goes on, the callback comes. */
+static void test_truncate_async_does_not_block(void **state)
+{
+    fx_t *f = *state;
+    f->cfg.segment_bytes = 8 << 10;
+    mqd_plog_set_config(f->lead, &f->cfg);
+    mqd_plog_t *other;
+    assert_int_equal(mqd_store_log_open(f->lst, "o", 0, &f->cfg, &other), 0);
+    assert_ptr_not_equal(other->fl, f->lead->fl); /* round robin: its own flusher */
+    assert_int_equal(append_n(f->lst, f->lead, 100, 10, SEED, 600, TS0, 7), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->lead, 100), 0);
+    mqd_store_io_t io;
+    mqd_store_io_default(&io);
+    io.ftruncate = gated_ftruncate;
+    mqd_store_set_io(f->lst, &io);
+    pthread_mutex_lock(&gate.mu);
+    gate.armed = 1;
+    gate.entered = gate.open = 0;
+    pthread_mutex_unlock(&gate.mu);
+
+    tres_t res = {0};
+    int64_t t0 = mqd_now_ms();
+    assert_int_equal(mqd_plog_truncate_start(f->lead, 50, on_truncated, &res), 0);
+    int64_t took = mqd_now_ms() - t0;
+    pthread_mutex_lock(&gate.mu);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30 * slow_factor();
+    while (!gate.entered && pthread_cond_timedwait(&gate.cv, &gate.mu, &until) == 0)
+        ;
+    int entered = gate.entered;
+    pthread_mutex_unlock(&gate.mu);
+    assert_int_equal(entered, 1); /* the flusher is inside the cut, held */
+    assert_int_equal(append_n(f->lst, other, 20, 5, SEED, 600, TS0, 7), 0);
+    assert_int_equal(mqd_plog_wait_stable(other, 20), 0);
+    mqd_store_dispatch(f->lst);
+    assert_int_equal(res.calls, 0);
+    assert_true(mqd_plog_truncating(f->lead));
+    assert_int_equal(mqd_plog_end_offset(f->lead), 100);
+    int64_t held = mqd_now_ms() - t0;
+    print_message("truncate_start returned in %" PRId64 " ms; another log committed 20 "
+                  "records while the cut was held (%" PRId64 " ms)\n", took, held);
+    assert_true(took < 1000 * slow_factor());
+
+    pthread_mutex_lock(&gate.mu);
+    gate.open = 1;
+    gate.armed = 0;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+    int64_t deadline = mqd_now_ms() + 30000 * slow_factor();
+    while (res.calls == 0 && mqd_now_ms() < deadline) {
+        mqd_store_dispatch(f->lst);
+        usleep(1000);
+    }
+    assert_int_equal(res.calls, 1);
+    assert_int_equal(res.rc, 0);
+    assert_int_equal(res.end, 50);
+    assert_int_equal(read_check(f->lead, 0, UINT64_MAX, SEED, 600, 100, 1 << 20), 50);
+    assert_int_equal(read_check(other, 0, UINT64_MAX, SEED, 600, 100, 1 << 20), 20);
+
+    /* The synchronous one, by contrast, holds its caller for as long as the cut takes. */
+    pthread_mutex_lock(&gate.mu);
+    gate.armed = 1;
+    gate.entered = gate.open = 0;
+    pthread_mutex_unlock(&gate.mu);
+    pthread_t opener;
+    assert_int_equal(pthread_create(&opener, NULL, open_gate_later, NULL), 0);
+    t0 = mqd_now_ms();
+    assert_int_equal(mqd_plog_truncate_to(f->lead, 30), 0);
+    took = mqd_now_ms() - t0;
+    pthread_join(opener, NULL);
+    print_message("truncate_to held its caller %" PRId64 " ms\n", took);
+    assert_true(took >= 250);
+    assert_int_equal(mqd_plog_end_offset(f->lead), 30);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -624,6 +740,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_raw_after_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_async, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_async_edges, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncate_async_does_not_block, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
