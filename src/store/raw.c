@@ -51,8 +51,9 @@ typedef struct raw_pos {
     bool has_next;    /* a later segment exists */
 } raw_pos_t;
 
-/* Finds the segment holding `from` (or the next one's start) and the index entry at or
- * before it, under the log mutex. */
+/* Finds the segment holding `from` (the last one whose base is not above it: a segment
+ * that ends at `from` is followed by one based there) and the index entry at or before
+ * it, under the log mutex. */
 static int raw_locate(mqd_plog_t *log, uint64_t from, raw_pos_t *p)
 {
     pthread_mutex_lock(&log->mu);
@@ -66,15 +67,6 @@ static int raw_locate(mqd_plog_t *log, uint64_t from, raw_pos_t *p)
         p->pos = seg_lookup_pos(s, from, &p->at_off);
         p->seg_end = s->size;
         p->has_next = s->next != NULL;
-        if (p->pos >= p->seg_end && s->next && s->next->base <= from) {
-            s = s->next; /* a full segment ends where the next one starts */
-            p->fd = plog_read_fd(log, s);
-            rc = p->fd < 0 ? MQD_EIO : 0;
-            p->pos = 0;
-            p->at_off = s->base;
-            p->seg_end = s->size;
-            p->has_next = s->next != NULL;
-        }
     }
     pthread_mutex_unlock(&log->mu);
     return rc;
@@ -188,8 +180,8 @@ int mqd_plog_read_raw(mqd_plog_t *log, uint64_t from, void *buf, size_t cap, siz
         if (c < (size_t)got || c == 0)
             break; /* the buffer is full, a bound, damage, or a short read */
     }
-    if (rc != 0)
-        return rc;
+    if (rc != 0 && used == 0)
+        return rc; /* else what came before the error first: the next call gets it */
     *len = used;
     *next_offset = next;
     return 0;

@@ -399,6 +399,49 @@ static void test_raw_after_reopen(void **state)
     free(after);
 }
 
+/* A record damaged on the leader's disk is never shipped: a read returns the intact
+ * records before it, a read from it is MQD_ECORRUPT. */
+static void test_raw_refuses_damage_on_disk(void **state)
+{
+    fx_t *f = *state;
+    mqd_plog_set_epoch(f->lead, 3); /* what check_chunk expects below NREC / 2 */
+    assert_int_equal(append_n(f->lst, f->lead, 10, 10, SEED, 300, TS0, 7), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->lead, 10), 0);
+    uint8_t buf[8192];
+    size_t len, pos = 0, at5 = 0;
+    uint64_t next;
+    assert_int_equal(mqd_plog_read_raw(f->lead, 0, buf, sizeof buf, &len, &next), 0);
+    assert_int_equal(next, 10);
+    mqd_raw_rec_t r;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(mqd_store_raw_next(buf, len, &pos, &r), 1);
+    at5 = pos;
+    assert_int_equal(mqd_store_raw_next(buf, len, &pos, &r), 1);
+    assert_true(r.len > 0);
+    mqd_store_close(f->lst);
+    char p[700];
+    snprintf(p, sizeof p, "%s/topics/t/0/%020d.log", f->ldir, 0);
+    int fd = open(p, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b;
+    off_t where = (off_t)(at5 + MQD_STORE_RAW_HDR); /* record 5's first payload byte */
+    assert_int_equal(pread(fd, &b, 1, where), 1);
+    b ^= 0x40;
+    assert_int_equal(pwrite(fd, &b, 1, where), 1);
+    assert_int_equal(fsync(fd), 0);
+    close(fd);
+    assert_int_equal(mqd_store_open(f->ldir, NULL, NULL, &f->lst), 0);
+    assert_int_equal(mqd_store_log_open(f->lst, "t", 0, &f->cfg, &f->lead), 0);
+    assert_int_equal(mqd_plog_end_offset(f->lead), 10); /* a clean close: no rescan */
+    assert_int_equal(mqd_plog_read_raw(f->lead, 0, buf, sizeof buf, &len, &next), 0);
+    assert_int_equal(next, 5);
+    assert_int_equal(len, at5);
+    check_chunk(f->lead, buf, len, 0, 5);
+    assert_int_equal(mqd_plog_read_raw(f->lead, 5, buf, sizeof buf, &len, &next), MQD_ECORRUPT);
+    assert_int_equal(mqd_plog_read_raw(f->lead, 6, buf, sizeof buf, &len, &next), 0);
+    assert_int_equal(next, 10); /* after the damage, intact again */
+}
+
 /* ---- asynchronous truncation ---- */
 
 static struct {
@@ -738,6 +781,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_raw_stops_at_stable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_raw_refuses_bad, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_after_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_raw_refuses_damage_on_disk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_async, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_async_edges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_async_does_not_block, setup, teardown),
