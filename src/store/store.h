@@ -321,9 +321,9 @@ typedef void (*mqd_plog_truncated_cb)(mqd_plog_t *log, uint64_t end_offset, int 
  * runs: what cb reports survives a crash. Until then appends, raw appends, reads and raw
  * reads of the log return MQD_EAGAIN and its end offset is the old one; stable and
  * durable drop to `offset` when it is done (the stable callback may run with the lower
- * value). Returns 0 (asked: cb runs exactly once), MQD_ERANGE (offset > end offset),
- * MQD_EAGAIN (a truncation or resume is under way). Pending appends are committed first
- * and cut with the rest. Owner thread. */
+ * value). Returns 0 (asked: cb runs exactly once, unless the store is closed first),
+ * MQD_ERANGE (offset > end offset), MQD_EAGAIN (a truncation or resume is under way).
+ * Pending appends are committed first and cut with the rest. Owner thread. */
 int mqd_plog_truncate_start(mqd_plog_t *log, uint64_t offset, mqd_plog_truncated_cb cb,
                             void *arg);
 bool mqd_plog_truncating(const mqd_plog_t *log);

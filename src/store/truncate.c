@@ -96,7 +96,8 @@ void store_do_truncate(mqd_plog_t *log)
 /* Owner: the checks both kinds share, then hands the request to the flusher. */
 static int truncate_ask(mqd_plog_t *log, uint64_t offset, int async)
 {
-    if (log->truncating || __atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE))
+    /* (a synchronous one during a resume is served first, as it always was) */
+    if (log->truncating || (async && __atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE)))
         return MQD_EAGAIN;
     if (offset > log->end)
         return MQD_ERANGE;
