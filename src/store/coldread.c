@@ -79,6 +79,7 @@ struct store_cold {
     int started[STORE_COLD_THREADS];
     int stop;
     store_cold_stats_t stats;
+    store_cold_io_t io; /* the store's cold reads go through it (store_cold_set_io) */
 };
 
 static ssize_t io_preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
@@ -105,11 +106,15 @@ static bool io_cached(int fd, uint64_t pos, size_t len)
     return all;
 }
 
-store_cold_io_t store_cold_io = {pread, io_preadv2, io_cached};
-
-void store_cold_io_reset(void)
+void store_cold_set_io(mqd_store_t *st, const store_cold_io_t *io)
 {
-    store_cold_io = (store_cold_io_t){pread, io_preadv2, io_cached};
+    if (st->cold)
+        st->cold->io = io ? *io : (store_cold_io_t){pread, io_preadv2, io_cached};
+}
+
+void store_cold_get_io(mqd_store_t *st, store_cold_io_t *out)
+{
+    *out = st->cold ? st->cold->io : (store_cold_io_t){pread, io_preadv2, io_cached};
 }
 
 static cold_chunk_t *chunk_new(void)
@@ -136,9 +141,9 @@ static void chunk_free(cold_chunk_t *k)
 
 /* Reads chunk k (state READING, not in the queue) and closes its descriptor. c->mu not
  * held; the caller publishes the result with read_done. */
-static ssize_t chunk_pread(cold_chunk_t *k)
+static ssize_t chunk_pread(const struct store_cold *c, cold_chunk_t *k)
 {
-    ssize_t got = store_cold_io.pread(k->fd, k->buf, k->want, (off_t)k->pos);
+    ssize_t got = c->io.pread(k->fd, k->buf, k->want, (off_t)k->pos);
     close(k->fd);
     k->fd = -1;
     return got;
@@ -176,7 +181,7 @@ static ssize_t take_and_read(struct store_cold *c, cold_chunk_t *k)
     q_unlink(c, k);
     k->state = CK_READING;
     pthread_mutex_unlock(&c->mu);
-    ssize_t got = chunk_pread(k);
+    ssize_t got = chunk_pread(c, k);
     pthread_mutex_lock(&c->mu);
     return got;
 }
@@ -218,6 +223,7 @@ struct store_cold *store_cold_start(void)
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->work_cv, NULL);
     pthread_cond_init(&c->done_cv, NULL);
+    c->io = (store_cold_io_t){pread, io_preadv2, io_cached};
     for (unsigned i = 0; i < STORE_COLD_THREADS; i++) {
         c->started[i] = pthread_create(&c->thr[i], NULL, reader_main, c) == 0;
         if (!c->started[i]) {
@@ -295,7 +301,7 @@ static void chunk_ask(struct store_cold *c, cold_chain_t *ch, const cold_req_t *
     if (ch->cur->len == DC_CHUNK && pos < q->seg_end && want)
         len = q->seg_end - pos < want ? (size_t)(q->seg_end - pos) : want;
     if (len)
-        ch->cached_next = store_cold_io.cached(q->fd, pos, len);
+        ch->cached_next = c->io.cached(q->fd, pos, len);
     if (!len || ch->cached_next) {
         chunk_free(spare);
         return;
@@ -422,7 +428,7 @@ static size_t chain_start(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst,
         return 0;
     k->pos = q->pos & ~(uint64_t)(DC_ALIGN - 1);
     k->want = chunk_want(q, k->pos);
-    ssize_t got = store_cold_io.pread(q->dfd, k->buf, k->want, (off_t)k->pos);
+    ssize_t got = c->io.pread(q->dfd, k->buf, k->want, (off_t)k->pos);
     pthread_mutex_lock(&c->mu);
     c->stats.chains++;
     c->stats.sync_reads++;
@@ -468,7 +474,7 @@ static size_t cold_read(mqd_plog_t *log, const cold_req_t *q, uint8_t *dst, cons
     }
     store_cold_end(log);
     struct iovec v = {dst, q->n};
-    ssize_t got = store_cold_io.preadv2(q->fd, &v, 1, (off_t)q->pos, RWF_NOWAIT);
+    ssize_t got = log->st->cold->io.preadv2(q->fd, &v, 1, (off_t)q->pos, RWF_NOWAIT);
     if (got == (ssize_t)q->n)
         return q->n; /* in the page cache */
     if (got < 0 && errno == EOPNOTSUPP)

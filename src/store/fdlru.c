@@ -73,7 +73,7 @@ void mqd_store_fd_stats(mqd_store_t *st, mqd_store_fd_stats_t *out)
 {
     out->open = __atomic_load_n(&st->fd_open, __ATOMIC_RELAXED);
     out->cap = cap_of(st);
-    out->reopens = st->fd_reopens;
+    out->reopens = __atomic_load_n(&st->fd_reopens, __ATOMIC_RELAXED);
     out->evictions = st->fd_evictions;
 }
 
@@ -89,7 +89,7 @@ int seg_fd_get(mqd_plog_t *log, seg_t *s)
                 strerror(errno));
         return MQD_EIO;
     }
-    log->st->fd_reopens++;
+    __atomic_add_fetch(&log->st->fd_reopens, 1, __ATOMIC_RELAXED); /* truncations: flusher */
     return s->fd;
 }
 
@@ -148,9 +148,14 @@ static size_t release(mqd_plog_t *log, const seg_t *keep, size_t *left)
     size_t n = 0, kept = 0;
     pthread_mutex_lock(&st->mu);
     int idle = tail_idle(log);
+    /* A truncation's flusher relinks the tail and reopens what it cuts (truncate.c,
+     * seg_truncate_at); with the owner free to run meanwhile (mqd_plog_truncate_start),
+     * none of the log's descriptors is closed until it is done, whichever segment is
+     * the tail at that moment. */
+    int cutting = __atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE) != 0;
     pthread_mutex_lock(&log->mu);
     for (seg_t *s = log->head; s; s = s->next) {
-        if (s == keep || (s == log->tail && !idle))
+        if (cutting || s == keep || (s == log->tail && !idle))
             kept += (s->fd >= 0) + (s->dfd >= 0);
         else
             n += seg_close_fds(st, s);

@@ -138,7 +138,7 @@ void mqd_plog_set_epoch(mqd_plog_t *log, uint32_t epoch)
     log->epoch = epoch;
 }
 
-static int batch_reserve(mqd_plog_t *log, size_t more)
+int plog_batch_reserve(mqd_plog_t *log, size_t more)
 {
     if (!log->pending) {
         log->pending = store_batch_get(log->st);
@@ -169,6 +169,8 @@ int mqd_plog_append(mqd_plog_t *log, const mqd_rec_in_t *recs, size_t n, uint64_
 {
     if (__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
         return MQD_EFAILED;
+    if (log->truncating)
+        return MQD_EAGAIN; /* truncate.c: the flusher is cutting the tail */
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (recs[i].len > REC_MAX_DATA)
@@ -182,7 +184,7 @@ int mqd_plog_append(mqd_plog_t *log, const mqd_rec_in_t *recs, size_t n, uint64_
     pthread_mutex_unlock(&log->mu);
     if (rc < 0)
         return rc;
-    rc = batch_reserve(log, total);
+    rc = plog_batch_reserve(log, total);
     if (rc != 0)
         return rc;
     batch_t *b = log->pending;
@@ -295,7 +297,7 @@ static uint64_t seg_avg_rec(const seg_t *s)
 
 /* s's descriptor for a read (log->mu held). Opening an older segment closes the log's
  * other older ones (fdlru.c): a reader moving through a long log holds one at a time. */
-static int read_fd(mqd_plog_t *log, seg_t *s)
+int plog_read_fd(mqd_plog_t *log, seg_t *s)
 {
     if (s->fd >= 0 || s == log->tail)
         return seg_fd_get(log, s);
@@ -320,7 +322,7 @@ static int read_locate(mqd_plog_t *log, uint64_t from, rd_pos_t *p)
     while (s && s->base > from)
         s = s->prev;
     int rc = s ? 0 : MQD_ERANGE;
-    if (s && (p->fd = read_fd(log, s)) < 0)
+    if (s && (p->fd = plog_read_fd(log, s)) < 0)
         rc = MQD_EIO;
     if (rc == 0) {
         p->dfd = seg_dfd(log, s, &p->dio_end);
@@ -332,7 +334,7 @@ static int read_locate(mqd_plog_t *log, uint64_t from, rd_pos_t *p)
         p->has_next = s->next != NULL;
         if (p->pos >= p->seg_end && s->next) {
             s = s->next;
-            p->fd = read_fd(log, s);
+            p->fd = plog_read_fd(log, s);
             if (p->fd < 0)
                 rc = MQD_EIO;
             p->dfd = p->fd < 0 ? -1 : seg_dfd(log, s, &p->dio_end);
@@ -445,6 +447,8 @@ int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_rec
     r->next_offset = from;
     store_cold_unpin(r->pin); /* the last read's records go */
     r->pin = NULL;
+    if (log->truncating)
+        return MQD_EAGAIN; /* truncate.c: segments may go under the read */
     if (from < log->start)
         return MQD_ERANGE;
     if (from >= l.bound)
@@ -512,6 +516,8 @@ int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_rec
 int mqd_plog_offset_for_time(mqd_plog_t *log, int64_t ts_ms, uint64_t *out)
 {
     uint64_t from = UINT64_MAX;
+    if (log->truncating)
+        return MQD_EAGAIN; /* the flusher rebuilds the time index */
     pthread_mutex_lock(&log->mu);
     for (seg_t *s = log->head; s; s = s->next) {
         if (s->next_off > s->base && s->max_ts >= ts_ms) {
@@ -608,6 +614,8 @@ static int deletable(const mqd_plog_t *log, const seg_t *s, uint64_t total, uint
 
 int mqd_plog_retain(mqd_plog_t *log, uint64_t keep_from, int64_t now_ms)
 {
+    if (log->truncating)
+        return 0; /* the flusher changes the segment list: next time */
     uint64_t total = mqd_plog_size_bytes(log);
     int n = 0;
     for (;;) {

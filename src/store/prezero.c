@@ -80,11 +80,12 @@ static void q_del(struct store_zero *z, mqd_plog_t *log)
 }
 
 /* Writes ZCHUNK-sized zeros over [from, to) (z->mu not held). 0 or an errno. */
-static int write_zeros(const struct store_zero *z, int fd, uint64_t from, uint64_t to)
+static int write_zeros(const struct store_zero *z, const mqd_store_io_t *io, int fd,
+                       uint64_t from, uint64_t to)
 {
     while (from < to) {
         size_t n = to - from < ZCHUNK ? (size_t)(to - from) : ZCHUNK;
-        ssize_t w = mqd_store_io.pwrite(fd, z->zeros, n, (off_t)from);
+        ssize_t w = io->pwrite(fd, z->zeros, n, (off_t)from);
         if (w <= 0)
             return w == 0 ? ENOSPC : errno;
         from += (uint64_t)w;
@@ -140,12 +141,12 @@ static void fill(struct store_zero *z, mqd_plog_t *log)
         log->zfrom = from;
         log->zdirty = 1;
         pthread_mutex_unlock(&z->mu);
-        int err = write_zeros(z, s->fd, from, to);
+        int err = write_zeros(z, &log->st->io, s->fd, from, to);
         pthread_mutex_lock(&z->mu);
         log->zwriting = 0;
         pthread_cond_broadcast(&z->done_cv);
         pthread_mutex_unlock(&z->mu);
-        if (!err && mqd_store_io.fdatasync(s->fd) != 0)
+        if (!err && log->st->io.fdatasync(s->fd) != 0)
             err = errno;
         pthread_mutex_lock(&z->mu);
         log->zbusy = 0;
@@ -324,7 +325,7 @@ int store_zero_cut(mqd_plog_t *log, seg_t *s)
     struct stat sb;
     if (!dirty || fstat(s->fd, &sb) != 0 || (uint64_t)sb.st_size <= s->size)
         return 0;
-    if (mqd_store_io.ftruncate(s->fd, (off_t)s->size) != 0 || mqd_store_io.fdatasync(s->fd) != 0)
+    if (log->st->io.ftruncate(s->fd, (off_t)s->size) != 0 || log->st->io.fdatasync(s->fd) != 0)
         return MQD_EIO;
     return 0;
 }

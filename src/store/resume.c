@@ -29,14 +29,15 @@
  * was. 0 or an errno. */
 static int probe(seg_t *s)
 {
+    const mqd_store_io_t *io = &s->st->io;
     static const uint8_t zeros[PROBE_BYTES];
-    ssize_t w = mqd_store_io.pwrite(s->fd, zeros, sizeof zeros, (off_t)s->size);
+    ssize_t w = io->pwrite(s->fd, zeros, sizeof zeros, (off_t)s->size);
     int err = w == (ssize_t)sizeof zeros ? 0 : w < 0 ? errno : ENOSPC;
-    if (err == 0 && mqd_store_io.fdatasync(s->fd) != 0)
+    if (err == 0 && io->fdatasync(s->fd) != 0)
         err = errno;
-    if (mqd_store_io.ftruncate(s->fd, (off_t)s->size) != 0 && err == 0)
+    if (io->ftruncate(s->fd, (off_t)s->size) != 0 && err == 0)
         err = errno;
-    if (err == 0 && mqd_store_io.fdatasync(s->fd) != 0)
+    if (err == 0 && io->fdatasync(s->fd) != 0)
         err = errno;
     return err;
 }
@@ -93,7 +94,7 @@ int mqd_plog_resume(mqd_plog_t *log)
 {
     if (!__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
         return 0;
-    if (__atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE) || log->truncating)
         return MQD_EAGAIN;
     if (log->pending) { /* appended before the failure, never committed */
         store_batch_put(log->st, log->pending);

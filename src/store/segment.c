@@ -30,12 +30,12 @@ void seg_path(const mqd_plog_t *log, uint64_t base, const char *ext, char *buf, 
     snprintf(buf, n, "%s/%020" PRIu64 ".%s", log->dir, base, ext);
 }
 
-int store_fsync_dir(const char *dir)
+int store_fsync_dir(mqd_store_t *st, const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return MQD_EIO;
-    int rc = mqd_store_io.fsync(fd) == 0 ? 0 : MQD_EIO;
+    int rc = st->io.fsync(fd) == 0 ? 0 : MQD_EIO;
     close(fd);
     return rc;
 }
@@ -91,7 +91,7 @@ int seg_create(mqd_plog_t *log, uint64_t base, seg_t **out)
     if (rc == 0)
         rc = seg_index_write(log, s, 1, 0);
     if (rc == 0)
-        rc = store_fsync_dir(log->dir);
+        rc = store_fsync_dir(log->st, log->dir);
     if (rc != 0) {
         MQD_ERR("store", "%s: cannot create segment %" PRIu64 ": %s", log->dir, base,
                 strerror(errno));
@@ -166,7 +166,7 @@ static int index_file_write(const mqd_plog_t *log, const seg_t *s, const char *e
         return MQD_EIO;
     int rc = 0;
     if (rewrite) {
-        if (mqd_store_io.ftruncate(fd, 0) != 0)
+        if (log->st->io.ftruncate(fd, 0) != 0)
             rc = MQD_EIO;
         *on_disk = 0;
     }
@@ -175,10 +175,10 @@ static int index_file_write(const mqd_plog_t *log, const seg_t *s, const char *e
         size_t len = 0, first = *on_disk;
         for (; *on_disk < n && len + esz <= sizeof buf; (*on_disk)++, len += esz)
             enc(s, *on_disk, buf + len);
-        if (mqd_store_io.pwrite(fd, buf, len, (off_t)(first * esz)) != (ssize_t)len)
+        if (log->st->io.pwrite(fd, buf, len, (off_t)(first * esz)) != (ssize_t)len)
             rc = MQD_EIO;
     }
-    if (rc == 0 && sync && mqd_store_io.fdatasync(fd) != 0)
+    if (rc == 0 && sync && log->st->io.fdatasync(fd) != 0)
         rc = MQD_EIO;
     close(fd);
     return rc;
@@ -454,7 +454,7 @@ static int cut_zero_tail(const mqd_plog_t *log, seg_t *s, uint64_t *fsize)
     int z = s->size < *fsize ? zeros_to(s, s->size, *fsize) : 0;
     if (z != 1)
         return z;
-    if (mqd_store_io.ftruncate(s->fd, (off_t)s->size) != 0 || mqd_store_io.fdatasync(s->fd) != 0)
+    if (log->st->io.ftruncate(s->fd, (off_t)s->size) != 0 || log->st->io.fdatasync(s->fd) != 0)
         return MQD_EIO;
     MQD_INFO("store", "%s/%020" PRIu64 ".log: cut %" PRIu64 " pre-zeroed bytes after offset %" PRIu64,
              log->dir, s->base, *fsize - s->size, s->next_off);
@@ -552,7 +552,7 @@ int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off, int s
         int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
         if (fd < 0)
             return MQD_EIO;
-        int rc = mqd_store_io.pwrite(fd, b, sizeof b, 0) == (ssize_t)sizeof b ? 0 : MQD_EIO;
+        int rc = log->st->io.pwrite(fd, b, sizeof b, 0) == (ssize_t)sizeof b ? 0 : MQD_EIO;
         close(fd);
         return rc;
     }
@@ -560,15 +560,15 @@ int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off, int s
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return MQD_EIO;
-    int rc = mqd_store_io.pwrite(fd, b, sizeof b, 0) == (ssize_t)sizeof b &&
-                     mqd_store_io.fdatasync(fd) == 0
+    int rc = log->st->io.pwrite(fd, b, sizeof b, 0) == (ssize_t)sizeof b &&
+                     log->st->io.fdatasync(fd) == 0
                  ? 0
                  : MQD_EIO;
     close(fd);
     if (rc == 0 && rename(tmp, p) != 0)
         rc = MQD_EIO;
     if (rc == 0)
-        rc = store_fsync_dir(log->dir);
+        rc = store_fsync_dir(log->st, log->dir);
     return rc;
 }
 
@@ -673,7 +673,7 @@ static int recover_last(mqd_plog_t *log, seg_t *s, uint64_t fsize)
         MQD_WARN("store", "%s/%020" PRIu64 ".log: torn tail at offset %" PRIu64
                  ", position %" PRIu64 ": cutting %" PRIu64 " bytes",
                  log->dir, s->base, s->next_off, s->size, fsize - s->size);
-        if (mqd_store_io.ftruncate(s->fd, (off_t)s->size) != 0) {
+        if (log->st->io.ftruncate(s->fd, (off_t)s->size) != 0) {
             free(disk.idx);
             free(disk.tix);
             return MQD_EIO;
@@ -690,7 +690,7 @@ static int recover_last(mqd_plog_t *log, seg_t *s, uint64_t fsize)
     } else if (seg_index_write(log, s, 1, 0) != 0) {
         return MQD_EIO;
     }
-    if (!clean && mqd_store_io.fdatasync(s->fd) != 0)
+    if (!clean && log->st->io.fdatasync(s->fd) != 0)
         return MQD_EIO;
     log->ckpt_clean = clean;
     s->synced = s->size;
@@ -792,7 +792,8 @@ int log_recover(mqd_plog_t *log)
 /* Cuts s at offset off (off within [base, next_off]); rebuilds its indexes. An idle
  * segment's descriptor may be closed (fdlru.c): `locked` says whether the caller holds
  * log->mu already (resume.c does), else it is taken to open it. The owner waits for a
- * truncation or a resume, so opening it here races with no read. */
+ * synchronous truncation and for a resume, and refuses reads of a log under an
+ * asynchronous truncation (truncate.c), so opening it here races with no read. */
 int seg_truncate_at(mqd_plog_t *log, seg_t *s, uint64_t off, bool locked)
 {
     uint64_t o;
@@ -811,7 +812,7 @@ int seg_truncate_at(mqd_plog_t *log, seg_t *s, uint64_t off, bool locked)
         pos += 4 + (uint64_t)rd32(h);
         o++;
     }
-    if (mqd_store_io.ftruncate(s->fd, (off_t)pos) != 0 || mqd_store_io.fdatasync(s->fd) != 0)
+    if (log->st->io.ftruncate(s->fd, (off_t)pos) != 0 || log->st->io.fdatasync(s->fd) != 0)
         return MQD_EIO;
     /* Rare (replication): rescan rather than patch max_ts and the time index. */
     seg_index_clear(s);

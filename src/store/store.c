@@ -53,11 +53,17 @@ static ssize_t io_pwritev(int fd, const struct iovec *iov, int n, off_t off)
     return pwritev(fd, iov, n, off);
 }
 
-mqd_store_io_t mqd_store_io = {io_pwritev, pwrite, fdatasync, fsync, ftruncate, syncfs};
-
-void mqd_store_io_reset(void)
+void mqd_store_io_default(mqd_store_io_t *io)
 {
-    mqd_store_io = (mqd_store_io_t){io_pwritev, pwrite, fdatasync, fsync, ftruncate, syncfs};
+    *io = (mqd_store_io_t){io_pwritev, pwrite, fdatasync, fsync, ftruncate, syncfs};
+}
+
+void mqd_store_set_io(mqd_store_t *st, const mqd_store_io_t *io)
+{
+    if (io)
+        st->io = *io;
+    else
+        mqd_store_io_default(&st->io);
 }
 
 batch_t *store_batch_get(mqd_store_t *st)
@@ -165,6 +171,10 @@ void store_lists_del(mqd_store_t *st, mqd_plog_t *log)
         chain_del(&st->adv, log, offsetof(mqd_plog_t, adv_next));
         log->on_adv = 0;
     }
+    if (log->on_tdone) {
+        chain_del(&st->tdone, log, offsetof(mqd_plog_t, tdone_next));
+        log->on_tdone = 0;
+    }
 }
 
 void store_kick_log(mqd_store_t *st, mqd_plog_t *log)
@@ -191,7 +201,7 @@ void store_announce(mqd_plog_t *log)
         st->wake(st->wake_arg);
 }
 
-static void log_fail(mqd_plog_t *log, seg_t *s, const char *what, int err)
+void store_log_fail(mqd_plog_t *log, seg_t *s, const char *what, int err)
 {
     if (__atomic_exchange_n(&log->failed, 1, __ATOMIC_ACQ_REL))
         return;
@@ -206,7 +216,7 @@ static void log_fail(mqd_plog_t *log, seg_t *s, const char *what, int err)
      * log stays failed either way. */
     store_zero_detach(log);
     pthread_mutex_lock(&log->mu);
-    if (ftruncate(s->fd, (off_t)s->synced) == 0)
+    if (log->st->io.ftruncate(s->fd, (off_t)s->synced) == 0)
         s->size = s->synced;
     pthread_mutex_unlock(&log->mu);
     __atomic_store_n(&log->stable, log->durable, __ATOMIC_RELEASE);
@@ -273,7 +283,7 @@ static int group_sync(mqd_store_t *st, int fd)
         st->gs_running = 1;
         uint64_t covers = st->gs_asked;
         pthread_mutex_unlock(&st->gs_mu);
-        int rc = mqd_store_io.syncfs(fd);
+        int rc = st->io.syncfs(fd);
         pthread_mutex_lock(&st->gs_mu);
         st->gs_running = 0;
         if (rc == 0)
@@ -297,8 +307,8 @@ static int sync_tail(mqd_plog_t *log, seg_t *s, uint64_t upto)
 {
     uint64_t t0 = mqd_mono_ns();
     if ((!log->st->use_syncfs || group_sync(log->st, s->fd) != 0) &&
-        mqd_store_io.fdatasync(s->fd) != 0) {
-        log_fail(log, s, "fdatasync", errno);
+        log->st->io.fdatasync(s->fd) != 0) {
+        store_log_fail(log, s, "fdatasync", errno);
         return MQD_EIO;
     }
     note_sync(log, t0);
@@ -312,19 +322,19 @@ static int sync_tail(mqd_plog_t *log, seg_t *s, uint64_t upto)
 static int roll(mqd_plog_t *log, seg_t *old, uint64_t base)
 {
     if (store_zero_cut(log, old) != 0) {
-        log_fail(log, old, "cut of the pre-zeroed tail", errno);
+        store_log_fail(log, old, "cut of the pre-zeroed tail", errno);
         return MQD_EIO;
     }
     if (old->synced < old->size &&
         sync_tail(log, old, __atomic_load_n(&log->stable, __ATOMIC_ACQUIRE)) != 0)
         return MQD_EIO;
     if (seg_index_write(log, old, 0, 1) != 0) {
-        log_fail(log, old, "index sync at roll", errno);
+        store_log_fail(log, old, "index sync at roll", errno);
         return MQD_EIO;
     }
     seg_t *s;
     if (seg_create(log, base, &s) != 0) {
-        log_fail(log, old, "segment create", errno);
+        store_log_fail(log, old, "segment create", errno);
         return MQD_EIO;
     }
     pthread_mutex_lock(&log->mu);
@@ -362,7 +372,7 @@ static int write_all(seg_t *s, batch_t *b)
         }
         struct iovec *v = iov;
         while (want > 0) {
-            ssize_t w = mqd_store_io.pwritev(s->fd, v, n, (off_t)pos);
+            ssize_t w = s->st->io.pwritev(s->fd, v, n, (off_t)pos);
             if (w <= 0)
                 return w == 0 ? ENOSPC : errno;
             pos += (uint64_t)w;
@@ -432,7 +442,7 @@ static int flush_batches(mqd_plog_t *log, batch_t *b, const mqd_plog_config_t *c
         store_zero_before_write(log, s, s->size + total, c);
         int err = write_all(s, b);
         if (err) {
-            log_fail(log, s, "write", err);
+            store_log_fail(log, s, "write", err);
             break;
         }
         index_batches(log, s, c, b); /* the files follow at checkpoints and rolls */
@@ -470,8 +480,6 @@ static void maybe_ckpt(mqd_plog_t *log, seg_t *s, int64_t now, int force)
     log->last_ckpt_ms = now;
 }
 
-static void do_truncate(mqd_plog_t *log);
-
 /* First half of a flusher visit to one log: writes (and syncs) its queued batches.
  * Returns 1 if its stable offset advanced. */
 static int flush_log_batches(mqd_plog_t *log, int64_t now)
@@ -491,9 +499,9 @@ static void flush_log_rest(mqd_plog_t *log, int64_t now, int stopping)
 {
     mqd_plog_config_t c = log->cfg;
     if (__atomic_exchange_n(&log->dir_dirty, 0, __ATOMIC_ACQ_REL))
-        store_fsync_dir(log->dir);
+        store_fsync_dir(log->st, log->dir);
     if (__atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE))
-        do_truncate(log);
+        store_do_truncate(log);
     if (__atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE))
         store_do_resume(log);
     if (__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE))
@@ -504,7 +512,7 @@ static void flush_log_rest(mqd_plog_t *log, int64_t now, int stopping)
         sync_tail(log, s, __atomic_load_n(&log->stable, __ATOMIC_ACQUIRE));
     if (stopping && !__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE) &&
         store_zero_cut(log, s) != 0)
-        log_fail(log, s, "cut of the pre-zeroed tail", errno);
+        store_log_fail(log, s, "cut of the pre-zeroed tail", errno);
     if (!__atomic_load_n(&log->failed, __ATOMIC_ACQUIRE)) {
         /* A busy log's index files follow in small steps, not all at the checkpoint:
          * 2 s at 100 MB/s is ~1 MB of entries, a few ms that batches would wait for. */
@@ -655,85 +663,6 @@ static void *flusher_main(void *arg)
     return NULL;
 }
 
-/* ---- truncation (runs on the flusher; the owner waits) ---- */
-
-static int truncate_segments(mqd_plog_t *log, uint64_t off)
-{
-    seg_t *dead = NULL;
-    pthread_mutex_lock(&log->mu);
-    while (log->tail != log->head && log->tail->base >= off) {
-        seg_t *s = log->tail;
-        log->tail = s->prev;
-        log->tail->next = NULL;
-        s->next = dead;
-        dead = s;
-    }
-    pthread_mutex_unlock(&log->mu);
-    while (dead) {
-        seg_t *s = dead;
-        dead = s->next;
-        seg_unlink(log, s);
-        seg_free(s);
-    }
-    seg_t *t = log->tail;
-    if (t->base < off || t->base == off)
-        return seg_truncate_at(log, t, off < t->base ? t->base : off, false);
-    /* Everything goes: restart the log at `off` with a fresh segment. */
-    seg_t *s;
-    int rc = seg_create(log, off, &s);
-    if (rc != 0)
-        return rc;
-    pthread_mutex_lock(&log->mu);
-    log->head = log->tail = s;
-    pthread_mutex_unlock(&log->mu);
-    seg_unlink(log, t);
-    seg_free(t);
-    return 0;
-}
-
-static void do_truncate(mqd_plog_t *log)
-{
-    uint64_t off = log->trunc_req - 1;
-    store_zero_detach(log); /* the truncation cuts the zeros with the rest */
-    int rc = truncate_segments(log, off);
-    if (rc == 0)
-        rc = store_fsync_dir(log->dir);
-    seg_t *t = log->tail;
-    if (rc == 0 && ckpt_write(log, t->base, t->size, t->next_off, 1) != 0)
-        rc = MQD_EIO;
-    if (rc != 0)
-        log_fail(log, t, "truncate", EIO);
-    pthread_mutex_lock(&log->mu);
-    log->start = log->head->base;
-    pthread_mutex_unlock(&log->mu);
-    log->end = t->next_off; /* the owner is blocked in mqd_plog_truncate_to */
-    if (log->stable > log->end)
-        __atomic_store_n(&log->stable, log->end, __ATOMIC_RELEASE);
-    if (log->durable > log->end)
-        __atomic_store_n(&log->durable, log->end, __ATOMIC_RELEASE);
-    log->ckpt_durable = log->durable;
-    log->trunc_rc = rc;
-    __atomic_store_n(&log->trunc_req, 0, __ATOMIC_RELEASE);
-}
-
-int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset)
-{
-    mqd_store_t *st = log->st;
-    if (offset > log->end)
-        return MQD_ERANGE;
-    if (offset == log->end && !log->pending)
-        return 0;
-    mqd_store_commit(st);
-    store_cold_end(log); /* its chunks may hold bytes about to be cut */
-    pthread_mutex_lock(&st->mu);
-    __atomic_store_n(&log->trunc_req, offset + 1, __ATOMIC_RELEASE);
-    work_add(log);
-    while (__atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE) || log->flushing)
-        pthread_cond_wait(&st->done_cv, &st->mu);
-    pthread_mutex_unlock(&st->mu);
-    return log->trunc_rc;
-}
-
 /* ---- store ---- */
 
 /* Stops and joins the started flushers; the last pass of each syncs and checkpoints
@@ -771,6 +700,7 @@ int mqd_store_open_ex(const char *data_dir, unsigned flushers, mqd_store_wake_fn
         free(st);
         return MQD_ENOMEM;
     }
+    mqd_store_io_default(&st->io);
     snprintf(st->root, n, "%s/topics", data_dir);
     int rc = mqd_mkdirs(st->root, 0755);
     snprintf(st->root, n, "%s", data_dir);
@@ -900,6 +830,15 @@ void mqd_store_dispatch(mqd_store_t *st)
             continue;
         pthread_mutex_unlock(&st->mu);
         l->cb(l, mqd_plog_stable_offset(l), l->cb_arg);
+        pthread_mutex_lock(&st->mu);
+    }
+    /* Then asynchronous truncations that ended (truncate.c); a stable callback above may
+     * have dropped a log, which took it off this list too. */
+    while ((l = st->tdone) != NULL) {
+        st->tdone = l->tdone_next;
+        l->on_tdone = 0;
+        pthread_mutex_unlock(&st->mu);
+        store_truncate_done(l);
         pthread_mutex_lock(&st->mu);
     }
     pthread_mutex_unlock(&st->mu);
@@ -1062,5 +1001,5 @@ int mqd_store_drop_topic(mqd_store_t *st, const char *topic)
     snprintf(p, sizeof p, "%s/topics/%s", st->root, topic);
     rm_dir_files(p);
     snprintf(p, sizeof p, "%s/topics", st->root);
-    return store_fsync_dir(p);
+    return store_fsync_dir(st, p);
 }

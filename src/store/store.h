@@ -4,7 +4,8 @@
  * function here except where noted. fdatasync runs on the store's own flusher thread;
  * when a log's stable offset advances, the flusher calls the `wake` function given to
  * mqd_store_open (from the flusher thread); the owner then calls mqd_store_dispatch(),
- * which invokes each log's `on_stable` callback on the owner thread.
+ * which invokes each log's `on_stable` callback on the owner thread (and the callback of
+ * each asynchronous truncation that ended, mqd_plog_truncate_start).
  *
  * Offsets. Every record gets the next offset of its partition (0, 1, 2, ...).
  *   end offset     next offset to be assigned (everything below was appended)
@@ -21,6 +22,7 @@
 #define MQD_STORE_H
 
 #include "mqd.h"
+#include <sys/types.h>
 #include <sys/uio.h>
 
 typedef struct mqd_store mqd_store_t; /* all partition logs + the flusher thread */
@@ -140,6 +142,25 @@ typedef struct mqd_store_fd_stats {
 } mqd_store_fd_stats_t;
 void mqd_store_fd_stats(mqd_store_t *st, mqd_store_fd_stats_t *out);
 
+/* The store's I/O table: every syscall that can lose data (write, sync, truncate) goes
+ * through it, so tests can inject errors (EIO from fdatasync, short writes) or count
+ * calls. Each store has its own (a leader and a follower store in one test process can
+ * fail differently); the appending path pays one pointer load for it. fsync is used for
+ * directories only, fdatasync for files. */
+typedef struct mqd_store_io {
+    ssize_t (*pwritev)(int fd, const struct iovec *iov, int iovcnt, off_t off);
+    ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
+    int (*fdatasync)(int fd);
+    int (*fsync)(int fd);
+    int (*ftruncate)(int fd, off_t len);
+    int (*syncfs)(int fd);
+} mqd_store_io_t;
+/* Fills `io` with the libc calls (what a store starts with). */
+void mqd_store_io_default(mqd_store_io_t *io);
+/* Copies `io` into st's table (NULL: the libc calls). Call it right after open, or
+ * between operations while the flushers are idle: they read the table without a lock. */
+void mqd_store_set_io(mqd_store_t *st, const mqd_store_io_t *io);
+
 /* mqd_store_open_ex with the default number of flushers. */
 int mqd_store_open(const char *data_dir, mqd_store_wake_fn wake, void *wake_arg, mqd_store_t **out);
 /* Flushes and fsyncs everything, writes recovery checkpoints, stops the flusher,
@@ -168,14 +189,16 @@ void mqd_plog_set_stable_cb(mqd_plog_t *log, mqd_plog_stable_cb cb, void *arg);
 /* Appends n records; assigns consecutive offsets starting at *first_offset (out).
  * The bytes are in the log's pending batch until mqd_store_commit; reads see them
  * only once stable. Returns MQD_EFAILED if the partition failed (fsync EIO,
- * corruption), MQD_ETOOBIG if a record exceeds 2 GiB. */
+ * corruption), MQD_ETOOBIG if a record exceeds 2 GiB, MQD_EAGAIN while an asynchronous
+ * truncation is under way. */
 int mqd_plog_append(mqd_plog_t *log, const mqd_rec_in_t *recs, size_t n, uint64_t *first_offset);
 
 /* Reads records with offset in [from, min(upper, stable)) into `r`, at most
  * max_records and about max_bytes (always at least one record if any is readable).
  * May return fewer (it stops at a segment end or after 8192 records); read on from
  * r->next_offset. Safe while the flusher writes.
- * from < start offset -> MQD_ERANGE. Nothing readable -> 0 with r->n == 0. */
+ * from < start offset -> MQD_ERANGE. Nothing readable -> 0 with r->n == 0. An
+ * asynchronous truncation under way -> MQD_EAGAIN. */
 int mqd_plog_read(mqd_plog_t *log, uint64_t from, uint64_t upper, size_t max_records,
                   size_t max_bytes, mqd_read_t *r);
 
@@ -218,9 +241,92 @@ void mqd_plog_corrupt(const mqd_plog_t *log, uint64_t *count, uint64_t *first);
 /* Leader epoch stamped on records appended from now on (replication). */
 void mqd_plog_set_epoch(mqd_plog_t *log, uint32_t epoch);
 
+/* ---- Replication: raw records and truncation ----
+ * A leader ships records as they are on disk and a follower appends those bytes, so
+ * neither decodes or re-encodes them:
+ *   leader    mqd_plog_read_raw(log, from, buf, cap, &len, &next): whole records, never
+ *             a partial one, never at or past the stable offset;
+ *   wire      the bytes as they are (a fetch response carries buf[0..len));
+ *   follower  mqd_plog_append_raw(log, buf, len, &first): checks every CRC and that the
+ *             offsets run on from its end offset, then appends the same bytes (their
+ *             timestamps and epochs kept); mqd_store_commit / the stable callback as for
+ *             mqd_plog_append. mqd_store_raw_next walks such a buffer record by record.
+ *   divergence after a leader change: mqd_plog_truncate_start(log, offset, cb, arg) cuts
+ *             the follower back to the leader's offset on the flusher thread (the event
+ *             loop does not block); cb runs from mqd_store_dispatch once it is durable.
+ * Record format (little-endian), MQD_STORE_RAW_HDR bytes of header then the payload:
+ *   len u32 | crc32c u32 | offset u64 | timestamp_ms i64 | epoch u32 | flags u32 |
+ *   txn u64 | payload
+ * `len` counts the bytes after itself; the CRC covers everything after the crc field.
+ * The leader epoch a record was written under is already a field (mqd_plog_set_epoch
+ * stamps it; 0 on a single node), so a follower finds where its log diverges from the
+ * leader's by epoch with no format change. Records carry no version number: the flags
+ * word is where a later format marks what it adds (kind in the low byte, MQD_REC_TXN =
+ * 0x100, bits 9-31 unused), e.g. a bit for a header extension after txn counted in
+ * `len`. Today's readers take every byte after txn as payload and readers of data
+ * records test only the kind and MQD_REC_TXN, so such a bit must come with readers that
+ * know it before any store writes it. */
+#define MQD_STORE_RAW_HDR 40u
+
+/* One record of a raw buffer, as mqd_store_raw_next parsed it. `data` points into that
+ * buffer (valid while it is). */
+typedef struct mqd_raw_rec {
+    uint64_t offset;
+    int64_t timestamp_ms;
+    uint32_t epoch;       /* leader epoch it was written under */
+    uint32_t flags;
+    uint64_t txn;
+    uint32_t crc;         /* CRC32C as stored (verified) */
+    uint32_t size;        /* bytes of the whole record: MQD_STORE_RAW_HDR + len */
+    const uint8_t *data;  /* payload */
+    uint32_t len;         /* payload bytes */
+} mqd_raw_rec_t;
+
+/* Parses the record at buf[*pos] and checks its length and CRC. 1: *out is it and *pos
+ * moved past it; 0: *pos == len (nothing left); MQD_ECORRUPT: the bytes at *pos are not
+ * one whole intact record (short, bad length or CRC), *pos unchanged. Any thread. */
+int mqd_store_raw_next(const void *buf, size_t len, size_t *pos, mqd_raw_rec_t *out);
+
+/* Copies the whole records with offsets from `from` on, below the stable offset, into
+ * buf (at most cap bytes), exactly as stored; *len: bytes written, *next_offset: the
+ * offset after the last one (from when none). Reads across segments. Returns 0 (len 0:
+ * nothing stable at `from` yet); MQD_ETOOBIG: the record at `from` alone is larger than
+ * cap (then, unlike other out-parameters, *len is its size: grow buf and call again);
+ * MQD_ERANGE: from < start offset; MQD_ECORRUPT: the record at `from` fails its checks
+ * (records before the damage are returned by the call that reaches it); MQD_EAGAIN: an
+ * asynchronous truncation is under way; MQD_EIO. Owner thread. */
+int mqd_plog_read_raw(mqd_plog_t *log, uint64_t from, void *buf, size_t cap, size_t *len,
+                      uint64_t *next_offset);
+
+/* Follower side: appends the raw records in buf[0..len) (a whole number of them, as
+ * mqd_plog_read_raw returned) if every one is intact and the first offset is the log's
+ * end offset and each next one follows; else appends nothing and returns MQD_ECORRUPT (a
+ * damaged or partial record) or MQD_ERANGE (an offset out of sequence). *first_offset:
+ * the first record's offset (the old end offset). The bytes are copied before it
+ * returns and kept as they are (timestamps, epochs, flags, txn). MQD_EFAILED, MQD_EAGAIN
+ * (truncation under way), MQD_ENOMEM as for mqd_plog_append. Owner thread. */
+int mqd_plog_append_raw(mqd_plog_t *log, const void *buf, size_t len, uint64_t *first_offset);
+
 /* Deletes every record at offset >= `offset` (replication: follower truncation after
- * a leader change). Waits for in-flight flushes. */
+ * a leader change). Blocks the caller until the flusher did it (for tools, tests and
+ * recovery paths without a loop; the event loop uses mqd_plog_truncate_start). */
 int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset);
+
+/* Called from mqd_store_dispatch (owner thread) when an asynchronous truncation ended:
+ * rc 0 and end_offset == the offset asked for, or an error (the log then failed). */
+typedef void (*mqd_plog_truncated_cb)(mqd_plog_t *log, uint64_t end_offset, int rc, void *arg);
+/* Asks the flusher to delete every record at offset >= `offset` and returns at once.
+ * The flusher cuts the segment holding `offset` (ftruncate + fdatasync), unlinks later
+ * segments and fsyncs the directory, and writes the recovery checkpoint, all before `cb`
+ * runs: what cb reports survives a crash. Until then appends, raw appends, reads and raw
+ * reads of the log return MQD_EAGAIN and its end offset is the old one; stable and
+ * durable drop to `offset` when it is done (the stable callback may run with the lower
+ * value). Returns 0 (asked: cb runs exactly once, unless the store is closed first),
+ * MQD_ERANGE (offset > end offset), MQD_EAGAIN (a truncation or resume is under way).
+ * Pending appends are committed first and cut with the rest. Owner thread. */
+int mqd_plog_truncate_start(mqd_plog_t *log, uint64_t offset, mqd_plog_truncated_cb cb,
+                            void *arg);
+bool mqd_plog_truncating(const mqd_plog_t *log);
 
 /* Deletes whole old segments, oldest first, by the log's retention_bytes/retention_ms
  * (and, with retention_consumed, every segment wholly below keep_from). `keep_from` is

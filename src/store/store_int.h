@@ -14,28 +14,13 @@
 #define REC_HDR 40u
 #define REC_LEN_MIN (REC_HDR - 4u)
 #define REC_MAX_DATA 0x7fffffffu
+_Static_assert(REC_HDR == MQD_STORE_RAW_HDR, "store.h documents the record header");
 #define IDX_ENTRY 8u  /* rel_offset u32, position u32 */
 #define TIX_ENTRY 12u /* timestamp i64, rel_offset u32 */
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "mqd store writes little-endian records with memcpy; port the encoders first"
 #endif
-
-/* Every syscall that can lose data goes through this table so tests can inject errors
- * (EIO from fdatasync, short writes). Defaults are the libc calls. Not thread-safe to
- * change while a store is open with a busy flusher; tests set it between operations. */
-typedef struct mqd_store_io {
-    ssize_t (*pwritev)(int fd, const struct iovec *iov, int iovcnt, off_t off);
-    ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
-    int (*fdatasync)(int fd);
-    int (*fsync)(int fd);
-    int (*ftruncate)(int fd, off_t len);
-    int (*syncfs)(int fd);
-} mqd_store_io_t;
-
-extern mqd_store_io_t mqd_store_io;
-/* Restores the libc defaults. */
-void mqd_store_io_reset(void);
 
 typedef struct idx_ent { uint32_t rel; uint32_t pos; } idx_ent_t;
 typedef struct tix_ent { int64_t ts; uint32_t rel; } tix_ent_t;
@@ -106,6 +91,7 @@ struct mqd_plog {
 
     /* owner-thread state */
     uint64_t end;
+    int truncating; /* an asynchronous truncation is under way (truncate.c) */
     struct mqd_plog *lru_prev, *lru_next; /* st's LRU of logs with open segments (fdlru.c) */
     int on_lru;
     cold_chain_t cold; /* cold reads of older segments (coldread.c) */
@@ -137,6 +123,9 @@ struct mqd_plog {
     int dir_dirty;            /* retention deleted files: fsync the directory (atomic) */
     uint64_t trunc_req;       /* truncate_to(offset) asks the flusher: offset + 1 (atomic) */
     int trunc_rc;
+    uint64_t trunc_end;       /* the end offset the truncation left (the owner takes it) */
+    mqd_plog_truncated_cb trunc_cb; /* an asynchronous truncation's callback (owner) */
+    void *trunc_cb_arg;
 
     /* guarded by st->mu */
     struct flusher *fl;         /* the flusher thread this log belongs to (fixed at open) */
@@ -147,6 +136,8 @@ struct mqd_plog {
     int on_timed;
     struct mqd_plog *adv_next;   /* in st->adv while its stable callback is due */
     int on_adv;
+    struct mqd_plog *tdone_next; /* in st->tdone while its truncation callback is due */
+    int on_tdone;
     struct mqd_plog *hnext;      /* hash chain (st->htab) */
 
     /* pre-zeroed tail (prezero.c), guarded by the store's zero mutex */
@@ -180,6 +171,7 @@ typedef struct flusher {
 } flusher_t;
 
 struct mqd_store {
+    mqd_store_io_t io; /* every write, sync and truncate of this store (mqd_store_set_io) */
     char *root;
     mqd_store_wake_fn wake;
     void *wake_arg;
@@ -194,6 +186,8 @@ struct mqd_store {
     batch_t *free_batches; /* recycled batch buffers, guarded by mu */
     /* Logs whose stable offset advanced since the owner last dispatched. Guarded by mu. */
     mqd_plog_t *adv;
+    /* Logs whose asynchronous truncation ended (truncate.c). Guarded by mu. */
+    mqd_plog_t *tdone;
     /* Logs with appended but uncommitted records (owner thread only): a commit costs
      * O(logs appended to since the last one). */
     mqd_plog_t *pend_logs;
@@ -242,7 +236,8 @@ int log_recover(mqd_plog_t *log);
  * place with no sync, for the periodic checkpoints of a busy log (a lost or torn hint
  * only makes the next recovery scan more). */
 int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off, int sync);
-int store_fsync_dir(const char *dir);
+/* fsync of a directory through st's I/O table. 0 or MQD_EIO. */
+int store_fsync_dir(mqd_store_t *st, const char *dir);
 
 /* "." or "..", skipped when walking a directory. */
 static inline int store_is_dots(const char *n)
@@ -255,6 +250,9 @@ static inline uint32_t rd32(const uint8_t *p) { uint32_t v; __builtin_memcpy(&v,
 static inline uint64_t rd64(const uint8_t *p) { uint64_t v; __builtin_memcpy(&v, p, 8); return v; }
 
 /* ---- store.c ---- */
+/* Flusher: fails log for good after `what` failed with errno err on segment s (cuts its
+ * unsynced bytes, stable falls to durable, the owner is told). */
+void store_log_fail(mqd_plog_t *log, seg_t *s, const char *what, int err);
 /* Files log on the store's advanced list and wakes the owner, so the log's stable
  * callback runs (flusher thread, st->mu not held): stable rose, or the log failed or
  * resumed. */
@@ -345,23 +343,28 @@ typedef struct store_cold_stats {
 void store_cold_stats(mqd_store_t *st, store_cold_stats_t *out);
 
 /* The cold path's reads, for tests to count, fail or delay them (defaults: libc pread
- * and preadv2, a mincore probe). Not to be changed while a store is reading. */
+ * and preadv2, a mincore probe). One table per store (its cold-read threads hold it),
+ * so two stores in one process read with different faults. */
 typedef struct store_cold_io {
     ssize_t (*pread)(int fd, void *buf, size_t n, off_t off); /* O_DIRECT chunks */
     ssize_t (*preadv2)(int fd, const struct iovec *iov, int cnt, off_t off, int flags);
     /* whether the page cache holds every page of [pos, pos + len) (mincore) */
     bool (*cached)(int fd, uint64_t pos, size_t len);
 } store_cold_io_t;
-extern store_cold_io_t store_cold_io;
-void store_cold_io_reset(void);
+/* Replaces st's table (NULL: the defaults). Before the store's first read or between
+ * reads: the reader threads use it without a lock. */
+void store_cold_set_io(mqd_store_t *st, const store_cold_io_t *io);
+/* Copies st's table into *out (tests). */
+void store_cold_get_io(mqd_store_t *st, store_cold_io_t *out);
 
 /* ---- fdlru.c: a cap on open segment descriptors ----
  * Rules that make closing safe without a lock on every use of s->fd:
- *   - only the owner thread closes a descriptor of an open log, and reopens one;
+ *   - only the owner thread closes a descriptor of an open log, and reopens one (but a
+ *     truncation: its flusher opens what it cuts, under log->mu);
  *   - a segment other than the tail: the flusher never touches it (rolls link the new
- *     tail under log->mu after their last use of the old one; truncation runs while the
- *     owner waits, after the owner opened what it cuts), so the owner closes it at will
- *     under log->mu;
+ *     tail under log->mu after their last use of the old one; while a truncation is
+ *     asked, trunc_req, the owner closes none of the log's descriptors), so the owner
+ *     closes it at will under log->mu;
  *   - the tail: only while the flusher has nothing of it to write or sync (st->mu held:
  *     not flushing, no queued or pending batch, no truncation, synced == size, no
  *     pre-zeroing), so every byte in it was fdatasync'd through that descriptor (or was
@@ -387,6 +390,14 @@ void store_fd_forget(mqd_plog_t *log);
 /* The cap: n, or 0 for the default (fdlru.c: from RLIMIT_NOFILE). */
 size_t store_fd_default_cap(void);
 
+/* ---- truncate.c ---- */
+/* Flusher: serves a truncation request (log->trunc_req): cuts, syncs, checkpoints, and
+ * for an asynchronous one files the log on st->tdone and wakes the owner. */
+void store_do_truncate(mqd_plog_t *log);
+/* Owner, from mqd_store_dispatch: ends log's asynchronous truncation (its end offset,
+ * then the callback). */
+void store_truncate_done(mqd_plog_t *log);
+
 /* ---- resume.c ---- */
 /* Flusher: serves a resume request of a failed log (truncate to the durable offset, a
  * probe write + fdatasync, then the log takes appends again). */
@@ -406,5 +417,11 @@ void store_corrupt_free(mqd_plog_t *log);
 int plog_open(mqd_store_t *st, const char *topic, uint32_t partition,
               const mqd_plog_config_t *cfg, mqd_plog_t **out);
 void plog_free(mqd_plog_t *log);
+/* Owner: makes room for `more` bytes in log's pending batch (started at log->end, put
+ * on the store's pending list). 0 or MQD_ENOMEM. */
+int plog_batch_reserve(mqd_plog_t *log, size_t more);
+/* Owner, log->mu held: s's descriptor for a read; opening an older segment closes the
+ * log's other older ones. A descriptor or MQD_EIO. */
+int plog_read_fd(mqd_plog_t *log, seg_t *s);
 
 #endif

@@ -1,7 +1,7 @@
 /* Cold reads (coldread.c): O_DIRECT chunks of older segments and of the tail's synced
  * part, read ahead by a thread.
- * The page-cache probe (RWF_NOWAIT) and the O_DIRECT preads go through store_cold_io,
- * so these tests force misses, count every chunk read and hold reads "in flight". */
+ * The page-cache probe (RWF_NOWAIT) and the O_DIRECT preads go through the store's
+ * cold-read table (store_cold_set_io), so these tests force misses, count every chunk read and hold reads "in flight". */
 #include "config.h"
 #include "store/store.h"
 #include "store/store_int.h"
@@ -154,9 +154,6 @@ static int setup(void **state)
     io.n = 0;
     io.all_cached = io.ahead_cached = false;
     pthread_mutex_unlock(&io.mu);
-    store_cold_io.pread = hook_pread;
-    store_cold_io.preadv2 = hook_preadv2;
-    store_cold_io.cached = hook_cached;
     *state = f;
     char p[512];
     snprintf(p, sizeof p, "%s/probe", f->dir);
@@ -173,7 +170,6 @@ static int teardown(void **state)
     fx_t *f = *state;
     gate_set(false);
     mqd_store_close(f->st);
-    store_cold_io_reset();
     rm_rf(f->dir);
     free(f->pay);
     free(f->dir);
@@ -184,8 +180,10 @@ static int teardown(void **state)
 static mqd_plog_t *open_log(fx_t *f, uint32_t part)
 {
     mqd_plog_t *log;
-    if (!f->st)
+    if (!f->st) {
         assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+        store_cold_set_io(f->st, &(store_cold_io_t){hook_pread, hook_preadv2, hook_cached});
+    }
     assert_int_equal(mqd_store_log_open(f->st, "t", part, &f->cfg, &log), 0);
     return log;
 }
@@ -519,7 +517,7 @@ static void test_no_read_ahead_of_cached(void **state)
     assert_in_range(s.chains, (uint64_t)nseg, chunks);
     assert_int_equal(f->st->dc_logs, 0);
 
-    store_cold_io_reset();
+    store_cold_set_io(f->st, NULL);
     char dir[600];
     snprintf(dir, sizeof dir, "%s/topics/t/0", f->dir);
     read_files(dir);

@@ -1,4 +1,4 @@
-/* I/O error injection through the store_io seam: an fdatasync or write error fails the
+/* I/O error injection through the store's I/O table (mqd_store_set_io): an fdatasync or write error fails the
  * partition for good and nothing unsynced is ever reported stable or survives reopen. */
 #include "config.h"
 #include "store/store.h"
@@ -82,7 +82,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fx_t *f = *state;
-    mqd_store_io_reset();
+    if (f->st)
+        mqd_store_set_io(f->st, NULL);
     mqd_store_close(f->st);
     rm_rf(f->dir);
     free(f->dir);
@@ -107,7 +108,7 @@ static void check_failed_then_reopen(fx_t *f, uint64_t good)
     assert_int_equal(mqd_plog_wait_stable(f->log, good + 1), MQD_EFAILED);
     /* Reads stay within what was synced. */
     assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED, 100, 100, 1 << 20), (long)good);
-    mqd_store_io_reset();
+    mqd_store_set_io(f->st, NULL);
     mqd_store_close(f->st);
     fx_open(f);
     assert_false(mqd_plog_failed(f->log));
@@ -121,7 +122,7 @@ static void test_sync_eio(void **state)
     fx_open(f);
     assert_int_equal(append_n(f->st, f->log, 100, 10, SEED, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(f->log, 100), 0);
-    mqd_store_io.fdatasync = fail_fdatasync;
+    f->st->io.fdatasync = fail_fdatasync;
     assert_int_equal(append_n(f->st, f->log, 50, 50, SEED, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(f->log, 150), MQD_EFAILED);
     assert_int_equal(sync_calls, 1); /* never retried */
@@ -170,7 +171,7 @@ static void test_sync_eio_resume(void **state)
     off_t good_size = seg0_size(f);
     mqd_store_dispatch(f->st);
     cb_calls = 0;
-    mqd_store_io.fdatasync = fail_fdatasync;
+    f->st->io.fdatasync = fail_fdatasync;
     assert_int_equal(append_n(f->st, f->log, 50, 50, SEED, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(f->log, 150), MQD_EFAILED);
     assert_int_equal(mqd_plog_fail_errno(f->log), EIO);
@@ -183,7 +184,7 @@ static void test_sync_eio_resume(void **state)
     wait_resumed(f);
     assert_true(mqd_plog_failed(f->log));
 
-    mqd_store_io_reset();
+    mqd_store_set_io(f->st, NULL);
     assert_int_equal(mqd_plog_resume(f->log), 0);
     wait_resumed(f);
     assert_false(mqd_plog_failed(f->log));
@@ -205,7 +206,7 @@ static void test_write_eio(void **state)
     fx_open(f);
     assert_int_equal(append_n(f->st, f->log, 100, 10, SEED, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(f->log, 100), 0);
-    mqd_store_io.pwritev = fail_pwritev;
+    f->st->io.pwritev = fail_pwritev;
     assert_int_equal(append_n(f->st, f->log, 50, 50, SEED, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(f->log, 150), MQD_EFAILED);
     check_failed_then_reopen(f, 100);
@@ -233,7 +234,7 @@ static void test_write_eio_queued(void **state)
     f->cfg.segment_bytes = 4096;
     fx_open(f);
     slow_calls = 0;
-    mqd_store_io.pwritev = slow_then_fail_pwritev;
+    f->st->io.pwritev = slow_then_fail_pwritev;
     assert_int_equal(append_n(f->st, f->log, 1, 1, SEED, 3000, 0, 0), 0);
     usleep(50000); /* the flusher is in the slow write */
     assert_int_equal(append_n(f->st, f->log, 6, 1, SEED, 3000, 0, 0), 0); /* 6 batches */
@@ -253,7 +254,7 @@ static void test_async_eio(void **state)
     for (int i = 0; i < 300 && mqd_plog_durable_offset(f->log) < 100; i++)
         usleep(10000);
     assert_int_equal(mqd_plog_durable_offset(f->log), 100);
-    mqd_store_io.fdatasync = fail_fdatasync;
+    f->st->io.fdatasync = fail_fdatasync;
     assert_int_equal(append_n(f->st, f->log, 50, 50, SEED, 100, 0, 0), 0);
     /* Page-cache stable first (async promise), then the interval sync fails. */
     for (int i = 0; i < 300 && !mqd_plog_failed(f->log); i++)
@@ -274,8 +275,8 @@ static void test_syncfs_shared(void **state)
         assert_int_equal(mqd_store_log_open(f->st, "t", i, &f->cfg, &logs[i]), 0);
     f->log = logs[0];
     syncfs_calls = fdatasync_ok_calls = 0;
-    mqd_store_io.syncfs = count_syncfs;
-    mqd_store_io.fdatasync = fallback_fdatasync;
+    f->st->io.syncfs = count_syncfs;
+    f->st->io.fdatasync = fallback_fdatasync;
     for (int r = 0; r < 20; r++) {
         for (uint32_t i = 0; i < 8; i++)
             assert_int_equal(append_n(f->st, logs[i], 25, 25, SEED + i, 100, 0, 0), 0);
@@ -302,8 +303,8 @@ static void test_syncfs_error_falls_back(void **state)
     mqd_store_set_syncfs(f->st, 1);
     assert_int_equal(mqd_store_log_open(f->st, "t", 0, &f->cfg, &f->log), 0);
     syncfs_calls = fdatasync_ok_calls = 0;
-    mqd_store_io.syncfs = fail_syncfs;
-    mqd_store_io.fdatasync = fallback_fdatasync;
+    f->st->io.syncfs = fail_syncfs;
+    f->st->io.fdatasync = fallback_fdatasync;
     assert_int_equal(append_n(f->st, f->log, 100, 10, SEED, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(f->log, 100), 0);
     assert_false(mqd_plog_failed(f->log));
@@ -311,7 +312,7 @@ static void test_syncfs_error_falls_back(void **state)
     int sf = __atomic_load_n(&syncfs_calls, __ATOMIC_RELAXED);
     assert_true(sf >= 1);
     assert_true(__atomic_load_n(&fdatasync_ok_calls, __ATOMIC_RELAXED) >= sf);
-    mqd_store_io.fdatasync = fail_fdatasync;
+    f->st->io.fdatasync = fail_fdatasync;
     assert_int_equal(append_n(f->st, f->log, 50, 50, SEED, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(f->log, 150), MQD_EFAILED);
     check_failed_then_reopen(f, 100);
@@ -321,10 +322,10 @@ static void test_short_writes(void **state)
 {
     fx_t *f = *state;
     fx_open(f);
-    mqd_store_io.pwritev = short_pwritev;
+    f->st->io.pwritev = short_pwritev;
     assert_int_equal(append_n(f->st, f->log, 300, 30, SEED, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(f->log, 300), 0);
-    mqd_store_io_reset();
+    mqd_store_set_io(f->st, NULL);
     assert_false(mqd_plog_failed(f->log));
     assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED, 100, 100, 1 << 20), 300);
 }
@@ -357,13 +358,14 @@ static int count_ftruncate(int fd, off_t len)
     return ftruncate(fd, len);
 }
 
-static void counting_io(void)
+/* st's table counts; set before its logs open, so recovery's I/O is counted too. */
+static void counting_io(mqd_store_t *st)
 {
     n_sync = n_pwrite = n_trunc = n_fsync = 0;
-    mqd_store_io.fdatasync = count_fdatasync;
-    mqd_store_io.fsync = count_fsync;
-    mqd_store_io.pwrite = count_pwrite;
-    mqd_store_io.ftruncate = count_ftruncate;
+    st->io.fdatasync = count_fdatasync;
+    st->io.fsync = count_fsync;
+    st->io.pwrite = count_pwrite;
+    st->io.ftruncate = count_ftruncate;
 }
 
 static int count_open_fds(void)
@@ -402,8 +404,8 @@ static void test_clean_reopen_is_read_only(void **state)
     mqd_store_close(f->st);
 
     int fds0 = count_open_fds();
-    counting_io();
     assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    counting_io(f->st);
     for (uint32_t p = 0; p < NPART; p++) {
         assert_int_equal(mqd_store_log_open(f->st, "many", p, &f->cfg, &logs[p]), 0);
         assert_int_equal(mqd_plog_end_offset(logs[p]), 150);
@@ -432,7 +434,7 @@ static void test_clean_reopen_is_read_only(void **state)
     assert_int_equal(append_n(f->st, logs[7], 10, 5, SEED + 7, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(logs[7], 160), 0);
     assert_true(n_sync > 0);
-    mqd_store_io_reset();
+    mqd_store_set_io(f->st, NULL);
     mqd_store_close(f->st);
     assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
     assert_int_equal(mqd_store_log_open(f->st, "many", 7, &f->cfg, &f->log), 0);
@@ -454,8 +456,8 @@ static void test_unclean_reopen_syncs(void **state)
     char p[4096];
     snprintf(p, sizeof p, "%s/topics/t/0/recovery.ckpt", f->dir);
     assert_int_equal(unlink(p), 0);
-    counting_io();
     assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    counting_io(f->st);
     mqd_store_warm(f->st); /* read-ahead threads racing the open change nothing */
     mqd_store_warm(f->st);
     assert_int_equal(mqd_store_log_open(f->st, "t", 0, &f->cfg, &f->log), 0);
@@ -492,7 +494,7 @@ static void test_periodic_ckpt_is_a_hint(void **state)
     fx_open(f);
     assert_int_equal(append_n(f->st, f->log, 20, 5, SEED, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(f->log, 20), 0);
-    counting_io(); /* from here on: the timed pass's checkpoint only */
+    counting_io(f->st); /* from here on: the timed pass's checkpoint only */
     for (int i = 0; i < 400 && ckpt_off(p) != 20; i++)
         usleep(10 * 1000);
     assert_int_equal(ckpt_off(p), 20);
