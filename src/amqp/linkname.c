@@ -1,7 +1,8 @@
 /* Link names (AMQP 1.0 2.6.1): a link is named uniquely per pair of containers and
  * direction, so a second attach of a name by the same peer container and role takes the
- * link over; the older one, on whichever of that container's connections and sessions,
- * is detached with amqp:link:stolen (as RabbitMQ and Artemis do). A second attach of an
+ * link over; the older one is detached with amqp:link:stolen: on the same connection
+ * always, on another connection of that container (a client that reconnected) with
+ * link_stealing = container. A second attach of an
  * active name on the same session never gets here: Proton closes the connection with
  * amqp:invalid-field ("link name already attached"). */
 #include "config.h"
@@ -22,6 +23,12 @@ void mqd_link_steal(mqd_conn_t *c, pn_link_t *l)
     bool sender = pn_link_is_sender(l);
     for (mqd_dlist_t *n = c->srv->conns.next; n != &c->srv->conns; n = n->next) {
         mqd_conn_t *o = MQD_CONTAINER(n, mqd_conn_t, node);
+        /* other connections only with link_stealing = container: Proton's Container
+         * names its links "<container-id>-<address>" and all its connections share the
+         * id, so two connections of one process sending to one address would steal
+         * each other's link (05-request-response and 11-memory-connections did) */
+        if (o != c && c->srv->conf->link_stealing == 0)
+            continue;
         const char *ocid = o->closed ? NULL : pn_connection_remote_container(o->driver.connection);
         if (!ocid || strcmp(ocid, cid) != 0)
             continue;

@@ -156,7 +156,8 @@ function caseStolen(port, cb) {
 freePort((port) => {
   const dataDir = path.join(h.tmp, 'data');
   fs.mkdirSync(dataDir);
-  const argv = ['--foreground', '--listen', '127.0.0.1:' + port, '--data-dir', dataDir];
+  const argv = ['--foreground', '--listen', '127.0.0.1:' + port, '--data-dir', dataDir,
+    '--set', 'link_stealing=container']; // cross-connection stealing is opt-in
   h.startBroker(argv, port, () => {
     caseHeader(port, () => caseDrain(port, () => caseStolen(port, () => end(true))));
   });
