@@ -95,6 +95,7 @@ typedef struct mqd_conf {
     uint32_t max_connections_per_ip;   /* 0 = unlimited */
     uint32_t handshake_timeout_ms;     /* plain listeners, 10 s */
     uint32_t tls_handshake_timeout_ms; /* TLS listeners, 5 s */
+    uint32_t shutdown_grace_ms;        /* SIGTERM: clients answer the forced close within, 2 s */
     uint32_t auth_threads;             /* PLAIN password checks off the loop, 1 */
     uint32_t auth_queue_max;           /* PLAIN logins in the check queue, all peers, 32 */
     uint32_t auth_queue_per_ip;        /* the same per source address, 8 */

@@ -222,6 +222,13 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "Close a connection on a plain listener that has not completed SASL and AMQP open "
      "within this time.",
      true},
+    {"shutdown_grace_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, 10 * MIN, "2s", NULL, NULL,
+     G_FIELD(shutdown_grace_ms), NULL, NULL,
+     "On SIGTERM or SIGINT every client connection is closed with amqp:connection:forced "
+     "(\"mqd is shutting down\"); mqd stops when every client has answered the close, or "
+     "after this long. Sends already appended are made durable either way; those not yet "
+     "settled stay unsettled (the client resends them). A second signal stops at once.",
+     true},
     {"tls_handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "5s", NULL, NULL,
      G_FIELD(tls_handshake_timeout_ms), NULL, NULL,
      "The same for amqps:// listeners (TLS, SASL and open).", true},
