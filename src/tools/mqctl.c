@@ -7,6 +7,7 @@
 #include "config.h"
 #include "mqd.h"
 #include "mgmt/mgmt_json.h"
+#include "tools/scram_client.h"
 
 #include <jansson.h>
 #include <proton/condition.h>
@@ -141,6 +142,7 @@ typedef struct client {
     int err;           /* exit code of a failure, 0 if none */
     char errmsg[512];
     pn_rwbytes_t buf;
+    mqd_sasl_client_t sasl; /* sasl_client.c: SCRAM-SHA-256, PLAIN, ANONYMOUS */
 } client_t;
 
 static void client_fail(client_t *cl, int code, const char *fmt, ...)
@@ -295,7 +297,9 @@ static bool handle(client_t *cl, pn_event_t *e)
         break;
     case PN_TRANSPORT_CLOSED:
         pn_proactor_cancel_timeout(cl->px); /* a pending timeout keeps the proactor active */
-        if (!cl->done) {
+        if (!cl->done && cl->sasl.error[0]) {
+            client_fail(cl, EX_CONN, "authentication failed: %s", cl->sasl.error);
+        } else if (!cl->done) {
             char b[512];
             client_fail(cl, EX_CONN, "%s", cond_text(pn_transport_condition(pn_event_transport(e)), b, sizeof b));
         }
@@ -319,10 +323,12 @@ static void setup_connection(client_t *cl, const url_t *u, const opts_t *o, pn_t
     pn_connection_set_container(cl->conn, container);
     pn_connection_set_hostname(cl->conn, u->host);
     pn_sasl_t *sasl = pn_sasl(t);
+    mqd_sasl_client_setup(t, &cl->sasl);
     if (u->user[0]) {
         pn_connection_set_user(cl->conn, u->user);
         pn_connection_set_password(cl->conn, u->pass);
-        /* PLAIN over plain TCP: the operator chose the URL; loopback is the usual case */
+        /* PLAIN over plain TCP when the broker offers no SCRAM: the operator chose the
+         * URL; loopback is the usual case */
         pn_sasl_set_allow_insecure_mechs(sasl, true);
     }
     if (u->tls) {
@@ -372,6 +378,7 @@ static int transact(const opts_t *o, request_t *rq)
         pn_proactor_done(cl.px, b);
     }
     pn_proactor_free(cl.px);
+    mqd_sasl_client_clear(&cl.sasl);
     free(cl.buf.start);
     if (!cl.done && !cl.err)
         client_fail(&cl, EX_CONN, "connection closed before the reply");
