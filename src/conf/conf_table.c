@@ -256,7 +256,7 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "holds those readers back until its connection closes (Kafka's transaction.timeout.ms "
      "is 60 s too).",
      true},
-    {"max_unsettled_per_link", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1048576, "10000", "unlimited", NULL,
+    {"max_unsettled_per_link", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1048576, "10000", NULL, NULL,
      G_FIELD(max_unsettled_per_link), NULL, NULL,
      "Deliveries a receiving link may hold unsettled; mqd sends no more until some are "
      "settled, whatever credit the link grants. 0: unlimited.",
