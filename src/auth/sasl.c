@@ -26,13 +26,14 @@ static void log_abandoned(pn_transport_t *t, const mqd_auth_conn_t *ac)
         return;
     const char *mech = pnx_sasl_get_selected_mechanism(t);
     if (ac->scram)
-        MQD_NOTICE("auth", "SASL refused peer=%s mech=SCRAM-SHA-256 user=%s reason=the client "
-                   "left during the exchange (wrong password on its side, or no SCRAM)",
+        MQD_NOTICE("auth", "SASL refused peer=%s mech=SCRAM-SHA-256 user=%s reason=the "
+                   "connection ended during the exchange (the client gave up, or a handshake "
+                   "timeout)",
                    ac->c->peer, ac->scram->user[0] ? ac->scram->user : "-");
     else if (mech == NULL)
-        MQD_NOTICE("auth", "SASL refused peer=%s mech=none user=- reason=the client left "
-                   "without choosing one of the mechanisms offered (%s): none in common",
-                   ac->c->peer, ac->mechs);
+        MQD_NOTICE("auth", "SASL refused peer=%s mech=none user=- reason=the connection ended "
+                   "before the client chose one of the mechanisms offered (%s): none in "
+                   "common, or a handshake timeout", ac->c->peer, ac->mechs);
 }
 
 static void s_free(pn_transport_t *t)

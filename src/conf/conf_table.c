@@ -227,7 +227,8 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "On SIGTERM or SIGINT every client connection is closed with amqp:connection:forced "
      "(\"mqd is shutting down\"); mqd stops when every client has answered the close, or "
      "after this long. Sends already appended are made durable either way; those not yet "
-     "settled stay unsettled (the client resends them). A second signal stops at once.",
+     "settled stay unsettled (the client resends them). A second signal stops at once; 0 "
+     "stops without waiting (the close may not reach the clients).",
      true},
     {"tls_handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "5s", NULL, NULL,
      G_FIELD(tls_handshake_timeout_ms), NULL, NULL,

@@ -46,6 +46,9 @@ static bool settings_ok(mqd_mgmt_req_t *r, json_t *ov)
     char text[64], err[512];
     json_object_foreach(ov, k, v) {
         const char *val = text;
+        if (strcmp(k, "partitions") == 0)
+            return mqd_mgmt_fail(r, 400, "partitions: a count, not a setting (the "
+                                 "'partitions' property; mqctl --partitions N)"), false;
         if (json_is_string(v))
             val = json_string_value(v);
         else if (json_is_integer(v))

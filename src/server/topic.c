@@ -204,8 +204,15 @@ static void topic_set_conf(mqd_topic_t *t)
 {
     mqd_conf_topic(t->srv->conf, t->name, &t->conf);
     t->conf.name = NULL;
-    if (t->overrides)
-        apply_overrides(&t->conf, t->overrides);
+    const char *key;
+    json_t *v;
+    /* one by one: a value stored by an older version that the config parser now refuses
+     * (tighter bounds) costs that setting, not all of the topic's */
+    json_object_foreach(t->overrides, key, v) {
+        if (apply_one(&t->conf, key, v) != 0)
+            MQD_WARN("topic", "%s: stored setting %s ignored: not a valid value for it now",
+                     t->name, key);
+    }
     t->conf.log.retention_consumed = t->conf.retention_consumed;
     for (uint32_t i = 0; i < t->nparts; i++)
         mqd_plog_set_config(t->parts[i].log, &t->conf.log);
