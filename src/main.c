@@ -63,11 +63,11 @@ static void heap_prefault(uint64_t bytes)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mqd [-c FILE] [--foreground] [--check-config] [--version]\n"
-               "           [--listen HOST:PORT]... [--data-dir DIR] [--set KEY=VALUE]...\n"
+    fprintf(f, "usage: mqd [-c FILE] [-f] [-t] [-V] [-l HOST:PORT]... [-d DIR] [-s KEY=VALUE]...\n"
                "\n"
                "  -c, --config FILE     configuration file (default " DEFAULT_CONF ")\n"
-               "  -f, --foreground      stay in the foreground (always; for systemd and scripts)\n"
+               "  -f, --foreground      accepted for scripts and units; mqd never forks and always\n"
+               "                        logs to standard error (systemd Type=notify)\n"
                "  -t, --check-config    validate the configuration and exit\n"
                "  -l, --listen H:P      listen on HOST:PORT (repeatable; replaces `listen`)\n"
                "  -d, --data-dir DIR    data directory (replaces `data_dir`)\n"

@@ -154,6 +154,8 @@ typedef struct mqd_auth_conn {
 /* sasl.c: installs the SASL plugin on c's transport with `ac` as its context (the plugin's
  * free callback frees ac). */
 void mqd_auth_sasl_setup(struct mqd_conn *c, mqd_auth_conn_t *ac);
+/* reach.c: warns about each user no listener lets log in (start and reload). */
+void mqd_auth_warn_unreachable(const struct mqd_server *s);
 /* tls.c: frees per-connection state (from the plugin's free callback). */
 void mqd_auth_conn_free(mqd_auth_conn_t *ac);
 /* tls.c: the subject CN (UTF-8) of c's verified client certificate into cn[len]. 0;

@@ -17,10 +17,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A client that goes after our offer without an outcome: most often one that had no
+ * mechanism in common with us (Proton's client then just drops the connection), which
+ * would otherwise be logged only as a framing-error. */
+static void log_abandoned(pn_transport_t *t, const mqd_auth_conn_t *ac)
+{
+    if (ac->c == NULL || ac->mechs[0] == '\0' || ac->outcome || ac->pending)
+        return;
+    const char *mech = pnx_sasl_get_selected_mechanism(t);
+    if (ac->scram)
+        MQD_NOTICE("auth", "SASL refused peer=%s mech=SCRAM-SHA-256 user=%s reason=the "
+                   "connection ended during the exchange (the client gave up, or a handshake "
+                   "timeout)",
+                   ac->c->peer, ac->scram->user[0] ? ac->scram->user : "-");
+    else if (mech == NULL)
+        MQD_NOTICE("auth", "SASL refused peer=%s mech=none user=- reason=the connection ended "
+                   "before the client chose one of the mechanisms offered (%s): none in "
+                   "common, or a handshake timeout", ac->c->peer, ac->mechs);
+}
+
 static void s_free(pn_transport_t *t)
 {
     mqd_auth_conn_t *ac = pnx_sasl_get_context(t);
     if (ac != NULL) {
+        log_abandoned(t, ac);
         pnx_sasl_set_context(t, NULL);
         mqd_auth_conn_free(ac);
     }
@@ -56,7 +76,9 @@ static void s_prepare_write(pn_transport_t *t) { MQD_UNUSED(t); }
 
 static void fail(pn_transport_t *t, mqd_auth_conn_t *ac, const char *why, const char *who)
 {
-    MQD_NOTICE("auth", "SASL failed peer=%s user=%s reason=%s", ac->c->peer, who, why);
+    const char *mech = pnx_sasl_get_selected_mechanism(t);
+    MQD_NOTICE("auth", "SASL refused peer=%s mech=%s user=%s reason=%s", ac->c->peer,
+               mech ? mech : "none", who, why);
     if (ac->scram) {
         mqd_scram_clear(ac->scram);
         free(ac->scram);
@@ -283,6 +305,8 @@ static void s_process_init(pn_transport_t *t, const char *mech, const pn_bytes_t
         return fail(t, ac, "SASL init after the first", "-");
     if (strcmp(mech, "ANONYMOUS") == 0 && ac->c->srv->conf->allow_anonymous)
         return succeed(t, ac, "anonymous", true);
+    if (strcmp(mech, "ANONYMOUS") == 0)
+        return fail(t, ac, "ANONYMOUS not allowed (allow_anonymous = off)", "anonymous");
     if (strcmp(mech, "PLAIN") == 0)
         return plain(t, ac, recv);
     if (strcmp(mech, "EXTERNAL") == 0)

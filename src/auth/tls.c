@@ -146,6 +146,7 @@ int mqd_auth_init(mqd_server_t *s)
     }
     if (s->conf->acl_present)
         MQD_INFO("auth", "%zu ACL rules", s->conf->n_acl);
+    mqd_auth_warn_unreachable(s);
     return 0;
 }
 
@@ -211,6 +212,7 @@ int mqd_auth_reload(mqd_server_t *s)
         take_settings(s->conf, nc);
     MQD_NOTICE("auth", "reloaded: TLS %s, %zu ACL rules%s", x ? "on" : "off", s->conf->n_acl,
                s->conf->acl_present ? "" : " (no [acl]: all allowed)");
+    mqd_auth_warn_unreachable(s);
 out:
     mqd_conf_free(nc);
     return rc;

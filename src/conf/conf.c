@@ -542,6 +542,19 @@ out:
     return rc;
 }
 
+int mqd_conf_topic_setting(mqd_topic_conf_t *tc, const char *key, const char *val, char *err,
+                           size_t errlen)
+{
+    char why[512];
+    section_t sec = {MQD_CS_TOPIC, tc, NULL};
+    bool replace = false;
+    /* the file's own key lookup and value parsers: the same units, bounds and reasons */
+    int rc = apply_key(NULL, &sec, key, val, &replace, why, sizeof why);
+    if (rc == MQD_EINVAL)
+        fail(err, errlen, "%s: %s", key, why);
+    return rc;
+}
+
 /* ---- queries ---- */
 
 void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *out)

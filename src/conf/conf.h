@@ -96,6 +96,7 @@ typedef struct mqd_conf {
     uint32_t max_connections_per_ip;   /* 0 = unlimited */
     uint32_t handshake_timeout_ms;     /* plain listeners, 10 s */
     uint32_t tls_handshake_timeout_ms; /* TLS listeners, 5 s */
+    uint32_t shutdown_grace_ms;        /* SIGTERM: clients answer the forced close within, 2 s */
     uint32_t auth_threads;             /* PLAIN password checks off the loop, 1 */
     uint32_t auth_queue_max;           /* PLAIN logins in the check queue, all peers, 32 */
     uint32_t auth_queue_per_ip;        /* the same per source address, 8 */
@@ -142,6 +143,11 @@ int mqd_conf_load_file(mqd_conf_t *c, const char *path, char *err, size_t errlen
 /* Applies one "KEY=VALUE" (from --set); KEY may be "topic.NAME.KEY" for a topic
  * section. Same validation as the file; err reads "--set: key: reason". */
 int mqd_conf_set(mqd_conf_t *c, const char *key_eq_value, char *err, size_t errlen);
+/* Applies one [topic NAME]-section setting `key` = `val` to tc (management CREATE and
+ * UPDATE), with the file's parsers; err reads "key: reason" (e.g. "retention_ms: expected
+ * a duration like 500ms, 30s, 5m, 2h or 7d, got '7x'"). MQD_EINVAL on a bad key or value. */
+int mqd_conf_topic_setting(mqd_topic_conf_t *tc, const char *key, const char *val, char *err,
+                           size_t errlen);
 /* Adds a listener "HOST:PORT" (from --listen); the first call replaces the default. */
 int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t errlen);
 /* Names the settings that differ between a running config `old` and a reloaded `nw`

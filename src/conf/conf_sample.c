@@ -79,7 +79,8 @@ int mqd_conf_write_sample(FILE *f)
           "#\n"
           "# Format: `key = value`; `#` starts a comment. Sizes take KiB, MiB, GiB (or k, M, G);\n"
           "# durations take ms, s, m, h, d (a bare number is milliseconds); booleans take\n"
-          "# on/off. A commented-out key shows its built-in default.\n",
+          "# on/off. A commented-out key (`#key = value`) shows its built-in default; the\n"
+          "# section templates (`# key = value`, with a blank) are examples.\n",
           f);
     sample_part(f, MQD_CS_GLOBAL, "server", NULL, NULL);
     sample_part(f, MQD_CS_BOTH, "topic defaults",

@@ -234,6 +234,14 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "Close a connection on a plain listener that has not completed SASL and AMQP open "
      "within this time.",
      true},
+    {"shutdown_grace_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 0, 10 * MIN, "2s", NULL, NULL,
+     G_FIELD(shutdown_grace_ms), NULL, NULL,
+     "On SIGTERM or SIGINT every client connection is closed with amqp:connection:forced "
+     "(\"mqd is shutting down\"); mqd stops when every client has answered the close, or "
+     "after this long. Sends already appended are made durable either way; those not yet "
+     "settled stay unsettled (the client resends them). A second signal stops at once; 0 "
+     "stops without waiting (the close may not reach the clients).",
+     true},
     {"tls_handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "5s", NULL, NULL,
      G_FIELD(tls_handshake_timeout_ms), NULL, NULL,
      "The same for amqps:// listeners (TLS, SASL and open).", true},
@@ -261,7 +269,7 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "holds those readers back until its connection closes (Kafka's transaction.timeout.ms "
      "is 60 s too).",
      true},
-    {"max_unsettled_per_link", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1048576, "10000", "unlimited", NULL,
+    {"max_unsettled_per_link", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1048576, "10000", NULL, NULL,
      G_FIELD(max_unsettled_per_link), NULL, NULL,
      "Deliveries a receiving link may hold unsettled; mqd sends no more until some are "
      "settled, whatever credit the link grants. 0: unlimited.",

@@ -35,12 +35,42 @@ static int add_setting(json_t *ov, const char *k, json_t *v)
     return json_object_set(ov, k, v);
 }
 
-/* The settings of a CREATE/UPDATE body (top-level keys and a nested `config` map) as
- * a JSON text for mqd_topic_create/alter; NULL when there are none. */
-static char *overrides_of(mqd_mgmt_req_t *r)
+/* Each setting through the config file's parser, so a bad one is refused with the
+ * file's reason ("retention_ms: expected a duration ..."); false: r holds the 400. */
+static bool settings_ok(mqd_mgmt_req_t *r, json_t *ov)
 {
+    mqd_topic_conf_t probe;
+    mqd_conf_topic(r->s->conf, r->name, &probe);
+    const char *k;
+    json_t *v;
+    char text[64], err[512];
+    json_object_foreach(ov, k, v) {
+        const char *val = text;
+        if (strcmp(k, "partitions") == 0)
+            return mqd_mgmt_fail(r, 400, "partitions: a count, not a setting (the "
+                                 "'partitions' property; mqctl --partitions N)"), false;
+        if (json_is_string(v))
+            val = json_string_value(v);
+        else if (json_is_integer(v))
+            snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+        else if (json_is_boolean(v))
+            snprintf(text, sizeof text, "%s", json_is_true(v) ? "on" : "off");
+        else
+            return mqd_mgmt_fail(r, 400, "%s: expected a string, number or boolean", k), false;
+        if (mqd_conf_topic_setting(&probe, k, val, err, sizeof err) != 0)
+            return mqd_mgmt_fail(r, 400, "invalid setting %s", err), false;
+    }
+    return true;
+}
+
+/* The settings of a CREATE/UPDATE body (top-level keys and a nested `config` map) as
+ * a JSON text for mqd_topic_create/alter in *out (NULL when there are none); false
+ * (r holds the 400) when one does not parse. */
+static bool overrides_of(mqd_mgmt_req_t *r, char **out)
+{
+    *out = NULL;
     if (!r->body)
-        return NULL;
+        return true;
     json_t *ov = json_object();
     const char *k;
     json_t *v;
@@ -51,9 +81,11 @@ static char *overrides_of(mqd_mgmt_req_t *r)
     json_t *cfg = json_object_get(r->body, "config");
     if (json_is_object(cfg))
         json_object_foreach(cfg, k, v) add_setting(ov, k, v);
-    char *txt = json_object_size(ov) ? json_dumps(ov, JSON_COMPACT) : NULL;
+    bool ok = settings_ok(r, ov);
+    if (ok && json_object_size(ov))
+        *out = json_dumps(ov, JSON_COMPACT);
     json_decref(ov);
-    return txt;
+    return ok;
 }
 
 static void put_effective_config(pn_data_t *d, const mqd_topic_t *t)
@@ -72,6 +104,8 @@ static void put_effective_config(pn_data_t *d, const mqd_topic_t *t)
                     c->auto_offset_reset == MQD_OFFSET_RESET_LATEST ? "latest" : "earliest");
     mqd_mgmt_kv_long(d, "max_delivery_count", c->max_delivery_count);
     mqd_mgmt_kv_long(d, "dedup_window_ms", c->dedup_window_ms);
+    mqd_mgmt_kv_long(d, "index_interval_bytes", (int64_t)c->log.index_interval_bytes);
+    mqd_mgmt_kv_bool(d, "dead_letter", c->dead_letter);
     pn_data_exit(d);
 }
 
@@ -201,7 +235,9 @@ static int topic_create(mqd_mgmt_req_t *r)
         return mqd_mgmt_fail(r, 400, "application property 'name' is required");
     if (!partitions_arg(r, &nparts))
         return r->status;
-    char *ov = overrides_of(r);
+    char *ov;
+    if (!overrides_of(r, &ov))
+        return r->status;
     mqd_topic_t *t = NULL;
     int rc;
     mqd_mgmt_later_t *l = nparts > SYNC_PARTITIONS ? mqd_mgmt_defer(r) : NULL;
@@ -220,7 +256,7 @@ static int topic_create(mqd_mgmt_req_t *r)
     if (rc == MQD_EEXIST)
         return mqd_mgmt_fail(r, 409, "topic '%s' already exists", r->name);
     if (rc == MQD_EINVAL)
-        return mqd_mgmt_fail(r, 400, "invalid topic name or setting");
+        return mqd_mgmt_fail(r, 400, "invalid topic name '%s'", r->name);
     if (rc == MQD_EAGAIN)
         return mqd_mgmt_fail(r, 503, "topic limit reached (max_topics = %u)", r->s->conf->max_topics);
     if (rc == MQD_ENOSPC)
@@ -254,7 +290,9 @@ static int topic_update(mqd_mgmt_req_t *r)
         return r->status;
     if (nparts && nparts < t->nparts)
         return mqd_mgmt_fail(r, 400, "partitions can only grow (now %u)", t->nparts);
-    char *ov = overrides_of(r);
+    char *ov;
+    if (!overrides_of(r, &ov))
+        return r->status;
     int rc = mqd_topic_alter(r->s, t, nparts, ov);
     free(ov);
     if (rc == MQD_EINVAL)

@@ -264,6 +264,7 @@ struct mqd_server {
     struct event *ev_sig[4];
     struct event *ev_timer;  /* periodic: persist ack state, retention */
     struct event *ev_watchdog;
+    struct event *ev_shutdown; /* shutdown.c: the end of shutdown_grace_ms */
     void *auth;              /* auth/: TLS contexts, ACLs (owned by auth) */
     void *metrics;           /* metrics/: the HTTP endpoint (owned by metrics) */
     struct mqd_watermark *watermark; /* watermark.c: memory/disk limits for producers */
@@ -329,6 +330,12 @@ void mqd_outconn_closed(mqd_outconn_t *oc, const char *why);
 void mqd_outconn_free_all(mqd_server_t *s);
 /* Arms ev_later: mqd_server_run_later at the next loop iteration, after I/O. */
 void mqd_server_later_soon(mqd_server_t *s);
+
+/* shutdown.c: SIGTERM/SIGINT (mqd_server_stop). begin closes every client connection
+ * with amqp:connection:forced ("mqd is shutting down") and exits the loop once all are
+ * gone or after shutdown_grace_ms; conn_gone is called as each one goes while stopping. */
+void mqd_shutdown_begin(mqd_server_t *s);
+void mqd_shutdown_conn_gone(mqd_server_t *s);
 
 /* accept_guard.c: accept() at the descriptor limit. Connections are closed at accept
  * before they eat into the store's headroom (mqd_accept_admit). A reserved descriptor is given up

@@ -151,6 +151,8 @@ static void conn_close_deferred(mqd_conn_t *c)
         return;
     }
     s->n_conns--;
+    if (s->stopping)
+        mqd_shutdown_conn_gone(s);
     /* release consumer deliveries and detach link states while the engine is alive */
     pn_connection_t *pc = c->driver.connection;
     for (pn_link_t *l = pn_link_head(pc, 0); l; l = pn_link_next(l, 0)) {
@@ -886,6 +888,11 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         mqd_server_reload(s);
         return;
     }
+    if (s->stopping) { /* a second signal: no more grace */
+        MQD_NOTICE("server", "signal %d: stopping now", (int)sig);
+        event_base_loopexit(s->base, NULL);
+        return;
+    }
     MQD_NOTICE("server", "signal %d: stopping", (int)sig);
     mqd_server_stop(s);
 }
@@ -1051,7 +1058,7 @@ void mqd_server_stop(mqd_server_t *s)
     /* let in-flight appends reach the disk, then close connections */
     mqd_store_commit(s->store);
     mqd_topics_persist(s, true);
-    event_base_loopexit(s->base, NULL);
+    mqd_shutdown_begin(s); /* forced close to every client; loop exits when done (shutdown.c) */
 }
 
 int mqd_server_reload(mqd_server_t *s)
@@ -1136,6 +1143,8 @@ void mqd_server_free(mqd_server_t *s)
         event_free(s->ev_timer);
     if (s->ev_watchdog)
         event_free(s->ev_watchdog);
+    if (s->ev_shutdown)
+        event_free(s->ev_shutdown);
     mqd_budget_drains_free(s);
     if (s->base)
         event_base_free(s->base);

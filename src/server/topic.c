@@ -171,37 +171,21 @@ static int topic_grow(mqd_topic_t *t, uint32_t nparts)
  * overrides follows the config file. */
 static int apply_one(mqd_topic_conf_t *tc, const char *key, json_t *v)
 {
-    const char *sv = json_is_string(v) ? json_string_value(v) : NULL;
-    json_int_t iv = json_is_integer(v) ? json_integer_value(v) : -1;
-    if (strcmp(key, "flush") == 0 && sv && (!strcmp(sv, "sync") || !strcmp(sv, "async")))
-        tc->log.flush = strcmp(sv, "sync") == 0 ? MQD_FLUSH_SYNC : MQD_FLUSH_ASYNC;
-    else if (strcmp(key, "retention") == 0 && sv && (!strcmp(sv, "consumed") || !strcmp(sv, "default")))
-        tc->retention_consumed = strcmp(sv, "consumed") == 0;
-    else if (strcmp(key, "auto_offset_reset") == 0 && sv &&
-             (!strcmp(sv, "earliest") || !strcmp(sv, "latest")))
-        tc->auto_offset_reset = strcmp(sv, "latest") == 0 ? MQD_OFFSET_RESET_LATEST
-                                                          : MQD_OFFSET_RESET_EARLIEST;
-    else if (iv < 0)
-        return MQD_EINVAL;
-    else if (strcmp(key, "flush_interval_ms") == 0 && iv > 0 && iv <= 3600000)
-        tc->log.flush_interval_ms = (uint32_t)iv;
-    else if (strcmp(key, "flush_messages") == 0)
-        tc->log.flush_messages = (uint64_t)iv;
-    else if (strcmp(key, "segment_bytes") == 0 && iv >= 4096 && iv <= (3ll << 30))
-        tc->log.segment_bytes = (uint64_t)iv;
-    else if (strcmp(key, "segment_ms") == 0)
-        tc->log.segment_ms = iv;
-    else if (strcmp(key, "retention_bytes") == 0)
-        tc->log.retention_bytes = (uint64_t)iv;
-    else if (strcmp(key, "retention_ms") == 0)
-        tc->log.retention_ms = iv;
-    else if (strcmp(key, "max_delivery_count") == 0 && iv <= UINT32_MAX)
-        tc->max_delivery_count = (uint32_t)iv;
-    else if (strcmp(key, "dedup_window_ms") == 0)
-        tc->dedup_window_ms = iv;
+    /* the config file's parser (units, bounds, every [topic] key): management takes what
+     * the file takes; numbers stored by older versions are plain ms/bytes */
+    char text[64], err[256];
+    const char *val = text;
+    if (json_is_string(v))
+        val = json_string_value(v);
+    else if (json_is_integer(v))
+        snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+    else if (json_is_boolean(v))
+        snprintf(text, sizeof text, "%s", json_is_true(v) ? "on" : "off");
     else
         return MQD_EINVAL;
-    return 0;
+    if (strcmp(key, "partitions") == 0)
+        return MQD_EINVAL; /* a count, not a setting: create/alter take it apart */
+    return mqd_conf_topic_setting(tc, key, val, err, sizeof err);
 }
 
 /* Applies `overrides` (a JSON object) to tc; MQD_EINVAL names nothing but fails whole. */
@@ -222,8 +206,15 @@ static void topic_set_conf(mqd_topic_t *t)
 {
     mqd_conf_topic(t->srv->conf, t->name, &t->conf);
     t->conf.name = NULL;
-    if (t->overrides)
-        apply_overrides(&t->conf, t->overrides);
+    const char *key;
+    json_t *v;
+    /* one by one: a value stored by an older version that the config parser now refuses
+     * (tighter bounds) costs that setting, not all of the topic's */
+    json_object_foreach(t->overrides, key, v) {
+        if (apply_one(&t->conf, key, v) != 0)
+            MQD_WARN("topic", "%s: stored setting %s ignored: not a valid value for it now",
+                     t->name, key);
+    }
     t->conf.log.retention_consumed = t->conf.retention_consumed;
     for (uint32_t i = 0; i < t->nparts; i++)
         mqd_plog_set_config(t->parts[i].log, &t->conf.log);

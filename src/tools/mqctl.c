@@ -7,6 +7,7 @@
 #include "config.h"
 #include "mqd.h"
 #include "mgmt/mgmt_json.h"
+#include "tools/scram_client.h"
 
 #include <jansson.h>
 #include <proton/condition.h>
@@ -62,6 +63,7 @@ static void usage(FILE *f)
 {
     fputs("usage: mqctl [--url amqp[s]://[USER[:PASS]@]HOST[:PORT]] [--json] [--timeout SEC]\n"
           "             [--ca FILE] [--insecure] COMMAND\n"
+          "(the options in brackets may also come after the command)\n"
           "commands:\n"
           "  topic create NAME [--partitions N] [--config KEY=VALUE]...\n"
           "  topic list | describe NAME | delete NAME\n"
@@ -141,6 +143,7 @@ typedef struct client {
     int err;           /* exit code of a failure, 0 if none */
     char errmsg[512];
     pn_rwbytes_t buf;
+    mqd_sasl_client_t sasl; /* sasl_client.c: SCRAM-SHA-256, PLAIN, ANONYMOUS */
 } client_t;
 
 static void client_fail(client_t *cl, int code, const char *fmt, ...)
@@ -295,7 +298,9 @@ static bool handle(client_t *cl, pn_event_t *e)
         break;
     case PN_TRANSPORT_CLOSED:
         pn_proactor_cancel_timeout(cl->px); /* a pending timeout keeps the proactor active */
-        if (!cl->done) {
+        if (!cl->done && cl->sasl.error[0]) {
+            client_fail(cl, EX_CONN, "authentication failed: %s", cl->sasl.error);
+        } else if (!cl->done) {
             char b[512];
             client_fail(cl, EX_CONN, "%s", cond_text(pn_transport_condition(pn_event_transport(e)), b, sizeof b));
         }
@@ -319,10 +324,12 @@ static void setup_connection(client_t *cl, const url_t *u, const opts_t *o, pn_t
     pn_connection_set_container(cl->conn, container);
     pn_connection_set_hostname(cl->conn, u->host);
     pn_sasl_t *sasl = pn_sasl(t);
+    mqd_sasl_client_setup(t, &cl->sasl);
     if (u->user[0]) {
         pn_connection_set_user(cl->conn, u->user);
         pn_connection_set_password(cl->conn, u->pass);
-        /* PLAIN over plain TCP: the operator chose the URL; loopback is the usual case */
+        /* PLAIN over plain TCP when the broker offers no SCRAM: the operator chose the
+         * URL; loopback is the usual case */
         pn_sasl_set_allow_insecure_mechs(sasl, true);
     }
     if (u->tls) {
@@ -372,6 +379,7 @@ static int transact(const opts_t *o, request_t *rq)
         pn_proactor_done(cl.px, b);
     }
     pn_proactor_free(cl.px);
+    mqd_sasl_client_clear(&cl.sasl);
     free(cl.buf.start);
     if (!cl.done && !cl.err)
         client_fail(&cl, EX_CONN, "connection closed before the reply");
@@ -569,13 +577,16 @@ static void build_topic_opts(request_t *rq, char **args, int nargs, int argc, ch
     (void)nargs;
     rq->body = json_object();
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--partitions") == 0 && i + 1 < argc) {
+        if ((strcmp(argv[i], "--partitions") == 0 || strcmp(argv[i], "--config") == 0) &&
+            i + 1 >= argc)
+            die_usage("%s needs a value", argv[i]);
+        if (strcmp(argv[i], "--partitions") == 0) {
             char *end;
             long n = strtol(argv[++i], &end, 10);
             if (*end || n <= 0)
                 die_usage("--partitions needs a positive number");
             json_object_set_new(rq->body, "partitions", json_integer(n));
-        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--config") == 0) {
             char *kv = argv[++i], *eq = strchr(kv, '='), *end;
             if (!eq || eq == kv)
                 die_usage("--config needs KEY=VALUE");
@@ -623,7 +634,9 @@ static void build_group(request_t *rq, char **args, int nargs, int argc, char **
         return no_opts(argc, argv);
     const char *to = NULL;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--to") == 0 && i + 1 < argc)
+        if (strcmp(argv[i], "--to") == 0 && i + 1 >= argc)
+            die_usage("--to needs a value");
+        if (strcmp(argv[i], "--to") == 0)
             to = argv[++i];
         else
             die_usage("unexpected argument '%s'", argv[i]);
@@ -694,34 +707,64 @@ static int output(const opts_t *o, const cmd_t *c, request_t *rq)
     return EX_OK;
 }
 
-/* Global options come before the command. Returns the index of the command word. */
+/* One global option at argv[i] (it may come before or after the command, as
+ * `mqctl topic list --json` does); returns how many words it took, 0 if argv[i] is not
+ * one. */
+static int global_opt(int argc, char **argv, int i, opts_t *o)
+{
+    static const char *const with_value[] = {"--url", "--ca", "--timeout"};
+    const char *a = argv[i];
+    if (strcmp(a, "--json") == 0 || strcmp(a, "--insecure") == 0) {
+        *(a[2] == 'j' ? &o->json : &o->insecure) = true;
+        return 1;
+    }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        usage(stdout);
+        exit(EX_OK);
+    }
+    if (strcmp(a, "--version") == 0) {
+        printf("mqctl %s\n", PACKAGE_VERSION);
+        exit(EX_OK);
+    }
+    for (size_t k = 0; k < MQD_ARRAY_LEN(with_value); k++) {
+        if (strcmp(a, with_value[k]) != 0)
+            continue;
+        if (i + 1 >= argc)
+            die_usage("%s needs a value", a);
+        const char *v = argv[i + 1];
+        if (k == 0)
+            o->url = v;
+        else if (k == 1)
+            o->ca = v;
+        else if ((o->timeout_s = atof(v)) <= 0)
+            die_usage("--timeout needs a positive number of seconds, not '%s'", v);
+        return 2;
+    }
+    return 0;
+}
+
+/* Takes the global options out of argv (wherever they are); returns the new argc. A
+ * word after "--" is never an option. */
 static int parse_globals(int argc, char **argv, opts_t *o)
 {
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-'; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
-            o->json = true;
-        } else if (strcmp(argv[i], "--insecure") == 0) {
-            o->insecure = true;
-        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            exit(EX_OK);
-        } else if (strcmp(argv[i], "--version") == 0) {
-            printf("mqctl %s\n", PACKAGE_VERSION);
-            exit(EX_OK);
-        } else if (i + 1 < argc && strcmp(argv[i], "--url") == 0) {
-            o->url = argv[++i];
-        } else if (i + 1 < argc && strcmp(argv[i], "--ca") == 0) {
-            o->ca = argv[++i];
-        } else if (i + 1 < argc && strcmp(argv[i], "--timeout") == 0) {
-            o->timeout_s = atof(argv[++i]);
-            if (o->timeout_s <= 0)
-                die_usage("--timeout needs a positive number of seconds");
-        } else {
-            die_usage("unknown option '%s'", argv[i]);
+    int w = 1;
+    bool rest = false;
+    for (int i = 1; i < argc;) {
+        int n = rest ? 0 : global_opt(argc, argv, i, o);
+        if (!rest && strcmp(argv[i], "--") == 0) {
+            rest = true;
+            i++;
+            continue;
         }
+        if (n == 0) {
+            if (w == 1 && argv[i][0] == '-')
+                die_usage("unknown option '%s'", argv[i]);
+            argv[w++] = argv[i++];
+        }
+        i += n;
     }
-    return i;
+    argv[w] = NULL;
+    return w;
 }
 
 static const cmd_t *find_cmd(const char *noun, const char *verb)
@@ -738,7 +781,8 @@ int main(int argc, char **argv)
     opts_t o = {.url = getenv("MQCTL_URL"), .timeout_s = 10};
     if (!o.url)
         o.url = "amqp://127.0.0.1:5672";
-    int i = parse_globals(argc, argv, &o);
+    argc = parse_globals(argc, argv, &o);
+    int i = 1;
     if (i >= argc) {
         usage(stderr);
         return EX_USAGE;

@@ -1,9 +1,12 @@
 /* mqd-passwd: makes a [user NAME] section for mqd.conf. Reads the password from stdin
  * (without echo, and asked twice, when stdin is a terminal) and prints
  *   [user NAME]
- *   password_hash = pbkdf2-sha256$...        (--plain, the default: SASL PLAIN)
+ *   password_hash = pbkdf2-sha256$...        (--plain: SASL PLAIN)
  *   scram_sha256 = ITER$SALT$STOREDKEY$SERVERKEY   (--scram: SASL SCRAM-SHA-256)
- * (--both prints both) so `mqd-passwd alice >> /etc/mqd.conf` adds a user. */
+ * (--both, the default, prints both) so `mqd-passwd alice >> /etc/mqd.conf` adds a user
+ * who can log in on the installed config: its plain-TCP listener offers SCRAM-SHA-256
+ * only (allow_plain_without_tls = off), and PLAIN over TLS (Proton Python, which has no
+ * SCRAM client on Debian) needs the password_hash. */
 #include "config.h"
 #include "conf/conf.h"
 
@@ -19,11 +22,12 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: mqd-passwd [--plain|--scram|--both] [--iterations N] USER\n"
+            "usage: mqd-passwd [--both|--plain|--scram] [--iterations N] USER\n"
             "Reads a password from stdin and prints a [user USER] section for mqd.conf.\n"
-            "  --plain          password_hash for SASL PLAIN (the default)\n"
-            "  --scram          scram_sha256 for SASL SCRAM-SHA-256 (ASCII passwords)\n"
-            "  --both           both lines\n"
+            "  --both           both lines below (the default): the user can log in with\n"
+            "                   SCRAM-SHA-256 anywhere and with PLAIN over TLS\n"
+            "  --plain          password_hash only, for SASL PLAIN (any password)\n"
+            "  --scram          scram_sha256 only, for SASL SCRAM-SHA-256 (ASCII passwords)\n"
             "  --iterations N   PBKDF2 iterations (default %u for --plain, %u for --scram;\n"
             "                   at least %u)\n",
             MQD_CONF_PBKDF2_ITERATIONS, MQD_CONF_SCRAM_ITERATIONS, MQD_CONF_PBKDF2_MIN_ITERATIONS);
@@ -101,7 +105,7 @@ int main(int argc, char **argv)
     static char pw[PW_MAX], again[PW_MAX];
     char hash[160], scram[256];
     uint32_t iterations = 0;
-    int what = OUT_PLAIN;
+    int what = OUT_PLAIN | OUT_SCRAM;
     const char *user = NULL;
     int status = 1;
 
@@ -126,7 +130,8 @@ int main(int argc, char **argv)
         if (*p < 0x20 || *p > 0x7e) {
             /* SCRAM wants SASLprep'd UTF-8; for printable ASCII that is the identity, and
              * we would rather refuse than store a key a client computes differently */
-            fprintf(stderr, "mqd-passwd: --scram takes printable ASCII passwords only\n");
+            fprintf(stderr, "mqd-passwd: SCRAM (--both, the default, and --scram) takes printable "
+                            "ASCII passwords only; --plain takes any\n");
             goto out;
         }
     }

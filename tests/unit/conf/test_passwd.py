@@ -27,7 +27,16 @@ def main():
     if not os.access(PROG, os.X_OK):
         print("SKIP: mqd-passwd not built")
         sys.exit(77)
-    r = run(["--iterations", "1000", "alice"], "correct horse\n")
+    # the default is --both: the installed config (allow_plain_without_tls = off) needs
+    # scram_sha256 on plain TCP, PLAIN over TLS the password_hash
+    r = run(["--iterations", "1000", "carol"], "correct horse\n")
+    lines = r.stdout.splitlines()
+    check(r.returncode == 0 and len(lines) == 3 and lines[0] == "[user carol]" and
+          lines[1].startswith("password_hash = pbkdf2-sha256$1000$") and
+          lines[2].startswith("scram_sha256 = 1000$"), "the default prints both lines: %r" % lines)
+    check(run(["u"], "p\u00e4ss\n").returncode == 1, "the default refuses non-ASCII (SCRAM)")
+    check(run(["--plain", "u"], "p\u00e4ss\n").returncode == 0, "--plain takes non-ASCII")
+    r = run(["--plain", "--iterations", "1000", "alice"], "correct horse\n")
     check(r.returncode == 0, "exit 0 for a good run")
     lines = r.stdout.splitlines()
     check(len(lines) == 2 and lines[0] == "[user alice]", "prints the section line")
@@ -39,7 +48,7 @@ def main():
     check(len(salt) == 16 and len(want) == 32, "16-byte salt, 32-byte hash")
     got = hashlib.pbkdf2_hmac("sha256", b"correct horse", salt, 1000)
     check(got == want, "hash verifies with hashlib")
-    r2 = run(["--iterations", "1000", "alice"], "correct horse\n")
+    r2 = run(["--plain", "--iterations", "1000", "alice"], "correct horse\n")
     check(r2.stdout != r.stdout, "a new salt each run")
 
     check(run(["bad user"], "pw\n").returncode == 2, "user with a blank refused")

@@ -1,0 +1,54 @@
+/* Stopping with an AMQP close: mqd(8) promises that SIGTERM closes connections, and a
+ * client that only sees its socket drop reports framing-error and cannot tell a broker
+ * that stops from one that crashed. Every client connection gets close with
+ * amqp:connection:forced; the loop runs on until each client has answered (its
+ * transport ends and conn_close_deferred counts it out) or shutdown_grace_ms has
+ * passed, whichever is first. Appended sends are made durable by mqd_store_close after
+ * the loop, whether or not their settlement went out before the close: a send is either
+ * settled and durable, or never settled (the client resends it). */
+#include "config.h"
+#include "server/broker.h"
+
+#include <proton/condition.h>
+#include <proton/connection.h>
+
+static void on_grace_over(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_server_t *s = arg;
+    MQD_NOTICE("server", "shutdown_grace_ms over: %zu connection%s did not answer the close",
+               s->n_conns, s->n_conns == 1 ? "" : "s");
+    event_base_loopexit(s->base, NULL);
+}
+
+void mqd_shutdown_begin(mqd_server_t *s)
+{
+    size_t n = 0;
+    for (mqd_dlist_t *p = s->conns.next; p != &s->conns; p = p->next) {
+        mqd_conn_t *c = MQD_CONTAINER(p, mqd_conn_t, node);
+        if (c->closed || c->client)
+            continue;
+        pn_connection_t *pc = c->driver.connection;
+        pn_condition_t *cond = pn_connection_condition(pc);
+        if (!pn_condition_is_set(cond)) {
+            pn_condition_set_name(cond, "amqp:connection:forced");
+            pn_condition_set_description(cond, "mqd is shutting down");
+        }
+        pn_connection_close(pc);
+        mqd_conn_mark_dirty(c); /* the tick writes the close */
+        n++;
+    }
+    uint32_t grace = s->conf->shutdown_grace_ms;
+    MQD_NOTICE("server", "closing %zu connection%s (grace %u ms)", n, n == 1 ? "" : "s", grace);
+    if (s->n_conns == 0 || grace == 0 || !(s->ev_shutdown = evtimer_new(s->base, on_grace_over, s))) {
+        event_base_loopexit(s->base, NULL);
+        return;
+    }
+    struct timeval tv = {.tv_sec = (time_t)(grace / 1000), .tv_usec = (suseconds_t)(grace % 1000) * 1000};
+    evtimer_add(s->ev_shutdown, &tv);
+}
+
+void mqd_shutdown_conn_gone(mqd_server_t *s)
+{
+    if (s->n_conns == 0)
+        event_base_loopexit(s->base, NULL);
+}
