@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Retention and hardening limits (issue 16, points 7 and 9).
 
-  retention default   retention = default, retention_ms = 1 s, 4 KiB segments: after a
+  retention default   retention = default, retention_ms = 1 h while 200 records go in and
+                      two groups read, then 1 s (mqctl topic alter), 4 KiB segments: after a
                       plain receiver ($shared) read 20 and a consumer group 10 of 200,
                       every closed segment goes (1 segment file left, describe's start =
                       its base, beyond both groups' positions); the same after a restart
@@ -100,18 +101,24 @@ def wait_start(b, topic, pred, what, timeout=40):
 
 def case_retention_default(t):
     T = "rd"
-    b = t.broker("rd", sets={"topic.%s.retention_ms" % T: "1s", "topic.%s.segment_bytes" % T: "4KiB"})
+    # retention 1 h while the records go in and the groups read (on a loaded machine the
+    # 200 sends took 10 s, and a 1 s retention took them before the first read), then
+    # 1 s through management
+    b = t.broker("rd", sets={"topic.%s.retention_ms" % T: "1h", "topic.%s.segment_bytes" % T: "4KiB"})
     send_n(b.url, T, 0, 200)
     nseg = len(seg_files(b, T))
     check(nseg >= 20, "200 records of ~500 B made %d segments, want >= 20" % nseg)
     shared = read(b.url, T, 20)
     grp = read(b.url, T + "/ConsumerGroups/g1", 10)
     check(shared == list(range(20)) and grp == list(range(10)), "first reads: %s / %s" % (shared, grp))
+    rc, out, err = mqdtest.mqctl(b.url, "topic", "alter", T, "--config", "retention_ms=1s")
+    check(rc == 0, "topic alter %s retention_ms=1s: %d %s" % (T, rc, err))
     start, files = wait_start(b, T, lambda s: s > 20, "retention = default, 1 s, before restart")
     log("before restart: start %d, %d of %d segment files left (%s)" % (start, len(files), nseg, files))
     check(len(files) == 1 and files[0] == start, "want only the active segment left, whose base is the "
           "start: start %d, files %s" % (start, files))
 
+    b.sets["topic.%s.retention_ms" % T] = "1s"  # the restart keeps what the alter set
     b.restart(kill=False)  # the groups' offsets come back from meta.db
     send_n(b.url, T, 200, 150)
     nseg = len(seg_files(b, T))
