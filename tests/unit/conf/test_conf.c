@@ -292,9 +292,9 @@ static void test_file_errors(void **state)
                "1: password_hash: not allowed in the global part (before any section); only in "
                "a [user NAME] section");
     load_fails(f, "flush sync\n", "1: flush: expected 'key = value'");
-    load_fails(f, "[topic a\n", "1: [topic a: expected [topic NAME], [user NAME] or [acl]");
+    load_fails(f, "[topic a\n", "1: [topic a: expected [topic NAME], [user NAME], [sas_key NAME] or [acl]");
     load_fails(f, "[queue a]\n",
-               "1: [queue a]: unknown section kind 'queue' (expected topic, user or acl)");
+               "1: [queue a]: unknown section kind 'queue' (expected topic, user, sas_key or acl)");
     load_fails(f, "[topic]\n", "1: [topic ]: invalid name ''");
     load_fails(f, "[user u]\npassword_hash = plain\n",
                "2: password_hash: expected pbkdf2-sha256$ITERATIONS$SALT$HASH (made by "
@@ -401,7 +401,7 @@ static void test_set_forms(void **state)
     set_fails(f, "topic.flush=sync",
               "--set: topic.flush: expected KEY, topic.NAME.KEY or user.NAME.KEY");
     set_fails(f, "queue.x.flush=sync",
-              "--set: queue.x.flush: unknown section kind 'queue' (expected topic, user or acl)");
+              "--set: queue.x.flush: unknown section kind 'queue' (expected topic, user, sas_key or acl)");
     set_fails(f, "partitions=2",
               "--set: partitions: not allowed in the global part (before any section); only in "
               "a [topic NAME] section");
