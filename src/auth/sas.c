@@ -226,7 +226,8 @@ static int read_props(pn_data_t *d, mqd_cbs_req_t *r)
 int mqd_cbs_request_parse(pn_message_t *m, const uint8_t *req, size_t len, mqd_cbs_req_t *r)
 {
     memset(r, 0, sizeof *r);
-    if (len > MQD_CBS_REQUEST_MAX || pn_message_decode(m, (const char *)req, len) != 0)
+    /* Proton asserts on an empty buffer (found by fuzz_sas) */
+    if (len == 0 || len > MQD_CBS_REQUEST_MAX || pn_message_decode(m, (const char *)req, len) != 0)
         return MQD_EINVAL;
     const char *rt = pn_message_get_reply_to(m);
     if (rt == NULL || rt[0] == '\0' || strlen(rt) >= sizeof r->reply_to)

@@ -50,6 +50,8 @@ typedef struct mqd_sas_key_conf {
 #define MQD_CONF_SAS_SEND 1u
 #define MQD_CONF_SAS_LISTEN 2u
 #define MQD_CONF_SAS_MANAGE 4u
+/* A new random key (32 bytes from RAND_bytes, base64: 44 characters) into out (>= 45). */
+int mqd_conf_sas_key_make(char *out, size_t outlen);
 /* Parses a rights list ("send, listen", "manage") into MQD_CONF_SAS_* bits. */
 int mqd_conf_parse_sas_rights(const char *s, unsigned *out);
 typedef enum { MQD_SAS_REQUIRED_AUTO = 0, MQD_SAS_REQUIRED_OFF = 1, MQD_SAS_REQUIRED_ON = 2 } mqd_sas_required_t;

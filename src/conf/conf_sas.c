@@ -3,6 +3,8 @@
 #include "config.h"
 #include "conf/conf_int.h"
 
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,5 +131,17 @@ int mqd_conf_validate_sas(const mqd_conf_t *c, const char *src, char *err, size_
                  "%s: sas_required = off on a listener that is not loopback: any client may "
                  "attach without a SAS token",
                  src);
+    return 0;
+}
+
+int mqd_conf_sas_key_make(char *out, size_t outlen)
+{
+    unsigned char raw[32];
+    if (outlen < 45)
+        return MQD_ERANGE;
+    if (RAND_bytes(raw, sizeof raw) != 1)
+        return MQD_EIO;
+    EVP_EncodeBlock((unsigned char *)out, raw, sizeof raw); /* 44 characters and a NUL */
+    OPENSSL_cleanse(raw, sizeof raw);
     return 0;
 }

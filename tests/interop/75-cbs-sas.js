@@ -9,8 +9,11 @@
 //   lets a sender attach and store (counted by a receiver);
 // - when the token expires the sender is detached with amqp:unauthorized-access; a link
 //   whose token was renewed by a newer put-token before expiry stays and keeps sending;
+// - `mqd-passwd --sas root` prints a [sas_key root] section with a new 32-byte base64 key
+//   (two runs differ) that the broker takes as printed and that signs the root tokens;
 // - $cbs is never a topic: no topics/$cbs nor cbs-* reply topic on disk, and a send to
-//   `$cbs` through the anonymous relay is rejected.
+//   `$cbs` through the anonymous relay is rejected; management CREATE of $cbs, $CBS and
+//   $management answers 400 (and of an ordinary name 201, with the SAS manage right).
 // Exit 0 pass, 1 fail, 77 skip.
 'use strict';
 const path = require('path');
@@ -22,7 +25,15 @@ const SLOW = Math.max(1, Number(process.env.MQD_TEST_SLOW || 1));
 const h = require('./mqdnode')('75-cbs-sas', 120000 * SLOW);
 const { tmp, log, end, check, freePort, connect } = h;
 
-const KEYS = { root: 'root-key-75', listen: 'listen-key-75', other: 'other-key-75' };
+const KEYS = { root: null, listen: 'listen-key-75', other: 'other-key-75' };
+
+// the root key comes from `mqd-passwd --sas root`, as a user makes one
+function sasSection(name) {
+  const out = require('child_process').execFileSync(path.join(path.dirname(h.bin), 'mqd-passwd'), ['--sas', name]).toString();
+  const m = /^\[sas_key (\S+)\]\nkey = ([A-Za-z0-9+/]{43}=)\nrights = send,listen,manage\nscope = \*\n$/.exec(out);
+  check(m && m[1] === name, 'mqd-passwd --sas output: ' + JSON.stringify(out));
+  return { text: out, key: m[2] };
+}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const now = () => Math.floor(Date.now() / 1000);
 
@@ -33,10 +44,10 @@ function token(aud, keyName, key, se) {
 }
 
 // A $cbs client on conn: put(aud, tok, type) -> {status, desc, corr, id}.
-function cbsClient(conn, tag) {
+function cbsClient(conn, tag, node) {
   const replyTo = 'cbs-' + tag;
-  const sender = conn.open_sender({ target: '$cbs', name: replyTo + '-s' });
-  const receiver = conn.open_receiver({ source: '$cbs', target: replyTo, name: replyTo + '-r' });
+  const sender = conn.open_sender({ target: node || '$cbs', name: replyTo + '-s' });
+  const receiver = conn.open_receiver({ source: node || '$cbs', target: replyTo, name: replyTo + '-r' });
   const waiting = new Map();
   receiver.on('message', (ctx) => {
     const m = ctx.message;
@@ -47,6 +58,12 @@ function cbsClient(conn, tag) {
   const ready = Promise.all([new Promise((r) => sender.once('sendable', r)), new Promise((r) => receiver.once('receiver_open', r))]);
   return {
     ready,
+    request: (props, body) => new Promise((resolve) => {
+      const id = tag + '-' + (++seq);
+      const t = setTimeout(() => resolve({ timeout: true }), 10000 * SLOW);
+      waiting.set(id, (m) => { clearTimeout(t); resolve(m); });
+      sender.send({ message_id: id, reply_to: replyTo, application_properties: props, body });
+    }),
     put: (aud, tok, type) => new Promise((resolve) => {
       const id = tag + '-' + (++seq);
       const t = setTimeout(() => resolve({ status: 'timeout' }), 10000 * SLOW);
@@ -178,17 +195,32 @@ async function main(port) {
   log('topics on disk: ' + JSON.stringify(topics));
   check(!topics.some((t) => t.toLowerCase() === '$cbs' || t.startsWith('cbs-')), 'a $cbs topic exists: ' + JSON.stringify(topics));
   check(topics.includes(HUB), 'hub topic missing: ' + JSON.stringify(topics));
+
+  // no management CREATE makes a reserved name (conn2's root token has `manage`)
+  const mg = cbsClient(conn2, 'm', '$management');
+  await mg.ready;
+  const created = {};
+  for (const name of ['$cbs', '$CBS', '$management', 'eh75b']) {
+    const m = await mg.request({ operation: 'CREATE', type: 'com.mqd:topic', name }, { partitions: 1 });
+    created[name] = m.application_properties && m.application_properties.statusCode;
+  }
+  log('management CREATE: ' + JSON.stringify(created));
+  check(created.$cbs === 400 && created.$CBS === 400 && created.$management === 400 && created.eh75b === 201,
+    'management CREATE of reserved names: ' + JSON.stringify(created));
   conn.close();
   conn2.close();
-  end(true, '6 refusals with their status, 8 messages, expiry detach, renewal kept');
+  end(true, '6 refusals with their status, 8 messages, expiry detach, renewal kept, reserved names');
 }
 
 freePort((port) => {
+  const root = sasSection('root'), again = sasSection('root');
+  check(root.key !== again.key && Buffer.from(root.key, 'base64').length === 32, 'mqd-passwd --sas keys: ' + root.key + ' ' + again.key);
+  KEYS.root = root.key;
   const conf = path.join(tmp, 'mqd.conf');
   fs.writeFileSync(conf, [
     'listen = 127.0.0.1:' + port, 'data_dir = ' + path.join(tmp, 'data'), 'sas_required = on',
     '[topic ' + HUB + ']', 'partitions = 2',
-    '[sas_key root]', 'key = ' + KEYS.root, 'rights = manage',
+    root.text,
     '[sas_key listen]', 'key = ' + KEYS.listen, 'rights = listen', 'scope = ' + HUB,
     '[sas_key other]', 'key = ' + KEYS.other, 'rights = send,listen', 'scope = otherhub', ''].join('\n'));
   fs.mkdirSync(path.join(tmp, 'data'));
