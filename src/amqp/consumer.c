@@ -99,10 +99,13 @@ static int dynamic_topic(mqd_conn_t *c, pn_terminus_t *src, mqd_topic_t **out)
 }
 
 /* A receiver from `$management` or `$cbs`: its replies arrive at a node named by its
- * target (for $cbs always a temporary one). */
+ * target (for $cbs always a temporary one). The Event Hubs SDKs' $cbs receiver has no
+ * target address: its link name is the requests' reply-to. */
 static int management_reply_node(mqd_conn_t *c, pn_link_t *l, bool cbs, mqd_topic_t **out)
 {
     const char *taddr = pn_terminus_get_address(pn_link_remote_target(l));
+    if (cbs && (!taddr || !*taddr))
+        taddr = pn_link_name(l);
     if (!taddr || !*taddr) {
         mqd_link_refuse(l, "amqp:invalid-field", "a $management receiver needs a target address%s",
                         "");
