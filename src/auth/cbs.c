@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define CBS_MAX_TOKENS 64 /* per connection: one per audience, the oldest-expiring goes */
@@ -116,6 +117,17 @@ static int keep(mqd_conn_t *c, const mqd_sas_token_t *t, const mqd_sas_key_conf_
     return 0;
 }
 
+/* A token's sr covers the audience it is put for when equal to it or a path prefix of
+ * it (sb://H/HUB covers sb://H/HUB/$management and sb://H/HUB/Partitions/0), as in Azure;
+ * URIs compare case-insensitively there. */
+static bool sr_covers(const char *sr, const char *name)
+{
+    size_t n = strlen(sr);
+    while (n > 0 && sr[n - 1] == '/')
+        n--;
+    return strncasecmp(sr, name, n) == 0 && (name[n] == '\0' || name[n] == '/');
+}
+
 /* The status of a put-token: 200 (verified), 202 (unknown key, sas_required off), else
  * 400/401/404/500 with `desc`. */
 static int put_token(mqd_conn_t *c, const mqd_cbs_req_t *r, char *desc, size_t len)
@@ -133,8 +145,8 @@ static int put_token(mqd_conn_t *c, const mqd_cbs_req_t *r, char *desc, size_t l
         FAIL(400, "put-token needs a name (the audience) and a string body (the token)");
     if (mqd_sas_parse(r->token, r->token_len, &t) != 0)
         FAIL(401, "malformed SAS token");
-    if (strcmp(t.audience, r->name) != 0)
-        FAIL(401, "the token's sr is not the request's name");
+    if (!sr_covers(t.audience, r->name))
+        FAIL(401, "the token's sr does not cover the request's name");
     if (t.se <= (int64_t)time(NULL))
         FAIL(401, "the token has expired (se=%lld)", (long long)t.se);
     const mqd_sas_key_conf_t *k = mqd_conf_sas_key(conf, t.skn);
