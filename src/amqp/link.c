@@ -359,7 +359,8 @@ static void management_request(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
     mqd_server_t *s = c->srv;
     mqd_buf_t *out = &s->mgmt_out;
     mqd_msg_info_t mi;
-    int rc = ls->cbs ? mqd_auth_cbs_handle(c, msg, size, out) : mqd_mgmt_handle(s, c, msg, size, out);
+    int rc =
+        ls->cbs ? mqd_auth_cbs_handle(c, msg, size, out) : mqd_mgmt_handle(s, c, msg, size, out);
     if (rc == 0 && out->len > 0 && mqd_msg_scan(out->p, out->len, &mi) == 0 && mi.to.len > 0) {
         char name[MQD_NAME_MAX + 1];
         (ls->cbs ? mqd_reply_tmp_name : mqd_reply_topic_name)((const char *)out->p + mi.to.off,

@@ -21,9 +21,9 @@
 
 typedef struct cbs_tok {
     char audience[1024];
-    char hub[256];       /* "" = every hub */
-    const char *scope;   /* the key's, borrowed from the running config; NULL = every hub */
-    unsigned rights;     /* MQD_CONF_SAS_* */
+    char hub[256];     /* "" = every hub */
+    const char *scope; /* the key's, borrowed from the running config; NULL = every hub */
+    unsigned rights;   /* MQD_CONF_SAS_* */
     int64_t se;
 } cbs_tok_t;
 
@@ -61,9 +61,10 @@ static void on_expiry(evutil_socket_t fd, short what, void *arg)
     MQD_UNUSED(what);
     mqd_cbs_conn_t *cc = arg;
     drop_expired(cc, (int64_t)time(NULL));
-    if (!cc->c->closed)
-        mqd_auth_recheck_links(cc->c, "SAS token expired");
-    mqd_conn_mark_dirty(cc->c);
+    if (cc->c->closed)
+        return;
+    if (mqd_auth_recheck_links(cc->c, "SAS token expired") > 0)
+        mqd_conn_mark_dirty(cc->c); /* the detaches go out now */
     arm(cc);
 }
 

@@ -139,8 +139,8 @@ static void man_text(FILE *f, const char *s)
 
 int mqd_conf_write_man_keys(FILE *f)
 {
-    static const mqd_conf_scope_t order[] = {MQD_CS_GLOBAL, MQD_CS_BOTH, MQD_CS_TOPIC,
-                                             MQD_CS_USER, MQD_CS_SASKEY};
+    static const mqd_conf_scope_t order[] = {MQD_CS_GLOBAL, MQD_CS_BOTH, MQD_CS_TOPIC, MQD_CS_USER,
+                                             MQD_CS_SASKEY};
     static const char *const titles[] = {"Server keys", "Topic keys", "Topic section keys",
                                          "User section keys", "SAS key section keys"};
     char desc[128], line[512];

@@ -62,7 +62,8 @@ int mqd_conf_parse_sas_rights(const char *s, unsigned *out)
         if (n == 0)
             break;
         size_t i = 0;
-        while (i < MQD_ARRAY_LEN(words) && !(strlen(words[i]) == n && strncasecmp(s, words[i], n) == 0))
+        while (i < MQD_ARRAY_LEN(words) &&
+               !(strlen(words[i]) == n && strncasecmp(s, words[i], n) == 0))
             i++;
         if (i == MQD_ARRAY_LEN(words))
             return MQD_EINVAL;

@@ -27,7 +27,7 @@ static void check_token(const uint8_t *p, size_t n)
     int rc = mqd_sas_verify(&t, "fuzz-key", 8);
     if (rc != 0 && rc != MQD_EFAILED)
         abort();
-    if (!mqd_sas_covers(t.hub, NULL, t.hub[0] ? t.hub : "x") )
+    if (!mqd_sas_covers(t.hub, NULL, t.hub[0] ? t.hub : "x"))
         abort();
     /* the same token signed right must verify */
     char msg[sizeof t.sr_raw + sizeof t.se_raw + 2];
