@@ -6,6 +6,8 @@
 //   inclusive -> e2..e7, offset 2 exclusive -> e3..e7, sequence number 5 inclusive ->
 //   e5..e7, enqueuedOn between the batches -> e5..e7, latest -> only an event sent after
 //   the subscription started;
+// - getEventHubProperties / getPartitionProperties of an unknown hub fail at once with
+//   MessagingEntityNotFoundError ("The messaging entity 'X' could not be found.", 404);
 // - every put-token of the SDK is answered 202 (the broker's log) and none refused;
 // - a 200 KiB binary event round-trips byte for byte (1 event on partition 1);
 // - epochs (ownerLevel): a second consumer of partition 1 with ownerLevel 2 takes over
@@ -111,6 +113,19 @@ async function main(port) {
   check(e2.length === 0, 'epoch 2 errors ' + JSON.stringify(e2));
   await s1.close(); await s2.close();
   await c1.close(); await c2.close(); await p.close();
+
+  // an unknown hub: MessagingEntityNotFoundError at once (Azure's wording, status 404)
+  const nf = new eh.EventHubProducerClient(cs.replace('EntityPath=' + HUB, 'EntityPath=nohub77'), retry);
+  for (const [what, fn] of [['hub', () => nf.getEventHubProperties()], ['partition', () => nf.getPartitionProperties('0')]]) {
+    const t0 = Date.now();
+    let code = null, msg = '';
+    try { await fn(); } catch (e) { code = e.code; msg = e.message; }
+    log('unknown ' + what + ': ' + code + ' ' + msg + ' after ' + (Date.now() - t0) + ' ms');
+    check(code === 'MessagingEntityNotFoundError' && /The messaging entity 'nohub77' could not be found/.test(msg),
+      'unknown hub (' + what + '): ' + code + ' ' + msg);
+    check(Date.now() - t0 < 5000 * SLOW, 'unknown hub (' + what + ') took ' + (Date.now() - t0) + ' ms');
+  }
+  await nf.close();
   const logText = fs.readFileSync(h.logPath, 'utf8');
   const accepted = (logText.match(/\$cbs put-token .*: 202/g) || []).length;
   check(accepted >= 4 && !/put-token refused/.test(logText), 'put-token answers in the log: ' + accepted + ' x 202');
