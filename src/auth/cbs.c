@@ -129,7 +129,7 @@ static bool sr_covers(const char *sr, const char *name)
     return strncasecmp(sr, name, n) == 0 && (name[n] == '\0' || name[n] == '/');
 }
 
-/* The status of a put-token: 200 (verified), 202 (unknown key, sas_required off), else
+/* The status of a put-token: 200 (verified), 202 (unknown key, lenient), else
  * 400/401/404/500 with `desc`. */
 static int put_token(mqd_conn_t *c, const mqd_cbs_req_t *r, char *desc, size_t len)
 {
@@ -151,8 +151,7 @@ static int put_token(mqd_conn_t *c, const mqd_cbs_req_t *r, char *desc, size_t l
     if (t.se <= (int64_t)time(NULL))
         FAIL(401, "the token has expired (se=%lld)", (long long)t.se);
     const mqd_sas_key_conf_t *k = mqd_conf_sas_key(conf, t.skn);
-    bool required = mqd_conf_sas_effective(conf);
-    if (k == NULL && required)
+    if (k == NULL && !mqd_conf_sas_lenient(conf))
         FAIL(401, "unknown key name '%s'", t.skn);
     if (k != NULL && mqd_sas_verify(&t, k->key, strlen(k->key)) != 0)
         FAIL(401, "invalid signature for key '%s'", t.skn);

@@ -123,8 +123,7 @@ typedef struct mqd_conf {
     uint64_t max_memory;               /* budget.c: all connections' charges, 1 GiB; 0 = off */
     mqd_sas_key_conf_t *sas_keys; /* owned array of [sas_key NAME] sections */
     size_t n_sas_keys;
-    int sas_required;             /* mqd_sas_required_t; auto: off when every listener is
-                                     loopback, else on (mqd_conf_sas_effective) */
+    int sas_required;             /* mqd_sas_required_t (mqd_conf_sas_effective, _lenient) */
     mqd_acl_rule_t *acl;          /* owned array: the [acl] section in order */
     size_t n_acl;
     bool acl_present;             /* an [acl] section exists (even an empty one: deny all) */
@@ -178,8 +177,11 @@ int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen);
 void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *out);
 /* Finds a [sas_key NAME], or NULL. */
 const mqd_sas_key_conf_t *mqd_conf_sas_key(const mqd_conf_t *c, const char *name);
-/* Whether links need a SAS token ($cbs put-token): sas_required, with auto resolved. */
+/* Whether links need a SAS token ($cbs put-token): sas_required = on. */
 bool mqd_conf_sas_effective(const mqd_conf_t *c);
+/* Whether $cbs accepts a well-formed token of an unknown key name unchecked (202, the
+ * emulator's way): sas_required = off, or auto with every listener on loopback. */
+bool mqd_conf_sas_lenient(const mqd_conf_t *c);
 /* Finds a user, or NULL. */
 const mqd_user_conf_t *mqd_conf_user(const mqd_conf_t *c, const char *name);
 /* Checks a password against a stored hash (PBKDF2-HMAC-SHA256, constant-time compare). */

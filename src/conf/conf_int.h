@@ -74,7 +74,7 @@ int mqd_conf_check_cluster_name(const char *v, char *why, size_t whylen);
 int mqd_conf_validate_cluster(const mqd_conf_t *c, const char *src, char *err, size_t errlen);
 /* [sas_key NAME] sections (conf_sas.c): find or add one; free them all; cross-checks
  * (a key is required, rights must parse, sas_required = off on a non-loopback listener
- * must be explicit: see mqd_conf_sas_effective). */
+ * is logged: see mqd_conf_sas_lenient). */
 int mqd_conf_sas_get(mqd_conf_t *c, const char *name, mqd_sas_key_conf_t **out);
 void mqd_conf_sas_free(mqd_conf_t *c);
 int mqd_conf_validate_sas(const mqd_conf_t *c, const char *src, char *err, size_t errlen);

@@ -107,9 +107,14 @@ static bool all_loopback(const mqd_conf_t *c)
 
 bool mqd_conf_sas_effective(const mqd_conf_t *c)
 {
-    if (c->sas_required == MQD_SAS_REQUIRED_AUTO)
-        return !all_loopback(c);
     return c->sas_required == MQD_SAS_REQUIRED_ON;
+}
+
+bool mqd_conf_sas_lenient(const mqd_conf_t *c)
+{
+    if (c->sas_required == MQD_SAS_REQUIRED_AUTO)
+        return all_loopback(c);
+    return c->sas_required == MQD_SAS_REQUIRED_OFF;
 }
 
 int mqd_conf_validate_sas(const mqd_conf_t *c, const char *src, char *err, size_t errlen)
@@ -129,8 +134,8 @@ int mqd_conf_validate_sas(const mqd_conf_t *c, const char *src, char *err, size_
     }
     if (c->sas_required == MQD_SAS_REQUIRED_OFF && !all_loopback(c))
         MQD_WARN("conf",
-                 "%s: sas_required = off on a listener that is not loopback: any client may "
-                 "attach without a SAS token",
+                 "%s: sas_required = off on a listener that is not loopback: $cbs accepts "
+                 "tokens of unknown key names unchecked",
                  src);
     return 0;
 }

@@ -419,11 +419,12 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "on: a link to a topic (and a $management request) needs a SAS token, sent with "
      "put-token to $cbs, whose audience covers the topic and whose key has the right for "
      "the link (send, listen, manage); when it expires the link is detached with "
-     "amqp:unauthorized-access unless a newer put-token renewed it. off: put-token accepts "
-     "any well-formed unexpired token of an unknown key name (the Event Hubs emulator's "
-     "way); tokens of a configured key are still verified. auto: off when every listener is "
-     "loopback, on otherwise (an explicit off on another listener is logged as a warning). "
-     "SASL users and the [acl] apply as well.",
+     "amqp:unauthorized-access unless a newer put-token renewed it. off: links need no "
+     "token, and put-token accepts any well-formed unexpired token of an unknown key name "
+     "(status 202, the Event Hubs emulator's way); tokens of a configured key are always "
+     "verified. auto: as off on loopback-only listeners; with any other listener, links "
+     "need no token but unknown key names are refused (401). An explicit off on a "
+     "non-loopback listener is logged as a warning. SASL users and the [acl] apply as well.",
      false},
     {"key", MQD_CT_STRING, MQD_CS_SASKEY, 0, 0, NULL, "none", NULL, K_FIELD(key), NULL,
      mqd_conf_check_nonempty,

@@ -587,17 +587,21 @@ static void test_sas_keys(void **state)
     assert_int_equal(set(f, "key=k1"), MQD_EINVAL); /* not in the global part */
     assert_int_equal(set(f, "topic.t.rights=send"), MQD_EINVAL);
 
-    /* auto: off on loopback only, on as soon as a listener is not loopback (the first
-     * --listen replaces the built-in 127.0.0.1:5672) */
+    /* auto: lenient (unknown key names accepted unchecked) on loopback only, never
+     * requiring tokens for links (the first --listen replaces the built-in 127.0.0.1:5672) */
     assert_false(mqd_conf_sas_effective(f->c));
+    assert_true(mqd_conf_sas_lenient(f->c));
     assert_int_equal(mqd_conf_add_listen(f->c, "[::1]:5673", f->err, sizeof f->err), 0);
-    assert_false(mqd_conf_sas_effective(f->c));
+    assert_true(mqd_conf_sas_lenient(f->c));
     assert_int_equal(mqd_conf_add_listen(f->c, "0.0.0.0:5674", f->err, sizeof f->err), 0);
-    assert_true(mqd_conf_sas_effective(f->c));
+    assert_false(mqd_conf_sas_lenient(f->c));
+    assert_false(mqd_conf_sas_effective(f->c));
     assert_int_equal(set(f, "sas_required=off"), 0);
+    assert_true(mqd_conf_sas_lenient(f->c));
     assert_false(mqd_conf_sas_effective(f->c));
     assert_int_equal(set(f, "sas_required=on"), 0);
     assert_true(mqd_conf_sas_effective(f->c));
+    assert_false(mqd_conf_sas_lenient(f->c));
     assert_int_equal(set(f, "sas_required=maybe"), MQD_EINVAL);
 
     /* keys are read at start: a changed or added key is named by a reload */
