@@ -10,8 +10,9 @@
 //   getPartitionProperties() gives each partition's beginning/last sequence numbers and
 //   last offset matching what was sent (6 events in all);
 // - subscribe from earliest with consumer group "$Default" reads the 6 events: contents,
-//   body types, properties and per-partition order; from sequence number 1 inclusive on
-//   partition 0 it reads 2 events, exclusive 1;
+//   body types, properties and per-partition order, offset as a string, sequence number
+//   as a number and enqueued time as a Date within the test's run; from sequence number 1
+//   inclusive on partition 0 it reads 2 events, exclusive 1;
 // - refused with the SDK's UnauthorizedError (status 401 from $cbs): a wrong key, an
 //   expired token (a SharedAccessSignature the test signs with a past se), a token for
 //   another hub (a key scoped to this hub); a listen-only key reads the hub's
@@ -86,6 +87,7 @@ async function main(port) {
   }
   check(key !== null, 'no key maps to partition 1');
   const cs = connStr(port, 'root', KEYS.root);
+  const t0 = Date.now();
   const producer = new eh.EventHubProducerClient(cs, retry);
   let b = await producer.createBatch({ partitionId: '0' });
   check(b.tryAdd({ body: 'p0-string' }) && b.tryAdd({ body: { n: 1, s: 'obj' } }) &&
@@ -124,7 +126,10 @@ async function main(port) {
   const third = per[0].find((e) => Buffer.isBuffer(e.body));
   check(third && third.properties && third.properties.color === 'red' && third.properties.n === 7, 'application properties ' + JSON.stringify(third && third.properties));
   for (const p of [0, 1]) {
-    per[p].forEach((e, i) => check(e.sequenceNumber === i && String(e.offset) === String(i), 'partition ' + p + ' event ' + i + ': seq ' + e.sequenceNumber + ' offset ' + e.offset));
+    per[p].forEach((e, i) => check(e.sequenceNumber === i && e.offset === String(i), 'partition ' + p + ' event ' + i + ': seq ' + e.sequenceNumber + ' offset ' + JSON.stringify(e.offset)));
+    // the x-opt-* types the SDK decodes: offset a string, sequence number a number, enqueued time a Date
+    per[p].forEach((e) => check(typeof e.offset === 'string' && Number.isInteger(e.sequenceNumber) && e.enqueuedTimeUtc instanceof Date &&
+      e.enqueuedTimeUtc.getTime() >= t0 - 1000 && e.enqueuedTimeUtc.getTime() <= Date.now() + 1000, 'annotation types ' + JSON.stringify(e)));
   }
   per[1].filter((e) => String(e.body).startsWith('keyed')).forEach((e) => check(e.partitionKey === key, 'partition key ' + e.partitionKey));
 
