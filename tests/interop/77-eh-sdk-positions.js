@@ -4,7 +4,8 @@
 // answers 202), on a 2-partition hub, consumer group "$Default". Checks:
 // - start positions on partition 0 (8 events e0..e7 sent in two batches): offset 2
 //   inclusive -> e2..e7, offset 2 exclusive -> e3..e7, sequence number 5 inclusive ->
-//   e5..e7, enqueuedOn between the batches -> e5..e7, latest -> only an event sent after
+//   e5..e7 (with an `identifier`, sent as link property com.microsoft:receiver-name),
+//   enqueuedOn between the batches -> e5..e7, latest -> only an event sent after
 //   the subscription started;
 // - getEventHubProperties / getPartitionProperties of an unknown hub fail at once with
 //   MessagingEntityNotFoundError ("The messaging entity 'X' could not be found.", 404);
@@ -66,11 +67,11 @@ async function main(port) {
   const cases = [
     ['offset 2 inclusive', { offset: 2, isInclusive: true }, range(2, 7), 6],
     ['offset 2 exclusive', { offset: 2 }, range(3, 7), 5],
-    ['sequence number 5 inclusive', { sequenceNumber: 5, isInclusive: true }, range(5, 7), 3],
+    ['sequence number 5 inclusive', { sequenceNumber: 5, isInclusive: true }, range(5, 7), 3, { identifier: 'reader-77' }],
     ['enqueuedOn between the batches', { enqueuedOn: mid }, range(5, 7), 3],
   ];
-  for (const [what, pos, want, n] of cases) {
-    const got = await collect(c, '0', { startPosition: pos }, n);
+  for (const [what, pos, want, n, extra] of cases) {
+    const got = await collect(c, '0', Object.assign({ startPosition: pos }, extra || {}), n);
     log(what + ': ' + bodies(got));
     check(bodies(got) === want, what + ': ' + bodies(got) + ', want ' + want);
   }
