@@ -11,6 +11,7 @@
 //   whose token was renewed by a newer put-token before expiry stays and keeps sending;
 // - `mqd-passwd --sas root` prints a [sas_key root] section with a new 32-byte base64 key
 //   (two runs differ) that the broker takes as printed and that signs the root tokens;
+// - an empty transfer to $cbs is rejected with amqp:not-found and $cbs answers on;
 // - $cbs is never a topic: no topics/$cbs nor cbs-* reply topic on disk, and a send to
 //   `$cbs` through the anonymous relay is rejected; management CREATE of $cbs, $CBS and
 //   $management answers 400 (and of an ordinary name 201, with the SAS manage right).
@@ -124,6 +125,21 @@ async function main(port) {
     check(typeof r.desc === 'string' && r.desc.length > 0, what + ': no status-description');
     check(r.corr === r.id, what + ': correlation-id ' + r.corr + ' != message-id ' + r.id);
   }
+
+  // an empty transfer to $cbs is rejected (Proton's decoder asserts on an empty buffer:
+  // before the guard it aborted the broker), and the node keeps answering
+  const raw = await attach(conn, { target: '$cbs', name: 'cbs-raw' }, true);
+  check(raw.open, 'raw $cbs sender: ' + JSON.stringify(raw.error));
+  const empty = await new Promise((resolve) => {
+    const t = setTimeout(() => resolve('timeout'), 10000 * SLOW);
+    raw.open.once('rejected', (ctx) => { clearTimeout(t); resolve(ctx.delivery.remote_state && ctx.delivery.remote_state.error); });
+    raw.open.once('accepted', () => { clearTimeout(t); resolve('accepted'); });
+    raw.open.send(Buffer.alloc(0), '1', 0);
+  });
+  log('empty transfer to $cbs: ' + JSON.stringify(empty));
+  check(empty !== 'timeout' && empty !== 'accepted' && cond(empty) === 'amqp:not-found', 'empty transfer to $cbs: ' + JSON.stringify(empty));
+  const again = await cbs.put(aud, 'eyJ.x.y', 'jwt');
+  check(again.status === 400, '$cbs after an empty transfer: ' + again.status);
 
   // no token yet: a sender to the hub is refused
   let a = await attach(conn, { target: HUB, name: 'snd-before' }, true);
