@@ -98,17 +98,21 @@ static int dynamic_topic(mqd_conn_t *c, pn_terminus_t *src, mqd_topic_t **out)
     return rc;
 }
 
-/* A receiver from `$management`: its replies arrive at a node named by its target. */
-static int management_reply_node(mqd_conn_t *c, pn_link_t *l, mqd_topic_t **out)
+/* A receiver from `$management` or `$cbs`: its replies arrive at a node named by its
+ * target (for $cbs always a temporary one). The Event Hubs SDKs' $cbs receiver has no
+ * target address: its link name is the requests' reply-to. */
+static int management_reply_node(mqd_conn_t *c, pn_link_t *l, bool cbs, mqd_topic_t **out)
 {
     const char *taddr = pn_terminus_get_address(pn_link_remote_target(l));
+    if (cbs && (!taddr || !*taddr))
+        taddr = pn_link_name(l);
     if (!taddr || !*taddr) {
         mqd_link_refuse(l, "amqp:invalid-field", "a $management receiver needs a target address%s",
                         "");
         return MQD_EINVAL;
     }
     char name[MQD_NAME_MAX + 1];
-    mqd_reply_topic_name(taddr, strlen(taddr), name, sizeof name);
+    (cbs ? mqd_reply_tmp_name : mqd_reply_topic_name)(taddr, strlen(taddr), name, sizeof name);
     if (mqd_topic_get(c->srv, name, true, 1, out) != 0) {
         mqd_link_refuse(l, "amqp:internal-error", "cannot create the reply node for '%s'", taddr);
         return MQD_EIO;
@@ -418,8 +422,8 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:internal-error", "cannot create a dynamic node%s", "");
     } else if (!addr) {
         return mqd_link_refuse(l, "amqp:not-found", "a receiver needs a source address%s", "");
-    } else if (strcasecmp(addr, "$management") == 0) {
-        if (management_reply_node(c, l, &t) != 0)
+    } else if (strcasecmp(addr, "$management") == 0 || strcasecmp(addr, "$cbs") == 0) {
+        if (management_reply_node(c, l, strcasecmp(addr, "$cbs") == 0, &t) != 0)
             return;
     } else if (resolve_source(c, l, addr, browse, &t, &a) != 0) {
         return;
@@ -429,7 +433,8 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
     ls->topic = t;
     /* what resolve_source checked (not dynamic or $management reply nodes) */
-    if (!t->temporary && !(addr && strcasecmp(addr, "$management") == 0))
+    if (!t->temporary && !(addr && strcasecmp(addr, "$management") == 0) &&
+        !(addr && strcasecmp(addr, "$cbs") == 0))
         ls->acl_perm = browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE;
     ls->manual = a.kind == MQD_ADDR_GROUP_PARTITION;
     ls->part = a.partition;

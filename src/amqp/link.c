@@ -147,6 +147,13 @@ void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen
         snprintf(out, outlen, "%s", a.topic);
         return;
     }
+    mqd_reply_tmp_name(addr, len, out, outlen);
+}
+
+/* $cbs replies always go to a temporary node: the SDKs' "cbs-<uuid>" reply addresses
+ * would otherwise become a durable topic per connection. */
+void mqd_reply_tmp_name(const char *addr, size_t len, char *out, size_t outlen)
+{
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < len; i++)
         h = (h ^ (uint8_t)addr[i]) * 1099511628211ull;
@@ -205,8 +212,12 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         mqd_addr_t a;
         if (mqd_addr_parse(addr, strlen(addr), &a) != 0 ||
             (a.kind != MQD_ADDR_TOPIC && a.kind != MQD_ADDR_PARTITION &&
-             a.kind != MQD_ADDR_MANAGEMENT))
+             a.kind != MQD_ADDR_MANAGEMENT && a.kind != MQD_ADDR_CBS))
             return mqd_link_refuse(l, "amqp:not-found", "cannot send to address '%s'", addr);
+        if (a.kind == MQD_ADDR_CBS) {
+            ls->mgmt = ls->cbs = true; /* served like $management, by auth/cbs.c */
+            goto open;
+        }
         if (a.kind == MQD_ADDR_MANAGEMENT) {
             ls->mgmt = true;
             if (mqd_auth_may(c, MQD_PERM_MANAGE, "$management"))
@@ -342,16 +353,18 @@ static void message_too_big(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
 
 /* Stores one complete message; returns after queuing its settlement. */
 /* A request to $management: the reply is appended to the reply-to node. */
-static void management_request(mqd_conn_t *c, pn_delivery_t *d, const uint8_t *msg, size_t size,
-                               bool presettled)
+static void management_request(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d,
+                               const uint8_t *msg, size_t size, bool presettled)
 {
     mqd_server_t *s = c->srv;
     mqd_buf_t *out = &s->mgmt_out;
     mqd_msg_info_t mi;
-    int rc = mqd_mgmt_handle(s, c, msg, size, out);
+    int rc =
+        ls->cbs ? mqd_auth_cbs_handle(c, msg, size, out) : mqd_mgmt_handle(s, c, msg, size, out);
     if (rc == 0 && out->len > 0 && mqd_msg_scan(out->p, out->len, &mi) == 0 && mi.to.len > 0) {
         char name[MQD_NAME_MAX + 1];
-        mqd_reply_topic_name((const char *)out->p + mi.to.off, mi.to.len, name, sizeof name);
+        (ls->cbs ? mqd_reply_tmp_name : mqd_reply_topic_name)((const char *)out->p + mi.to.off,
+                                                              mi.to.len, name, sizeof name);
         mqd_topic_t *t = mqd_topic_find(s, name);
         if (t)
             rc = mqd_part_append(&t->parts[0], out->p, out->len, c, NULL, NULL);
@@ -577,7 +590,7 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
                           size_t size, bool presettled, uint32_t format)
 {
     if (ls->mgmt)
-        return management_request(c, d, msg, size, presettled);
+        return management_request(c, ls, d, msg, size, presettled);
     if (ls->coord)
         return mqd_txn_coordinator_transfer(ls, d, msg, size);
     if (format == MQD_MSG_FORMAT_BATCH)

@@ -11,6 +11,8 @@ void mqd_link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind);
 /* The node that holds replies sent to `addr` (see link.c). */
 void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen);
+/* The temporary node ("$tmp.r.HASH") for `addr`, whatever it looks like ($cbs replies). */
+void mqd_reply_tmp_name(const char *addr, size_t len, char *out, size_t outlen);
 
 /* May c auto-create `topic` (config + the `create` permission)? */
 bool mqd_may_create(mqd_conn_t *c, const char *topic);

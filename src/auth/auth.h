@@ -59,6 +59,15 @@ void mqd_auth_rx_hold(struct mqd_conn *c, const uint8_t *p, size_t n);
  * refusal. */
 bool mqd_auth_admit_host(struct mqd_server *s, const char *host);
 
+struct mqd_buf;
+/* A request message req[0..len) sent to `$cbs` (AMQP claims-based security, as the
+ * Event Hubs SDKs use it): put-token with a SAS token. Writes the encoded reply into out
+ * (to = the request's reply-to, correlation-id = its message-id; application properties
+ * status-code 200/202/400/401/404/500 and status-description) and returns 0; a valid
+ * token is kept on c until it expires (see sas_required). MQD_EINVAL when the request
+ * cannot be answered (undecodable, no reply-to). */
+int mqd_auth_cbs_handle(struct mqd_conn *c, const uint8_t *req, size_t len, struct mqd_buf *out);
+
 /* May the connection's authenticated user do `perm` on `address` (a topic name or an
  * address as attached)? False unless the connection completed SASL (or, with
  * allow_anonymous, uses none); then the [acl] rules decide. Logs refusals. */

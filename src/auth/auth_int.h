@@ -80,6 +80,51 @@ size_t mqd_auth_gate_take(mqd_auth_gate_t *g, const uint8_t *p, size_t n);
 /* True between frames (after the header), or when open. */
 bool mqd_auth_gate_at_boundary(const mqd_auth_gate_t *g);
 
+/* ---- sas.c: SAS tokens (pure; tests/fuzz/fuzz_sas.c) ---- */
+
+#define MQD_SAS_TOKEN_MAX 4096 /* longest token accepted */
+
+typedef struct mqd_sas_token {
+    char sr_raw[1024];   /* sr as sent (url-encoded): what the signature covers */
+    char se_raw[16];     /* se as sent */
+    char sig_raw[128];
+    char skn_raw[512];
+    char audience[1024]; /* sr decoded: sb://HOST:PORT/HUB[/...] */
+    char hub[256];       /* HUB from the audience; "" = namespace-wide (no path) */
+    char skn[256];       /* key name, decoded */
+    int64_t se;          /* expiry, unix seconds */
+    unsigned char sig[32];
+} mqd_sas_token_t;
+
+/* Parses a token string s[0..len) (not NUL-terminated); *out only on success, else
+ * MQD_EINVAL (no prefix, a field missing or repeated, bad escapes, se not decimal, sig
+ * not base64 of 32 bytes, too long). */
+int mqd_sas_parse(const char *s, size_t len, mqd_sas_token_t *out);
+/* 0 if t's signature is HMAC-SHA256(key, sr + "\n" + se) (constant-time compare);
+ * MQD_EFAILED if not; MQD_EIO if HMAC fails. */
+int mqd_sas_verify(const mqd_sas_token_t *t, const char *key, size_t keylen);
+/* Does a token for `token_hub` ("" = every hub) signed by a key of `scope` (NULL or "*" =
+ * every hub) cover `topic` (a topic name; "T/$DeadLetterQueue" counts as T)? */
+bool mqd_sas_covers(const char *token_hub, const char *scope, const char *topic);
+
+/* A $cbs request: application properties operation, type, name; body an amqp-value
+ * string (the token). Fields too long for their buffer count as absent. */
+#define MQD_CBS_REQUEST_MAX (16 * 1024)
+typedef struct mqd_cbs_req {
+    char reply_to[512];
+    char operation[32];
+    char type[64];
+    char name[1024];    /* the audience */
+    bool has_op, has_type, has_name;
+    const char *token;  /* into the message's body (lives as long as the pn_message_t) */
+    size_t token_len;
+} mqd_cbs_req_t;
+
+struct pn_message_t;
+/* Decodes req[0..len) into m (the caller's, reused) and fills *r. MQD_EINVAL if it does
+ * not decode, is over MQD_CBS_REQUEST_MAX or has no reply-to (nothing to answer). */
+int mqd_cbs_request_parse(struct pn_message_t *m, const uint8_t *req, size_t len, mqd_cbs_req_t *r);
+
 /* ---- pool.c: threads for the slow part of a login ---- */
 
 struct event;
@@ -142,6 +187,7 @@ typedef struct mqd_auth_conn {
     struct event *ev_hs;   /* handshake timeout; a no-op once the peer has opened */
     struct event *ev_close; /* recheck.c: cuts off a revoked peer that ignores the close */
     mqd_scram_t *scram;    /* during a SCRAM exchange */
+    struct mqd_cbs_conn *cbs; /* cbs.c: SAS tokens put on this connection (owned) */
     bool pending;          /* a PLAIN check is with the pool (holds a connection reference) */
     bool outcome;          /* the SASL outcome is set: a late pool result must not change it */
     mqd_auth_gate_t gate;  /* input reaches Proton frame by frame until the outcome */
@@ -156,6 +202,14 @@ typedef struct mqd_auth_conn {
 void mqd_auth_sasl_setup(struct mqd_conn *c, mqd_auth_conn_t *ac);
 /* reach.c: warns about each user no listener lets log in (start and reload). */
 void mqd_auth_warn_unreachable(const struct mqd_server *s);
+/* cbs.c: frees ac->cbs (from mqd_auth_conn_free). */
+void mqd_auth_cbs_free(mqd_auth_conn_t *ac);
+/* cbs.c: why c's SAS tokens do not allow perm on address, or NULL (also when
+ * sas_required is off, and for `create`, which only the [acl] governs). */
+const char *mqd_auth_sas_denied(struct mqd_conn *c, mqd_perm_t perm, const char *address);
+/* recheck.c: detaches every link of c whose attach-time check fails now ("why" as its
+ * description); returns how many. */
+size_t mqd_auth_recheck_links(struct mqd_conn *c, const char *why);
 /* tls.c: frees per-connection state (from the plugin's free callback). */
 void mqd_auth_conn_free(mqd_auth_conn_t *ac);
 /* tls.c: the subject CN (UTF-8) of c's verified client certificate into cn[len]. 0;

@@ -83,7 +83,7 @@ static const char *checked_name(const mqd_lstate_t *ls)
     return ls->tmp_name;
 }
 
-static size_t recheck_links(mqd_conn_t *c)
+size_t mqd_auth_recheck_links(mqd_conn_t *c, const char *why)
 {
     size_t n = 0;
     pn_connection_t *pc = c->driver.connection;
@@ -93,9 +93,9 @@ static size_t recheck_links(mqd_conn_t *c)
         const char *name = ls && ls->acl_perm ? checked_name(ls) : NULL;
         if (name == NULL || mqd_auth_allowed(c, (mqd_perm_t)ls->acl_perm, name))
             continue;
-        MQD_NOTICE("auth", "detaching link %s of peer=%s user=%s: no longer allowed",
-                   pn_link_name(l), c->peer, c->user[0] ? c->user : "-");
-        mqd_consumer_detach(ls, "amqp:unauthorized-access", "permission revoked by a reload");
+        MQD_NOTICE("auth", "detaching link %s of peer=%s user=%s: %s", pn_link_name(l), c->peer,
+                   c->user[0] ? c->user : "-", why);
+        mqd_consumer_detach(ls, "amqp:unauthorized-access", why);
         n++;
     }
     return n;
@@ -117,7 +117,7 @@ void mqd_auth_recheck(mqd_server_t *s, const mqd_user_conf_t *old_users, size_t 
             closed++;
             continue;
         }
-        detached += recheck_links(c);
+        detached += mqd_auth_recheck_links(c, "permission revoked by a reload");
     }
     if (closed || detached)
         MQD_NOTICE("auth", "reload: %zu connections closed, %zu links detached", closed, detached);

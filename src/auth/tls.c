@@ -318,6 +318,7 @@ void mqd_auth_conn_free(mqd_auth_conn_t *ac)
         mqd_scram_clear(ac->scram);
         free(ac->scram);
     }
+    mqd_auth_cbs_free(ac);
     if (ac->c && ac->c->auth == ac)
         ac->c->auth = NULL;
     free(ac);
@@ -409,7 +410,7 @@ static const char *denied(mqd_conn_t *c, mqd_perm_t perm, const char *address)
     if (!mqd_acl_check(conf->acl, conf->n_acl, conf->acl_present, anonymous ? NULL : c->user,
                        u ? u->groups : NULL, perm, address))
         return "ACL";
-    return NULL;
+    return mqd_auth_sas_denied(c, perm, address); /* both must allow (docs/security.md) */
 }
 
 bool mqd_auth_may(mqd_conn_t *c, mqd_perm_t perm, const char *address)

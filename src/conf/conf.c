@@ -24,6 +24,7 @@ typedef struct section {
     mqd_conf_scope_t kind; /* MQD_CS_GLOBAL, MQD_CS_TOPIC, MQD_CS_USER or MQD_CS_ACL */
     mqd_topic_conf_t *topic;
     mqd_user_conf_t *user;
+    mqd_sas_key_conf_t *sas; /* [sas_key NAME] (conf_sas.c) */
 } section_t;
 
 /* Parser state for one file. */
@@ -90,6 +91,7 @@ void mqd_conf_free(mqd_conf_t *c)
     for (size_t i = 0; i < c->n_users; i++)
         free_user(&c->users[i]);
     free(c->users);
+    mqd_conf_sas_free(c);
     free(c);
 }
 
@@ -102,7 +104,8 @@ int mqd_conf_new(mqd_conf_t **out)
         return MQD_ENOMEM;
     for (size_t i = 0; rc == 0 && i < mqd_conf_nrows; i++) {
         const mqd_conf_row_t *r = &mqd_conf_rows[i];
-        if (r->def == NULL || r->scope == MQD_CS_TOPIC || r->scope == MQD_CS_USER)
+        if (r->def == NULL || r->scope == MQD_CS_TOPIC || r->scope == MQD_CS_USER ||
+            r->scope == MQD_CS_SASKEY)
             continue;
         void *base = r->scope == MQD_CS_GLOBAL ? (void *)c : (void *)&c->topic_defaults;
         rc = mqd_conf_row_apply(r, base, r->def, why, sizeof why);
@@ -204,7 +207,14 @@ static int section_open(mqd_conf_t *c, const char *kind, const char *name, secti
         sec->topic = NULL;
         return user_get(c, name, &sec->user);
     }
-    snprintf(why, whylen, "unknown section kind '%s' (expected topic, user or acl)", kind);
+    if (strcmp(kind, "sas_key") == 0) {
+        sec->kind = MQD_CS_SASKEY;
+        sec->topic = NULL;
+        sec->user = NULL;
+        return mqd_conf_sas_get(c, name, &sec->sas);
+    }
+    snprintf(why, whylen, "unknown section kind '%s' (expected topic, user, sas_key or acl)",
+             kind);
     return MQD_EINVAL;
 }
 
@@ -239,6 +249,7 @@ static int apply_key(mqd_conf_t *c, const section_t *sec, const char *key, const
         [MQD_CS_TOPIC] = "a [topic NAME] section",
         [MQD_CS_USER] = "a [user NAME] section",
         [MQD_CS_ACL] = "the [acl] section",
+        [MQD_CS_SASKEY] = "a [sas_key NAME] section",
     };
     if (sec->kind == MQD_CS_GLOBAL && (r->scope == MQD_CS_GLOBAL || r->scope == MQD_CS_BOTH))
         base = r->scope == MQD_CS_GLOBAL ? (void *)c : (void *)&c->topic_defaults;
@@ -246,6 +257,8 @@ static int apply_key(mqd_conf_t *c, const section_t *sec, const char *key, const
         base = sec->topic;
     else if (sec->kind == MQD_CS_USER && r->scope == MQD_CS_USER)
         base = sec->user;
+    else if (sec->kind == MQD_CS_SASKEY && r->scope == MQD_CS_SASKEY)
+        base = sec->sas;
     if (base == NULL) {
         mqd_conf_scope_t only = r->scope == MQD_CS_BOTH ? MQD_CS_GLOBAL : r->scope;
         snprintf(why, whylen, "not allowed in %s; only in %s%s", where[sec->kind], where[only],
@@ -260,7 +273,7 @@ static int apply_key(mqd_conf_t *c, const section_t *sec, const char *key, const
         *replace_listen = false;
     }
     int rc = mqd_conf_row_apply(r, base, val, why, whylen);
-    if (rc == 0 && base != (void *)c && sec->kind != MQD_CS_USER)
+    if (rc == 0 && base != (void *)c && sec->kind != MQD_CS_USER && sec->kind != MQD_CS_SASKEY)
         ((mqd_topic_conf_t *)base)->set_mask[(r - mqd_conf_rows) / 64] |=
             UINT64_C(1) << ((r - mqd_conf_rows) % 64);
     if (rc == MQD_ENOMEM)
@@ -298,7 +311,7 @@ static int parse_section(parse_t *ps, char *text)
     size_t n = strlen(text);
     if (text[n - 1] != ']')
         return fail(ps->err, ps->errlen,
-                    "%s:%d: %s: expected [topic NAME], [user NAME] or [acl]",
+                    "%s:%d: %s: expected [topic NAME], [user NAME], [sas_key NAME] or [acl]",
                     ps->file, ps->line, text);
     text[n - 1] = '\0';
     char *inner = trim(text + 1);
@@ -482,7 +495,7 @@ int mqd_conf_load_file(mqd_conf_t *c, const char *path, char *err, size_t errlen
 int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t errlen)
 {
     char why[256];
-    section_t glob = {MQD_CS_GLOBAL, NULL, NULL};
+    section_t glob = {MQD_CS_GLOBAL, NULL, NULL, NULL};
     bool replace = c->listen_source != SRC_CLI;
     int rc = apply_key(c, &glob, "listen", hostport, &replace, why, sizeof why);
     if (rc != 0)
@@ -527,7 +540,7 @@ int mqd_conf_set(mqd_conf_t *c, const char *key_eq_value, char *err, size_t errl
     char *full = trim(copy), *val = trim(eq + 1);
     char label[300];
     snprintf(label, sizeof label, "%s", full);
-    section_t sec = {MQD_CS_GLOBAL, NULL, NULL};
+    section_t sec = {MQD_CS_GLOBAL, NULL, NULL, NULL};
     const char *key = full;
     rc = split_section_key(full, &sec, c, &key, why, sizeof why);
     bool replace = c->listen_source != SRC_CLI;
@@ -614,6 +627,8 @@ int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen)
             return fail(err, errlen, "%s: [user %s]: password_hash: missing", src, u->name);
     }
     int rc = validate_tls(c, src, err, errlen);
+    if (rc == 0)
+        rc = mqd_conf_validate_sas(c, src, err, errlen);
     if (rc != 0)
         return rc;
     if (c->metrics_listen != NULL) {

@@ -40,6 +40,22 @@ typedef struct mqd_user_conf {
     char *groups;        /* owned; "ops, billing": groups the ACL names as @ops */
 } mqd_user_conf_t;
 
+/* A [sas_key NAME] section: a shared access key for Event Hubs style SAS tokens ($cbs). */
+typedef struct mqd_sas_key_conf {
+    char *name;   /* owned; the token's skn */
+    char *key;    /* owned; the HMAC-SHA256 key as written (its bytes, not base64-decoded) */
+    char *rights; /* owned; "send,listen,manage" (manage implies the other two) */
+    char *scope;  /* owned; a hub (topic) name, or NULL / "*" = every hub */
+} mqd_sas_key_conf_t;
+#define MQD_CONF_SAS_SEND 1u
+#define MQD_CONF_SAS_LISTEN 2u
+#define MQD_CONF_SAS_MANAGE 4u
+/* A new random key (32 bytes from RAND_bytes, base64: 44 characters) into out (>= 45). */
+int mqd_conf_sas_key_make(char *out, size_t outlen);
+/* Parses a rights list ("send, listen", "manage") into MQD_CONF_SAS_* bits. */
+int mqd_conf_parse_sas_rights(const char *s, unsigned *out);
+typedef enum { MQD_SAS_REQUIRED_AUTO = 0, MQD_SAS_REQUIRED_OFF = 1, MQD_SAS_REQUIRED_ON = 2 } mqd_sas_required_t;
+
 typedef enum { MQD_TLS_VERIFY_NONE = 0, MQD_TLS_VERIFY_OPTIONAL = 1, MQD_TLS_VERIFY_REQUIRED = 2 } mqd_tls_verify_t;
 
 /* One line of the [acl] section: `allow|deny WHO PERMS PATTERN`. */
@@ -107,6 +123,9 @@ typedef struct mqd_conf {
     uint32_t partition_resume_ms;      /* a disk-full partition retries a resume this often; 0 = manual */
     uint64_t max_connection_memory;    /* budget.c: one connection's charge, 64 MiB; 0 = off */
     uint64_t max_memory;               /* budget.c: all connections' charges, 1 GiB; 0 = off */
+    mqd_sas_key_conf_t *sas_keys; /* owned array of [sas_key NAME] sections */
+    size_t n_sas_keys;
+    int sas_required;             /* mqd_sas_required_t (mqd_conf_sas_effective, _lenient) */
     mqd_acl_rule_t *acl;          /* owned array: the [acl] section in order */
     size_t n_acl;
     bool acl_present;             /* an [acl] section exists (even an empty one: deny all) */
@@ -163,6 +182,13 @@ int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen);
 /* The effective settings for `topic`: its section over the defaults. Writes into *out
  * (out->name borrowed from the section or NULL; do not free). */
 void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *out);
+/* Finds a [sas_key NAME], or NULL. */
+const mqd_sas_key_conf_t *mqd_conf_sas_key(const mqd_conf_t *c, const char *name);
+/* Whether links need a SAS token ($cbs put-token): sas_required = on. */
+bool mqd_conf_sas_effective(const mqd_conf_t *c);
+/* Whether $cbs accepts a well-formed token of an unknown key name unchecked (202, the
+ * emulator's way): sas_required = off, or auto with every listener on loopback. */
+bool mqd_conf_sas_lenient(const mqd_conf_t *c);
 /* Finds a user, or NULL. */
 const mqd_user_conf_t *mqd_conf_user(const mqd_conf_t *c, const char *name);
 /* Checks a password against a stored hash (PBKDF2-HMAC-SHA256, constant-time compare). */

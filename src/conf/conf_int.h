@@ -21,6 +21,7 @@ typedef enum {
     MQD_CS_BOTH,   /* global part (default for every topic) and [topic NAME]; mqd_topic_conf_t */
     MQD_CS_USER,   /* [user NAME] sections only; field in mqd_user_conf_t */
     MQD_CS_ACL,    /* the [acl] section: rule lines, no keys (never a row's scope) */
+    MQD_CS_SASKEY, /* [sas_key NAME] sections only; field in mqd_sas_key_conf_t */
 } mqd_conf_scope_t;
 
 typedef struct mqd_conf_row {
@@ -71,5 +72,12 @@ int mqd_conf_check_scram(const char *v, char *why, size_t whylen);
 int mqd_conf_check_etcd_endpoints(const char *v, char *why, size_t whylen);
 int mqd_conf_check_cluster_name(const char *v, char *why, size_t whylen);
 int mqd_conf_validate_cluster(const mqd_conf_t *c, const char *src, char *err, size_t errlen);
+/* [sas_key NAME] sections (conf_sas.c): find or add one; free them all; cross-checks
+ * (a key is required, rights must parse, sas_required = off on a non-loopback listener
+ * is logged: see mqd_conf_sas_lenient). */
+int mqd_conf_sas_get(mqd_conf_t *c, const char *name, mqd_sas_key_conf_t **out);
+void mqd_conf_sas_free(mqd_conf_t *c);
+int mqd_conf_validate_sas(const mqd_conf_t *c, const char *src, char *err, size_t errlen);
+int mqd_conf_check_sas_rights(const char *v, char *why, size_t whylen);
 
 #endif

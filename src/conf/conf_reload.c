@@ -74,6 +74,20 @@ static void topics_of(const mqd_conf_t *a, const mqd_conf_t *b, bool skip_common
     }
 }
 
+/* [sas_key NAME] sections of a that b lacks or holds with other fields (read at start). */
+static void sas_keys_of(const mqd_conf_t *a, const mqd_conf_t *b, bool skip_common, names_t *nm)
+{
+    for (size_t i = 0; i < a->n_sas_keys; i++) {
+        const mqd_sas_key_conf_t *ka = &a->sas_keys[i], *kb = mqd_conf_sas_key(b, ka->name);
+        bool differs = kb == NULL;
+        for (size_t j = 0; kb != NULL && j < mqd_conf_nrows; j++)
+            differs = differs || (mqd_conf_rows[j].scope == MQD_CS_SASKEY &&
+                                  !field_eq(&mqd_conf_rows[j], ka, kb));
+        if ((!skip_common || kb == NULL) && differs)
+            add_name(nm, "sas_key.", ka->name);
+    }
+}
+
 size_t mqd_conf_restart_needed(const mqd_conf_t *old, const mqd_conf_t *nw, char *buf, size_t len)
 {
     names_t nm = {buf, len, 0, 0};
@@ -91,6 +105,8 @@ size_t mqd_conf_restart_needed(const mqd_conf_t *old, const mqd_conf_t *nw, char
     /* sections in the old config (changed or removed), then sections only in the new */
     topics_of(old, nw, false, &nm);
     topics_of(nw, old, true, &nm);
+    sas_keys_of(old, nw, false, &nm);
+    sas_keys_of(nw, old, true, &nm);
     return nm.n;
 }
 

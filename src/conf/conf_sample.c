@@ -14,6 +14,7 @@ static const char *const scope_doc[] = {
     [MQD_CS_BOTH] = "global part (default for every topic) or [topic NAME]",
     [MQD_CS_USER] = "[user NAME] sections only",
     [MQD_CS_ACL] = "the [acl] section",
+    [MQD_CS_SASKEY] = "[sas_key NAME] sections only",
 };
 
 /* Writes text word-wrapped, each line starting with prefix. */
@@ -52,7 +53,7 @@ static void sample_row(FILE *f, const mqd_conf_row_t *r)
     wrap(f, "#   ", r->help);
     if (r->sample != NULL)
         fprintf(f, "%s = %s\n", r->name, r->sample);
-    else if (r->def != NULL && r->scope != MQD_CS_USER)
+    else if (r->def != NULL && r->scope != MQD_CS_USER && r->scope != MQD_CS_SASKEY)
         fprintf(f, "#%s =%s%s\n", r->name, r->def[0] ? " " : "", r->def);
 }
 
@@ -99,6 +100,13 @@ int mqd_conf_write_sample(FILE *f)
                 "#\n#   mqd-passwd alice >> /etc/mqd.conf\n#\n# which reads a password and "
                 "appends\n#\n# [user alice]\n# password_hash = pbkdf2-sha256$100000$...$...\n"
                 "# scram_sha256 = 4096$...$...$...\n");
+    sample_part(f, MQD_CS_SASKEY, "SAS keys",
+                "Event Hubs clients (SharedAccessKeyName / SharedAccessKey in the connection "
+                "string) sign SAS tokens with one of these keys and send them to $cbs; see "
+                "sas_required. To add a key, run",
+                "#\n#   mqd-passwd --sas RootManageSharedAccessKey >> /etc/mqd.conf\n#\n# which "
+                "appends\n#\n# [sas_key RootManageSharedAccessKey]\n# key = ...\n"
+                "# rights = send,listen,manage\n# scope = *\n");
     fputs("\n# ======== access control ========\n", f);
     wrap(f, "# ",
          "Without an [acl] section every authenticated client may do everything. With one, "
@@ -132,9 +140,10 @@ static void man_text(FILE *f, const char *s)
 
 int mqd_conf_write_man_keys(FILE *f)
 {
-    static const mqd_conf_scope_t order[] = {MQD_CS_GLOBAL, MQD_CS_BOTH, MQD_CS_TOPIC, MQD_CS_USER};
+    static const mqd_conf_scope_t order[] = {MQD_CS_GLOBAL, MQD_CS_BOTH, MQD_CS_TOPIC, MQD_CS_USER,
+                                             MQD_CS_SASKEY};
     static const char *const titles[] = {"Server keys", "Topic keys", "Topic section keys",
-                                         "User section keys"};
+                                         "User section keys", "SAS key section keys"};
     char desc[128], line[512];
     for (size_t s = 0; s < MQD_ARRAY_LEN(order); s++) {
         fprintf(f, ".SS %s\n", titles[s]);

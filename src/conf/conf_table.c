@@ -24,6 +24,7 @@
 #define G_FIELD(f) offsetof(mqd_conf_t, f), sizeof(((mqd_conf_t *)0)->f)
 #define T_FIELD(f) offsetof(mqd_topic_conf_t, f), sizeof(((mqd_topic_conf_t *)0)->f)
 #define U_FIELD(f) offsetof(mqd_user_conf_t, f), sizeof(((mqd_user_conf_t *)0)->f)
+#define K_FIELD(f) offsetof(mqd_sas_key_conf_t, f), sizeof(((mqd_sas_key_conf_t *)0)->f)
 
 static const char *const level_names[] = {"error", "warn", "notice", "info", "debug", NULL};
 static const char *const flush_names[] = {"sync", "async", NULL};
@@ -34,6 +35,7 @@ static const char *const tls_version_names[] = {"1.2", "1.3", NULL};
 static const char *const tls_verify_names[] = {"none", "optional", "required", NULL};
 static const char *const cluster_names[] = {"none", "etcd", NULL};
 static const char *const link_stealing_names[] = {"connection", "container", NULL};
+static const char *const sas_required_names[] = {"auto", "off", "on", NULL}; /* mqd_sas_required_t */
 
 /* The log defaults repeat mqd_plog_config_default (store.h): conf does not link the
  * store library, and the sample and man page need them as text anyway. */
@@ -429,6 +431,35 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      true},
     {"groups", MQD_CT_STRING, MQD_CS_USER, 0, 0, NULL, "none", NULL, U_FIELD(groups), NULL, NULL,
      "Comma-separated groups of this user, named in [acl] rules as @GROUP.", true},
+
+    /* ---- SAS tokens ($cbs, Event Hubs clients; docs/security.md) ---- */
+    {"sas_required", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "auto", NULL, NULL, G_FIELD(sas_required),
+     sas_required_names, NULL,
+     "on: a link to a topic (and a $management request) needs a SAS token, sent with "
+     "put-token to $cbs, whose audience covers the topic and whose key has the right for "
+     "the link (send, listen, manage); when it expires the link is detached with "
+     "amqp:unauthorized-access unless a newer put-token renewed it. off: links need no "
+     "token, and put-token accepts any well-formed unexpired token of an unknown key name "
+     "(status 202, the Event Hubs emulator's way); tokens of a configured key are always "
+     "verified. auto: as off on loopback-only listeners; with any other listener, links "
+     "need no token but unknown key names are refused (401). An explicit off on a "
+     "non-loopback listener is logged as a warning. SASL users and the [acl] apply as well.",
+     false},
+    {"key", MQD_CT_STRING, MQD_CS_SASKEY, 0, 0, NULL, "none", NULL, K_FIELD(key), NULL,
+     mqd_conf_check_nonempty,
+     "[sas_key NAME]: the shared access key (SharedAccessKey; NAME is SharedAccessKeyName) "
+     "that signs tokens with HMAC-SHA256; mqd-passwd --sas NAME prints a new section. "
+     "Restart to change.",
+     false},
+    {"rights", MQD_CT_STRING, MQD_CS_SASKEY, 0, 0, NULL, "none", NULL, K_FIELD(rights), NULL,
+     mqd_conf_check_sas_rights,
+     "[sas_key NAME]: comma-separated send, listen, manage (manage includes the other two).",
+     false},
+    {"scope", MQD_CT_STRING, MQD_CS_SASKEY, 0, 0, NULL, "*", NULL, K_FIELD(scope), NULL,
+     mqd_conf_check_nonempty,
+     "[sas_key NAME]: the one hub (topic) its tokens may name, or * for every hub; a token "
+     "for an audience outside it is refused (401).",
+     false},
 };
 
 const size_t mqd_conf_nrows = MQD_ARRAY_LEN(mqd_conf_rows);

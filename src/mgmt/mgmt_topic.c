@@ -175,7 +175,8 @@ static mqd_topic_t *named_topic(mqd_mgmt_req_t *r)
     }
     mqd_topic_t *t = mqd_topic_find(r->s, r->name);
     if (!t || t->temporary) {
-        mqd_mgmt_fail(r, 404, "no topic '%s'", r->name);
+        /* Azure's wording: the Event Hubs SDKs raise MessagingEntityNotFoundError on it */
+        mqd_mgmt_fail(r, 404, "The messaging entity '%s' could not be found.", r->name);
         return NULL;
     }
     return t;

@@ -7,6 +7,7 @@
 
 #define DLQ_WORD "$DeadLetterQueue"
 #define MGMT_WORD "$management"
+#define CBS_WORD "$cbs"
 
 /* One '/'-separated piece of an address; never NUL-terminated. */
 typedef struct seg {
@@ -69,6 +70,10 @@ bool mqd_topic_name_valid(const char *s, size_t len)
     /* The dead-letter topic of T is the only name with a '/': "T/$DeadLetterQueue". */
     if (len > sl && memcmp(s + len - sl, suffix, sl) == 0)
         len -= sl;
+    /* the nodes mqd serves itself: no topic (auto-created or by management) shadows them */
+    if ((len == sizeof MGMT_WORD - 1 && strncasecmp(s, MGMT_WORD, len) == 0) ||
+        (len == sizeof CBS_WORD - 1 && strncasecmp(s, CBS_WORD, len) == 0))
+        return false;
     return simple_name_valid(s, len);
 }
 
@@ -176,6 +181,13 @@ int mqd_addr_parse(const char *s, size_t len, mqd_addr_t *out)
         if (n != 1)
             return MQD_EINVAL;
         a.kind = MQD_ADDR_MANAGEMENT;
+        *out = a;
+        return 0;
+    }
+    if (word_eq(&sg[0], CBS_WORD, true)) {
+        if (n != 1)
+            return MQD_EINVAL;
+        a.kind = MQD_ADDR_CBS;
         *out = a;
         return 0;
     }

@@ -12,6 +12,7 @@ typedef enum {
     MQD_ADDR_GROUP,               /* T/ConsumerGroups/G             */
     MQD_ADDR_GROUP_PARTITION,     /* T/ConsumerGroups/G/Partitions/N */
     MQD_ADDR_MANAGEMENT,          /* $management                    */
+    MQD_ADDR_CBS,                 /* $cbs (claims-based security)   */
 } mqd_addr_kind_t;
 
 typedef struct mqd_addr {
@@ -23,8 +24,8 @@ typedef struct mqd_addr {
 
 /* Parses an address (not NUL-terminated: len bytes). The fixed words are
  * case-insensitive. MQD_EINVAL for anything else (empty, bad characters, bad N, too long).
- * N is plain decimal digits (leading zeros tolerated) below 2^31. "$management" (any case)
- * takes no suffix. "T/$DeadLetterQueue" (case-sensitive) is the topic name for the
+ * N is plain decimal digits (leading zeros tolerated) below 2^31. "$management" and "$cbs" (any
+ * case) take no suffix, and no topic may have either name. "T/$DeadLetterQueue" (case-sensitive) is the topic name for the
  * dead-letter topic of T, and takes the same suffixes as any topic. *out is written only
  * on success. */
 int mqd_addr_parse(const char *s, size_t len, mqd_addr_t *out);

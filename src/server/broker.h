@@ -169,7 +169,8 @@ struct mqd_lstate {
     pn_link_t *link;
     mqd_topic_t *topic;       /* NULL for anonymous relay and temporary-node producers */
     char *tmp_name;           /* producer to a temporary node: its name (owned) */
-    bool mgmt;                /* producer to $management */
+    bool mgmt;                /* producer to $management (or $cbs) */
+    bool cbs;                 /* producer to $cbs: requests go to mqd_auth_cbs_handle */
     bool coord;               /* the transaction coordinator link */
     uint8_t acl_perm;         /* mqd_perm_t checked on the topic (or $management) at
                                  attach, 0 = none (a reload checks it again:

@@ -163,7 +163,7 @@ const char *mqd_topic_get_condition(int rc)
 
 const char *mqd_topic_get_desc(int rc)
 {
-    return rc == MQD_ENOENT   ? "no such topic '%s'"
+    return rc == MQD_ENOENT   ? "The messaging entity '%s' could not be found." /* Azure's words */
            : rc == MQD_ENOSPC ? "cannot create topic '%s': disk full"
            : rc == MQD_EAGAIN ? "topic limit reached (max_topics, max_topics_per_connection): "
                                 "cannot create '%s'"

@@ -100,6 +100,16 @@ static int parse_args(int argc, char **argv, uint32_t *iterations, int *what, co
     return 0;
 }
 
+/* --sas NAME: a [sas_key NAME] section with a fresh random key (no password). */
+static int print_sas(const char *name)
+{
+    char key[64];
+    if (!valid_user(name) || mqd_conf_sas_key_make(key, sizeof key) != 0)
+        return 1;
+    printf("[sas_key %s]\nkey = %s\nrights = send,listen,manage\nscope = *\n", name, key);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     static char pw[PW_MAX], again[PW_MAX];
@@ -109,6 +119,8 @@ int main(int argc, char **argv)
     const char *user = NULL;
     int status = 1;
 
+    if (argc == 3 && strcmp(argv[1], "--sas") == 0)
+        return print_sas(argv[2]);
     if (parse_args(argc, argv, &iterations, &what, &user) != 0) {
         usage(stderr);
         return 2;

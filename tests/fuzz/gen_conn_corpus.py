@@ -6,7 +6,7 @@ Client sessions are real Proton client bytes: a python-qpid-proton client Transp
 paired in memory with a Proton server Transport (SASL ANONYMOUS, credit granted on every
 receiving link), and what the client writes is recorded: producers to a topic, to a
 partition and through the anonymous relay, a consumer that accepts/releases/rejects, a
-$management request, a multi-frame message, presettled sends, a transaction coordinator. Then the hostile
+$management request, $cbs put-token requests, a multi-frame message, presettled sends, a transaction coordinator. Then the hostile
 sequences of tests/interop/52-hostile-frames.py (a delivery started without delivery-id,
 on a plain link, the relay and $management; aborted; unknown handle)."""
 import os
@@ -165,6 +165,33 @@ def session_mgmt():
     return p.rec
 
 
+def session_cbs(with_target):
+    """The Event Hubs SDKs' $cbs exchange: a receiver from $cbs (reply-to = its target, or
+    its link name when it has none), a sender to $cbs and a put-token request."""
+    p = Pair()
+    ssn = p.c.session()
+    ssn.open()
+    rcv = ssn.receiver("cbs-seed")
+    rcv.source.address = "$cbs"
+    if with_target:
+        rcv.target.address = "cbs-seed"
+    rcv.open()
+    rcv.flow(5)
+    snd = ssn.sender("seed-cbs")
+    snd.target.address = "$cbs"
+    snd.open()
+    p.pump()
+    tok = ("SharedAccessSignature sr=sb%3A%2F%2F127.0.0.1%3A5672%2Fseed-topic&sig="
+           "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA%3D&se=4102444800&skn=seed")
+    m = Message(id="cbs-1", reply_to="cbs-seed", body=tok,
+                properties={"operation": "put-token", "type": "servicebus.windows.net:sastoken",
+                            "name": "sb://127.0.0.1:5672/seed-topic", "expiration": 4102444800000})
+    send(p, snd, [m])
+    p.c.close()
+    p.pump()
+    return p.rec
+
+
 def session_relay():
     p = Pair()
     ssn = p.c.session()
@@ -273,6 +300,9 @@ def main():
         "consumer-group": session_consumer("seed-topic/ConsumerGroups/g1", [Delivery.RELEASED]),
         "consumer-reject": session_consumer("seed-topic/ConsumerGroups/g1/Partitions/0", [Delivery.REJECTED]),
         "mgmt": session_mgmt(),
+        "cbs": session_cbs(True),
+        "cbs-link-name": session_cbs(False),
+        "hostile-cbs-empty": hostile("$cbs", [transfer(delivery_id=0, more=False, payload=b"")]),
         "relay": session_relay(),
         "multiframe": session_multiframe(),
         "txn": session_txn(),

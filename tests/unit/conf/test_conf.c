@@ -292,9 +292,9 @@ static void test_file_errors(void **state)
                "1: password_hash: not allowed in the global part (before any section); only in "
                "a [user NAME] section");
     load_fails(f, "flush sync\n", "1: flush: expected 'key = value'");
-    load_fails(f, "[topic a\n", "1: [topic a: expected [topic NAME], [user NAME] or [acl]");
+    load_fails(f, "[topic a\n", "1: [topic a: expected [topic NAME], [user NAME], [sas_key NAME] or [acl]");
     load_fails(f, "[queue a]\n",
-               "1: [queue a]: unknown section kind 'queue' (expected topic, user or acl)");
+               "1: [queue a]: unknown section kind 'queue' (expected topic, user, sas_key or acl)");
     load_fails(f, "[topic]\n", "1: [topic ]: invalid name ''");
     load_fails(f, "[user u]\npassword_hash = plain\n",
                "2: password_hash: expected pbkdf2-sha256$ITERATIONS$SALT$HASH (made by "
@@ -401,7 +401,7 @@ static void test_set_forms(void **state)
     set_fails(f, "topic.flush=sync",
               "--set: topic.flush: expected KEY, topic.NAME.KEY or user.NAME.KEY");
     set_fails(f, "queue.x.flush=sync",
-              "--set: queue.x.flush: unknown section kind 'queue' (expected topic, user or acl)");
+              "--set: queue.x.flush: unknown section kind 'queue' (expected topic, user, sas_key or acl)");
     set_fails(f, "partitions=2",
               "--set: partitions: not allowed in the global part (before any section); only in "
               "a [topic NAME] section");
@@ -559,6 +559,64 @@ static void test_restart_needed(void **state)
     mqd_conf_free(nw);
 }
 
+/* [sas_key NAME] sections, rights, sas_required and what a reload cannot change */
+static void test_sas_keys(void **state)
+{
+    fx_t *f = *state;
+    unsigned bits = 0;
+    char names[256];
+    mqd_conf_t *nw;
+    assert_int_equal(mqd_conf_parse_sas_rights("send, listen", &bits), 0);
+    assert_int_equal(bits, MQD_CONF_SAS_SEND | MQD_CONF_SAS_LISTEN);
+    assert_int_equal(mqd_conf_parse_sas_rights("manage", &bits), 0);
+    assert_int_equal(bits, 7); /* manage includes send and listen */
+    assert_int_equal(mqd_conf_parse_sas_rights("send,frob", &bits), MQD_EINVAL);
+    assert_int_equal(set(f, "sas_key.root.rights=frob"), MQD_EINVAL);
+    assert_string_equal(f->err, "--set: sas_key.root.rights: expected a list of send, listen, "
+                                "manage; got 'frob'");
+    assert_int_equal(set(f, "sas_key.root.rights=listen"), 0);
+    assert_int_equal(mqd_conf_validate(f->c, f->err, sizeof f->err), MQD_EINVAL);
+    assert_non_null(strstr(f->err, "[sas_key root]: key: missing"));
+    assert_int_equal(set(f, "sas_key.root.key=k1"), 0);
+    assert_int_equal(mqd_conf_validate(f->c, f->err, sizeof f->err), 0);
+    const mqd_sas_key_conf_t *k = mqd_conf_sas_key(f->c, "root");
+    assert_non_null(k);
+    assert_string_equal(k->key, "k1");
+    assert_null(k->scope);
+    assert_null(mqd_conf_sas_key(f->c, "nobody"));
+    assert_int_equal(set(f, "key=k1"), MQD_EINVAL); /* not in the global part */
+    assert_int_equal(set(f, "topic.t.rights=send"), MQD_EINVAL);
+
+    /* auto: lenient (unknown key names accepted unchecked) on loopback only, never
+     * requiring tokens for links (the first --listen replaces the built-in 127.0.0.1:5672) */
+    assert_false(mqd_conf_sas_effective(f->c));
+    assert_true(mqd_conf_sas_lenient(f->c));
+    assert_int_equal(mqd_conf_add_listen(f->c, "[::1]:5673", f->err, sizeof f->err), 0);
+    assert_true(mqd_conf_sas_lenient(f->c));
+    assert_int_equal(mqd_conf_add_listen(f->c, "0.0.0.0:5674", f->err, sizeof f->err), 0);
+    assert_false(mqd_conf_sas_lenient(f->c));
+    assert_false(mqd_conf_sas_effective(f->c));
+    assert_int_equal(set(f, "sas_required=off"), 0);
+    assert_true(mqd_conf_sas_lenient(f->c));
+    assert_false(mqd_conf_sas_effective(f->c));
+    assert_int_equal(set(f, "sas_required=on"), 0);
+    assert_true(mqd_conf_sas_effective(f->c));
+    assert_false(mqd_conf_sas_lenient(f->c));
+    assert_int_equal(set(f, "sas_required=maybe"), MQD_EINVAL);
+
+    /* keys are read at start: a changed or added key is named by a reload */
+    assert_int_equal(mqd_conf_new(&nw), 0);
+    assert_int_equal(mqd_conf_set(nw, "sas_required=on", f->err, sizeof f->err), 0);
+    assert_int_equal(mqd_conf_add_listen(nw, "[::1]:5673", f->err, sizeof f->err), 0);
+    assert_int_equal(mqd_conf_add_listen(nw, "0.0.0.0:5674", f->err, sizeof f->err), 0);
+    assert_int_equal(mqd_conf_set(nw, "sas_key.root.rights=listen", f->err, sizeof f->err), 0);
+    assert_int_equal(mqd_conf_set(nw, "sas_key.root.key=k2", f->err, sizeof f->err), 0);
+    assert_int_equal(mqd_conf_set(nw, "sas_key.new.key=k3", f->err, sizeof f->err), 0);
+    assert_int_equal(mqd_conf_restart_needed(f->c, nw, names, sizeof names), 2);
+    assert_string_equal(names, "sas_key.root, sas_key.new");
+    mqd_conf_free(nw);
+}
+
 /* ---- the committed sample and man page against the table ---- */
 
 static const char *srcdir(void)
@@ -677,6 +735,7 @@ int main(void)
         T(test_passwords),
         T(test_validate),
         T(test_restart_needed),
+        T(test_sas_keys),
         T(test_sample_matches_table),
         T(test_man_matches_table),
     };
