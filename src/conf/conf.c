@@ -559,7 +559,7 @@ int mqd_conf_topic_setting(mqd_topic_conf_t *tc, const char *key, const char *va
                            size_t errlen)
 {
     char why[512];
-    section_t sec = {MQD_CS_TOPIC, tc, NULL};
+    section_t sec = {MQD_CS_TOPIC, tc, NULL, NULL};
     bool replace = false;
     /* the file's own key lookup and value parsers: the same units, bounds and reasons */
     int rc = apply_key(NULL, &sec, key, val, &replace, why, sizeof why);
