@@ -63,7 +63,8 @@ class KilledSender(MessagingHandler):
 
     def on_transport_error(self, event):
         self.error = event.transport.condition
-        event.connection.close()
+        if event.connection is not None:  # None once the killed broker's transport is unbound
+            event.connection.close()
 
     def on_disconnected(self, event):
         pass

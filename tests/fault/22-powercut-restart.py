@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Durability across SIGKILL + power cut: tests/interop/08-restart-durability.py (10,000 durable
 messages, two kills, a prezero broker) with the data dir on powercutfs and a power cut
-after each SIGKILL."""
+after each SIGKILL. The long runs (tests/fault/longrun.sh) repeat it with MQD_TEST_REPEAT=N
+(3 cuts each) and MQD_PC_MODE=torn."""
 import os
 import sys
 

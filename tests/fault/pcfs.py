@@ -88,13 +88,14 @@ class PowerCutFS:
 def run_variant(test_file, mode="cut", env=None):
     """Runs an interop crash test (tests/interop/NAME) with every broker's data dir on
     powercutfs and a power cut after each SIGKILL (mqdtest's MQD_TEST_POWERCUT); returns
-    its exit status (77 when powercutfs cannot run here)."""
+    its exit status (77 when powercutfs cannot run here). MQD_PC_MODE=cut|torn overrides
+    `mode` (the long runs, tests/fault/longrun.sh)."""
     import sys
     why = skip_reason()
     if why:
         print("SKIP: " + why)
         return 77
     here = os.path.dirname(os.path.abspath(__file__))
-    e = dict(os.environ, MQD_TEST_POWERCUT=mode)
+    e = dict(os.environ, MQD_TEST_POWERCUT=os.environ.get("MQD_PC_MODE") or mode)
     e.update(env or {})
     return subprocess.call([sys.executable, os.path.join(here, "..", "interop", test_file)], env=e)

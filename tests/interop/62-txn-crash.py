@@ -329,4 +329,4 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         client(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "drain")
     else:
-        mqdtest.main(body, timeout=min(3600, 60 + ROUNDS * 8))
+        mqdtest.main(body, timeout=min(7200, 60 + ROUNDS * 12))

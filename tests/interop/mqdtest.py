@@ -38,6 +38,13 @@ SLOW = float(os.environ.get("MQD_TEST_SLOW", "1") or "1")
 # (tests/fault/powercutfs), and a start that follows a SIGKILL first cuts power (torn:
 # every other cut is cut-torn). The power-cut variants of the crash tests set it.
 POWERCUT = os.environ.get("MQD_TEST_POWERCUT", "")
+# The long runs (tests/fault/longrun.sh): MQD_PC_SEED varies the cut-torn seeds, and
+# MQD_TEST_REPEAT=N runs a test's whole body N times in one process, each time with a fresh
+# Test (temp dir, brokers, powercutfs mounts). Power cuts are counted per process, so a
+# test with one cut per body still alternates cut and cut-torn across repetitions.
+PC_SEED = int(os.environ.get("MQD_PC_SEED", "0") or "0")
+REPEAT = max(1, int(os.environ.get("MQD_TEST_REPEAT", "1") or "1"))
+_power_cuts = [0]
 
 
 class TestFailure(Exception):
@@ -271,12 +278,14 @@ class Broker:
     def power_cut(self):
         """Cuts power under the (dead) broker's data dir, then remounts it."""
         self.cuts += 1
-        torn = POWERCUT == "torn" and self.cuts % 2 == 0
+        _power_cuts[0] += 1
+        n = _power_cuts[0]
+        torn = POWERCUT == "torn" and n % 2 == 0
         st = self.fs.stats()
-        self.fs.cut(torn_seed=self.cuts * 7919 if torn else None)
+        self.fs.cut(torn_seed=PC_SEED + n * 7919 if torn else None)
         self.fs.remount()
         log("broker %s: %s #%d (%d dirty files, %d directory changes undone)"
-            % (self.name, "cut-torn" if torn else "power cut", self.cuts, st["dirty_files"],
+            % (self.name, "cut-torn" if torn else "power cut", n, st["dirty_files"],
                st["pending_dir_changes"]))
 
     def restart(self, kill=True):
@@ -503,10 +512,24 @@ def check_delivery_annotations(msg, partition=None, pkey=None, now=None, where="
 
 # ---------------------------------------------------------------- entry point
 
+def _check_brokers_at_end(t):
+    for b in t.brokers:
+        if b.proc is not None and b.proc.poll() is not None and b.proc.returncode not in (0, -9, -15):
+            fail("broker %s exited with status %s during the test" % (b.name, b.proc.returncode))
+    # a clean SIGTERM shutdown exits 0; anything else is a crash at shutdown or,
+    # in the sanitizer build, a LeakSanitizer report
+    for b in t.brokers:
+        if b.alive():
+            b.stop()
+            if b.proc.returncode != 0:
+                fail("broker %s exited with status %s after SIGTERM (crash or leak at "
+                     "shutdown)" % (b.name, describe_status(b.proc.returncode)))
+
+
 def main(body, timeout=120, name=None):
-    """Runs body(Test) with a hard timeout; exits 0 / 1 / 77."""
+    """Runs body(Test) with a hard timeout (MQD_TEST_REPEAT times over); exits 0 / 1 / 77."""
     name = name or os.path.splitext(os.path.basename(sys.argv[0]))[0]
-    timeout = timeout * SLOW
+    timeout = timeout * SLOW * REPEAT
     if not HAVE_PROTON:
         print("SKIP: python3-qpid-proton is not importable by %s" % sys.executable)
         sys.exit(SKIP)
@@ -536,20 +559,17 @@ def main(body, timeout=120, name=None):
     signal.alarm(int(timeout))
     try:
         t = Test(name)
-        log("test %s: tmpdir %s" % (name, t.tmpdir))
-        body(t)
+        for rep in range(REPEAT):
+            if rep:
+                # the previous repetition passed: drop its brokers, mounts and files
+                t.cleanup()
+                shutil.rmtree(t.tmpdir, ignore_errors=True)
+                t.__init__(name)
+                log("repetition %d of %d" % (rep + 1, REPEAT))
+            log("test %s: tmpdir %s" % (name, t.tmpdir))
+            body(t)
+            _check_brokers_at_end(t)
         signal.alarm(0)
-        for b in t.brokers:
-            if b.proc is not None and b.proc.poll() is not None and b.proc.returncode not in (0, -9, -15):
-                fail("broker %s exited with status %s during the test" % (b.name, b.proc.returncode))
-        # a clean SIGTERM shutdown exits 0; anything else is a crash at shutdown or,
-        # in the sanitizer build, a LeakSanitizer report
-        for b in t.brokers:
-            if b.alive():
-                b.stop()
-                if b.proc.returncode != 0:
-                    fail("broker %s exited with status %s after SIGTERM (crash or leak at "
-                         "shutdown)" % (b.name, describe_status(b.proc.returncode)))
         status = 0
         print("PASS: %s" % name)
     except TestSkip as e:
