@@ -106,7 +106,7 @@ typedef struct mqd_conf {
     int tls_min_version;          /* 0: TLS 1.2, 1: TLS 1.3 */
     char *tls_ciphers;            /* owned; OpenSSL cipher list (TLS 1.2), NULL = default */
     int tls_verify_client;        /* mqd_tls_verify_t */
-    int link_stealing;            /* 0: same connection only, 1: any connection (linkname.c) */
+    int link_stealing;            /* 0 off, 1 same connection, 2 any connection (linkname.c) */
     bool allow_plain_without_tls; /* built-in on; installed etc/mqd.conf off */
     uint32_t max_connections_per_user; /* 0 = unlimited */
     uint32_t max_connections_per_ip;   /* 0 = unlimited */

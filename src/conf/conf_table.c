@@ -34,7 +34,7 @@ static const char *const reset_names[] = {"earliest", "latest", NULL};
 static const char *const tls_version_names[] = {"1.2", "1.3", NULL};
 static const char *const tls_verify_names[] = {"none", "optional", "required", NULL};
 static const char *const cluster_names[] = {"none", "etcd", NULL};
-static const char *const link_stealing_names[] = {"connection", "container", NULL};
+static const char *const link_stealing_names[] = {"off", "connection", "container", NULL};
 static const char *const sas_required_names[] = {"auto", "off", "on", NULL}; /* mqd_sas_required_t */
 
 /* The log defaults repeat mqd_plog_config_default (store.h): conf does not link the
@@ -109,16 +109,18 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"max_connections", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 1000000, "10000", NULL, NULL,
      G_FIELD(max_connections), NULL, NULL, "Connections accepted at once; more are refused.",
      false},
-    {"link_stealing", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "connection", NULL, NULL,
+    {"link_stealing", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "off", NULL, NULL,
      G_FIELD(link_stealing), link_stealing_names, NULL,
-     "Where a second link with the same name and role from the same container-id takes the "
-     "first one over (amqp:link:stolen, AMQP 1.0 2.6.1). connection: only on the same "
-     "connection (in another session). container: on any connection of that container-id "
-     "too, as for a client with a fixed container-id that reconnects while its old "
-     "connection still looks alive. Not the default because Proton's Container names its "
-     "links <container-id>-<address> and gives all its connections one container-id: two "
-     "connections of one process sending to the same address would steal each other's link.",
-     true},
+     "Whether a second link with the same name and role from the same container-id takes "
+     "the first one over (amqp:link:stolen, AMQP 1.0 2.6.1). off: both stay attached. "
+     "connection: on the same connection (another session). container: on any connection "
+     "of that container-id too, as for a client with a fixed container-id that reconnects "
+     "while its old connection still looks alive; not with Proton's Container, which names "
+     "its links <container-id>-<address> on all its connections (two connections of one "
+     "process sending to one address would steal each other's link). Each attach then "
+     "scans the links of those connections: a client with tens of thousands of links "
+     "makes attaching quadratic.",
+     false},
     {"max_sessions", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 65536, "64", NULL, NULL, G_FIELD(max_sessions),
      NULL, NULL, "Sessions per connection (AMQP channel-max + 1).", false},
     {"max_links_per_session", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 1048576, "1024", NULL, NULL,
