@@ -89,8 +89,9 @@ summarize() {
         lost=$(count "$log" 'ANOMALY|^FAIL') ;;
     25) cuts=$(count "$log" '^round [0-9]+ \(cut')
         torn=$(count "$log" '^round [0-9]+ \(cut-torn')
-        what="$(sed -nE 's/^round [0-9]+ .*: check: ([0-9]+) promises.*/\1/p' "$log" | tail -1) stable offsets checked (cumulative)"
-        lost=$(sum "$log" '^round [0-9]+ .*: check: [0-9]+ promises, ([0-9]+) bad.*') ;;
+        # a round's check line may follow the checker's own log line (recovery's notes)
+        what="$(sed -nE 's/.*check: ([0-9]+) promises.*/\1/p' "$log" | tail -1) stable offsets checked (cumulative)"
+        lost=$(sum "$log" '.*check: [0-9]+ promises, ([0-9]+) bad.*') ;;
     26) cuts=$(count "$log" '\] broker [^ ]+: (power cut|cut-torn) #')
         torn=$(count "$log" '\] broker [^ ]+: cut-torn #')
         what="$(count "$log" '^PASS') of $(count "$log" '^=== run') runs passed"
