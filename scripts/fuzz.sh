@@ -27,11 +27,13 @@ declare -A srcs=(
     [fuzz_gate]="src/auth/gate.c"
     [fuzz_sas]="src/auth/sas.c"
     [fuzz_etcd]="src/cluster/etcd_json.c src/cluster/etcd_parse.c src/cluster/member_json.c"
+    [fuzz_raw]="$(echo src/store/*.c)"
+    [fuzz_scramc]="src/tools/scram_client.c"
     [fuzz_conn]="$(ls src/*/*.c | grep -v -e '^src/tools/' -e '^src/util/' -e '^src/conf/conf_gen.c$')"
 )
 libs=(-lqpid-proton -ljansson -lssl -lcrypto -levent_core -levent_pthreads -levent -lsqlite3 -lpthread -lm)
 total=0
-for t in ${MQD_FUZZ_TARGETS:-fuzz_msg fuzz_addr fuzz_selector fuzz_store fuzz_mgmt fuzz_conf fuzz_framepeek fuzz_gate fuzz_sas fuzz_etcd fuzz_conn}; do
+for t in ${MQD_FUZZ_TARGETS:-fuzz_msg fuzz_addr fuzz_selector fuzz_store fuzz_mgmt fuzz_conf fuzz_framepeek fuzz_gate fuzz_sas fuzz_etcd fuzz_raw fuzz_scramc fuzz_conn}; do
     # shellcheck disable=SC2086
     clang "${cflags[@]}" tests/fuzz/$t.c ${srcs[$t]} "${u[@]}" "${libs[@]}" -o "$out/$t"
     corpus=tests/fuzz/corpus/$t
