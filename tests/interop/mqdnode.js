@@ -5,6 +5,9 @@
 // Kafka's murmur2 partitioner, free ports, and a wait for the broker's port.
 //   const h = require('./mqdnode')('44-rhea-eventhubs', 90000);
 'use strict';
+// Debian 12's nodejs (18) has no global Web Crypto, which the Azure SDK uses
+// (crypto.randomUUID): give it the module's, as Node 19+ does
+if (typeof globalThis.crypto === 'undefined') globalThis.crypto = require('crypto').webcrypto;
 const path = require('path');
 const fs = require('fs');
 const os = require('os');
