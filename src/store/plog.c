@@ -314,16 +314,24 @@ int plog_read_fd(mqd_plog_t *log, seg_t *s)
     return seg_fd_get(log, s);
 }
 
+int plog_locate_seg(mqd_plog_t *log, uint64_t from, seg_t **sp, int *fd)
+{
+    seg_t *s = log->tail;
+    while (s && s->base > from)
+        s = s->prev;
+    *sp = s;
+    if (!s)
+        return MQD_ERANGE;
+    *fd = plog_read_fd(log, s);
+    return *fd < 0 ? MQD_EIO : 0;
+}
+
 /* Locates `from` (or the next segment's start) under the log mutex. */
 static int read_locate(mqd_plog_t *log, uint64_t from, rd_pos_t *p)
 {
     pthread_mutex_lock(&log->mu);
-    seg_t *s = log->tail;
-    while (s && s->base > from)
-        s = s->prev;
-    int rc = s ? 0 : MQD_ERANGE;
-    if (s && (p->fd = plog_read_fd(log, s)) < 0)
-        rc = MQD_EIO;
+    seg_t *s;
+    int rc = plog_locate_seg(log, from, &s, &p->fd);
     if (rc == 0) {
         p->dfd = seg_dfd(log, s, &p->dio_end);
         p->base = s->base;

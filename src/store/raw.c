@@ -57,12 +57,8 @@ typedef struct raw_pos {
 static int raw_locate(mqd_plog_t *log, uint64_t from, raw_pos_t *p)
 {
     pthread_mutex_lock(&log->mu);
-    seg_t *s = log->tail;
-    while (s && s->base > from)
-        s = s->prev;
-    int rc = s ? 0 : MQD_ERANGE;
-    if (s && (p->fd = plog_read_fd(log, s)) < 0)
-        rc = MQD_EIO;
+    seg_t *s;
+    int rc = plog_locate_seg(log, from, &s, &p->fd);
     if (rc == 0) {
         p->pos = seg_lookup_pos(s, from, &p->at_off);
         p->seg_end = s->size;

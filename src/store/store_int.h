@@ -423,5 +423,9 @@ int plog_batch_reserve(mqd_plog_t *log, size_t more);
 /* Owner, log->mu held: s's descriptor for a read; opening an older segment closes the
  * log's other older ones. A descriptor or MQD_EIO. */
 int plog_read_fd(mqd_plog_t *log, seg_t *s);
+/* The segment holding `from` (the last one whose base is not above it) with a read
+ * descriptor in *fd (log->mu held): MQD_ERANGE before the first segment, MQD_EIO. Both
+ * the decoding read and the raw read start here. */
+int plog_locate_seg(mqd_plog_t *log, uint64_t from, seg_t **sp, int *fd);
 
 #endif

@@ -6,25 +6,13 @@ import os
 import struct
 import sys
 
-POLY = 0x82F63B78
-TABLE = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ POLY if c & 1 else c >> 1
-    TABLE.append(c)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
+import storerec  # noqa: E402
 
 
 def record(off, data, ts=1700000000000, epoch=3, flags=0, txn=0):
-    body = struct.pack('<QqIIQ', off, ts + 7 * off, epoch, flags, txn) + data
-    return struct.pack('<II', len(body) + 4, crc32c(body)) + body
+    return storerec.record(off, ts + 7 * off, data, epoch, flags, txn)
 
 
 def run(n, size=lambda i: (i * 37) % 300, first=0):

@@ -1,28 +1,13 @@
 #!/usr/bin/python3
 """Writes the seed corpus of fuzz_store (see fuzz_store.c for the input format).
 usage: gen_store_corpus.py DIR"""
+import os
 import struct
 import sys
 
-POLY = 0x82F63B78
-TABLE = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ POLY if c & 1 else c >> 1
-    TABLE.append(c)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-def record(off, ts, data, flags=0, txn=0):
-    body = struct.pack('<QqIIQ', off, ts, 1, flags, txn) + data
-    return struct.pack('<II', len(body) + 4, crc32c(body)) + body
+from storerec import record  # noqa: E402
 
 
 def segment(base, n, size=30, interval=64):

@@ -134,14 +134,20 @@ def case_tls(t):
     check(got == [], "(b) refused probes stored %d messages" % len(got))
 
 
+def spawn_reconnecting(t, b, address, n):
+    """A probe sending n messages to address at 5,000 a second, reconnecting with a 50 to
+    400 ms backoff; its stderr goes to probe-<address>.log."""
+    return t.spawn([probe_bin(), "--url", b.url, "--address", address, "--count", str(n),
+                    "--backoff-min", "50", "--backoff-max", "400", "--rate", "5000",
+                    "--seconds", str(120 * mqdtest.SLOW)],
+                   stdout=subprocess.PIPE,
+                   stderr=open(os.path.join(t.tmpdir, "probe-%s.log" % address), "w"), text=True)
+
+
 def case_reconnect(t):
     b = t.broker("reconnect", start=False)
     n = 20000
-    p = t.spawn([probe_bin(), "--url", b.url, "--address", "oc-c", "--count", str(n),
-                 "--backoff-min", "50", "--backoff-max", "400", "--rate", "5000",
-                 "--seconds", str(120 * mqdtest.SLOW)],
-                stdout=subprocess.PIPE, stderr=open(os.path.join(t.tmpdir, "probe-c.log"), "w"),
-                text=True)
+    p = spawn_reconnecting(t, b, "oc-c", n)
     time.sleep(1.5)
     check(p.poll() is None, "(c) the probe gave up before the broker came up")
     b.start()
@@ -171,11 +177,7 @@ def case_clean_restart(t):
     """(d) the peer stops cleanly (SIGTERM) and comes back while messages flow."""
     b = t.broker("clean")
     n = 10000
-    p = t.spawn([probe_bin(), "--url", b.url, "--address", "oc-d", "--count", str(n),
-                 "--backoff-min", "50", "--backoff-max", "400", "--rate", "5000",
-                 "--seconds", str(120 * mqdtest.SLOW)],
-                stdout=subprocess.PIPE, stderr=open(os.path.join(t.tmpdir, "probe-d.log"), "w"),
-                text=True)
+    p = spawn_reconnecting(t, b, "oc-d", n)
     time.sleep(1.0)
     check(p.poll() is None, "(d) the probe was done before the restart")
     b.restart(kill=False)

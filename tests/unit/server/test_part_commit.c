@@ -22,6 +22,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "../server_fixture.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,21 +34,7 @@ typedef struct fx {
     mqd_topic_t *t;
 } fx_t;
 
-static mqd_server_t *server_open(const char *dir)
-{
-    mqd_conf_t *c;
-    char err[256], kv[256];
-    assert_int_equal(mqd_conf_new(&c), 0);
-    snprintf(kv, sizeof kv, "data_dir=%s", dir);
-    assert_int_equal(mqd_conf_set(c, kv, err, sizeof err), 0);
-    assert_int_equal(mqd_conf_set(c, "flush=sync", err, sizeof err), 0);
-    for (size_t i = 0; i < c->n_listen; i++)
-        free(c->listen[i]);
-    c->n_listen = 0; /* no sockets: the test drives the objects directly */
-    mqd_server_t *s = NULL;
-    assert_int_equal(mqd_server_new(c, NULL, &s), 0);
-    return s;
-}
+static const char *const FX_SETTINGS[] = {"flush=sync", NULL};
 
 /* Appends n records ("rec <offset>") without handing them to the flusher. */
 static void append_unsynced(mqd_part_t *p, int n)
@@ -239,7 +227,7 @@ static int setup(void **state)
     assert_non_null(f);
     strcpy(f->dir, "/tmp/mqd-commit-XXXXXX");
     assert_non_null(mkdtemp(f->dir));
-    f->s = server_open(f->dir);
+    f->s = fx_server_open(f->dir, FX_SETTINGS);
     assert_int_equal(mqd_topic_create(f->s, "vc", 1, NULL, &f->t), 0);
     *state = f;
     return 0;
@@ -248,12 +236,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fx_t *f = *state;
-    mqd_conf_t *c = f->s->conf;
-    mqd_server_free(f->s);
-    mqd_conf_free(c);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-    assert_int_equal(system(cmd), 0);
+    fx_server_close(f->s);
+    fx_rmtree(f->dir);
     free(f);
     return 0;
 }

@@ -18,6 +18,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "../server_fixture.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,30 +37,7 @@ typedef struct fx {
     char dir[64];
 } fx_t;
 
-static mqd_server_t *server_open(const char *dir)
-{
-    mqd_conf_t *c;
-    char err[256];
-    assert_int_equal(mqd_conf_new(&c), 0);
-    char kv[256];
-    snprintf(kv, sizeof kv, "data_dir=%s", dir);
-    assert_int_equal(mqd_conf_set(c, kv, err, sizeof err), 0);
-    assert_int_equal(mqd_conf_set(c, "segment_bytes=4096", err, sizeof err), 0);
-    assert_int_equal(mqd_conf_set(c, "retention_bytes=8192", err, sizeof err), 0);
-    for (size_t i = 0; i < c->n_listen; i++)
-        free(c->listen[i]);
-    c->n_listen = 0; /* no sockets: the test drives the objects directly */
-    mqd_server_t *s = NULL;
-    assert_int_equal(mqd_server_new(c, NULL, &s), 0);
-    return s;
-}
-
-static void server_close(mqd_server_t *s)
-{
-    mqd_conf_t *c = s->conf;
-    mqd_server_free(s);
-    mqd_conf_free(c);
-}
+static const char *const FX_SETTINGS[] = {"segment_bytes=4096", "retention_bytes=8192", NULL};
 
 static uint64_t append(mqd_part_t *p, uint32_t flags, uint64_t txn, const char *body)
 {
@@ -79,7 +58,7 @@ static void put_committed(mqd_server_t *s, uint64_t id, const char *parts_json)
 /* Writes the logs and rows (as a crash-free previous run would have left them). */
 static void populate(const char *dir)
 {
-    mqd_server_t *s = server_open(dir);
+    mqd_server_t *s = fx_server_open(dir, FX_SETTINGS);
     mqd_topic_t *t;
     assert_int_equal(mqd_topic_create(s, "tp", 2, NULL, &t), 0);
     char body[160], pj[160];
@@ -110,7 +89,7 @@ static void populate(const char *dir)
     assert_int_equal(mqd_meta_txn_put(s->meta, TXN_STALE, MQD_TXN_OPEN, "{}"), 0);
     for (int i = 0; i < 2; i++)
         assert_int_equal(mqd_plog_wait_stable(t->parts[i].log, mqd_plog_end_offset(t->parts[i].log)), 0);
-    server_close(s);
+    fx_server_close(s);
 }
 
 /* The visible records of tp as "partition:offset:bytes" lines (read-committed). */
@@ -168,7 +147,7 @@ static void test_prune_after_retention(void **state)
     fx_t *f = *state;
     populate(f->dir);
 
-    mqd_server_t *s = server_open(f->dir);
+    mqd_server_t *s = fx_server_open(f->dir, FX_SETTINGS);
     mqd_topic_t *t = mqd_topic_find(s, "tp");
     assert_non_null(t);
     assert_int_equal(rows(s), NTXN + 3);
@@ -206,16 +185,16 @@ static void test_prune_after_retention(void **state)
 
     char *pruned = visible(s);
     assert_string_equal(pruned, retained);
-    server_close(s);
+    fx_server_close(s);
 
     /* recovery: the same rows, the same committed set, the same visible data */
-    s = server_open(f->dir);
+    s = fx_server_open(f->dir, FX_SETTINGS);
     assert_int_equal(rows(s), NTXN + 2 - gone - 1);
     char *after = visible(s);
     assert_string_equal(after, retained);
     assert_int_equal(mqd_txns_prune(s), 0);
     assert_int_equal(mqd_txns_prune(s), 0);
-    server_close(s);
+    fx_server_close(s);
     free(before);
     free(retained);
     free(pruned);
@@ -235,9 +214,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fx_t *f = *state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-    assert_int_equal(system(cmd), 0);
+    fx_rmtree(f->dir);
     free(f);
     return 0;
 }
