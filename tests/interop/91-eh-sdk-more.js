@@ -18,7 +18,13 @@
 //   gets 412, an unknown hub 404 with Azure's wording, a partition it lacks 404; QUERY
 //   lists each claimed partition once; the records and the checkpoint group survive a
 //   restart of mqd with the same etags and offsets; com.mqd:consumergroup COMMIT of a
-//   group a link reads is refused with 409.
+//   group a link reads is refused with 409;
+// - after that restart with sas_required = on, the store signs its own put-token: with a
+//   manage key it checkpoints (listCheckpoints then gives partition 0 at 1, 1 at 2), a
+//   listen-only key claims a partition but its COMMIT gets 401, a wrong key fails at
+//   put-token (401);
+// - enableIdempotentRetries: mqd does not offer idempotent publishing, and the SDK
+//   reports isIdempotentPublishingEnabled false and stores the event once (plainly).
 // Exit 0 pass, 1 fail, 77 skip (SDK not installed).
 'use strict';
 const path = require('path');
@@ -177,7 +183,7 @@ async function main(port, restart) {
   await store.close();
   // the records survive a restart of mqd
   await restart();
-  const s2 = new MqdCheckpointStore(cs, { rhea: h.rhea });
+  const s2 = new MqdCheckpointStore(cs.replace('SharedAccessKeyName=any;SharedAccessKey=unchecked', 'SharedAccessKeyName=root;SharedAccessKey=' + SAS.root), { rhea: h.rhea });
   const q = await mgmt(s2, 'com.mqd:ownership', 'QUERY', HUB + '/$Default');
   const g = await mgmt(s2, 'com.mqd:consumergroup', 'READ', HUB + '/$default.checkpoints');
   log('after the restart: ' + JSON.stringify(q.body) + ', checkpoints ' + JSON.stringify(g.body && g.body.partitions.map((x) => x.committed)));
@@ -187,12 +193,55 @@ async function main(port, restart) {
   const next = await mgmt(s2, 'com.mqd:ownership', 'CLAIM', HUB + '/$Default', { partition: 1, owner: 'p5', etag: before.etags[1] });
   check(next.status === 200 && Number(next.body.etag) > Math.max(...before.etags.map(Number)), 'claim after the restart ' + JSON.stringify(next));
   await s2.close();
-  end(true, 'equal-epoch takeover, $Default committed 5, enqueuedOn exact, CLAIM race 1x200 1x412, records kept over a restart');
+  await withSas(port, cs);
+  end(true, 'equal-epoch takeover, $Default committed 5, enqueuedOn exact, CLAIM race 1x200 1x412, records kept over a ' +
+    'restart, the store under sas_required = on, no idempotent publishing');
 }
+
+// The store signs its own put-token from the connection string's key: with a manage key
+// it checkpoints; a listen key claims partitions but cannot COMMIT (401); a wrong key gets
+// no further than put-token (401).
+async function withSas(port, cs) {
+  const withKey = (name, key) => cs.replace('SharedAccessKeyName=any;SharedAccessKey=unchecked', 'SharedAccessKeyName=' + name + ';SharedAccessKey=' + key);
+  const root = new MqdCheckpointStore(withKey('root', SAS.root), { rhea: h.rhea });
+  await root.updateCheckpoint({ eventHubName: HUB, consumerGroup: '$Default', partitionId: '0', sequenceNumber: 1, offset: '1' });
+  const cps = await root.listCheckpoints('ns', HUB, '$Default');
+  log('sas root: checkpoints ' + JSON.stringify(cps));
+  check(JSON.stringify(cps.map((c) => [c.partitionId, c.sequenceNumber])) === '[["0",1],["1",2]]', 'checkpoints with the root key ' + JSON.stringify(cps));
+  await root.close();
+  const listen = new MqdCheckpointStore(withKey('listen', SAS.listen), { rhea: h.rhea });
+  const own = await listen.listOwnership('ns', HUB, '$Default');
+  const won = await listen.claimOwnership([Object.assign({}, own[0], { ownerId: 'listener' })]);
+  check(won.length === 1 && won[0].ownerId === 'listener', 'claim with a listen key ' + JSON.stringify(won));
+  const ck = await mgmt(listen, 'com.mqd:consumergroup', 'COMMIT', HUB + '/$default.checkpoints', { partition: 0, offset: 1 });
+  check(ck.status === 401, 'COMMIT with a listen key: ' + JSON.stringify(ck));
+  await listen.close();
+  const wrong = new MqdCheckpointStore(withKey('root', 'not-the-key'), { rhea: h.rhea });
+  let err = '';
+  try { await wrong.listOwnership('ns', HUB, '$Default'); } catch (e) { err = e.message; }
+  log('sas wrong key: ' + err);
+  check(/put-token: 401/.test(err), 'a wrong key: ' + JSON.stringify(err));
+  await wrong.close();
+  // idempotent publishing is not offered: the SDK says so and sends plainly
+  const p = new eh.EventHubProducerClient(withKey('root', SAS.root), Object.assign({ enableIdempotentRetries: true }, retry));
+  const b = await p.createBatch({ partitionId: '0' });
+  b.tryAdd({ body: 'idem' });
+  await p.sendBatch(b);
+  const pub = await p.getPartitionPublishingProperties('0');
+  const pp = await p.getPartitionProperties('0');
+  await p.close();
+  log('idempotent retries: ' + JSON.stringify(pub) + ', partition 0 last ' + pp.lastEnqueuedSequenceNumber);
+  check(pub.isIdempotentPublishingEnabled === false && pp.lastEnqueuedSequenceNumber === 9, 'idempotent producer ' + JSON.stringify(pub) + ' ' + JSON.stringify(pp));
+}
+const SAS = { root: 'root-key-91', listen: 'listen-key-91' };
 
 freePort((port) => {
   fs.mkdirSync(path.join(tmp, 'data'));
   const argv = ['--foreground', '--listen', '127.0.0.1:' + port, '--data-dir', path.join(tmp, 'data')];
-  const restart = () => new Promise((resolve) => h.restartBroker(argv, port, resolve));
+  // the restart turns sas_required on (same data dir)
+  const conf = path.join(tmp, 'mqd.conf');
+  fs.writeFileSync(conf, ['listen = 127.0.0.1:' + port, 'data_dir = ' + path.join(tmp, 'data'), 'sas_required = on',
+    '[sas_key root]', 'key = ' + SAS.root, 'rights = manage', '[sas_key listen]', 'key = ' + SAS.listen, 'rights = listen', ''].join('\n'));
+  const restart = () => new Promise((resolve) => h.restartBroker(['--foreground', '-c', conf], port, resolve));
   h.startBroker(argv, port, () => main(port, restart).catch((e) => end(false, 'exception: ' + (e && e.code) + ' ' + (e && e.stack))));
 });
