@@ -22,8 +22,8 @@
 // The store opens one AMQP connection of its own to the Endpoint of the connection
 // string. With sas_required = on it sends a $cbs put-token signed with the string's key
 // (a checkpoint write needs the `manage` right, an ownership claim `listen`); options
-// { username, password } use SASL PLAIN instead. See docs/operations.md, "Event Hubs
-// checkpoint store".
+// { username, password } use SASL PLAIN instead. See docs/eventhubs.md, "Checkpoint
+// store".
 'use strict';
 const crypto = require('crypto');
 
