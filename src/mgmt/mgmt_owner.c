@@ -39,10 +39,15 @@ static int owner_ref(mqd_mgmt_req_t *r, oref_t *o)
 {
     const char *tp = mqd_mgmt_arg_str(r, "topic"), *gp = mqd_mgmt_arg_str(r, "group");
     const char *slash = r->name ? strrchr(r->name, '/') : NULL;
+    /* a cut name could be another topic's */
+    if ((tp && strlen(tp) > MQD_NAME_MAX) || (gp && strlen(gp) > MQD_NAME_MAX) ||
+        (!(tp && gp) && r->name && strlen(r->name) > 2 * MQD_NAME_MAX))
+        return mqd_mgmt_fail(r, 400, "topic or group name longer than %d bytes", MQD_NAME_MAX);
     if (tp && gp) {
         snprintf(o->topic, sizeof o->topic, "%s", tp);
         snprintf(o->group, sizeof o->group, "%s", gp);
-    } else if (slash && slash != r->name && slash[1]) {
+    } else if (slash && slash != r->name && slash[1] && slash - r->name <= MQD_NAME_MAX &&
+               strlen(slash + 1) <= MQD_NAME_MAX) {
         snprintf(o->topic, sizeof o->topic, "%.*s", (int)(slash - r->name), r->name);
         snprintf(o->group, sizeof o->group, "%s", slash + 1);
     } else {

@@ -15,7 +15,8 @@
 //   sent 50 ms later;
 // - com.mqd:ownership CLAIM is a compare-and-set: of two concurrent claims with the same
 //   etag one gets 200 and the other 412, a claim without etag of a claimed partition
-//   gets 412, an unknown hub 404 with Azure's wording, a partition it lacks 404; QUERY
+//   gets 412, an unknown hub 404 with Azure's wording, a partition it lacks 404, a claim
+//   without owner, with a partition that is no number, a 300-byte topic or no group 400; QUERY
 //   lists each claimed partition once; the records and the checkpoint group survive a
 //   restart of mqd with the same etags and offsets; com.mqd:consumergroup COMMIT of a
 //   group a link reads is refused with 409;
@@ -154,6 +155,12 @@ async function ownership(store) {
   check(noHub.status === 404 && noHub.desc === "The messaging entity 'nohub91' could not be found.", 'unknown hub: ' + JSON.stringify(noHub));
   const noPart = await mgmt(store, 'com.mqd:ownership', 'CLAIM', n, { partition: 2, owner: 'p1' });
   check(noPart.status === 404, 'partition 2 of a 2-partition hub: ' + JSON.stringify(noPart));
+  // bad requests: 400 and nothing stored
+  for (const [what, name, props] of [['no owner', n, { partition: 1 }], ['partition not a number', n, { partition: 'x', owner: 'p9' }],
+    ['a 300-byte topic', 'x'.repeat(300) + '/$Default', { partition: 0, owner: 'p9' }], ['no group', HUB, { partition: 0, owner: 'p9' }]]) {
+    const bad = await mgmt(store, 'com.mqd:ownership', 'CLAIM', name, props);
+    check(bad.status === 400, 'CLAIM with ' + what + ': ' + JSON.stringify(bad));
+  }
   const q = await mgmt(store, 'com.mqd:ownership', 'QUERY', n);
   check(q.status === 200 && JSON.stringify(q.body.map((r) => [r.partition, r.owner])) === JSON.stringify([[0, winner.owner], [1, 'p1']]),
     'ownership list ' + JSON.stringify(q));
