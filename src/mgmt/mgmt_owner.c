@@ -9,7 +9,6 @@
  * and `group`; group names compare case-insensitively, as everywhere. The operations need
  * `receive` on the topic (a consumer claims for its group), not `manage`. */
 #include "config.h"
-#include "auth/auth.h"
 #include "mgmt/mgmt_int.h"
 #include "server/broker.h"
 
