@@ -122,7 +122,7 @@ static int epoch_check(mqd_group_t *g, mqd_lstate_t *ls)
          * load balancing (every receiver at owner level 0) relies on the newcomer winning */
         if (overlaps(m, ls) && (!m->has_epoch || m->epoch <= ls->epoch))
             mqd_consumer_detach(m, "amqp:link:stolen",
-                                "a receiver with a higher epoch took over this partition");
+                                "a receiver with an equal or higher epoch took over this partition");
     }
     return 0;
 }
