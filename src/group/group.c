@@ -6,9 +6,9 @@
  * the remaining partitions round robin in join order. When the assignment changes, a
  * partition moves to its new member only once the old one has nothing in flight from
  * it (settled, released, or its link gone), so two live members never hold the same
- * record and none is lost. `com.microsoft:epoch`: a member with a higher epoch steals
- * the partitions of overlapping members with a lower one (amqp:link:stolen); a lower
- * epoch is refused. */
+ * record and none is lost. `com.microsoft:epoch`: a member with an epoch steals the
+ * partitions of overlapping members with a lower or equal one (amqp:link:stolen); a
+ * lower epoch is refused. */
 #include "config.h"
 #include "group/group.h"
 #include "server/broker.h"
@@ -118,9 +118,11 @@ static int epoch_check(mqd_group_t *g, mqd_lstate_t *ls)
     for (mqd_dlist_t *n = g->members.next; n != &g->members;) {
         mqd_lstate_t *m = MQD_CONTAINER(n, mqd_lstate_t, gnode);
         n = n->next;
-        if (overlaps(m, ls) && (!m->has_epoch || m->epoch < ls->epoch))
+        /* equal epochs too: Azure disconnects e1 when e2 >= e1 attaches, and the SDKs'
+         * load balancing (every receiver at owner level 0) relies on the newcomer winning */
+        if (overlaps(m, ls) && (!m->has_epoch || m->epoch <= ls->epoch))
             mqd_consumer_detach(m, "amqp:link:stolen",
-                                "a receiver with a higher epoch took over this partition");
+                                "a receiver with an equal or higher epoch took over this partition");
     }
     return 0;
 }
@@ -327,5 +329,38 @@ int mqd_group_delete(mqd_topic_t *t, const char *group)
         return MQD_ESTATE;
     int rc = mqd_meta_group_delete(t->srv->meta, t->name, g->name);
     mqd_group_free(g);
+    return rc;
+}
+
+int mqd_group_commit(mqd_topic_t *t, const char *group, uint32_t partition, uint64_t offset)
+{
+    if (partition >= t->nparts)
+        return MQD_ENOENT;
+    bool fresh = group_find(t, group) == NULL;
+    mqd_group_t *g;
+    int rc = mqd_group_get(t, group, &g);
+    if (rc != 0)
+        return rc;
+    if (g->n_members > 0)
+        return MQD_ESTATE;
+    if (partition >= g->ncur && (rc = mqd_group_resize(g)) != 0)
+        return rc;
+    g->active = true;
+    /* a group made here starts every other partition at its log start whatever
+     * auto_offset_reset says: "nothing committed yet" stays recognisable (offset 0) */
+    for (uint32_t i = 0; fresh && i < g->ncur; i++)
+        mqd_cursor_seek(&g->cur[i], &t->parts[i], mqd_plog_start_offset(t->parts[i].log));
+    mqd_cursor_seek(&g->cur[partition], &t->parts[partition], offset);
+    if ((rc = mqd_meta_begin(t->srv->meta)) != 0)
+        return rc;
+    for (uint32_t i = 0; i < g->ncur && rc == 0; i++)
+        if (g->cur[i].dirty)
+            rc = mqd_cursor_save(&g->cur[i], &t->parts[i], g->name);
+    if (rc == 0)
+        rc = mqd_meta_commit(t->srv->meta);
+    else
+        mqd_meta_rollback(t->srv->meta);
+    MQD_DEBUG("group", "commit topic=%s group=%s partition=%u offset=%llu rc=%d", t->name, g->name,
+              partition, (unsigned long long)g->cur[partition].floor, rc);
     return rc;
 }

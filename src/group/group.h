@@ -42,6 +42,11 @@ typedef enum {
 /* Moves a group's committed offsets; only while it has no live links (MQD_ESTATE),
  * persisted before returning. Creates the group if it does not exist. */
 int mqd_group_reset(struct mqd_topic *t, const char *group, mqd_reset_t how, int64_t value);
+/* Sets one partition's committed offset (clamped to the log's start and visible end),
+ * persisted before returning; the other partitions keep theirs (a group this creates
+ * starts them at their log start). MQD_ESTATE while the group has live links,
+ * MQD_ENOENT for a partition the topic does not have. */
+int mqd_group_commit(struct mqd_topic *t, const char *group, uint32_t partition, uint64_t offset);
 /* Forgets a group and its offsets; MQD_ESTATE while it has links, MQD_ENOENT. */
 int mqd_group_delete(struct mqd_topic *t, const char *group);
 

@@ -237,8 +237,10 @@ static const mqd_mgmt_op_t broker_ops[] = {
     {MQD_MGMT_T_CONN, "CLOSE", conn_close},
 };
 
-static const mqd_mgmt_op_t *const op_tables[] = {broker_ops, mqd_mgmt_topic_ops, mqd_mgmt_group_ops};
-static const size_t *const op_counts[] = {NULL, &mqd_mgmt_n_topic_ops, &mqd_mgmt_n_group_ops};
+static const mqd_mgmt_op_t *const op_tables[] = {broker_ops, mqd_mgmt_topic_ops, mqd_mgmt_group_ops,
+                                                  mqd_mgmt_owner_ops};
+static const size_t *const op_counts[] = {NULL, &mqd_mgmt_n_topic_ops, &mqd_mgmt_n_group_ops,
+                                          &mqd_mgmt_n_owner_ops};
 
 static const mqd_mgmt_op_t *op_find(const char *type, const char *op)
 {
@@ -252,9 +254,12 @@ static const mqd_mgmt_op_t *op_find(const char *type, const char *op)
 }
 
 /* Event Hubs clients query runtime information with only `listen` rights, so the two
- * READs need receive permission on the hub; everything else needs `manage`. */
+ * READs need receive permission on the hub, as do the ownership claims of a checkpoint
+ * store; everything else needs `manage`. */
 static bool allowed(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
 {
+    if (strcmp(op->type, MQD_MGMT_T_OWNERSHIP) == 0)
+        return true; /* its handlers check `receive` on the topic they name */
     if (strncmp(op->type, "com.microsoft:", 14) == 0 && r->name &&
         mqd_auth_allowed(r->c, MQD_PERM_RECEIVE, r->name))
         return true;

@@ -242,7 +242,32 @@ static int group_delete(mqd_mgmt_req_t *r)
     return 204;
 }
 
+/* ---- COMMIT: one partition's committed offset (`partition`, `offset` = next to consume) ----
+ * What a checkpoint store writes (examples/eventhubs): into a group nobody attaches to. */
+static int group_commit(mqd_mgmt_req_t *r)
+{
+    gref_t g;
+    int64_t part, off;
+    if (group_ref(r, &g, true) != 0)
+        return r->status;
+    if (!mqd_mgmt_arg_int(r, "partition", &part) || part < 0 || part > UINT32_MAX ||
+        !mqd_mgmt_arg_int(r, "offset", &off) || off < 0)
+        return mqd_mgmt_fail(r, 400, "'partition' and 'offset' (non-negative integers) are required");
+    mqd_topic_t *t = find_topic(r, g.topic);
+    if (!t)
+        return r->status;
+    int rc = mqd_group_commit(t, g.group, (uint32_t)part, (uint64_t)off);
+    if (rc == MQD_ESTATE)
+        return mqd_mgmt_fail(r, 409, "group has live members");
+    if (rc == MQD_ENOENT)
+        return mqd_mgmt_fail(r, 404, "topic '%s' has no partition %lld", t->name, (long long)part);
+    if (rc != 0)
+        return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "commit failed: %s", mqd_strerror(rc));
+    return describe(r, t, g.group, 200);
+}
+
 const mqd_mgmt_op_t mqd_mgmt_group_ops[] = {
+    {MQD_MGMT_T_GROUP, "COMMIT", group_commit},
     {MQD_MGMT_T_GROUP, "QUERY", group_query},
     {MQD_MGMT_T_GROUP, "READ", group_read},
     {MQD_MGMT_T_GROUP, "RESET", group_reset},

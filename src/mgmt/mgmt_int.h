@@ -15,6 +15,7 @@ struct mqd_conn;
 #define MQD_MGMT_T_GROUP "com.mqd:consumergroup"
 #define MQD_MGMT_T_CONN "com.mqd:connection"
 #define MQD_MGMT_T_BROKER "com.mqd:broker"
+#define MQD_MGMT_T_OWNERSHIP "com.mqd:ownership"
 #define MQD_MGMT_T_EVENTHUB "com.microsoft:eventhub"
 #define MQD_MGMT_T_PARTITION "com.microsoft:partition"
 
@@ -56,6 +57,8 @@ extern const mqd_mgmt_op_t mqd_mgmt_topic_ops[];
 extern const size_t mqd_mgmt_n_topic_ops;
 extern const mqd_mgmt_op_t mqd_mgmt_group_ops[];
 extern const size_t mqd_mgmt_n_group_ops;
+extern const mqd_mgmt_op_t mqd_mgmt_owner_ops[];
+extern const size_t mqd_mgmt_n_owner_ops;
 
 int mqd_mgmt_fail(mqd_mgmt_req_t *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

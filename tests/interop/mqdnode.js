@@ -104,8 +104,8 @@ module.exports = function harness(name, hardTimeoutMs) {
   };
 
   // Starts mqd with argv, its output in logPath; cb once it accepts connections on port.
-  h.startBroker = (argv, port, cb) => {
-    const out = fs.openSync(h.logPath, 'w');
+  h.startBroker = (argv, port, cb, logMode) => {
+    const out = fs.openSync(h.logPath, logMode || 'w');
     h.log('start broker: ' + bin + ' ' + argv.join(' '));
     broker = spawn(bin, argv, { stdio: ['ignore', out, out] });
     const deadline = Date.now() + 30000;
@@ -120,6 +120,13 @@ module.exports = function harness(name, hardTimeoutMs) {
     };
     wait();
   };
+
+  // Stops the broker (SIGTERM) and starts it again with argv, its log appended.
+  h.restartBroker = (argv, port, cb) => stopBroker(() => {
+    h.log('broker stopped: code ' + broker.exitCode + ' signal ' + broker.signalCode);
+    if (broker.exitCode !== 0) return h.end(false, 'broker exited with ' + broker.exitCode + '/' + broker.signalCode + ' on SIGTERM');
+    h.startBroker(argv, port, cb, 'a');
+  });
 
   // A rhea connection to 127.0.0.1:port; a connection error fails the test.
   h.connect = (port, id, opts) => {
