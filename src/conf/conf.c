@@ -59,6 +59,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 static void free_topic(mqd_topic_conf_t *t)
 {
     free(t->name);
+    free(t->set);
 }
 
 static void free_user(mqd_user_conf_t *u)
@@ -88,6 +89,8 @@ void mqd_conf_free(mqd_conf_t *c)
     for (size_t i = 0; i < c->n_topics; i++)
         free_topic(&c->topics[i]);
     free(c->topics);
+    free(c->topic_defaults.set);
+    free(c->set);
     for (size_t i = 0; i < c->n_users; i++)
         free_user(&c->users[i]);
     free(c->users);
@@ -139,7 +142,7 @@ static mqd_topic_conf_t *topic_find(const mqd_conf_t *c, const char *name)
     return NULL;
 }
 
-/* Finds or appends a [topic NAME] section (fields zero: only set_mask bits count). */
+/* Finds or appends a [topic NAME] section (fields zero: only the set bits count). */
 static int topic_get(mqd_conf_t *c, const char *name, mqd_topic_conf_t **out)
 {
     mqd_topic_conf_t *t = topic_find(c, name);
@@ -273,9 +276,13 @@ static int apply_key(mqd_conf_t *c, const section_t *sec, const char *key, const
         *replace_listen = false;
     }
     int rc = mqd_conf_row_apply(r, base, val, why, whylen);
-    if (rc == 0 && base != (void *)c && sec->kind != MQD_CS_USER && sec->kind != MQD_CS_SASKEY)
-        ((mqd_topic_conf_t *)base)->set_mask[(r - mqd_conf_rows) / 64] |=
-            UINT64_C(1) << ((r - mqd_conf_rows) % 64);
+    /* the flags belong to a config's sections; a loose copy (mqd_conf_topic_setting, c
+     * NULL) is complete as it is and records none, so it owns nothing to free */
+    size_t row = (size_t)(r - mqd_conf_rows);
+    if (rc == 0 && c != NULL && base == (void *)c)
+        rc = mqd_conf_bits_set(&c->set, row);
+    else if (rc == 0 && c != NULL && (sec->kind == MQD_CS_GLOBAL || sec->kind == MQD_CS_TOPIC))
+        rc = mqd_conf_bits_set(&((mqd_topic_conf_t *)base)->set, row);
     if (rc == MQD_ENOMEM)
         snprintf(why, whylen, "out of memory");
     return rc;
@@ -575,19 +582,33 @@ void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *ou
     const mqd_topic_conf_t *sec = topic ? topic_find(c, topic) : NULL;
     mqd_topic_conf_t t = c->topic_defaults;
     t.name = NULL;
-    memset(t.set_mask, 0, sizeof t.set_mask);
+    t.set = NULL;
     t.partitions = c->default_partitions;
     for (size_t i = 0; sec != NULL && i < mqd_conf_nrows; i++) {
         const mqd_conf_row_t *r = &mqd_conf_rows[i];
-        if ((sec->set_mask[i / 64] & (UINT64_C(1) << (i % 64))) == 0)
-            continue;
-        memcpy((char *)&t + r->off, (const char *)sec + r->off, r->width);
+        if (mqd_conf_bits_get(sec->set, i))
+            memcpy((char *)&t + r->off, (const char *)sec + r->off, r->width);
     }
     if (sec != NULL) {
         t.name = sec->name;
-        memcpy(t.set_mask, sec->set_mask, sizeof t.set_mask);
+        t.set = sec->set; /* borrowed, like the name */
     }
     *out = t;
+}
+
+bool mqd_conf_key_is_set(const mqd_conf_t *c, const char *topic, const char *key)
+{
+    const mqd_conf_row_t *r = mqd_conf_row_find(key);
+    if (r == NULL)
+        return false;
+    size_t row = (size_t)(r - mqd_conf_rows);
+    if (topic != NULL) {
+        const mqd_topic_conf_t *sec = topic_find(c, topic);
+        return sec != NULL && mqd_conf_bits_get(sec->set, row);
+    }
+    if (r->scope == MQD_CS_GLOBAL)
+        return mqd_conf_bits_get(c->set, row);
+    return r->scope == MQD_CS_BOTH && mqd_conf_bits_get(c->topic_defaults.set, row);
 }
 
 const mqd_user_conf_t *mqd_conf_user(const mqd_conf_t *c, const char *name)

@@ -17,7 +17,6 @@
 typedef enum { MQD_OFFSET_RESET_EARLIEST = 0, MQD_OFFSET_RESET_LATEST = 1 } mqd_offset_reset_t;
 
 /* Settings of one topic (or the defaults, name == NULL). */
-#define MQD_CONF_MASK_WORDS 4 /* set_mask words: the table may have 64 x this rows */
 
 typedef struct mqd_topic_conf {
     char *name;                  /* owned; NULL for the global defaults */
@@ -29,7 +28,11 @@ typedef struct mqd_topic_conf {
     uint32_t max_delivery_count; /* 0 = unlimited */
     bool dead_letter;            /* dead_letter = on: rejected/over-delivered go to T/$DeadLetterQueue */
     int64_t dedup_window_ms;     /* 0 = off */
-    uint64_t set_mask[MQD_CONF_MASK_WORDS]; /* bit i set: table row i was given here */
+    uint64_t *set;               /* bit i: table row i was given in this section (one bit a row,
+                                    sized from the table: no row limit). Owned by the sections of
+                                    an mqd_conf_t; an effective copy (mqd_conf_topic) borrows
+                                    its section's, NULL when nothing was given. Query with
+                                    mqd_conf_key_is_set. */
 } mqd_topic_conf_t;
 
 typedef struct mqd_user_conf {
@@ -140,6 +143,7 @@ typedef struct mqd_conf {
     char *rack;                   /* owned; NULL = none */
     uint32_t lease_ttl_ms;        /* 3000 */
     int cluster_line;             /* internal: file line of `cluster = ...`, 0 if not in a file */
+    uint64_t *set;                /* owned; bit i: global row i was given (file or --set) */
 } mqd_conf_t;
 
 typedef enum { MQD_CONF_CLUSTER_NONE = 0, MQD_CONF_CLUSTER_ETCD = 1 } mqd_conf_cluster_t;
@@ -182,6 +186,10 @@ int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen);
 /* The effective settings for `topic`: its section over the defaults. Writes into *out
  * (out->name borrowed from the section or NULL; do not free). */
 void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *out);
+/* Whether `key` was given (file, --set) rather than left at its default: in the global
+ * part when topic is NULL (a topic key there is the default for every topic), else in
+ * [topic TOPIC]. False for an unknown key. */
+bool mqd_conf_key_is_set(const mqd_conf_t *c, const char *topic, const char *key);
 /* Finds a [sas_key NAME], or NULL. */
 const mqd_sas_key_conf_t *mqd_conf_sas_key(const mqd_conf_t *c, const char *name);
 /* Whether links need a SAS token ($cbs put-token): sas_required = on. */

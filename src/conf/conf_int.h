@@ -41,9 +41,18 @@ typedef struct mqd_conf_row {
     bool reloadable; /* SIGHUP applies it to the running broker; others need a restart */
 } mqd_conf_row_t;
 
-/* The table (conf_table.c). Row index i is bit i % 64 of word i / 64 of mqd_topic_conf_t.set_mask. */
+/* The table (conf_table.c). Row index i is bit i % 64 of word i / 64 of a `set` bitmap
+ * (mqd_conf_t.set, mqd_topic_conf_t.set), allocated with mqd_conf_bits_words() words. */
 extern const mqd_conf_row_t mqd_conf_rows[];
 extern const size_t mqd_conf_nrows;
+
+/* Set flags, one bit per row (conf_bits.c): the bitmap is allocated at the first set
+ * and grows with the table, so adding rows needs no limit raised. */
+size_t mqd_conf_bits_words(void);
+int mqd_conf_bits_set(uint64_t **bits, size_t row);
+bool mqd_conf_bits_get(const uint64_t *bits, size_t row);
+/* Exchanges bit `row` of *a and *b (reload carries a restart-only row's flag over). */
+int mqd_conf_bits_swap(uint64_t **a, uint64_t **b, size_t row);
 
 /* The row named `name` (exact), or NULL. */
 const mqd_conf_row_t *mqd_conf_row_find(const char *name);
