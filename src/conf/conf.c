@@ -91,6 +91,9 @@ void mqd_conf_free(mqd_conf_t *c)
     free(c->topics);
     free(c->topic_defaults.set);
     free(c->set);
+    for (size_t i = 0; i < c->n_cli; i++)
+        free(c->cli[i]);
+    free(c->cli);
     for (size_t i = 0; i < c->n_users; i++)
         free_user(&c->users[i]);
     free(c->users);
@@ -499,6 +502,32 @@ int mqd_conf_load_file(mqd_conf_t *c, const char *path, char *err, size_t errlen
 
 /* ---- command line ---- */
 
+/* Keeps a command-line item for reload to apply again (kind 'l' --listen, 's' --set). */
+static int cli_record(mqd_conf_t *c, char kind, const char *item)
+{
+    size_t n = strlen(item);
+    char *dup = malloc(n + 2);
+    char **grown = dup ? realloc(c->cli, (c->n_cli + 1) * sizeof *grown) : NULL;
+    if (grown == NULL) {
+        free(dup);
+        return MQD_ENOMEM;
+    }
+    dup[0] = kind;
+    memcpy(dup + 1, item, n + 1);
+    c->cli = grown;
+    c->cli[c->n_cli++] = dup;
+    return 0;
+}
+
+int mqd_conf_replay_cli(mqd_conf_t *c, char *const *items, size_t n, char *err, size_t errlen)
+{
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = items[i][0] == 'l' ? mqd_conf_add_listen(c, items[i] + 1, err, errlen)
+                                : mqd_conf_set(c, items[i] + 1, err, errlen);
+    return rc;
+}
+
 int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t errlen)
 {
     char why[256];
@@ -508,7 +537,7 @@ int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t e
     if (rc != 0)
         return fail(err, errlen, "--listen: %s", why), rc;
     c->listen_source = SRC_CLI;
-    return 0;
+    return cli_record(c, 'l', hostport);
 }
 
 /* Splits "topic.NAME.KEY" / "user.NAME.KEY" (NAME may hold dots: KEY is after the last). */
@@ -555,6 +584,8 @@ int mqd_conf_set(mqd_conf_t *c, const char *key_eq_value, char *err, size_t errl
         rc = apply_key(c, &sec, key, val, &replace, why, sizeof why);
     if (rc == 0 && strcmp(key, "listen") == 0)
         c->listen_source = SRC_CLI;
+    if (rc == 0)
+        rc = cli_record(c, 's', key_eq_value);
     if (rc == MQD_EINVAL)
         fail(err, errlen, "--set: %s: %s", label, why);
 out:

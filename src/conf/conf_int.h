@@ -54,6 +54,11 @@ bool mqd_conf_bits_get(const uint64_t *bits, size_t row);
 /* Exchanges bit `row` of *a and *b (reload carries a restart-only row's flag over). */
 int mqd_conf_bits_swap(uint64_t **a, uint64_t **b, size_t row);
 
+/* Applies command-line items (mqd_conf_t.cli) to c, recording them in c->cli again. */
+int mqd_conf_replay_cli(mqd_conf_t *c, char *const *items, size_t n, char *err, size_t errlen);
+/* True if row r's field is equal in the structs a and b (of r's scope; conf_reload.c). */
+bool mqd_conf_row_equal(const mqd_conf_row_t *r, const void *a, const void *b);
+
 /* The row named `name` (exact), or NULL. */
 const mqd_conf_row_t *mqd_conf_row_find(const char *name);
 /* The known key closest to `name` by edit distance, or NULL if none is close. */

@@ -75,7 +75,19 @@ void mqd_outconn_get_stats(const mqd_outconn_t *oc, mqd_outconn_stats_t *st);
 /* The server's own loop, for owners that need timers of their own. */
 struct event_base *mqd_server_base(mqd_server_t *s);
 
-/* Re-reads the config file; applies what can change at run time. */
+/* ---- periodic work (timer.c) ----
+ * A subsystem registers its own timers when it starts (not the server on its behalf):
+ * fn(arg) runs on the loop every interval_ms until mqd_server_free. The name (unique,
+ * < 48 characters, "subsystem.what") is listed in the debug log at start. 0, MQD_EINVAL,
+ * MQD_EEXIST (name taken) or MQD_ENOMEM. */
+typedef void (*mqd_timer_fn)(void *arg);
+int mqd_timer_add(mqd_server_t *s, const char *name, uint32_t interval_ms, mqd_timer_fn fn,
+                  void *arg);
+
+/* SIGHUP / mqctl reload: builds a new config from the file (and the command line over
+ * it), validates it and swaps it in (mqd_conf_reload): on failure nothing changes and the
+ * reason (FILE:LINE: key: reason) is logged; restart-only changes are logged, not applied.
+ * The caller's mqd_conf_t keeps its address; its contents are the new config. */
 int mqd_server_reload(mqd_server_t *s);
 /* Closes connections, fsyncs and closes the store and the metadata. */
 void mqd_server_free(mqd_server_t *s);

@@ -70,7 +70,7 @@ static void test_topic_flags(void **state)
     assert_int_equal(mqd_conf_new(&c), 0);
     set_ok(c, "retention_ms=1d");
     set_ok(c, "topic.orders.dedup_window_ms=5s");
-    assert_true(mqd_conf_key_is_set(c, NULL, "retention_ms"));     /* the default for all */
+    assert_true(mqd_conf_key_is_set(c, NULL, "retention_ms")); /* the default for all */
     assert_false(mqd_conf_key_is_set(c, NULL, "dedup_window_ms"));
     assert_true(mqd_conf_key_is_set(c, "orders", "dedup_window_ms"));
     assert_false(mqd_conf_key_is_set(c, "orders", "retention_ms")); /* inherited, not given */
