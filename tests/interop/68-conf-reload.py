@@ -14,7 +14,17 @@ with a config file holding log_level = info and no per-address connection limit:
     --data-dir the harness gives: the command line applies over the file again, as at
     start); with 2 connections open a 3rd from
     127.0.0.1 is closed at once, the 2 still send, and debug lines follow.
-(c) the bad file again: refused, and the live limit of 2 from (b) stays in force."""
+(c) the bad file again: refused, and the live limit of 2 from (b) stays in force.
+(d) a file that parses but names a tls_cert that does not load (with log_level = info and
+    max_connections_per_ip = 1): refused as a whole ("reload failed, keeping the running
+    config: FILE: tls_cert: ..."): the limit stays 2 and debug lines go on.
+(e) a broker started with --set max_connections_per_ip = 2: a reload of a file without the
+    key keeps it (the command line applies over the file again, as at start), and nothing
+    is named as needing a restart.
+
+Before this change (d) applied the log level and the limit although the certificate
+failed (only TLS and ACLs were kept), and (e) lost the --set limit and named listen and
+data_dir as needing a restart at every reload."""
 
 import os
 import re
@@ -162,7 +172,41 @@ def body(t):
         extra.close()
         for c in held:
             c.close()
+    with coll.case("(d) a certificate that does not load refuses the whole reload"):
+        junk = os.path.join(t.tmpdir, "junk.pem")
+        write(junk, "not a certificate\n")
+        text = "log_level = info\nmax_connections_per_ip = 1\ntls_cert = %s\n" % junk
+        start = reload(b, conf, text, r"reload failed, keeping the running config: %s: "
+                       r"tls_cert: [^\n]*" % re.escape(conf))
+        held = open_and_send(b, 2, "d")  # the limit is still 2, not 1
+        extra = socket.create_connection(("127.0.0.1", b.port), timeout=5 * mqdtest.SLOW)
+        check(closed_within(extra, 2.0), "a 3rd connection was let in: the limit changed")
+        extra.close()
+        for c in held:
+            c.close()
+        after = log_tail(b, start)
+        check("reload: log_level" not in after and "reloaded " not in after,
+              "a refused reload applied something:\n%s" % after)
+        check(debug_lines(after) > 0, "log_level went back to info: no debug line since")
     b.check_alive()
+
+    with coll.case("(e) the command line applies over the file again"):
+        conf2 = os.path.join(t.tmpdir, "cli.conf")
+        write(conf2, "log_level = info\n")
+        c2 = t.broker("cli", conf=conf2, sets={"max_connections_per_ip": "2"})
+        start = reload(c2, conf2, "log_level = notice\n", r"reloaded %s: (\d+) reloadable "
+                       r"keys changed" % re.escape(conf2))
+        text = log_tail(c2, start)
+        check("needs restart" not in text, "the command line's listen/data_dir/--set named "
+              "as needing a restart:\n%s" % text)
+        held = open_and_send(c2, 2, "e")
+        extra = socket.create_connection(("127.0.0.1", c2.port), timeout=5 * mqdtest.SLOW)
+        check(closed_within(extra, 2.0), "--set max_connections_per_ip = 2 was lost by the "
+              "reload: a 3rd connection was let in")
+        extra.close()
+        for c in held:
+            c.close()
+        c2.check_alive()
     coll.finish()
 
 
