@@ -13,7 +13,8 @@
 typedef struct mqd_server mqd_server_t;
 
 /* Opens the data directory (meta.db, topics/), recovers every partition, binds the
- * listeners. `conf` stays owned by the caller and must outlive the server. */
+ * listeners. `conf` stays owned by the caller and must outlive the server; a reload
+ * replaces its contents (mqd_server_reload), never the pointer. */
 int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out);
 /* Runs the event loop until mqd_server_stop (or SIGTERM/SIGINT). */
 int mqd_server_run(mqd_server_t *s);
