@@ -884,7 +884,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     mqd_server_t *s = arg;
     if (sig == SIGHUP) {
-        mqd_server_reload(s);
+        mqd_server_reload(s, NULL, 0); /* the log has the reason */
         return;
     }
     if (s->stopping) { /* a second signal: no more grace */
@@ -1078,7 +1078,7 @@ void mqd_server_stop(mqd_server_t *s)
 
 /* Reload swaps in a whole validated config (conf_swap.c); the reloadable keys the
  * subsystems read from s->conf at each use need no hook, the rest register one. */
-int mqd_server_reload(mqd_server_t *s)
+int mqd_server_reload(mqd_server_t *s, char *err, size_t errlen)
 {
     mqd_conf_reload_report_t rep;
     if (!s->conf_path) {
@@ -1088,6 +1088,8 @@ int mqd_server_reload(mqd_server_t *s)
     int rc = mqd_conf_reload(s->conf, s->conf_path, s->conf_hooks, &rep);
     if (rc != 0) {
         MQD_ERR("server", "reload failed, keeping the running config: %s", rep.err);
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "%s", rep.err);
         return rc;
     }
     if (rep.n_restart > 0)

@@ -87,9 +87,10 @@ int mqd_timer_add(mqd_server_t *s, const char *name, uint32_t interval_ms, mqd_t
 
 /* SIGHUP / mqctl reload: builds a new config from the file (and the command line over
  * it), validates it and swaps it in (mqd_conf_reload): on failure nothing changes and the
- * reason (FILE:LINE: key: reason) is logged; restart-only changes are logged, not applied.
+ * reason (FILE:LINE: key: reason) is logged and, unless err is NULL, written to err;
+ * restart-only changes are logged, not applied.
  * The caller's mqd_conf_t keeps its address; its contents are the new config. */
-int mqd_server_reload(mqd_server_t *s);
+int mqd_server_reload(mqd_server_t *s, char *err, size_t errlen);
 /* Closes connections, fsyncs and closes the store and the metadata. */
 void mqd_server_free(mqd_server_t *s);
 

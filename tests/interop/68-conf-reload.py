@@ -14,7 +14,8 @@ with a config file holding log_level = info and no per-address connection limit:
     --data-dir the harness gives: the command line applies over the file again, as at
     start); with 2 connections open a 3rd from
     127.0.0.1 is closed at once, the 2 still send, and debug lines follow.
-(c) the bad file again: refused, and the live limit of 2 from (b) stays in force.
+(c) the bad file again: refused, and the live limit of 2 from (b) stays in force; mqctl
+    reload of it fails with the same FILE:4: max_unsettled_per_link reason.
 (d) a file that parses but names a tls_cert that does not load (with log_level = info and
     max_connections_per_ip = 1): refused as a whole ("reload failed, keeping the running
     config: FILE: tls_cert: ..."): the limit stays 2 and debug lines go on.
@@ -166,6 +167,10 @@ def body(t):
     with coll.case("(c) a refused reload keeps the reloaded limit"):
         pat = r"reload failed, keeping the running config: %s:4: max_unsettled_per_link" % re.escape(conf)
         reload(b, conf, BAD, pat)
+        # mqctl reload (the $management RELOAD) gets the same reason
+        rc, out, err = mqdtest.mqctl(b.url, "reload")
+        check(rc != 0 and re.search(r"%s:4: max_unsettled_per_link" % re.escape(conf), err),
+              "mqctl reload of the bad file: exit %d, stderr %r" % (rc, err))
         held = open_and_send(b, 2, "c")
         extra = socket.create_connection(("127.0.0.1", b.port), timeout=5 * mqdtest.SLOW)
         check(closed_within(extra, 2.0), "the limit of 2 was lost by a refused reload")
