@@ -38,7 +38,9 @@ typedef struct mqd_conf_row {
     /* STRING/LIST: extra validation; writes a reason into why on failure. */
     int (*check)(const char *v, char *why, size_t whylen);
     const char *help;
-    bool reloadable; /* SIGHUP applies it to the running broker; others need a restart */
+    bool reloadable; /* SIGHUP applies it to the running broker; others need a restart.
+                        Topic and sas_key rows: never, user rows: always (conf_swap.c
+                        takes those sections whole; test_conf_swap checks it) */
 } mqd_conf_row_t;
 
 /* The table (conf_table.c). Row index i is bit i % 64 of word i / 64 of a `set` bitmap

@@ -3,7 +3,7 @@
  * what changed (and only those), and keeps restart-only keys at their running values
  * (named in the report). */
 #include "config.h"
-#include "conf/conf.h"
+#include "conf/conf_int.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -251,6 +251,23 @@ static void test_command_line_again(void **state)
     assert_int_equal(f->run->max_topics_per_connection, 9);
 }
 
+/* What the swap assumes of the table: topic settings and [sas_key] keys are restart-only
+ * (sections are carried over whole), users are reloadable (taken whole from the file).
+ * A row marked otherwise would be neither applied nor named: fix the swap first. */
+static void test_table_matches_swap(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < mqd_conf_nrows; i++) {
+        const mqd_conf_row_t *r = &mqd_conf_rows[i];
+        if (r->scope == MQD_CS_TOPIC || r->scope == MQD_CS_BOTH || r->scope == MQD_CS_SASKEY) {
+            if (r->reloadable)
+                fail_msg("%s: a topic or sas_key row marked reloadable", r->name);
+        } else if (r->scope == MQD_CS_USER && !r->reloadable) {
+            fail_msg("%s: a user row marked restart-only", r->name);
+        }
+    }
+}
+
 static void test_hook_add_refuses(void **state)
 {
     fx_t *f = *state;
@@ -270,6 +287,7 @@ int main(void)
         T(test_good_reload_swaps),
         T(test_command_line_again),
         T(test_hook_add_refuses),
+        T(test_table_matches_swap),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
