@@ -20,12 +20,13 @@ typedef enum {
 /* Loads what the server's config asks for (TLS contexts, ACL rules). Called once from
  * mqd_server_new before the listeners open. */
 int mqd_auth_init(struct mqd_server *s);
-/* SIGHUP: reloads certificates, users and ACLs; keeps the old ones if the new fail. */
-int mqd_auth_reload(struct mqd_server *s);
+/* SIGHUP reload: mqd_auth_init registers a config hook (conf_swap.c) that builds the
+ * new TLS context before the swap (a certificate that does not load refuses the reload)
+ * and, after it, installs it and rechecks live connections (mqd_auth_recheck). */
 void mqd_auth_free(struct mqd_server *s);
 
 struct mqd_user_conf;
-/* SIGHUP, after the new users (server) and ACLs (mqd_auth_reload) are in place;
+/* SIGHUP, after the new users and ACLs are in place (the reload hook);
  * `old_users[0..n_old)` are the users before the reload. Closes every live connection
  * whose user is gone or whose credentials changed, and detaches every live link whose
  * attach-time permission check fails now, both with amqp:unauthorized-access; the rest

@@ -160,6 +160,7 @@ typedef struct mqd_auth {
                                reference counted and each connection's SSL holds one
                                (SSL_new takes it, SSL_free drops it): open connections keep
                                theirs across a reload */
+    struct ssl_ctx_st *next_ctx; /* built by the reload check, installed by its apply */
     mqd_auth_pool_t *pool;  /* PLAIN password checks */
     unsigned char secret[32]; /* server secret for SCRAM decoys (decoy.c) */
     /* what an unknown user is checked against, so that it costs what a real one does:

@@ -127,6 +127,40 @@ static int ctx_build(const mqd_conf_t *conf, SSL_CTX **out)
     return 0;
 }
 
+/* Reload check: certificate files may have been replaced in place, so a new context is
+ * built at every reload; one that does not load refuses the whole reload. */
+static int reload_check(void *arg, const mqd_conf_t *cur, const mqd_conf_t *next, char *err,
+                        size_t errlen)
+{
+    mqd_server_t *s = arg;
+    mqd_auth_t *a = s->auth;
+    SSL_CTX_free(a->next_ctx); /* prepared by a reload that failed later */
+    a->next_ctx = NULL;
+    if (ctx_build(next, &a->next_ctx) != 0) {
+        snprintf(err, errlen, "%s: tls_cert: the TLS certificate, key or CA does not load "
+                 "(see the TLS line above)", next->path ? next->path : "configuration");
+        return MQD_EINVAL;
+    }
+    return 0;
+}
+
+/* Reload apply: the new users, ACLs and TLS settings are in s->conf now. */
+static void reload_apply(void *arg, const mqd_conf_t *old, const mqd_conf_t *now)
+{
+    mqd_server_t *s = arg;
+    mqd_auth_t *a = s->auth;
+    SSL_CTX_free(a->ctx); /* connections using it hold their own reference */
+    a->ctx = a->next_ctx;
+    a->next_ctx = NULL;
+    /* unknown names now cost what the new users do */
+    if (mqd_auth_decoy_setup(a, now) != 0)
+        MQD_WARN("auth", "reload: keeping the previous decoy iteration count");
+    MQD_NOTICE("auth", "reloaded: TLS %s, %zu ACL rules%s", a->ctx ? "on" : "off", now->n_acl,
+               now->acl_present ? "" : " (no [acl]: all allowed)");
+    mqd_auth_warn_unreachable(s);
+    mqd_auth_recheck(s, old->users, old->n_users); /* revoked users and rights leave now */
+}
+
 int mqd_auth_init(mqd_server_t *s)
 {
     mqd_auth_t *a = calloc(1, sizeof *a);
@@ -140,6 +174,8 @@ int mqd_auth_init(mqd_server_t *s)
         rc = mqd_auth_decoy_setup(a, s->conf);
     if (rc == 0)
         rc = mqd_auth_pool_new(s->base, s->conf->auth_threads, &a->pool);
+    if (rc == 0)
+        rc = mqd_conf_hook_add(s->conf_hooks, NULL, reload_check, reload_apply, s);
     if (rc != 0) {
         mqd_auth_free(s);
         return rc;
@@ -150,74 +186,6 @@ int mqd_auth_init(mqd_server_t *s)
     return 0;
 }
 
-/* Moves the reloadable security settings of nc into the running config (nc gets the
- * old ones and frees them). */
-static void take_settings(mqd_conf_t *cur, mqd_conf_t *nc)
-{
-#define SWAP(f)                                                                                    \
-    do {                                                                                           \
-        __typeof__(cur->f) tmp_ = cur->f;                                                          \
-        cur->f = nc->f;                                                                            \
-        nc->f = tmp_;                                                                              \
-    } while (0)
-    SWAP(tls_cert);
-    SWAP(tls_key);
-    SWAP(tls_ca);
-    SWAP(tls_ciphers);
-    SWAP(tls_min_version);
-    SWAP(tls_verify_client);
-    SWAP(allow_plain_without_tls);
-    SWAP(max_connections_per_user);
-    SWAP(max_connections_per_ip);
-    SWAP(handshake_timeout_ms);
-    SWAP(tls_handshake_timeout_ms);
-    SWAP(acl);
-    SWAP(n_acl);
-    SWAP(acl_present);
-#undef SWAP
-}
-
-int mqd_auth_reload(mqd_server_t *s)
-{
-    mqd_auth_t *a = s->auth;
-    mqd_conf_t *nc = NULL;
-    SSL_CTX *x = NULL;
-    char err[512];
-    int rc = 0;
-    if (a == NULL)
-        return MQD_ESTATE;
-    /* server.c has swapped in the users: unknown names now cost what these do (on
-     * failure the old decoys serve as well) */
-    mqd_auth_decoy_setup(a, s->conf);
-    if (s->conf_path) {
-        /* server.c has swapped in the users; the rest of ours comes from a fresh load */
-        if ((rc = mqd_conf_new(&nc)) != 0)
-            goto out;
-        rc = mqd_conf_load_file(nc, s->conf_path, err, sizeof err);
-        if (rc == 0)
-            rc = mqd_conf_validate(nc, err, sizeof err);
-        if (rc != 0) {
-            MQD_ERR("auth", "reload: keeping certificates and ACLs: %s", err);
-            goto out;
-        }
-    }
-    /* certificate files may have been replaced in place: always build a new context */
-    if ((rc = ctx_build(nc ? nc : s->conf, &x)) != 0) {
-        MQD_ERR("auth", "reload: keeping the running TLS certificates and ACLs");
-        goto out;
-    }
-    SSL_CTX_free(a->ctx); /* connections using it hold their own reference */
-    a->ctx = x;
-    if (nc)
-        take_settings(s->conf, nc);
-    MQD_NOTICE("auth", "reloaded: TLS %s, %zu ACL rules%s", x ? "on" : "off", s->conf->n_acl,
-               s->conf->acl_present ? "" : " (no [acl]: all allowed)");
-    mqd_auth_warn_unreachable(s);
-out:
-    mqd_conf_free(nc);
-    return rc;
-}
-
 void mqd_auth_free(mqd_server_t *s)
 {
     mqd_auth_t *a = s->auth;
@@ -225,6 +193,7 @@ void mqd_auth_free(mqd_server_t *s)
         return;
     mqd_auth_pool_free(a->pool); /* releases the connections its jobs hold */
     SSL_CTX_free(a->ctx);
+    SSL_CTX_free(a->next_ctx);
     free(a);
     s->auth = NULL;
 }

@@ -59,6 +59,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 static void free_topic(mqd_topic_conf_t *t)
 {
     free(t->name);
+    free(t->set);
 }
 
 static void free_user(mqd_user_conf_t *u)
@@ -88,6 +89,11 @@ void mqd_conf_free(mqd_conf_t *c)
     for (size_t i = 0; i < c->n_topics; i++)
         free_topic(&c->topics[i]);
     free(c->topics);
+    free(c->topic_defaults.set);
+    free(c->set);
+    for (size_t i = 0; i < c->n_cli; i++)
+        free(c->cli[i]);
+    free(c->cli);
     for (size_t i = 0; i < c->n_users; i++)
         free_user(&c->users[i]);
     free(c->users);
@@ -139,7 +145,7 @@ static mqd_topic_conf_t *topic_find(const mqd_conf_t *c, const char *name)
     return NULL;
 }
 
-/* Finds or appends a [topic NAME] section (fields zero: only set_mask bits count). */
+/* Finds or appends a [topic NAME] section (fields zero: only the set bits count). */
 static int topic_get(mqd_conf_t *c, const char *name, mqd_topic_conf_t **out)
 {
     mqd_topic_conf_t *t = topic_find(c, name);
@@ -273,9 +279,13 @@ static int apply_key(mqd_conf_t *c, const section_t *sec, const char *key, const
         *replace_listen = false;
     }
     int rc = mqd_conf_row_apply(r, base, val, why, whylen);
-    if (rc == 0 && base != (void *)c && sec->kind != MQD_CS_USER && sec->kind != MQD_CS_SASKEY)
-        ((mqd_topic_conf_t *)base)->set_mask[(r - mqd_conf_rows) / 64] |=
-            UINT64_C(1) << ((r - mqd_conf_rows) % 64);
+    /* the flags belong to a config's sections; a loose copy (mqd_conf_topic_setting, c
+     * NULL) is complete as it is and records none, so it owns nothing to free */
+    size_t row = (size_t)(r - mqd_conf_rows);
+    if (rc == 0 && c != NULL && base == (void *)c)
+        rc = mqd_conf_bits_set(&c->set, row);
+    else if (rc == 0 && c != NULL && (sec->kind == MQD_CS_GLOBAL || sec->kind == MQD_CS_TOPIC))
+        rc = mqd_conf_bits_set(&((mqd_topic_conf_t *)base)->set, row);
     if (rc == MQD_ENOMEM)
         snprintf(why, whylen, "out of memory");
     return rc;
@@ -492,6 +502,32 @@ int mqd_conf_load_file(mqd_conf_t *c, const char *path, char *err, size_t errlen
 
 /* ---- command line ---- */
 
+/* Keeps a command-line item for reload to apply again (kind 'l' --listen, 's' --set). */
+static int cli_record(mqd_conf_t *c, char kind, const char *item)
+{
+    size_t n = strlen(item);
+    char *dup = malloc(n + 2);
+    char **grown = dup ? realloc(c->cli, (c->n_cli + 1) * sizeof *grown) : NULL;
+    if (grown == NULL) {
+        free(dup);
+        return MQD_ENOMEM;
+    }
+    dup[0] = kind;
+    memcpy(dup + 1, item, n + 1);
+    c->cli = grown;
+    c->cli[c->n_cli++] = dup;
+    return 0;
+}
+
+int mqd_conf_replay_cli(mqd_conf_t *c, char *const *items, size_t n, char *err, size_t errlen)
+{
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = items[i][0] == 'l' ? mqd_conf_add_listen(c, items[i] + 1, err, errlen)
+                                : mqd_conf_set(c, items[i] + 1, err, errlen);
+    return rc;
+}
+
 int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t errlen)
 {
     char why[256];
@@ -501,7 +537,7 @@ int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t e
     if (rc != 0)
         return fail(err, errlen, "--listen: %s", why), rc;
     c->listen_source = SRC_CLI;
-    return 0;
+    return cli_record(c, 'l', hostport);
 }
 
 /* Splits "topic.NAME.KEY" / "user.NAME.KEY" (NAME may hold dots: KEY is after the last). */
@@ -548,6 +584,8 @@ int mqd_conf_set(mqd_conf_t *c, const char *key_eq_value, char *err, size_t errl
         rc = apply_key(c, &sec, key, val, &replace, why, sizeof why);
     if (rc == 0 && strcmp(key, "listen") == 0)
         c->listen_source = SRC_CLI;
+    if (rc == 0)
+        rc = cli_record(c, 's', key_eq_value);
     if (rc == MQD_EINVAL)
         fail(err, errlen, "--set: %s: %s", label, why);
 out:
@@ -575,19 +613,33 @@ void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *ou
     const mqd_topic_conf_t *sec = topic ? topic_find(c, topic) : NULL;
     mqd_topic_conf_t t = c->topic_defaults;
     t.name = NULL;
-    memset(t.set_mask, 0, sizeof t.set_mask);
+    t.set = NULL;
     t.partitions = c->default_partitions;
     for (size_t i = 0; sec != NULL && i < mqd_conf_nrows; i++) {
         const mqd_conf_row_t *r = &mqd_conf_rows[i];
-        if ((sec->set_mask[i / 64] & (UINT64_C(1) << (i % 64))) == 0)
-            continue;
-        memcpy((char *)&t + r->off, (const char *)sec + r->off, r->width);
+        if (mqd_conf_bits_get(sec->set, i))
+            memcpy((char *)&t + r->off, (const char *)sec + r->off, r->width);
     }
     if (sec != NULL) {
         t.name = sec->name;
-        memcpy(t.set_mask, sec->set_mask, sizeof t.set_mask);
+        t.set = sec->set; /* borrowed, like the name */
     }
     *out = t;
+}
+
+bool mqd_conf_key_is_set(const mqd_conf_t *c, const char *topic, const char *key)
+{
+    const mqd_conf_row_t *r = mqd_conf_row_find(key);
+    if (r == NULL)
+        return false;
+    size_t row = (size_t)(r - mqd_conf_rows);
+    if (topic != NULL) {
+        const mqd_topic_conf_t *sec = topic_find(c, topic);
+        return sec != NULL && mqd_conf_bits_get(sec->set, row);
+    }
+    if (r->scope == MQD_CS_GLOBAL)
+        return mqd_conf_bits_get(c->set, row);
+    return r->scope == MQD_CS_BOTH && mqd_conf_bits_get(c->topic_defaults.set, row);
 }
 
 const mqd_user_conf_t *mqd_conf_user(const mqd_conf_t *c, const char *name)

@@ -17,7 +17,6 @@
 typedef enum { MQD_OFFSET_RESET_EARLIEST = 0, MQD_OFFSET_RESET_LATEST = 1 } mqd_offset_reset_t;
 
 /* Settings of one topic (or the defaults, name == NULL). */
-#define MQD_CONF_MASK_WORDS 4 /* set_mask words: the table may have 64 x this rows */
 
 typedef struct mqd_topic_conf {
     char *name;                  /* owned; NULL for the global defaults */
@@ -29,7 +28,11 @@ typedef struct mqd_topic_conf {
     uint32_t max_delivery_count; /* 0 = unlimited */
     bool dead_letter;            /* dead_letter = on: rejected/over-delivered go to T/$DeadLetterQueue */
     int64_t dedup_window_ms;     /* 0 = off */
-    uint64_t set_mask[MQD_CONF_MASK_WORDS]; /* bit i set: table row i was given here */
+    uint64_t *set;               /* bit i: table row i was given in this section (one bit a row,
+                                    sized from the table: no row limit). Owned by the sections of
+                                    an mqd_conf_t; an effective copy (mqd_conf_topic) borrows
+                                    its section's, NULL when nothing was given. Query with
+                                    mqd_conf_key_is_set. */
 } mqd_topic_conf_t;
 
 typedef struct mqd_user_conf {
@@ -140,6 +143,11 @@ typedef struct mqd_conf {
     char *rack;                   /* owned; NULL = none */
     uint32_t lease_ttl_ms;        /* 3000 */
     int cluster_line;             /* internal: file line of `cluster = ...`, 0 if not in a file */
+    uint64_t *set;                /* owned; bit i: global row i was given (file or --set) */
+    char **cli;                   /* owned; the command line's --listen ("lHOST:PORT") and
+                                     --set ("sKEY=VALUE") in order: reload applies them over
+                                     the file again, as at start */
+    size_t n_cli;
 } mqd_conf_t;
 
 typedef enum { MQD_CONF_CLUSTER_NONE = 0, MQD_CONF_CLUSTER_ETCD = 1 } mqd_conf_cluster_t;
@@ -174,14 +182,52 @@ int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t e
  * "key, topic.NAME, ..." in buf (truncated to len); returns how many there are. A
  * changed topic default is named by its key, a changed [topic NAME] as topic.NAME. */
 size_t mqd_conf_restart_needed(const mqd_conf_t *old, const mqd_conf_t *nw, char *buf, size_t len);
-/* Copies the reloadable global settings of `nw` into the running config (SIGHUP). */
-void mqd_conf_apply_reloadable(mqd_conf_t *running, const mqd_conf_t *nw);
+
+/* ---- reload (conf_swap.c) ----
+ * Subsystems register hooks; mqd_conf_reload reads the file into a new config,
+ * validates it as at start, runs the check hooks, and only when all pass swaps it in:
+ * restart-only keys keep their running values (named in the report), the rest takes
+ * the file's, and the apply hooks run. On failure nothing changes. */
+typedef struct mqd_conf_hooks mqd_conf_hooks_t;
+/* Before the swap: may refuse the new config (0 or MQD_E*, reason in err, e.g. a
+ * certificate that does not load). It may prepare state for its apply to install; a
+ * prepared state that is never applied (a later check failed) is replaced by the next
+ * reload's check. `cur` is the running config, `next` the file's. */
+typedef int (*mqd_conf_check_fn)(void *arg, const mqd_conf_t *cur, const mqd_conf_t *next,
+                                 char *err, size_t errlen);
+/* After the swap: `old` is the config that ran until now (freed after the hooks), `now`
+ * the running one. Cannot fail. */
+typedef void (*mqd_conf_apply_fn)(void *arg, const mqd_conf_t *old, const mqd_conf_t *now);
+int mqd_conf_hooks_new(mqd_conf_hooks_t **out);
+void mqd_conf_hooks_free(mqd_conf_hooks_t *h);
+/* Registers check and/or apply for `key`: they run when its value changes. key NULL:
+ * at every reload (certificates may change in place; users and ACLs are sections).
+ * MQD_EINVAL for a key that is unknown, not global or needs a restart. Hooks run in the
+ * order they were added. */
+int mqd_conf_hook_add(mqd_conf_hooks_t *h, const char *key, mqd_conf_check_fn check,
+                      mqd_conf_apply_fn apply, void *arg);
+typedef struct mqd_conf_reload_report {
+    char err[512];     /* on failure: "FILE:LINE: key: reason" (or a check hook's reason) */
+    char restart[512]; /* changed keys that need a restart, not applied: "key, topic.NAME" */
+    size_t n_restart;  /* how many */
+    size_t n_changed;  /* reloadable global keys whose value changed */
+    size_t n_applied;  /* apply hooks run */
+} mqd_conf_reload_report_t;
+/* Reloads `running` (its address stays: its contents are swapped) from path, with the
+ * command line's --listen/--set (running->cli) applied over the file again. 0, or
+ * MQD_EINVAL / MQD_ENOENT / MQD_ENOMEM with rep->err and `running` untouched. */
+int mqd_conf_reload(mqd_conf_t *running, const char *path, const mqd_conf_hooks_t *h,
+                    mqd_conf_reload_report_t *rep);
 /* Cross-field checks after everything is loaded. */
 int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen);
 
 /* The effective settings for `topic`: its section over the defaults. Writes into *out
  * (out->name borrowed from the section or NULL; do not free). */
 void mqd_conf_topic(const mqd_conf_t *c, const char *topic, mqd_topic_conf_t *out);
+/* Whether `key` was given (file, --set) rather than left at its default: in the global
+ * part when topic is NULL (a topic key there is the default for every topic), else in
+ * [topic TOPIC]. False for an unknown key. */
+bool mqd_conf_key_is_set(const mqd_conf_t *c, const char *topic, const char *key);
 /* Finds a [sas_key NAME], or NULL. */
 const mqd_sas_key_conf_t *mqd_conf_sas_key(const mqd_conf_t *c, const char *name);
 /* Whether links need a SAS token ($cbs put-token): sas_required = on. */

@@ -38,12 +38,28 @@ typedef struct mqd_conf_row {
     /* STRING/LIST: extra validation; writes a reason into why on failure. */
     int (*check)(const char *v, char *why, size_t whylen);
     const char *help;
-    bool reloadable; /* SIGHUP applies it to the running broker; others need a restart */
+    bool reloadable; /* SIGHUP applies it to the running broker; others need a restart.
+                        Topic and sas_key rows: never, user rows: always (conf_swap.c
+                        takes those sections whole; test_conf_swap checks it) */
 } mqd_conf_row_t;
 
-/* The table (conf_table.c). Row index i is bit i % 64 of word i / 64 of mqd_topic_conf_t.set_mask. */
+/* The table (conf_table.c). Row index i is bit i % 64 of word i / 64 of a `set` bitmap
+ * (mqd_conf_t.set, mqd_topic_conf_t.set), allocated with mqd_conf_bits_words() words. */
 extern const mqd_conf_row_t mqd_conf_rows[];
 extern const size_t mqd_conf_nrows;
+
+/* Set flags, one bit per row (conf_bits.c): the bitmap is allocated at the first set
+ * and grows with the table, so adding rows needs no limit raised. */
+size_t mqd_conf_bits_words(void);
+int mqd_conf_bits_set(uint64_t **bits, size_t row);
+bool mqd_conf_bits_get(const uint64_t *bits, size_t row);
+/* Exchanges bit `row` of *a and *b (reload carries a restart-only row's flag over). */
+int mqd_conf_bits_swap(uint64_t **a, uint64_t **b, size_t row);
+
+/* Applies command-line items (mqd_conf_t.cli) to c, recording them in c->cli again. */
+int mqd_conf_replay_cli(mqd_conf_t *c, char *const *items, size_t n, char *err, size_t errlen);
+/* True if row r's field is equal in the structs a and b (of r's scope; conf_reload.c). */
+bool mqd_conf_row_equal(const mqd_conf_row_t *r, const void *a, const void *b);
 
 /* The row named `name` (exact), or NULL. */
 const mqd_conf_row_t *mqd_conf_row_find(const char *name);

@@ -12,8 +12,7 @@ static bool str_eq(const char *a, const char *b)
     return (a == NULL || b == NULL) ? a == b : strcmp(a, b) == 0;
 }
 
-/* True if row r's field is equal in the structs a and b. */
-static bool field_eq(const mqd_conf_row_t *r, const void *a, const void *b)
+bool mqd_conf_row_equal(const mqd_conf_row_t *r, const void *a, const void *b)
 {
     const char *fa = (const char *)a + r->off, *fb = (const char *)b + r->off;
     if (r->type == MQD_CT_STRING)
@@ -56,7 +55,8 @@ static bool topic_differs(const mqd_conf_t *a, const mqd_conf_t *b, const char *
     mqd_conf_topic(b, name, &tb);
     for (size_t i = 0; i < mqd_conf_nrows; i++) {
         const mqd_conf_row_t *r = &mqd_conf_rows[i];
-        if ((r->scope == MQD_CS_TOPIC || r->scope == MQD_CS_BOTH) && !field_eq(r, &ta, &tb))
+        if ((r->scope == MQD_CS_TOPIC || r->scope == MQD_CS_BOTH) &&
+            !mqd_conf_row_equal(r, &ta, &tb))
             return true;
     }
     return false;
@@ -82,7 +82,7 @@ static void sas_keys_of(const mqd_conf_t *a, const mqd_conf_t *b, bool skip_comm
         bool differs = kb == NULL;
         for (size_t j = 0; kb != NULL && j < mqd_conf_nrows; j++)
             differs = differs || (mqd_conf_rows[j].scope == MQD_CS_SASKEY &&
-                                  !field_eq(&mqd_conf_rows[j], ka, kb));
+                                  !mqd_conf_row_equal(&mqd_conf_rows[j], ka, kb));
         if ((!skip_common || kb == NULL) && differs)
             add_name(nm, "sas_key.", ka->name);
     }
@@ -97,9 +97,10 @@ size_t mqd_conf_restart_needed(const mqd_conf_t *old, const mqd_conf_t *nw, char
         const mqd_conf_row_t *r = &mqd_conf_rows[i];
         if (r->reloadable)
             continue;
-        if (r->scope == MQD_CS_GLOBAL && !field_eq(r, old, nw))
+        if (r->scope == MQD_CS_GLOBAL && !mqd_conf_row_equal(r, old, nw))
             add_name(&nm, "", r->name);
-        else if (r->scope == MQD_CS_BOTH && !field_eq(r, &old->topic_defaults, &nw->topic_defaults))
+        else if (r->scope == MQD_CS_BOTH &&
+                 !mqd_conf_row_equal(r, &old->topic_defaults, &nw->topic_defaults))
             add_name(&nm, "", r->name);
     }
     /* sections in the old config (changed or removed), then sections only in the new */
@@ -108,29 +109,4 @@ size_t mqd_conf_restart_needed(const mqd_conf_t *old, const mqd_conf_t *nw, char
     sas_keys_of(old, nw, false, &nm);
     sas_keys_of(nw, old, true, &nm);
     return nm.n;
-}
-
-/* Copies the reloadable global settings (numbers, enums, strings) of `nw` into the running
- * config, so that what the table calls reloadable really takes effect on SIGHUP. Users
- * and ACLs are swapped by their owners (server, auth). */
-void mqd_conf_apply_reloadable(mqd_conf_t *running, const mqd_conf_t *nw)
-{
-    for (size_t i = 0; i < mqd_conf_nrows; i++) {
-        const mqd_conf_row_t *r = &mqd_conf_rows[i];
-        if (!r->reloadable || r->scope != MQD_CS_GLOBAL || r->type == MQD_CT_LIST)
-            continue;
-        char *dst = (char *)running + r->off;
-        const char *src = (const char *)nw + r->off;
-        if (r->type == MQD_CT_STRING) {
-            char **d = (char **)dst;
-            const char *const *sv = (const char *const *)src;
-            char *copy = *sv ? strdup(*sv) : NULL;
-            if (*sv && !copy)
-                continue; /* keep the old value rather than lose it */
-            free(*d);
-            *d = copy;
-        } else {
-            memcpy(dst, src, r->width);
-        }
-    }
 }

@@ -466,10 +466,6 @@ const mqd_conf_row_t mqd_conf_rows[] = {
 
 const size_t mqd_conf_nrows = MQD_ARRAY_LEN(mqd_conf_rows);
 
-/* set_mask has one bit per row */
-_Static_assert(MQD_ARRAY_LEN(mqd_conf_rows) <= 64 * MQD_CONF_MASK_WORDS,
-               "too many config rows for set_mask (raise MQD_CONF_MASK_WORDS)");
-
 const mqd_conf_row_t *mqd_conf_row_find(const char *name)
 {
     for (size_t i = 0; i < mqd_conf_nrows; i++)

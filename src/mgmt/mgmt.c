@@ -159,10 +159,11 @@ static int broker_read(mqd_mgmt_req_t *r)
 
 static int broker_reload(mqd_mgmt_req_t *r)
 {
-    int rc = mqd_server_reload(r->s);
-    if (rc != 0)
+    char err[512];
+    int rc = mqd_server_reload(r->s, err, sizeof err);
+    if (rc != 0) /* err names FILE:LINE: key: reason, as the log does */
         return mqd_mgmt_fail(r, 400, "reload failed (%s); the running configuration is kept",
-                             mqd_strerror(rc));
+                             err);
     return 200;
 }
 

@@ -263,8 +263,7 @@ struct mqd_server {
     struct event *ev_tick;   /* end-of-iteration: flush connections, commit the store */
     struct event *ev_later;  /* zero timeout: dispatch_later, after the loop polled I/O */
     struct event *ev_sig[4];
-    struct event *ev_timer;  /* periodic: persist ack state, retention */
-    struct event *ev_watchdog;
+    struct mqd_timers *timers; /* timer.c: every subsystem's periodic work */
     struct event *ev_shutdown; /* shutdown.c: the end of shutdown_grace_ms */
     void *auth;              /* auth/: TLS contexts, ACLs (owned by auth) */
     void *metrics;           /* metrics/: the HTTP endpoint (owned by metrics) */
@@ -300,12 +299,12 @@ struct mqd_server {
     bool stopping;
     bool tick_queued;
     bool persist_due;        /* the 1 s timer asks the tick to persist group state */
-    uint64_t ticks;          /* periodic timer runs (1 s) */
     size_t parts_failed;     /* partitions whose log failed (partfail.c) */
     uint64_t sends_failed;   /* sends rejected because their partition failed */
     int64_t started_ms;      /* wall clock at start */
     uint64_t tmp_seq;
     char *conf_path;
+    mqd_conf_hooks_t *conf_hooks; /* reload: the subsystems' check/apply hooks (conf_swap.c) */
     struct mqd_accept_guard *accept_guard; /* accept_guard.c: EMFILE on accept */
 };
 

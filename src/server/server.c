@@ -10,6 +10,7 @@
 #include "config.h"
 #include "server/server.h"
 #include "server/broker.h"
+#include "server/timer.h"
 #include "metrics/metrics.h"
 
 #include <errno.h>
@@ -868,24 +869,22 @@ static void wake_from_flusher(void *arg)
     event_active(s->ev_wake, 0, 0);
 }
 
-static void on_periodic(evutil_socket_t fd, short what, void *arg)
+int mqd_timer_add(mqd_server_t *s, const char *name, uint32_t interval_ms, mqd_timer_fn fn,
+                  void *arg)
 {
-    mqd_server_t *s = arg;
-    s->persist_due = true; /* run by the tick, after this iteration's output (on_tick) */
-    mqd_server_tick_soon(s);
-    mqd_txns_expire(s);
-    mqd_producers_refill(s);
-    mqd_topics_resume_failed(s);
-    mqd_budget_tick(s);
-    if (++s->ticks % 10 == 0)
-        mqd_topics_retain(s);
+    return mqd_timers_add(s->timers, name, interval_ms, fn, arg);
+}
+
+static void budget_timer(void *arg)
+{
+    mqd_budget_tick(arg);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     mqd_server_t *s = arg;
     if (sig == SIGHUP) {
-        mqd_server_reload(s);
+        mqd_server_reload(s, NULL, 0); /* the log has the reason */
         return;
     }
     if (s->stopping) { /* a second signal: no more grace */
@@ -940,6 +939,15 @@ static void proton_log_sink(intptr_t ctx, pn_log_subsystem_t sub, pn_log_level_t
     MQD_DEBUG("proton", "%s", msg);
 }
 
+/* The log level is the util log's own global: the one reloadable key with a cache. */
+static void apply_log_level(void *arg, const mqd_conf_t *old, const mqd_conf_t *now)
+{
+    static const char *const names[] = {"error", "warn", "notice", "info", "debug"};
+    mqd_log_set_level(now->log_level);
+    MQD_NOTICE("server", "reload: log_level %s -> %s", names[old->log_level % 5],
+               names[now->log_level % 5]);
+}
+
 int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
 {
     int rc = MQD_ENOMEM;
@@ -958,6 +966,9 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     mqd_dlist_init(&s->builds);
     mqd_dlist_init(&s->drains);
     mqd_read_init(&s->browse_rd);
+    if (mqd_conf_hooks_new(&s->conf_hooks) != 0 ||
+        mqd_conf_hook_add(s->conf_hooks, "log_level", NULL, apply_log_level, s) != 0)
+        goto err;
     evthread_use_pthreads();
     event_set_log_callback(libevent_log);
     s->base = event_base_new();
@@ -971,9 +982,8 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     s->ev_later = evtimer_new(s->base, on_later, s);
     event_priority_set(s->ev_wake, PRIO_IO);
     event_priority_set(s->ev_tick, PRIO_TICK);
-    s->ev_timer = event_new(s->base, -1, EV_PERSIST, on_periodic, s);
-    struct timeval one = {1, 0};
-    event_add(s->ev_timer, &one);
+    if ((rc = mqd_timers_new(s->base, &s->timers)) != 0)
+        goto err;
 
     if ((rc = mqd_mkdirs(conf->data_dir, 0750)) != 0) {
         MQD_ERR("server", "data_dir %s: cannot create", conf->data_dir);
@@ -1004,6 +1014,9 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
         goto err;
     if ((rc = mqd_watermark_init(s)) != 0)
         goto err;
+    /* budget.c is the server's own: heap trims after connections' charges fell */
+    if ((rc = mqd_timer_add(s, "budget.trim", 1000, budget_timer, s)) != 0)
+        goto err;
     if ((rc = mqd_metrics_start(s)) != 0)
         goto err;
     s->listeners = calloc(conf->n_listen ? conf->n_listen : 1, sizeof *s->listeners);
@@ -1026,7 +1039,7 @@ err:
     return rc;
 }
 
-static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+static void on_watchdog(void *arg)
 {
     mqd_sd_notify("WATCHDOG=1");
 }
@@ -1039,11 +1052,13 @@ int mqd_server_run(mqd_server_t *s)
     snprintf(status, sizeof status, "READY=1\nSTATUS=serving %zu topics", s->n_topics);
     mqd_sd_notify(status);
     uint64_t wd = mqd_sd_watchdog_usec();
-    if (wd > 0) {
-        s->ev_watchdog = event_new(s->base, -1, EV_PERSIST, on_watchdog, s);
-        struct timeval tv = {.tv_sec = (time_t)(wd / 2 / 1000000), .tv_usec = (suseconds_t)(wd / 2 % 1000000)};
-        event_add(s->ev_watchdog, &tv);
+    if (wd > 0) { /* pinged at half the watchdog's period */
+        uint64_t ms = wd / 2000 ? wd / 2000 : 1;
+        if (mqd_timer_add(s, "systemd.watchdog", ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms,
+                          on_watchdog, s) != 0)
+            MQD_WARN("server", "systemd watchdog: cannot add its timer");
     }
+    mqd_timers_log(s->timers);
     return event_base_dispatch(s->base) < 0 ? MQD_EIO : 0;
 }
 
@@ -1061,41 +1076,26 @@ void mqd_server_stop(mqd_server_t *s)
     mqd_shutdown_begin(s); /* forced close to every client; loop exits when done (shutdown.c) */
 }
 
-int mqd_server_reload(mqd_server_t *s)
+/* Reload swaps in a whole validated config (conf_swap.c); the reloadable keys the
+ * subsystems read from s->conf at each use need no hook, the rest register one. */
+int mqd_server_reload(mqd_server_t *s, char *err, size_t errlen)
 {
+    mqd_conf_reload_report_t rep;
     if (!s->conf_path) {
         MQD_NOTICE("server", "SIGHUP: no config file to reload");
         return 0;
     }
-    mqd_conf_t *nc;
-    char err[512];
-    if (mqd_conf_new(&nc) != 0)
-        return MQD_ENOMEM;
-    int rc = mqd_conf_load_file(nc, s->conf_path, err, sizeof err);
-    if (rc == 0)
-        rc = mqd_conf_validate(nc, err, sizeof err);
+    int rc = mqd_conf_reload(s->conf, s->conf_path, s->conf_hooks, &rep);
     if (rc != 0) {
-        MQD_ERR("server", "reload failed, keeping the running config: %s", err);
-        mqd_conf_free(nc);
+        MQD_ERR("server", "reload failed, keeping the running config: %s", rep.err);
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "%s", rep.err);
         return rc;
     }
-    /* what can change at run time: log level, users, certificates and ACLs */
-    char needs[512];
-    if (mqd_conf_restart_needed(s->conf, nc, needs, sizeof needs) > 0)
-        MQD_WARN("server", "reload: changes to %s take effect after a restart", needs);
-    mqd_conf_apply_reloadable(s->conf, nc);
-    mqd_log_set_level(nc->log_level);
-    mqd_user_conf_t *u = s->conf->users;
-    size_t nu = s->conf->n_users;
-    s->conf->users = nc->users;
-    s->conf->n_users = nc->n_users;
-    s->conf->log_level = nc->log_level;
-    nc->users = u;
-    nc->n_users = nu;
-    mqd_auth_reload(s);
-    mqd_auth_recheck(s, nc->users, nc->n_users); /* revoked users and rights leave now */
-    mqd_conf_free(nc);
-    MQD_NOTICE("server", "reloaded %s", s->conf_path);
+    if (rep.n_restart > 0)
+        MQD_WARN("server", "reload: %s: needs restart, not applied", rep.restart);
+    MQD_NOTICE("server", "reloaded %s: %zu reloadable keys changed, %zu apply hooks run",
+               s->conf_path, rep.n_changed, rep.n_applied);
     return 0;
 }
 
@@ -1139,10 +1139,7 @@ void mqd_server_free(mqd_server_t *s)
         event_free(s->ev_tick);
     if (s->ev_later)
         event_free(s->ev_later);
-    if (s->ev_timer)
-        event_free(s->ev_timer);
-    if (s->ev_watchdog)
-        event_free(s->ev_watchdog);
+    mqd_timers_free(s->timers);
     if (s->ev_shutdown)
         event_free(s->ev_shutdown);
     mqd_budget_drains_free(s);
@@ -1152,5 +1149,6 @@ void mqd_server_free(mqd_server_t *s)
     mqd_buf_free(&s->mgmt_out);
     mqd_read_free(&s->browse_rd);
     free(s->conf_path);
+    mqd_conf_hooks_free(s->conf_hooks);
     free(s);
 }

@@ -13,7 +13,8 @@
 typedef struct mqd_server mqd_server_t;
 
 /* Opens the data directory (meta.db, topics/), recovers every partition, binds the
- * listeners. `conf` stays owned by the caller and must outlive the server. */
+ * listeners. `conf` stays owned by the caller and must outlive the server; a reload
+ * replaces its contents (mqd_server_reload), never the pointer. */
 int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out);
 /* Runs the event loop until mqd_server_stop (or SIGTERM/SIGINT). */
 int mqd_server_run(mqd_server_t *s);
@@ -75,8 +76,21 @@ void mqd_outconn_get_stats(const mqd_outconn_t *oc, mqd_outconn_stats_t *st);
 /* The server's own loop, for owners that need timers of their own. */
 struct event_base *mqd_server_base(mqd_server_t *s);
 
-/* Re-reads the config file; applies what can change at run time. */
-int mqd_server_reload(mqd_server_t *s);
+/* ---- periodic work (timer.c) ----
+ * A subsystem registers its own timers when it starts (not the server on its behalf):
+ * fn(arg) runs on the loop every interval_ms until mqd_server_free. The name (unique,
+ * < 48 characters, "subsystem.what") is listed in the debug log at start. 0, MQD_EINVAL,
+ * MQD_EEXIST (name taken) or MQD_ENOMEM. */
+typedef void (*mqd_timer_fn)(void *arg);
+int mqd_timer_add(mqd_server_t *s, const char *name, uint32_t interval_ms, mqd_timer_fn fn,
+                  void *arg);
+
+/* SIGHUP / mqctl reload: builds a new config from the file (and the command line over
+ * it), validates it and swaps it in (mqd_conf_reload): on failure nothing changes and the
+ * reason (FILE:LINE: key: reason) is logged and, unless err is NULL, written to err;
+ * restart-only changes are logged, not applied.
+ * The caller's mqd_conf_t keeps its address; its contents are the new config. */
+int mqd_server_reload(mqd_server_t *s, char *err, size_t errlen);
 /* Closes connections, fsyncs and closes the store and the metadata. */
 void mqd_server_free(mqd_server_t *s);
 

@@ -400,10 +400,42 @@ int mqd_topic_adopt(mqd_server_t *s, const char *name, uint32_t ndir)
     return 0;
 }
 
+/* The periodic persist of group state (mqd_topics_persist) is one SQLite commit with an
+ * fdatasync: the timer only marks it due, the tick runs it after the iteration's output
+ * (server.c on_tick). */
+static void persist_timer(void *arg)
+{
+    mqd_server_t *s = arg;
+    s->persist_due = true;
+    mqd_server_tick_soon(s);
+}
+
+static void resume_timer(void *arg)
+{
+    mqd_topics_resume_failed(arg);
+}
+
+static void retain_timer(void *arg)
+{
+    mqd_topics_retain(arg);
+}
+
+static int topics_timers(mqd_server_t *s)
+{
+    int rc = mqd_timer_add(s, "topics.persist", 1000, persist_timer, s);
+    if (rc == 0) /* partitions failed on disk full, retried every partition_resume_ms */
+        rc = mqd_timer_add(s, "topics.resume_failed", 1000, resume_timer, s);
+    if (rc == 0)
+        rc = mqd_timer_add(s, "topics.retention", 10000, retain_timer, s);
+    return rc;
+}
+
 int mqd_topics_load(mqd_server_t *s)
 {
     drop_stale_temporaries(s);
-    int rc = mqd_meta_topic_list(s->meta, load_one, s);
+    int rc = topics_timers(s);
+    if (rc == 0)
+        rc = mqd_meta_topic_list(s->meta, load_one, s);
     if (rc == 0)
         rc = mqd_topics_recover_dirs(s);
     if (rc == 0)

@@ -82,6 +82,12 @@ static void measure(struct mqd_server *s, struct mqd_watermark *w)
               w->disk_free, disk_min);
 }
 
+/* Producers held back by a watermark get their credit once it clears (amqp/link.c). */
+static void refill_timer(void *arg)
+{
+    mqd_producers_refill(arg);
+}
+
 int mqd_watermark_init(struct mqd_server *s)
 {
     struct mqd_watermark *w = calloc(1, sizeof *w);
@@ -91,7 +97,7 @@ int mqd_watermark_init(struct mqd_server *s)
     measure(s, w);
     w->next_check_ns = mqd_mono_ns() + MQD_WATERMARK_INTERVAL_MS * UINT64_C(1000000);
     s->watermark = w;
-    return 0;
+    return mqd_timer_add(s, "watermark.refill", 1000, refill_timer, s);
 }
 
 void mqd_watermark_free(struct mqd_server *s)

@@ -469,6 +469,11 @@ static int load_row(uint64_t id, mqd_txn_state_t state, const char *detail, void
     return rc == 0 ? done_push(x, &d) : rc;
 }
 
+static void expire_timer(void *arg)
+{
+    mqd_txns_expire(arg);
+}
+
 int mqd_txns_init(mqd_server_t *s)
 {
     mqd_txns_t *x = calloc(1, sizeof *x);
@@ -489,7 +494,8 @@ int mqd_txns_init(mqd_server_t *s)
     /* ids never repeat across restarts: a record's txn id must not meet a new txn */
     x->next_id = (epoch << 32) | 1;
     s->txns = x;
-    if ((rc = ds_start(s)) != 0) {
+    if ((rc = ds_start(s)) != 0 ||
+        (rc = mqd_timer_add(s, "txn.expire", 1000, expire_timer, s)) != 0) {
         mqd_txns_free(s);
         return rc;
     }

@@ -123,8 +123,8 @@ static void test_defaults(void **state)
     assert_int_equal(c->topic_defaults.max_delivery_count, 0);
     assert_false(c->topic_defaults.dead_letter);
     assert_int_equal(c->topic_defaults.dedup_window_ms, 0);
-    for (size_t w = 0; w < MQD_CONF_MASK_WORDS; w++)
-        assert_int_equal(c->topic_defaults.set_mask[w], 0);
+    assert_null(c->topic_defaults.set); /* nothing given yet: no flags */
+    assert_null(c->set);
     assert_int_equal(mqd_conf_validate(c, f->err, sizeof f->err), 0);
 }
 
@@ -364,8 +364,7 @@ static void test_topic_layering(void **state)
     assert_int_equal(t.partitions, 3);
     assert_int_equal(t.log.flush, MQD_FLUSH_ASYNC);
     assert_int_equal(t.log.segment_bytes, 64 * MiB);
-    for (size_t w = 0; w < MQD_CONF_MASK_WORDS; w++)
-        assert_int_equal(t.set_mask[w], 0);
+    assert_null(t.set); /* no section: nothing was given for it */
 
     /* defaults changed later (--set) show through where a section is silent */
     assert_int_equal(set(f, "segment_bytes=128MiB"), 0);
