@@ -43,22 +43,15 @@ static bool settings_ok(mqd_mgmt_req_t *r, json_t *ov)
     mqd_conf_topic(r->s->conf, r->name, &probe);
     const char *k;
     json_t *v;
-    char text[64], err[512];
+    char err[512];
     json_object_foreach(ov, k, v) {
-        const char *val = text;
-        if (strcmp(k, "partitions") == 0)
-            return mqd_mgmt_fail(r, 400, "partitions: a count, not a setting (the "
-                                 "'partitions' property; mqctl --partitions N)"), false;
-        if (json_is_string(v))
-            val = json_string_value(v);
-        else if (json_is_integer(v))
-            snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
-        else if (json_is_boolean(v))
-            snprintf(text, sizeof text, "%s", json_is_true(v) ? "on" : "off");
-        else
-            return mqd_mgmt_fail(r, 400, "%s: expected a string, number or boolean", k), false;
-        if (mqd_conf_topic_setting(&probe, k, val, err, sizeof err) != 0)
-            return mqd_mgmt_fail(r, 400, "invalid setting %s", err), false;
+        if (mqd_topic_setting_apply(&probe, k, v, err, sizeof err) == 0)
+            continue;
+        /* the config parser's reasons read "invalid setting KEY: ..."; a count or a
+         * value of the wrong JSON type is refused before it gets there */
+        bool parsed = strcmp(k, "partitions") != 0 &&
+                      (json_is_string(v) || json_is_integer(v) || json_is_boolean(v));
+        return mqd_mgmt_fail(r, 400, "%s%s", parsed ? "invalid setting " : "", err), false;
     }
     return true;
 }

@@ -365,6 +365,10 @@ int mqd_topic_get_as(mqd_conn_t *c, const char *name, bool create, mqd_topic_t *
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts, mqd_topic_t **out);
 mqd_topic_t *mqd_topic_find(mqd_server_t *s, const char *name);
 int mqd_topics_load(mqd_server_t *s);
+/* topic_declare.c: every [topic NAME] section's topic exists (created, or grown to the
+ * section's partitions), auto_create_topics or not; after mqd_topics_load. The first
+ * error other than a full disk (which is logged, and the broker starts). */
+int mqd_topics_declare(mqd_server_t *s);
 /* topic_recover.c: every topic directory under data_dir/topics goes to mqd_topic_adopt
  * with the partition count its directory implies (after meta.db's topics are open). */
 int mqd_topics_recover_dirs(mqd_server_t *s);

@@ -169,23 +169,36 @@ static int topic_grow(mqd_topic_t *t, uint32_t nparts)
 /* Per-topic settings changed through management are kept as JSON overrides in meta.db
  * and applied over the config file's settings at every start; a topic without
  * overrides follows the config file. */
-static int apply_one(mqd_topic_conf_t *tc, const char *key, json_t *v)
+int mqd_topic_setting_apply(mqd_topic_conf_t *tc, const char *key, const struct json_t *v,
+                            char *err, size_t errlen)
 {
     /* the config file's parser (units, bounds, every [topic] key): management takes what
      * the file takes; numbers stored by older versions are plain ms/bytes */
-    char text[64], err[256];
+    char text[64];
     const char *val = text;
+    if (strcmp(key, "partitions") == 0) {
+        /* a count, not a setting: create/alter take it apart */
+        snprintf(err, errlen, "partitions: a count, not a setting (the 'partitions' "
+                              "property; mqctl --partitions N)");
+        return MQD_EINVAL;
+    }
     if (json_is_string(v))
         val = json_string_value(v);
     else if (json_is_integer(v))
         snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
     else if (json_is_boolean(v))
         snprintf(text, sizeof text, "%s", json_is_true(v) ? "on" : "off");
-    else
+    else {
+        snprintf(err, errlen, "%s: expected a string, number or boolean", key);
         return MQD_EINVAL;
-    if (strcmp(key, "partitions") == 0)
-        return MQD_EINVAL; /* a count, not a setting: create/alter take it apart */
-    return mqd_conf_topic_setting(tc, key, val, err, sizeof err);
+    }
+    return mqd_conf_topic_setting(tc, key, val, err, errlen);
+}
+
+static int apply_one(mqd_topic_conf_t *tc, const char *key, json_t *v)
+{
+    char err[256];
+    return mqd_topic_setting_apply(tc, key, v, err, sizeof err);
 }
 
 /* Applies `overrides` (a JSON object) to tc; MQD_EINVAL names nothing but fails whole. */
