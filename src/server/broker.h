@@ -378,6 +378,10 @@ int mqd_topic_adopt(mqd_server_t *s, const char *name, uint32_t ndir);
 void mqd_topics_free(mqd_server_t *s);
 void mqd_pending_pool_free(mqd_server_t *s);
 int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t);
+/* One per-topic setting `key` = v (a JSON string, integer or boolean) into tc through the
+ * config file's parser: 0, or MQD_EINVAL with the reason ("KEY: ...") in err. */
+int mqd_topic_setting_apply(mqd_topic_conf_t *tc, const char *key, const struct json_t *v,
+                            char *err, size_t errlen);
 /* Management: creates a topic with `overrides_json` (an object of per-topic keys such as
  * {"flush":"async","retention_ms":3600000}); MQD_EEXIST, MQD_EINVAL. nparts 0 = default. */
 int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const char *overrides_json,

@@ -997,6 +997,8 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     mqd_store_warm(s->store); /* reads partition metadata in parallel while topics open */
     if ((rc = mqd_topics_load(s)) != 0)
         goto err;
+    if ((rc = mqd_topics_declare(s)) != 0)
+        goto err;
     if ((rc = mqd_txns_init(s)) != 0)
         goto err;
     mqd_topics_dedup_warm(s); /* needs the committed transactions; before any client */
