@@ -39,6 +39,7 @@ typedef struct mqd_part mqd_part_t;
 typedef struct mqd_part_commit mqd_part_commit_t; /* part_commit.c */
 typedef struct mqd_lstate mqd_lstate_t;
 typedef struct mqd_topic_build mqd_topic_build_t; /* topic.c */
+typedef struct mqd_census mqd_census_t;             /* topic_count.c */
 
 /* One listening socket; `index` is its position in conf->listen. */
 typedef struct mqd_listener {
@@ -123,6 +124,13 @@ struct mqd_part {
     bool failed;                          /* its log failed and the owner knows (partfail.c) */
     int64_t resume_at_ms;                 /* next automatic resume attempt */
     mqd_part_commit_t *commit;            /* its commit point (part_commit.c): use the accessors */
+    struct {                              /* topic_count.c: offsets that are no message */
+        uint64_t *off;                    /* ascending (owned) */
+        size_t n, cap;
+        size_t census_n;                  /* the first census_n came from the census */
+        uint64_t census_at, census_end;   /* the census has yet to read [at, end) */
+        bool lost;                        /* out of memory or a failed read: an estimate */
+    } ctl;
 };
 
 /* ---- a consumer group of a topic (group/group.c) ---- */
@@ -307,6 +315,7 @@ struct mqd_server {
     uint64_t tmp_seq;
     char *conf_path;
     struct mqd_accept_guard *accept_guard; /* accept_guard.c: EMFILE on accept */
+    struct mqd_census *census; /* topic_count.c: counting markers in logs opened at start */
 };
 
 /* server.c */
@@ -365,6 +374,17 @@ int mqd_topic_get_as(mqd_conn_t *c, const char *name, bool create, mqd_topic_t *
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts, mqd_topic_t **out);
 mqd_topic_t *mqd_topic_find(mqd_server_t *s, const char *name);
 int mqd_topics_load(mqd_server_t *s);
+/* topic_count.c: messages stored, not offsets (transaction markers excluded).
+ * count_open: after p's log opened, starts the census of what the log holds (read in
+ * slices between events); count_append: every record appended at off; messages: the
+ * messages with offsets in [from, to) (from clamped to the log start); count_exact:
+ * false while the census runs or after it lost track (then messages over-counts). */
+int mqd_part_count_open(mqd_part_t *p);
+void mqd_part_count_append(mqd_part_t *p, uint64_t off, uint32_t flags);
+uint64_t mqd_part_messages(const mqd_part_t *p, uint64_t from, uint64_t to);
+bool mqd_part_count_exact(const mqd_part_t *p);
+void mqd_part_count_free(mqd_part_t *p);
+void mqd_census_free(mqd_server_t *s);
 /* topic_declare.c: every [topic NAME] section's topic exists (created, or grown to the
  * section's partitions), auto_create_topics or not; after mqd_topics_load. The first
  * error other than a full disk (which is logged, and the broker starts). */

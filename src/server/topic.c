@@ -137,6 +137,7 @@ static int part_open(mqd_topic_t *t, uint32_t id)
         return rc;
     }
     mqd_plog_set_stable_cb(p->log, on_stable, p);
+    mqd_part_count_open(p); /* out of memory: counts are estimates, the topic works */
     return 0;
 }
 
@@ -448,6 +449,7 @@ static void part_free(mqd_part_t *p)
     p->otx = NULL;
     p->n_otx = p->cap_otx = 0;
     mqd_part_commit_free(p);
+    mqd_part_count_free(p);
     if (p->log)
         mqd_plog_set_stable_cb(p->log, NULL, NULL);
 }
@@ -518,6 +520,7 @@ int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t)
 void mqd_topics_free(mqd_server_t *s)
 {
     mqd_topic_builds_cancel(s);
+    mqd_census_free(s);
     for (size_t i = 0; i < s->topics_cap; i++) {
         mqd_topic_t *t = s->topics[i];
         while (t) {
@@ -542,6 +545,7 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
         return rc;
     if (offset_out)
         *offset_out = off;
+    mqd_part_count_append(p, off, flags);
     p->topic->msgs_in++;
     p->topic->bytes_in += len;
     mqd_server_tick_soon(p->topic->srv);
