@@ -240,6 +240,7 @@ struct mqd_conn {
     struct ssl_st *ssl;      /* TLS listeners only (mqd_auth_conn_setup); freed by conn_free */
     size_t listener;         /* index into conf->listen */
     int64_t opened_ms;       /* wall clock at accept */
+    uint64_t bytes_in, bytes_out; /* AMQP bytes (after TLS) into and out of its driver */
     char user[128];
     /* The frame peek that tells the delivery path each transfer's message-format (owned).
        It is the on/off switch: set at accept where rx_feed sees plaintext (plain

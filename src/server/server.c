@@ -193,6 +193,7 @@ static void conn_write(mqd_conn_t *c)
             return;
         }
         pn_connection_driver_write_done(&c->driver, (size_t)n);
+        c->bytes_out += (uint64_t)n;
     }
     if (c->want_write) {
         c->want_write = false;
@@ -312,6 +313,7 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
         if (ok > 0) {
             memcpy(rb.start, p, ok);
             pn_connection_driver_read_done(&c->driver, ok);
+            c->bytes_in += ok;
         }
         if (ok < k) {
             rx_refuse(c);
@@ -577,6 +579,7 @@ static void tls_write(mqd_conn_t *c)
         int n = SSL_write(c->ssl, wb.start, wb.size > INT_MAX ? INT_MAX : (int)wb.size);
         if (n > 0) {
             pn_connection_driver_write_done(&c->driver, (size_t)n);
+            c->bytes_out += (uint64_t)n;
             continue;
         }
         int err = SSL_get_error(c->ssl, n);
@@ -1094,6 +1097,14 @@ int mqd_server_reload(mqd_server_t *s)
     s->conf->log_level = nc->log_level;
     nc->users = u;
     nc->n_users = nu;
+    /* config show names the file as it is now (a key that needs a restart shows its
+     * running value with the new file's line) */
+    mqd_conf_origin_t *og = s->conf->origins;
+    size_t no = s->conf->n_origins;
+    s->conf->origins = nc->origins;
+    s->conf->n_origins = nc->n_origins;
+    nc->origins = og;
+    nc->n_origins = no;
     mqd_auth_reload(s);
     mqd_auth_recheck(s, nc->users, nc->n_users); /* revoked users and rights leave now */
     mqd_conf_free(nc);

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* One management request and its reply. */
@@ -56,6 +57,7 @@ static void usage(FILE *f)
           "  receive TOPIC [--group G] [--from earliest|latest|OFFSET] [--count N] [--idle SEC]\n"
           "       (no --group: browses, consumes nothing)\n"
           "  connection list | close ID\n"
+          "  config show   (the effective config and where each value came from)\n"
           "  status | reload\n",
           f);
 }
@@ -550,14 +552,38 @@ static void show_group(json_t *o)
 
 static void show_conns(json_t *v)
 {
-    const char *head[] = {"ID", "USER", "CONTAINER", "SESSIONS", "LINKS"};
-    table_t t = {.ncols = 5, .head = head};
+    const char *head[] = {"ID",       "USER",     "SASL",      "TLS",   "CONNECTED_SINCE",
+                          "BYTES_IN", "BYTES_OUT", "CONTAINER", "LINKS"};
+    table_t t = {.ncols = 9, .head = head};
     size_t i;
     json_t *o;
-    char b[5][32];
-    json_array_foreach(v, i, o)
-        table_add(&t, F(o, "id", 0), F(o, "user", 1), F(o, "container", 2), F(o, "sessions", 3),
-                  F(o, "links", 4));
+    char b[9][64];
+    json_array_foreach(v, i, o) {
+        time_t since = (time_t)(json_integer_value(json_object_get(o, "connected_since")) / 1000);
+        struct tm tm;
+        gmtime_r(&since, &tm);
+        strftime(b[4], sizeof b[4], "%Y-%m-%dT%H:%M:%SZ", &tm);
+        table_add(&t, F(o, "id", 0), F(o, "user", 1), F(o, "sasl_mechanism", 2),
+                  F(o, "tls_version", 3), b[4], F(o, "bytes_in", 5), F(o, "bytes_out", 6),
+                  F(o, "container", 7), F(o, "links", 8));
+    }
+    table_print(&t);
+}
+
+/* KEY (topic.NAME.KEY for a [topic NAME] section, as --set spells it), VALUE, SOURCE. */
+static void show_config(json_t *o)
+{
+    const char *head[] = {"KEY", "VALUE", "SOURCE"};
+    table_t t = {.ncols = 3, .head = head};
+    size_t i;
+    json_t *v;
+    char key[512], b[3][512];
+    json_array_foreach(json_object_get(o, "settings"), i, v) {
+        const char *topic = json_string_value(json_object_get(v, "topic"));
+        snprintf(key, sizeof key, "%s%s%s%s", topic ? "topic." : "", topic ? topic : "",
+                 topic ? "." : "", F(v, "key", 0));
+        table_add(&t, key, F(v, "value", 1), F(v, "source", 2));
+    }
     table_print(&t);
 }
 
@@ -680,6 +706,7 @@ static const cmd_t cmds[] = {
     {"group", "delete", 2, 2, "DELETE", T_GROUP, build_group, NULL, "deleted group"},
     {"connection", "list", 0, 0, "QUERY", T_CONN, build_name, show_conns, NULL},
     {"connection", "close", 1, 1, "DELETE", T_CONN, build_name, NULL, "closed connection %s"},
+    {"config", "show", 0, 0, "READ", T_CONFIG, build_name, show_config, NULL},
     {"status", NULL, 0, 0, "READ", T_BROKER, build_name, show_status, NULL},
     {"reload", NULL, 0, 0, "RELOAD", T_BROKER, build_name, NULL, "configuration reloaded"},
 };

@@ -16,6 +16,7 @@ enum { EX_OK = 0, EX_USAGE = 1, EX_CONN = 2, EX_NOTFOUND = 3, EX_CONFLICT = 4, E
 #define T_GROUP "com.mqd:consumergroup"
 #define T_CONN "com.mqd:connection"
 #define T_BROKER "com.mqd:broker"
+#define T_CONFIG "com.mqd:config"
 
 typedef struct mqctl_opts {
     const char *url;
