@@ -130,6 +130,7 @@ struct mqd_part {
         size_t census_n;                  /* the first census_n came from the census */
         uint64_t census_at, census_end;   /* the census has yet to read [at, end) */
         bool lost;                        /* out of memory or a failed read: an estimate */
+        bool loaded;                      /* the census saved by the last stop was looked at */
     } ctl;
 };
 
@@ -386,6 +387,11 @@ uint64_t mqd_part_messages(const mqd_part_t *p, uint64_t from, uint64_t to);
 bool mqd_part_count_exact(const mqd_part_t *p);
 void mqd_part_count_free(mqd_part_t *p);
 void mqd_census_free(mqd_server_t *s);
+/* Saves every exact count in meta.db for the next start (a clean stop, before the
+ * topics are freed); on failure the next start reads the logs whole. */
+void mqd_topics_census_save(mqd_server_t *s);
+/* Blanks t's saved counts (t is being deleted: a topic made again reads its own log). */
+void mqd_topic_census_forget(mqd_server_t *s, const mqd_topic_t *t);
 /* topic_declare.c: every [topic NAME] section's topic exists (created, or grown to the
  * section's partitions), auto_create_topics or not; after mqd_topics_load. The first
  * error other than a full disk (which is logged, and the broker starts). */

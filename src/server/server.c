@@ -1136,6 +1136,7 @@ void mqd_server_free(mqd_server_t *s)
     if (s->store)
         mqd_topics_persist(s, true);
     mqd_txns_free(s); /* open transactions die with the process: aborted at restart */
+    mqd_topics_census_save(s);
     mqd_topics_free(s);
     mqd_pending_pool_free(s);
     if (s->meta)

@@ -500,8 +500,10 @@ static void detach_links(mqd_server_t *s, mqd_topic_t *t)
 
 int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t)
 {
-    if (!t->temporary)
+    if (!t->temporary) {
         detach_links(s, t);
+        mqd_topic_census_forget(s, t);
+    }
     topic_unlink(s, t);
     char *name = strdup(t->name);
     topic_free(t);

@@ -3,10 +3,14 @@
  * are kept per partition, ascending: appends add theirs, and a census reads the log as
  * it was opened, a slice at a time between other events, so the counts are the same
  * after a restart. Markers are rare (one per transaction and partition), so a sorted
- * array is small. */
+ * array is small. A clean stop saves each exact census in meta.db (kv "census/T/N"),
+ * so the next start reads only what was appended after it; after a crash the census
+ * also starts from the last save (everything after it is read again). */
 #include "config.h"
 #include "server/broker.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,9 +100,56 @@ bool mqd_part_count_exact(const mqd_part_t *p)
     return p->ctl.census_at >= p->ctl.census_end && !p->ctl.lost;
 }
 
+static void census_key(const mqd_part_t *p, char *buf, size_t len)
+{
+    snprintf(buf, len, "census/%s/%u", p->topic->name, p->id);
+}
+
+/* The saved census "1 END N OFF..." replaces reading [start, END). A deleted topic's are
+ * blanked (mqd_topic_census_forget), so a topic made again under its name reads its log. */
+static void census_load(mqd_part_t *p)
+{
+    char key[MQD_NAME_MAX + 32], *v = NULL;
+    census_key(p, key, sizeof key);
+    if (mqd_meta_kv_get(p->topic->srv->meta, key, &v) != 0)
+        return;
+    size_t at = p->ctl.census_n;
+    uint64_t saved_end, n;
+    int used = 0;
+    bool ok = sscanf(v, "1 %" SCNu64 " %" SCNu64 "%n", &saved_end, &n, &used) == 2;
+    const char *q = v + used;
+    uint64_t upto = ok && saved_end < p->ctl.census_end ? saved_end : p->ctl.census_end;
+    for (uint64_t i = 0; ok && i < n; i++) {
+        char *end;
+        uint64_t off = strtoull(q, &end, 10);
+        ok = end != q;
+        q = end;
+        if (!ok || off < p->ctl.census_at || off >= upto)
+            continue;
+        ok = insert_at(p, p->ctl.census_n, off) == 0;
+        p->ctl.census_n += ok;
+    }
+    if (ok && upto > p->ctl.census_at)
+        p->ctl.census_at = upto;
+    if (ok)
+        MQD_DEBUG("topic", "%s/%u: counted up to offset %" PRIu64 " by the last stop",
+                  p->topic->name, p->id, upto);
+    if (!ok && p->ctl.census_n > at) { /* damaged (or no memory): the log is read instead */
+        memmove(&p->ctl.off[at], &p->ctl.off[p->ctl.census_n],
+                (p->ctl.n - p->ctl.census_n) * sizeof *p->ctl.off);
+        p->ctl.n -= p->ctl.census_n - at;
+        p->ctl.census_n = at;
+    }
+    free(v);
+}
+
 /* Reads part of p's census range; false when time ran out first. */
 static bool census_part(mqd_census_t *cs, mqd_part_t *p, int64_t until)
 {
+    if (!p->ctl.loaded && p->ctl.census_at < p->ctl.census_end) {
+        p->ctl.loaded = true;
+        census_load(p);
+    }
     while (p->ctl.census_at < p->ctl.census_end) {
         if (mqd_now_ms() >= until)
             return false;
@@ -189,4 +240,55 @@ void mqd_census_free(mqd_server_t *s)
     mqd_read_free(&s->census->rd);
     free(s->census);
     s->census = NULL;
+}
+
+/* One partition's census as census_load reads it; MQD_ENOMEM. */
+static int census_save_one(mqd_server_t *s, const mqd_part_t *p)
+{
+    size_t cap = 64 + p->ctl.n * 21, len;
+    char *v = malloc(cap), key[MQD_NAME_MAX + 32];
+    if (!v)
+        return MQD_ENOMEM;
+    uint64_t end = mqd_plog_end_offset(p->log);
+    size_t from = lower_bound(p, mqd_plog_start_offset(p->log)), to = lower_bound(p, end);
+    len = (size_t)snprintf(v, cap, "1 %" PRIu64 " %zu", end, to - from);
+    for (size_t i = from; i < to && len < cap; i++)
+        len += (size_t)snprintf(v + len, cap - len, " %" PRIu64, p->ctl.off[i]);
+    census_key(p, key, sizeof key);
+    int rc = mqd_meta_kv_put(s->meta, key, v);
+    free(v);
+    return rc;
+}
+
+void mqd_topics_census_save(mqd_server_t *s)
+{
+    if (!s->meta || mqd_meta_begin(s->meta) != 0)
+        return;
+    size_t saved = 0;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < s->topics_cap; i++)
+        for (mqd_topic_t *t = s->topics[i]; rc == 0 && t; t = t->hnext)
+            for (uint32_t k = 0; rc == 0 && !t->temporary && k < t->nparts; k++)
+                if (mqd_part_count_exact(&t->parts[k])) {
+                    rc = census_save_one(s, &t->parts[k]);
+                    saved += rc == 0;
+                }
+    if (rc != 0 || mqd_meta_commit(s->meta) != 0) {
+        mqd_meta_rollback(s->meta); /* the next start reads the logs whole: slower, exact */
+        MQD_WARN("topic", "cannot save the message counts: %s", mqd_strerror(rc ? rc : MQD_EDB));
+        return;
+    }
+    MQD_DEBUG("topic", "saved the message counts of %zu partitions", saved);
+}
+
+void mqd_topic_census_forget(mqd_server_t *s, const mqd_topic_t *t)
+{
+    char key[MQD_NAME_MAX + 32];
+    for (uint32_t k = 0; k < t->nparts; k++) {
+        census_key(&t->parts[k], key, sizeof key);
+        char *v = NULL;
+        if (mqd_meta_kv_get(s->meta, key, &v) == 0 && *v)
+            mqd_meta_kv_put(s->meta, key, ""); /* meta.db has no kv delete; "" reads as none */
+        free(v);
+    }
 }
