@@ -129,6 +129,7 @@ struct mqd_part {
         size_t n, cap;
         size_t census_n;                  /* the first census_n came from the census */
         uint64_t census_at, census_end;   /* the census has yet to read [at, end) */
+        uint64_t next;                    /* the offset the next append should get */
         bool lost;                        /* out of memory or a failed read: an estimate */
         bool loaded;                      /* the census saved by the last stop was looked at */
     } ctl;

@@ -70,13 +70,23 @@ static void prune(mqd_part_t *p)
     p->ctl.census_n = p->ctl.census_n > below ? p->ctl.census_n - below : 0;
 }
 
+static void census_key(const mqd_part_t *p, char *buf, size_t len);
+static void census_forget_part(mqd_server_t *s, const mqd_part_t *p);
+
 void mqd_part_count_append(mqd_part_t *p, uint64_t off, uint32_t flags)
 {
-    /* a truncated tail (a follower, a resume) is written again from off */
-    while (p->ctl.n > p->ctl.census_n && p->ctl.off[p->ctl.n - 1] >= off)
-        p->ctl.n--;
-    if (p->ctl.census_end > off)
-        p->ctl.census_end = off;
+    /* a truncated tail (a follower, a resume) is written again from off: what it held,
+     * in memory and in the count saved by the last stop, is no longer there */
+    if (off < p->ctl.next) {
+        while (p->ctl.n > 0 && p->ctl.off[p->ctl.n - 1] >= off)
+            p->ctl.n--;
+        if (p->ctl.census_n > p->ctl.n)
+            p->ctl.census_n = p->ctl.n;
+        if (p->ctl.census_end > off)
+            p->ctl.census_end = off;
+        census_forget_part(p->topic->srv, p);
+    }
+    p->ctl.next = off + 1;
     if (is_message(flags))
         return;
     prune(p);
@@ -206,7 +216,7 @@ int mqd_part_count_open(mqd_part_t *p)
     mqd_server_t *s = p->topic->srv;
     memset(&p->ctl, 0, sizeof p->ctl);
     p->ctl.census_at = mqd_plog_start_offset(p->log);
-    p->ctl.census_end = mqd_plog_end_offset(p->log);
+    p->ctl.census_end = p->ctl.next = mqd_plog_end_offset(p->log);
     if (p->ctl.census_at >= p->ctl.census_end)
         return 0;
     if (!s->census) {
@@ -281,14 +291,17 @@ void mqd_topics_census_save(mqd_server_t *s)
     MQD_DEBUG("topic", "saved the message counts of %zu partitions", saved);
 }
 
+static void census_forget_part(mqd_server_t *s, const mqd_part_t *p)
+{
+    char key[MQD_NAME_MAX + 32], *v = NULL;
+    census_key(p, key, sizeof key);
+    if (s->meta && mqd_meta_kv_get(s->meta, key, &v) == 0 && *v)
+        mqd_meta_kv_put(s->meta, key, ""); /* meta.db has no kv delete; "" reads as none */
+    free(v);
+}
+
 void mqd_topic_census_forget(mqd_server_t *s, const mqd_topic_t *t)
 {
-    char key[MQD_NAME_MAX + 32];
-    for (uint32_t k = 0; k < t->nparts; k++) {
-        census_key(&t->parts[k], key, sizeof key);
-        char *v = NULL;
-        if (mqd_meta_kv_get(s->meta, key, &v) == 0 && *v)
-            mqd_meta_kv_put(s->meta, key, ""); /* meta.db has no kv delete; "" reads as none */
-        free(v);
-    }
+    for (uint32_t k = 0; k < t->nparts; k++)
+        census_forget_part(s, &t->parts[k]);
 }
