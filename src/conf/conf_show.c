@@ -94,7 +94,8 @@ static void value_text(const mqd_conf_row_t *r, const void *base, char *buf, siz
     case MQD_CT_LIST:
         n = *(const size_t *)(f + sizeof(char **));
         for (size_t i = 0; i < n && used < len; i++) {
-            int w = snprintf(buf + used, len - used, "%s%s", i ? ", " : "", (*(char **const *)f)[i]);
+            int w =
+                snprintf(buf + used, len - used, "%s%s", i ? ", " : "", (*(char **const *)f)[i]);
             used += w > 0 ? (size_t)w : 0;
         }
         break;

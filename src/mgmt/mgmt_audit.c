@@ -52,8 +52,10 @@ void mqd_mgmt_audit(mqd_mgmt_req_t *r)
     clean(r->desc, desc, sizeof desc);
     const char *user = r->c->user[0] ? r->c->user : "anonymous";
     if (r->deferred)
-        MQD_NOTICE("audit", "user=%s peer=%s op=%s type=%s target=\"%s\" status=accepted "
-                   "(answered when done)", user, r->c->peer, op, type, target);
+        MQD_NOTICE("audit",
+                   "user=%s peer=%s op=%s type=%s target=\"%s\" status=accepted "
+                   "(answered when done)",
+                   user, r->c->peer, op, type, target);
     else
         MQD_NOTICE("audit", "user=%s peer=%s op=%s type=%s target=\"%s\" status=%d%s%s%s", user,
                    r->c->peer, op, type, target, r->status, desc[0] ? " reason=\"" : "", desc,

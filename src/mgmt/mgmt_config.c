@@ -49,7 +49,8 @@ static int put_overrides(mqd_mgmt_req_t *r)
     for (size_t i = 0; i < n; i++) {
         const char *k;
         json_t *val;
-        json_object_foreach(v[i]->overrides, k, val) {
+        json_object_foreach(v[i]->overrides, k, val)
+        {
             char text[256];
             if (json_is_string(val))
                 snprintf(text, sizeof text, "%s", json_string_value(val));

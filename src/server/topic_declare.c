@@ -15,15 +15,16 @@ static int declare_existing(mqd_server_t *s, mqd_topic_t *t, uint32_t want)
     if (want == 0 || want == t->nparts)
         return 0;
     if (want < t->nparts) {
-        MQD_WARN("topic", "[topic %s] partitions = %u: the topic has %u and partitions only "
-                 "grow; keeping %u", t->name, want, t->nparts, t->nparts);
+        MQD_WARN("topic",
+                 "[topic %s] partitions = %u: the topic has %u and partitions only "
+                 "grow; keeping %u",
+                 t->name, want, t->nparts, t->nparts);
         return 0;
     }
     uint32_t had = t->nparts;
     int rc = mqd_topic_alter(s, t, want, NULL);
     if (rc == 0)
-        MQD_NOTICE("topic", "[topic %s]: grown from %u to %u partitions", t->name, had,
-                   t->nparts);
+        MQD_NOTICE("topic", "[topic %s]: grown from %u to %u partitions", t->name, had, t->nparts);
     return rc;
 }
 
@@ -40,8 +41,9 @@ static int declare_one(mqd_server_t *s, const mqd_topic_conf_t *sec)
         return 0;
     MQD_ERR("topic", "[topic %s]: cannot %s the declared topic: %s%s", sec->name,
             t ? "grow" : "create", mqd_strerror(rc),
-            rc == MQD_ETOOBIG ? " (partitions is over max_partitions_per_topic)"
-            : rc == MQD_EAGAIN ? " (max_topics reached)" : "");
+            rc == MQD_ETOOBIG  ? " (partitions is over max_partitions_per_topic)"
+            : rc == MQD_EAGAIN ? " (max_topics reached)"
+                               : "");
     return rc;
 }
 

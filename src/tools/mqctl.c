@@ -504,7 +504,8 @@ static void show_topic(json_t *o)
     json_object_foreach(cfg, k, v)
         printf("  %-20s %s%s\n", k, fld(cfg, k, b[0], sizeof b[0]),
                json_object_get(ov, k) ? "  (set by management)" : "");
-    const char *head[] = {"PARTITION", "START", "END", "MESSAGES", "SIZE_BYTES", "FAILED", "CORRUPT"};
+    const char *head[] = {"PARTITION",  "START",  "END",    "MESSAGES",
+                          "SIZE_BYTES", "FAILED", "CORRUPT"};
     table_t t = {.ncols = 7, .head = head};
     size_t i;
     char c[7][32];

@@ -39,14 +39,14 @@ typedef struct io {
     char **bodies;
     size_t n_bodies, next, settled, accepted;
     const char *key;
-    json_t *props;  /* application properties (owned) or NULL */
-    bool body_json; /* each body is JSON, sent as the AMQP value it maps to */
+    json_t *props;   /* application properties (owned) or NULL */
+    bool body_json;  /* each body is JSON, sent as the AMQP value it maps to */
     json_t *refused; /* [{index, state, condition, description}] (owned) */
     /* receive */
-    long count;     /* stop after this many (0: no limit) */
+    long count; /* stop after this many (0: no limit) */
     double idle_s;
-    bool consume;   /* a group's: accepted = consumed; else browsed */
-    json_t *msgs;   /* what --json prints (owned) */
+    bool consume; /* a group's: accepted = consumed; else browsed */
+    json_t *msgs; /* what --json prints (owned) */
 } io_t;
 
 static void io_fail(io_t *io, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -173,9 +173,9 @@ static void send_settled(io_t *io, pn_delivery_t *d)
         pn_condition_t *c = pn_disposition_condition(pn_delivery_remote(d));
         const char *cn = pn_condition_is_set(c) ? pn_condition_get_name(c) : NULL;
         const char *cd = cn ? pn_condition_get_description(c) : NULL;
-        json_array_append_new(io->refused, json_pack("{s:I, s:s, s:s?, s:s?}", "index",
-                                                     (json_int_t)idx, "state", state_name(st),
-                                                     "condition", cn, "description", cd));
+        json_array_append_new(io->refused,
+                              json_pack("{s:I, s:s, s:s?, s:s?}", "index", (json_int_t)idx, "state",
+                                        state_name(st), "condition", cn, "description", cd));
     }
     pn_delivery_settle(d);
     if (++io->settled == io->n_bodies) {
@@ -204,13 +204,13 @@ static json_t *message_json(pn_message_t *m)
     json_t *props = section(pn_message_properties(m));
     json_t *body = section(pn_message_body(m));
     json_t *off = ann_get(ann, "x-opt-offset");
-    json_t *o = json_pack("{s:O?, s:I, s:O?, s:O?, s:o?, s:o?, s:s?}", "partition",
-                          ann_get(ann, "x-opt-partition-id"), "offset",
-                          (json_int_t)(json_is_string(off) ? strtoll(json_string_value(off), NULL, 10) : -1),
-                          "enqueued_time", ann_get(ann, "x-opt-enqueued-time"), "key",
-                          ann_get(ann, "x-opt-partition-key"), "body", body ? body : json_null(),
-                          "properties", props ? props : json_object(), "subject",
-                          pn_message_get_subject(m));
+    json_t *o = json_pack(
+        "{s:O?, s:I, s:O?, s:O?, s:o?, s:o?, s:s?}", "partition",
+        ann_get(ann, "x-opt-partition-id"), "offset",
+        (json_int_t)(json_is_string(off) ? strtoll(json_string_value(off), NULL, 10) : -1),
+        "enqueued_time", ann_get(ann, "x-opt-enqueued-time"), "key",
+        ann_get(ann, "x-opt-partition-key"), "body", body ? body : json_null(), "properties",
+        props ? props : json_object(), "subject", pn_message_get_subject(m));
     json_decref(ann);
     return o;
 }
@@ -224,7 +224,8 @@ static void print_message(json_t *o)
         printf(" key=%s", json_string_value(key));
     const char *k;
     json_t *v;
-    json_object_foreach(json_object_get(o, "properties"), k, v) {
+    json_object_foreach(json_object_get(o, "properties"), k, v)
+    {
         char *t = json_is_string(v) ? NULL : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
         printf(" %s=%s", k, t ? t : json_string_value(v));
         free(t);
@@ -474,8 +475,8 @@ int mqctl_send(const mqctl_opts_t *o, int argc, char **argv)
         free(s);
         json_decref(r);
     } else if (io.done) {
-        printf("sent %zu message%s to %s: %zu accepted\n", io.next, io.next == 1 ? "" : "s",
-               addr, io.accepted);
+        printf("sent %zu message%s to %s: %zu accepted\n", io.next, io.next == 1 ? "" : "s", addr,
+               io.accepted);
     }
     size_t i;
     json_t *v;
@@ -570,8 +571,11 @@ int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv)
     char addr[1024], eb[128];
     /* without a group nothing is consumed: a browse from the start, as a peek */
     snprintf(addr, sizeof addr, group ? "%s/ConsumerGroups/%s" : "%s", topic, group ? group : "");
-    rcv_args_t ra = {.address = addr, .expr = from_expr(from ? from : group ? NULL : "earliest",
-                                                        eb, sizeof eb),
+    rcv_args_t ra = {.address = addr,
+                     .expr = from_expr(from    ? from
+                                       : group ? NULL
+                                               : "earliest",
+                                       eb, sizeof eb),
                      .browse = !group};
     io.consume = group != NULL;
     int ex = run(&io, attach_receiver, &ra);
