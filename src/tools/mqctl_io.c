@@ -178,6 +178,8 @@ static void send_settled(io_t *io, pn_delivery_t *d)
                                         state_name(st), "condition", cn, "description", cd));
     }
     pn_delivery_settle(d);
+    /* --timeout bounds a wait without progress, not the whole of a long stdin */
+    pn_proactor_set_timeout(io->px, (pn_millis_t)(io->o->timeout_s * 1000));
     if (++io->settled == io->n_bodies) {
         io->done = true;
         pn_connection_close(io->conn);
