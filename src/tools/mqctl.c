@@ -56,6 +56,7 @@ static void usage(FILE *f)
           "       (no BODY: one message per line of stdin)\n"
           "  receive TOPIC [--group G] [--from earliest|latest|OFFSET] [--count N] [--idle SEC]\n"
           "       (no --group: browses, consumes nothing)\n"
+          "  peek TOPIC [--from earliest|latest|OFFSET] [--count N] [--idle SEC]   (a browse)\n"
           "  connection list | close ID\n"
           "  config show   (the effective config and where each value came from)\n"
           "  status | reload\n",
@@ -832,6 +833,8 @@ int main(int argc, char **argv)
         return mqctl_send(&o, argc - i - 1, argv + i + 1);
     if (strcmp(argv[i], "receive") == 0)
         return mqctl_receive(&o, argc - i - 1, argv + i + 1);
+    if (strcmp(argv[i], "peek") == 0)
+        return mqctl_peek(&o, argc - i - 1, argv + i + 1);
     const cmd_t *c = find_cmd(argv[i], i + 1 < argc ? argv[i + 1] : NULL);
     if (!c)
         mqctl_die_usage("unknown command '%s%s%s'", argv[i], i + 1 < argc ? " " : "",

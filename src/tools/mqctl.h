@@ -44,5 +44,7 @@ void mqctl_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), 
  * after the verb (global options taken out); returns the exit code. */
 int mqctl_send(const mqctl_opts_t *o, int argc, char **argv);
 int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv);
+/* `peek TOPIC [...]`: receive without a group (a browse), --group refused. */
+int mqctl_peek(const mqctl_opts_t *o, int argc, char **argv);
 
 #endif

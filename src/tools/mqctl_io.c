@@ -542,6 +542,14 @@ static const char *from_expr(const char *from, char *buf, size_t len)
     return buf;
 }
 
+int mqctl_peek(const mqctl_opts_t *o, int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--group") == 0)
+            mqctl_die_usage("peek consumes nothing: no --group (use receive --group)");
+    return mqctl_receive(o, argc, argv);
+}
+
 int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv)
 {
     io_t io = {.o = o, .idle_s = 2, .msgs = json_array()};

@@ -11,7 +11,7 @@ dirsize   mqd_data_dir_size_bytes is the disk space the data dir's files take (a
 send      `mqctl send TOPIC BODY...` and bodies from stdin lines, with --key, --property,
           --partition and --body-json; --json reports sent/accepted/refused; a refused
           link exits 3 with the broker's condition.
-receive   `mqctl receive TOPIC` browses (consumes nothing) from earliest; --from latest /
+receive   `mqctl receive TOPIC` (and `mqctl peek`) browses (consumes nothing) from earliest; --from latest /
           OFFSET; --group G consumes: --count 2, then the rest, then nothing, with no
           duplicate and nothing lost; --json gives partition, offset, key, body,
           properties."""
@@ -185,6 +185,11 @@ def send_receive(b, coll):
         first = min(ms, key=lambda m: (m["partition"], m["offset"]))
         check(out.startswith("%d/%d" % (first["partition"], first["offset"])) or "/" in out.split()[0],
               "human line %r" % out)
+    with coll.case("peek: a browse, --group refused"):
+        ms = ok_json(b, "peek", "io", "--count", "3")
+        check(len(ms) == 3, "peek --count 3: %d" % len(ms))
+        rc, out, err = ctl(b, "peek", "io", "--group", "g")
+        check(rc == 1 and "--group" in err, "peek --group: exit %d %r" % (rc, err))
     with coll.case("receive: --from latest and --from OFFSET"):
         ms = ok_json(b, "receive", "io", "--from", "latest", "--idle", str(mqdtest.SLOW))
         check(ms == [], "--from latest: %r" % ms)
