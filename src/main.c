@@ -141,7 +141,7 @@ static int build_conf(opts_t *o, mqd_conf_t **out)
     if (rc == 0 && o->data_dir) {
         char kv[4200];
         snprintf(kv, sizeof kv, "data_dir=%s", o->data_dir);
-        rc = mqd_conf_set(c, kv, err, sizeof err);
+        rc = mqd_conf_set_from(c, kv, "--data-dir", err, sizeof err);
     }
     for (size_t i = 0; rc == 0 && i < o->n_sets; i++)
         rc = mqd_conf_set(c, o->sets[i], err, sizeof err);

@@ -374,6 +374,10 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
     }
     bool create = mqd_may_create(c, a->topic);
     int trc = mqd_topic_get_as(c, a->topic, create, t);
+    if (trc == MQD_ENOENT && mqd_create_forbidden(c, a->topic)) {
+        mqd_link_refuse(l, "amqp:unauthorized-access", MQD_CREATE_FORBIDDEN, a->topic);
+        return MQD_ENOENT;
+    }
     if (trc != 0) {
         mqd_link_refuse(l, mqd_topic_get_condition(trc), mqd_topic_get_desc(trc), a->topic);
         return MQD_ENOENT;

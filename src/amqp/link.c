@@ -170,6 +170,13 @@ bool mqd_may_create(mqd_conn_t *c, const char *topic)
     return mqd_topic_find(c->srv, topic) || mqd_auth_allowed(c, MQD_PERM_CREATE, topic);
 }
 
+bool mqd_create_forbidden(mqd_conn_t *c, const char *topic)
+{
+    if (!c->srv->conf->auto_create_topics || strncmp(topic, "$tmp.", 5) == 0)
+        return false;
+    return !mqd_topic_find(c->srv, topic) && !mqd_auth_may(c, MQD_PERM_CREATE, topic);
+}
+
 static void put_symbols(pn_data_t *d, const char *const *syms, size_t n)
 {
     pn_data_clear(d);
@@ -230,6 +237,8 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         bool create = mqd_may_create(c, a.topic);
         mqd_topic_t *t;
         int trc = mqd_topic_get_as(c, a.topic, create, &t);
+        if (trc == MQD_ENOENT && mqd_create_forbidden(c, a.topic))
+            return mqd_link_refuse(l, "amqp:unauthorized-access", MQD_CREATE_FORBIDDEN, a.topic);
         if (trc != 0)
             return mqd_link_refuse(l, mqd_topic_get_condition(trc), mqd_topic_get_desc(trc), a.topic);
         if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
@@ -293,6 +302,10 @@ static mqd_topic_t *relay_topic(mqd_conn_t *c, const uint8_t *p, const mqd_msg_i
     mqd_topic_t *t;
     bool create = mqd_may_create(c, a.topic);
     int rc = mqd_topic_get_as(c, a.topic, create, &t);
+    if (rc == MQD_ENOENT && mqd_create_forbidden(c, a.topic)) {
+        *why = MQD_EFAILED; /* not a missing topic: a missing right */
+        return NULL;
+    }
     if (rc != 0) {
         *why = rc;
         return NULL;
@@ -397,6 +410,10 @@ static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
             mqd_delivery_reject(d, "amqp:resource-limit-exceeded",
                                 "topic limit reached (max_topics, max_topics_per_connection): "
                                 "the address in `to` is not created");
+        else if (!presettled && why == MQD_EFAILED)
+            mqd_delivery_reject(d, "amqp:unauthorized-access",
+                                "not allowed to create the topic in `to`: the ACL grants no "
+                                "'create' right on it");
         else if (!presettled)
             mqd_delivery_reject(d, "amqp:not-found", "no such address in `to`");
         return NULL;

@@ -16,6 +16,12 @@ void mqd_reply_tmp_name(const char *addr, size_t len, char *out, size_t outlen);
 
 /* May c auto-create `topic` (config + the `create` permission)? */
 bool mqd_may_create(mqd_conn_t *c, const char *topic);
+/* The topic does not exist and would be created on first use but for the ACL, which
+ * gives c no `create` right on it: the link is refused with amqp:unauthorized-access
+ * and MQD_CREATE_FORBIDDEN (one %s: the topic), not amqp:not-found. */
+bool mqd_create_forbidden(mqd_conn_t *c, const char *topic);
+#define MQD_CREATE_FORBIDDEN                                                               \
+    "not allowed to create topic '%s': the ACL grants no 'create' right on it"
 
 /* credit.c: producer link credit (AMQP 1.0 2.6.7), the disk budget's windows.
  * mqd_credit_grant: pn_link_flow(n), remembered as not yet shown to the peer.

@@ -84,6 +84,7 @@ void mqd_conf_free(mqd_conf_t *c)
     if (c == NULL)
         return;
     free(c->path);
+    mqd_conf_origins_free(c);
     free_acl(c);
     mqd_conf_row_free_fields(MQD_CS_GLOBAL, c);
     for (size_t i = 0; i < c->n_topics; i++)
@@ -433,6 +434,19 @@ static int parse_acl_line(parse_t *ps, char *s)
     return 0;
 }
 
+/* For config show: global and [topic NAME] keys (users and SAS keys are not shown). */
+static int note_origin(mqd_conf_t *c, const section_t *sec, const char *key, const char *file,
+                       int line)
+{
+    char src[4096 + 16];
+    if (sec->kind != MQD_CS_GLOBAL && sec->kind != MQD_CS_TOPIC)
+        return 0;
+    if (file)
+        snprintf(src, sizeof src, "%s:%d", file, line);
+    return mqd_conf_origin_note(c, sec->kind == MQD_CS_TOPIC ? sec->topic->name : NULL, key,
+                                file ? src : "--set");
+}
+
 static int parse_line(parse_t *ps, char *raw)
 {
     char why[512];
@@ -456,6 +470,9 @@ static int parse_line(parse_t *ps, char *raw)
     int rc = apply_key(ps->c, &ps->sec, key, val, &replace, why, sizeof why);
     if (rc != 0)
         return fail(ps->err, ps->errlen, "%s:%d: %s: %s", ps->file, ps->line, key, why);
+    rc = note_origin(ps->c, &ps->sec, key, ps->file, ps->line);
+    if (rc != 0)
+        return fail(ps->err, ps->errlen, "%s:%d: %s: out of memory", ps->file, ps->line, key);
     if (strcmp(key, "listen") == 0)
         ps->listen_seen = true;
     if (strcmp(key, "cluster") == 0) /* validate names this line when node_id is missing */
@@ -536,6 +553,8 @@ int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t e
     int rc = apply_key(c, &glob, "listen", hostport, &replace, why, sizeof why);
     if (rc != 0)
         return fail(err, errlen, "--listen: %s", why), rc;
+    if ((rc = mqd_conf_origin_note(c, NULL, "listen", "--listen")) != 0)
+        return fail(err, errlen, "--listen: out of memory"), rc;
     c->listen_source = SRC_CLI;
     return cli_record(c, 'l', hostport);
 }
@@ -562,6 +581,12 @@ static int split_section_key(char *k, section_t *sec, mqd_conf_t *c, const char 
 
 int mqd_conf_set(mqd_conf_t *c, const char *key_eq_value, char *err, size_t errlen)
 {
+    return mqd_conf_set_from(c, key_eq_value, "--set", err, errlen);
+}
+
+int mqd_conf_set_from(mqd_conf_t *c, const char *key_eq_value, const char *source, char *err,
+                      size_t errlen)
+{
     char why[512];
     char *copy = strdup(key_eq_value);
     int rc = MQD_ENOMEM;
@@ -586,6 +611,11 @@ int mqd_conf_set(mqd_conf_t *c, const char *key_eq_value, char *err, size_t errl
         c->listen_source = SRC_CLI;
     if (rc == 0)
         rc = cli_record(c, 's', key_eq_value);
+    if (rc == 0 && (sec.kind == MQD_CS_GLOBAL || sec.kind == MQD_CS_TOPIC))
+        rc = mqd_conf_origin_note(c, sec.kind == MQD_CS_TOPIC ? sec.topic->name : NULL, key,
+                                  source);
+    if (rc == MQD_ENOMEM)
+        fail(err, errlen, "--set: %s: out of memory", label);
     if (rc == MQD_EINVAL)
         fail(err, errlen, "--set: %s: %s", label, why);
 out:

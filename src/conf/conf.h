@@ -70,8 +70,17 @@ typedef struct mqd_acl_rule {
 } mqd_acl_rule_t;
 #define MQD_CONF_PERM_ALL 31u
 
+/* Where a key's value came from: "FILE:LINE", "--set", "--listen", "--data-dir". */
+typedef struct mqd_conf_origin {
+    char *topic;  /* owned; the [topic NAME] section, NULL for the global part */
+    char *key;    /* owned */
+    char *source; /* owned */
+} mqd_conf_origin_t;
+
 typedef struct mqd_conf {
     char *path;               /* owned; file it was loaded from, NULL if none */
+    mqd_conf_origin_t *origins; /* owned; in the order applied (the last of a key counts) */
+    size_t n_origins;
     char **listen;            /* owned; "HOST:PORT" each */
     size_t n_listen;
     char *data_dir;           /* default MQD_LOCALSTATEDIR "/lib/mqd" */
@@ -175,6 +184,16 @@ int mqd_conf_set(mqd_conf_t *c, const char *key_eq_value, char *err, size_t errl
  * a duration like 500ms, 30s, 5m, 2h or 7d, got '7x'"). MQD_EINVAL on a bad key or value. */
 int mqd_conf_topic_setting(mqd_topic_conf_t *tc, const char *key, const char *val, char *err,
                            size_t errlen);
+/* mqd_conf_set with the origin config show names for it (`source`, e.g. "--data-dir"). */
+int mqd_conf_set_from(mqd_conf_t *c, const char *key_eq_value, const char *source, char *err,
+                      size_t errlen);
+/* conf_show.c: each global key (the topic defaults too) with its value as the file
+ * would spell it and its origin ("FILE:LINE", "--set", "default"), then each key set in a
+ * [topic NAME] section (topic = NAME, else NULL). Users and SAS keys are left out (they
+ * hold secrets). Stops at the first non-zero return of cb and returns it. */
+typedef int (*mqd_conf_show_cb)(const char *topic, const char *key, const char *value,
+                                const char *source, void *arg);
+int mqd_conf_show(const mqd_conf_t *c, mqd_conf_show_cb cb, void *arg);
 /* Adds a listener "HOST:PORT" (from --listen); the first call replaces the default. */
 int mqd_conf_add_listen(mqd_conf_t *c, const char *hostport, char *err, size_t errlen);
 /* Names the settings that differ between a running config `old` and a reloaded `nw`

@@ -78,6 +78,11 @@ void mqd_conf_row_describe(const mqd_conf_row_t *r, char *buf, size_t len);
 /* The default as the docs state it. */
 const char *mqd_conf_row_default_doc(const mqd_conf_row_t *r);
 
+/* conf_show.c: notes that `key` (in section `topic`, NULL: global) came from `source`
+ * (copied); c NULL notes nothing. Frees the notes. */
+int mqd_conf_origin_note(mqd_conf_t *c, const char *topic, const char *key, const char *source);
+void mqd_conf_origins_free(mqd_conf_t *c);
+
 /* Validation hooks used by the table (conf.c / conf_pass.c). */
 int mqd_conf_check_hostport(const char *v, char *why, size_t whylen);
 int mqd_conf_check_hostport_or_empty(const char *v, char *why, size_t whylen);

@@ -277,6 +277,7 @@ int mqd_group_describe(mqd_topic_t *t, const char *group, mqd_group_part_cb cb, 
             .owner = g->owner[i] ? g->owner[i]->name : NULL,
         };
         pi.lag = pi.log_end > pi.committed ? pi.log_end - pi.committed : 0;
+        pi.backlog = mqd_part_messages(p, pi.committed, pi.log_end);
         int rc = cb(&pi, arg);
         if (rc != 0)
             return rc;

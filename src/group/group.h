@@ -20,6 +20,7 @@ typedef struct mqd_group_part_info {
     uint64_t log_start;   /* first offset on disk */
     uint64_t log_end;     /* visible end (mqd_part_visible_end, read-uncommitted) */
     uint64_t lag;         /* log_end - committed (0 if committed is ahead) */
+    uint64_t backlog;     /* messages in [committed, log_end): lag less transaction markers */
     uint64_t inflight;    /* delivered, not settled */
     const char *owner;    /* "peer/link-name" of the owning link (exclusive mode), or NULL */
 } mqd_group_part_info_t;

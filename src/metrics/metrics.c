@@ -86,6 +86,7 @@ void mqd_metrics_proc_stats(mqd_proc_stats_t *out)
 typedef struct mqd_metrics {
     mqd_server_t *srv;
     struct evhttp *http;
+    mqd_dir_size_t data_dir; /* dirsize.c's last walk of data_dir */
 } mqd_metrics_t;
 
 /* Label values: backslash, double quote and newline are escaped (format 0.0.4). */
@@ -230,8 +231,9 @@ static void put_groups(struct evbuffer *b, mqd_server_t *s)
     }
 }
 
-static void put_process(struct evbuffer *b, mqd_server_t *s)
+static void put_process(struct evbuffer *b, mqd_metrics_t *m)
 {
+    mqd_server_t *s = m->srv;
     mqd_proc_stats_t ps;
     mqd_metrics_proc_stats(&ps);
     head(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
@@ -240,10 +242,16 @@ static void put_process(struct evbuffer *b, mqd_server_t *s)
     evbuffer_add_printf(b, "process_start_time_seconds %.3f\n", ps.start_time_s);
     head(b, "process_open_fds", "gauge", "Open file descriptors.");
     evbuffer_add_printf(b, "process_open_fds %llu\n", (unsigned long long)ps.open_fds);
+    uint64_t used;
+    if (mqd_metrics_dir_size(s->conf->data_dir, mqd_now_ms(), &m->data_dir, &used) == 0) {
+        head(b, "mqd_data_dir_size_bytes", "gauge",
+             "Disk space the files under data_dir take (allocated blocks, as du counts).");
+        evbuffer_add_printf(b, "mqd_data_dir_size_bytes %llu\n", (unsigned long long)used);
+    }
     struct statvfs sv;
     if (statvfs(s->conf->data_dir, &sv) == 0) {
-        head(b, "mqd_data_dir_size_bytes", "gauge", "Size of the file system holding data_dir.");
-        evbuffer_add_printf(b, "mqd_data_dir_size_bytes %llu\n",
+        head(b, "mqd_data_dir_fs_size_bytes", "gauge", "Size of the file system holding data_dir.");
+        evbuffer_add_printf(b, "mqd_data_dir_fs_size_bytes %llu\n",
                             (unsigned long long)sv.f_blocks * sv.f_frsize);
         head(b, "mqd_data_dir_free_bytes", "gauge", "Bytes available to mqd on data_dir's file system.");
         evbuffer_add_printf(b, "mqd_data_dir_free_bytes %llu\n",
@@ -327,7 +335,7 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     put_broker(b, m->srv);
     put_topics(b, m->srv);
     put_groups(b, m->srv);
-    put_process(b, m->srv);
+    put_process(b, m);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
     evhttp_send_reply(req, HTTP_OK, "OK", b);

@@ -17,7 +17,9 @@
 #include "server/server.h"
 
 #include <jansson.h>
+#include <openssl/ssl.h>
 #include <proton/message.h>
+#include <proton/sasl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +182,33 @@ static void conn_counts(mqd_conn_t *c, size_t *sessions, size_t *links)
         (*links)++;
 }
 
+/* What rabbitmqctl list_connections shows: since when, bytes, TLS, SASL, properties. */
+static void put_conn_details(pn_data_t *d, mqd_conn_t *c)
+{
+    pn_transport_t *t = c->driver.transport;
+    const char *mech = t ? pn_sasl_get_mech(pn_sasl(t)) : NULL;
+    mqd_mgmt_kv_ts(d, "connected_since", c->opened_ms);
+    mqd_mgmt_kv_long(d, "bytes_in", (int64_t)c->bytes_in);
+    mqd_mgmt_kv_long(d, "bytes_out", (int64_t)c->bytes_out);
+    mqd_mgmt_kv_str(d, "tls_version", c->ssl ? SSL_get_version(c->ssl) : NULL);
+    mqd_mgmt_kv_str(d, "tls_cipher", c->ssl ? SSL_get_cipher_name(c->ssl) : NULL);
+    mqd_mgmt_kv_str(d, "sasl_mechanism", mech);
+    /* the peer's open properties (product, version, platform...), as its client sent */
+    pn_data_t *props = pn_connection_remote_properties(c->driver.connection);
+    pn_data_rewind(props);
+    json_t *pj = pn_data_next(props) ? mqd_mgmt_data_to_json(props, 0) : NULL;
+    mqd_mgmt_kv_enter(d, "client_properties", false);
+    const char *k;
+    json_t *v;
+    if (json_is_object(pj))
+        json_object_foreach(pj, k, v) {
+            pn_data_put_string(d, pn_bytes(strlen(k), k));
+            mqd_mgmt_json_to_data(d, v, 1);
+        }
+    pn_data_exit(d);
+    json_decref(pj);
+}
+
 static int conn_query(mqd_mgmt_req_t *r)
 {
     pn_data_put_list(r->out);
@@ -201,6 +230,7 @@ static int conn_query(mqd_mgmt_req_t *r)
         mqd_mgmt_kv_long(r->out, "sessions", (int64_t)sessions);
         mqd_mgmt_kv_long(r->out, "links", (int64_t)links);
         mqd_mgmt_kv_bool(r->out, "self", c == r->c);
+        put_conn_details(r->out, c);
         pn_data_exit(r->out);
     }
     pn_data_exit(r->out);
@@ -239,9 +269,9 @@ static const mqd_mgmt_op_t broker_ops[] = {
 };
 
 static const mqd_mgmt_op_t *const op_tables[] = {broker_ops, mqd_mgmt_topic_ops, mqd_mgmt_group_ops,
-                                                  mqd_mgmt_owner_ops};
+                                                  mqd_mgmt_owner_ops, mqd_mgmt_config_ops};
 static const size_t *const op_counts[] = {NULL, &mqd_mgmt_n_topic_ops, &mqd_mgmt_n_group_ops,
-                                          &mqd_mgmt_n_owner_ops};
+                                          &mqd_mgmt_n_owner_ops, &mqd_mgmt_n_config_ops};
 
 static const mqd_mgmt_op_t *op_find(const char *type, const char *op)
 {
@@ -285,11 +315,15 @@ static void run_request(mqd_mgmt_req_t *r)
     }
     if (!allowed(r, op)) {
         mqd_mgmt_fail(r, 401, "not allowed to manage");
+        if (mqd_mgmt_audited(r->op))
+            mqd_mgmt_audit(r); /* refused attempts belong in the trail too */
         return;
     }
     r->status = op->fn(r);
     if (r->status >= 300)
         pn_data_clear(r->out); /* a partly built body must not go out with an error */
+    if (mqd_mgmt_audited(r->op))
+        mqd_mgmt_audit(r);
     MQD_DEBUG("mgmt", "%s %s name=%s -> %d %s", r->op, r->type, r->name ? r->name : "-",
               r->status, r->desc);
 }

@@ -60,22 +60,25 @@ typedef struct qctx {
 
 static int sum_lag(const mqd_group_part_info_t *pi, void *arg)
 {
-    *(uint64_t *)arg += pi->lag;
+    uint64_t *sums = arg;
+    sums[0] += pi->lag;
+    sums[1] += pi->backlog;
     return 0;
 }
 
 static int query_one(const char *group, mqd_group_mode_t mode, size_t members, void *arg)
 {
     qctx_t *q = arg;
-    uint64_t lag = 0;
-    mqd_group_describe(q->t, group, sum_lag, &lag);
+    uint64_t sums[2] = {0, 0};
+    mqd_group_describe(q->t, group, sum_lag, sums);
     pn_data_put_map(q->d);
     pn_data_enter(q->d);
     mqd_mgmt_kv_str(q->d, "topic", q->t->name);
     mqd_mgmt_kv_str(q->d, "group", group);
     mqd_mgmt_kv_str(q->d, "mode", mode_name(mode));
     mqd_mgmt_kv_long(q->d, "members", (int64_t)members);
-    mqd_mgmt_kv_long(q->d, "lag", (int64_t)lag);
+    mqd_mgmt_kv_long(q->d, "lag", (int64_t)sums[0]);
+    mqd_mgmt_kv_long(q->d, "backlog", (int64_t)sums[1]);
     pn_data_exit(q->d);
     return 0;
 }
@@ -107,7 +110,7 @@ static int group_query(mqd_mgmt_req_t *r)
 
 typedef struct rctx {
     pn_data_t *d;
-    uint64_t lag;
+    uint64_t lag, backlog;
 } rctx_t;
 
 static int read_part(const mqd_group_part_info_t *pi, void *arg)
@@ -120,10 +123,12 @@ static int read_part(const mqd_group_part_info_t *pi, void *arg)
     mqd_mgmt_kv_long(x->d, "log_start", (int64_t)pi->log_start);
     mqd_mgmt_kv_long(x->d, "log_end", (int64_t)pi->log_end);
     mqd_mgmt_kv_long(x->d, "lag", (int64_t)pi->lag);
+    mqd_mgmt_kv_long(x->d, "backlog", (int64_t)pi->backlog);
     mqd_mgmt_kv_long(x->d, "inflight", (int64_t)pi->inflight);
     mqd_mgmt_kv_str(x->d, "owner", pi->owner);
     pn_data_exit(x->d);
     x->lag += pi->lag;
+    x->backlog += pi->backlog;
     return 0;
 }
 
@@ -161,6 +166,7 @@ static int describe(mqd_mgmt_req_t *r, mqd_topic_t *t, const char *group, int ok
     int rc = mqd_group_describe(t, group, read_part, &x);
     pn_data_exit(d);
     mqd_mgmt_kv_long(d, "lag", (int64_t)x.lag);
+    mqd_mgmt_kv_long(d, "backlog", (int64_t)x.backlog);
     pn_data_exit(d);
     if (rc == MQD_ENOENT)
         return mqd_mgmt_fail(r, 404, "no group '%s' on topic '%s'", group, t->name);

@@ -16,6 +16,7 @@ struct mqd_conn;
 #define MQD_MGMT_T_CONN "com.mqd:connection"
 #define MQD_MGMT_T_BROKER "com.mqd:broker"
 #define MQD_MGMT_T_OWNERSHIP "com.mqd:ownership"
+#define MQD_MGMT_T_CONFIG "com.mqd:config"
 #define MQD_MGMT_T_EVENTHUB "com.microsoft:eventhub"
 #define MQD_MGMT_T_PARTITION "com.microsoft:partition"
 
@@ -59,6 +60,13 @@ extern const mqd_mgmt_op_t mqd_mgmt_group_ops[];
 extern const size_t mqd_mgmt_n_group_ops;
 extern const mqd_mgmt_op_t mqd_mgmt_owner_ops[];
 extern const size_t mqd_mgmt_n_owner_ops;
+extern const mqd_mgmt_op_t mqd_mgmt_config_ops[];
+extern const size_t mqd_mgmt_n_config_ops;
+
+/* mgmt_audit.c: whether operation op changes something (all but READ and QUERY), and
+ * the audit log line of an answered (or refused, or deferred) request r. */
+bool mqd_mgmt_audited(const char *op);
+void mqd_mgmt_audit(mqd_mgmt_req_t *r);
 
 int mqd_mgmt_fail(mqd_mgmt_req_t *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

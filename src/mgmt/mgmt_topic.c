@@ -43,22 +43,15 @@ static bool settings_ok(mqd_mgmt_req_t *r, json_t *ov)
     mqd_conf_topic(r->s->conf, r->name, &probe);
     const char *k;
     json_t *v;
-    char text[64], err[512];
+    char err[512];
     json_object_foreach(ov, k, v) {
-        const char *val = text;
-        if (strcmp(k, "partitions") == 0)
-            return mqd_mgmt_fail(r, 400, "partitions: a count, not a setting (the "
-                                 "'partitions' property; mqctl --partitions N)"), false;
-        if (json_is_string(v))
-            val = json_string_value(v);
-        else if (json_is_integer(v))
-            snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
-        else if (json_is_boolean(v))
-            snprintf(text, sizeof text, "%s", json_is_true(v) ? "on" : "off");
-        else
-            return mqd_mgmt_fail(r, 400, "%s: expected a string, number or boolean", k), false;
-        if (mqd_conf_topic_setting(&probe, k, val, err, sizeof err) != 0)
-            return mqd_mgmt_fail(r, 400, "invalid setting %s", err), false;
+        if (mqd_topic_setting_apply(&probe, k, v, err, sizeof err) == 0)
+            continue;
+        /* the config parser's reasons read "invalid setting KEY: ..."; a count or a
+         * value of the wrong JSON type is refused before it gets there */
+        bool parsed = strcmp(k, "partitions") != 0 &&
+                      (json_is_string(v) || json_is_integer(v) || json_is_boolean(v));
+        return mqd_mgmt_fail(r, 400, "%s%s", parsed ? "invalid setting " : "", err), false;
     }
     return true;
 }
@@ -124,9 +117,39 @@ static void put_health(pn_data_t *d, const mqd_part_t *p)
     mqd_mgmt_kv_long(d, "first_corrupt_offset", n ? (int64_t)first : -1);
 }
 
+typedef struct backlog_ctx {
+    pn_data_t *d;
+    mqd_topic_t *t;
+    uint64_t backlog;
+} backlog_ctx_t;
+
+static int add_backlog(const mqd_group_part_info_t *pi, void *arg)
+{
+    ((backlog_ctx_t *)arg)->backlog += pi->backlog;
+    return 0;
+}
+
+/* Queue-style: per group the messages it has yet to consume ($shared is plain T's). */
+static int put_group_backlog(const char *group, mqd_group_mode_t mode, size_t members,
+                             void *arg)
+{
+    backlog_ctx_t *x = arg;
+    MQD_UNUSED(mode);
+    x->backlog = 0;
+    mqd_group_describe(x->t, group, add_backlog, x);
+    pn_data_put_map(x->d);
+    pn_data_enter(x->d);
+    mqd_mgmt_kv_str(x->d, "group", group);
+    mqd_mgmt_kv_long(x->d, "members", (int64_t)members);
+    mqd_mgmt_kv_long(x->d, "backlog", (int64_t)x->backlog);
+    pn_data_exit(x->d);
+    return 0;
+}
+
 static void put_topic(pn_data_t *d, mqd_topic_t *t)
 {
-    uint64_t size = 0;
+    uint64_t size = 0, messages = 0;
+    bool exact = true;
     pn_data_put_map(d);
     pn_data_enter(d);
     mqd_mgmt_kv_str(d, "name", t->name);
@@ -150,8 +173,12 @@ static void put_topic(pn_data_t *d, mqd_topic_t *t)
         pn_data_enter(d);
         mqd_mgmt_kv_long(d, "partition", i);
         mqd_mgmt_kv_long(d, "start", (int64_t)mqd_plog_start_offset(log));
-        mqd_mgmt_kv_long(d, "end",
-                         (int64_t)mqd_part_visible_end(&t->parts[i], MQD_READ_UNCOMMITTED));
+        uint64_t end = mqd_part_visible_end(&t->parts[i], MQD_READ_UNCOMMITTED);
+        uint64_t n = mqd_part_messages(&t->parts[i], 0, end);
+        messages += n;
+        exact = exact && mqd_part_count_exact(&t->parts[i]);
+        mqd_mgmt_kv_long(d, "end", (int64_t)end);
+        mqd_mgmt_kv_long(d, "messages", (int64_t)n);
         mqd_mgmt_kv_long(d, "size_bytes", (int64_t)mqd_plog_size_bytes(log));
         mqd_mgmt_kv_bool(d, "failed", mqd_plog_failed(log));
         put_health(d, &t->parts[i]);
@@ -159,6 +186,12 @@ static void put_topic(pn_data_t *d, mqd_topic_t *t)
     }
     pn_data_exit(d);
     mqd_mgmt_kv_long(d, "size_bytes", (int64_t)size);
+    mqd_mgmt_kv_long(d, "messages", (int64_t)messages);
+    mqd_mgmt_kv_bool(d, "messages_exact", exact);
+    mqd_mgmt_kv_enter(d, "groups", true);
+    backlog_ctx_t bx = {.d = d, .t = t};
+    mqd_group_list(t, put_group_backlog, &bx);
+    pn_data_exit(d);
     mqd_mgmt_kv_long(d, "messages_in", (int64_t)t->msgs_in);
     mqd_mgmt_kv_long(d, "bytes_in", (int64_t)t->bytes_in);
     mqd_mgmt_kv_long(d, "messages_out", (int64_t)t->msgs_out);

@@ -39,6 +39,7 @@ typedef struct mqd_part mqd_part_t;
 typedef struct mqd_part_commit mqd_part_commit_t; /* part_commit.c */
 typedef struct mqd_lstate mqd_lstate_t;
 typedef struct mqd_topic_build mqd_topic_build_t; /* topic.c */
+typedef struct mqd_census mqd_census_t;             /* topic_count.c */
 
 /* One listening socket; `index` is its position in conf->listen. */
 typedef struct mqd_listener {
@@ -123,6 +124,15 @@ struct mqd_part {
     bool failed;                          /* its log failed and the owner knows (partfail.c) */
     int64_t resume_at_ms;                 /* next automatic resume attempt */
     mqd_part_commit_t *commit;            /* its commit point (part_commit.c): use the accessors */
+    struct {                              /* topic_count.c: offsets that are no message */
+        uint64_t *off;                    /* ascending (owned) */
+        size_t n, cap;
+        size_t census_n;                  /* the first census_n came from the census */
+        uint64_t census_at, census_end;   /* the census has yet to read [at, end) */
+        uint64_t next;                    /* the offset the next append should get */
+        bool lost;                        /* out of memory or a failed read: an estimate */
+        bool loaded;                      /* the census saved by the last stop was looked at */
+    } ctl;
 };
 
 /* ---- a consumer group of a topic (group/group.c) ---- */
@@ -232,6 +242,7 @@ struct mqd_conn {
     struct ssl_st *ssl;      /* TLS listeners only (mqd_auth_conn_setup); freed by conn_free */
     size_t listener;         /* index into conf->listen */
     int64_t opened_ms;       /* wall clock at accept */
+    uint64_t bytes_in, bytes_out; /* AMQP bytes (after TLS) into and out of its driver */
     char user[128];
     /* The frame peek that tells the delivery path each transfer's message-format (owned).
        It is the on/off switch: set at accept where rx_feed sees plaintext (plain
@@ -306,6 +317,7 @@ struct mqd_server {
     char *conf_path;
     mqd_conf_hooks_t *conf_hooks; /* reload: the subsystems' check/apply hooks (conf_swap.c) */
     struct mqd_accept_guard *accept_guard; /* accept_guard.c: EMFILE on accept */
+    struct mqd_census *census; /* topic_count.c: counting markers in logs opened at start */
 };
 
 /* server.c */
@@ -364,6 +376,26 @@ int mqd_topic_get_as(mqd_conn_t *c, const char *name, bool create, mqd_topic_t *
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts, mqd_topic_t **out);
 mqd_topic_t *mqd_topic_find(mqd_server_t *s, const char *name);
 int mqd_topics_load(mqd_server_t *s);
+/* topic_count.c: messages stored, not offsets (transaction markers excluded).
+ * count_open: after p's log opened, starts the census of what the log holds (read in
+ * slices between events); count_append: every record appended at off; messages: the
+ * messages with offsets in [from, to) (from clamped to the log start); count_exact:
+ * false while the census runs or after it lost track (then messages over-counts). */
+int mqd_part_count_open(mqd_part_t *p);
+void mqd_part_count_append(mqd_part_t *p, uint64_t off, uint32_t flags);
+uint64_t mqd_part_messages(const mqd_part_t *p, uint64_t from, uint64_t to);
+bool mqd_part_count_exact(const mqd_part_t *p);
+void mqd_part_count_free(mqd_part_t *p);
+void mqd_census_free(mqd_server_t *s);
+/* Saves every exact count in meta.db for the next start (a clean stop, before the
+ * topics are freed); on failure the next start reads the logs whole. */
+void mqd_topics_census_save(mqd_server_t *s);
+/* Blanks t's saved counts (t is being deleted: a topic made again reads its own log). */
+void mqd_topic_census_forget(mqd_server_t *s, const mqd_topic_t *t);
+/* topic_declare.c: every [topic NAME] section's topic exists (created, or grown to the
+ * section's partitions), auto_create_topics or not; after mqd_topics_load. The first
+ * error other than a full disk (which is logged, and the broker starts). */
+int mqd_topics_declare(mqd_server_t *s);
 /* topic_recover.c: every topic directory under data_dir/topics goes to mqd_topic_adopt
  * with the partition count its directory implies (after meta.db's topics are open). */
 int mqd_topics_recover_dirs(mqd_server_t *s);
@@ -373,6 +405,10 @@ int mqd_topic_adopt(mqd_server_t *s, const char *name, uint32_t ndir);
 void mqd_topics_free(mqd_server_t *s);
 void mqd_pending_pool_free(mqd_server_t *s);
 int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t);
+/* One per-topic setting `key` = v (a JSON string, integer or boolean) into tc through the
+ * config file's parser: 0, or MQD_EINVAL with the reason ("KEY: ...") in err. */
+int mqd_topic_setting_apply(mqd_topic_conf_t *tc, const char *key, const struct json_t *v,
+                            char *err, size_t errlen);
 /* Management: creates a topic with `overrides_json` (an object of per-topic keys such as
  * {"flush":"async","retention_ms":3600000}); MQD_EEXIST, MQD_EINVAL. nparts 0 = default. */
 int mqd_topic_create(mqd_server_t *s, const char *name, uint32_t nparts, const char *overrides_json,

@@ -194,6 +194,7 @@ static void conn_write(mqd_conn_t *c)
             return;
         }
         pn_connection_driver_write_done(&c->driver, (size_t)n);
+        c->bytes_out += (uint64_t)n;
     }
     if (c->want_write) {
         c->want_write = false;
@@ -313,6 +314,7 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
         if (ok > 0) {
             memcpy(rb.start, p, ok);
             pn_connection_driver_read_done(&c->driver, ok);
+            c->bytes_in += ok;
         }
         if (ok < k) {
             rx_refuse(c);
@@ -578,6 +580,7 @@ static void tls_write(mqd_conn_t *c)
         int n = SSL_write(c->ssl, wb.start, wb.size > INT_MAX ? INT_MAX : (int)wb.size);
         if (n > 0) {
             pn_connection_driver_write_done(&c->driver, (size_t)n);
+            c->bytes_out += (uint64_t)n;
             continue;
         }
         int err = SSL_get_error(c->ssl, n);
@@ -1007,6 +1010,8 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     mqd_store_warm(s->store); /* reads partition metadata in parallel while topics open */
     if ((rc = mqd_topics_load(s)) != 0)
         goto err;
+    if ((rc = mqd_topics_declare(s)) != 0)
+        goto err;
     if ((rc = mqd_txns_init(s)) != 0)
         goto err;
     mqd_topics_dedup_warm(s); /* needs the committed transactions; before any client */
@@ -1123,6 +1128,7 @@ void mqd_server_free(mqd_server_t *s)
     if (s->store)
         mqd_topics_persist(s, true);
     mqd_txns_free(s); /* open transactions die with the process: aborted at restart */
+    mqd_topics_census_save(s);
     mqd_topics_free(s);
     mqd_pending_pool_free(s);
     if (s->meta)

@@ -137,6 +137,7 @@ static int part_open(mqd_topic_t *t, uint32_t id)
         return rc;
     }
     mqd_plog_set_stable_cb(p->log, on_stable, p);
+    mqd_part_count_open(p); /* out of memory: counts are estimates, the topic works */
     return 0;
 }
 
@@ -169,23 +170,36 @@ static int topic_grow(mqd_topic_t *t, uint32_t nparts)
 /* Per-topic settings changed through management are kept as JSON overrides in meta.db
  * and applied over the config file's settings at every start; a topic without
  * overrides follows the config file. */
-static int apply_one(mqd_topic_conf_t *tc, const char *key, json_t *v)
+int mqd_topic_setting_apply(mqd_topic_conf_t *tc, const char *key, const struct json_t *v,
+                            char *err, size_t errlen)
 {
     /* the config file's parser (units, bounds, every [topic] key): management takes what
      * the file takes; numbers stored by older versions are plain ms/bytes */
-    char text[64], err[256];
+    char text[64];
     const char *val = text;
+    if (strcmp(key, "partitions") == 0) {
+        /* a count, not a setting: create/alter take it apart */
+        snprintf(err, errlen, "partitions: a count, not a setting (the 'partitions' "
+                              "property; mqctl --partitions N)");
+        return MQD_EINVAL;
+    }
     if (json_is_string(v))
         val = json_string_value(v);
     else if (json_is_integer(v))
         snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
     else if (json_is_boolean(v))
         snprintf(text, sizeof text, "%s", json_is_true(v) ? "on" : "off");
-    else
+    else {
+        snprintf(err, errlen, "%s: expected a string, number or boolean", key);
         return MQD_EINVAL;
-    if (strcmp(key, "partitions") == 0)
-        return MQD_EINVAL; /* a count, not a setting: create/alter take it apart */
-    return mqd_conf_topic_setting(tc, key, val, err, sizeof err);
+    }
+    return mqd_conf_topic_setting(tc, key, val, err, errlen);
+}
+
+static int apply_one(mqd_topic_conf_t *tc, const char *key, json_t *v)
+{
+    char err[256];
+    return mqd_topic_setting_apply(tc, key, v, err, sizeof err);
 }
 
 /* Applies `overrides` (a JSON object) to tc; MQD_EINVAL names nothing but fails whole. */
@@ -467,6 +481,7 @@ static void part_free(mqd_part_t *p)
     p->otx = NULL;
     p->n_otx = p->cap_otx = 0;
     mqd_part_commit_free(p);
+    mqd_part_count_free(p);
     if (p->log)
         mqd_plog_set_stable_cb(p->log, NULL, NULL);
 }
@@ -517,8 +532,10 @@ static void detach_links(mqd_server_t *s, mqd_topic_t *t)
 
 int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t)
 {
-    if (!t->temporary)
+    if (!t->temporary) {
         detach_links(s, t);
+        mqd_topic_census_forget(s, t);
+    }
     topic_unlink(s, t);
     char *name = strdup(t->name);
     topic_free(t);
@@ -537,6 +554,7 @@ int mqd_topic_delete(mqd_server_t *s, mqd_topic_t *t)
 void mqd_topics_free(mqd_server_t *s)
 {
     mqd_topic_builds_cancel(s);
+    mqd_census_free(s);
     for (size_t i = 0; i < s->topics_cap; i++) {
         mqd_topic_t *t = s->topics[i];
         while (t) {
@@ -561,6 +579,7 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
         return rc;
     if (offset_out)
         *offset_out = off;
+    mqd_part_count_append(p, off, flags);
     p->topic->msgs_in++;
     p->topic->bytes_in += len;
     mqd_server_tick_soon(p->topic->srv);

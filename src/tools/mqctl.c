@@ -7,6 +7,7 @@
 #include "config.h"
 #include "mqd.h"
 #include "mgmt/mgmt_json.h"
+#include "tools/mqctl.h"
 #include "tools/scram_client.h"
 
 #include <jansson.h>
@@ -24,27 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
-
-enum { EX_OK = 0, EX_USAGE = 1, EX_CONN = 2, EX_NOTFOUND = 3, EX_CONFLICT = 4, EX_OTHER = 5 };
-
-#define T_TOPIC "com.mqd:topic"
-#define T_GROUP "com.mqd:consumergroup"
-#define T_CONN "com.mqd:connection"
-#define T_BROKER "com.mqd:broker"
-
-typedef struct opts {
-    const char *url;
-    bool json;
-    bool insecure;
-    const char *ca;
-    double timeout_s;
-} opts_t;
-
-typedef struct url {
-    bool tls;
-    char user[256], pass[256], host[256], port[16];
-} url_t;
 
 /* One management request and its reply. */
 typedef struct request {
@@ -57,7 +39,6 @@ typedef struct request {
     json_t *reply; /* owned, or NULL */
 } request_t;
 
-static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 static void usage(FILE *f)
 {
@@ -71,12 +52,18 @@ static void usage(FILE *f)
           "  topic resume NAME[/PARTITION]   (a partition failed by a full disk or an I/O error)\n"
           "  group list [TOPIC] | describe TOPIC GROUP | delete TOPIC GROUP\n"
           "  group reset TOPIC GROUP --to earliest|latest|OFFSET|@TIME_MS\n"
+          "  send TOPIC [BODY...] [--key K] [--partition N] [--property K=V]... [--body-json]\n"
+          "       (no BODY: one message per line of stdin)\n"
+          "  receive TOPIC [--group G] [--from earliest|latest|OFFSET] [--count N] [--idle SEC]\n"
+          "       (no --group: browses, consumes nothing)\n"
+          "  peek TOPIC [--from earliest|latest|OFFSET] [--count N] [--idle SEC]   (a browse)\n"
           "  connection list | close ID\n"
+          "  config show   (the effective config and where each value came from)\n"
           "  status | reload\n",
           f);
 }
 
-static void die_usage(const char *fmt, ...)
+void mqctl_die_usage(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -89,7 +76,7 @@ static void die_usage(const char *fmt, ...)
 
 /* ---------------------------------------------------------------- URL */
 
-static int parse_url(const char *s, url_t *u)
+int mqctl_parse_url(const char *s, mqctl_url_t *u)
 {
     memset(u, 0, sizeof *u);
     if (strncmp(s, "amqps://", 8) == 0) {
@@ -317,17 +304,18 @@ static bool handle(client_t *cl, pn_event_t *e)
     return true;
 }
 
-static void setup_connection(client_t *cl, const url_t *u, const opts_t *o, pn_transport_t *t)
+void mqctl_conn_setup(pn_connection_t *conn, pn_transport_t *t, const mqctl_url_t *u,
+                      const mqctl_opts_t *o, mqd_sasl_client_t *sc)
 {
     char container[64];
     snprintf(container, sizeof container, "mqctl-%ld", (long)getpid());
-    pn_connection_set_container(cl->conn, container);
-    pn_connection_set_hostname(cl->conn, u->host);
+    pn_connection_set_container(conn, container);
+    pn_connection_set_hostname(conn, u->host);
     pn_sasl_t *sasl = pn_sasl(t);
-    mqd_sasl_client_setup(t, &cl->sasl);
+    mqd_sasl_client_setup(t, sc);
     if (u->user[0]) {
-        pn_connection_set_user(cl->conn, u->user);
-        pn_connection_set_password(cl->conn, u->pass);
+        pn_connection_set_user(conn, u->user);
+        pn_connection_set_password(conn, u->pass);
         /* PLAIN over plain TCP when the broker offers no SCRAM: the operator chose the
          * URL; loopback is the usual case */
         pn_sasl_set_allow_insecure_mechs(sasl, true);
@@ -342,6 +330,14 @@ static void setup_connection(client_t *cl, const url_t *u, const opts_t *o, pn_t
         pn_ssl_set_peer_hostname(pn_ssl(t), u->host);
         pn_ssl_domain_free(dom);
     }
+}
+
+static void setup_connection(client_t *cl, const mqctl_url_t *u, const mqctl_opts_t *o,
+                             pn_transport_t *t)
+{
+    char container[64];
+    snprintf(container, sizeof container, "mqctl-%ld", (long)getpid());
+    mqctl_conn_setup(cl->conn, t, u, o, &cl->sasl);
     pn_session_t *ss = pn_session(cl->conn);
     pn_session_open(ss);
     cl->snd = pn_sender(ss, "mqctl-request");
@@ -357,11 +353,11 @@ static void setup_connection(client_t *cl, const url_t *u, const opts_t *o, pn_t
 }
 
 /* Sends rq and fills its reply; returns 0 or an exit code (message printed). */
-static int transact(const opts_t *o, request_t *rq)
+static int transact(const mqctl_opts_t *o, request_t *rq)
 {
-    url_t u;
-    if (parse_url(o->url, &u) != 0)
-        die_usage("bad URL '%s'", o->url);
+    mqctl_url_t u;
+    if (mqctl_parse_url(o->url, &u) != 0)
+        mqctl_die_usage("bad URL '%s'", o->url);
     client_t cl = {.rq = rq};
     cl.px = pn_proactor();
     cl.conn = pn_connection();
@@ -459,15 +455,31 @@ static const char *fld(json_t *o, const char *k, char *buf, size_t len)
 
 static void show_topics(json_t *v)
 {
-    const char *head[] = {"NAME", "PARTITIONS", "MESSAGES_IN", "MESSAGES_OUT", "SIZE_BYTES"};
+    const char *head[] = {"NAME", "PARTITIONS", "MESSAGES", "GROUPS", "SIZE_BYTES"};
     table_t t = {.ncols = 5, .head = head};
     size_t i;
     json_t *o;
     char b[5][32];
-    json_array_foreach(v, i, o)
-        table_add(&t, F(o, "name", 0), F(o, "partitions", 1), F(o, "messages_in", 2),
-                  F(o, "messages_out", 3), F(o, "size_bytes", 4));
+    json_array_foreach(v, i, o) {
+        snprintf(b[3], sizeof b[3], "%zu", json_array_size(json_object_get(o, "groups")));
+        table_add(&t, F(o, "name", 0), F(o, "partitions", 1), F(o, "messages", 2), b[3],
+                  F(o, "size_bytes", 4));
+    }
     table_print(&t);
+}
+
+/* Queue-style: what each group has yet to consume. */
+static void show_topic_groups(json_t *o)
+{
+    const char *head[] = {"GROUP", "MEMBERS", "BACKLOG"};
+    table_t t = {.ncols = 3, .head = head};
+    size_t i;
+    json_t *g;
+    char b[3][64];
+    json_array_foreach(json_object_get(o, "groups"), i, g)
+        table_add(&t, F(g, "group", 0), F(g, "members", 1), F(g, "backlog", 2));
+    if (t.nrows)
+        table_print(&t);
 }
 
 static void show_kv(json_t *o, const char *const *keys, size_t n)
@@ -482,7 +494,8 @@ static void show_kv(json_t *o, const char *const *keys, size_t n)
 
 static void show_topic(json_t *o)
 {
-    static const char *const keys[] = {"name", "partitions", "size_bytes", "messages_in", "messages_out"};
+    static const char *const keys[] = {"name",        "partitions",  "messages",
+                                       "size_bytes",  "messages_in", "messages_out"};
     show_kv(o, keys, MQD_ARRAY_LEN(keys));
     json_t *cfg = json_object_get(o, "config"), *ov = json_object_get(o, "overrides");
     const char *k;
@@ -492,15 +505,18 @@ static void show_topic(json_t *o)
     json_object_foreach(cfg, k, v)
         printf("  %-20s %s%s\n", k, fld(cfg, k, b[0], sizeof b[0]),
                json_object_get(ov, k) ? "  (set by management)" : "");
-    const char *head[] = {"PARTITION", "START", "END", "SIZE_BYTES", "FAILED", "CORRUPT"};
-    table_t t = {.ncols = 6, .head = head};
+    const char *head[] = {"PARTITION",  "START",  "END",    "MESSAGES",
+                          "SIZE_BYTES", "FAILED", "CORRUPT"};
+    table_t t = {.ncols = 7, .head = head};
     size_t i;
-    char c[6][32];
+    char c[7][32];
     json_array_foreach(json_object_get(o, "partition_info"), i, v)
         table_add(&t, fld(v, "partition", c[0], 32), fld(v, "start", c[1], 32),
-                  fld(v, "end", c[2], 32), fld(v, "size_bytes", c[3], 32),
-                  fld(v, "failed", c[4], 32), fld(v, "corrupt_records", c[5], 32));
+                  fld(v, "end", c[2], 32), fld(v, "messages", c[3], 32),
+                  fld(v, "size_bytes", c[4], 32), fld(v, "failed", c[5], 32),
+                  fld(v, "corrupt_records", c[6], 32));
     table_print(&t);
+    show_topic_groups(o);
     json_array_foreach(json_object_get(o, "partition_info"), i, v) {
         const char *why = json_string_value(json_object_get(v, "failed_reason"));
         if (why && *why)
@@ -510,14 +526,14 @@ static void show_topic(json_t *o)
 
 static void show_groups(json_t *v)
 {
-    const char *head[] = {"TOPIC", "GROUP", "MODE", "MEMBERS", "LAG"};
-    table_t t = {.ncols = 5, .head = head};
+    const char *head[] = {"TOPIC", "GROUP", "MODE", "MEMBERS", "LAG", "BACKLOG"};
+    table_t t = {.ncols = 6, .head = head};
     size_t i;
     json_t *o;
-    char b[5][32];
+    char b[6][32];
     json_array_foreach(v, i, o)
         table_add(&t, F(o, "topic", 0), F(o, "group", 1), F(o, "mode", 2), F(o, "members", 3),
-                  F(o, "lag", 4));
+                  F(o, "lag", 4), F(o, "backlog", 5));
     table_print(&t);
 }
 
@@ -538,14 +554,38 @@ static void show_group(json_t *o)
 
 static void show_conns(json_t *v)
 {
-    const char *head[] = {"ID", "USER", "CONTAINER", "SESSIONS", "LINKS"};
-    table_t t = {.ncols = 5, .head = head};
+    const char *head[] = {"ID",       "USER",     "SASL",      "TLS",   "CONNECTED_SINCE",
+                          "BYTES_IN", "BYTES_OUT", "CONTAINER", "LINKS"};
+    table_t t = {.ncols = 9, .head = head};
     size_t i;
     json_t *o;
-    char b[5][32];
-    json_array_foreach(v, i, o)
-        table_add(&t, F(o, "id", 0), F(o, "user", 1), F(o, "container", 2), F(o, "sessions", 3),
-                  F(o, "links", 4));
+    char b[9][64];
+    json_array_foreach(v, i, o) {
+        time_t since = (time_t)(json_integer_value(json_object_get(o, "connected_since")) / 1000);
+        struct tm tm;
+        gmtime_r(&since, &tm);
+        strftime(b[4], sizeof b[4], "%Y-%m-%dT%H:%M:%SZ", &tm);
+        table_add(&t, F(o, "id", 0), F(o, "user", 1), F(o, "sasl_mechanism", 2),
+                  F(o, "tls_version", 3), b[4], F(o, "bytes_in", 5), F(o, "bytes_out", 6),
+                  F(o, "container", 7), F(o, "links", 8));
+    }
+    table_print(&t);
+}
+
+/* KEY (topic.NAME.KEY for a [topic NAME] section, as --set spells it), VALUE, SOURCE. */
+static void show_config(json_t *o)
+{
+    const char *head[] = {"KEY", "VALUE", "SOURCE"};
+    table_t t = {.ncols = 3, .head = head};
+    size_t i;
+    json_t *v;
+    char key[512], b[3][512];
+    json_array_foreach(json_object_get(o, "settings"), i, v) {
+        const char *topic = json_string_value(json_object_get(v, "topic"));
+        snprintf(key, sizeof key, "%s%s%s%s", topic ? "topic." : "", topic ? topic : "",
+                 topic ? "." : "", F(v, "key", 0));
+        table_add(&t, key, F(v, "value", 1), F(v, "source", 2));
+    }
     table_print(&t);
 }
 
@@ -579,22 +619,22 @@ static void build_topic_opts(request_t *rq, char **args, int nargs, int argc, ch
     for (int i = 0; i < argc; i++) {
         if ((strcmp(argv[i], "--partitions") == 0 || strcmp(argv[i], "--config") == 0) &&
             i + 1 >= argc)
-            die_usage("%s needs a value", argv[i]);
+            mqctl_die_usage("%s needs a value", argv[i]);
         if (strcmp(argv[i], "--partitions") == 0) {
             char *end;
             long n = strtol(argv[++i], &end, 10);
             if (*end || n <= 0)
-                die_usage("--partitions needs a positive number");
+                mqctl_die_usage("--partitions needs a positive number");
             json_object_set_new(rq->body, "partitions", json_integer(n));
         } else if (strcmp(argv[i], "--config") == 0) {
             char *kv = argv[++i], *eq = strchr(kv, '='), *end;
             if (!eq || eq == kv)
-                die_usage("--config needs KEY=VALUE");
+                mqctl_die_usage("--config needs KEY=VALUE");
             *eq = '\0';
             long long n = strtoll(eq + 1, &end, 10);
             json_object_set_new(rq->body, kv, eq[1] && !*end ? json_integer(n) : json_string(eq + 1));
         } else {
-            die_usage("unexpected argument '%s'", argv[i]);
+            mqctl_die_usage("unexpected argument '%s'", argv[i]);
         }
     }
 }
@@ -602,7 +642,7 @@ static void build_topic_opts(request_t *rq, char **args, int nargs, int argc, ch
 static void no_opts(int argc, char **argv)
 {
     if (argc > 0)
-        die_usage("unexpected argument '%s'", argv[0]);
+        mqctl_die_usage("unexpected argument '%s'", argv[0]);
 }
 
 static void build_name(request_t *rq, char **args, int nargs, int argc, char **argv)
@@ -635,14 +675,14 @@ static void build_group(request_t *rq, char **args, int nargs, int argc, char **
     const char *to = NULL;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--to") == 0 && i + 1 >= argc)
-            die_usage("--to needs a value");
+            mqctl_die_usage("--to needs a value");
         if (strcmp(argv[i], "--to") == 0)
             to = argv[++i];
         else
-            die_usage("unexpected argument '%s'", argv[i]);
+            mqctl_die_usage("unexpected argument '%s'", argv[i]);
     }
     if (!to)
-        die_usage("group reset needs --to earliest|latest|OFFSET|@TIME_MS");
+        mqctl_die_usage("group reset needs --to earliest|latest|OFFSET|@TIME_MS");
     rq->body = json_pack("{s:s}", "to", to);
 }
 
@@ -668,6 +708,7 @@ static const cmd_t cmds[] = {
     {"group", "delete", 2, 2, "DELETE", T_GROUP, build_group, NULL, "deleted group"},
     {"connection", "list", 0, 0, "QUERY", T_CONN, build_name, show_conns, NULL},
     {"connection", "close", 1, 1, "DELETE", T_CONN, build_name, NULL, "closed connection %s"},
+    {"config", "show", 0, 0, "READ", T_CONFIG, build_name, show_config, NULL},
     {"status", NULL, 0, 0, "READ", T_BROKER, build_name, show_status, NULL},
     {"reload", NULL, 0, 0, "RELOAD", T_BROKER, build_name, NULL, "configuration reloaded"},
 };
@@ -685,7 +726,7 @@ static int exit_code_of(int status)
     }
 }
 
-static int output(const opts_t *o, const cmd_t *c, request_t *rq)
+static int output(const mqctl_opts_t *o, const cmd_t *c, request_t *rq)
 {
     int ex = exit_code_of(rq->status);
     if (ex != EX_OK) {
@@ -710,7 +751,7 @@ static int output(const opts_t *o, const cmd_t *c, request_t *rq)
 /* One global option at argv[i] (it may come before or after the command, as
  * `mqctl topic list --json` does); returns how many words it took, 0 if argv[i] is not
  * one. */
-static int global_opt(int argc, char **argv, int i, opts_t *o)
+static int global_opt(int argc, char **argv, int i, mqctl_opts_t *o)
 {
     static const char *const with_value[] = {"--url", "--ca", "--timeout"};
     const char *a = argv[i];
@@ -730,14 +771,14 @@ static int global_opt(int argc, char **argv, int i, opts_t *o)
         if (strcmp(a, with_value[k]) != 0)
             continue;
         if (i + 1 >= argc)
-            die_usage("%s needs a value", a);
+            mqctl_die_usage("%s needs a value", a);
         const char *v = argv[i + 1];
         if (k == 0)
             o->url = v;
         else if (k == 1)
             o->ca = v;
         else if ((o->timeout_s = atof(v)) <= 0)
-            die_usage("--timeout needs a positive number of seconds, not '%s'", v);
+            mqctl_die_usage("--timeout needs a positive number of seconds, not '%s'", v);
         return 2;
     }
     return 0;
@@ -745,7 +786,7 @@ static int global_opt(int argc, char **argv, int i, opts_t *o)
 
 /* Takes the global options out of argv (wherever they are); returns the new argc. A
  * word after "--" is never an option. */
-static int parse_globals(int argc, char **argv, opts_t *o)
+static int parse_globals(int argc, char **argv, mqctl_opts_t *o)
 {
     int w = 1;
     bool rest = false;
@@ -758,7 +799,7 @@ static int parse_globals(int argc, char **argv, opts_t *o)
         }
         if (n == 0) {
             if (w == 1 && argv[i][0] == '-')
-                die_usage("unknown option '%s'", argv[i]);
+                mqctl_die_usage("unknown option '%s'", argv[i]);
             argv[w++] = argv[i++];
         }
         i += n;
@@ -778,7 +819,7 @@ static const cmd_t *find_cmd(const char *noun, const char *verb)
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.url = getenv("MQCTL_URL"), .timeout_s = 10};
+    mqctl_opts_t o = {.url = getenv("MQCTL_URL"), .timeout_s = 10};
     if (!o.url)
         o.url = "amqp://127.0.0.1:5672";
     argc = parse_globals(argc, argv, &o);
@@ -787,16 +828,23 @@ int main(int argc, char **argv)
         usage(stderr);
         return EX_USAGE;
     }
+    /* the console producer and consumer: not a management request */
+    if (strcmp(argv[i], "send") == 0)
+        return mqctl_send(&o, argc - i - 1, argv + i + 1);
+    if (strcmp(argv[i], "receive") == 0)
+        return mqctl_receive(&o, argc - i - 1, argv + i + 1);
+    if (strcmp(argv[i], "peek") == 0)
+        return mqctl_peek(&o, argc - i - 1, argv + i + 1);
     const cmd_t *c = find_cmd(argv[i], i + 1 < argc ? argv[i + 1] : NULL);
     if (!c)
-        die_usage("unknown command '%s%s%s'", argv[i], i + 1 < argc ? " " : "",
+        mqctl_die_usage("unknown command '%s%s%s'", argv[i], i + 1 < argc ? " " : "",
                   i + 1 < argc ? argv[i + 1] : "");
     i += c->verb ? 2 : 1;
     int nargs = 0;
     while (i + nargs < argc && argv[i + nargs][0] != '-' && nargs < c->max_args)
         nargs++;
     if (nargs < c->min_args)
-        die_usage("%s %s needs %d argument%s", c->noun, c->verb ? c->verb : "", c->min_args,
+        mqctl_die_usage("%s %s needs %d argument%s", c->noun, c->verb ? c->verb : "", c->min_args,
                   c->min_args == 1 ? "" : "s");
     request_t rq = {.op = c->op, .type = c->type};
     c->build(&rq, argv + i, nargs, argc - i - nargs, argv + i + nargs);

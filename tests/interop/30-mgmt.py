@@ -132,8 +132,9 @@ def mqctl_cases(coll, b, ctl):
         check(rc == 0 and err == "", "topic list: %d %r" % (rc, err))
         check_table(out, "NAME", 4)
         rc, out, err = ctl.run("topic", "describe", "orders")
-        table = out[out.index("PARTITION"):]
+        table = out[out.index("PARTITION"):out.index("GROUP ")]
         check_table(table, "PARTITION", 5)
+        check_table(out[out.index("GROUP "):], "GROUP", 2)  # $shared and billing
         rc, out, err = ctl.run("group", "describe", "orders", "$shared")
         check_table(out[out.index("PARTITION"):], "PARTITION", 5)
         rc, out, err = ctl.run("connection", "list")

@@ -716,6 +716,79 @@ static void test_man_matches_table(void **state)
     free(text);
 }
 
+/* mqd_conf_show: value as the file spells it, and where it came from. */
+typedef struct shown {
+    char rows[256][3][160]; /* "topic/key", value, source */
+    size_t n;
+} shown_t;
+
+static int collect(const char *topic, const char *key, const char *value, const char *source,
+                   void *arg)
+{
+    shown_t *sh = arg;
+    if (sh->n < 256) {
+        snprintf(sh->rows[sh->n][0], 160, "%s/%s", topic ? topic : "", key);
+        snprintf(sh->rows[sh->n][1], 160, "%s", value);
+        snprintf(sh->rows[sh->n][2], 160, "%s", source);
+    }
+    sh->n++;
+    return 0;
+}
+
+static void expect_shown(const shown_t *sh, const char *tk, const char *value, const char *source)
+{
+    for (size_t i = 0; i < sh->n && i < 256; i++) {
+        if (strcmp(sh->rows[i][0], tk) != 0)
+            continue;
+        assert_string_equal(sh->rows[i][1], value);
+        assert_string_equal(sh->rows[i][2], source);
+        return;
+    }
+    fail_msg("%s not shown", tk);
+}
+
+static void test_show_origins(void **state)
+{
+    fx_t *f = *state;
+    char hash[256], text[1024];
+    assert_int_equal(mqd_conf_password_hash("pw", MQD_CONF_PBKDF2_MIN_ITERATIONS, hash, sizeof hash),
+                     0);
+    snprintf(text, sizeof text,
+             "max_topics = 500\n"
+             "segment_bytes = 64MiB\n"
+             "max_topics = 600\n"
+             "[topic orders]\n"
+             "partitions = 8\n"
+             "retention_ms = 604800000\n"
+             "[user alice]\n"
+             "password_hash = %s\n",
+             hash);
+    assert_int_equal(load(f, text), 0);
+    assert_int_equal(set(f, "idle_timeout_ms=30s"), 0);
+    assert_int_equal(set(f, "topic.orders.dead_letter=on"), 0);
+    assert_int_equal(mqd_conf_add_listen(f->c, "127.0.0.1:5999", f->err, sizeof f->err), 0);
+    shown_t *sh = calloc(1, sizeof *sh);
+    assert_non_null(sh);
+    assert_int_equal(mqd_conf_show(f->c, collect, sh), 0);
+    char src[256];
+    snprintf(src, sizeof src, "%s:3", f->path); /* the last line of a key counts */
+    expect_shown(sh, "/max_topics", "600", src);
+    snprintf(src, sizeof src, "%s:2", f->path);
+    expect_shown(sh, "/segment_bytes", "64MiB", src);
+    expect_shown(sh, "/idle_timeout_ms", "30s", "--set");
+    expect_shown(sh, "/listen", "127.0.0.1:5999", "--listen");
+    expect_shown(sh, "/max_sessions", "64", "default");
+    expect_shown(sh, "/flush", "sync", "default");
+    snprintf(src, sizeof src, "%s:5", f->path);
+    expect_shown(sh, "orders/partitions", "8", src);
+    snprintf(src, sizeof src, "%s:6", f->path);
+    expect_shown(sh, "orders/retention_ms", "7d", src);
+    expect_shown(sh, "orders/dead_letter", "on", "--set");
+    for (size_t i = 0; i < sh->n && i < 256; i++) /* users hold secrets: never shown */
+        assert_null(strstr(sh->rows[i][1], "pbkdf2"));
+    free(sh);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -737,6 +810,7 @@ int main(void)
         T(test_sas_keys),
         T(test_sample_matches_table),
         T(test_man_matches_table),
+        T(test_show_origins),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

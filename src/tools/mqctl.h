@@ -1,0 +1,50 @@
+/* mqctl internals shared by its command files: options, the broker URL, connection
+ * set-up (SASL, TLS) and usage errors. mqctl.c: management requests; mqctl_io.c: the
+ * console producer and consumer (send, receive). */
+#ifndef MQD_MQCTL_H
+#define MQD_MQCTL_H
+
+#include <proton/connection.h>
+#include <proton/transport.h>
+#include <stdbool.h>
+
+#include "tools/scram_client.h"
+
+enum { EX_OK = 0, EX_USAGE = 1, EX_CONN = 2, EX_NOTFOUND = 3, EX_CONFLICT = 4, EX_OTHER = 5 };
+
+#define T_TOPIC "com.mqd:topic"
+#define T_GROUP "com.mqd:consumergroup"
+#define T_CONN "com.mqd:connection"
+#define T_BROKER "com.mqd:broker"
+#define T_CONFIG "com.mqd:config"
+
+typedef struct mqctl_opts {
+    const char *url;
+    bool json;
+    bool insecure;
+    const char *ca;
+    double timeout_s;
+} mqctl_opts_t;
+
+typedef struct mqctl_url {
+    bool tls;
+    char user[256], pass[256], host[256], port[16];
+} mqctl_url_t;
+
+/* Parses amqp[s]://[USER[:PASS]@]HOST[:PORT] (password else from MQCTL_PASSWORD). */
+int mqctl_parse_url(const char *s, mqctl_url_t *u);
+/* Container id, host name, SASL (sc: SCRAM-SHA-256, PLAIN, ANONYMOUS; the caller clears
+ * it after the run) and TLS of a new client connection; the caller opens it. */
+void mqctl_conn_setup(pn_connection_t *conn, pn_transport_t *t, const mqctl_url_t *u,
+                      const mqctl_opts_t *o, mqd_sasl_client_t *sc);
+/* "mqctl: ... (see mqctl --help)" on stderr, exit 1. */
+void mqctl_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* mqctl_io.c: `send TOPIC [BODY...]` and `receive TOPIC [...]`; argv holds the words
+ * after the verb (global options taken out); returns the exit code. */
+int mqctl_send(const mqctl_opts_t *o, int argc, char **argv);
+int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv);
+/* `peek TOPIC [...]`: receive without a group (a browse), --group refused. */
+int mqctl_peek(const mqctl_opts_t *o, int argc, char **argv);
+
+#endif
