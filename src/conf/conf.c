@@ -358,7 +358,7 @@ static char *next_word(char **p)
 
 int mqd_conf_parse_perms(const char *s, unsigned *out)
 {
-    static const char *const words[] = {"send", "receive", "browse", "manage", "create"};
+    static const char *const words[] = {"send", "receive", "browse", "manage", "create", "monitor"};
     unsigned bits = 0;
     const char *p = s;
     while (*p != '\0') {
@@ -398,7 +398,7 @@ static int parse_acl_line(parse_t *ps, char *s)
                     ps->line);
     if (mqd_conf_parse_perms(perms, &bits) != 0)
         return fail(ps->err, ps->errlen,
-                    "%s:%d: [acl]: '%s': expected send, receive, browse, manage, create or all "
+                    "%s:%d: [acl]: '%s': expected send, receive, browse, manage, create, monitor or all "
                     "(comma-separated)",
                     ps->file, ps->line, perms);
     if (!valid_name(who[0] == '@' ? who + 1 : who))
@@ -636,6 +636,15 @@ int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen)
             if (strcmp(c->metrics_listen, c->listen[i]) == 0)
                 return fail(err, errlen, "%s: metrics_listen: %s is also an AMQP listener", src,
                             c->metrics_listen);
+    }
+    if (c->console_listen != NULL && *c->console_listen) {
+        for (size_t i = 0; i < c->n_listen; i++)
+            if (strcmp(c->console_listen, c->listen[i]) == 0)
+                return fail(err, errlen, "%s: console_listen: %s is also an AMQP listener", src,
+                            c->console_listen);
+        if (c->metrics_listen && strcmp(c->console_listen, c->metrics_listen) == 0)
+            return fail(err, errlen, "%s: console_listen: %s is also metrics_listen", src,
+                        c->console_listen);
     }
     if ((rc = mqd_conf_validate_cluster(c, src, err, errlen)) != 0)
         return rc;

@@ -65,7 +65,7 @@ typedef struct mqd_acl_rule {
     unsigned perms; /* mqd_perm_t bits (auth/auth.h); MQD_CONF_PERM_ALL for `all` */
     char *pattern;  /* owned; address glob: `*` matches any run of characters */
 } mqd_acl_rule_t;
-#define MQD_CONF_PERM_ALL 31u
+#define MQD_CONF_PERM_ALL 63u
 
 typedef struct mqd_conf {
     char *path;               /* owned; file it was loaded from, NULL if none */
@@ -95,6 +95,8 @@ typedef struct mqd_conf {
     uint64_t segment_prezero;     /* zeros kept ahead of a flush=sync log's tail, 0 */
     uint32_t max_open_files;      /* segment descriptors kept open; 0 = from RLIMIT_NOFILE */
     char *metrics_listen;         /* owned; NULL = off */
+    char *console_listen;         /* owned; NULL = off (src/console/) */
+    uint32_t console_session_idle_ms; /* 30 min */
     mqd_topic_conf_t topic_defaults;
     mqd_topic_conf_t *topics;     /* owned array of [topic NAME] sections */
     size_t n_topics;

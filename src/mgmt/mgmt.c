@@ -128,6 +128,13 @@ void mqd_mgmt_kv_enter(pn_data_t *d, const char *k, bool list)
     pn_data_enter(d);
 }
 
+const char *mqd_mgmt_actor(const mqd_mgmt_req_t *r)
+{
+    if (r->c && r->c->user[0])
+        return r->c->user;
+    return r->actor && *r->actor ? r->actor : "anonymous";
+}
+
 /* ---------------------------------------------------------------- broker */
 
 static int broker_read(mqd_mgmt_req_t *r)
@@ -221,10 +228,65 @@ static int conn_close(mqd_mgmt_req_t *r)
         pn_connection_close(pc);
         mqd_conn_mark_dirty(c); /* the server flushes the close and frees it later */
         MQD_NOTICE("mgmt", "connection %s closed by management (user %s)", c->peer,
-                   r->c->user[0] ? r->c->user : "anonymous");
+                   mqd_mgmt_actor(r));
         return 204;
     }
     return mqd_mgmt_fail(r, 404, "no connection '%s'", r->name);
+}
+
+/* ---------------------------------------------------------------- links */
+
+static const char *link_kind(const mqd_lstate_t *ls)
+{
+    if (!ls)
+        return "other";
+    if (ls->coord)
+        return "coordinator";
+    if (ls->mgmt)
+        return ls->cbs ? "cbs" : "management";
+    switch (ls->kind) {
+    case MQD_LS_PRODUCER: return "producer";
+    case MQD_LS_CONSUMER: return "consumer";
+    case MQD_LS_BROWSER: return "browser";
+    default: return "other";
+    }
+}
+
+static void put_link(pn_data_t *d, const mqd_conn_t *c, pn_link_t *l)
+{
+    mqd_lstate_t *ls = pn_link_get_context(l);
+    /* the broker's sender is the client's receiver: name the address it reads from */
+    pn_terminus_t *term = pn_link_is_sender(l) ? pn_link_remote_source(l) : pn_link_remote_target(l);
+    const char *addr = pn_terminus_get_address(term);
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    mqd_mgmt_kv_str(d, "connection", c->peer);
+    mqd_mgmt_kv_str(d, "name", pn_link_name(l));
+    mqd_mgmt_kv_str(d, "role", pn_link_is_sender(l) ? "receiver" : "sender");
+    mqd_mgmt_kv_str(d, "kind", link_kind(ls));
+    mqd_mgmt_kv_str(d, "address", addr ? addr : "");
+    mqd_mgmt_kv_str(d, "topic", ls && ls->topic ? ls->topic->name : NULL);
+    mqd_mgmt_kv_str(d, "group", ls && ls->group ? ls->group->name : NULL);
+    mqd_mgmt_kv_long(d, "credit", pn_link_credit(l));
+    mqd_mgmt_kv_long(d, "unsettled", pn_link_unsettled(l));
+    pn_data_exit(d);
+}
+
+/* One row per open link of every open connection (the client's view of its role). */
+static int link_query(mqd_mgmt_req_t *r)
+{
+    pn_data_put_list(r->out);
+    pn_data_enter(r->out);
+    for (mqd_dlist_t *n = r->s->conns.next; n != &r->s->conns; n = n->next) {
+        mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
+        if (c->closed)
+            continue;
+        for (pn_link_t *l = pn_link_head(c->driver.connection, PN_LOCAL_ACTIVE); l;
+             l = pn_link_next(l, PN_LOCAL_ACTIVE))
+            put_link(r->out, c, l);
+    }
+    pn_data_exit(r->out);
+    return 200;
 }
 
 /* ---------------------------------------------------------------- dispatch */
@@ -235,6 +297,8 @@ static const mqd_mgmt_op_t broker_ops[] = {
     {MQD_MGMT_T_CONN, "QUERY", conn_query},
     {MQD_MGMT_T_CONN, "DELETE", conn_close},
     {MQD_MGMT_T_CONN, "CLOSE", conn_close},
+    {MQD_MGMT_T_TOPIC, "PEEK", mqd_mgmt_topic_peek},
+    {MQD_MGMT_T_LINK, "QUERY", link_query},
 };
 
 static const mqd_mgmt_op_t *const op_tables[] = {broker_ops, mqd_mgmt_topic_ops, mqd_mgmt_group_ops};
@@ -261,6 +325,15 @@ static bool allowed(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
     return mqd_auth_allowed(r->c, MQD_PERM_MANAGE, "$management");
 }
 
+static void call_op(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
+{
+    r->status = op->fn(r);
+    if (r->status >= 300)
+        pn_data_clear(r->out); /* a partly built body must not go out with an error */
+}
+
+static const char *default_desc(int status);
+
 static void run_request(mqd_mgmt_req_t *r)
 {
     r->op = mqd_mgmt_arg_str(r, "operation");
@@ -281,11 +354,39 @@ static void run_request(mqd_mgmt_req_t *r)
         mqd_mgmt_fail(r, 401, "not allowed to manage");
         return;
     }
-    r->status = op->fn(r);
-    if (r->status >= 300)
-        pn_data_clear(r->out); /* a partly built body must not go out with an error */
+    call_op(r, op);
     MQD_DEBUG("mgmt", "%s %s name=%s -> %d %s", r->op, r->type, r->name ? r->name : "-",
               r->status, r->desc);
+}
+
+int mqd_mgmt_call(struct mqd_server *s, const char *actor, const char *type, const char *op,
+                  json_t *args, json_t **reply, char *desc, size_t desclen)
+{
+    mqd_mgmt_req_t r = {.s = s, .actor = actor, .op = op, .type = type};
+    const mqd_mgmt_op_t *o = op_find(type, op);
+    *reply = NULL;
+    r.props = json_is_object(args) ? json_incref(args) : json_object();
+    r.out = pn_data(16);
+    json_t *nm = json_object_get(r.props, "name");
+    r.name = json_is_string(nm) ? json_string_value(nm) : NULL;
+    if (!r.props || !r.out)
+        mqd_mgmt_fail(&r, 500, "out of memory");
+    else if (!o || strcmp(op, "CREATE") == 0) /* CREATE may answer later: AMQP only */
+        mqd_mgmt_fail(&r, 501, "operation %s is not implemented for type %s", op, type);
+    else
+        call_op(&r, o);
+    if (r.out && r.status < 300) {
+        pn_data_rewind(r.out);
+        if (pn_data_next(r.out))
+            *reply = mqd_mgmt_data_to_json(r.out, 0);
+    }
+    snprintf(desc, desclen, "%s", r.desc[0] ? r.desc : default_desc(r.status));
+    MQD_DEBUG("mgmt", "%s %s name=%s by %s -> %d %s", op, type, r.name ? r.name : "-",
+              mqd_mgmt_actor(&r), r.status, desc);
+    json_decref(r.props);
+    if (r.out)
+        pn_data_free(r.out);
+    return r.status;
 }
 
 /* ---------------------------------------------------------------- request / reply */
