@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+"""The web console off and on, its input checks and the message browser's API (issue 22):
+- console_listen unset: the broker's only listening socket is its AMQP port (from
+  /proc/PID/fd and /proc/net/tcp*), and the port the console would use refuses; with it
+  set, exactly one more socket listens: the console's;
+- allow_plain_without_tls = off: a console login is refused (403, naming the key), since
+  the console is plain HTTP and the password would cross the network in clear;
+- bad input gets a clear status and changes nothing: a %00 or ".." in the path 400, a
+  login body that is not JSON 400, a body over 16 KiB refused, an unknown route 404, an
+  unknown file 404, PUT refused; / redirects to /ui/; pages carry a CSP and nosniff;
+- PEEK: the last N or from an offset, body as stored (a string, a binary with every
+  byte value, a map as JSON), application properties; count 0 or 101 -> 400, a missing
+  partition -> 404, from past the end -> no messages; peeking consumes nothing: the
+  group's committed offset stays and its next consumer starts at offset 0;
+- a reset of a group with a live member passes mgmt's 409 through."""
+
+import json
+import os
+import socket
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mqdtest  # noqa: E402
+from mqdtest import check, log  # noqa: E402
+import consoletest  # noqa: E402
+from consoletest import Http  # noqa: E402
+
+from proton import Message, Timeout  # noqa: E402
+from proton.utils import BlockingConnection  # noqa: E402
+
+
+def listening_ports(pid):
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A = LISTEN
+                    ports.append(int(cols[1].split(":")[1], 16))
+    return sorted(ports)
+
+
+def refused(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        return False
+    except ConnectionRefusedError:
+        return True
+
+
+def body(t):
+    # off: nothing new listens
+    quiet_port = mqdtest.free_port()
+    off = t.broker("off", conf=consoletest.write_conf(t, 0, name="off"))
+    ports = listening_ports(off.pid)
+    check(ports == [off.port], "console off: listening %r, want only AMQP %d" % (ports, off.port))
+    check(refused(quiet_port), "console off: port %d refuses" % quiet_port)
+    log("console off: the broker listens on %r only" % ports)
+    off.stop()
+
+    b = consoletest.console_broker(t)
+    ports = listening_ports(b.pid)
+    check(ports == sorted([b.port, b.console_port]), "console on: %r" % ports)
+    log("console on: %r (AMQP %d, console %d)" % (ports, b.port, b.console_port))
+
+    noplain = consoletest.console_broker(t, name="noplain", plain=False)
+    st, doc = Http(noplain.console_port).login("admin")
+    check(st == 403 and "allow_plain_without_tls" in doc["description"], "no plain: %s %r" % (st, doc))
+    noplain.stop()
+
+    h = Http(b.console_port)
+    st, doc = h.request("GET", "/")
+    check(st == 302 and h.last_headers.get("location") == "/ui/", "/ -> %s %r" % (st, h.last_headers))
+    st, page = h.request("GET", "/ui/")
+    check(st == 200 and b"<main" in page and h.last_headers["content-type"].startswith("text/html"),
+          "/ui/: %s" % st)
+    check("default-src 'self'" in h.last_headers["content-security-policy"] and
+          h.last_headers["x-content-type-options"] == "nosniff", "headers %r" % h.last_headers)
+    for path, want in [("/ui/nothing.js", 404), ("/api/topics/%00", 400), ("/api/../ui/", 400),
+                       ("/api/nosuch", 401), ("/elsewhere", 404)]:
+        st, _ = h.request("GET", path)
+        check(st == want, "GET %s: %s, want %s" % (path, st, want))
+    st, doc = h.request("POST", "/api/login", raw=b"user=admin&password=x",
+                        headers={"Content-Type": "application/x-www-form-urlencoded"})
+    check(st == 400, "a form body: %s %r" % (st, doc))
+    st, _ = h.request("POST", "/api/login", raw=b"{" + b" " * 20000 + b"}",
+                      headers={"Content-Type": "application/json"})
+    check(st in (400, 413), "20 kB body: %s" % st)
+    st, _ = h.request("PUT", "/api/topics")
+    check(st in (405, 501), "PUT: %s" % st)
+    check(h.login("admin")[0] == 200, "login")
+    st, _ = h.get("nosuch")
+    check(st == 404, "unknown route after login: %s" % st)
+
+    # PEEK
+    c = BlockingConnection(b.url, timeout=30 * mqdtest.SLOW)
+    s = c.create_sender("p")
+    allbytes = bytes(range(256))
+    s.send(Message(body="hello peek", properties={"colour": "red", "n": 1}, subject="first"))
+    s.send(Message(body=allbytes))
+    s.send(Message(body={"k": "v", "n": 3}))
+    for i in range(3, 12):
+        s.send(Message(body="m%d" % i))
+    r = c.create_receiver("p/ConsumerGroups/gp", credit=1)
+    m = r.receive(timeout=20 * mqdtest.SLOW)
+    r.accept()
+    try:
+        c.wait(lambda: False, timeout=0.5)
+    except Timeout:
+        pass
+    check(m.body == "hello peek", "first consumed: %r" % m.body)
+    st, doc = h.post("groups/p/gp/reset", {"to": "earliest"})
+    check(st == 409 and "live members" in doc["description"], "reset with a member: %s %r" % (st, doc))
+    c.close()
+
+    st, doc = h.get("groups/p/gp")
+    before = [p["committed"] for p in doc["partitions"]]
+    check(before == [1], "gp committed after 1: %r" % before)
+    st, doc = h.get("topics/p/partitions/0/messages?from=0&count=3")
+    check(st == 200 and [m["offset"] for m in doc["messages"]] == [0, 1, 2], "from 0: %s %r" % (st, doc))
+    m0, m1, m2 = doc["messages"]
+    check(bytes.fromhex(m0["body_hex"]) == b"hello peek" and m0["body_type"] == "value", "m0 %r" % m0)
+    check(m0["application_properties"] == {"colour": "red", "n": 1}, "m0 app props %r" % m0)
+    # Python Proton sends bytes as an amqp-value binary: the payload is the binary's bytes
+    check(bytes.fromhex(m1["body_hex"]) == allbytes and m1["body_size"] == 256 and
+          not m1["body_truncated"], "m1 binary: %r" % m1)
+    check(m2["body"] == {"k": "v", "n": 3}, "m2 map body: %r" % m2.get("body"))
+    log("peek from 0: a string, 256 binary bytes (%s) and a map %r" % (m1["body_type"], m2["body"]))
+    st, doc = h.get("topics/p/partitions/0/messages?count=2")
+    check([bytes.fromhex(m["body_hex"]) for m in doc["messages"]] == [b"m10", b"m11"] and
+          doc["end"] == 12, "last 2: %r" % doc)
+    for q, want in [("count=0", 400), ("count=101", 400), ("from=-1", 400), ("count=x", 400)]:
+        st, doc = h.get("topics/p/partitions/0/messages?" + q)
+        check(st == want, "peek %s: %s %r" % (q, st, doc))
+    st, doc = h.get("topics/p/partitions/5/messages")
+    check(st == 404, "partition 5: %s" % st)
+    st, doc = h.get("topics/nope/partitions/0/messages")
+    check(st == 404, "no topic: %s" % st)
+    st, doc = h.get("topics/p/partitions/0/messages?from=500")
+    check(st == 200 and doc["messages"] == [], "from past the end: %r" % doc)
+    st, doc = h.get("groups/p/gp")
+    check([p["committed"] for p in doc["partitions"]] == before, "peek moved nothing: %r" % doc)
+    c = BlockingConnection(b.url, timeout=30 * mqdtest.SLOW)
+    r = c.create_receiver("p/ConsumerGroups/fresh", credit=1)
+    m = r.receive(timeout=20 * mqdtest.SLOW)
+    check(m.body == "hello peek" and m.annotations["x-opt-offset"] == "0", "fresh group starts at 0")
+    c.close()
+    st, doc = h.get("topics/p")
+    check(doc["messages_out"] >= 2, "messages_out counts consumers only: %r" % doc["messages_out"])
+
+
+mqdtest.main(body, timeout=180)
