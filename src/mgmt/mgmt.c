@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 #include <proton/message.h>
+#include <proton/sasl_plugin.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +187,23 @@ static void conn_counts(mqd_conn_t *c, size_t *sessions, size_t *links)
         (*links)++;
 }
 
+/* TLS, the SASL mechanism and the client's open properties (product, version, ...). */
+static void conn_details(pn_data_t *d, mqd_conn_t *c)
+{
+    const char *mech = pnx_sasl_get_selected_mechanism(c->driver.transport);
+    mqd_mgmt_kv_bool(d, "tls", c->ssl != NULL);
+    mqd_mgmt_kv_str(d, "sasl_mechanism", mech ? mech : "none");
+    pn_data_t *props = pn_connection_remote_properties(c->driver.connection);
+    pn_data_rewind(props);
+    bool is_map = pn_data_next(props) && pn_data_type(props) == PN_MAP;
+    pn_data_rewind(props);
+    pn_data_put_string(d, pn_bytes(strlen("properties"), "properties"));
+    /* a copy of what the peer's open carried (already decoded by Proton; the JSON side
+     * bounds its depth); anything but a map shows as an empty one */
+    if (!is_map || pn_data_append(d, props) != 0)
+        pn_data_put_map(d);
+}
+
 static int conn_query(mqd_mgmt_req_t *r)
 {
     pn_data_put_list(r->out);
@@ -207,6 +225,7 @@ static int conn_query(mqd_mgmt_req_t *r)
         mqd_mgmt_kv_long(r->out, "sessions", (int64_t)sessions);
         mqd_mgmt_kv_long(r->out, "links", (int64_t)links);
         mqd_mgmt_kv_bool(r->out, "self", c == r->c);
+        conn_details(r->out, c);
         pn_data_exit(r->out);
     }
     pn_data_exit(r->out);

@@ -32,6 +32,7 @@ enum { EX_OK = 0, EX_USAGE = 1, EX_CONN = 2, EX_NOTFOUND = 3, EX_CONFLICT = 4, E
 #define T_GROUP "com.mqd:consumergroup"
 #define T_CONN "com.mqd:connection"
 #define T_BROKER "com.mqd:broker"
+#define T_LINK "com.mqd:link"
 
 typedef struct opts {
     const char *url;
@@ -71,7 +72,9 @@ static void usage(FILE *f)
           "  topic resume NAME[/PARTITION]   (a partition failed by a full disk or an I/O error)\n"
           "  group list [TOPIC] | describe TOPIC GROUP | delete TOPIC GROUP\n"
           "  group reset TOPIC GROUP --to earliest|latest|OFFSET|@TIME_MS\n"
+          "  topic peek NAME[/PARTITION] [--from OFFSET] [--count N]   (nothing is consumed)\n"
           "  connection list | close ID\n"
+          "  link list\n"
           "  status | reload\n",
           f);
 }
@@ -549,6 +552,38 @@ static void show_conns(json_t *v)
     table_print(&t);
 }
 
+static void show_links(json_t *v)
+{
+    const char *head[] = {"CONNECTION", "ROLE", "KIND", "ADDRESS", "CREDIT", "UNSETTLED"};
+    table_t t = {.ncols = 6, .head = head};
+    size_t i;
+    json_t *o;
+    char b[6][32];
+    json_array_foreach(v, i, o)
+        table_add(&t, F(o, "connection", 0), F(o, "role", 1), F(o, "kind", 2), F(o, "address", 3),
+                  F(o, "credit", 4), F(o, "unsettled", 5));
+    table_print(&t);
+}
+
+/* One line per message: offset, time, and the body as text when it is printable. */
+static void show_peek(json_t *o)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(o, "messages"), i, m) {
+        const char *hex = json_string_value(json_object_get(m, "body_hex"));
+        size_t n = hex ? strlen(hex) / 2 : 0;
+        printf("%lld\t%lld\t", (long long)json_integer_value(json_object_get(m, "offset")),
+               (long long)json_integer_value(json_object_get(m, "timestamp")));
+        for (size_t k = 0; k < n; k++) {
+            unsigned ch;
+            sscanf(hex + 2 * k, "%2x", &ch);
+            putchar(ch >= 0x20 && ch < 0x7f ? (int)ch : '.');
+        }
+        putchar('\n');
+    }
+}
+
 static void show_status(json_t *o)
 {
     static const char *const keys[] = {"version", "uptime_s", "topics", "connections",
@@ -646,6 +681,27 @@ static void build_group(request_t *rq, char **args, int nargs, int argc, char **
     rq->body = json_pack("{s:s}", "to", to);
 }
 
+/* NAME[/PARTITION] [--from OFFSET] [--count N] */
+static void build_peek(request_t *rq, char **args, int nargs, int argc, char **argv)
+{
+    (void)nargs;
+    build_resume(rq, args, 1, 0, NULL); /* the same NAME/N split */
+    if (!rq->props)
+        rq->props = json_object();
+    for (int i = 0; i < argc; i++) {
+        bool from = strcmp(argv[i], "--from") == 0;
+        if (!from && strcmp(argv[i], "--count") != 0)
+            die_usage("unexpected argument '%s'", argv[i]);
+        if (i + 1 >= argc)
+            die_usage("%s needs a value", argv[i]);
+        char *end;
+        long long n = strtoll(argv[++i], &end, 10);
+        if (*end || n < 0)
+            die_usage("%s needs a non-negative number", argv[i - 1]);
+        json_object_set_new(rq->props, from ? "from" : "count", json_integer(n));
+    }
+}
+
 static void build_group_list(request_t *rq, char **args, int nargs, int argc, char **argv)
 {
     no_opts(argc, argv);
@@ -666,7 +722,9 @@ static const cmd_t cmds[] = {
     {"group", "describe", 2, 2, "READ", T_GROUP, build_group, show_group, NULL},
     {"group", "reset", 2, 2, "RESET", T_GROUP, build_group, show_group, NULL},
     {"group", "delete", 2, 2, "DELETE", T_GROUP, build_group, NULL, "deleted group"},
+    {"topic", "peek", 1, 1, "PEEK", T_TOPIC, build_peek, show_peek, NULL},
     {"connection", "list", 0, 0, "QUERY", T_CONN, build_name, show_conns, NULL},
+    {"link", "list", 0, 0, "QUERY", T_LINK, build_name, show_links, NULL},
     {"connection", "close", 1, 1, "DELETE", T_CONN, build_name, NULL, "closed connection %s"},
     {"status", NULL, 0, 0, "READ", T_BROKER, build_name, show_status, NULL},
     {"reload", NULL, 0, 0, "RELOAD", T_BROKER, build_name, NULL, "configuration reloaded"},

@@ -13,8 +13,9 @@ HTTP from Python against a real mqd with users, an [acl] and console_listen:
   nothing changed; with the token the same reset works;
 - logout ends the session (the old cookie then gets 401);
 - the API equals mqctl --json for the same objects: topic describe, topic list, group
-  describe, group list, broker status (minus the uptime/rss that move), and the
-  connection rows have the same field names."""
+  describe, group list, topic peek, broker status (minus the uptime/rss that move), the
+  same connection row (with tls, sasl_mechanism, the client's properties) and the same
+  link row."""
 
 import json
 import os
@@ -148,7 +149,9 @@ def body(t):
     pairs = [(["topic", "describe", "orders"], "topics/orders"),
              (["topic", "list"], "topics"),
              (["group", "describe", "orders", "g1"], "groups/orders/g1"),
-             (["group", "list"], "groups")]
+             (["group", "list"], "groups"),
+             (["topic", "peek", "orders/0", "--from", "2", "--count", "3"],
+              "topics/orders/partitions/0/messages?from=2&count=3")]
     for argv, route in pairs:
         rc, out, err = mqdtest.mqctl(url, "--json", *argv)
         check(rc == 0, "mqctl %s: %s" % (argv, err))
@@ -171,6 +174,20 @@ def body(t):
     st, api = admin.get("connections")
     check(cli and api and set(cli[0]) == set(api[0]), "connection fields: %r vs %r" % (cli[0], api[0]))
     check(vid in [c["id"] for c in cli], "mqctl lists the same connection %s" % vid)
+    mine = [c for c in cli if c["id"] == vid][0]
+    theirs = [c for c in api if c["id"] == vid][0]
+    check(mine == theirs, "the same connection row: %r vs %r" % (mine, theirs))
+    check(theirs["tls"] is False and theirs["sasl_mechanism"] == "ANONYMOUS" and
+          theirs["properties"] == {}, "connection details: %r" % theirs)
+    rc, out, _ = mqdtest.mqctl(url, "--json", "link", "list")
+    cli = json.loads(out)
+    st, api = admin.get("links")
+    vl = [x for x in api if x["connection"] == vid]
+    check(len(vl) == 1 and vl[0]["role"] == "receiver" and vl[0]["kind"] == "consumer" and
+          vl[0]["address"] == "orders/ConsumerGroups/vg" and vl[0]["group"] == "vg",
+          "the victim's link: %r" % vl)
+    check(vl[0] in cli, "mqctl link list has the same row: %r" % cli)
+    log("connection %s and its link: the same rows from mqctl --json and the API" % vid)
 
     # logout: the old cookie is dead
     st, _ = admin.post("logout")
