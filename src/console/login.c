@@ -17,6 +17,8 @@ struct mqd_console_login {
     mqd_console_login_t *next;
     mqd_console_t *k;            /* NULL once the console stopped */
     struct evhttp_request *req;  /* NULL once its connection closed */
+    struct evhttp_connection *evcon; /* its connection (compared only, never used after close) */
+    char host[48];               /* the client's address, for auth_queue_per_ip */
     char user[256];
     char peer[64];
 };
@@ -35,7 +37,22 @@ static void unlink_login(mqd_console_login_t *l)
 static void on_conn_close(struct evhttp_connection *evcon, void *arg)
 {
     MQD_UNUSED(evcon);
-    ((mqd_console_login_t *)arg)->req = NULL;
+    mqd_console_login_t *l = arg;
+    l->req = NULL;
+    l->evcon = NULL;
+}
+
+/* Why a new login from evcon/host must wait, or NULL: one at a time per connection (the
+ * close callback names one login), auth_queue_per_ip per address, as for SASL PLAIN. */
+static const char *busy(mqd_console_t *k, struct evhttp_connection *evcon, const char *host)
+{
+    uint32_t same_host = 0;
+    for (mqd_console_login_t *l = k->logins; l; l = l->next) {
+        if (l->evcon == evcon)
+            return "a login is already under way on this connection";
+        same_host += strcmp(l->host, host) == 0;
+    }
+    return same_host >= k->srv->conf->auth_queue_per_ip ? "auth_queue_per_ip reached" : NULL;
 }
 
 static json_t *session_json(mqd_console_t *k, const mqd_console_sess_t *ss)
@@ -109,12 +126,19 @@ void mqd_console_login(mqd_console_t *k, struct evhttp_request *req)
                                           "allow_plain_without_tls = on (docs/console.md)");
         goto out;
     }
+    evhttp_connection_get_peer(evcon, &host, &port);
+    const char *why = busy(k, evcon, host ? host : "");
+    if (why) {
+        mqd_console_reply_error(req, 503, why);
+        goto out;
+    }
     if (!(l = calloc(1, sizeof *l))) {
         mqd_console_reply_error(req, 500, "out of memory");
         goto out;
     }
-    evhttp_connection_get_peer(evcon, &host, &port);
     snprintf(l->peer, sizeof l->peer, "%s:%u", host ? host : "?", port);
+    snprintf(l->host, sizeof l->host, "%s", host ? host : "");
+    l->evcon = evcon;
     snprintf(l->user, sizeof l->user, "%s", user);
     l->k = k;
     l->req = req;
@@ -154,6 +178,7 @@ void mqd_console_logins_drop(mqd_console_t *k)
     for (mqd_console_login_t *l = k->logins; l; l = l->next) {
         l->k = NULL;
         l->req = NULL;
+        l->evcon = NULL;
     }
     k->logins = NULL;
 }

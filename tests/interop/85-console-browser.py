@@ -16,6 +16,8 @@ console_listen; Proton clients make the traffic. Asserts:
   next Proton consumer of the group starts at offset 25 (body n = 25);
 - close a connection on the connections page: that Proton client sees
   amqp:connection:forced;
+- at 200 % zoom (a viewport of half the CSS pixels) the pages reflow without
+  horizontal scrolling;
 - a screenshot of each page (overview, topics, topic, group, browser, connections) is
   saved under tests/artifacts/85-console-browser/ (MQD_TEST_ARTIFACTS to move it)."""
 
@@ -231,6 +233,17 @@ def body(t):
         check(not th.is_alive(), "the victim's container ended")
         check(v.condition == "amqp:connection:forced", "victim saw %r" % v.condition)
         log("closed from the page: the client saw %s" % v.condition)
+        # 200 % zoom: a viewport half as wide and high in CSS pixels; the page reflows
+        # (no horizontal scrolling of the page; wide tables scroll in their own box)
+        br.cmd("POST", "/window/rect", {"width": 640, "height": 450})
+        for route, ready in [("#/topics", '#topics-table tr[data-name="orders"]'),
+                             ("#/group/orders/g1", "#group-lag"), ("#/", "#ov-topics")]:
+            br.go(ui + route)
+            br.wait_js("return !!document.querySelector(%s)" % json.dumps(ready), route)
+            w = br.js("return [document.documentElement.scrollWidth, window.innerWidth]")
+            check(w[0] <= w[1] + 1, "%s at 200 %%: page %d px wide in a %d px viewport" % (route, w[0], w[1]))
+        shots["overview-200"] = br.screenshot(os.path.join(art, "overview-200pct.png"))
+        log("200 %% zoom: topics, group and overview reflow within %d CSS px" % w[1])
         for k, size in shots.items():
             check(size > 5000, "screenshot %s is %d bytes" % (k, size))
         log("screenshots in %s: %s" % (art, ", ".join("%s.png" % k for k in shots)))
