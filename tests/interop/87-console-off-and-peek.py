@@ -12,7 +12,10 @@
   byte value, a map as JSON), application properties; count 0 or 101 -> 400, a missing
   partition -> 404, from past the end -> no messages; peeking consumes nothing: the
   group's committed offset stays and its next consumer starts at offset 0;
-- a reset of a group with a live member passes mgmt's 409 through."""
+- a reset of a group with a live member passes mgmt's 409 through;
+- three logins pipelined on one connection: the first is answered 200, any other reply is
+  200 or 503 (evhttp 2.1 answers only the first and closes), and a connection that closes
+  with its login still under check leaves the broker running."""
 
 import json
 import os
@@ -56,6 +59,35 @@ def refused(port):
         return True
 
 
+def pipelined_logins(b):
+    """Logins pipelined on one connection, then a connection that closes while its check
+    may still run: the replies that come are whole, and the broker lives on (under ASan a
+    dangling request would show)."""
+    body = json.dumps({"user": "admin", "password": consoletest.PW["admin"]}).encode()
+    one = (b"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    statuses = []
+    for close_early in (False, True):
+        s = socket.create_connection(("127.0.0.1", b.console_port), timeout=20 * mqdtest.SLOW)
+        s.sendall(one + one + one)
+        if close_early:
+            s.close()
+            continue
+        data = b""
+        while data.count(b"HTTP/1.1 ") < 3 or not data.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        statuses = [int(x.split(b" ")[1]) for x in data.split(b"\r\n") if x.startswith(b"HTTP/1.1 ")]
+    check(statuses and statuses[0] == 200 and all(x in (200, 503) for x in statuses),
+          "pipelined logins: %r" % statuses)
+    st, _ = Http(b.console_port).login("viewer")
+    check(st == 200 and b.alive(), "the console still answers after pipelined logins")
+    log("3 pipelined logins on one connection answered %r; one more connection closed early" % statuses)
+
+
 def body(t):
     # off: nothing new listens
     quiet_port = mqdtest.free_port()
@@ -96,6 +128,7 @@ def body(t):
     check(st in (400, 413), "20 kB body: %s" % st)
     st, _ = h.request("PUT", "/api/topics")
     check(st in (405, 501), "PUT: %s" % st)
+    pipelined_logins(b)
     check(h.login("admin")[0] == 200, "login")
     st, _ = h.get("nosuch")
     check(st == 404, "unknown route after login: %s" % st)
