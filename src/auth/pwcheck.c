@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool mqd_auth_user_may(struct mqd_server *s, const char *user, mqd_perm_t perm,
-                       const char *address)
+bool mqd_auth_user_may(struct mqd_server *s, const char *user, mqd_perm_t perm, const char *address)
 {
     const mqd_conf_t *conf = s->conf;
     const mqd_user_conf_t *u = NULL;

@@ -144,7 +144,8 @@ static void get_route(call_t *c)
         if (n == 2)
             return answer(c, T_GROUP, "QUERY", NULL);
         if (n == 4)
-            return answer(c, T_GROUP, "READ", json_pack("{s:s, s:s}", "topic", s[2], "group", s[3]));
+            return answer(c, T_GROUP, "READ",
+                          json_pack("{s:s, s:s}", "topic", s[2], "group", s[3]));
     }
     if (n == 2 && strcmp(s[1], "connections") == 0)
         return answer(c, T_CONN, "QUERY", NULL);

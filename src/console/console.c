@@ -82,8 +82,8 @@ void mqd_console_set_cookie(struct evhttp_request *req, const mqd_console_sess_t
 {
     char c[200];
     /* the console speaks plain HTTP (a TLS proxy in front adds Secure: docs/console.md) */
-    snprintf(c, sizeof c, "mqd_session=%s; Path=/; HttpOnly; SameSite=Strict%s",
-             ss ? ss->id : "", ss ? "" : "; Max-Age=0");
+    snprintf(c, sizeof c, "mqd_session=%s; Path=/; HttpOnly; SameSite=Strict%s", ss ? ss->id : "",
+             ss ? "" : "; Max-Age=0");
     evhttp_add_header(evhttp_request_get_output_headers(req), "Set-Cookie", c);
 }
 
@@ -151,8 +151,7 @@ static bool same_origin(struct evhttp_request *req)
 static bool csrf_ok(struct evhttp_request *req, const mqd_console_sess_t *ss)
 {
     const char *t = evhttp_find_header(evhttp_request_get_input_headers(req), "X-CSRF-Token");
-    return t && mqd_console_token_ok(t) &&
-           CRYPTO_memcmp(t, ss->csrf, MQD_CONSOLE_TOKEN_HEX) == 0;
+    return t && mqd_console_token_ok(t) && CRYPTO_memcmp(t, ss->csrf, MQD_CONSOLE_TOKEN_HEX) == 0;
 }
 
 static void on_api(mqd_console_t *k, struct evhttp_request *req, const char **segs, int n)

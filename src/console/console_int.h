@@ -26,8 +26,7 @@ int mqd_console_cookie_get(const char *header, const char *name, char *out, size
  * The query (from '?') is not part of it. Returns the count, or MQD_EINVAL for a path that
  * does not start with '/', an empty or "." / ".." segment, a bad or NUL escape, too many
  * segments or too little room. */
-int mqd_console_path_split(const char *path, const char **segs, int max, char *buf,
-                           size_t buflen);
+int mqd_console_path_split(const char *path, const char **segs, int max, char *buf, size_t buflen);
 
 /* True when s is exactly MQD_CONSOLE_TOKEN_HEX lowercase hex digits. */
 bool mqd_console_token_ok(const char *s);
@@ -75,8 +74,7 @@ json_t *mqd_console_body_json(struct evhttp_request *req);
 void mqd_console_login(mqd_console_t *k, struct evhttp_request *req);
 void mqd_console_logout(mqd_console_t *k, struct evhttp_request *req, mqd_console_sess_t *ss);
 /* GET /api/session: who is logged in, the CSRF token and the rights. */
-void mqd_console_session_info(mqd_console_t *k, struct evhttp_request *req,
-                              mqd_console_sess_t *ss);
+void mqd_console_session_info(mqd_console_t *k, struct evhttp_request *req, mqd_console_sess_t *ss);
 /* Forgets the pending logins (stop: their requests are freed with the connections). */
 void mqd_console_logins_drop(mqd_console_t *k);
 

@@ -15,10 +15,10 @@
 
 struct mqd_console_login {
     mqd_console_login_t *next;
-    mqd_console_t *k;            /* NULL once the console stopped */
-    struct evhttp_request *req;  /* NULL once its connection closed */
+    mqd_console_t *k;                /* NULL once the console stopped */
+    struct evhttp_request *req;      /* NULL once its connection closed */
     struct evhttp_connection *evcon; /* its connection (compared only, never used after close) */
-    char host[48];               /* the client's address, for auth_queue_per_ip */
+    char host[48];                   /* the client's address, for auth_queue_per_ip */
     char user[256];
     char peer[64];
 };
@@ -59,8 +59,8 @@ static json_t *session_json(mqd_console_t *k, const mqd_console_sess_t *ss)
 {
     bool manage = mqd_auth_user_may(k->srv, ss->user, MQD_PERM_MANAGE, "$management");
     bool monitor = manage || mqd_auth_user_may(k->srv, ss->user, MQD_PERM_MONITOR, "$management");
-    return json_pack("{s:s, s:s, s:b, s:b}", "user", ss->user, "csrf", ss->csrf, "monitor",
-                     monitor, "manage", manage);
+    return json_pack("{s:s, s:s, s:b, s:b}", "user", ss->user, "csrf", ss->csrf, "monitor", monitor,
+                     "manage", manage);
 }
 
 static void on_checked(void *arg, int rc)
@@ -83,8 +83,8 @@ static void on_checked(void *arg, int rc)
     }
     if (!mqd_auth_user_may(s, l->user, MQD_PERM_MONITOR, "$management") &&
         !mqd_auth_user_may(s, l->user, MQD_PERM_MANAGE, "$management")) {
-        MQD_NOTICE("console", "login refused peer=%s user=%s: no monitor or manage right",
-                   l->peer, l->user);
+        MQD_NOTICE("console", "login refused peer=%s user=%s: no monitor or manage right", l->peer,
+                   l->user);
         mqd_console_reply_error(req, 403, "the [acl] gives this user neither monitor nor manage");
         goto out;
     }
@@ -122,8 +122,9 @@ void mqd_console_login(mqd_console_t *k, struct evhttp_request *req)
         goto out;
     }
     if (!k->srv->conf->allow_plain_without_tls) {
-        mqd_console_reply_error(req, 403, "a password over plain HTTP needs "
-                                          "allow_plain_without_tls = on (docs/console.md)");
+        mqd_console_reply_error(req, 403,
+                                "a password over plain HTTP needs "
+                                "allow_plain_without_tls = on (docs/console.md)");
         goto out;
     }
     evhttp_connection_get_peer(evcon, &host, &port);
@@ -167,8 +168,7 @@ void mqd_console_logout(mqd_console_t *k, struct evhttp_request *req, mqd_consol
     mqd_console_reply_json(req, 200, json_pack("{s:b}", "logged_out", 1));
 }
 
-void mqd_console_session_info(mqd_console_t *k, struct evhttp_request *req,
-                              mqd_console_sess_t *ss)
+void mqd_console_session_info(mqd_console_t *k, struct evhttp_request *req, mqd_console_sess_t *ss)
 {
     mqd_console_reply_json(req, 200, session_json(k, ss));
 }

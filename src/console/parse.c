@@ -73,8 +73,7 @@ static int decode_seg(const char *p, size_t n, char *out, size_t room)
     return (int)o;
 }
 
-int mqd_console_path_split(const char *path, const char **segs, int max, char *buf,
-                           size_t buflen)
+int mqd_console_path_split(const char *path, const char **segs, int max, char *buf, size_t buflen)
 {
     if (path[0] != '/')
         return MQD_EINVAL;
@@ -105,7 +104,8 @@ bool mqd_console_token_ok(const char *s)
 {
     size_t i = 0;
     for (; s[i]; i++)
-        if (i >= MQD_CONSOLE_TOKEN_HEX || !((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+        if (i >= MQD_CONSOLE_TOKEN_HEX ||
+            !((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
             return false;
     return i == MQD_CONSOLE_TOKEN_HEX;
 }

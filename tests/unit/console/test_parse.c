@@ -16,16 +16,22 @@ static void test_cookie(void **state)
 {
     (void)state;
     char v[65];
-    assert_int_equal(mqd_console_cookie_get("a=1; mqd_session=abc; b=2", "mqd_session", v, sizeof v), 0);
+    assert_int_equal(
+        mqd_console_cookie_get("a=1; mqd_session=abc; b=2", "mqd_session", v, sizeof v), 0);
     assert_string_equal(v, "abc");
-    assert_int_equal(mqd_console_cookie_get("xmqd_session=1; mqd_session=2", "mqd_session", v, sizeof v), 0);
+    assert_int_equal(
+        mqd_console_cookie_get("xmqd_session=1; mqd_session=2", "mqd_session", v, sizeof v), 0);
     assert_string_equal(v, "2");
-    assert_int_equal(mqd_console_cookie_get("mqd_session=first;mqd_session=second", "mqd_session", v, sizeof v), 0);
+    assert_int_equal(
+        mqd_console_cookie_get("mqd_session=first;mqd_session=second", "mqd_session", v, sizeof v),
+        0);
     assert_string_equal(v, "first");
     assert_int_equal(mqd_console_cookie_get("a=1", "mqd_session", v, sizeof v), MQD_ENOENT);
     assert_int_equal(mqd_console_cookie_get("", "mqd_session", v, sizeof v), MQD_ENOENT);
-    assert_int_equal(mqd_console_cookie_get("mqd_session=a\"b", "mqd_session", v, sizeof v), MQD_EINVAL);
-    assert_int_equal(mqd_console_cookie_get("mqd_session=a,b", "mqd_session", v, sizeof v), MQD_EINVAL);
+    assert_int_equal(mqd_console_cookie_get("mqd_session=a\"b", "mqd_session", v, sizeof v),
+                     MQD_EINVAL);
+    assert_int_equal(mqd_console_cookie_get("mqd_session=a,b", "mqd_session", v, sizeof v),
+                     MQD_EINVAL);
     char longv[200];
     memset(longv, 0, sizeof longv);
     strcpy(longv, "mqd_session=");
@@ -40,7 +46,8 @@ static void test_path(void **state)
     (void)state;
     const char *segs[8];
     char buf[256];
-    int n = mqd_console_path_split("/api/topics/a%2Fb/partitions/0/messages", segs, 8, buf, sizeof buf);
+    int n =
+        mqd_console_path_split("/api/topics/a%2Fb/partitions/0/messages", segs, 8, buf, sizeof buf);
     assert_int_equal(n, 6);
     assert_string_equal(segs[0], "api");
     assert_string_equal(segs[2], "a/b");
@@ -51,8 +58,9 @@ static void test_path(void **state)
     assert_string_equal(segs[1], "app.js");
     assert_int_equal(mqd_console_path_split("/g/%24Default", segs, 8, buf, sizeof buf), 2);
     assert_string_equal(segs[1], "$Default");
-    static const char *const bad[] = {"api", "/a//b", "/a/%00", "/a/%4", "/a/%zz", "/a/..",
-                                      "/a/%2e%2e", "/./a", "/1/2/3/4/5/6/7/8/9"};
+    static const char *const bad[] = {"api",       "/a//b",  "/a/%00",
+                                      "/a/%4",     "/a/%zz", "/a/..",
+                                      "/a/%2e%2e", "/./a",   "/1/2/3/4/5/6/7/8/9"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(mqd_console_path_split(bad[i], segs, 8, buf, sizeof buf), MQD_EINVAL);
     char small[8];
