@@ -17,6 +17,7 @@ const routes = [
   [/^groups$/, pages.groups, 'Groups'],
   [/^group\/([^/]+)\/([^/]+)$/, pages.group, 'Group'],
   [/^connections$/, pages.connections, 'Connections'],
+  [/^users$/, pages.users, 'Users'],
   [/^browse(?:\/([^/]+)(?:\/([^/]+))?)?$/, pages.browse, 'Messages'],
 ];
 
@@ -33,7 +34,7 @@ function showError(e) {
 function markNav(path) {
   const top = path.split('/')[0];
   const match = { '': '#/', topics: '#/topics', topic: '#/topics', groups: '#/groups', group: '#/groups',
-                  connections: '#/connections', browse: '#/browse' }[top];
+                  connections: '#/connections', browse: '#/browse', users: '#/users' }[top];
   for (const a of document.querySelectorAll('nav a')) {
     if (a.getAttribute('href') === match) a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');

@@ -318,3 +318,24 @@ export async function browse(main, ctx, tname, part) {
           ['Annotations', JSON.stringify(m.message_annotations)]]),
       h('pre', { class: 'body' }, showBody(m, v)))));
 }
+
+export async function users(main, ctx) {
+  main.append(h('h1', {}, 'Users and access rules'));
+  const holder = h('div', {});
+  main.append(holder);
+  await ctx.every(async () => {
+    const [us, acl] = await Promise.all([get('users'), get('acl')]);
+    const yes = (b) => (b ? 'yes' : 'no');
+    holder.replaceChildren(
+      h('div', { class: 'table-wrap' }, h('table', { id: 'users-table' },
+        h('thead', {}, h('tr', {}, ['User', 'Groups', 'Password', 'SCRAM-SHA-256', 'Certificate CN'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, us.map((u) => h('tr', { 'data-name': u.name }, h('td', {}, u.name), h('td', {}, u.groups),
+          h('td', {}, yes(u.password)), h('td', {}, yes(u.scram_sha256)), h('td', {}, u.cert_cn || '—')))))),
+      h('h2', {}, 'ACL (first matching rule wins)'),
+      acl.present ? h('div', { class: 'table-wrap' }, h('table', { id: 'acl-table' },
+        h('thead', {}, h('tr', {}, ['#', 'Action', 'Who', 'Rights', 'Pattern'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, acl.rules.map((r, i) => h('tr', {}, h('td', {}, i + 1), h('td', {}, r.action), h('td', {}, r.who),
+          h('td', {}, r.rights.join(', ')), h('td', {}, r.pattern))))))
+        : h('p', {}, 'No [acl] section: every user may do everything.'));
+  }, 10000);
+}

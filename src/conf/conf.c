@@ -356,9 +356,22 @@ static char *next_word(char **p)
     return w;
 }
 
+/* The [acl] right names, in the bit order of mqd_perm_t (auth/auth.h). */
+static const char *const perm_words[] = {"send",   "receive", "browse",
+                                         "manage", "create",  "monitor"};
+
+size_t mqd_conf_perm_names(unsigned bits, const char **out, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < MQD_ARRAY_LEN(perm_words) && n < max; i++)
+        if (bits & (1u << i))
+            out[n++] = perm_words[i];
+    return n;
+}
+
 int mqd_conf_parse_perms(const char *s, unsigned *out)
 {
-    static const char *const words[] = {"send", "receive", "browse", "manage", "create", "monitor"};
+    const char *const *words = perm_words;
     unsigned bits = 0;
     const char *p = s;
     while (*p != '\0') {
@@ -366,7 +379,7 @@ int mqd_conf_parse_perms(const char *s, unsigned *out)
         bool known = n == 3 && strncmp(p, "all", 3) == 0;
         if (known)
             bits |= MQD_CONF_PERM_ALL;
-        for (size_t i = 0; !known && i < MQD_ARRAY_LEN(words); i++) {
+        for (size_t i = 0; !known && i < MQD_ARRAY_LEN(perm_words); i++) {
             if (strlen(words[i]) == n && strncmp(p, words[i], n) == 0) {
                 bits |= 1u << i; /* the order of mqd_perm_t */
                 known = true;

@@ -236,5 +236,8 @@ int mqd_conf_scram_make(const char *password, uint32_t iterations, char *out, si
 int mqd_conf_scram_parse(const char *s, mqd_scram_cred_t *out);
 /* Parses "send,receive" (or "all") into mqd_perm_t bits; MQD_EINVAL on an unknown word. */
 int mqd_conf_parse_perms(const char *s, unsigned *out);
+/* The names of the rights in `bits` ("send", ..., "monitor"), at most max, into out
+ * (static strings); returns how many. */
+size_t mqd_conf_perm_names(unsigned bits, const char **out, size_t max);
 
 #endif

@@ -10,6 +10,7 @@
  *   POST groups/T/G/reset {"to","value"}     com.mqd:consumergroup RESET
  *   GET  connections | links                 com.mqd:connection QUERY | com.mqd:link QUERY
  *   POST connections/ID/close                com.mqd:connection CLOSE (amqp:connection:forced)
+ *   GET  users | acl                         com.mqd:user QUERY | com.mqd:acl QUERY
  * GET needs `monitor` (or `manage`) on $management, PEEK also `browse` on the topic, a
  * POST `manage`. */
 #include "config.h"
@@ -151,6 +152,10 @@ static void get_route(call_t *c)
         return answer(c, T_CONN, "QUERY", NULL);
     if (n == 2 && strcmp(s[1], "links") == 0)
         return answer(c, T_LINK, "QUERY", NULL);
+    if (n == 2 && strcmp(s[1], "users") == 0)
+        return answer(c, "com.mqd:user", "QUERY", NULL);
+    if (n == 2 && strcmp(s[1], "acl") == 0)
+        return answer(c, "com.mqd:acl", "QUERY", NULL);
     mqd_console_reply_error(c->req, 404, "no such API route");
 }
 

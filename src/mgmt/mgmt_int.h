@@ -15,6 +15,8 @@ struct mqd_conn;
 #define MQD_MGMT_T_GROUP "com.mqd:consumergroup"
 #define MQD_MGMT_T_CONN "com.mqd:connection"
 #define MQD_MGMT_T_LINK "com.mqd:link"
+#define MQD_MGMT_T_USER "com.mqd:user"
+#define MQD_MGMT_T_ACL "com.mqd:acl"
 #define MQD_MGMT_T_BROKER "com.mqd:broker"
 #define MQD_MGMT_T_EVENTHUB "com.microsoft:eventhub"
 #define MQD_MGMT_T_PARTITION "com.microsoft:partition"
@@ -58,6 +60,8 @@ extern const mqd_mgmt_op_t mqd_mgmt_topic_ops[];
 extern const size_t mqd_mgmt_n_topic_ops;
 extern const mqd_mgmt_op_t mqd_mgmt_group_ops[];
 extern const size_t mqd_mgmt_n_group_ops;
+extern const mqd_mgmt_op_t mqd_mgmt_user_ops[]; /* mgmt_users.c */
+extern const size_t mqd_mgmt_n_user_ops;
 /* mgmt_peek.c: PEEK of com.mqd:topic (records of one partition, never consumed) */
 int mqd_mgmt_topic_peek(mqd_mgmt_req_t *r);
 /* Who asked: the connection's user, mqd_mgmt_call's actor, or "anonymous". */

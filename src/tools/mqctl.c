@@ -74,7 +74,7 @@ static void usage(FILE *f)
           "  group reset TOPIC GROUP --to earliest|latest|OFFSET|@TIME_MS\n"
           "  topic peek NAME[/PARTITION] [--from OFFSET] [--count N]   (nothing is consumed)\n"
           "  connection list | close ID\n"
-          "  link list\n"
+          "  link list | user list | acl list\n"
           "  status | reload\n",
           f);
 }
@@ -565,6 +565,34 @@ static void show_links(json_t *v)
     table_print(&t);
 }
 
+static void show_users(json_t *v)
+{
+    const char *head[] = {"USER", "GROUPS", "PASSWORD", "SCRAM", "CERT_CN"};
+    table_t t = {.ncols = 5, .head = head};
+    size_t i;
+    json_t *o;
+    char b[5][32];
+    json_array_foreach(v, i, o)
+        table_add(&t, F(o, "name", 0), F(o, "groups", 1), F(o, "password", 2),
+                  F(o, "scram_sha256", 3), F(o, "cert_cn", 4));
+    table_print(&t);
+}
+
+static void show_acl(json_t *o)
+{
+    size_t i, k;
+    json_t *r, *w;
+    if (!json_is_true(json_object_get(o, "present")))
+        printf("no [acl] section: everyone may do everything\n");
+    json_array_foreach(json_object_get(o, "rules"), i, r) {
+        printf("%s %s ", json_string_value(json_object_get(r, "action")),
+               json_string_value(json_object_get(r, "who")));
+        json_array_foreach(json_object_get(r, "rights"), k, w)
+            printf("%s%s", k ? "," : "", json_string_value(w));
+        printf(" %s\n", json_string_value(json_object_get(r, "pattern")));
+    }
+}
+
 /* One line per message: offset, time, and the body as text when it is printable. */
 static void show_peek(json_t *o)
 {
@@ -725,6 +753,8 @@ static const cmd_t cmds[] = {
     {"topic", "peek", 1, 1, "PEEK", T_TOPIC, build_peek, show_peek, NULL},
     {"connection", "list", 0, 0, "QUERY", T_CONN, build_name, show_conns, NULL},
     {"link", "list", 0, 0, "QUERY", T_LINK, build_name, show_links, NULL},
+    {"user", "list", 0, 0, "QUERY", "com.mqd:user", build_name, show_users, NULL},
+    {"acl", "list", 0, 0, "QUERY", "com.mqd:acl", build_name, show_acl, NULL},
     {"connection", "close", 1, 1, "DELETE", T_CONN, build_name, NULL, "closed connection %s"},
     {"status", NULL, 0, 0, "READ", T_BROKER, build_name, show_status, NULL},
     {"reload", NULL, 0, 0, "RELOAD", T_BROKER, build_name, NULL, "configuration reloaded"},

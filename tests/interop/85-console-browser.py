@@ -233,6 +233,10 @@ def body(t):
         check(not th.is_alive(), "the victim's container ended")
         check(v.condition == "amqp:connection:forced", "victim saw %r" % v.condition)
         log("closed from the page: the client saw %s" % v.condition)
+        br.go(ui + "#/users")
+        rows = br.wait_js("var r=[...document.querySelectorAll('#users-table tbody tr')]; return r.length && r.map(e=>e.dataset.name)", "users")
+        check(rows == ["admin", "viewer", "producer"], "users page: %r" % rows)
+        shots["users"] = br.screenshot(os.path.join(art, "users.png"))
         # 200 % zoom: a viewport half as wide and high in CSS pixels; the page reflows
         # (no horizontal scrolling of the page; wide tables scroll in their own box)
         br.cmd("POST", "/window/rect", {"width": 640, "height": 450})

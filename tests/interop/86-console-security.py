@@ -13,7 +13,7 @@ HTTP from Python against a real mqd with users, an [acl] and console_listen:
   nothing changed; with the token the same reset works;
 - logout ends the session (the old cookie then gets 401);
 - the API equals mqctl --json for the same objects: topic describe, topic list, group
-  describe, group list, topic peek, broker status (minus the uptime/rss that move), the
+  describe, group list, user list, acl list, topic peek, broker status (minus the uptime/rss that move), the
   same connection row (with tls, sasl_mechanism, the client's properties) and the same
   link row."""
 
@@ -115,6 +115,15 @@ def body(t):
     viewer = Http(b.console_port)
     st, doc = viewer.login("viewer")
     check(st == 200 and doc["monitor"] is True and doc["manage"] is False, "viewer login: %r" % doc)
+    st, doc = viewer.get("users")
+    check(st == 200 and [u["name"] for u in doc] == ["admin", "viewer", "producer"] and
+          all(u["password"] and u["scram_sha256"] for u in doc) and
+          "password_hash" not in json.dumps(doc) and "pbkdf2" not in json.dumps(doc),
+          "viewer reads the users, without credentials: %r" % doc)
+    st, doc = viewer.get("acl")
+    check(st == 200 and doc["present"] and doc["rules"][1] ==
+          {"action": "allow", "who": "viewer", "rights": ["browse", "monitor"], "pattern": "*"},
+          "the [acl] as configured: %r" % doc)
     st, doc = viewer.get("topics/orders")
     check(st == 200 and doc["partition_info"][0]["end"] == 20, "viewer reads the topic: %s" % st)
     st, doc = viewer.post("groups/orders/g1/reset", {"to": "earliest"})
@@ -150,6 +159,8 @@ def body(t):
              (["topic", "list"], "topics"),
              (["group", "describe", "orders", "g1"], "groups/orders/g1"),
              (["group", "list"], "groups"),
+             (["user", "list"], "users"),
+             (["acl", "list"], "acl"),
              (["topic", "peek", "orders/0", "--from", "2", "--count", "3"],
               "topics/orders/partitions/0/messages?from=2&count=3")]
     for argv, route in pairs:
