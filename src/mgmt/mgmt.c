@@ -337,11 +337,18 @@ static const mqd_mgmt_op_t *op_find(const char *type, const char *op)
 }
 
 /* Event Hubs clients query runtime information with only `listen` rights, so the two
- * READs need receive permission on the hub; everything else needs `manage`. */
+ * READs need receive permission on the hub. Reads (READ, QUERY) are allowed with
+ * `monitor`, the web console's read-only right, and PEEK with `monitor` and `browse` on
+ * the topic; everything else needs `manage`. */
 static bool allowed(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
 {
     if (strncmp(op->type, "com.microsoft:", 14) == 0 && r->name &&
         mqd_auth_allowed(r->c, MQD_PERM_RECEIVE, r->name))
+        return true;
+    bool read = strcmp(op->op, "READ") == 0 || strcmp(op->op, "QUERY") == 0;
+    bool peek = strcmp(op->op, "PEEK") == 0;
+    if ((read || peek) && mqd_auth_may(r->c, MQD_PERM_MONITOR, "$management") &&
+        (!peek || (r->name && mqd_auth_allowed(r->c, MQD_PERM_BROWSE, r->name))))
         return true;
     return mqd_auth_allowed(r->c, MQD_PERM_MANAGE, "$management");
 }

@@ -15,7 +15,9 @@ HTTP from Python against a real mqd with users, an [acl] and console_listen:
 - the API equals mqctl --json for the same objects: topic describe, topic list, group
   describe, group list, user list, acl list, topic peek, broker status (minus the uptime/rss that move), the
   same connection row (with tls, sasl_mechanism, the client's properties) and the same
-  link row."""
+  link row;
+- over AMQP `$management` the same rights hold: viewer (monitor, browse) reads and peeks
+  with mqctl, its reset is refused and changes nothing; producer cannot read."""
 
 import json
 import os
@@ -199,6 +201,20 @@ def body(t):
           "the victim's link: %r" % vl)
     check(vl[0] in cli, "mqctl link list has the same row: %r" % cli)
     log("connection %s and its link: the same rows from mqctl --json and the API" % vid)
+
+    # the same rights over AMQP: viewer (monitor) reads with mqctl, cannot reset
+    vurl = "amqp://viewer:%s@127.0.0.1:%d" % (PW["viewer"], b.port)
+    rc, out, err = mqdtest.mqctl(vurl, "--json", "topic", "describe", "orders")
+    check(rc == 0 and json.loads(out)["name"] == "orders", "viewer's mqctl describe: %s %s" % (rc, err))
+    rc, out, err = mqdtest.mqctl(vurl, "--json", "topic", "peek", "orders/0", "--count", "1")
+    check(rc == 0 and len(json.loads(out)["messages"]) == 1, "viewer's mqctl peek: %s %s" % (rc, err))
+    rc, out, err = mqdtest.mqctl(vurl, "group", "reset", "orders", "g1", "--to", "earliest")
+    check(rc != 0 and "not allowed" in err, "viewer's mqctl reset: %s %s" % (rc, err))
+    check(committed(admin, "orders", "g1") == [3], "nothing changed by the viewer's AMQP reset")
+    purl = "amqp://producer:%s@127.0.0.1:%d" % (PW["producer"], b.port)
+    rc, out, err = mqdtest.mqctl(purl, "topic", "list")
+    check(rc != 0 and "not allowed" in err, "producer (no monitor) cannot list: %s %s" % (rc, err))
+    log("over AMQP: viewer reads and peeks, its reset is refused (%s); producer cannot read" % err.strip())
 
     # logout: the old cookie is dead
     st, _ = admin.post("logout")
