@@ -161,7 +161,7 @@ static void get_route(call_t *c)
 
 static void reset(call_t *c, const char *topic, const char *group)
 {
-    json_t *body = mqd_console_body_json(c->req);
+    json_t *body = mqd_console_body_json(c->req, false);
     json_t *to = json_object_get(body, "to"), *value = json_object_get(body, "value");
     if (!json_is_string(to) || (value && !json_is_integer(value))) {
         json_decref(body);

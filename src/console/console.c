@@ -59,7 +59,9 @@ static const char *reason(int code)
 void mqd_console_reply_json(struct evhttp_request *req, int code, json_t *body)
 {
     struct evbuffer *b = evbuffer_new();
-    char *text = json_dumps(body ? body : json_object(), JSON_COMPACT);
+    if (!body)
+        body = json_object();
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     common_headers(req, "application/json; charset=utf-8");
     evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
@@ -81,20 +83,26 @@ void mqd_console_reply_error(struct evhttp_request *req, int code, const char *d
 void mqd_console_set_cookie(struct evhttp_request *req, const mqd_console_sess_t *ss)
 {
     char c[200];
-    /* the console speaks plain HTTP (a TLS proxy in front adds Secure: docs/console.md) */
-    snprintf(c, sizeof c, "mqd_session=%s; Path=/; HttpOnly; SameSite=Strict%s", ss ? ss->id : "",
-             ss ? "" : "; Max-Age=0");
+    /* the console speaks plain HTTP; behind a TLS proxy that says so the cookie is Secure
+     * (a forged header only makes the browser withhold it on plain HTTP) */
+    const char *proto =
+        evhttp_find_header(evhttp_request_get_input_headers(req), "X-Forwarded-Proto");
+    bool tls = proto && strcmp(proto, "https") == 0;
+    snprintf(c, sizeof c, "mqd_session=%s; Path=/; HttpOnly; SameSite=Strict%s%s", ss ? ss->id : "",
+             tls ? "; Secure" : "", ss ? "" : "; Max-Age=0");
     evhttp_add_header(evhttp_request_get_output_headers(req), "Set-Cookie", c);
 }
 
-json_t *mqd_console_body_json(struct evhttp_request *req)
+json_t *mqd_console_body_json(struct evhttp_request *req, bool wipe)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t n = evbuffer_get_length(in);
     if (n == 0 || n > MAX_BODY)
         return NULL;
-    const char *p = (const char *)evbuffer_pullup(in, (ssize_t)n);
+    char *p = (char *)evbuffer_pullup(in, (ssize_t)n);
     json_t *v = p ? json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    if (p && wipe)
+        OPENSSL_cleanse(p, n); /* a password: not left in the connection's buffer */
     if (!json_is_object(v)) {
         json_decref(v);
         return NULL;

@@ -66,8 +66,9 @@ void mqd_console_reply_json(struct evhttp_request *req, int code, json_t *body);
 void mqd_console_reply_error(struct evhttp_request *req, int code, const char *desc);
 /* Sets the session cookie (empty value and Max-Age=0 when ss is NULL: logout). */
 void mqd_console_set_cookie(struct evhttp_request *req, const mqd_console_sess_t *ss);
-/* The request body as a JSON object (NULL: not JSON, not an object, or too large). */
-json_t *mqd_console_body_json(struct evhttp_request *req);
+/* The request body as a JSON object (NULL: not JSON, not an object, or too large);
+ * wipe: the body's bytes are zeroed after parsing (it holds a password). */
+json_t *mqd_console_body_json(struct evhttp_request *req, bool wipe);
 
 /* ---- login.c ---- */
 

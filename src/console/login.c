@@ -110,7 +110,7 @@ static uint64_t peer_key(const char *peer)
 
 void mqd_console_login(mqd_console_t *k, struct evhttp_request *req)
 {
-    json_t *body = mqd_console_body_json(req);
+    json_t *body = mqd_console_body_json(req, true);
     const char *user = json_string_value(json_object_get(body, "user"));
     const char *pw = json_string_value(json_object_get(body, "password"));
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);

@@ -152,6 +152,8 @@ int mqd_mgmt_topic_peek(mqd_mgmt_req_t *r)
     mqd_part_t *p = &t->parts[part];
     uint64_t start = mqd_plog_start_offset(p->log);
     uint64_t end = mqd_part_visible_end(p, MQD_READ_COMMITTED);
+    if (end < start)
+        end = start; /* retention ahead of a reader's view: nothing to show */
     uint64_t first = from >= 0                       ? (uint64_t)from
                      : end - start > (uint64_t)count ? end - (uint64_t)count
                                                      : start;

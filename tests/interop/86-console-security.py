@@ -3,8 +3,8 @@
 HTTP from Python against a real mqd with users, an [acl] and console_listen:
 - no access without login: every /api/ route answers 401, a POST too, and nothing changes;
   a wrong password and an unknown user get 401 the same way;
-- the session cookie: HttpOnly, SameSite=Strict, Path=/, no Secure on plain HTTP, a
-  64-hex random id, different per login; the password never appears in a URL (login is a
+- the session cookie: HttpOnly, SameSite=Strict, Path=/, no Secure on plain HTTP (Secure
+  when a TLS proxy says X-Forwarded-Proto: https), a 64-hex random id, different per login; the password never appears in a URL (login is a
   POST body) and the login reply carries a CSRF token that is not the cookie;
 - a monitor-only user (viewer) reads everything, but a group reset and a connection close
   get 403 and nothing changed (committed offsets, the connection is still there);
@@ -98,6 +98,10 @@ def body(t):
           "session id: %r" % admin.cookie)
     check(len(admin.csrf) == 64 and admin.csrf != admin.cookie, "csrf token differs from the id")
     check(PW["admin"] not in cookie and PW["admin"] not in json.dumps(doc), "no password echoed")
+    proxied = Http(b.console_port)
+    st, _ = proxied.request("POST", "/api/login", {"user": "admin", "password": PW["admin"]},
+                            headers={"X-Forwarded-Proto": "https"})
+    check(st == 200 and "; Secure" in proxied.set_cookies[0], "behind a TLS proxy: %r" % proxied.set_cookies)
     admin2 = Http(b.console_port)
     admin2.login("admin")
     check(admin2.cookie != admin.cookie and admin2.csrf != admin.csrf, "each login its own id and token")
