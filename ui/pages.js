@@ -284,6 +284,17 @@ function showBody(m, view) {
   return text;
 }
 
+// AMQP's header and properties are lists; name their fields for reading
+const HEADER = ['durable', 'priority', 'ttl', 'first-acquirer', 'delivery-count'];
+const PROPERTIES = ['message-id', 'user-id', 'to', 'subject', 'reply-to', 'correlation-id',
+  'content-type', 'content-encoding', 'absolute-expiry-time', 'creation-time', 'group-id',
+  'group-sequence', 'reply-to-group-id'];
+function named(list, names) {
+  if (!Array.isArray(list)) return list ? JSON.stringify(list) : '—';
+  const out = list.map((v, i) => (v === null ? null : `${names[i] || i}: ${JSON.stringify(v)}`)).filter(Boolean);
+  return out.length ? out.join(', ') : '—';
+}
+
 export async function browse(main, ctx, tname, part) {
   main.append(h('h1', {}, 'Message browser'), h('p', { class: 'muted' }, 'Peeks at stored messages; nothing is consumed.'));
   const q = ctx.query;
@@ -314,8 +325,9 @@ export async function browse(main, ctx, tname, part) {
     ...r.messages.map((m) => h('article', { class: 'message', 'data-offset': m.offset },
       h('h2', {}, `Offset ${m.offset}`),
       kv([['Time', new Date(m.timestamp).toISOString()], ['Size', `${m.size} bytes`], ['Body', `${m.body_type}, ${m.body_size} bytes${m.body_truncated ? ' (first 4 KiB shown)' : ''}`],
-          ['Properties', JSON.stringify(m.properties)], ['Application properties', JSON.stringify(m.application_properties)],
-          ['Annotations', JSON.stringify(m.message_annotations)]]),
+          ['Header', named(m.header, HEADER)], ['Properties', named(m.properties, PROPERTIES)],
+          ['Application properties', m.application_properties ? JSON.stringify(m.application_properties) : '—'],
+          ['Annotations', m.message_annotations ? JSON.stringify(m.message_annotations) : '—']]),
       h('pre', { class: 'body' }, showBody(m, v)))));
 }
 

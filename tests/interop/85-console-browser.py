@@ -188,6 +188,8 @@ def body(t):
         br.go(ui + "#/browse/orders/0?from=7&count=3&view=json")
         bodies = br.wait_js("var a=[...document.querySelectorAll('#browse-out article')]; return a.length===3 && a.map(e=>e.dataset.offset+'='+e.querySelector('pre').textContent)", "peek", 20)
         check(bodies == ['7={\n  "n": 7\n}', '8={\n  "n": 8\n}', '9={\n  "n": 9\n}'], "peek bodies: %r" % bodies)
+        props = br.js("var d=document.querySelector('#browse-out article[data-offset=\"8\"] dl'); return d && d.textContent")
+        check("subject: \"order-8\"" in props and '{"i":8}' in props, "peek properties: %r" % props)
         shots["browse"] = br.screenshot(os.path.join(art, "browse.png"))
         br.go(ui + "#/browse/orders/0?from=7&count=1&view=hex")
         hexv = br.wait_js("var p=document.querySelector('#browse-out article[data-offset=\"7\"] pre'); return p && p.textContent", "hex", 20)
