@@ -148,13 +148,16 @@ export async function topic(main, ctx, name) {
   main.append(h('h1', {}, 'Topic ', h('span', { id: 'topic-name' }, name)));
   const holder = h('div', {});
   main.append(holder);
+  const rate = rater();
   await ctx.every(async () => {
     const [t, groups] = await Promise.all([get(`topics/${enc(name)}`), get(`topics/${enc(name)}/groups`)]);
+    const now = Date.now();
     const parts = h('table', { id: 'partitions-table' },
-      h('thead', {}, h('tr', {}, ['Partition', 'Start', 'End', 'Messages', 'Size', 'State', ''].map((c) => h('th', { scope: 'col' }, c)))),
+      h('thead', {}, h('tr', {}, ['Partition', 'Start', 'End', 'Messages', 'Size', 'In/s', 'State', ''].map((c) => h('th', { scope: 'col' }, c)))),
       h('tbody', {}, t.partition_info.map((p) => h('tr', { 'data-partition': p.partition },
         h('td', {}, p.partition), h('td', { class: 'num' }, num(p.start)), h('td', { class: 'num' }, num(p.end)),
         h('td', { class: 'num messages' }, num(p.end - p.start)), h('td', { class: 'num' }, bytes(p.size_bytes)),
+        h('td', { class: 'num rate' }, (rate(p.partition, p.end, now) ?? 0).toFixed(1)),
         h('td', {}, p.failed ? `failed: ${p.failed_reason}` : p.resuming ? 'resuming' : 'ok'),
         h('td', {}, h('a', { href: `#/browse/${enc(name)}/${p.partition}` }, 'Browse messages'))))));
     const gt = h('table', { id: 'topic-groups' },
