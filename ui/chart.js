@@ -1,5 +1,5 @@
 // A small line chart on a <canvas>: time on x, values on y, one line per series.
-// series: [{ label, color, points: [[tMs, value], ...] }]; the canvas is redrawn whole.
+// series: [{ label, color, dash (optional, e.g. [6, 4]), points: [[tMs, value], ...] }]; the canvas is redrawn whole.
 function niceMax(v) {
   if (v <= 0) return 1;
   const p = Math.pow(10, Math.floor(Math.log10(v)));
@@ -25,12 +25,12 @@ export function drawChart(canvas, series, windowMs) {
   const fontPx = parseFloat(style.fontSize) || 14;
   g.font = `${fontPx * 0.8}px system-ui, sans-serif`;
   const left = fontPx * 3.5, bottom = fontPx * 1.6, top = fontPx * 0.6, right = fontPx * 0.6;
-  // the window grows with the data from 1 minute up to windowMs, so a young page shows
+  // the window grows with the data from 30 s up to windowMs, so a young page shows
   // its few points spread out rather than squeezed against the right edge
   const now = Date.now();
   let first = now;
   for (const s of series) if (s.points.length) first = Math.min(first, s.points[0][0]);
-  windowMs = Math.min(windowMs, Math.max(60000, now - first));
+  windowMs = Math.min(windowMs, Math.max(30000, now - first));
   const t0 = now - windowMs;
   let max = 0;
   for (const s of series) for (const [, v] of s.points) max = Math.max(max, v);
@@ -45,12 +45,13 @@ export function drawChart(canvas, series, windowMs) {
     g.beginPath(); g.moveTo(left, yy); g.lineTo(w - right, yy); g.stroke();
     g.fillText(fmt(v), 2, yy + fontPx * 0.3);
   }
-  const minutes = Math.round(windowMs / 60000);
-  g.fillText(`-${minutes} min`, left, h - fontPx * 0.3);
+  const span = windowMs >= 60000 ? `-${Math.round(windowMs / 60000)} min` : `-${Math.round(windowMs / 1000)} s`;
+  g.fillText(span, left, h - fontPx * 0.3);
   g.fillText('now', w - right - fontPx * 1.8, h - fontPx * 0.3);
   for (const s of series) {
     g.strokeStyle = s.color;
     g.lineWidth = 2;
+    g.setLineDash(s.dash || []); // not by colour alone: a dashed line reads in grey too
     g.beginPath();
     let started = false;
     for (const [t, v] of s.points) {

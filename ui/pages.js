@@ -99,8 +99,8 @@ export async function overview(main, ctx) {
       ['Data directory', o.data_dir],
     ]));
     drawChart(canvas, [{ label: 'in', color: '#0b5cad', points: inPts },
-                       { label: 'out', color: '#15803d', points: outPts }], WINDOW_MS);
-  }, 2000);
+                       { label: 'out', color: '#15803d', dash: [6, 4], points: outPts }], WINDOW_MS);
+  }, 1000);
 }
 
 export async function topics(main, ctx) {
