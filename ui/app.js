@@ -2,6 +2,7 @@
 // every page is a real link (it opens in a new tab too) and Back works.
 import { get, post, setCsrf, ApiError } from './api.js';
 import * as pages from './pages.js';
+import { scramAvailable, scramLogin } from './scram.js';
 
 const { h } = pages;
 const main = document.getElementById('main');
@@ -74,7 +75,9 @@ async function route() {
 function setSession(s) {
   session = s;
   setCsrf(s ? s.csrf : null);
-  document.getElementById('who').textContent = s ? `${s.user} (${s.manage ? 'manage' : 'monitor'})` : '';
+  const who = document.getElementById('who');
+  who.textContent = s ? `${s.user} (${s.manage ? 'manage' : 'monitor'})` : '';
+  if (s && s.mechanism) who.dataset.mechanism = s.mechanism;
   document.getElementById('logout').hidden = !s;
 }
 
@@ -89,12 +92,18 @@ function login() {
     e.preventDefault();
     err.textContent = '';
     try {
-      // the password goes in the POST body, never in the URL
-      const r = await fetch('/api/login', { method: 'POST', credentials: 'same-origin',
-        headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ user: user.value, password: pw.value }) });
-      const body = await r.json();
-      if (!r.ok) throw new ApiError(r.status, body.description);
+      let body;
+      if (scramAvailable()) {
+        body = await scramLogin(user.value, pw.value); // the password stays here
+      } else {
+        // no Web Crypto (not a secure context): the password goes in the POST body, never
+        // in the URL, and the broker takes it only with allow_plain_without_tls = on
+        const r = await fetch('/api/login', { method: 'POST', credentials: 'same-origin',
+          headers: { 'Content-Type': 'application/json' },
+          body: JSON.stringify({ user: user.value, password: pw.value }) });
+        body = await r.json();
+        if (!r.ok) throw new ApiError(r.status, body.description);
+      }
       pw.value = '';
       setSession(body);
       route();

@@ -89,6 +89,22 @@ bool mqd_auth_user_may(struct mqd_server *s, const char *user, mqd_perm_t perm,
  * (e.g. a hash of the client's address). Returns MQD_EAGAIN without calling done when
  * auth_queue_max checks are already running, MQD_ENOMEM likewise. The password is copied
  * and wiped after use. */
+/* SCRAM-SHA-256 for a login that is not an AMQP connection (the web console), with the
+ * SASL path's code and credentials (scram.c): the password never leaves the client, so
+ * it needs no TLS. An unknown user gets a decoy salt and fails at the end, as on AMQP.
+ * start: client-first-message msg[0..len) -> server-first-message (NUL-terminated) in
+ * out[MQD_AUTH_SCRAM_MAX + 1]; *st is the exchange (free it with mqd_auth_scram_free).
+ * finish: client-final-message -> 0 and server-final-message in out and the user's name
+ * in user[userlen]; MQD_EFAILED for a wrong proof, an unknown user or credentials changed
+ * by a reload since start; MQD_EINVAL when malformed. MQD_EINVAL / MQD_ENOMEM from start. */
+#define MQD_AUTH_SCRAM_MAX 1024
+typedef struct mqd_scram mqd_auth_scram_t;
+int mqd_auth_scram_start(struct mqd_server *s, const char *msg, size_t len, char *out,
+                         mqd_auth_scram_t **st);
+int mqd_auth_scram_finish(struct mqd_server *s, mqd_auth_scram_t *st, const char *msg,
+                          size_t len, char *out, char *user, size_t userlen);
+void mqd_auth_scram_free(mqd_auth_scram_t *st);
+
 typedef void (*mqd_auth_pw_done_fn)(void *arg, int rc);
 int mqd_auth_password_check(struct mqd_server *s, const char *user, const char *password,
                             uint64_t key, mqd_auth_pw_done_fn done, void *arg);

@@ -82,3 +82,61 @@ int mqd_auth_password_check(struct mqd_server *s, const char *user, const char *
     mqd_auth_pool_submit(a->pool, &p->job);
     return 0;
 }
+
+int mqd_auth_scram_start(struct mqd_server *s, const char *msg, size_t len, char *out,
+                         mqd_auth_scram_t **st)
+{
+    const mqd_auth_t *a = s->auth;
+    mqd_scram_t *sc = calloc(1, sizeof *sc);
+    int rc = MQD_ENOMEM;
+    if (!sc || !a)
+        goto err;
+    rc = mqd_scram_client_first(sc, msg, len);
+    if (rc != 0)
+        goto err;
+    const mqd_user_conf_t *u = mqd_conf_user(s->conf, sc->user);
+    mqd_scram_cred_t cred;
+    bool known = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &cred) == 0;
+    rc = known ? mqd_scram_server_first(sc, &cred, NULL, out)
+               : mqd_scram_decoy(a->secret, sc->user, a->decoy_scram_iterations, &cred);
+    if (!known && rc == 0)
+        rc = mqd_scram_server_first_decoy(sc, &cred, NULL, out);
+    OPENSSL_cleanse(&cred, sizeof cred);
+    if (rc != 0)
+        goto err;
+    *st = sc;
+    return 0;
+err:
+    mqd_auth_scram_free(sc);
+    return rc;
+}
+
+int mqd_auth_scram_finish(struct mqd_server *s, mqd_auth_scram_t *st, const char *msg, size_t len,
+                          char *out, char *user, size_t userlen)
+{
+    unsigned char stored[32];
+    int rc = mqd_scram_client_final(st, msg, len, out);
+    memcpy(stored, st->cred.stored_key, sizeof stored);
+    if (rc == 0) {
+        /* a reload between start and finish may have removed the user or changed its
+         * credentials */
+        const mqd_user_conf_t *u = mqd_conf_user(s->conf, st->user);
+        mqd_scram_cred_t now;
+        bool same = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &now) == 0 &&
+                    CRYPTO_memcmp(now.stored_key, stored, sizeof stored) == 0;
+        OPENSSL_cleanse(&now, sizeof now);
+        rc = same ? 0 : MQD_EFAILED;
+    }
+    if (rc == 0)
+        snprintf(user, userlen, "%s", st->user);
+    OPENSSL_cleanse(stored, sizeof stored);
+    return rc;
+}
+
+void mqd_auth_scram_free(mqd_auth_scram_t *st)
+{
+    if (!st)
+        return;
+    mqd_scram_clear(st);
+    free(st);
+}

@@ -4,6 +4,7 @@
  *   /            302 to /ui/
  *   /ui/[FILE]   the pages (public: they hold no data; the data is behind /api/)
  *   /api/login   POST {"user","password"} -> session cookie + CSRF token
+ *   /api/login/scram  the same with SCRAM-SHA-256 in two POSTs (scram.c)
  *   /api/...     everything else needs the session cookie; a POST also the session's
  *                CSRF token in X-CSRF-Token, and no foreign Origin (api.c, login.c) */
 #include "config.h"
@@ -172,6 +173,11 @@ static void on_api(mqd_console_t *k, struct evhttp_request *req, const char **se
             return mqd_console_reply_error(req, 405, "POST {\"user\", \"password\"}");
         return mqd_console_login(k, req);
     }
+    if (n == 3 && strcmp(segs[1], "login") == 0 && strcmp(segs[2], "scram") == 0) {
+        if (!post)
+            return mqd_console_reply_error(req, 405, "POST {\"client_first\"}");
+        return mqd_console_login_scram(k, req);
+    }
     mqd_console_sess_t *ss = mqd_console_sess_of(k, req);
     if (!ss)
         return mqd_console_reply_error(req, 401, "log in first (POST /api/login)");
@@ -248,6 +254,7 @@ void mqd_console_stop(struct mqd_server *s)
         return;
     evhttp_free(k->http); /* closes connections: pending logins lose their request */
     mqd_console_logins_drop(k);
+    mqd_console_scram_drop(k);
     OPENSSL_cleanse(k->sess, sizeof k->sess);
     free(k);
     s->console = NULL;

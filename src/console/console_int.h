@@ -45,13 +45,27 @@ typedef struct mqd_console_sess {
 
 typedef struct mqd_console_login mqd_console_login_t;
 
+#define MQD_CONSOLE_SCRAMS 64 /* SCRAM exchanges between their two requests, at once */
+
+typedef struct mqd_console_xchg {
+    bool used;
+    char id[MQD_CONSOLE_TOKEN_HEX + 1];
+    struct mqd_scram *st; /* owned (mqd_auth_scram_free) */
+    uint64_t started_ms;  /* monotonic; an exchange lives 30 s */
+} mqd_console_xchg_t;
+
 typedef struct mqd_console {
     struct mqd_server *srv;
     struct evhttp *http;
     mqd_console_sess_t sess[MQD_CONSOLE_SESSIONS];
     mqd_console_login_t *logins; /* password checks on the pool (login.c) */
+    mqd_console_xchg_t xchg[MQD_CONSOLE_SCRAMS]; /* scram.c */
 } mqd_console_t;
 
+/* Random hex into out (MQD_CONSOLE_TOKEN_HEX + 1); MQD_EIO if the RNG fails. */
+int mqd_console_random_hex(char *out);
+/* Monotonic milliseconds. */
+uint64_t mqd_console_now_ms(void);
 /* A new session for user (fresh id and CSRF token); NULL if the RNG fails. */
 mqd_console_sess_t *mqd_console_sess_new(mqd_console_t *k, const char *user);
 /* The live session the request's cookie names (idle ones expire here), or NULL. */
@@ -78,6 +92,19 @@ void mqd_console_logout(mqd_console_t *k, struct evhttp_request *req, mqd_consol
 void mqd_console_session_info(mqd_console_t *k, struct evhttp_request *req, mqd_console_sess_t *ss);
 /* Forgets the pending logins (stop: their requests are freed with the connections). */
 void mqd_console_logins_drop(mqd_console_t *k);
+/* The reply to a login that succeeded for user: a new session, its cookie, 200 with
+ * {user, csrf, monitor, manage, mechanism} plus `extra`'s keys (stolen, may be NULL);
+ * 403 when the user has neither monitor nor manage. */
+void mqd_console_login_ok(mqd_console_t *k, struct evhttp_request *req, const char *user,
+                          const char *mechanism, json_t *extra);
+
+/* ---- scram.c ---- */
+
+/* POST /api/login/scram: {"client_first"} -> {"exchange", "server_first"}, then
+ * {"exchange", "client_final"} -> the session, with "server_final" to verify. */
+void mqd_console_login_scram(mqd_console_t *k, struct evhttp_request *req);
+/* Frees every exchange (stop). */
+void mqd_console_scram_drop(mqd_console_t *k);
 
 /* ---- api.c ---- */
 

@@ -63,6 +63,38 @@ static json_t *session_json(mqd_console_t *k, const mqd_console_sess_t *ss)
                      "manage", manage);
 }
 
+void mqd_console_login_ok(mqd_console_t *k, struct evhttp_request *req, const char *user,
+                          const char *mechanism, json_t *extra)
+{
+    mqd_server_t *s = k->srv;
+    char peer[64];
+    char *host = NULL;
+    ev_uint16_t port = 0;
+    evhttp_connection_get_peer(evhttp_request_get_connection(req), &host, &port);
+    snprintf(peer, sizeof peer, "%s:%u", host ? host : "?", port);
+    if (!mqd_auth_user_may(s, user, MQD_PERM_MONITOR, "$management") &&
+        !mqd_auth_user_may(s, user, MQD_PERM_MANAGE, "$management")) {
+        MQD_NOTICE("console", "login refused peer=%s user=%s: no monitor or manage right", peer,
+                   user);
+        json_decref(extra);
+        return mqd_console_reply_error(req, 403,
+                                       "the [acl] gives this user neither monitor nor manage");
+    }
+    mqd_console_sess_t *ss = mqd_console_sess_new(k, user);
+    if (!ss) {
+        json_decref(extra);
+        return mqd_console_reply_error(req, 500, "no random bytes for a session");
+    }
+    MQD_INFO("console", "login peer=%s user=%s mech=%s", peer, user, mechanism);
+    json_t *out = session_json(k, ss);
+    json_object_set_new(out, "mechanism", json_string(mechanism));
+    if (extra)
+        json_object_update(out, extra);
+    json_decref(extra);
+    mqd_console_set_cookie(req, ss);
+    mqd_console_reply_json(req, 200, out);
+}
+
 static void on_checked(void *arg, int rc)
 {
     mqd_console_login_t *l = arg;
@@ -73,7 +105,6 @@ static void on_checked(void *arg, int rc)
         evhttp_connection_set_closecb(evhttp_request_get_connection(req), NULL, NULL);
     if (!req || !k)
         goto out;
-    mqd_server_t *s = k->srv;
     if (rc != 0) {
         MQD_NOTICE("console", "login refused peer=%s user=%s: %s", l->peer, l->user,
                    rc == MQD_EFAILED ? "wrong password or unknown user" : mqd_strerror(rc));
@@ -81,21 +112,7 @@ static void on_checked(void *arg, int rc)
                                 rc == MQD_EFAILED ? "wrong user or password" : "try again");
         goto out;
     }
-    if (!mqd_auth_user_may(s, l->user, MQD_PERM_MONITOR, "$management") &&
-        !mqd_auth_user_may(s, l->user, MQD_PERM_MANAGE, "$management")) {
-        MQD_NOTICE("console", "login refused peer=%s user=%s: no monitor or manage right", l->peer,
-                   l->user);
-        mqd_console_reply_error(req, 403, "the [acl] gives this user neither monitor nor manage");
-        goto out;
-    }
-    mqd_console_sess_t *ss = mqd_console_sess_new(k, l->user);
-    if (!ss) {
-        mqd_console_reply_error(req, 500, "no random bytes for a session");
-        goto out;
-    }
-    MQD_INFO("console", "login peer=%s user=%s", l->peer, l->user);
-    mqd_console_set_cookie(req, ss);
-    mqd_console_reply_json(req, 200, session_json(k, ss));
+    mqd_console_login_ok(k, req, l->user, "PASSWORD", NULL);
 out:
     free(l);
 }

@@ -12,14 +12,14 @@
 #include <string.h>
 #include <time.h>
 
-static uint64_t now_ms(void)
+uint64_t mqd_console_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static int random_hex(char out[MQD_CONSOLE_TOKEN_HEX + 1])
+int mqd_console_random_hex(char *out)
 {
     unsigned char rnd[MQD_CONSOLE_TOKEN_HEX / 2];
     if (RAND_bytes(rnd, sizeof rnd) != 1)
@@ -46,12 +46,12 @@ mqd_console_sess_t *mqd_console_sess_new(mqd_console_t *k, const char *user)
         MQD_INFO("console", "session table full: the least recently used (user %s) ends",
                  pick->user);
     mqd_console_sess_end(pick);
-    if (random_hex(pick->id) != 0 || random_hex(pick->csrf) != 0) {
+    if (mqd_console_random_hex(pick->id) != 0 || mqd_console_random_hex(pick->csrf) != 0) {
         mqd_console_sess_end(pick);
         return NULL;
     }
     snprintf(pick->user, sizeof pick->user, "%s", user);
-    pick->last_ms = now_ms();
+    pick->last_ms = mqd_console_now_ms();
     pick->used = true;
     return pick;
 }
@@ -63,7 +63,7 @@ mqd_console_sess_t *mqd_console_sess_of(mqd_console_t *k, struct evhttp_request 
     if (!hdr || mqd_console_cookie_get(hdr, "mqd_session", id, sizeof id) != 0 ||
         !mqd_console_token_ok(id))
         return NULL;
-    uint64_t now = now_ms(), idle = k->srv->conf->console_session_idle_ms;
+    uint64_t now = mqd_console_now_ms(), idle = k->srv->conf->console_session_idle_ms;
     for (size_t i = 0; i < MQD_CONSOLE_SESSIONS; i++) {
         mqd_console_sess_t *ss = &k->sess[i];
         if (!ss->used || CRYPTO_memcmp(ss->id, id, MQD_CONSOLE_TOKEN_HEX) != 0)

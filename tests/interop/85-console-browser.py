@@ -3,7 +3,8 @@
 driven over W3C WebDriver from urllib; issue 22). One mqd with users, an [acl] and
 console_listen; Proton clients make the traffic. Asserts:
 - login with the keyboard only (user, Tab, password, Enter) lands on the overview, which
-  shows the topic count and the totals;
+  shows the topic count and the totals; the page logged in with SCRAM-SHA-256 (Web Crypto:
+  the password never left the browser);
 - a topic Proton just filled with 40 messages shows 40 on the topics page and on its own
   page; the filter box hides it for a name that does not match; sorting by a column
   header works from the keyboard (Enter on the header button);
@@ -110,6 +111,8 @@ def body(t):
         br.keys("admin" + TAB + consoletest.PW["admin"] + ENTER)
         who = br.wait_js("return document.getElementById('who').textContent", "logged in")
         check(who == "admin (manage)", "who: %r" % who)
+        mech = br.js("return document.getElementById('who').dataset.mechanism")
+        check(mech == "SCRAM-SHA-256", "the browser logged in with %r (Web Crypto on 127.0.0.1)" % mech)
         cookies = br.cookies()
         check(len(cookies) == 1 and cookies[0]["name"] == "mqd_session" and cookies[0]["httpOnly"]
               and cookies[0].get("sameSite") == "Strict", "browser cookie: %r" % cookies)

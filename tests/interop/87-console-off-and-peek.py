@@ -3,8 +3,11 @@
 - console_listen unset: the broker's only listening socket is its AMQP port (from
   /proc/PID/fd and /proc/net/tcp*), and the port the console would use refuses; with it
   set, exactly one more socket listens: the console's;
-- allow_plain_without_tls = off: a console login is refused (403, naming the key), since
-  the console is plain HTTP and the password would cross the network in clear;
+- allow_plain_without_tls = off: a password login is refused (403, naming the key), since
+  the console is plain HTTP and the password would cross the network in clear; a SCRAM
+  login (POST /api/login/scram twice, the server's signature checked) works, and a wrong
+  password, an unknown user, a tampered proof get 401, a user without rights 403, an
+  unknown exchange 401, a malformed message 400;
 - bad input gets a clear status and changes nothing: a %00 or ".." in the path 400, a
   login body that is not JSON 400, a body over 16 KiB refused, an unknown route 404, an
   unknown file 404, PUT refused; / redirects to /ui/; pages carry a CSP and nosniff;
@@ -106,6 +109,27 @@ def body(t):
     noplain = consoletest.console_broker(t, name="noplain", plain=False)
     st, doc = Http(noplain.console_port).login("admin")
     check(st == 403 and "allow_plain_without_tls" in doc["description"], "no plain: %s %r" % (st, doc))
+    # SCRAM: the password never crosses the network, so it works without TLS
+    sh = Http(noplain.console_port)
+    st, doc = consoletest.scram_login(sh, "admin", consoletest.PW["admin"])
+    check(st == 200 and doc["mechanism"] == "SCRAM-SHA-256" and doc["manage"], "SCRAM login: %s %r" % (st, doc))
+    st, topics = sh.get("topics")
+    check(st == 200 and topics == [], "a SCRAM session reads: %s %r" % (st, topics))
+    st, doc = consoletest.scram_login(Http(noplain.console_port), "admin", "wrong")
+    check(st == 401, "SCRAM wrong password: %s %r" % (st, doc))
+    st, doc = consoletest.scram_login(Http(noplain.console_port), "nobody", "x")
+    check(st == 401 and doc["description"] == "wrong user or password", "SCRAM unknown user: %s %r" % (st, doc))
+    st, doc = consoletest.scram_login(Http(noplain.console_port), "admin", consoletest.PW["admin"], tamper=True)
+    check(st == 401, "SCRAM with a tampered proof: %s" % st)
+    st, doc = consoletest.scram_login(Http(noplain.console_port), "producer", consoletest.PW["producer"])
+    check(st == 403, "SCRAM user without monitor/manage: %s" % st)
+    x = Http(noplain.console_port)
+    st, doc = x.request("POST", "/api/login/scram", {"exchange": "0" * 64, "client_final": "c=biws,r=x,p=AA=="})
+    check(st == 401, "an unknown exchange: %s %r" % (st, doc))
+    st, doc = x.request("POST", "/api/login/scram", {"client_first": "garbage"})
+    check(st == 400, "a malformed client-first: %s %r" % (st, doc))
+    log("allow_plain_without_tls = off: password login 403; SCRAM login 200 (wrong password, "
+        "unknown user, tampered proof 401; no right 403)")
     noplain.stop()
 
     h = Http(b.console_port)

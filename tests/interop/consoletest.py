@@ -1,6 +1,9 @@
 """Shared by the console tests (85-87): a broker with console_listen, users made by
 mqd-passwd, and a plain-HTTP client of the console's API that keeps its own cookie."""
 
+import base64
+import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -99,3 +102,35 @@ class Http:
         if csrf and self.csrf:
             h["X-CSRF-Token"] = self.csrf
         return self.request("POST", "/api/" + path, body if body is not None else {}, headers=h)
+
+
+def scram_login(h, user, pw, tamper=False):
+    """SCRAM-SHA-256 over POST /api/login/scram (RFC 5802), checking the server's
+    signature. Returns (status, reply) of the final step (or of the first when it fails)."""
+    cnonce = base64.b64encode(os.urandom(18)).decode()
+    bare = "n=%s,r=%s" % (user.replace("=", "=3D").replace(",", "=2C"), cnonce)
+    st, doc = h.request("POST", "/api/login/scram", {"client_first": "n,," + bare})
+    if st != 200:
+        return st, doc
+    sfirst = doc["server_first"]
+    attrs = dict(kv.split("=", 1) for kv in sfirst.split(","))
+    check(attrs["r"].startswith(cnonce), "server nonce extends ours: %r" % sfirst)
+    salted = hashlib.pbkdf2_hmac("sha256", pw.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    ckey = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    stored = hashlib.sha256(ckey).digest()
+    without = "c=biws,r=" + attrs["r"]
+    auth = ("%s,%s,%s" % (bare, sfirst, without)).encode()
+    sig = hmac.new(stored, auth, hashlib.sha256).digest()
+    proof = bytes(a ^ b for a, b in zip(ckey, sig))
+    if tamper:
+        proof = bytes([proof[0] ^ 1]) + proof[1:]
+    final = without + ",p=" + base64.b64encode(proof).decode()
+    st, doc = h.request("POST", "/api/login/scram", {"exchange": doc["exchange"], "client_final": final})
+    if st == 200:
+        skey = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+        want = "v=" + base64.b64encode(hmac.new(skey, auth, hashlib.sha256).digest()).decode()
+        check(doc["server_final"] == want, "server signature: %r" % doc["server_final"])
+        first = h.set_cookies[0].split(";")[0]
+        h.cookie = first.split("=", 1)[1]
+        h.csrf = doc["csrf"]
+    return st, doc
