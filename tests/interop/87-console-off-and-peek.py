@@ -7,7 +7,8 @@
   the console is plain HTTP and the password would cross the network in clear; a SCRAM
   login (POST /api/login/scram twice, the server's signature checked) works, and a wrong
   password, an unknown user, a tampered proof get 401, a user without rights 403, an
-  unknown exchange 401, a malformed message 400;
+  unknown exchange 401, a malformed message 400; with console_session_idle_ms = 10s a
+  session used 5 s ago still answers, one idle for 10.5 s gets 401;
 - bad input gets a clear status and changes nothing: a %00 or ".." in the path 400, a
   login body that is not JSON 400, a body over 16 KiB refused, an unknown route 404, an
   unknown file 404, PUT refused; / redirects to /ui/; pages carry a CSP and nosniff;
@@ -24,6 +25,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
@@ -106,7 +108,8 @@ def body(t):
     check(ports == sorted([b.port, b.console_port]), "console on: %r" % ports)
     log("console on: %r (AMQP %d, console %d)" % (ports, b.port, b.console_port))
 
-    noplain = consoletest.console_broker(t, name="noplain", plain=False)
+    noplain = consoletest.console_broker(t, name="noplain", plain=False,
+                                         extra="console_session_idle_ms = 10s\n")
     st, doc = Http(noplain.console_port).login("admin")
     check(st == 403 and "allow_plain_without_tls" in doc["description"], "no plain: %s %r" % (st, doc))
     # SCRAM: the password never crosses the network, so it works without TLS
@@ -130,6 +133,14 @@ def body(t):
     check(st == 400, "a malformed client-first: %s %r" % (st, doc))
     log("allow_plain_without_tls = off: password login 403; SCRAM login 200 (wrong password, "
         "unknown user, tampered proof 401; no right 403)")
+    # console_session_idle_ms = 10s: used within it the session lives on, idle past it ends
+    time.sleep(5)
+    st, _ = sh.get("overview")
+    check(st == 200, "the session 5 s after its last use: %s" % st)
+    time.sleep(10.5)
+    st, doc = sh.get("overview")
+    check(st == 401, "the session 10.5 s idle: %s %r" % (st, doc))
+    log("console_session_idle_ms = 10s: 200 after 5 s, 401 after 10.5 s idle")
     noplain.stop()
 
     h = Http(b.console_port)
