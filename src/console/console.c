@@ -152,9 +152,13 @@ static bool same_origin(struct evhttp_request *req)
         return false;
     if (!origin)
         return true;
-    char want[300];
-    snprintf(want, sizeof want, "http://%s", host ? host : "");
-    return host && strcmp(origin, want) == 0;
+    /* https too: behind a TLS proxy the page's origin is https://HOST */
+    if (!host)
+        return false;
+    const char *rest = strncmp(origin, "http://", 7) == 0    ? origin + 7
+                       : strncmp(origin, "https://", 8) == 0 ? origin + 8
+                                                             : NULL;
+    return rest && strcmp(rest, host) == 0;
 }
 
 static bool csrf_ok(struct evhttp_request *req, const mqd_console_sess_t *ss)
