@@ -12,6 +12,7 @@ if ! command -v clang >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/l
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends clang libclang-rt-14-dev
 fi
 [ -f build/config.h ] || scripts/setup.sh
+[ -f build/src/console/ui_files.c ] || make -C build src/console/ui_files.c
 out=$(mktemp -d /tmp/mqd-fuzz.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -Isrc -Ibuild -DMQD_SYSCONFDIR='"/etc"' -DMQD_LOCALSTATEDIR='"/var"')
@@ -29,11 +30,13 @@ declare -A srcs=(
     [fuzz_etcd]="src/cluster/etcd_json.c src/cluster/etcd_parse.c src/cluster/member_json.c"
     [fuzz_raw]="$(echo src/store/*.c)"
     [fuzz_scramc]="src/tools/scram_client.c"
-    [fuzz_conn]="$(ls src/*/*.c | grep -v -e '^src/tools/' -e '^src/util/' -e '^src/conf/conf_gen.c$')"
+    [fuzz_console]="src/console/parse.c"
+    # the whole broker; the console's pages are a generated file of the build (make)
+    [fuzz_conn]="$(ls src/*/*.c | grep -v -e '^src/tools/' -e '^src/util/' -e '^src/conf/conf_gen.c$') build/src/console/ui_files.c"
 )
 libs=(-lqpid-proton -ljansson -lssl -lcrypto -levent_core -levent_pthreads -levent -lsqlite3 -lpthread -lm)
 total=0
-for t in ${MQD_FUZZ_TARGETS:-fuzz_msg fuzz_addr fuzz_selector fuzz_store fuzz_mgmt fuzz_conf fuzz_framepeek fuzz_gate fuzz_sas fuzz_etcd fuzz_raw fuzz_scramc fuzz_conn}; do
+for t in ${MQD_FUZZ_TARGETS:-fuzz_msg fuzz_addr fuzz_selector fuzz_store fuzz_mgmt fuzz_conf fuzz_framepeek fuzz_gate fuzz_sas fuzz_etcd fuzz_raw fuzz_scramc fuzz_console fuzz_conn}; do
     # shellcheck disable=SC2086
     clang "${cflags[@]}" tests/fuzz/$t.c ${srcs[$t]} "${u[@]}" "${libs[@]}" -o "$out/$t"
     corpus=tests/fuzz/corpus/$t

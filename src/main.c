@@ -2,6 +2,7 @@
 #include "config.h"
 #include "cluster/cluster.h"
 #include "conf/conf.h"
+#include "console/console.h"
 #include "server/server.h"
 #include "util/util.h"
 
@@ -188,9 +189,18 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
+    /* the console is started here, not by server/: it calls into server (mgmt, auth),
+     * and server calling back into it would be a new include cycle */
+    if (mqd_console_start(srv) != 0) {
+        MQD_ERR("server", "start failed: console_listen");
+        rc = 1;
+        goto out;
+    }
     rc = mqd_server_run(srv) == 0 ? 0 : 1;
     MQD_NOTICE("server", "stopped");
 out:
+    if (srv)
+        mqd_console_stop(srv); /* before the server: its pending logins are on auth's pool */
     mqd_cluster_free(cluster); /* revokes the lease: the controller key goes now */
     mqd_server_free(srv);
     mqd_conf_free(conf);

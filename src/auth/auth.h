@@ -15,6 +15,7 @@ typedef enum {
     MQD_PERM_BROWSE = 4,
     MQD_PERM_MANAGE = 8,
     MQD_PERM_CREATE = 16,
+    MQD_PERM_MONITOR = 32, /* read-only management (the web console's pages and /api/ GETs) */
 } mqd_perm_t;
 
 /* Loads what the server's config asks for (TLS contexts, ACL rules). Called once from
@@ -75,5 +76,38 @@ int mqd_auth_cbs_handle(struct mqd_conn *c, const uint8_t *req, size_t len, stru
 bool mqd_auth_allowed(struct mqd_conn *c, mqd_perm_t perm, const char *address);
 /* The same decision without logging a refusal (for a right that is only noted). */
 bool mqd_auth_may(struct mqd_conn *c, mqd_perm_t perm, const char *address);
+
+/* May the configured user `user` (NULL or "" = anonymous) do `perm` on `address`, by
+ * the [acl] rules alone? For a login that is not an AMQP connection (the web console):
+ * false for a name the config no longer has. */
+bool mqd_auth_user_may(struct mqd_server *s, const char *user, mqd_perm_t perm,
+                       const char *address);
+
+/* Checks user's password against its PBKDF2 hash on the login pool (an unknown user
+ * costs the same: the decoy hash), then calls done(arg, rc) on the loop thread: 0 (right
+ * password, and the user still has that hash), MQD_EFAILED (wrong password or unknown
+ * user), MQD_ESTATE (the pool went away: shutdown). `key` spreads the pool's fairness
+ * (e.g. a hash of the client's address). Returns MQD_EAGAIN without calling done when
+ * auth_queue_max checks are already running, MQD_ENOMEM likewise. The password is copied
+ * and wiped after use. */
+/* SCRAM-SHA-256 for a login that is not an AMQP connection (the web console), with the
+ * SASL path's code and credentials (scram.c): the password never leaves the client, so
+ * it needs no TLS. An unknown user gets a decoy salt and fails at the end, as on AMQP.
+ * start: client-first-message msg[0..len) -> server-first-message (NUL-terminated) in
+ * out[MQD_AUTH_SCRAM_MAX + 1]; *st is the exchange (free it with mqd_auth_scram_free).
+ * finish: client-final-message -> 0 and server-final-message in out and the user's name
+ * in user[userlen]; MQD_EFAILED for a wrong proof, an unknown user or credentials changed
+ * by a reload since start; MQD_EINVAL when malformed. MQD_EINVAL / MQD_ENOMEM from start. */
+#define MQD_AUTH_SCRAM_MAX 1024
+typedef struct mqd_scram mqd_auth_scram_t;
+int mqd_auth_scram_start(struct mqd_server *s, const char *msg, size_t len, char *out,
+                         mqd_auth_scram_t **st);
+int mqd_auth_scram_finish(struct mqd_server *s, mqd_auth_scram_t *st, const char *msg,
+                          size_t len, char *out, char *user, size_t userlen);
+void mqd_auth_scram_free(mqd_auth_scram_t *st);
+
+typedef void (*mqd_auth_pw_done_fn)(void *arg, int rc);
+int mqd_auth_password_check(struct mqd_server *s, const char *user, const char *password,
+                            uint64_t key, mqd_auth_pw_done_fn done, void *arg);
 
 #endif

@@ -235,7 +235,8 @@ static unsigned right_for(mqd_perm_t perm)
     case MQD_PERM_SEND: return MQD_CONF_SAS_SEND;
     case MQD_PERM_RECEIVE:
     case MQD_PERM_BROWSE: return MQD_CONF_SAS_LISTEN;
-    case MQD_PERM_MANAGE: return MQD_CONF_SAS_MANAGE;
+    case MQD_PERM_MANAGE:
+    case MQD_PERM_MONITOR: return MQD_CONF_SAS_MANAGE; /* SAS rights have no read-only one */
     default: return 0;
     }
 }

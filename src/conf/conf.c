@@ -367,9 +367,22 @@ static char *next_word(char **p)
     return w;
 }
 
+/* The [acl] right names, in the bit order of mqd_perm_t (auth/auth.h). */
+static const char *const perm_words[] = {"send",   "receive", "browse",
+                                         "manage", "create",  "monitor"};
+
+size_t mqd_conf_perm_names(unsigned bits, const char **out, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < MQD_ARRAY_LEN(perm_words) && n < max; i++)
+        if (bits & (1u << i))
+            out[n++] = perm_words[i];
+    return n;
+}
+
 int mqd_conf_parse_perms(const char *s, unsigned *out)
 {
-    static const char *const words[] = {"send", "receive", "browse", "manage", "create"};
+    const char *const *words = perm_words;
     unsigned bits = 0;
     const char *p = s;
     while (*p != '\0') {
@@ -377,7 +390,7 @@ int mqd_conf_parse_perms(const char *s, unsigned *out)
         bool known = n == 3 && strncmp(p, "all", 3) == 0;
         if (known)
             bits |= MQD_CONF_PERM_ALL;
-        for (size_t i = 0; !known && i < MQD_ARRAY_LEN(words); i++) {
+        for (size_t i = 0; !known && i < MQD_ARRAY_LEN(perm_words); i++) {
             if (strlen(words[i]) == n && strncmp(p, words[i], n) == 0) {
                 bits |= 1u << i; /* the order of mqd_perm_t */
                 known = true;
@@ -409,7 +422,7 @@ static int parse_acl_line(parse_t *ps, char *s)
                     ps->line);
     if (mqd_conf_parse_perms(perms, &bits) != 0)
         return fail(ps->err, ps->errlen,
-                    "%s:%d: [acl]: '%s': expected send, receive, browse, manage, create or all "
+                    "%s:%d: [acl]: '%s': expected send, receive, browse, manage, create, monitor or all "
                     "(comma-separated)",
                     ps->file, ps->line, perms);
     if (!valid_name(who[0] == '@' ? who + 1 : who))
@@ -718,6 +731,15 @@ int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen)
             if (strcmp(c->metrics_listen, c->listen[i]) == 0)
                 return fail(err, errlen, "%s: metrics_listen: %s is also an AMQP listener", src,
                             c->metrics_listen);
+    }
+    if (c->console_listen != NULL && *c->console_listen) {
+        for (size_t i = 0; i < c->n_listen; i++)
+            if (strcmp(c->console_listen, c->listen[i]) == 0)
+                return fail(err, errlen, "%s: console_listen: %s is also an AMQP listener", src,
+                            c->console_listen);
+        if (c->metrics_listen && strcmp(c->console_listen, c->metrics_listen) == 0)
+            return fail(err, errlen, "%s: console_listen: %s is also metrics_listen", src,
+                        c->console_listen);
     }
     if ((rc = mqd_conf_validate_cluster(c, src, err, errlen)) != 0)
         return rc;

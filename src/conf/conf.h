@@ -68,7 +68,7 @@ typedef struct mqd_acl_rule {
     unsigned perms; /* mqd_perm_t bits (auth/auth.h); MQD_CONF_PERM_ALL for `all` */
     char *pattern;  /* owned; address glob: `*` matches any run of characters */
 } mqd_acl_rule_t;
-#define MQD_CONF_PERM_ALL 31u
+#define MQD_CONF_PERM_ALL 63u
 
 /* Where a key's value came from: "FILE:LINE", "--set", "--listen", "--data-dir". */
 typedef struct mqd_conf_origin {
@@ -107,6 +107,8 @@ typedef struct mqd_conf {
     uint64_t segment_prezero;     /* zeros kept ahead of a flush=sync log's tail, 0 */
     uint32_t max_open_files;      /* segment descriptors kept open; 0 = from RLIMIT_NOFILE */
     char *metrics_listen;         /* owned; NULL = off */
+    char *console_listen;         /* owned; NULL = off (src/console/) */
+    uint32_t console_session_idle_ms; /* 30 min */
     mqd_topic_conf_t topic_defaults;
     mqd_topic_conf_t *topics;     /* owned array of [topic NAME] sections */
     size_t n_topics;
@@ -299,5 +301,8 @@ int mqd_conf_scram_make(const char *password, uint32_t iterations, char *out, si
 int mqd_conf_scram_parse(const char *s, mqd_scram_cred_t *out);
 /* Parses "send,receive" (or "all") into mqd_perm_t bits; MQD_EINVAL on an unknown word. */
 int mqd_conf_parse_perms(const char *s, unsigned *out);
+/* The names of the rights in `bits` ("send", ..., "monitor"), at most max, into out
+ * (static strings); returns how many. */
+size_t mqd_conf_perm_names(unsigned bits, const char **out, size_t max);
 
 #endif

@@ -113,8 +113,8 @@ int mqd_conf_write_sample(FILE *f)
          "its rules are tried in order and the first whose WHO, PERMS and PATTERN match "
          "decides; when none matches, the request is denied. A rule is `allow|deny WHO PERMS "
          "PATTERN`: WHO is a user, @GROUP (a user's groups key) or * (anyone, anonymous "
-         "included); PERMS is all or a comma-separated list of send, receive, browse, manage "
-         "and create; PATTERN is a topic name where * matches any run of characters (orders, "
+         "included); PERMS is all or a comma-separated list of send, receive, browse, manage, "
+         "create and monitor (read-only web console and API: docs/console.md); PATTERN is a topic name where * matches any run of characters (orders, "
          "orders.*, logs/*, *). Reloadable (SIGHUP). For example:");
     fputs("#\n# [acl]\n# allow @ops all *\n# allow alice send,receive orders.*\n"
           "# deny * all *\n",

@@ -189,6 +189,15 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"metrics_listen", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "off", NULL, G_FIELD(metrics_listen),
      NULL, mqd_conf_check_hostport_or_empty,
      "HOST:PORT for the Prometheus text endpoint (/metrics). Empty turns it off.", false},
+    {"console_listen", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "off", NULL, G_FIELD(console_listen),
+     NULL, mqd_conf_check_hostport_or_empty,
+     "HOST:PORT for the web console (/ui/) and its JSON API (/api/), plain HTTP. Login with "
+     "the [user] credentials: SCRAM-SHA-256 from the page, or a password, which needs "
+     "allow_plain_without_tls = on; the [acl] right monitor lets a user look, manage lets a "
+     "user change. Empty turns it off: nothing listens (docs/console.md).", false},
+    {"console_session_idle_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 10 * SEC, DAY, "30m", NULL, NULL,
+     G_FIELD(console_session_idle_ms), NULL, NULL,
+     "A web console session unused for this long is logged out.", true},
 
     /* ---- security: TLS, SASL policy, limits (reloadable: auth re-reads them on SIGHUP) ---- */
     {"tls_cert", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL, G_FIELD(tls_cert), NULL,

@@ -130,6 +130,13 @@ void mqd_mgmt_kv_enter(pn_data_t *d, const char *k, bool list)
     pn_data_enter(d);
 }
 
+const char *mqd_mgmt_actor(const mqd_mgmt_req_t *r)
+{
+    if (r->c && r->c->user[0])
+        return r->c->user;
+    return r->actor && *r->actor ? r->actor : "anonymous";
+}
+
 /* ---------------------------------------------------------------- broker */
 
 static int broker_read(mqd_mgmt_req_t *r)
@@ -182,12 +189,14 @@ static void conn_counts(mqd_conn_t *c, size_t *sessions, size_t *links)
         (*links)++;
 }
 
-/* What rabbitmqctl list_connections shows: since when, bytes, TLS, SASL, properties. */
+/* What rabbitmqctl list_connections shows: since when, bytes, TLS, SASL, the client's open
+ * properties (the console shows the same row). */
 static void put_conn_details(pn_data_t *d, mqd_conn_t *c)
 {
     pn_transport_t *t = c->driver.transport;
     const char *mech = t ? pn_sasl_get_mech(pn_sasl(t)) : NULL;
     mqd_mgmt_kv_ts(d, "connected_since", c->opened_ms);
+    mqd_mgmt_kv_bool(d, "tls", c->ssl != NULL);
     mqd_mgmt_kv_long(d, "bytes_in", (int64_t)c->bytes_in);
     mqd_mgmt_kv_long(d, "bytes_out", (int64_t)c->bytes_out);
     mqd_mgmt_kv_str(d, "tls_version", c->ssl ? SSL_get_version(c->ssl) : NULL);
@@ -252,10 +261,65 @@ static int conn_close(mqd_mgmt_req_t *r)
         pn_connection_close(pc);
         mqd_conn_mark_dirty(c); /* the server flushes the close and frees it later */
         MQD_NOTICE("mgmt", "connection %s closed by management (user %s)", c->peer,
-                   r->c->user[0] ? r->c->user : "anonymous");
+                   mqd_mgmt_actor(r));
         return 204;
     }
     return mqd_mgmt_fail(r, 404, "no connection '%s'", r->name);
+}
+
+/* ---------------------------------------------------------------- links */
+
+static const char *link_kind(const mqd_lstate_t *ls)
+{
+    if (!ls)
+        return "other";
+    if (ls->coord)
+        return "coordinator";
+    if (ls->mgmt)
+        return ls->cbs ? "cbs" : "management";
+    switch (ls->kind) {
+    case MQD_LS_PRODUCER: return "producer";
+    case MQD_LS_CONSUMER: return "consumer";
+    case MQD_LS_BROWSER: return "browser";
+    default: return "other";
+    }
+}
+
+static void put_link(pn_data_t *d, const mqd_conn_t *c, pn_link_t *l)
+{
+    mqd_lstate_t *ls = pn_link_get_context(l);
+    /* the broker's sender is the client's receiver: name the address it reads from */
+    pn_terminus_t *term = pn_link_is_sender(l) ? pn_link_remote_source(l) : pn_link_remote_target(l);
+    const char *addr = pn_terminus_get_address(term);
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    mqd_mgmt_kv_str(d, "connection", c->peer);
+    mqd_mgmt_kv_str(d, "name", pn_link_name(l));
+    mqd_mgmt_kv_str(d, "role", pn_link_is_sender(l) ? "receiver" : "sender");
+    mqd_mgmt_kv_str(d, "kind", link_kind(ls));
+    mqd_mgmt_kv_str(d, "address", addr ? addr : "");
+    mqd_mgmt_kv_str(d, "topic", ls && ls->topic ? ls->topic->name : NULL);
+    mqd_mgmt_kv_str(d, "group", ls && ls->group ? ls->group->name : NULL);
+    mqd_mgmt_kv_long(d, "credit", pn_link_credit(l));
+    mqd_mgmt_kv_long(d, "unsettled", pn_link_unsettled(l));
+    pn_data_exit(d);
+}
+
+/* One row per open link of every open connection (the client's view of its role). */
+static int link_query(mqd_mgmt_req_t *r)
+{
+    pn_data_put_list(r->out);
+    pn_data_enter(r->out);
+    for (mqd_dlist_t *n = r->s->conns.next; n != &r->s->conns; n = n->next) {
+        mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
+        if (c->closed)
+            continue;
+        for (pn_link_t *l = pn_link_head(c->driver.connection, PN_LOCAL_ACTIVE); l;
+             l = pn_link_next(l, PN_LOCAL_ACTIVE))
+            put_link(r->out, c, l);
+    }
+    pn_data_exit(r->out);
+    return 200;
 }
 
 /* ---------------------------------------------------------------- dispatch */
@@ -266,12 +330,16 @@ static const mqd_mgmt_op_t broker_ops[] = {
     {MQD_MGMT_T_CONN, "QUERY", conn_query},
     {MQD_MGMT_T_CONN, "DELETE", conn_close},
     {MQD_MGMT_T_CONN, "CLOSE", conn_close},
+    {MQD_MGMT_T_TOPIC, "PEEK", mqd_mgmt_topic_peek},
+    {MQD_MGMT_T_LINK, "QUERY", link_query},
 };
 
 static const mqd_mgmt_op_t *const op_tables[] = {broker_ops, mqd_mgmt_topic_ops, mqd_mgmt_group_ops,
-                                                  mqd_mgmt_owner_ops, mqd_mgmt_config_ops};
+                                                  mqd_mgmt_owner_ops, mqd_mgmt_config_ops,
+                                                  mqd_mgmt_user_ops};
 static const size_t *const op_counts[] = {NULL, &mqd_mgmt_n_topic_ops, &mqd_mgmt_n_group_ops,
-                                          &mqd_mgmt_n_owner_ops, &mqd_mgmt_n_config_ops};
+                                          &mqd_mgmt_n_owner_ops, &mqd_mgmt_n_config_ops,
+                                          &mqd_mgmt_n_user_ops};
 
 static const mqd_mgmt_op_t *op_find(const char *type, const char *op)
 {
@@ -286,7 +354,9 @@ static const mqd_mgmt_op_t *op_find(const char *type, const char *op)
 
 /* Event Hubs clients query runtime information with only `listen` rights, so the two
  * READs need receive permission on the hub, as do the ownership claims of a checkpoint
- * store; everything else needs `manage`. */
+ * store. Reads (READ, QUERY) are allowed with `monitor`, the web console's read-only
+ * right, and PEEK with `monitor` and `browse` on the topic; everything else needs
+ * `manage`. */
 static bool allowed(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
 {
     if (strcmp(op->type, MQD_MGMT_T_OWNERSHIP) == 0)
@@ -294,8 +364,24 @@ static bool allowed(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
     if (strncmp(op->type, "com.microsoft:", 14) == 0 && r->name &&
         mqd_auth_allowed(r->c, MQD_PERM_RECEIVE, r->name))
         return true;
+    bool read = strcmp(op->op, "READ") == 0 || strcmp(op->op, "QUERY") == 0;
+    bool peek = strcmp(op->op, "PEEK") == 0;
+    if ((read || peek) && mqd_auth_may(r->c, MQD_PERM_MONITOR, "$management") &&
+        (!peek || (r->name && mqd_auth_allowed(r->c, MQD_PERM_BROWSE, r->name))))
+        return true;
     return mqd_auth_allowed(r->c, MQD_PERM_MANAGE, "$management");
 }
+
+static void call_op(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
+{
+    r->status = op->fn(r);
+    if (r->status >= 300)
+        pn_data_clear(r->out); /* a partly built body must not go out with an error */
+    if (mqd_mgmt_audited(r->op)) /* over AMQP and from the console alike */
+        mqd_mgmt_audit(r);
+}
+
+static const char *default_desc(int status);
 
 static void run_request(mqd_mgmt_req_t *r)
 {
@@ -319,13 +405,39 @@ static void run_request(mqd_mgmt_req_t *r)
             mqd_mgmt_audit(r); /* refused attempts belong in the trail too */
         return;
     }
-    r->status = op->fn(r);
-    if (r->status >= 300)
-        pn_data_clear(r->out); /* a partly built body must not go out with an error */
-    if (mqd_mgmt_audited(r->op))
-        mqd_mgmt_audit(r);
+    call_op(r, op);
     MQD_DEBUG("mgmt", "%s %s name=%s -> %d %s", r->op, r->type, r->name ? r->name : "-",
               r->status, r->desc);
+}
+
+int mqd_mgmt_call(struct mqd_server *s, const char *actor, const char *type, const char *op,
+                  json_t *args, json_t **reply, char *desc, size_t desclen)
+{
+    mqd_mgmt_req_t r = {.s = s, .actor = actor, .op = op, .type = type};
+    const mqd_mgmt_op_t *o = op_find(type, op);
+    *reply = NULL;
+    r.props = json_is_object(args) ? json_incref(args) : json_object();
+    r.out = pn_data(16);
+    json_t *nm = json_object_get(r.props, "name");
+    r.name = json_is_string(nm) ? json_string_value(nm) : NULL;
+    if (!r.props || !r.out)
+        mqd_mgmt_fail(&r, 500, "out of memory");
+    else if (!o || strcmp(op, "CREATE") == 0) /* CREATE may answer later: AMQP only */
+        mqd_mgmt_fail(&r, 501, "operation %s is not implemented for type %s", op, type);
+    else
+        call_op(&r, o);
+    if (r.out && r.status < 300) {
+        pn_data_rewind(r.out);
+        if (pn_data_next(r.out))
+            *reply = mqd_mgmt_data_to_json(r.out, 0);
+    }
+    snprintf(desc, desclen, "%s", r.desc[0] ? r.desc : default_desc(r.status));
+    MQD_DEBUG("mgmt", "%s %s name=%s by %s -> %d %s", op, type, r.name ? r.name : "-",
+              mqd_mgmt_actor(&r), r.status, desc);
+    json_decref(r.props);
+    if (r.out)
+        pn_data_free(r.out);
+    return r.status;
 }
 
 /* ---------------------------------------------------------------- request / reply */

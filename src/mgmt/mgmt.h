@@ -7,6 +7,8 @@
 #include "mqd.h"
 #include "amqp/msg.h"
 
+#include <jansson.h>
+
 struct mqd_server;
 struct mqd_conn;
 
@@ -19,5 +21,16 @@ struct mqd_conn;
  * or a negative MQD_E* when the request cannot be answered at all (no reply-to). */
 int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req, size_t len,
                     mqd_buf_t *out);
+
+/* Runs one operation for a caller that is not an AMQP connection (the web console,
+ * src/console/) and has checked its caller's rights itself: the same handlers as
+ * mqd_mgmt_handle, whose reply body is converted with mqd_mgmt_data_to_json, as mqctl
+ * --json does. `args` (borrowed; a JSON object) are the request's application
+ * properties (`name`, `to`, `partition`, ...); `actor` names the caller in the log.
+ * *reply gets the reply body (new reference; NULL when the reply has none) and desc its
+ * status description. Returns the status code (200, 204, 404, ...); 501 for operations
+ * that answer later (topic CREATE) or do not exist. */
+int mqd_mgmt_call(struct mqd_server *s, const char *actor, const char *type, const char *op,
+                  json_t *args, json_t **reply, char *desc, size_t desclen);
 
 #endif

@@ -50,14 +50,17 @@ void mqd_mgmt_audit(mqd_mgmt_req_t *r)
     clean(r->type, type, sizeof type);
     target_of(r, target, sizeof target);
     clean(r->desc, desc, sizeof desc);
-    const char *user = r->c->user[0] ? r->c->user : "anonymous";
+    char user[MQD_NAME_MAX + 1];
+    clean(mqd_mgmt_actor(r), user, sizeof user);
+    /* the console calls the same operations with no AMQP connection (mqd_mgmt_call) */
+    const char *peer = r->c ? r->c->peer : "console";
     if (r->deferred)
         MQD_NOTICE("audit",
                    "user=%s peer=%s op=%s type=%s target=\"%s\" status=accepted "
                    "(answered when done)",
-                   user, r->c->peer, op, type, target);
+                   user, peer, op, type, target);
     else
         MQD_NOTICE("audit", "user=%s peer=%s op=%s type=%s target=\"%s\" status=%d%s%s%s", user,
-                   r->c->peer, op, type, target, r->status, desc[0] ? " reason=\"" : "", desc,
+                   peer, op, type, target, r->status, desc[0] ? " reason=\"" : "", desc,
                    desc[0] ? "\"" : "");
 }

@@ -14,6 +14,9 @@ struct mqd_conn;
 #define MQD_MGMT_T_TOPIC "com.mqd:topic"
 #define MQD_MGMT_T_GROUP "com.mqd:consumergroup"
 #define MQD_MGMT_T_CONN "com.mqd:connection"
+#define MQD_MGMT_T_LINK "com.mqd:link"
+#define MQD_MGMT_T_USER "com.mqd:user"
+#define MQD_MGMT_T_ACL "com.mqd:acl"
 #define MQD_MGMT_T_BROKER "com.mqd:broker"
 #define MQD_MGMT_T_OWNERSHIP "com.mqd:ownership"
 #define MQD_MGMT_T_CONFIG "com.mqd:config"
@@ -34,6 +37,7 @@ typedef struct mqd_mgmt_req {
     const uint8_t *req; /* the request message (borrowed; for mqd_mgmt_defer) */
     size_t req_len;
     bool deferred; /* the handler answers later (mqd_mgmt_finish): no reply now */
+    const char *actor; /* who asks, for the log, when c is NULL (mqd_mgmt_call) */
 } mqd_mgmt_req_t;
 
 /* An answer to send later: a copy of the request (its reply-to and ids). */
@@ -67,6 +71,12 @@ extern const size_t mqd_mgmt_n_config_ops;
  * the audit log line of an answered (or refused, or deferred) request r. */
 bool mqd_mgmt_audited(const char *op);
 void mqd_mgmt_audit(mqd_mgmt_req_t *r);
+extern const mqd_mgmt_op_t mqd_mgmt_user_ops[]; /* mgmt_users.c */
+extern const size_t mqd_mgmt_n_user_ops;
+/* mgmt_peek.c: PEEK of com.mqd:topic (records of one partition, never consumed) */
+int mqd_mgmt_topic_peek(mqd_mgmt_req_t *r);
+/* Who asked: the connection's user, mqd_mgmt_call's actor, or "anonymous". */
+const char *mqd_mgmt_actor(const mqd_mgmt_req_t *r);
 
 int mqd_mgmt_fail(mqd_mgmt_req_t *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -278,6 +278,7 @@ struct mqd_server {
     struct event *ev_shutdown; /* shutdown.c: the end of shutdown_grace_ms */
     void *auth;              /* auth/: TLS contexts, ACLs (owned by auth) */
     void *metrics;           /* metrics/: the HTTP endpoint (owned by metrics) */
+    void *console;           /* console/: the web console (owned by console), or NULL */
     struct mqd_watermark *watermark; /* watermark.c: memory/disk limits for producers */
     /* counters for metrics/ (event-loop thread) */
     uint64_t conns_accepted, conns_refused;

@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define T_LINK "com.mqd:link"
+
 /* One management request and its reply. */
 typedef struct request {
     const char *op, *type, *name;
@@ -57,7 +59,9 @@ static void usage(FILE *f)
           "  receive TOPIC [--group G] [--from earliest|latest|OFFSET] [--count N] [--idle SEC]\n"
           "       (no --group: browses, consumes nothing)\n"
           "  peek TOPIC [--from earliest|latest|OFFSET] [--count N] [--idle SEC]   (a browse)\n"
+          "  topic peek NAME[/PARTITION] [--from OFFSET] [--count N]   (nothing is consumed)\n"
           "  connection list | close ID\n"
+          "  link list | user list | acl list\n"
           "  config show   (the effective config and where each value came from)\n"
           "  status | reload\n",
           f);
@@ -589,6 +593,66 @@ static void show_config(json_t *o)
     table_print(&t);
 }
 
+static void show_links(json_t *v)
+{
+    const char *head[] = {"CONNECTION", "ROLE", "KIND", "ADDRESS", "CREDIT", "UNSETTLED"};
+    table_t t = {.ncols = 6, .head = head};
+    size_t i;
+    json_t *o;
+    char b[6][32];
+    json_array_foreach(v, i, o)
+        table_add(&t, F(o, "connection", 0), F(o, "role", 1), F(o, "kind", 2), F(o, "address", 3),
+                  F(o, "credit", 4), F(o, "unsettled", 5));
+    table_print(&t);
+}
+
+static void show_users(json_t *v)
+{
+    const char *head[] = {"USER", "GROUPS", "PASSWORD", "SCRAM", "CERT_CN"};
+    table_t t = {.ncols = 5, .head = head};
+    size_t i;
+    json_t *o;
+    char b[5][32];
+    json_array_foreach(v, i, o)
+        table_add(&t, F(o, "name", 0), F(o, "groups", 1), F(o, "password", 2),
+                  F(o, "scram_sha256", 3), F(o, "cert_cn", 4));
+    table_print(&t);
+}
+
+static void show_acl(json_t *o)
+{
+    size_t i, k;
+    json_t *r, *w;
+    if (!json_is_true(json_object_get(o, "present")))
+        printf("no [acl] section: everyone may do everything\n");
+    json_array_foreach(json_object_get(o, "rules"), i, r) {
+        printf("%s %s ", json_string_value(json_object_get(r, "action")),
+               json_string_value(json_object_get(r, "who")));
+        json_array_foreach(json_object_get(r, "rights"), k, w)
+            printf("%s%s", k ? "," : "", json_string_value(w));
+        printf(" %s\n", json_string_value(json_object_get(r, "pattern")));
+    }
+}
+
+/* One line per message: offset, time, and the body as text when it is printable. */
+static void show_peek(json_t *o)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(o, "messages"), i, m) {
+        const char *hex = json_string_value(json_object_get(m, "body_hex"));
+        size_t n = hex ? strlen(hex) / 2 : 0;
+        printf("%lld\t%lld\t", (long long)json_integer_value(json_object_get(m, "offset")),
+               (long long)json_integer_value(json_object_get(m, "timestamp")));
+        for (size_t k = 0; k < n; k++) {
+            unsigned ch;
+            sscanf(hex + 2 * k, "%2x", &ch);
+            putchar(ch >= 0x20 && ch < 0x7f ? (int)ch : '.');
+        }
+        putchar('\n');
+    }
+}
+
 static void show_status(json_t *o)
 {
     static const char *const keys[] = {"version", "uptime_s", "topics", "connections",
@@ -686,6 +750,27 @@ static void build_group(request_t *rq, char **args, int nargs, int argc, char **
     rq->body = json_pack("{s:s}", "to", to);
 }
 
+/* NAME[/PARTITION] [--from OFFSET] [--count N] */
+static void build_peek(request_t *rq, char **args, int nargs, int argc, char **argv)
+{
+    (void)nargs;
+    build_resume(rq, args, 1, 0, NULL); /* the same NAME/N split */
+    if (!rq->props)
+        rq->props = json_object();
+    for (int i = 0; i < argc; i++) {
+        bool from = strcmp(argv[i], "--from") == 0;
+        if (!from && strcmp(argv[i], "--count") != 0)
+            mqctl_die_usage("unexpected argument '%s'", argv[i]);
+        if (i + 1 >= argc)
+            mqctl_die_usage("%s needs a value", argv[i]);
+        char *end;
+        long long n = strtoll(argv[++i], &end, 10);
+        if (*end || n < 0)
+            mqctl_die_usage("%s needs a non-negative number", argv[i - 1]);
+        json_object_set_new(rq->props, from ? "from" : "count", json_integer(n));
+    }
+}
+
 static void build_group_list(request_t *rq, char **args, int nargs, int argc, char **argv)
 {
     no_opts(argc, argv);
@@ -706,7 +791,11 @@ static const cmd_t cmds[] = {
     {"group", "describe", 2, 2, "READ", T_GROUP, build_group, show_group, NULL},
     {"group", "reset", 2, 2, "RESET", T_GROUP, build_group, show_group, NULL},
     {"group", "delete", 2, 2, "DELETE", T_GROUP, build_group, NULL, "deleted group"},
+    {"topic", "peek", 1, 1, "PEEK", T_TOPIC, build_peek, show_peek, NULL},
     {"connection", "list", 0, 0, "QUERY", T_CONN, build_name, show_conns, NULL},
+    {"link", "list", 0, 0, "QUERY", T_LINK, build_name, show_links, NULL},
+    {"user", "list", 0, 0, "QUERY", "com.mqd:user", build_name, show_users, NULL},
+    {"acl", "list", 0, 0, "QUERY", "com.mqd:acl", build_name, show_acl, NULL},
     {"connection", "close", 1, 1, "DELETE", T_CONN, build_name, NULL, "closed connection %s"},
     {"config", "show", 0, 0, "READ", T_CONFIG, build_name, show_config, NULL},
     {"status", NULL, 0, 0, "READ", T_BROKER, build_name, show_status, NULL},

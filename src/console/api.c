@@ -1,0 +1,204 @@
+/* The console's JSON API: one route per page need, each answered by the `$management`
+ * handlers through mqd_mgmt_call, whose reply bodies go through the same AMQP-to-JSON
+ * conversion as mqctl --json (mgmt_json.c): the same fields, from the same code.
+ *   GET  overview                            com.mqd:broker READ (+ totals of the topics)
+ *   GET  topics | topics/T                   com.mqd:topic QUERY | READ
+ *   GET  topics/T/partitions                 READ's partition_info
+ *   GET  topics/T/groups                     com.mqd:consumergroup QUERY (topic T)
+ *   GET  topics/T/partitions/N/messages      com.mqd:topic PEEK (?from=O&count=C)
+ *   GET  groups | groups/T/G                 com.mqd:consumergroup QUERY | READ
+ *   POST groups/T/G/reset {"to","value"}     com.mqd:consumergroup RESET
+ *   GET  connections | links                 com.mqd:connection QUERY | com.mqd:link QUERY
+ *   POST connections/ID/close                com.mqd:connection CLOSE (amqp:connection:forced)
+ *   GET  users | acl                         com.mqd:user QUERY | com.mqd:acl QUERY
+ * GET needs `monitor` (or `manage`) on $management, PEEK also `browse` on the topic, a
+ * POST `manage`. */
+#include "config.h"
+#include "auth/auth.h"
+#include "console/console_int.h"
+#include "mgmt/mgmt.h"
+#include "server/broker.h"
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <sys/queue.h>
+#include <string.h>
+
+#define T_BROKER "com.mqd:broker"
+#define T_TOPIC "com.mqd:topic"
+#define T_GROUP "com.mqd:consumergroup"
+#define T_CONN "com.mqd:connection"
+#define T_LINK "com.mqd:link"
+
+typedef struct call {
+    mqd_console_t *k;
+    struct evhttp_request *req;
+    mqd_console_sess_t *ss;
+    const char **segs;
+    int n;
+} call_t;
+
+/* Runs type/op with args (stolen); *out the reply body on success (else replied). */
+static int mgmt(call_t *c, const char *type, const char *op, json_t *args, json_t **out)
+{
+    char desc[256];
+    json_t *reply = NULL;
+    int st = mqd_mgmt_call(c->k->srv, c->ss->user, type, op, args, &reply, desc, sizeof desc);
+    json_decref(args);
+    if (st >= 300) {
+        json_decref(reply);
+        mqd_console_reply_error(c->req, st, desc);
+        return st;
+    }
+    *out = reply ? reply : json_pack("{s:i, s:s}", "status", st, "description", desc);
+    return 0;
+}
+
+static void answer(call_t *c, const char *type, const char *op, json_t *args)
+{
+    json_t *out;
+    if (mgmt(c, type, op, args, &out) == 0)
+        mqd_console_reply_json(c->req, 200, out);
+}
+
+static json_t *named(const char *name)
+{
+    return json_pack("{s:s}", "name", name);
+}
+
+/* The broker's READ and, for the overview's rate chart, the sums of the topic counters
+ * (QUERY's messages_in, ... summed: no count of its own). */
+static void overview(call_t *c)
+{
+    json_t *b, *topics;
+    if (mgmt(c, T_BROKER, "READ", NULL, &b) != 0)
+        return;
+    if (mgmt(c, T_TOPIC, "QUERY", NULL, &topics) != 0) {
+        json_decref(b);
+        return;
+    }
+    static const char *const sums[] = {"messages_in", "messages_out", "bytes_in", "bytes_out",
+                                       "size_bytes"};
+    for (size_t i = 0; i < MQD_ARRAY_LEN(sums); i++) {
+        json_int_t total = 0;
+        size_t j;
+        json_t *t;
+        json_array_foreach(topics, j, t) total += json_integer_value(json_object_get(t, sums[i]));
+        json_object_set_new(b, sums[i], json_integer(total));
+    }
+    json_decref(topics);
+    mqd_console_reply_json(c->req, 200, b);
+}
+
+static void partitions(call_t *c, const char *topic)
+{
+    json_t *t;
+    if (mgmt(c, T_TOPIC, "READ", named(topic), &t) != 0)
+        return;
+    json_t *p = json_incref(json_object_get(t, "partition_info"));
+    json_decref(t);
+    mqd_console_reply_json(c->req, 200, p ? p : json_array());
+}
+
+static void peek(call_t *c, const char *topic, const char *part)
+{
+    if (!mqd_auth_user_may(c->k->srv, c->ss->user, MQD_PERM_BROWSE, topic))
+        return mqd_console_reply_error(c->req, 403, "peek needs the browse right on the topic");
+    json_t *args = json_pack("{s:s, s:s}", "name", topic, "partition", part);
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(c->req));
+    struct evkeyvalq q;
+    TAILQ_INIT(&q);
+    if (query && evhttp_parse_query_str(query, &q) != 0) {
+        json_decref(args);
+        return mqd_console_reply_error(c->req, 400, "bad query string");
+    }
+    static const char *const keys[] = {"from", "count"};
+    for (size_t i = 0; i < MQD_ARRAY_LEN(keys); i++) {
+        const char *v = evhttp_find_header(&q, keys[i]);
+        if (v && *v)
+            json_object_set_new(args, keys[i], json_string(v));
+    }
+    evhttp_clear_headers(&q);
+    answer(c, T_TOPIC, "PEEK", args);
+}
+
+static void get_route(call_t *c)
+{
+    const char **s = c->segs;
+    int n = c->n;
+    if (n == 2 && strcmp(s[1], "overview") == 0)
+        return overview(c);
+    if (strcmp(s[1], "topics") == 0) {
+        if (n == 2)
+            return answer(c, T_TOPIC, "QUERY", NULL);
+        if (n == 3)
+            return answer(c, T_TOPIC, "READ", named(s[2]));
+        if (n == 4 && strcmp(s[3], "partitions") == 0)
+            return partitions(c, s[2]);
+        if (n == 4 && strcmp(s[3], "groups") == 0)
+            return answer(c, T_GROUP, "QUERY", named(s[2]));
+        if (n == 6 && strcmp(s[3], "partitions") == 0 && strcmp(s[5], "messages") == 0)
+            return peek(c, s[2], s[4]);
+    }
+    if (strcmp(s[1], "groups") == 0) {
+        if (n == 2)
+            return answer(c, T_GROUP, "QUERY", NULL);
+        if (n == 4)
+            return answer(c, T_GROUP, "READ",
+                          json_pack("{s:s, s:s}", "topic", s[2], "group", s[3]));
+    }
+    if (n == 2 && strcmp(s[1], "connections") == 0)
+        return answer(c, T_CONN, "QUERY", NULL);
+    if (n == 2 && strcmp(s[1], "links") == 0)
+        return answer(c, T_LINK, "QUERY", NULL);
+    if (n == 2 && strcmp(s[1], "users") == 0)
+        return answer(c, "com.mqd:user", "QUERY", NULL);
+    if (n == 2 && strcmp(s[1], "acl") == 0)
+        return answer(c, "com.mqd:acl", "QUERY", NULL);
+    mqd_console_reply_error(c->req, 404, "no such API route");
+}
+
+static void reset(call_t *c, const char *topic, const char *group)
+{
+    json_t *body = mqd_console_body_json(c->req, false);
+    json_t *to = json_object_get(body, "to"), *value = json_object_get(body, "value");
+    if (!json_is_string(to) || (value && !json_is_integer(value))) {
+        json_decref(body);
+        return mqd_console_reply_error(c->req, 400,
+                                       "expected {\"to\": \"earliest|latest|offset|time\", "
+                                       "\"value\": N}");
+    }
+    json_t *args = json_pack("{s:s, s:s, s:O}", "topic", topic, "group", group, "to", to);
+    if (value)
+        json_object_set(args, "value", value);
+    json_decref(body);
+    MQD_NOTICE("console", "user %s resets group %s of topic %s", c->ss->user, group, topic);
+    answer(c, T_GROUP, "RESET", args);
+}
+
+static void post_route(call_t *c)
+{
+    const char **s = c->segs;
+    if (!mqd_auth_user_may(c->k->srv, c->ss->user, MQD_PERM_MANAGE, "$management"))
+        return mqd_console_reply_error(c->req, 403, "this needs the manage right");
+    if (c->n == 5 && strcmp(s[1], "groups") == 0 && strcmp(s[4], "reset") == 0)
+        return reset(c, s[2], s[3]);
+    if (c->n == 4 && strcmp(s[1], "connections") == 0 && strcmp(s[3], "close") == 0) {
+        MQD_NOTICE("console", "user %s closes connection %s", c->ss->user, s[2]);
+        return answer(c, T_CONN, "CLOSE", named(s[2]));
+    }
+    mqd_console_reply_error(c->req, 404, "no such API route");
+}
+
+void mqd_console_api(mqd_console_t *k, struct evhttp_request *req, mqd_console_sess_t *ss,
+                     const char **segs, int n)
+{
+    call_t c = {.k = k, .req = req, .ss = ss, .segs = segs, .n = n};
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_POST)
+        return post_route(&c);
+    if (!mqd_auth_user_may(k->srv, ss->user, MQD_PERM_MONITOR, "$management") &&
+        !mqd_auth_user_may(k->srv, ss->user, MQD_PERM_MANAGE, "$management"))
+        return mqd_console_reply_error(req, 403, "this needs the monitor right");
+    get_route(&c);
+}
