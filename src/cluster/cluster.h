@@ -151,5 +151,8 @@ void mqd_cluster_free(mqd_cluster_t *m);
 /* The current view; valid until the next turn of the loop. */
 const mqd_cluster_view_t *mqd_cluster_view(const mqd_cluster_t *m);
 bool mqd_cluster_is_controller(const mqd_cluster_t *m);
+/* The member's etcd client, for the replication layer's own keys and watches (lives as
+ * long as the member; free those watches before mqd_cluster_free). */
+mqd_etcd_t *mqd_cluster_etcd(mqd_cluster_t *m);
 
 #endif

@@ -1154,3 +1154,8 @@ void mqd_server_free(mqd_server_t *s)
     free(s->conf_path);
     free(s);
 }
+
+void mqd_server_set_repl(mqd_server_t *s, const mqd_repl_hooks_t *h)
+{
+    s->repl = *h;
+}
