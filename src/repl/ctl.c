@@ -86,3 +86,86 @@ void mqd_repl_ctl_scan(mqd_repl_t *r)
     for (rtopic_t *t = r->topics; t; t = t->next)
         mqd_repl_ctl_topic(r, t);
 }
+
+static bool node_alive(mqd_repl_t *r, uint32_t id)
+{
+    const mqd_cluster_node_t *n = mqd_repl_node(r, id);
+    return n && n->alive;
+}
+
+static bool unclean_allowed(mqd_repl_t *r, const char *topic)
+{
+    mqd_topic_t *t = mqd_topic_find(r->s, topic);
+    if (t)
+        return t->conf.unclean_leader_election;
+    mqd_topic_conf_t tc;
+    mqd_conf_topic(r->conf, topic, &tc);
+    return tc.unclean_leader_election;
+}
+
+/* The next state of a partition whose leader is gone: the first live member of the
+ * in-sync set leads, the dead leader leaves the set, the epoch goes up by one. With no
+ * live in-sync replica the partition stays offline unless unclean election is on. */
+static bool elect(mqd_repl_t *r, const rpart_t *rp, mqd_repl_pstate_t *next)
+{
+    uint32_t pick = 0;
+    *next = rp->ps;
+    next->n_isr = 0;
+    for (uint32_t i = 0; i < rp->ps.n_isr; i++) {
+        uint32_t id = rp->ps.isr[i];
+        if (id == rp->ps.leader)
+            continue;
+        next->isr[next->n_isr++] = id;
+        if (!pick && node_alive(r, id))
+            pick = id;
+    }
+    if (!pick && unclean_allowed(r, rp->topic)) {
+        for (uint32_t i = 0; !pick && i < rp->ps.n_replicas; i++)
+            if (rp->ps.replicas[i] != rp->ps.leader && node_alive(r, rp->ps.replicas[i]))
+                pick = rp->ps.replicas[i];
+        if (pick) {
+            MQD_WARN("repl", "controller: %s/%u: unclean election of node %" PRIu32 " (not in "
+                     "sync: acknowledged records may be lost)", rp->topic, rp->part, pick);
+            next->n_isr = 0;
+        }
+    }
+    if (!pick)
+        return false;
+    if (!mqd_repl_pstate_has(next->isr, next->n_isr, pick)) {
+        next->isr[next->n_isr++] = pick;
+    }
+    /* the leader first in the isr list, as the controller writes it at placement */
+    for (uint32_t i = 0; i < next->n_isr; i++)
+        if (next->isr[i] == pick) {
+            next->isr[i] = next->isr[0];
+            next->isr[0] = pick;
+        }
+    next->leader = pick;
+    next->epoch = rp->ps.epoch + 1;
+    return true;
+}
+
+void mqd_repl_ctl_failover(mqd_repl_t *r)
+{
+    /* a view without this node alive is not loaded yet: every leader would look gone */
+    if (!r->controller || !node_alive(r, r->conf->node_id))
+        return;
+    for (rpart_t *rp = r->parts; rp; rp = rp->next) {
+        mqd_repl_pstate_t next;
+        if (rp->cas_out || rp->mod_rev == 0 || node_alive(r, rp->ps.leader)) {
+            rp->offline = false;
+            continue;
+        }
+        if (!elect(r, rp, &next)) {
+            if (!rp->offline)
+                MQD_WARN("repl", "controller: %s/%u: leader %" PRIu32 " gone and no live "
+                         "in-sync replica: offline", rp->topic, rp->part, rp->ps.leader);
+            rp->offline = true;
+            continue;
+        }
+        MQD_NOTICE("repl", "controller: %s/%u: leader %" PRIu32 " gone: node %" PRIu32
+                   " leads in epoch %" PRIu32, rp->topic, rp->part, rp->ps.leader, next.leader,
+                   next.epoch);
+        mqd_repl_part_cas(rp, &next);
+    }
+}

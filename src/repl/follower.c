@@ -46,7 +46,7 @@ static void attach(fol_t *f)
     if (!pc || f->link)
         return;
     uint64_t end = mqd_plog_end_offset(log);
-    if (mqd_plog_stable_offset(log) < end || mqd_plog_truncating(log)) {
+    if (mqd_plog_stable_offset(log) < end || mqd_plog_truncating(log) || rp->truncating) {
         f->attach_at_ms = mqd_now_ms() + REPL_TICK_MS; /* report only what is stable */
         return;
     }
@@ -136,6 +136,53 @@ static void receive(fol_t *f, pn_delivery_t *d)
     f->wait[f->n_wait++].end = run.base + run.count;
 }
 
+static void on_truncated(mqd_plog_t *log, uint64_t end, int rc, void *arg)
+{
+    rpart_t *rp = arg;
+    rp->truncating = false;
+    MQD_NOTICE("repl", "%s/%u: log truncated to %" PRIu64 " (%s)", rp->topic, rp->part, end,
+               rc ? mqd_strerror(rc) : "ok");
+    if (rp->fol)
+        rp->fol->attach_at_ms = mqd_now_ms(); /* and fetch again with the new last epoch */
+}
+
+/* The leader said where the largest epoch <= ours ends (info mqd:epoch-end, mqd:epoch):
+ * cut to the lower of that and where that epoch ends here (KIP-279). */
+static void truncate_to_leader(fol_t *f, pn_data_t *info)
+{
+    uint64_t end = UINT64_MAX, own;
+    uint32_t epoch = 0, own_largest;
+    unsigned seen = 0;
+    pn_data_rewind(info);
+    if (pn_data_next(info) && pn_data_type(info) == PN_MAP) {
+        pn_data_enter(info);
+        while (pn_data_next(info)) {
+            pn_bytes_t k = pn_data_type(info) == PN_SYMBOL ? pn_data_get_symbol(info) : pn_bytes(0, "");
+            if (!pn_data_next(info))
+                break;
+            if (k.size == 13 && !memcmp(k.start, "mqd:epoch-end", 13) && pn_data_type(info) == PN_ULONG)
+                end = pn_data_get_ulong(info), seen |= 1;
+            else if (k.size == 9 && !memcmp(k.start, "mqd:epoch", 9) && pn_data_type(info) == PN_UINT)
+                epoch = pn_data_get_uint(info), seen |= 2;
+        }
+        pn_data_exit(info);
+    }
+    mqd_plog_t *log = f->rp->local->log;
+    if (seen != 3 || mqd_repl_epoch_end(f->rp->r, log, epoch, &own, &own_largest) != 0) {
+        MQD_WARN("repl", "%s/%u: unreadable divergence answer: fetching again", f->rp->topic,
+                 f->rp->part);
+        return;
+    }
+    uint64_t to = end < own ? end : own;
+    if (to >= mqd_plog_end_offset(log))
+        return;
+    MQD_NOTICE("repl", "%s/%u: diverged from leader %" PRIu32 ": truncating %" PRIu64 " -> %" PRIu64
+               " (leader's epoch %" PRIu32 " ends at %" PRIu64 ")", f->rp->topic, f->rp->part,
+               f->leader, mqd_plog_end_offset(log), to, epoch, end);
+    if (mqd_plog_truncate_start(log, to, on_truncated, f->rp) == 0)
+        f->rp->truncating = true;
+}
+
 static void on_event(mqd_outconn_t *oc, pn_event_t *e, void *arg)
 {
     fol_t *f = arg;
@@ -151,11 +198,14 @@ static void on_event(mqd_outconn_t *oc, pn_event_t *e, void *arg)
         MQD_INFO("repl", "%s/%u: node %" PRIu32 " closed the fetch link: %s: %s", f->rp->topic,
                  f->rp->part, f->leader, pn_condition_get_name(c) ?: "-",
                  pn_condition_get_description(c) ?: "-");
+        const char *cn = pn_condition_get_name(c);
         pn_link_close(l);
         pn_session_close(pn_link_session(l));
         f->link = NULL;
         f->n_wait = 0;
         f->attach_at_ms = mqd_now_ms() + REPL_REATTACH_MS;
+        if (cn && strcmp(cn, "mqd:repl:diverged") == 0)
+            truncate_to_leader(f, pn_condition_info(c));
         break;
     }
     case PN_DELIVERY:

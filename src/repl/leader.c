@@ -33,6 +33,9 @@ int mqd_repl_lead_start(rpart_t *rp)
         *f = (rflw_t){.rp = rp, .id = rp->ps.replicas[i], .caught_ms = now, .probe_ms = now};
     }
     mqd_plog_set_epoch(rp->local->log, rp->ps.epoch);
+    ld->hw = mqd_part_hw(rp->local); /* what it knew as a follower: never goes back */
+    if (ld->hw > mqd_plog_stable_offset(rp->local->log))
+        ld->hw = mqd_plog_stable_offset(rp->local->log);
     rp->lead = ld;
     mqd_repl_lead_isr_changed(rp);
     return 0;
@@ -57,6 +60,12 @@ void mqd_repl_lead_stop(rpart_t *rp)
     lead_t *ld = rp->lead;
     for (uint32_t i = 0; ld && i < ld->n; i++)
         drop_link(&ld->f[i]);
+    /* a leader that stepped down settles nothing more: the new leader may not have these */
+    size_t n = mqd_part_reject_waiting(rp->local, MQD_ACKS_QUORUM, "amqp:resource-limit-exceeded",
+                                       "the partition's leader changed before the send was "
+                                       "replicated: send it again to the new leader");
+    if (n)
+        MQD_WARN("repl", "%s/%u: stepped down: %zu waiting sends rejected", rp->topic, rp->part, n);
     free(ld);
     rp->lead = NULL;
 }
@@ -253,6 +262,31 @@ static void refuse(pn_link_t *l, const char *cond, const char *desc, const char 
     MQD_INFO("repl", "refused fetch link %s: %s", addr, desc);
 }
 
+/* KIP-279: the follower's log goes past where the leader's epochs <= its last epoch end,
+ * or the leader never had that epoch: the follower must cut back. The answer is the
+ * largest epoch <= the follower's and where it ends on the leader; the follower truncates
+ * to the lower of that and where the same epoch ends in its own log, and asks again. */
+static void diverged(pn_link_t *l, const char *addr, uint64_t end, uint32_t epoch)
+{
+    pn_condition_t *c = pn_link_condition(l);
+    pn_condition_set_name(c, "mqd:repl:diverged");
+    pn_condition_set_description(c, "the follower's log diverges from the leader's: truncate "
+                                     "to mqd:epoch-end and fetch again");
+    pn_data_t *info = pn_condition_info(c);
+    pn_data_clear(info);
+    pn_data_put_map(info);
+    pn_data_enter(info);
+    pn_data_put_symbol(info, pn_bytes(13, "mqd:epoch-end"));
+    pn_data_put_ulong(info, end);
+    pn_data_put_symbol(info, pn_bytes(9, "mqd:epoch"));
+    pn_data_put_uint(info, epoch);
+    pn_data_exit(info);
+    pn_link_open(l);
+    pn_link_close(l);
+    MQD_NOTICE("repl", "fetch link %s: follower diverges: epoch %" PRIu32 " ends at %" PRIu64,
+               addr, epoch, end);
+}
+
 /* "$repl/<T>/<P>" -> its partition, if this node leads it. */
 static rpart_t *fetch_part(mqd_repl_t *r, const char *addr)
 {
@@ -292,10 +326,15 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     rflw_t *f = follower_of(rp, q.node);
     if (!f)
         return refuse(l, "amqp:unauthorized-access", "that node is not a replica", addr);
-    uint64_t start = mqd_plog_start_offset(rp->local->log);
-    if (q.offset > mqd_plog_end_offset(rp->local->log) || q.offset < start)
-        return refuse(l, "amqp:precondition-failed", "fetch offset outside the leader's log "
-                      "(a diverged follower must truncate: not built yet)", addr);
+    uint64_t start = mqd_plog_start_offset(rp->local->log), epoch_end;
+    uint32_t largest;
+    if (q.offset < start)
+        return refuse(l, "amqp:precondition-failed", "fetch offset below the leader's log start "
+                      "(a follower that fell behind retention: not handled yet)", addr);
+    if (mqd_repl_epoch_end(r, rp->local->log, q.last_epoch, &epoch_end, &largest) != 0)
+        return refuse(l, "amqp:internal-error", "epoch lookup failed", addr);
+    if (q.offset > epoch_end || largest != q.last_epoch)
+        return diverged(l, addr, epoch_end, largest);
     mqd_lstate_t *ls = calloc(1, sizeof *ls);
     if (!ls)
         return refuse(l, "amqp:resource-limit-exceeded", "out of memory", addr);

@@ -405,7 +405,9 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
-    work(arg, mqd_now_ms());
+    mqd_repl_t *r = arg;
+    work(r, mqd_now_ms());
+    mqd_repl_ctl_failover(r); /* again after a lost race or an offline partition */
 }
 
 static void ctl_gained(void *arg, int64_t create_rev)
@@ -413,6 +415,12 @@ static void ctl_gained(void *arg, int64_t create_rev)
     mqd_repl_t *r = arg;
     r->controller = true;
     mqd_repl_ctl_scan(r);
+    mqd_repl_ctl_failover(r); /* leaders that went with the previous controller */
+}
+
+static void node_left(void *arg, uint32_t id)
+{
+    mqd_repl_ctl_failover(arg);
 }
 
 static void ctl_lost(void *arg)
@@ -432,6 +440,7 @@ void mqd_repl_cluster_cbs(mqd_repl_t *r, mqd_cluster_cbs_t *out)
     *out = (mqd_cluster_cbs_t){.controller_gained = ctl_gained,
                                .controller_lost = ctl_lost,
                                .node_joined = node_joined,
+                               .node_left = node_left,
                                .arg = r};
 }
 

@@ -65,6 +65,8 @@ struct rpart {
     fol_t *fol;
     bool cas_out;    /* an ISR change in flight */
     bool subscribed; /* to its commit point */
+    bool offline;    /* controller: no leader can be elected (logged once) */
+    bool truncating; /* follower: cutting its log back to the leader's epoch end */
 };
 
 typedef struct rtopic {
@@ -97,9 +99,18 @@ uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp);
 /* Writes rp's state ps with a compare on rp->mod_rev (one at a time per partition). */
 int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps);
 
+/* epoch.c: over the stable records of log, the offset where epochs <= e end (the first
+ * record of a later epoch, or the stable offset) and the largest epoch <= e found there
+ * (that of the record before *end; 0 for none). */
+int mqd_repl_epoch_end(mqd_repl_t *r, mqd_plog_t *log, uint32_t e, uint64_t *end,
+                       uint32_t *largest);
+
 /* ctl.c: the controller places topics that have no partition keys yet */
 void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t);
 void mqd_repl_ctl_scan(mqd_repl_t *r);
+/* Elects a new leader (from the in-sync set; outside it only with unclean_leader_election)
+ * for every partition whose leader's node is gone, with the epoch raised by one. */
+void mqd_repl_ctl_failover(mqd_repl_t *r);
 
 /* leader.c */
 int mqd_repl_lead_start(rpart_t *rp);
