@@ -154,5 +154,7 @@ bool mqd_cluster_is_controller(const mqd_cluster_t *m);
 /* The member's etcd client, for the replication layer's own keys and watches (lives as
  * long as the member; free those watches before mqd_cluster_free). */
 mqd_etcd_t *mqd_cluster_etcd(mqd_cluster_t *m);
+/* Replaces the callbacks (copied; NULL: none), e.g. before their owner goes. */
+void mqd_cluster_set_cbs(mqd_cluster_t *m, const mqd_cluster_cbs_t *cbs);
 
 #endif

@@ -523,6 +523,11 @@ const mqd_cluster_view_t *mqd_cluster_view(const mqd_cluster_t *m)
     return &m->view;
 }
 
+void mqd_cluster_set_cbs(mqd_cluster_t *m, const mqd_cluster_cbs_t *cbs)
+{
+    m->cbs = cbs ? *cbs : (mqd_cluster_cbs_t){0};
+}
+
 mqd_etcd_t *mqd_cluster_etcd(mqd_cluster_t *m)
 {
     return m->etcd;

@@ -256,7 +256,10 @@ void mqd_repl_fol_stop(rpart_t *rp)
     fol_t *f = rp->fol;
     if (!f)
         return;
-    mqd_outconn_free(f->oc); /* its links and deliveries go with it */
+    if (rp->r->closing)
+        mqd_outconn_free_now(f->oc); /* the loop has stopped */
+    else
+        mqd_outconn_free(f->oc); /* its links and deliveries go with it */
     free(f->wait);
     free(f);
     rp->fol = NULL;

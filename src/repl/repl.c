@@ -497,6 +497,8 @@ void mqd_repl_free(mqd_repl_t *r)
     if (!r)
         return;
     r->closing = true;
+    if (r->m)
+        mqd_cluster_set_cbs(r->m, NULL); /* its stop calls controller_lost */
     mqd_repl_hooks_t none = {0};
     if (r->s)
         mqd_server_set_repl(r->s, &none);

@@ -66,6 +66,9 @@ int mqd_outconn_new(mqd_server_t *s, const mqd_outconn_opts_t *o, const mqd_outc
 /* Closes the connection and stops reconnecting; no callback runs after it. The server
  * frees what is left at mqd_server_free. */
 void mqd_outconn_free(mqd_outconn_t *oc);
+/* The same, its connection ended at once: only outside its handlers, e.g. after the loop
+ * has stopped (the deferred end of mqd_outconn_free needs a loop turn that never comes). */
+void mqd_outconn_free_now(mqd_outconn_t *oc);
 /* The live connection (opened locally, maybe not yet by the peer), NULL while down. */
 pn_connection_t *mqd_outconn_connection(mqd_outconn_t *oc);
 /* Has the connection's output written and its events run soon: call after making links
