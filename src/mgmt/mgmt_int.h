@@ -15,6 +15,7 @@ struct mqd_conn;
 #define MQD_MGMT_T_GROUP "com.mqd:consumergroup"
 #define MQD_MGMT_T_CONN "com.mqd:connection"
 #define MQD_MGMT_T_BROKER "com.mqd:broker"
+#define MQD_MGMT_T_CLUSTER "com.mqd:cluster"
 #define MQD_MGMT_T_EVENTHUB "com.microsoft:eventhub"
 #define MQD_MGMT_T_PARTITION "com.microsoft:partition"
 

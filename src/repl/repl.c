@@ -179,6 +179,11 @@ static void on_link_gone(void *arg, mqd_lstate_t *ls)
     mqd_repl_lead_gone(arg, ls);
 }
 
+static void on_status(void *arg, pn_data_t *out)
+{
+    mqd_repl_status(arg, out);
+}
+
 /* ---- roles ---- */
 
 static void on_commit(mqd_part_t *p, uint64_t visible_end, void *arg)
@@ -466,6 +471,7 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
                           .attach = on_attach,
                           .link_event = on_link_event,
                           .link_gone = on_link_gone,
+                          .status = on_status,
                           .arg = r};
     mqd_server_set_repl(s, &h);
     *out = r;

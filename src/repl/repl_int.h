@@ -105,6 +105,9 @@ int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps);
 int mqd_repl_epoch_end(mqd_repl_t *r, mqd_plog_t *log, uint32_t e, uint64_t *end,
                        uint32_t *largest);
 
+/* status.c: the cluster status map ($management, mqctl cluster status) */
+void mqd_repl_status(mqd_repl_t *r, pn_data_t *d);
+
 /* ctl.c: the controller places topics that have no partition keys yet */
 void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t);
 void mqd_repl_ctl_scan(mqd_repl_t *r);

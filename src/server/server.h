@@ -5,6 +5,7 @@
 #include "mqd.h"
 #include "conf/conf.h"
 
+#include <proton/codec.h>
 #include <proton/event.h>
 #include <proton/types.h>
 #include <stdbool.h>
@@ -107,6 +108,9 @@ typedef struct mqd_repl_hooks {
     /* PN_LINK_FLOW and PN_DELIVERY of such a link; link_gone before its state goes. */
     void (*link_event)(void *arg, struct mqd_lstate *ls, pn_event_t *e);
     void (*link_gone)(void *arg, struct mqd_lstate *ls);
+    /* $management READ of com.mqd:cluster: writes this node's view as one map into out
+     * (controller, nodes, partitions; docs/replication.md). */
+    void (*status)(void *arg, pn_data_t *out);
     void *arg;
 } mqd_repl_hooks_t;
 /* Registers h (copied) on s; before mqd_server_run. */

@@ -32,6 +32,7 @@ enum { EX_OK = 0, EX_USAGE = 1, EX_CONN = 2, EX_NOTFOUND = 3, EX_CONFLICT = 4, E
 #define T_GROUP "com.mqd:consumergroup"
 #define T_CONN "com.mqd:connection"
 #define T_BROKER "com.mqd:broker"
+#define T_CLUSTER "com.mqd:cluster"
 
 typedef struct opts {
     const char *url;
@@ -72,6 +73,7 @@ static void usage(FILE *f)
           "  group list [TOPIC] | describe TOPIC GROUP | delete TOPIC GROUP\n"
           "  group reset TOPIC GROUP --to earliest|latest|OFFSET|@TIME_MS\n"
           "  connection list | close ID\n"
+          "  cluster status\n"
           "  status | reload\n",
           f);
 }
@@ -549,6 +551,39 @@ static void show_conns(json_t *v)
     table_print(&t);
 }
 
+/* A list of ids as "1,2,3" (isr, replicas). */
+static const char *ids(json_t *a, char *b, size_t n)
+{
+    size_t i, off = 0;
+    json_t *v;
+    b[0] = '\0';
+    json_array_foreach(a, i, v)
+        off += (size_t)snprintf(b + off, off < n ? n - off : 0, "%s%" JSON_INTEGER_FORMAT,
+                                i ? "," : "", json_integer_value(v));
+    return b;
+}
+
+static void show_cluster(json_t *o)
+{
+    static const char *const keys[] = {"controller", "node_id"};
+    show_kv(o, keys, MQD_ARRAY_LEN(keys));
+    const char *nh[] = {"NODE", "ADDRESS", "RACK", "ALIVE"};
+    table_t t = {.ncols = 4, .head = nh};
+    size_t i;
+    json_t *p;
+    char b[7][64];
+    json_array_foreach(json_object_get(o, "nodes"), i, p)
+        table_add(&t, F(p, "id", 0), F(p, "address", 1), F(p, "rack", 2), F(p, "alive", 3));
+    table_print(&t);
+    const char *ph[] = {"TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "HIGH_WATERMARK"};
+    table_t u = {.ncols = 7, .head = ph};
+    json_array_foreach(json_object_get(o, "partitions"), i, p)
+        table_add(&u, F(p, "topic", 0), F(p, "partition", 1), F(p, "leader", 2), F(p, "epoch", 3),
+                  ids(json_object_get(p, "replicas"), b[4], sizeof b[4]),
+                  ids(json_object_get(p, "isr"), b[5], sizeof b[5]), F(p, "high_watermark", 6));
+    table_print(&u);
+}
+
 static void show_status(json_t *o)
 {
     static const char *const keys[] = {"version", "uptime_s", "topics", "connections",
@@ -669,6 +704,7 @@ static const cmd_t cmds[] = {
     {"connection", "list", 0, 0, "QUERY", T_CONN, build_name, show_conns, NULL},
     {"connection", "close", 1, 1, "DELETE", T_CONN, build_name, NULL, "closed connection %s"},
     {"status", NULL, 0, 0, "READ", T_BROKER, build_name, show_status, NULL},
+    {"cluster", "status", 0, 0, "READ", T_CLUSTER, build_name, show_cluster, NULL},
     {"reload", NULL, 0, 0, "RELOAD", T_BROKER, build_name, NULL, "configuration reloaded"},
 };
 

@@ -15,8 +15,12 @@ real mqd nodes (node_id 1..3, racks a/b/c) on loopback, each with its own data d
     byte (all three stopped first; their segment files compared record by record), 2,000
     records each.
 (f) a follower never accepts a local write: the redirect above, and its log holds no
-    record the leader did not ship (same bytes as (e))."""
+    record the leader did not ship (same bytes as (e)).
+(g) `mqctl --json cluster status` on each node: the controller etcd names, 3 live nodes
+    with their racks and addresses, r3/0 with the leader, epoch 1, replicas and isr etcd
+    holds; the leader's high_watermark is 2,000 (a follower's between 0 and 2,000)."""
 
+import json
 import os
 import shutil
 import sys
@@ -78,6 +82,31 @@ def body(t):
         check(s.link_cond is None, "sender link refused: %r" % (s.link_cond,))
         check(s.accepted == N and not s.rejected, "accepted %d of %d, rejected %r"
               % (s.accepted, N, s.rejected[:3]))
+    with coll.case("(g) mqctl --json cluster status on every node"):
+        ctl = get_json(etcd.port, "/mqd/controller")["id"]
+        for i, b in brokers.items():
+            rc, out, err = mqdtest.mqctl(b.url, "--json", "cluster", "status")
+            check(rc == 0, "cluster status on node %d: %d %s" % (i, rc, err))
+            st = json.loads(out)
+            check(st["controller"] == ctl and st["node_id"] == i, "node %d: controller %r (etcd %d)"
+                  % (i, st["controller"], ctl))
+            nodes = {n["id"]: n for n in st["nodes"]}
+            check(sorted(nodes) == [1, 2, 3] and all(n["alive"] for n in nodes.values()) and
+                  all(nodes[k]["rack"] == RACKS[k] and nodes[k]["address"] == brokers[k].hostport
+                      for k in nodes), "node %d: nodes %r" % (i, st["nodes"]))
+            parts = [p for p in st["partitions"] if p["topic"] == "r3"]
+            check(len(parts) == 1, "node %d: partitions %r" % (i, st["partitions"]))
+            p = parts[0]
+            check(p["partition"] == 0 and p["leader"] == leader and p["epoch"] == 1 and
+                  p["replicas"] == ps["replicas"] and sorted(p["isr"]) == [1, 2, 3],
+                  "node %d: %r vs etcd %r" % (i, p, ps))
+            if i == leader:
+                check(p["high_watermark"] == N, "leader's high_watermark %r" % p["high_watermark"])
+            else:
+                check(0 <= p["high_watermark"] <= N, "follower's high_watermark %r" % p["high_watermark"])
+        rc, out, err = mqdtest.mqctl(L.url, "cluster", "status")
+        check(rc == 0 and "HIGH_WATERMARK" in out and "r3" in out, "table: %r" % out)
+        log(out)
     with coll.case("(c) a follower redirects senders and receivers to the leader"):
         for f in followers:
             s = Sender(brokers[f].url, "r3", 1, "x")
