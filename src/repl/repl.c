@@ -154,10 +154,11 @@ static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int a
     rpart_t *rp = mqd_repl_part_find(r, t->name, part);
     if (!rp && t->conf.replication_factor <= 1)
         return NULL; /* unreplicated: a local topic */
-    *cond = "amqp:resource-limit-exceeded";
+    *cond = "amqp:precondition-failed";
     if (!rp || rp->role != ROLE_LEADER || !rp->local)
         return "this node is not the partition's leader (no replication state yet, or it "
                "moved): attach again to be redirected";
+    *cond = "amqp:resource-limit-exceeded";
     if (acks == MQD_ACKS_ALL && rp->ps.n_isr < mqd_repl_min_isr(r, rp))
         return "the in-sync set is too small: fewer in-sync replicas than "
                "min_insync_replicas (acks = all)";
