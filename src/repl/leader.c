@@ -60,8 +60,9 @@ void mqd_repl_lead_stop(rpart_t *rp)
     lead_t *ld = rp->lead;
     for (uint32_t i = 0; ld && i < ld->n; i++)
         drop_link(&ld->f[i]);
-    /* a leader that stepped down settles nothing more: the new leader may not have these */
-    size_t n = mqd_part_reject_waiting(rp->local, MQD_ACKS_QUORUM, "amqp:resource-limit-exceeded",
+    /* a leader that stepped down settles nothing more, acks = leader included: the new
+     * leader may not have these, and this log is cut back to its epoch's end */
+    size_t n = mqd_part_reject_waiting(rp->local, MQD_ACKS_LEADER, "amqp:resource-limit-exceeded",
                                        "the partition's leader changed before the send was "
                                        "replicated: send it again to the new leader");
     if (n)
@@ -129,6 +130,8 @@ static void pump(rflw_t *f)
 static void watermark(rpart_t *rp)
 {
     lead_t *ld = rp->lead;
+    if (!mqd_repl_may_ack(rp))
+        return; /* fenced: settles nothing, whatever followers report */
     uint64_t stable = mqd_plog_stable_offset(rp->local->log);
     uint64_t isr_leo[MQD_REPL_MAX_RF], all_leo[MQD_REPL_MAX_RF];
     size_t n_isr = 0;

@@ -158,6 +158,9 @@ static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int a
     if (!rp || rp->role != ROLE_LEADER || !rp->local)
         return "this node is not the partition's leader (no replication state yet, or it "
                "moved): attach again to be redirected";
+    if (!mqd_repl_may_ack(rp))
+        return "this node lost its cluster lease: it may no longer lead the partition "
+               "(attach again once it is settled)";
     *cond = "amqp:resource-limit-exceeded";
     if (acks == MQD_ACKS_ALL && rp->ps.n_isr < mqd_repl_min_isr(r, rp))
         return "the in-sync set is too small: fewer in-sync replicas than "
@@ -397,6 +400,8 @@ static void work(mqd_repl_t *r, int64_t now_ms)
         if (rp->role == ROLE_NONE && mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas,
                                                          r->conf->node_id))
             apply(r, rp); /* its replica could not be made before */
+        if (rp->fenced && rp->fenced_retry && now_ms)
+            mqd_repl_refresh(rp);
         if (rp->role == ROLE_LEADER)
             mqd_repl_lead_work(rp, now_ms);
         else if (rp->role == ROLE_FOLLOWER)
@@ -429,6 +434,67 @@ static void node_left(void *arg, uint32_t id)
     mqd_repl_ctl_failover(arg);
 }
 
+bool mqd_repl_may_ack(const rpart_t *rp)
+{
+    return !rp->fenced && (!rp->r->m || mqd_cluster_lease_live(rp->r->m));
+}
+
+typedef struct refresh_op {
+    mqd_repl_t *r;
+    char *topic;
+    uint32_t part;
+} refresh_op_t;
+
+static void on_refresh(void *arg, const mqd_etcd_reply_t *rep)
+{
+    refresh_op_t *o = arg;
+    rpart_t *rp = o->r->closing ? NULL : mqd_repl_part_find(o->r, o->topic, o->part);
+    if (rp && rep->rc == 0 && rep->n_kvs == 1) {
+        part_kv(o->r, &rep->kvs[0]); /* a newer leader: steps down here */
+        rp->fenced = false;
+        MQD_NOTICE("repl", "%s/%u: state read again after the lease loss: leader %" PRIu32
+                   ", epoch %" PRIu32, rp->topic, rp->part, rp->ps.leader, rp->ps.epoch);
+    } else if (rp) {
+        rp->fenced_retry = true; /* the tick asks again */
+    }
+    free(o->topic);
+    free(o);
+}
+
+/* Reads rp's key again (a linearizable range): only what etcd says now lets a leader
+ * that lost its lease acknowledge again. */
+void mqd_repl_refresh(rpart_t *rp)
+{
+    refresh_op_t *o = calloc(1, sizeof *o);
+    rp->fenced_retry = false;
+    if (!o || !(o->topic = strdup(rp->topic))) {
+        free(o);
+        rp->fenced_retry = true;
+        return;
+    }
+    o->r = rp->r;
+    o->part = rp->part;
+    if (mqd_etcd_range(rp->r->etcd, rp->key, strlen(rp->key), false, on_refresh, o) != 0) {
+        free(o->topic);
+        free(o);
+        rp->fenced_retry = true;
+    }
+}
+
+/* Everything this node leads is fenced: the controller may have moved it meanwhile. */
+static void lease_lost(void *arg)
+{
+    mqd_repl_t *r = arg;
+    for (rpart_t *rp = r->parts; rp; rp = rp->next) {
+        if (rp->role != ROLE_LEADER)
+            continue;
+        rp->fenced = true;
+        MQD_WARN("repl", "%s/%u: lease lost: acknowledging nothing until the partition's "
+                 "state is read again", rp->topic, rp->part);
+        mqd_repl_refresh(rp);
+    }
+}
+
 static void ctl_lost(void *arg)
 {
     ((mqd_repl_t *)arg)->controller = false;
@@ -447,6 +513,7 @@ void mqd_repl_cluster_cbs(mqd_repl_t *r, mqd_cluster_cbs_t *out)
                                .controller_lost = ctl_lost,
                                .node_joined = node_joined,
                                .node_left = node_left,
+                               .lease_lost = lease_lost,
                                .arg = r};
 }
 

@@ -67,6 +67,9 @@ struct rpart {
     bool subscribed; /* to its commit point */
     bool offline;    /* controller: no leader can be elected (logged once) */
     bool truncating; /* follower: cutting its log back to the leader's epoch end */
+    bool fenced;     /* leader whose lease was lost: acknowledges nothing until its
+                        partition key was read again (repl.c refresh) */
+    bool fenced_retry; /* that read failed: the tick asks again */
 };
 
 typedef struct rtopic {
@@ -96,6 +99,9 @@ const mqd_cluster_node_t *mqd_repl_node(mqd_repl_t *r, uint32_t id);
 void mqd_repl_kick(mqd_repl_t *r);
 int mqd_repl_grow(mqd_repl_t *r, size_t need);
 uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp);
+/* May this leader acknowledge now: lease live and not fenced since a lease loss. */
+bool mqd_repl_may_ack(const rpart_t *rp);
+void mqd_repl_refresh(rpart_t *rp);
 /* Writes rp's state ps with a compare on rp->mod_rev (one at a time per partition). */
 int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps);
 

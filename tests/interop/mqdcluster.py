@@ -242,3 +242,87 @@ class Receiver(mqdtest.Client):
 
     def status(self):
         return "received %d" % len(self.bodies)
+
+
+class EtcdProxy:
+    """A TCP relay on 127.0.0.1 in front of etcd for one node, that the test can cut
+    (block: bytes stop flowing both ways, connections stay open, like a dropped route)
+    and heal. Threads relay; stop() closes everything."""
+
+    def __init__(self, etcd):
+        import socket
+        self.target = ("127.0.0.1", etcd.port)
+        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        self.open = __import__("threading").Event()
+        self.open.set()
+        self.stopped = False
+        self.socks = []
+        self._thread(self._accept)
+
+    @property
+    def endpoint(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def _thread(self, fn, *a):
+        import threading
+        t = threading.Thread(target=fn, args=a, daemon=True)
+        t.start()
+
+    def _accept(self):
+        import socket
+        while not self.stopped:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                c.close()
+                continue
+            self.socks += [c, u]
+            self._thread(self._pump, c, u)
+            self._thread(self._pump, u, c)
+
+    def _pump(self, a, b):
+        import select
+        while not self.stopped:
+            if not self.open.wait(0.05):
+                continue
+            try:
+                r, _, _ = select.select([a], [], [], 0.05)
+                if not r:
+                    continue
+                if not self.open.is_set():
+                    continue  # cut while waiting: leave it in the kernel's buffer
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+            except OSError:
+                break
+        for s in (a, b):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def block(self):
+        self.open.clear()
+        log("etcd proxy %d: cut" % self.port)
+
+    def heal(self):
+        self.open.set()
+        log("etcd proxy %d: healed" % self.port)
+
+    def stop(self):
+        self.stopped = True
+        self.open.set()
+        try:
+            self.ls.close()
+        except OSError:
+            pass
