@@ -72,8 +72,10 @@ void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t)
                                        n ? name_hash(t->name) % (uint32_t)n : 0, out)
                       : MQD_ENOMEM;
     if (rc == MQD_EINVAL)
-        MQD_WARN("repl", "controller: topic %s wants %u replicas, %zu nodes are up: placed "
-                 "when enough join", t->name, t->td.rf, n);
+        MQD_WARN("repl",
+                 "controller: topic %s wants %u replicas, %zu nodes are up: placed "
+                 "when enough join",
+                 t->name, t->td.rf, n);
     for (uint32_t p = 0; rc == 0 && p < t->td.partitions; p++)
         if (!mqd_repl_part_find(r, t->name, p))
             rc = create_part(r, t->name, p, out + (size_t)p * t->td.rf, t->td.rf);
@@ -124,8 +126,10 @@ static bool elect(mqd_repl_t *r, const rpart_t *rp, mqd_repl_pstate_t *next)
             if (rp->ps.replicas[i] != rp->ps.leader && node_alive(r, rp->ps.replicas[i]))
                 pick = rp->ps.replicas[i];
         if (pick) {
-            MQD_WARN("repl", "controller: %s/%u: unclean election of node %" PRIu32 " (not in "
-                     "sync: acknowledged records may be lost)", rp->topic, rp->part, pick);
+            MQD_WARN("repl",
+                     "controller: %s/%u: unclean election of node %" PRIu32 " (not in "
+                     "sync: acknowledged records may be lost)",
+                     rp->topic, rp->part, pick);
             next->n_isr = 0;
         }
     }
@@ -158,14 +162,17 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
         }
         if (!elect(r, rp, &next)) {
             if (!rp->offline)
-                MQD_WARN("repl", "controller: %s/%u: leader %" PRIu32 " gone and no live "
-                         "in-sync replica: offline", rp->topic, rp->part, rp->ps.leader);
+                MQD_WARN("repl",
+                         "controller: %s/%u: leader %" PRIu32 " gone and no live "
+                         "in-sync replica: offline",
+                         rp->topic, rp->part, rp->ps.leader);
             rp->offline = true;
             continue;
         }
-        MQD_NOTICE("repl", "controller: %s/%u: leader %" PRIu32 " gone: node %" PRIu32
-                   " leads in epoch %" PRIu32, rp->topic, rp->part, rp->ps.leader, next.leader,
-                   next.epoch);
+        MQD_NOTICE("repl",
+                   "controller: %s/%u: leader %" PRIu32 " gone: node %" PRIu32
+                   " leads in epoch %" PRIu32,
+                   rp->topic, rp->part, rp->ps.leader, next.leader, next.epoch);
         mqd_repl_part_cas(rp, &next);
     }
 }

@@ -21,8 +21,7 @@ static int epoch_at(mqd_repl_t *r, mqd_plog_t *log, uint64_t off, uint32_t *epoc
     return rc;
 }
 
-int mqd_repl_epoch_end(mqd_repl_t *r, mqd_plog_t *log, uint32_t e, uint64_t *end,
-                       uint32_t *largest)
+int mqd_repl_epoch_end(mqd_repl_t *r, mqd_plog_t *log, uint32_t e, uint64_t *end, uint32_t *largest)
 {
     uint64_t lo = mqd_plog_start_offset(log), hi = mqd_plog_stable_offset(log);
     uint32_t ep = 0;

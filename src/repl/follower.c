@@ -157,12 +157,15 @@ static void truncate_to_leader(fol_t *f, pn_data_t *info)
     if (pn_data_next(info) && pn_data_type(info) == PN_MAP) {
         pn_data_enter(info);
         while (pn_data_next(info)) {
-            pn_bytes_t k = pn_data_type(info) == PN_SYMBOL ? pn_data_get_symbol(info) : pn_bytes(0, "");
+            pn_bytes_t k =
+                pn_data_type(info) == PN_SYMBOL ? pn_data_get_symbol(info) : pn_bytes(0, "");
             if (!pn_data_next(info))
                 break;
-            if (k.size == 13 && !memcmp(k.start, "mqd:epoch-end", 13) && pn_data_type(info) == PN_ULONG)
+            if (k.size == 13 && !memcmp(k.start, "mqd:epoch-end", 13) &&
+                pn_data_type(info) == PN_ULONG)
                 end = pn_data_get_ulong(info), seen |= 1;
-            else if (k.size == 9 && !memcmp(k.start, "mqd:epoch", 9) && pn_data_type(info) == PN_UINT)
+            else if (k.size == 9 && !memcmp(k.start, "mqd:epoch", 9) &&
+                     pn_data_type(info) == PN_UINT)
                 epoch = pn_data_get_uint(info), seen |= 2;
         }
         pn_data_exit(info);
@@ -176,9 +179,10 @@ static void truncate_to_leader(fol_t *f, pn_data_t *info)
     uint64_t to = end < own ? end : own;
     if (to >= mqd_plog_end_offset(log))
         return;
-    MQD_NOTICE("repl", "%s/%u: diverged from leader %" PRIu32 ": truncating %" PRIu64 " -> %" PRIu64
-               " (leader's epoch %" PRIu32 " ends at %" PRIu64 ")", f->rp->topic, f->rp->part,
-               f->leader, mqd_plog_end_offset(log), to, epoch, end);
+    MQD_NOTICE("repl",
+               "%s/%u: diverged from leader %" PRIu32 ": truncating %" PRIu64 " -> %" PRIu64
+               " (leader's epoch %" PRIu32 " ends at %" PRIu64 ")",
+               f->rp->topic, f->rp->part, f->leader, mqd_plog_end_offset(log), to, epoch, end);
     if (mqd_plog_truncate_start(log, to, on_truncated, f->rp) == 0)
         f->rp->truncating = true;
 }
@@ -187,9 +191,7 @@ static void on_event(mqd_outconn_t *oc, pn_event_t *e, void *arg)
 {
     fol_t *f = arg;
     switch (pn_event_type(e)) {
-    case PN_CONNECTION_REMOTE_OPEN:
-        attach(f);
-        break;
+    case PN_CONNECTION_REMOTE_OPEN: attach(f); break;
     case PN_LINK_REMOTE_CLOSE: {
         pn_link_t *l = pn_event_link(e);
         if (l != f->link)
@@ -212,8 +214,7 @@ static void on_event(mqd_outconn_t *oc, pn_event_t *e, void *arg)
         if (pn_delivery_link(pn_event_delivery(e)) == f->link)
             receive(f, pn_event_delivery(e));
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -233,8 +234,8 @@ static int connect_leader(fol_t *f)
     char container[64];
     snprintf(f->url, sizeof f->url, "amqp://%s", n->address);
     snprintf(container, sizeof container, "mqd-node-%" PRIu32, f->rp->r->conf->node_id);
-    mqd_outconn_opts_t o = {.url = f->url, .container = container, .backoff_min_ms = 100,
-                            .backoff_max_ms = 2000};
+    mqd_outconn_opts_t o = {
+        .url = f->url, .container = container, .backoff_min_ms = 100, .backoff_max_ms = 2000};
     mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
     return mqd_outconn_new(f->rp->r->s, &o, &ops, f, &f->oc);
 }

@@ -176,9 +176,10 @@ static void isr_check(rpart_t *rp, int64_t now)
             ps.isr[ps.n_isr++] = f->id;
         if (want != in) {
             change = true;
-            MQD_NOTICE("repl", "%s/%u: node %" PRIu32 " %s the in-sync set (its end %" PRIu64
-                       ", leader's %" PRIu64 ")", rp->topic, rp->part, f->id,
-                       want ? "rejoins" : "leaves", f->leo, end);
+            MQD_NOTICE("repl",
+                       "%s/%u: node %" PRIu32 " %s the in-sync set (its end %" PRIu64
+                       ", leader's %" PRIu64 ")",
+                       rp->topic, rp->part, f->id, want ? "rejoins" : "leaves", f->leo, end);
         }
     }
     if (change && !rp->cas_out)
@@ -206,9 +207,10 @@ void mqd_repl_lead_isr_changed(rpart_t *rp)
         size_t n = mqd_part_reject_waiting(rp->local, MQD_ACKS_ALL, "amqp:resource-limit-exceeded",
                                            ISR_SMALL);
         if (!ld->below_min || n)
-            MQD_WARN("repl", "%s/%u: %" PRIu32 " in sync, below min_insync_replicas: acks = "
-                     "all sends are refused (%zu waiting rejected)", rp->topic, rp->part,
-                     rp->ps.n_isr, n);
+            MQD_WARN("repl",
+                     "%s/%u: %" PRIu32 " in sync, below min_insync_replicas: acks = "
+                     "all sends are refused (%zu waiting rejected)",
+                     rp->topic, rp->part, rp->ps.n_isr, n);
     }
     ld->below_min = below;
     mqd_repl_lead_work(rp, 0);
@@ -274,7 +276,7 @@ static void diverged(pn_link_t *l, const char *addr, uint64_t end, uint32_t epoc
     pn_condition_t *c = pn_link_condition(l);
     pn_condition_set_name(c, "mqd:repl:diverged");
     pn_condition_set_description(c, "the follower's log diverges from the leader's: truncate "
-                                     "to mqd:epoch-end and fetch again");
+                                    "to mqd:epoch-end and fetch again");
     pn_data_t *info = pn_condition_info(c);
     pn_data_clear(info);
     pn_data_put_map(info);
@@ -286,8 +288,8 @@ static void diverged(pn_link_t *l, const char *addr, uint64_t end, uint32_t epoc
     pn_data_exit(info);
     pn_link_open(l);
     pn_link_close(l);
-    MQD_NOTICE("repl", "fetch link %s: follower diverges: epoch %" PRIu32 " ends at %" PRIu64,
-               addr, epoch, end);
+    MQD_NOTICE("repl", "fetch link %s: follower diverges: epoch %" PRIu32 " ends at %" PRIu64, addr,
+               epoch, end);
 }
 
 /* "$repl/<T>/<P>" -> its partition, if this node leads it. */
@@ -322,8 +324,10 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
     pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
     if (read_props(l, &q) != 0)
-        return refuse(l, "amqp:invalid-field", "a fetch link needs the properties "
-                      "mqd:node-id and mqd:fetch-offset", addr);
+        return refuse(l, "amqp:invalid-field",
+                      "a fetch link needs the properties "
+                      "mqd:node-id and mqd:fetch-offset",
+                      addr);
     if (!rp || rp->role != ROLE_LEADER)
         return refuse(l, "amqp:not-found", "this node does not lead that partition", addr);
     rflw_t *f = follower_of(rp, q.node);
@@ -332,8 +336,10 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     uint64_t start = mqd_plog_start_offset(rp->local->log), epoch_end;
     uint32_t largest;
     if (q.offset < start)
-        return refuse(l, "amqp:precondition-failed", "fetch offset below the leader's log start "
-                      "(a follower that fell behind retention: not handled yet)", addr);
+        return refuse(l, "amqp:precondition-failed",
+                      "fetch offset below the leader's log start "
+                      "(a follower that fell behind retention: not handled yet)",
+                      addr);
     if (mqd_repl_epoch_end(r, rp->local->log, q.last_epoch, &epoch_end, &largest) != 0)
         return refuse(l, "amqp:internal-error", "epoch lookup failed", addr);
     if (q.offset > epoch_end || largest != q.last_epoch)
@@ -355,8 +361,9 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     f->hw_sent = UINT64_MAX; /* tell it the watermark at once */
     pn_link_set_snd_settle_mode(l, PN_SND_UNSETTLED);
     pn_link_open(l);
-    MQD_NOTICE("repl", "%s/%u: node %" PRIu32 " fetches from %" PRIu64 " (its last epoch %" PRIu32
-               ")", rp->topic, rp->part, f->id, q.offset, q.last_epoch);
+    MQD_NOTICE("repl",
+               "%s/%u: node %" PRIu32 " fetches from %" PRIu64 " (its last epoch %" PRIu32 ")",
+               rp->topic, rp->part, f->id, q.offset, q.last_epoch);
     mqd_repl_lead_work(rp, 0);
 }
 

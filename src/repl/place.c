@@ -45,8 +45,8 @@ static int rack_order(const mqd_repl_cand_t *c, size_t n, uint32_t *order)
     return 0;
 }
 
-int mqd_repl_place(const mqd_repl_cand_t *c, size_t n, uint32_t nparts, uint32_t rf,
-                   uint32_t start, uint32_t *out)
+int mqd_repl_place(const mqd_repl_cand_t *c, size_t n, uint32_t nparts, uint32_t rf, uint32_t start,
+                   uint32_t *out)
 {
     if (rf == 0 || rf > MQD_REPL_MAX_RF || rf > n)
         return MQD_EINVAL;

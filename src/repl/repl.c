@@ -85,7 +85,8 @@ static void on_topic_created(void *arg, mqd_topic_t *t)
     mqd_repl_tdesc_t td = {t->nparts, t->conf.replication_factor, NULL};
     if (t->overrides)
         td.config = json_dumps(t->overrides, JSON_COMPACT | JSON_SORT_KEYS);
-    char *val = mqd_repl_tdesc_json(&td), *key = malloc(strlen(r->topics_prefix) + strlen(t->name) + 1);
+    char *val = mqd_repl_tdesc_json(&td),
+         *key = malloc(strlen(r->topics_prefix) + strlen(t->name) + 1);
     free(td.config);
     if (!val || !key) {
         free(val);
@@ -229,7 +230,9 @@ static void set_role(rpart_t *rp, role_t role)
     if (rc == 0)
         rp->role = role;
     MQD_NOTICE("repl", "%s/%u: %s (leader %" PRIu32 ", epoch %" PRIu32 ")%s", rp->topic, rp->part,
-               rp->role == ROLE_LEADER ? "leader" : rp->role == ROLE_FOLLOWER ? "follower" : "no role",
+               rp->role == ROLE_LEADER     ? "leader"
+               : rp->role == ROLE_FOLLOWER ? "follower"
+                                           : "no role",
                rp->ps.leader, rp->ps.epoch, rc ? " (start failed)" : "");
 }
 
@@ -240,8 +243,9 @@ static void apply(mqd_repl_t *r, rpart_t *rp)
     bool member = mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas, self);
     if (member && !rp->local && (rp->local = local_replica(r, rp)) != NULL && !rp->subscribed)
         rp->subscribed = mqd_part_commit_subscribe(rp->local, on_commit, rp) == 0;
-    role_t want = !member || !rp->local ? ROLE_NONE
-                  : rp->ps.leader == self ? ROLE_LEADER : ROLE_FOLLOWER;
+    role_t want = !member || !rp->local   ? ROLE_NONE
+                  : rp->ps.leader == self ? ROLE_LEADER
+                                          : ROLE_FOLLOWER;
     if (want != rp->role || (want == ROLE_FOLLOWER && rp->fol && rp->fol->leader != rp->ps.leader))
         set_role(rp, want);
     else if (want == ROLE_LEADER)
@@ -297,8 +301,10 @@ static void on_parts(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size
     mqd_repl_t *r = arg;
     for (size_t i = 0; i < n; i++) {
         if (ev == MQD_ETCD_EV_DELETE)
-            MQD_WARN("repl", "%s deleted: topic deletion in a cluster is not built; the "
-                     "replica keeps its last state", kvs[i].key);
+            MQD_WARN("repl",
+                     "%s deleted: topic deletion in a cluster is not built; the "
+                     "replica keeps its last state",
+                     kvs[i].key);
         else
             part_kv(r, &kvs[i]);
     }
@@ -397,8 +403,8 @@ int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps)
 static void work(mqd_repl_t *r, int64_t now_ms)
 {
     for (rpart_t *rp = r->parts; rp; rp = rp->next) {
-        if (rp->role == ROLE_NONE && mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas,
-                                                         r->conf->node_id))
+        if (rp->role == ROLE_NONE &&
+            mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas, r->conf->node_id))
             apply(r, rp); /* its replica could not be made before */
         if (rp->fenced && rp->fenced_retry && now_ms)
             mqd_repl_refresh(rp);
@@ -452,8 +458,10 @@ static void on_refresh(void *arg, const mqd_etcd_reply_t *rep)
     if (rp && rep->rc == 0 && rep->n_kvs == 1) {
         part_kv(o->r, &rep->kvs[0]); /* a newer leader: steps down here */
         rp->fenced = false;
-        MQD_NOTICE("repl", "%s/%u: state read again after the lease loss: leader %" PRIu32
-                   ", epoch %" PRIu32, rp->topic, rp->part, rp->ps.leader, rp->ps.epoch);
+        MQD_NOTICE("repl",
+                   "%s/%u: state read again after the lease loss: leader %" PRIu32
+                   ", epoch %" PRIu32,
+                   rp->topic, rp->part, rp->ps.leader, rp->ps.epoch);
     } else if (rp) {
         rp->fenced_retry = true; /* the tick asks again */
     }
@@ -489,8 +497,10 @@ static void lease_lost(void *arg)
         if (rp->role != ROLE_LEADER)
             continue;
         rp->fenced = true;
-        MQD_WARN("repl", "%s/%u: lease lost: acknowledging nothing until the partition's "
-                 "state is read again", rp->topic, rp->part);
+        MQD_WARN("repl",
+                 "%s/%u: lease lost: acknowledging nothing until the partition's "
+                 "state is read again",
+                 rp->topic, rp->part);
         mqd_repl_refresh(rp);
     }
 }

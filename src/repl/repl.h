@@ -49,8 +49,8 @@ typedef struct mqd_repl_cand {
  * racks, so a partition's replicas are on rf distinct racks when there are that many,
  * and the leaders rotate from `start` (e.g. a hash of the topic name) so that topics do
  * not all lead on one node. MQD_EINVAL when rf is 0, above MQD_REPL_MAX_RF or above n. */
-int mqd_repl_place(const mqd_repl_cand_t *c, size_t n, uint32_t nparts, uint32_t rf,
-                   uint32_t start, uint32_t *out);
+int mqd_repl_place(const mqd_repl_cand_t *c, size_t n, uint32_t nparts, uint32_t rf, uint32_t start,
+                   uint32_t *out);
 /* The high watermark: the least log end among the leader's (its stable offset) and the
  * in-sync followers' (leo[0..n)). */
 uint64_t mqd_repl_hw(uint64_t leader_end, const uint64_t *leo, size_t n);

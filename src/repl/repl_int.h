@@ -6,9 +6,9 @@
 #include "repl/repl.h"
 #include "server/broker.h"
 
-#define REPL_TICK_MS 200      /* ISR checks, link re-attaches */
-#define REPL_RUN_BYTES 65536  /* raw bytes per fetch message (one record may be more) */
-#define REPL_CREDIT 32        /* a follower's runs in flight */
+#define REPL_TICK_MS 200     /* ISR checks, link re-attaches */
+#define REPL_RUN_BYTES 65536 /* raw bytes per fetch message (one record may be more) */
+#define REPL_CREDIT 32       /* a follower's runs in flight */
 #define REPL_REATTACH_MS 500
 
 typedef enum { ROLE_NONE = 0, ROLE_LEADER, ROLE_FOLLOWER } role_t;
@@ -45,7 +45,7 @@ typedef struct fol {
     struct {
         pn_delivery_t *d;
         uint64_t end;
-    } *wait; /* appended runs waiting to be stable before settling */
+    } * wait; /* appended runs waiting to be stable before settling */
     size_t n_wait, cap_wait;
     int64_t attach_at_ms; /* 0: attached or no connection */
     uint64_t runs;
@@ -63,12 +63,12 @@ struct rpart {
     role_t role;
     lead_t *lead;
     fol_t *fol;
-    bool cas_out;    /* an ISR change in flight */
-    bool subscribed; /* to its commit point */
-    bool offline;    /* controller: no leader can be elected (logged once) */
-    bool truncating; /* follower: cutting its log back to the leader's epoch end */
-    bool fenced;     /* leader whose lease was lost: acknowledges nothing until its
-                        partition key was read again (repl.c refresh) */
+    bool cas_out;      /* an ISR change in flight */
+    bool subscribed;   /* to its commit point */
+    bool offline;      /* controller: no leader can be elected (logged once) */
+    bool truncating;   /* follower: cutting its log back to the leader's epoch end */
+    bool fenced;       /* leader whose lease was lost: acknowledges nothing until its
+                          partition key was read again (repl.c refresh) */
     bool fenced_retry; /* that read failed: the tick asks again */
 };
 

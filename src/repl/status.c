@@ -68,7 +68,9 @@ static void partitions(mqd_repl_t *r, pn_data_t *d)
         kv_long(d, "epoch", rp->ps.epoch);
         kv_ids(d, "replicas", rp->ps.replicas, rp->ps.n_replicas);
         kv_ids(d, "isr", rp->ps.isr, rp->ps.n_isr);
-        int64_t hw = rp->lead ? (int64_t)rp->lead->hw : rp->local ? (int64_t)mqd_part_hw(rp->local) : -1;
+        int64_t hw = rp->lead    ? (int64_t)rp->lead->hw
+                     : rp->local ? (int64_t)mqd_part_hw(rp->local)
+                                 : -1;
         kv_long(d, "high_watermark", hw);
         pn_data_exit(d);
     }

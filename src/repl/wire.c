@@ -101,7 +101,8 @@ static int get_uint(const uint8_t *m, size_t end, size_t *o, uint64_t *v)
 
 static int parse_annotations(const uint8_t *m, size_t len, size_t *o, mqd_repl_run_t *out)
 {
-    if (len - *o < 12 || m[*o] != 0x00 || m[*o + 1] != 0x53 || m[*o + 2] != 0x72 || m[*o + 3] != 0xd1)
+    if (len - *o < 12 || m[*o] != 0x00 || m[*o + 1] != 0x53 || m[*o + 2] != 0x72 ||
+        m[*o + 3] != 0xd1)
         return MQD_ECORRUPT;
     size_t size = get32(m + *o + 4), count = get32(m + *o + 8);
     *o += 8; /* now at the count field: size counts from here */

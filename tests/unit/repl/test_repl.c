@@ -84,8 +84,8 @@ static void test_watermarks(void **state)
 
 static void test_pstate(void **state)
 {
-    mqd_repl_pstate_t ps = {.leader = 2, .epoch = 7, .n_replicas = 3, .n_isr = 2,
-                            .replicas = {2, 3, 1}, .isr = {2, 1}};
+    mqd_repl_pstate_t ps = {
+        .leader = 2, .epoch = 7, .n_replicas = 3, .n_isr = 2, .replicas = {2, 3, 1}, .isr = {2, 1}};
     char *j = mqd_repl_pstate_json(&ps);
     assert_non_null(j);
     assert_string_equal(j, "{\"leader\":2,\"epoch\":7,\"replicas\":[2,3,1],\"isr\":[2,1]}");
@@ -94,20 +94,23 @@ static void test_pstate(void **state)
     assert_memory_equal(&ps, &back, sizeof ps);
     free(j);
     static const char *const bad[] = {
-        "{\"leader\":4,\"epoch\":1,\"replicas\":[1,2],\"isr\":[1]}",      /* leader no replica */
-        "{\"leader\":1,\"epoch\":1,\"replicas\":[1,2],\"isr\":[2]}",      /* leader not in isr */
-        "{\"leader\":1,\"epoch\":1,\"replicas\":[1,1],\"isr\":[1]}",      /* duplicate */
-        "{\"leader\":1,\"epoch\":1,\"replicas\":[1,2],\"isr\":[1,3]}",    /* isr outside */
-        "{\"leader\":1,\"epoch\":-1,\"replicas\":[1],\"isr\":[1]}",       /* negative epoch */
-        "{\"leader\":1,\"epoch\":1,\"replicas\":[],\"isr\":[1]}",         /* no replicas */
+        "{\"leader\":4,\"epoch\":1,\"replicas\":[1,2],\"isr\":[1]}",   /* leader no replica */
+        "{\"leader\":1,\"epoch\":1,\"replicas\":[1,2],\"isr\":[2]}",   /* leader not in isr */
+        "{\"leader\":1,\"epoch\":1,\"replicas\":[1,1],\"isr\":[1]}",   /* duplicate */
+        "{\"leader\":1,\"epoch\":1,\"replicas\":[1,2],\"isr\":[1,3]}", /* isr outside */
+        "{\"leader\":1,\"epoch\":-1,\"replicas\":[1],\"isr\":[1]}",    /* negative epoch */
+        "{\"leader\":1,\"epoch\":1,\"replicas\":[],\"isr\":[1]}",      /* no replicas */
         "{\"leader\":1,\"leader\":2,\"epoch\":1,\"replicas\":[1],\"isr\":[1]}",
-        "[1]", "", "{\"leader\":\"1\",\"epoch\":1,\"replicas\":[1],\"isr\":[1]}",
+        "[1]",
+        "",
+        "{\"leader\":\"1\",\"epoch\":1,\"replicas\":[1],\"isr\":[1]}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(mqd_repl_pstate_parse(bad[i], strlen(bad[i]), &back), MQD_ECORRUPT);
     mqd_repl_tdesc_t td = {4, 3, "{\"acks\":\"quorum\"}"}, tb;
     j = mqd_repl_tdesc_json(&td);
-    assert_string_equal(j, "{\"config\":{\"acks\":\"quorum\"},\"partitions\":4,\"replication_factor\":3}");
+    assert_string_equal(
+        j, "{\"config\":{\"acks\":\"quorum\"},\"partitions\":4,\"replication_factor\":3}");
     assert_int_equal(mqd_repl_tdesc_parse(j, strlen(j), &tb), 0);
     assert_int_equal(tb.partitions, 4);
     assert_int_equal(tb.rf, 3);
@@ -123,8 +126,12 @@ static void test_wire(void **state)
     uint8_t recs[300];
     for (size_t i = 0; i < sizeof recs; i++)
         recs[i] = (uint8_t)(i * 7);
-    mqd_repl_run_t run = {.base = 1ull << 40, .hw = 12345, .count = 3, .data = recs,
-                          .len = sizeof recs}, back;
+    mqd_repl_run_t run = {.base = 1ull << 40,
+                          .hw = 12345,
+                          .count = 3,
+                          .data = recs,
+                          .len = sizeof recs},
+                   back;
     uint8_t *buf = NULL;
     size_t cap = 0, len = 0;
     assert_int_equal(mqd_repl_run_encode(&run, &buf, &cap, &len), 0);
@@ -155,7 +162,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_place_racks), cmocka_unit_test(test_place_edges),
-        cmocka_unit_test(test_watermarks), cmocka_unit_test(test_pstate),
+        cmocka_unit_test(test_watermarks),  cmocka_unit_test(test_pstate),
         cmocka_unit_test(test_wire),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
