@@ -40,7 +40,7 @@ def start_cluster(t, etcd, **extra):
     brokers = {}
     for i, rack in RACKS.items():
         brokers[i] = t.broker("n%d" % i, start=False,
-                              sets=cluster_sets(etcd, i, rack, replica_lag_ms=2000, **extra))
+                              sets=cluster_sets(etcd, i, rack, replica_lag_ms=10000, **extra))
     for b in brokers.values():
         b.start()
     wait_for("3 nodes in etcd", lambda: len(read_keys(etcd.port, "/mqd/nodes/")) == 3, 20)

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Replication: the in-sync set and acks (issue 19 points 2-3). A real etcd and three mqd
-nodes (racks a/b/c, replica_lag_ms = 2000), topic r3 with replication_factor 3 and the
+nodes (racks a/b/c, replica_lag_ms = 2000 x MQD_TEST_SLOW), topic r3 with replication_factor 3 and the
 default acks = all, min_insync_replicas = min(2, 3) = 2.
 
 (a) 500 sends to the leader: all accepted (baseline, ISR of 3 in etcd).
@@ -30,6 +30,7 @@ from mqdtest import SLOW, check, log, skip  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 KEY = "/mqd/partitions/r3/0"
+LAG_MS = int(2000 * SLOW)  # replica_lag_ms: longer on a slow machine
 
 
 class TimedSender(Sender):
@@ -64,7 +65,7 @@ def body(t):
     etcd = Etcd(t)
     etcd.start()
     brokers = {i: t.broker("n%d" % i, start=False,
-                           sets=cluster_sets(etcd, i, r, replica_lag_ms=2000))
+                           sets=cluster_sets(etcd, i, r, replica_lag_ms=LAG_MS))
                for i, r in RACKS.items()}
     for b in brokers.values():
         b.start()
@@ -104,11 +105,12 @@ def body(t):
         if isr_at_start == [1, 2, 3]:
             check(waited >= 0.5, "accepted %.2f s after the kill while the dead follower was "
                   "in the ISR: acks=all did not wait for the watermark" % waited)
-        got = wait_for("ISR of 2", lambda: isr(etcd) if isr(etcd) == sorted([leader, f2]) else None, 10)
+        got = wait_for("ISR of 2", lambda: isr(etcd) if isr(etcd) == sorted([leader, f2]) else None,
+                       10 + LAG_MS / 1000)
         log("ISR after: %r" % got)
     with coll.case("(c) both followers down: acks=all rejected (in-sync set too small), acks=leader accepted"):
         brokers[f2].kill()
-        wait_for("ISR of the leader alone", lambda: isr(etcd) == [leader], 10 + 2)
+        wait_for("ISR of the leader alone", lambda: isr(etcd) == [leader], 10 + LAG_MS / 1000)
         s = send(L.url, 300, "r")
         check(s.accepted == 0 and len(s.rejected) == 300, "accepted %d, rejected %d"
               % (s.accepted, len(s.rejected)))

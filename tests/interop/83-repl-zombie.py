@@ -32,13 +32,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, EtcdProxy, Receiver, Sender, cluster_sets, count_records,  # noqa: E402
+from mqdcluster import (TTL_MS, Etcd, EtcdProxy, Receiver, Sender, cluster_sets, count_records,  # noqa: E402
                         get_json, partition_bytes, read_keys, wait_for)
 from mqdtest import SLOW, check, log, skip  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 KEY = "/mqd/partitions/r3/0"
-TTL_MS = 3000
 
 
 class HeldSender(Sender):
@@ -82,7 +81,7 @@ def body(t):
     etcd.start()
     proxies = {i: EtcdProxy(etcd) for i in RACKS}  # each node reaches etcd through its own
     brokers = {i: t.broker("n%d" % i, start=False,
-                           sets=cluster_sets(proxies[i], i, r, replica_lag_ms=10000))
+                           sets=cluster_sets(proxies[i], i, r, replica_lag_ms=int(10000 * SLOW)))
                for i, r in RACKS.items()}
     for b in brokers.values():
         b.start()

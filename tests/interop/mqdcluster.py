@@ -105,9 +105,12 @@ def wait_for(what, pred, timeout):
         time.sleep(0.05)
 
 
+TTL_MS = int(3000 * SLOW)  # lease_ttl_ms of the cluster tests: longer on a slow machine
+
+
 def cluster_sets(etcd, node_id, rack, **extra):
     s = {"cluster": "etcd", "etcd_endpoints": etcd.endpoint, "node_id": str(node_id),
-         "rack": rack, "lease_ttl_ms": "3000"}
+         "rack": rack, "lease_ttl_ms": str(TTL_MS)}
     s.update({k: str(v) for k, v in extra.items()})
     return s
 
