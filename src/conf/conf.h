@@ -144,6 +144,8 @@ typedef struct mqd_conf {
     char *rack;                   /* owned; NULL = none */
     uint32_t lease_ttl_ms;        /* 3000 */
     uint32_t replica_lag_ms;      /* 10000: a follower this far behind leaves the ISR */
+    char *replication_user;       /* owned; fetch links' user, NULL = not authenticated */
+    char *replication_password;   /* owned */
     int cluster_line;             /* internal: file line of `cluster = ...`, 0 if not in a file */
 } mqd_conf_t;
 

@@ -408,6 +408,18 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "in-sync set (the leader writes the partition's etcd key); it rejoins once caught up.",
      false},
 
+    {"replication_user", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
+     G_FIELD(replication_user), NULL, NULL,
+     "User (a [user NAME] section on every node) that followers log in as (SASL PLAIN) on "
+     "their fetch connections; a leader then refuses $repl/... links from any other user. "
+     "Unset: fetch links are only checked for naming a replica node id. Restart-only.",
+     false},
+    {"replication_password", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
+     G_FIELD(replication_password), NULL, NULL,
+     "Password of replication_user. Sent with SASL PLAIN over the fetch connection, which is "
+     "plain TCP today: keep inter-node traffic on a trusted network. Restart-only.",
+     false},
+
     /* ---- cluster (issue 19; src/cluster/): restart-only ---- */
     {"cluster", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "none", NULL, NULL, G_FIELD(cluster),
      cluster_names, NULL,

@@ -234,8 +234,15 @@ static int connect_leader(fol_t *f)
     char container[64];
     snprintf(f->url, sizeof f->url, "amqp://%s", n->address);
     snprintf(container, sizeof container, "mqd-node-%" PRIu32, f->rp->r->conf->node_id);
-    mqd_outconn_opts_t o = {
-        .url = f->url, .container = container, .backoff_min_ms = 100, .backoff_max_ms = 2000};
+    const mqd_conf_t *conf = f->rp->r->conf;
+    bool auth = conf->replication_user && conf->replication_user[0];
+    mqd_outconn_opts_t o = {.url = f->url,
+                            .container = container,
+                            .backoff_min_ms = 100,
+                            .backoff_max_ms = 2000,
+                            .user = auth ? conf->replication_user : NULL,
+                            .password = auth ? conf->replication_password : NULL,
+                            .plain_over_tcp = auth};
     mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
     return mqd_outconn_new(f->rp->r->s, &o, &ops, f, &f->oc);
 }

@@ -315,14 +315,18 @@ static rflw_t *follower_of(rpart_t *rp, uint32_t id)
     return NULL;
 }
 
-/* Only a replica of the partition may fetch it: the attach must name a node in the
- * replica set (docs/replication.md: SASL for nodes is not yet required). */
+/* Only a replica of the partition may fetch it: the connection's user must be
+ * replication_user when that is set, and the attach must name a node of the replica set. */
 void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char *addr)
 {
     fetch_req_t q;
     rpart_t *rp = fetch_part(r, addr);
     pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
     pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
+    const char *ru = r->conf->replication_user;
+    if (ru && ru[0] && strcmp(c->user, ru) != 0)
+        return refuse(l, "amqp:unauthorized-access", "fetch links are for replication_user only",
+                      addr);
     if (read_props(l, &q) != 0)
         return refuse(l, "amqp:invalid-field",
                       "a fetch link needs the properties "

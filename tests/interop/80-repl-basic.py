@@ -16,6 +16,10 @@ real mqd nodes (node_id 1..3, racks a/b/c) on loopback, each with its own data d
     records each.
 (f) a follower never accepts a local write: the redirect above, and its log holds no
     record the leader did not ship (same bytes as (e)).
+(h) the nodes log in as replication_user (a [user repl], SASL PLAIN) on their fetch
+    connections; an anonymous receiver on $repl/r3/0 is refused with
+    amqp:unauthorized-access (with a follower's node id in its properties, and without),
+    receiving nothing.
 (g) `mqctl --json cluster status` on each node: the controller etcd names, 3 live nodes
     with their racks and addresses, r3/0 with the leader, epoch 1, replicas and isr etcd
     holds; the leader's high_watermark is 2,000 (a follower's between 0 and 2,000)."""
@@ -23,28 +27,72 @@ real mqd nodes (node_id 1..3, racks a/b/c) on loopback, each with its own data d
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, Receiver, Sender, cluster_sets, count_records, get_json,  # noqa: E402
-                        partition_bytes, read_keys, wait_for)
+from mqdcluster import (Etcd, Props, Receiver, Sender, cluster_sets, count_records,  # noqa: E402
+                        get_json, partition_bytes, read_keys, wait_for)
 from mqdtest import check, log, skip  # noqa: E402
+from proton import uint, ulong  # noqa: E402
 
 N = 2000
 RACKS = {1: "a", 2: "b", 3: "c"}
 
 
+def repl_user_sets():
+    """A [user repl] (mqd-passwd) that followers log in as: replication_user / _password."""
+    passwd = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
+    if not os.access(passwd, os.X_OK):
+        skip("mqd-passwd not built")
+    r = subprocess.run([passwd, "--plain", "--iterations", "1000", "repl"], input=b"s3cret\n",
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
+    h = [ln.split("=", 1)[1].strip() for ln in r.stdout.decode().splitlines() if ln.startswith("password_hash")]
+    return {"user.repl.password_hash": h[0], "replication_user": "repl", "replication_password": "s3cret"}
+
+
 def start_cluster(t, etcd, **extra):
     brokers = {}
+    auth = repl_user_sets()
     for i, rack in RACKS.items():
-        brokers[i] = t.broker("n%d" % i, start=False,
-                              sets=cluster_sets(etcd, i, rack, replica_lag_ms=10000, **extra))
+        sets = cluster_sets(etcd, i, rack, replica_lag_ms=10000, **extra)
+        sets.update(auth)
+        brokers[i] = t.broker("n%d" % i, start=False, sets=sets)
     for b in brokers.values():
         b.start()
     wait_for("3 nodes in etcd", lambda: len(read_keys(etcd.port, "/mqd/nodes/")) == 3, 20)
     return brokers
+
+
+class FetchProbe(mqdtest.Client):
+    """An anonymous receiver on a $repl/ address with the given link properties."""
+
+    def __init__(self, url, address, props):
+        super().__init__()
+        self.url, self.address, self.props = url, address, props
+        self.link_cond = None
+        self.got = 0
+
+    def on_start(self, e):
+        c = self.connect(e.container, self.url)
+        e.container.create_receiver(c, self.address, options=[Props(self.props)] if self.props else None)
+
+    def on_link_opened(self, e):
+        e.container.schedule(1.0 * mqdtest.SLOW, self)
+
+    def on_timer_task(self, e):
+        self.finish()
+
+    def on_message(self, e):
+        self.got += 1
+
+    def on_link_error(self, e):
+        c = e.link.remote_condition
+        self.link_cond = (c.name, c.description, {}) if c else (None, None, {})
+        self.finish()
 
 
 def placed(etcd, topic, part):
@@ -124,6 +172,16 @@ def body(t):
             info = {str(k): v for k, v in r.link_cond[2].items()}
             check(int(info.get("port", 0)) == L.port, "receiver redirect info %r" % info)
         log("both followers redirected to %s" % L.hostport)
+    with coll.case("(h) a fetch link from anyone but replication_user is refused"):
+        for props in ({"mqd:node-id": uint(followers[0]), "mqd:fetch-offset": ulong(0)}, {}):
+            r = FetchProbe(L.url, "$repl/r3/0", props)
+            mqdtest.run_container(r, 30)
+            check(r.link_cond is not None and r.link_cond[0] == "amqp:unauthorized-access",
+                  "anonymous fetch link with %r: %r" % (props, r.link_cond))
+            check(not r.got, "the refused fetch link received %d messages" % r.got)
+        text = L.log_text()
+        check(all("user=repl container=mqd-node-%d" % f in text for f in followers),
+              "the followers did not log in as repl")
     with coll.case("(d) consumers on the leader read the %d in order" % N):
         r = Receiver(L.url, "r3/ConsumerGroups/g/Partitions/0", N)
         mqdtest.run_container(r, 60)
