@@ -189,6 +189,11 @@ static void on_status(void *arg, pn_data_t *out)
     mqd_repl_status(arg, out);
 }
 
+static void on_metrics(void *arg, struct evbuffer *b)
+{
+    mqd_repl_metrics(arg, b);
+}
+
 /* ---- roles ---- */
 
 static void on_commit(mqd_part_t *p, uint64_t visible_end, void *arg)
@@ -550,6 +555,7 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
                           .link_event = on_link_event,
                           .link_gone = on_link_gone,
                           .status = on_status,
+                          .metrics = on_metrics,
                           .arg = r};
     mqd_server_set_repl(s, &h);
     *out = r;

@@ -113,6 +113,9 @@ int mqd_repl_epoch_end(mqd_repl_t *r, mqd_plog_t *log, uint32_t e, uint64_t *end
 
 /* status.c: the cluster status map ($management, mqctl cluster status) */
 void mqd_repl_status(mqd_repl_t *r, pn_data_t *d);
+/* metrics.c: the /metrics gauges */
+struct evbuffer;
+void mqd_repl_metrics(mqd_repl_t *r, struct evbuffer *b);
 
 /* ctl.c: the controller places topics that have no partition keys yet */
 void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t);

@@ -87,6 +87,7 @@ struct event_base *mqd_server_base(mqd_server_t *s);
 struct mqd_topic;
 struct mqd_conn;
 struct mqd_lstate;
+struct evbuffer;
 typedef struct mqd_redirect {
     char host[256];
     uint16_t port;
@@ -111,6 +112,8 @@ typedef struct mqd_repl_hooks {
     /* $management READ of com.mqd:cluster: writes this node's view as one map into out
      * (controller, nodes, partitions; docs/replication.md). */
     void (*status)(void *arg, pn_data_t *out);
+    /* /metrics: appends the replication gauges (Prometheus text) to b. */
+    void (*metrics)(void *arg, struct evbuffer *b);
     void *arg;
 } mqd_repl_hooks_t;
 /* Registers h (copied) on s; before mqd_server_run. */

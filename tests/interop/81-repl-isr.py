@@ -13,6 +13,10 @@ default acks = all, min_insync_replicas = min(2, 3) = 2.
     acks = all are all rejected, the error naming the in-sync set as too small; 100 sends
     on a link with property mqd:acks = leader are all accepted (local stable only).
 (d) both followers restarted: each catches up and rejoins the ISR (etcd lists all 3).
+(g) /metrics on the leader: with one follower down, mqd_repl_isr_size 2,
+    mqd_repl_under_replicated 1, mqd_repl_follower_lag_records >= 500 for the dead
+    follower and 0 for the live one; after the rejoin isr 3, under-replicated 0, lag 0,
+    high watermark 1,300; a follower reports mqd_repl_leader 0.
 (e) consumers on the leader read exactly 1,300 bodies in order (500 + 200 quorum + 500 +
     the 100 acks = leader ones): none of the 300 rejected appears.
 (f) all stopped: the three partition logs are equal byte for byte, 1,300 records each."""
@@ -51,6 +55,20 @@ def isr(etcd):
     return sorted(ps["isr"]) if ps else None
 
 
+def repl_metrics(port):
+    """{(name, follower label or None): value} of the mqd_repl_* gauges for r3/0."""
+    import re
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10 * SLOW) as r:
+        text = r.read().decode()
+    out = {}
+    for ln in text.splitlines():
+        mm = re.match(r'(mqd_repl_\w+)\{topic="r3",partition="0"(?:,follower="(\d+)")?\} (\d+)$', ln)
+        if mm:
+            out[(mm.group(1), mm.group(2))] = int(mm.group(3))
+    return out
+
+
 def send(url, n, prefix, props=None, cls=Sender, timeout=60):
     s = cls(url, "r3", n, prefix, props=props)
     mqdtest.run_container(s, timeout)
@@ -64,8 +82,10 @@ def body(t):
         skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
     etcd = Etcd(t)
     etcd.start()
+    mports = {i: mqdtest.free_port() for i in RACKS}
     brokers = {i: t.broker("n%d" % i, start=False,
-                           sets=cluster_sets(etcd, i, r, replica_lag_ms=LAG_MS))
+                           sets=cluster_sets(etcd, i, r, replica_lag_ms=LAG_MS,
+                                             metrics_listen="127.0.0.1:%d" % mports[i]))
                for i, r in RACKS.items()}
     for b in brokers.values():
         b.start()
@@ -108,6 +128,13 @@ def body(t):
         got = wait_for("ISR of 2", lambda: isr(etcd) if isr(etcd) == sorted([leader, f2]) else None,
                        10 + LAG_MS / 1000)
         log("ISR after: %r" % got)
+        m = wait_for("the leader's gauges", lambda: (lambda m: m if m.get(("mqd_repl_isr_size", None)) == 2
+                                                      else None)(repl_metrics(mports[leader])), 5)
+        log("leader metrics %r" % m)
+        check(m[("mqd_repl_leader", None)] == 1 and m[("mqd_repl_under_replicated", None)] == 1,
+              "leader gauges %r" % m)
+        check(m[("mqd_repl_follower_lag_records", str(f1))] >= 500 and
+              m[("mqd_repl_follower_lag_records", str(f2))] == 0, "lag gauges %r" % m)
     with coll.case("(c) both followers down: acks=all rejected (in-sync set too small), acks=leader accepted"):
         brokers[f2].kill()
         wait_for("ISR of the leader alone", lambda: isr(etcd) == [leader], 10 + LAG_MS / 1000)
@@ -127,6 +154,13 @@ def body(t):
         brokers[f2].start()
         wait_for("ISR of 3 again", lambda: isr(etcd) == [1, 2, 3], 20)
         log("ISR of 3 again %.2f s after the restarts" % (time.monotonic() - t0))
+        m = wait_for("gauges of a healed partition", lambda: (lambda m: m if m.get(
+            ("mqd_repl_under_replicated", None)) == 0 and m.get(("mqd_repl_follower_lag_records", str(f1))) == 0
+            else None)(repl_metrics(mports[leader])), 10)
+        check(m[("mqd_repl_isr_size", None)] == 3 and m[("mqd_repl_high_watermark", None)] == 1300,
+              "leader gauges after the rejoin %r" % m)
+        fm = repl_metrics(mports[f1])
+        check(fm[("mqd_repl_leader", None)] == 0, "follower gauges %r" % fm)
     with coll.case("(e) consumers on the leader read the 1,300 in order, no rejected one"):
         want = ["m1-%d" % i for i in range(500)] + ["q-%d" % i for i in range(200)] + \
             ["m2-%d" % i for i in range(500)] + ["l-%d" % i for i in range(100)]
