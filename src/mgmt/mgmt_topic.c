@@ -291,6 +291,10 @@ static int topic_update(mqd_mgmt_req_t *r)
         return r->status;
     if (nparts && nparts < t->nparts)
         return mqd_mgmt_fail(r, 400, "partitions can only grow (now %u)", t->nparts);
+    /* growing moves the partition array the replication layer points into */
+    if (nparts > t->nparts && r->s->repl.topic_created && t->conf.replication_factor > 1)
+        return mqd_mgmt_fail(r, 409, "topic '%s' is replicated: adding partitions in a "
+                             "cluster is not supported yet", r->name);
     char *ov;
     if (!overrides_of(r, &ov))
         return r->status;
