@@ -55,6 +55,22 @@ static void drop_link(rflw_t *f)
     }
 }
 
+/* Receivers of the topic read up to a watermark this node no longer moves, and its log
+ * may be cut back by epoch: they are detached to attach again (and be redirected). */
+static void detach_consumers(rpart_t *rp)
+{
+    mqd_topic_t *t = rp->local->topic;
+    size_t n = 0;
+    for (mqd_dlist_t *it = t->consumers.next, *next; it != &t->consumers; it = next) {
+        next = it->next; /* the detach unlinks it */
+        mqd_consumer_detach(MQD_CONTAINER(it, mqd_lstate_t, tnode), "amqp:link:detach-forced",
+                            "the partition's leader moved: attach again to be redirected");
+        n++;
+    }
+    if (n)
+        MQD_NOTICE("repl", "%s/%u: stepped down: %zu receivers detached", rp->topic, rp->part, n);
+}
+
 void mqd_repl_lead_stop(rpart_t *rp)
 {
     lead_t *ld = rp->lead;
@@ -67,6 +83,8 @@ void mqd_repl_lead_stop(rpart_t *rp)
                                        "replicated: send it again to the new leader");
     if (n)
         MQD_WARN("repl", "%s/%u: stepped down: %zu waiting sends rejected", rp->topic, rp->part, n);
+    if (!rp->r->closing)
+        detach_consumers(rp);
     free(ld);
     rp->lead = NULL;
 }

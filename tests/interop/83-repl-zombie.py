@@ -20,7 +20,9 @@ with replication_factor 3 and acks = all.
 (g) each node reaches etcd through a relay of its own; N's is cut (bytes stop both ways):
     another leader is elected in epoch 3 within 2 x lease_ttl_ms + 6 s; 50 sends with
     mqd:acks = leader to N, which never saw epoch 3, are all rejected ("lost its cluster
-    lease"), 0 accepted. Healed, N follows in epoch 3 and the ISR is 3 again.
+    lease"), 0 accepted. Healed, N follows in epoch 3 and the ISR is 3 again; a receiver
+    that had read the 600 from N is detached with amqp:link:detach-forced when N steps
+    down (it attaches again to be redirected).
 (f) all stopped: the three logs are equal byte for byte (600 records each)."""
 
 import os
@@ -137,6 +139,11 @@ def body(t):
         check(not [b for b in r.bodies if b.startswith("z-")], "zombie records visible")
         check(r.bodies == want, "read %d, want %d" % (len(r.bodies), len(want)))
     with coll.case("(g) the leader N cut off from etcd acknowledges nothing"):
+        # a receiver on N that has read everything: detached once N steps down
+        rcv = Receiver(N.url, "r3/ConsumerGroups/g2/Partitions/0", 10 ** 6, idle_s=10 ** 6)
+        rt = threading.Thread(target=lambda: mqdtest.run_container(rcv, 120), daemon=True)
+        rt.start()
+        wait_for("the receiver read the 600", lambda: len(rcv.bodies) >= 600, 20)
         proxies[new].block()
         t_cut = time.monotonic()
         try:
@@ -156,6 +163,11 @@ def body(t):
         wait_for("N follows in epoch 3", lambda: "r3/0: follower (leader %d, epoch 3)" % ps3["leader"]
                  in N.log_text(), 20)
         wait_for("ISR of 3", lambda: sorted(get_json(etcd.port, KEY)["isr"]) == [1, 2, 3], 30)
+        rt.join(20 * SLOW)
+        check(not rt.is_alive() and rcv.link_cond is not None and
+              rcv.link_cond[0] == "amqp:link:detach-forced",
+              "the receiver on N after it stepped down: %r (read %d)" % (rcv.link_cond, len(rcv.bodies)))
+        check(len(rcv.bodies) == 600, "the receiver read %d" % len(rcv.bodies))
     with coll.case("(f) the logs are equal byte for byte"):
         time.sleep(1.0 * SLOW)
         for b in brokers.values():
