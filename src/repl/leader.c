@@ -33,7 +33,9 @@ int mqd_repl_lead_start(rpart_t *rp)
         *f = (rflw_t){.rp = rp, .id = rp->ps.replicas[i], .caught_ms = now, .probe_ms = now};
     }
     mqd_plog_set_epoch(rp->local->log, rp->ps.epoch);
-    ld->hw = mqd_part_hw(rp->local); /* what it knew as a follower: never goes back */
+    /* what it knew as a follower (never goes back); after a restart nothing is known:
+     * records only this node has must not become visible before the followers report */
+    ld->hw = mqd_part_hw_set(rp->local) ? mqd_part_hw(rp->local) : 0;
     if (ld->hw > mqd_plog_stable_offset(rp->local->log))
         ld->hw = mqd_plog_stable_offset(rp->local->log);
     rp->lead = ld;

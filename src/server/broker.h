@@ -423,6 +423,8 @@ void mqd_part_commit_free(mqd_part_t *p);
 uint64_t mqd_part_visible_end(const mqd_part_t *p, mqd_isolation_t iso);
 /* The high watermark: the stable offset until replication sets one. */
 uint64_t mqd_part_hw(const mqd_part_t *p);
+/* mqd_part_set_hw (or _set_repl_ends) was called since the partition was opened. */
+bool mqd_part_hw_set(const mqd_part_t *p);
 /* Replication: the offset below which the in-sync replicas hold every record. From the
  * first call the watermark no longer follows the local stable offset; a rise of the
  * visible end settles sends and notifies as a stable advance does. */

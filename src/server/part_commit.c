@@ -52,6 +52,11 @@ uint64_t mqd_part_hw(const mqd_part_t *p)
     return p->commit->hw;
 }
 
+bool mqd_part_hw_set(const mqd_part_t *p)
+{
+    return p->commit && p->commit->replicated;
+}
+
 uint64_t mqd_part_visible_end(const mqd_part_t *p, mqd_isolation_t iso)
 {
     uint64_t stable = mqd_plog_stable_offset(p->log); /* a failed log: its durable offset */
