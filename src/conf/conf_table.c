@@ -399,8 +399,9 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      false},
     {"unclean_leader_election", MQD_CT_BOOL, MQD_CS_BOTH, 0, 0, "off", NULL, NULL,
      T_FIELD(unclean_leader_election), NULL, NULL,
-     "Allow a replica outside the in-sync set to become leader when none in it is left "
-     "(acknowledged data may be lost). Failover is not built yet: the key is only stored.",
+     "Allow a replica outside the in-sync set to become leader when no in-sync replica is "
+     "alive (acknowledged data may be lost; the in-sync set restarts with that replica). "
+     "Off: such a partition stays offline until an in-sync replica returns.",
      false},
     {"replica_lag_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, 10 * MIN, "10s", NULL, NULL,
      G_FIELD(replica_lag_ms), NULL, NULL,

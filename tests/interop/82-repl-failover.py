@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Replication: failover and truncation by leader epoch (issue 19 point 3). A real etcd
-and three mqd nodes (racks a/b/c, lease_ttl_ms 3000, replica_lag_ms 10000), topic r3 with
+and three mqd nodes (racks a/b/c, lease_ttl_ms 3000, replica_lag_ms 4000, both x MQD_TEST_SLOW), topic r3 with
 replication_factor 3, acks = all.
 
 (a) 1,000 sends to the leader L, all accepted (epoch 1).
 (b) both followers SIGKILLed; 50 sends with mqd:acks = leader go to L (accepted on L's
-    own log only); L is SIGKILLed before replica_lag_ms (10 s here) took the followers out
+    own log only); L is SIGKILLed before replica_lag_ms (4 s here) took the followers out
     of the ISR, and the two followers start again.
 (c) the controller (one of the restarted nodes) elects a new leader N from the in-sync
     set within 2 x lease_ttl_ms + 6 s of L's kill: etcd's partition key names N (one of the two followers), epoch 2, and the dead L
@@ -17,7 +17,11 @@ replication_factor 3, acks = all.
 (f) consumers on N read exactly 1,100 bodies in order (1,000 + 100); none of the 50
     acks = leader ones, which only L had (the documented loss window of acks = leader).
 (g) all stopped: the three logs are equal byte for byte, 1,100 records each, the first
-    1,000 stamped epoch 1 and the last 100 epoch 2."""
+    1,000 stamped epoch 1 and the last 100 epoch 2.
+(h) restarted; two more topics with the same leader X, one with unclean_leader_election
+    = on: both followers killed until the ISRs are X alone, X killed, one follower Y
+    restarted: the unclean topic gets leader Y in epoch 2 with ISR [Y]; the clean one
+    stays on X, epoch 1, ISR [X] (offline, logged by the controller)."""
 
 import os
 import shutil
@@ -32,6 +36,7 @@ from mqdtest import SLOW, check, log, skip  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 KEY = "/mqd/partitions/r3/0"
+LAG_S = 4 * SLOW  # replica_lag_ms / 1000: L must die before the followers leave its ISR
 
 
 def send(url, n, prefix, props=None):
@@ -57,7 +62,7 @@ def body(t):
     etcd = Etcd(t)
     etcd.start()
     brokers = {i: t.broker("n%d" % i, start=False,
-                           sets=cluster_sets(etcd, i, r, replica_lag_ms=int(10000 * SLOW)))
+                           sets=cluster_sets(etcd, i, r, replica_lag_ms=int(LAG_S * 1000)))
                for i, r in RACKS.items()}
     for b in brokers.values():
         b.start()
@@ -128,7 +133,49 @@ def body(t):
             check(raw[i] == raw[new], "node %d differs from the new leader" % i)
         ep = epochs(raw[new])
         check(ep == [1] * 1000 + [2] * 100, "epochs %r..%r" % (ep[:2], ep[-2:]))
+    with coll.case("(h) no live in-sync replica: offline unless unclean_leader_election = on"):
+        for b in brokers.values():
+            b.start()
+        wait_for("3 nodes in etcd", lambda: len(read_keys(etcd.port, "/mqd/nodes/")) == 3, 20)
+        # two topics whose placement starts at the same node: the same leader
+        names = [n for n in ("u%d" % i for i in range(200)) if fnv1a(n) % 3 == fnv1a("uc") % 3]
+        clean, unclean = names[0], "uc"
+        for name, flag in ((unclean, "on"), (clean, "off")):
+            rc, out, err = mqdtest.mqctl(brokers[1].url, "topic", "create", name, "--partitions", "1",
+                                         "--config", "replication_factor=3",
+                                         "--config", "unclean_leader_election=" + flag)
+            check(rc == 0, "topic create %s: %s" % (name, err))
+        key = {n: "/mqd/partitions/%s/0" % n for n in (clean, unclean)}
+        st = {n: wait_for(key[n], lambda n=n: get_json(etcd.port, key[n]), 10) for n in key}
+        x = st[unclean]["leader"]
+        check(st[clean]["leader"] == x, "leaders differ: %r" % st)
+        y, z = [i for i in RACKS if i != x]
+        wait_for("both fetching", lambda: brokers[x].log_text().count("fetches from") >= 4, 20)
+        brokers[y].kill()
+        brokers[z].kill()
+        for n in key:
+            wait_for("ISR of %s shrinks to the leader" % n,
+                     lambda n=n: get_json(etcd.port, key[n])["isr"] == [x], 10 + LAG_S)
+        brokers[x].kill()
+        brokers[y].start()
+        got = wait_for("an unclean leader for %s" % unclean, lambda: (lambda p: p if p["leader"] == y else None)(
+            get_json(etcd.port, key[unclean])), 2 * TTL_MS / 1000 + 6)
+        log("unclean: %r" % got)
+        check(got["epoch"] == 2 and got["isr"] == [y], "unclean election state %r" % got)
+        c = get_json(etcd.port, key[clean])
+        check(c["leader"] == x and c["epoch"] == 1 and c["isr"] == [x],
+              "the clean topic's partition moved: %r" % c)
+        ctl = [b for b in brokers.values() if b.alive() and "no live in-sync replica: offline" in b.log_text()]
+        check(ctl, "no controller logged %s/0 offline" % clean)
     coll.finish()
+
+
+def fnv1a(s):
+    """The controller's name hash (ctl.c): where a topic's placement starts."""
+    h = 2166136261
+    for ch in s.encode():
+        h = ((h ^ ch) * 16777619) & 0xFFFFFFFF
+    return h
 
 
 if __name__ == "__main__":
