@@ -1,6 +1,7 @@
 /* mqd: command line, configuration, start and stop. The only globals live here. */
 #include "config.h"
 #include "cluster/cluster.h"
+#include "repl/repl.h"
 #include "conf/conf.h"
 #include "console/console.h"
 #include "server/server.h"
@@ -164,6 +165,7 @@ int main(int argc, char **argv)
     mqd_conf_t *conf = NULL;
     mqd_server_t *srv = NULL;
     mqd_cluster_t *cluster = NULL;
+    mqd_repl_t *repl = NULL;
     if (rc != 0)
         goto out;
     if ((rc = build_conf(&o, &conf)) != 0)
@@ -182,12 +184,18 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    /* cluster = etcd: membership on the server's loop; cluster = none creates nothing */
-    if (conf->cluster == MQD_CONF_CLUSTER_ETCD &&
-        mqd_cluster_new(mqd_server_base(srv), conf, NULL, &cluster) != 0) {
-        MQD_ERR("server", "start failed: cluster membership");
-        rc = 1;
-        goto out;
+    /* cluster = etcd: membership and replication on the server's loop; cluster = none
+     * creates nothing */
+    if (conf->cluster == MQD_CONF_CLUSTER_ETCD) {
+        mqd_cluster_cbs_t cbs;
+        if (mqd_repl_new(srv, conf, &repl) != 0 ||
+            (mqd_repl_cluster_cbs(repl, &cbs), mqd_cluster_new(mqd_server_base(srv), conf, &cbs,
+                                                                &cluster)) != 0 ||
+            mqd_repl_start(repl, cluster) != 0) {
+            MQD_ERR("server", "start failed: cluster membership or replication");
+            rc = 1;
+            goto out;
+        }
     }
     /* the console is started here, not by server/: it calls into server (mgmt, auth),
      * and server calling back into it would be a new include cycle */
@@ -201,6 +209,7 @@ int main(int argc, char **argv)
 out:
     if (srv)
         mqd_console_stop(srv); /* before the server: its pending logins are on auth's pool */
+    mqd_repl_free(repl); /* its watches before the member's etcd client */
     mqd_cluster_free(cluster); /* revokes the lease: the controller key goes now */
     mqd_server_free(srv);
     mqd_conf_free(conf);

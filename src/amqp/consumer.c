@@ -386,6 +386,14 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
         mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
         return MQD_ENOENT;
     }
+    mqd_redirect_t to;
+    mqd_server_t *s = c->srv;
+    if (s->repl.redirect &&
+        s->repl.redirect(s->repl.arg, *t, a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition : -1,
+                         &to)) {
+        mqd_link_redirect(l, &to);
+        return MQD_EAGAIN;
+    }
     if (a->kind != MQD_ADDR_TOPIC && strcmp(a->group, MQD_SHARED_GROUP) == 0) {
         mqd_link_refuse(l, "amqp:resource-locked", "group $shared is in shared mode: '%s'", addr);
         return MQD_EINVAL;
@@ -426,6 +434,10 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:internal-error", "cannot create a dynamic node%s", "");
     } else if (!addr) {
         return mqd_link_refuse(l, "amqp:not-found", "a receiver needs a source address%s", "");
+    } else if (strncmp(addr, "$repl/", 6) == 0) {
+        if (!c->srv->repl.attach)
+            return mqd_link_refuse(l, "amqp:not-found", "not a cluster node: '%s'", addr);
+        return c->srv->repl.attach(c->srv->repl.arg, c, l, addr); /* a follower's fetch */
     } else if (strcasecmp(addr, "$management") == 0 || strcasecmp(addr, "$cbs") == 0) {
         if (management_reply_node(c, l, strcasecmp(addr, "$cbs") == 0, &t) != 0)
             return;

@@ -28,6 +28,68 @@ void mqd_link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char
     MQD_INFO("link", "refused attach: %s: %s", cond, desc);
 }
 
+/* AMQP 1.0 2.8.17: amqp:link:redirect with the leader in the info map (network-host,
+ * port, address), as Artemis and Service Bus send it. */
+void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to)
+{
+    pn_condition_t *c = pn_link_condition(l);
+    char desc[400];
+    snprintf(desc, sizeof desc, "not the leader: attach to %.255s:%u", to->host, (unsigned)to->port);
+    pn_condition_set_name(c, "amqp:link:redirect");
+    pn_condition_set_description(c, desc);
+    pn_data_t *info = pn_condition_info(c);
+    pn_data_clear(info);
+    pn_data_put_map(info);
+    pn_data_enter(info);
+    pn_data_put_symbol(info, pn_bytes(12, "network-host"));
+    pn_data_put_string(info, pn_bytes(strlen(to->host), to->host));
+    pn_data_put_symbol(info, pn_bytes(4, "port"));
+    pn_data_put_ushort(info, to->port);
+    pn_data_put_symbol(info, pn_bytes(7, "address"));
+    pn_data_put_string(info, pn_bytes(strlen(to->address), to->address));
+    pn_data_exit(info);
+    pn_link_open(l);
+    pn_link_close(l);
+    MQD_INFO("link", "redirected attach to %s:%u", to->host, (unsigned)to->port);
+}
+
+/* The sender's link property mqd:acks (leader | quorum | all), if it gave one. */
+static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
+{
+    static const char *const names[] = {"leader", "quorum", "all"};
+    pn_data_t *d = pn_link_remote_properties(l);
+    *set = false;
+    if (!d || pn_data_size(d) == 0)
+        return 0;
+    pn_data_rewind(d);
+    if (!pn_data_next(d) || pn_data_type(d) != PN_MAP)
+        return 0;
+    pn_data_enter(d);
+    int rc = 0;
+    while (pn_data_next(d)) {
+        bool key = pn_data_type(d) == PN_SYMBOL || pn_data_type(d) == PN_STRING;
+        pn_bytes_t k = key ? (pn_data_type(d) == PN_SYMBOL ? pn_data_get_symbol(d)
+                                                            : pn_data_get_string(d))
+                           : pn_bytes(0, "");
+        if (!pn_data_next(d))
+            break;
+        if (k.size != 8 || memcmp(k.start, "mqd:acks", 8) != 0)
+            continue;
+        pn_type_t vt = pn_data_type(d);
+        pn_bytes_t v = vt == PN_SYMBOL ? pn_data_get_symbol(d)
+                       : vt == PN_STRING ? pn_data_get_string(d) : pn_bytes(0, "");
+        rc = MQD_EINVAL;
+        for (uint8_t i = 0; i < MQD_ARRAY_LEN(names); i++)
+            if (v.size == strlen(names[i]) && memcmp(v.start, names[i], v.size) == 0) {
+                *acks = i;
+                *set = true;
+                rc = 0;
+            }
+    }
+    pn_data_exit(d);
+    return rc;
+}
+
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind)
 {
     mqd_lstate_t *ls = calloc(1, sizeof *ls);
@@ -49,6 +111,8 @@ void mqd_lstate_free(mqd_lstate_t *ls)
         mqd_consumer_free(ls);
     if (ls->coord)
         mqd_txn_coordinator_gone(ls); /* rolls back what it declared */
+    if (ls->kind == MQD_LS_REPL && ls->conn->srv->repl.link_gone)
+        ls->conn->srv->repl.link_gone(ls->conn->srv->repl.arg, ls);
     mqd_credit_free(ls);
     mqd_dlist_del(&ls->tnode);
     mqd_budget_partial(ls->conn, -(int64_t)ls->acc_cap);
@@ -243,6 +307,13 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, mqd_topic_get_condition(trc), mqd_topic_get_desc(trc), a.topic);
         if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
             return mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
+        mqd_redirect_t to;
+        if (s->repl.redirect &&
+            s->repl.redirect(s->repl.arg, t, a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, &to))
+            return mqd_link_redirect(l, &to);
+        if (link_acks(l, &ls->acks_set, &ls->acks) != 0)
+            return mqd_link_refuse(l, "amqp:invalid-field",
+                                   "link property mqd:acks must be leader, quorum or all%s", "");
         ls->fixed_part = a.kind == MQD_ADDR_PARTITION;
         ls->part = a.partition;
         if (t->temporary) {
@@ -542,6 +613,25 @@ static void batch_keys(mqd_topic_t *t, mqd_part_t *p, const batch_t *b, const ui
     }
 }
 
+/* Replication's word on a send before anything of it is stored: not the leader (any
+ * more), or too few replicas in sync for acks = all. A presettled send is dropped. */
+static bool send_allowed(mqd_conn_t *c, mqd_lstate_t *ls, mqd_topic_t *t, uint32_t part,
+                         pn_delivery_t *d, bool presettled)
+{
+    mqd_server_t *s = c->srv;
+    if (!s->repl.send_check)
+        return true;
+    const char *cond = NULL;
+    const char *why = s->repl.send_check(s->repl.arg, t, part,
+                                         ls->acks_set ? ls->acks : t->conf.acks, &cond);
+    if (!why)
+        return true;
+    t->msgs_rejected++;
+    if (!presettled)
+        mqd_delivery_reject(d, cond, why);
+    return false;
+}
+
 static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                         size_t size, bool presettled)
 {
@@ -580,6 +670,8 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
         if (b.v[i].at.len) /* the outer key may grow an inner message's annotations */
             bytes += b.v[i].at.len + omi.partition_key.len + 32 + MQD_WATERMARK_REC_OVERHEAD;
     }
+    if (any && !send_allowed(c, ls, t, part, d, presettled))
+        goto out;
     if (any && !mqd_watermark_disk_take(c->srv, bytes)) {
         disk_full(d, presettled);
         goto out;
@@ -595,6 +687,8 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
      * (records appended before a failing one stay, as a partition that fails mid-way
      * keeps what it wrote) */
     rc = batch_append(c, t, part, &b, msg, &omi, d, presettled);
+    if (rc == 0 && !presettled && ls->acks_set)
+        t->parts[part].pend_tail->acks = ls->acks;
     if (t->conf.dedup_window_ms && ((rc == 0 && !presettled) || rc == MQD_EFAILED))
         batch_keys(t, &t->parts[part], &b, msg, rc == 0 ? d : NULL);
     if (rc != 0)
@@ -639,12 +733,16 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
                                 "no such open transaction");
         return;
     }
+    if (!send_allowed(c, ls, t, part, d, presettled))
+        return;
     if (!mqd_watermark_disk_take(c->srv, size + MQD_WATERMARK_REC_OVERHEAD))
         return disk_full(d, presettled);
     uint64_t off;
     int rc = mqd_part_append_ex(&t->parts[part], msg, size, txn ? MQD_REC_TXN : MQD_REC_DATA,
                                 txn ? mqd_txn_id(txn) : 0, c, presettled ? NULL : d, &off);
     if (rc == 0 && !presettled) {
+        if (ls->acks_set)
+            t->parts[part].pend_tail->acks = ls->acks;
         mqd_delivery_hold(d); /* the partition's pending list settles it when stable */
         if (t->conf.dedup_window_ms) /* forgotten if the partition fails first (partfail.c) */
             t->parts[part].pend_tail->dedup_key = mqd_dedup_key(msg, &mi);
@@ -881,7 +979,10 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
         break;
     case PN_LINK_FLOW: {
         mqd_lstate_t *ls = pn_link_get_context(pn_event_link(e));
-        if (ls && (ls->kind == MQD_LS_CONSUMER || ls->kind == MQD_LS_BROWSER))
+        if (ls && ls->kind == MQD_LS_REPL) {
+            if (c->srv->repl.link_event)
+                c->srv->repl.link_event(c->srv->repl.arg, ls, e);
+        } else if (ls && (ls->kind == MQD_LS_CONSUMER || ls->kind == MQD_LS_BROWSER))
             mqd_topic_dispatch_soon(ls->topic);
         break;
     }
@@ -906,7 +1007,10 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
             }
             break;
         }
-        if (ls->kind == MQD_LS_PRODUCER)
+        if (ls->kind == MQD_LS_REPL) {
+            if (c->srv->repl.link_event)
+                c->srv->repl.link_event(c->srv->repl.arg, ls, e);
+        } else if (ls->kind == MQD_LS_PRODUCER)
             producer_transfer(c, ls, d);
         else if (pn_delivery_updated(d) || pn_delivery_settled(d))
             mqd_consumer_disposition(ls, d);

@@ -7,6 +7,8 @@
 
 /* Opens the link and closes it at once with `cond` and a description (fmt with one %s). */
 void mqd_link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char *arg);
+/* Refuses the attach with amqp:link:redirect naming `to` (AMQP 1.0 2.8.17). */
+void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to);
 /* Allocates a link state and makes it the link's context. */
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind);
 /* The node that holds replies sent to `addr` (see link.c). */

@@ -139,6 +139,9 @@ typedef struct mqd_cluster_cbs {
     void (*controller_lost)(void *arg);
     void (*node_joined)(void *arg, const mqd_cluster_node_t *n);
     void (*node_left)(void *arg, uint32_t id);
+    /* the node's lease is gone (expired, or no keepalive answer within the TTL): whatever
+     * it decided under it may have been decided again by others */
+    void (*lease_lost)(void *arg);
     void *arg;
 } mqd_cluster_cbs_t;
 
@@ -151,5 +154,14 @@ void mqd_cluster_free(mqd_cluster_t *m);
 /* The current view; valid until the next turn of the loop. */
 const mqd_cluster_view_t *mqd_cluster_view(const mqd_cluster_t *m);
 bool mqd_cluster_is_controller(const mqd_cluster_t *m);
+/* This node holds a registered lease with more than a third of its TTL left by the
+ * monotonic clock (a process paused past its lease sees false at once, before any
+ * keepalive answers; the margin covers etcd expiring it slightly earlier). */
+bool mqd_cluster_lease_live(const mqd_cluster_t *m);
+/* The member's etcd client, for the replication layer's own keys and watches (lives as
+ * long as the member; free those watches before mqd_cluster_free). */
+mqd_etcd_t *mqd_cluster_etcd(mqd_cluster_t *m);
+/* Replaces the callbacks (copied; NULL: none), e.g. before their owner goes. */
+void mqd_cluster_set_cbs(mqd_cluster_t *m, const mqd_cluster_cbs_t *cbs);
 
 #endif

@@ -28,6 +28,10 @@ typedef struct mqd_topic_conf {
     uint32_t max_delivery_count; /* 0 = unlimited */
     bool dead_letter;            /* dead_letter = on: rejected/over-delivered go to T/$DeadLetterQueue */
     int64_t dedup_window_ms;     /* 0 = off */
+    uint32_t replication_factor; /* 1 = unreplicated (src/repl/) */
+    int acks;                    /* mqd_acks_t, default all */
+    uint32_t min_insync_replicas; /* 0 = min(2, replication_factor) */
+    bool unclean_leader_election;
     uint64_t *set;               /* bit i: table row i was given in this section (one bit a row,
                                     sized from the table: no row limit). Owned by the sections of
                                     an mqd_conf_t; an effective copy (mqd_conf_topic) borrows
@@ -153,6 +157,9 @@ typedef struct mqd_conf {
     char *advertised_address;     /* owned; HOST:PORT, NULL = the first listener */
     char *rack;                   /* owned; NULL = none */
     uint32_t lease_ttl_ms;        /* 3000 */
+    uint32_t replica_lag_ms;      /* 10000: a follower this far behind leaves the ISR */
+    char *replication_user;       /* owned; fetch links' user, NULL = not authenticated */
+    char *replication_password;   /* owned */
     int cluster_line;             /* internal: file line of `cluster = ...`, 0 if not in a file */
     uint64_t *set;                /* owned; bit i: global row i was given (file or --set) */
     char **cli;                   /* owned; the command line's --listen ("lHOST:PORT") and
@@ -161,6 +168,8 @@ typedef struct mqd_conf {
     size_t n_cli;
 } mqd_conf_t;
 
+/* acks of a replicated send (topic key acks, link property mqd:acks) */
+typedef enum { MQD_ACKS_LEADER = 0, MQD_ACKS_QUORUM = 1, MQD_ACKS_ALL = 2 } mqd_acks_t;
 typedef enum { MQD_CONF_CLUSTER_NONE = 0, MQD_CONF_CLUSTER_ETCD = 1 } mqd_conf_cluster_t;
 /* The next endpoint of an etcd_endpoints list: *s moves past it. MQD_ENOENT at the end,
  * MQD_EINVAL if it is not http://HOST:PORT. */

@@ -110,6 +110,8 @@ int mqd_conf_show(const mqd_conf_t *c, mqd_conf_show_cb cb, void *arg)
         const mqd_conf_row_t *r = &mqd_conf_rows[i];
         if (r->scope != MQD_CS_GLOBAL && r->scope != MQD_CS_BOTH)
             continue; /* users and SAS keys hold secrets; sections come below */
+        if (strstr(r->name, "password") != NULL)
+            continue; /* replication_password: a secret too, left out like the users */
         value_text(r, r->scope == MQD_CS_GLOBAL ? (const void *)c : &c->topic_defaults, val,
                    sizeof val);
         rc = cb(NULL, r->name, val, origin_of(c, NULL, r->name), arg);

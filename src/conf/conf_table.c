@@ -35,6 +35,7 @@ static const char *const tls_version_names[] = {"1.2", "1.3", NULL};
 static const char *const tls_verify_names[] = {"none", "optional", "required", NULL};
 static const char *const cluster_names[] = {"none", "etcd", NULL};
 static const char *const link_stealing_names[] = {"off", "connection", "container", NULL};
+static const char *const acks_names[] = {"leader", "quorum", "all", NULL}; /* mqd_acks_t */
 static const char *const sas_required_names[] = {"auto", "off", "on", NULL}; /* mqd_sas_required_t */
 
 /* The log defaults repeat mqd_plog_config_default (store.h): conf does not link the
@@ -384,6 +385,49 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "window (a producer's retry after a lost disposition is not stored twice). After a "
      "restart the window is rebuilt from the logs before mqd serves clients, so start-up "
      "reads the records of one window. 0 turns it off.",
+     false},
+
+    /* ---- replication (issue 19; src/repl/): cluster = etcd only ---- */
+    {"replication_factor", MQD_CT_UINT, MQD_CS_BOTH, 1, 16, "1", NULL, NULL,
+     T_FIELD(replication_factor), NULL, NULL,
+     "Copies of each partition of the topic in a cluster (cluster = etcd). 1: the topic "
+     "stays on the node that created it, unreplicated. More: the topic is registered in "
+     "etcd and the controller places the copies on distinct racks where possible. Fixed "
+     "when the topic is created.",
+     false},
+    {"acks", MQD_CT_ENUM, MQD_CS_BOTH, 0, 0, "all", NULL, NULL, T_FIELD(acks), acks_names, NULL,
+     "A replicated send is accepted once: leader: the leader's log holds it (its flush "
+     "policy); quorum: a majority of the replicas do; all: every in-sync replica does, and "
+     "at least min_insync_replicas of them (else it is rejected). A sender link's property "
+     "mqd:acks overrides it.",
+     false},
+    {"min_insync_replicas", MQD_CT_UINT, MQD_CS_BOTH, 0, 16, "0", "min(2, replication_factor)",
+     NULL, T_FIELD(min_insync_replicas), NULL, NULL,
+     "acks = all: a send is rejected while fewer replicas than this are in sync (0: "
+     "min(2, replication_factor)), and the high watermark does not advance.",
+     false},
+    {"unclean_leader_election", MQD_CT_BOOL, MQD_CS_BOTH, 0, 0, "off", NULL, NULL,
+     T_FIELD(unclean_leader_election), NULL, NULL,
+     "Allow a replica outside the in-sync set to become leader when no in-sync replica is "
+     "alive (acknowledged data may be lost; the in-sync set restarts with that replica). "
+     "Off: such a partition stays offline until an in-sync replica returns.",
+     false},
+    {"replica_lag_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, 10 * MIN, "10s", NULL, NULL,
+     G_FIELD(replica_lag_ms), NULL, NULL,
+     "A follower that has not caught up with its leader's log end for this long leaves the "
+     "in-sync set (the leader writes the partition's etcd key); it rejoins once caught up.",
+     false},
+
+    {"replication_user", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
+     G_FIELD(replication_user), NULL, NULL,
+     "User (a [user NAME] section on every node) that followers log in as (SASL PLAIN) on "
+     "their fetch connections; a leader then refuses $repl/... links from any other user. "
+     "Unset: fetch links are only checked for naming a replica node id. Restart-only.",
+     false},
+    {"replication_password", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
+     G_FIELD(replication_password), NULL, NULL,
+     "Password of replication_user. Sent with SASL PLAIN over the fetch connection, which is "
+     "plain TCP today: keep inter-node traffic on a trusted network. Restart-only.",
      false},
 
     /* ---- cluster (issue 19; src/cluster/): restart-only ---- */

@@ -335,6 +335,8 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     put_broker(b, m->srv);
     put_topics(b, m->srv);
     put_groups(b, m->srv);
+    if (m->srv->repl.metrics) /* cluster = etcd: src/repl's gauges */
+        m->srv->repl.metrics(m->srv->repl.arg, b);
     put_process(b, m);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");

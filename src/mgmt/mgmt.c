@@ -322,6 +322,17 @@ static int link_query(mqd_mgmt_req_t *r)
     return 200;
 }
 
+/* ---------------------------------------------------------------- cluster */
+
+/* `mqctl cluster status`: the replication layer's view (src/repl), on any node. */
+static int cluster_read(mqd_mgmt_req_t *r)
+{
+    if (!r->s->repl.status)
+        return mqd_mgmt_fail(r, 404, "not a cluster node (cluster = none)");
+    r->s->repl.status(r->s->repl.arg, r->out);
+    return 200;
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 static const mqd_mgmt_op_t broker_ops[] = {
@@ -332,6 +343,7 @@ static const mqd_mgmt_op_t broker_ops[] = {
     {MQD_MGMT_T_CONN, "CLOSE", conn_close},
     {MQD_MGMT_T_TOPIC, "PEEK", mqd_mgmt_topic_peek},
     {MQD_MGMT_T_LINK, "QUERY", link_query},
+    {MQD_MGMT_T_CLUSTER, "READ", cluster_read},
 };
 
 static const mqd_mgmt_op_t *const op_tables[] = {broker_ops, mqd_mgmt_topic_ops, mqd_mgmt_group_ops,

@@ -20,6 +20,7 @@ struct mqd_conn;
 #define MQD_MGMT_T_BROKER "com.mqd:broker"
 #define MQD_MGMT_T_OWNERSHIP "com.mqd:ownership"
 #define MQD_MGMT_T_CONFIG "com.mqd:config"
+#define MQD_MGMT_T_CLUSTER "com.mqd:cluster"
 #define MQD_MGMT_T_EVENTHUB "com.microsoft:eventhub"
 #define MQD_MGMT_T_PARTITION "com.microsoft:partition"
 

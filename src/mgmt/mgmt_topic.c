@@ -324,6 +324,10 @@ static int topic_update(mqd_mgmt_req_t *r)
         return r->status;
     if (nparts && nparts < t->nparts)
         return mqd_mgmt_fail(r, 400, "partitions can only grow (now %u)", t->nparts);
+    /* growing moves the partition array the replication layer points into */
+    if (nparts > t->nparts && r->s->repl.topic_created && t->conf.replication_factor > 1)
+        return mqd_mgmt_fail(r, 409, "topic '%s' is replicated: adding partitions in a "
+                             "cluster is not supported yet", r->name);
     char *ov;
     if (!overrides_of(r, &ov))
         return r->status;
@@ -357,6 +361,11 @@ static int topic_delete(mqd_mgmt_req_t *r)
     mqd_topic_t *t = named_topic(r);
     if (!t)
         return r->status;
+    /* the replication layer keeps pointers to its replicas' partitions, and deleting a
+     * replicated topic in the whole cluster is not built (docs/replication.md) */
+    if (r->s->repl.topic_created && t->conf.replication_factor > 1)
+        return mqd_mgmt_fail(r, 409, "topic '%s' is replicated: deleting it in a cluster is "
+                             "not supported yet", r->name);
     /* a transaction keeps pointers to the topics it touched until it is decided */
     size_t n = mqd_txns_topic_refs(r->s, t);
     if (n)

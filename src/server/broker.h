@@ -81,6 +81,7 @@ typedef struct mqd_pending {
     uint64_t dedup_key;   /* its message-id in the topic's dedup window, 0 if none */
     uint64_t *batch_keys; /* a batched send: its inner messages' keys (owned), or NULL */
     size_t n_batch_keys;
+    uint8_t acks;         /* mqd_acks_t: which commit point settles it (part_commit.c) */
 } mqd_pending_t;
 
 /* ---- offsets waiting to be delivered again (sorted ascending) ---- */
@@ -170,7 +171,8 @@ struct mqd_topic {
     mqd_dlist_t lnode;         /* in server->dispatch_later when queued */
 };
 
-typedef enum { MQD_LS_PRODUCER = 1, MQD_LS_CONSUMER, MQD_LS_BROWSER } mqd_ls_kind_t;
+/* MQD_LS_REPL: a follower's fetch link ($repl/...), served by src/repl (s->repl). */
+typedef enum { MQD_LS_PRODUCER = 1, MQD_LS_CONSUMER, MQD_LS_BROWSER, MQD_LS_REPL } mqd_ls_kind_t;
 
 /* Per-link state, the pn_link's context. */
 struct mqd_lstate {
@@ -220,6 +222,9 @@ struct mqd_lstate {
     int credit_unposted;
     uint64_t credit_gen;
     uint64_t msg_max;
+    void *repl;               /* MQD_LS_REPL: the replication layer's state of it */
+    bool acks_set;            /* producer: link property mqd:acks given */
+    uint8_t acks;             /* its mqd_acks_t */
     bool credit_shared;       /* counted among the producers sharing the disk budget */
     uint64_t credit_reserved; /* its part of that budget (watermark.c) */
 };
@@ -319,6 +324,7 @@ struct mqd_server {
     mqd_conf_hooks_t *conf_hooks; /* reload: the subsystems' check/apply hooks (conf_swap.c) */
     struct mqd_accept_guard *accept_guard; /* accept_guard.c: EMFILE on accept */
     struct mqd_census *census; /* topic_count.c: counting markers in logs opened at start */
+    mqd_repl_hooks_t repl;   /* src/repl/'s hooks (server.h); all NULL on a single node */
 };
 
 /* server.c */
@@ -453,10 +459,19 @@ void mqd_part_commit_free(mqd_part_t *p);
 uint64_t mqd_part_visible_end(const mqd_part_t *p, mqd_isolation_t iso);
 /* The high watermark: the stable offset until replication sets one. */
 uint64_t mqd_part_hw(const mqd_part_t *p);
+/* mqd_part_set_hw (or _set_repl_ends) was called since the partition was opened. */
+bool mqd_part_hw_set(const mqd_part_t *p);
 /* Replication: the offset below which the in-sync replicas hold every record. From the
  * first call the watermark no longer follows the local stable offset; a rise of the
  * visible end settles sends and notifies as a stable advance does. */
 void mqd_part_set_hw(mqd_part_t *p, uint64_t hw);
+/* Replication: the high watermark and the quorum end (the offset a majority of the
+ * replicas hold, >= hw) at once; sends with acks = quorum settle below the latter. */
+void mqd_part_set_repl_ends(mqd_part_t *p, uint64_t hw, uint64_t quorum_end);
+/* Rejects, with cond/desc, every waiting send with acks >= min_acks: the in-sync set fell
+ * below min_insync_replicas, so the watermark will not reach them in time. Returns the
+ * number rejected. Their records stay in the log (docs/replication.md). */
+size_t mqd_part_reject_waiting(mqd_part_t *p, int min_acks, const char *cond, const char *desc);
 /* At most 4 per partition (MQD_ENOMEM past that); `arg` is the caller's and must outlive
  * the subscription. Subscribers run in the order they subscribed. */
 int mqd_part_commit_subscribe(mqd_part_t *p, mqd_part_commit_fn fn, void *arg);

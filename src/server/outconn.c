@@ -295,6 +295,11 @@ void mqd_outconn_free(mqd_outconn_t *oc)
     outconn_free(oc, false);
 }
 
+void mqd_outconn_free_now(mqd_outconn_t *oc)
+{
+    outconn_free(oc, true);
+}
+
 void mqd_outconn_free_all(mqd_server_t *s)
 {
     while (!mqd_dlist_empty(&s->outconns))

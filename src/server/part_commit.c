@@ -21,6 +21,7 @@
 
 struct mqd_part_commit {
     uint64_t hw;     /* high watermark; = stable while not replicated */
+    uint64_t quorum_end; /* replicated: a majority of the replicas hold what is below */
     bool replicated; /* mqd_part_set_hw was called: hw no longer follows stable */
     struct {
         mqd_part_commit_fn fn;
@@ -49,6 +50,11 @@ uint64_t mqd_part_hw(const mqd_part_t *p)
     if (!p->commit || !p->commit->replicated)
         return mqd_plog_stable_offset(p->log);
     return p->commit->hw;
+}
+
+bool mqd_part_hw_set(const mqd_part_t *p)
+{
+    return p->commit && p->commit->replicated;
 }
 
 uint64_t mqd_part_visible_end(const mqd_part_t *p, mqd_isolation_t iso)
@@ -89,30 +95,80 @@ void mqd_part_commit_unsubscribe(mqd_part_t *p, mqd_part_commit_fn fn, void *arg
     }
 }
 
-/* Settles, in offset order, every send whose last record is below `visible`. */
-static void settle_sends(mqd_part_t *p, uint64_t visible)
+/* The offset below which a send with `acks` may be settled: acks = all waits for the
+ * visible end (the high watermark), quorum for a majority of the replicas, leader for
+ * the local log only. Unreplicated, all three are the stable offset. */
+static uint64_t acks_end(const mqd_part_t *p, int acks, uint64_t visible, uint64_t stable)
+{
+    const mqd_part_commit_t *c = p->commit;
+    if (acks == MQD_ACKS_LEADER || !c || !c->replicated)
+        return acks == MQD_ACKS_ALL ? visible : stable;
+    if (acks == MQD_ACKS_QUORUM)
+        return c->quorum_end < stable ? c->quorum_end : stable;
+    return visible;
+}
+
+static void settle_one(mqd_part_t *p, mqd_pending_t *pe, uint64_t outcome, const char *cond,
+                       const char *desc)
 {
     mqd_server_t *s = p->topic->srv;
-    while (p->pend_head && p->pend_head->last_offset < visible) {
-        mqd_pending_t *pe = p->pend_head;
-        p->pend_head = pe->next;
-        if (!p->pend_head)
-            p->pend_tail = NULL;
-        mqd_hist_observe(&s->h_append_stable, (double)(mqd_mono_ns() - pe->t_ns) / 1e9);
-        if (!pe->conn->closed) {
-            pn_link_t *l = mqd_delivery_unhold(pe->dlv);
-            if (pe->txn) {
-                mqd_txn_settle(pe->dlv, pe->txn, PN_ACCEPTED);
-            } else {
-                pn_delivery_update(pe->dlv, PN_ACCEPTED);
-                pn_delivery_settle(pe->dlv);
-            }
-            mqd_link_reap(l); /* a detached producer link goes with its last send */
-            mqd_conn_mark_dirty(pe->conn);
+    mqd_hist_observe(&s->h_append_stable, (double)(mqd_mono_ns() - pe->t_ns) / 1e9);
+    if (!pe->conn->closed) {
+        pn_link_t *l = mqd_delivery_unhold(pe->dlv);
+        if (outcome != PN_ACCEPTED) {
+            mqd_delivery_reject(pe->dlv, cond, desc);
+        } else if (pe->txn) {
+            mqd_txn_settle(pe->dlv, pe->txn, PN_ACCEPTED);
+        } else {
+            pn_delivery_update(pe->dlv, PN_ACCEPTED);
+            pn_delivery_settle(pe->dlv);
         }
-        mqd_conn_unref(pe->conn);
-        mqd_pending_release(s, pe);
+        mqd_link_reap(l); /* a detached producer link goes with its last send */
+        mqd_conn_mark_dirty(pe->conn);
     }
+    mqd_conn_unref(pe->conn);
+    mqd_pending_release(s, pe);
+}
+
+/* Settles every send whose commit point (by its acks) passed its last record. The list
+ * is in offset order and nothing at or past the stable offset can settle, so the walk
+ * stops there; sends of one link with one acks level settle in their order. */
+static void settle_sends(mqd_part_t *p, uint64_t visible)
+{
+    uint64_t stable = mqd_plog_stable_offset(p->log);
+    mqd_pending_t **pp = &p->pend_head, *prev = NULL;
+    while (*pp && (*pp)->last_offset < stable) {
+        mqd_pending_t *pe = *pp;
+        if (pe->last_offset >= acks_end(p, pe->acks, visible, stable)) {
+            prev = pe;
+            pp = &pe->next;
+            continue;
+        }
+        *pp = pe->next;
+        if (p->pend_tail == pe)
+            p->pend_tail = prev;
+        settle_one(p, pe, PN_ACCEPTED, NULL, NULL);
+    }
+}
+
+size_t mqd_part_reject_waiting(mqd_part_t *p, int min_acks, const char *cond, const char *desc)
+{
+    mqd_pending_t **pp = &p->pend_head, *prev = NULL;
+    size_t n = 0;
+    while (*pp) {
+        mqd_pending_t *pe = *pp;
+        if (pe->acks < min_acks || pe->txn) { /* a transaction fails at its discharge */
+            prev = pe;
+            pp = &pe->next;
+            continue;
+        }
+        *pp = pe->next;
+        if (p->pend_tail == pe)
+            p->pend_tail = prev;
+        settle_one(p, pe, PN_REJECTED, cond, desc);
+        n++;
+    }
+    return n;
 }
 
 /* Settlement, then (after a store event) the log's failure or resume, then the
@@ -141,16 +197,27 @@ void mqd_part_stable_advanced(mqd_part_t *p, uint64_t stable)
     advance(p, true);
 }
 
-void mqd_part_set_hw(mqd_part_t *p, uint64_t hw)
+void mqd_part_set_repl_ends(mqd_part_t *p, uint64_t hw, uint64_t quorum_end)
 {
     mqd_part_commit_t *c = p->commit;
     if (!c)
         return;
+    uint64_t stable = mqd_plog_stable_offset(p->log);
     uint64_t before = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
+    uint64_t qbefore = c->replicated && c->quorum_end < stable ? c->quorum_end : stable;
     c->replicated = true;
     c->hw = hw;
+    c->quorum_end = quorum_end > hw ? quorum_end : hw;
+    uint64_t qafter = c->quorum_end < stable ? c->quorum_end : stable;
     /* only a rise: a fall (a new leader's lower watermark) settles nothing and wakes
      * nobody, and the next rise is measured from where it fell to */
     if (mqd_part_visible_end(p, MQD_READ_UNCOMMITTED) > before)
         advance(p, false);
+    else if (qafter > qbefore)
+        settle_sends(p, mqd_part_visible_end(p, MQD_READ_UNCOMMITTED));
+}
+
+void mqd_part_set_hw(mqd_part_t *p, uint64_t hw)
+{
+    mqd_part_set_repl_ends(p, hw, hw);
 }

@@ -1158,3 +1158,8 @@ void mqd_server_free(mqd_server_t *s)
     mqd_conf_hooks_free(s->conf_hooks);
     free(s);
 }
+
+void mqd_server_set_repl(mqd_server_t *s, const mqd_repl_hooks_t *h)
+{
+    s->repl = *h;
+}

@@ -277,6 +277,8 @@ static int topic_publish(mqd_server_t *s, mqd_topic_t *t, bool persist, int rc)
     s->n_topics++;
     if (rc != 0)
         mqd_topic_delete(s, t);
+    else if (s->repl.topic_created)
+        s->repl.topic_created(s->repl.arg, t); /* cluster: registered in etcd (src/repl) */
     return rc;
 }
 
@@ -602,6 +604,7 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
     pe->dedup_key = 0;
     pe->batch_keys = NULL;
     pe->n_batch_keys = 0;
+    pe->acks = (uint8_t)p->topic->conf.acks; /* a sender's mqd:acks overrides it (link.c) */
     c->refs++;
     if (p->pend_tail)
         p->pend_tail->next = pe;

@@ -29,6 +29,8 @@
 #include <unistd.h>
 
 #define T_LINK "com.mqd:link"
+#define T_CLUSTER "com.mqd:cluster"
+
 
 /* One management request and its reply. */
 typedef struct request {
@@ -63,6 +65,7 @@ static void usage(FILE *f)
           "  connection list | close ID\n"
           "  link list | user list | acl list\n"
           "  config show   (the effective config and where each value came from)\n"
+          "  cluster status\n"
           "  status | reload\n",
           f);
 }
@@ -653,6 +656,39 @@ static void show_peek(json_t *o)
     }
 }
 
+/* A list of ids as "1,2,3" (isr, replicas). */
+static const char *ids(json_t *a, char *b, size_t n)
+{
+    size_t i, off = 0;
+    json_t *v;
+    b[0] = '\0';
+    json_array_foreach(a, i, v)
+        off += (size_t)snprintf(b + off, off < n ? n - off : 0, "%s%" JSON_INTEGER_FORMAT,
+                                i ? "," : "", json_integer_value(v));
+    return b;
+}
+
+static void show_cluster(json_t *o)
+{
+    static const char *const keys[] = {"controller", "node_id"};
+    show_kv(o, keys, MQD_ARRAY_LEN(keys));
+    const char *nh[] = {"NODE", "ADDRESS", "RACK", "ALIVE"};
+    table_t t = {.ncols = 4, .head = nh};
+    size_t i;
+    json_t *p;
+    char b[7][64];
+    json_array_foreach(json_object_get(o, "nodes"), i, p)
+        table_add(&t, F(p, "id", 0), F(p, "address", 1), F(p, "rack", 2), F(p, "alive", 3));
+    table_print(&t);
+    const char *ph[] = {"TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "HIGH_WATERMARK"};
+    table_t u = {.ncols = 7, .head = ph};
+    json_array_foreach(json_object_get(o, "partitions"), i, p)
+        table_add(&u, F(p, "topic", 0), F(p, "partition", 1), F(p, "leader", 2), F(p, "epoch", 3),
+                  ids(json_object_get(p, "replicas"), b[4], sizeof b[4]),
+                  ids(json_object_get(p, "isr"), b[5], sizeof b[5]), F(p, "high_watermark", 6));
+    table_print(&u);
+}
+
 static void show_status(json_t *o)
 {
     static const char *const keys[] = {"version", "uptime_s", "topics", "connections",
@@ -799,6 +835,7 @@ static const cmd_t cmds[] = {
     {"connection", "close", 1, 1, "DELETE", T_CONN, build_name, NULL, "closed connection %s"},
     {"config", "show", 0, 0, "READ", T_CONFIG, build_name, show_config, NULL},
     {"status", NULL, 0, 0, "READ", T_BROKER, build_name, show_status, NULL},
+    {"cluster", "status", 0, 0, "READ", T_CLUSTER, build_name, show_cluster, NULL},
     {"reload", NULL, 0, 0, "RELOAD", T_BROKER, build_name, NULL, "configuration reloaded"},
 };
 

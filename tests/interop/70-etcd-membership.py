@@ -33,7 +33,6 @@ base64-decoded keys and values):
 (f) config: cluster = etcd without node_id, and node_id = 0, are errors naming FILE:LINE
     and node_id; cluster = none (the default) logs no cluster activity at all."""
 
-import base64
 import json
 import os
 import re
@@ -42,77 +41,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
+from mqdcluster import Etcd, b64, post, read_keys  # noqa: E402
 from mqdtest import SLOW, check, fail, log, skip  # noqa: E402
 
 TTL_MS = 3000
-
-
-class Etcd:
-    """One etcd member on 127.0.0.1 (client port, peer port, data dir fixed across restarts)."""
-
-    def __init__(self, t):
-        self.t = t
-        self.port = mqdtest.free_port()
-        self.peer = mqdtest.free_port()
-        self.data = os.path.join(t.tmpdir, "etcd-data")
-        self.proc = None
-        self.starts = 0
-
-    def start(self):
-        self.starts += 1
-        cu = "http://127.0.0.1:%d" % self.port
-        pu = "http://127.0.0.1:%d" % self.peer
-        argv = ["etcd", "--name", "default", "--data-dir", self.data,
-                "--listen-client-urls", cu, "--advertise-client-urls", cu,
-                "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
-                "--initial-cluster", "default=" + pu,
-                "--experimental-watch-progress-notify-interval=2s"]
-        lf = open(os.path.join(self.t.tmpdir, "etcd.%d.log" % self.starts), "wb")
-        self.proc = self.t.spawn(argv, stdout=lf, stderr=subprocess.STDOUT)
-        lf.close()
-        deadline = time.monotonic() + 20 * SLOW
-        while True:
-            try:
-                post(self.port, "/v3/kv/range", {"key": b64("/")})
-                break
-            except (OSError, urllib.error.URLError):
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    fail("etcd did not start (%s)" % mqdtest.describe_status(self.proc.poll()))
-                time.sleep(0.1)
-        log("etcd %d up on port %d (pid %d)" % (self.starts, self.port, self.proc.pid))
-
-    def kill(self):
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-        log("etcd SIGKILLed")
-
-
-def b64(s):
-    return base64.b64encode(s.encode()).decode()
-
-
-def post(port, path, body):
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=5 * SLOW) as r:
-        return json.loads(r.read())
-
-
-def read_keys(port, prefix):
-    """{key: (value bytes, lease int, create_revision int)} of every key under prefix."""
-    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    r = post(port, "/v3/kv/range", {"key": b64(prefix), "range_end": b64(end)})
-    out = {}
-    for kv in r.get("kvs", []):
-        out[base64.b64decode(kv["key"]).decode()] = (
-            base64.b64decode(kv.get("value", "")), int(kv.get("lease", "0")),
-            int(kv.get("create_revision", "0")))
-    return out
 
 
 def view(port):

@@ -105,7 +105,8 @@ def case_help_and_man(t, coll):
                 check((base, sect) in names, "%s: SEE ALSO lacks %s (has %s)" % (p, qname, sorted(names)))
 
 
-SYMBOLIC = {"off", "auto", "none", "unlimited", "OpenSSL's default", "the first listen address"}
+SYMBOLIC = {"off", "auto", "none", "unlimited", "OpenSSL's default", "the first listen address",
+            "min(2, replication_factor)"}
 
 
 def sample_defaults():

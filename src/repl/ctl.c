@@ -1,0 +1,178 @@
+/* The controller's part of replication: a registered topic whose partitions have no
+ * state in etcd yet is placed over the live nodes and each partition's key is created
+ * with "create if absent" (create_revision 0), so two controllers of overlapping terms
+ * cannot both place it: the second txn fails and its author reads the winner's key
+ * through the watch. Later changes are compare-and-swap on mod_revision (repl.c). */
+#include "config.h"
+#include "repl/repl_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void on_created(void *arg, const mqd_etcd_reply_t *rep)
+{
+    char *key = arg;
+    if (rep->rc != 0)
+        MQD_WARN("repl", "controller: %s not created (%s)", key,
+                 rep->error ? rep->error : mqd_strerror(rep->rc));
+    else if (rep->succeeded)
+        MQD_NOTICE("repl", "controller: placed %s", key);
+    free(key); /* lost the race: the watch brings the other one */
+}
+
+static int create_part(mqd_repl_t *r, const char *topic, uint32_t p, const uint32_t *replicas,
+                       uint32_t rf)
+{
+    mqd_repl_pstate_t ps = {.leader = replicas[0], .epoch = 1, .n_replicas = rf, .n_isr = rf};
+    memcpy(ps.replicas, replicas, rf * sizeof *replicas);
+    memcpy(ps.isr, replicas, rf * sizeof *replicas);
+    size_t kl = strlen(r->parts_prefix) + strlen(topic) + 16;
+    char *key = malloc(kl), *val = mqd_repl_pstate_json(&ps);
+    if (!key || !val) {
+        free(key);
+        free(val);
+        return MQD_ENOMEM;
+    }
+    snprintf(key, kl, "%s%s/%" PRIu32, r->parts_prefix, topic, p);
+    mqd_etcd_cmp_t cmp = {key, strlen(key), MQD_ETCD_CMP_CREATE, 0};
+    mqd_etcd_op_t put = {MQD_ETCD_OP_PUT, key, val, strlen(key), strlen(val), 0, false};
+    mqd_etcd_txn_t txn = {&cmp, 1, &put, NULL, 1, 0};
+    int rc = mqd_etcd_txn(r->etcd, &txn, on_created, key);
+    if (rc != 0)
+        free(key);
+    free(val);
+    return rc;
+}
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a: spreads topics' first leaders over the nodes */
+    while (*s)
+        h = (h ^ (uint8_t)*s++) * 16777619u;
+    return h;
+}
+
+void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t)
+{
+    uint32_t missing = 0;
+    for (uint32_t p = 0; p < t->td.partitions; p++)
+        missing += mqd_repl_part_find(r, t->name, p) == NULL;
+    if (missing == 0)
+        return;
+    const mqd_cluster_view_t *v = mqd_cluster_view(r->m);
+    mqd_repl_cand_t *c = calloc(v->n_nodes ? v->n_nodes : 1, sizeof *c);
+    uint32_t *out = calloc((size_t)t->td.partitions * t->td.rf, sizeof *out);
+    size_t n = 0;
+    for (size_t i = 0; c && i < v->n_nodes; i++)
+        if (v->nodes[i].alive)
+            c[n++] = (mqd_repl_cand_t){v->nodes[i].id, v->nodes[i].rack};
+    int rc = c && out ? mqd_repl_place(c, n, t->td.partitions, t->td.rf,
+                                       n ? name_hash(t->name) % (uint32_t)n : 0, out)
+                      : MQD_ENOMEM;
+    if (rc == MQD_EINVAL)
+        MQD_WARN("repl",
+                 "controller: topic %s wants %u replicas, %zu nodes are up: placed "
+                 "when enough join",
+                 t->name, t->td.rf, n);
+    for (uint32_t p = 0; rc == 0 && p < t->td.partitions; p++)
+        if (!mqd_repl_part_find(r, t->name, p))
+            rc = create_part(r, t->name, p, out + (size_t)p * t->td.rf, t->td.rf);
+    free(c);
+    free(out);
+}
+
+void mqd_repl_ctl_scan(mqd_repl_t *r)
+{
+    for (rtopic_t *t = r->topics; t; t = t->next)
+        mqd_repl_ctl_topic(r, t);
+}
+
+static bool node_alive(mqd_repl_t *r, uint32_t id)
+{
+    const mqd_cluster_node_t *n = mqd_repl_node(r, id);
+    return n && n->alive;
+}
+
+static bool unclean_allowed(mqd_repl_t *r, const char *topic)
+{
+    mqd_topic_t *t = mqd_topic_find(r->s, topic);
+    if (t)
+        return t->conf.unclean_leader_election;
+    mqd_topic_conf_t tc;
+    mqd_conf_topic(r->conf, topic, &tc);
+    return tc.unclean_leader_election;
+}
+
+/* The next state of a partition whose leader is gone: the first live member of the
+ * in-sync set leads, the dead leader leaves the set, the epoch goes up by one. With no
+ * live in-sync replica the partition stays offline unless unclean election is on. */
+static bool elect(mqd_repl_t *r, const rpart_t *rp, mqd_repl_pstate_t *next)
+{
+    uint32_t pick = 0;
+    *next = rp->ps;
+    next->n_isr = 0;
+    for (uint32_t i = 0; i < rp->ps.n_isr; i++) {
+        uint32_t id = rp->ps.isr[i];
+        if (id == rp->ps.leader)
+            continue;
+        next->isr[next->n_isr++] = id;
+        if (!pick && node_alive(r, id))
+            pick = id;
+    }
+    if (!pick && unclean_allowed(r, rp->topic)) {
+        for (uint32_t i = 0; !pick && i < rp->ps.n_replicas; i++)
+            if (rp->ps.replicas[i] != rp->ps.leader && node_alive(r, rp->ps.replicas[i]))
+                pick = rp->ps.replicas[i];
+        if (pick) {
+            MQD_WARN("repl",
+                     "controller: %s/%u: unclean election of node %" PRIu32 " (not in "
+                     "sync: acknowledged records may be lost)",
+                     rp->topic, rp->part, pick);
+            next->n_isr = 0;
+        }
+    }
+    if (!pick)
+        return false;
+    if (!mqd_repl_pstate_has(next->isr, next->n_isr, pick)) {
+        next->isr[next->n_isr++] = pick;
+    }
+    /* the leader first in the isr list, as the controller writes it at placement */
+    for (uint32_t i = 0; i < next->n_isr; i++)
+        if (next->isr[i] == pick) {
+            next->isr[i] = next->isr[0];
+            next->isr[0] = pick;
+        }
+    next->leader = pick;
+    next->epoch = rp->ps.epoch + 1;
+    return true;
+}
+
+void mqd_repl_ctl_failover(mqd_repl_t *r)
+{
+    /* a view without this node alive is not loaded yet: every leader would look gone */
+    if (!r->controller || !node_alive(r, r->conf->node_id))
+        return;
+    for (rpart_t *rp = r->parts; rp; rp = rp->next) {
+        mqd_repl_pstate_t next;
+        if (rp->cas_out || rp->mod_rev == 0 || node_alive(r, rp->ps.leader)) {
+            rp->offline = false;
+            continue;
+        }
+        if (!elect(r, rp, &next)) {
+            if (!rp->offline)
+                MQD_WARN("repl",
+                         "controller: %s/%u: leader %" PRIu32 " gone and no live "
+                         "in-sync replica: offline",
+                         rp->topic, rp->part, rp->ps.leader);
+            rp->offline = true;
+            continue;
+        }
+        MQD_NOTICE("repl",
+                   "controller: %s/%u: leader %" PRIu32 " gone: node %" PRIu32
+                   " leads in epoch %" PRIu32,
+                   rp->topic, rp->part, rp->ps.leader, next.leader, next.epoch);
+        mqd_repl_part_cas(rp, &next);
+    }
+}

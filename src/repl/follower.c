@@ -1,0 +1,297 @@
+/* The follower's side: one outbound AMQP connection (mqd_outconn: reconnect, backoff) to
+ * the leader's advertised address, one receiver link on $repl/<T>/<P> with its node id,
+ * its log end (the fetch offset) and its last record's epoch in the attach properties.
+ * Each run is appended byte for byte (mqd_plog_append_raw keeps offsets, epochs,
+ * timestamps and CRCs and checks continuity) and settled only once this node's log made
+ * it stable under the topic's flush policy: the settlement is the log-end report. */
+#include "config.h"
+#include "repl/repl_int.h"
+
+#include <inttypes.h>
+#include <proton/connection.h>
+#include <proton/delivery.h>
+#include <proton/session.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void put_prop(pn_data_t *d, const char *k, uint64_t v, bool wide)
+{
+    pn_data_put_symbol(d, pn_bytes(strlen(k), k));
+    if (wide)
+        pn_data_put_ulong(d, v);
+    else
+        pn_data_put_uint(d, (uint32_t)v);
+}
+
+/* The epoch of the last record in the log (0 when empty or unreadable). */
+static uint32_t last_epoch(mqd_repl_t *r, mqd_plog_t *log)
+{
+    uint64_t end = mqd_plog_end_offset(log), next;
+    size_t len = 0, pos = 0;
+    mqd_raw_rec_t rec;
+    if (end == 0 || end <= mqd_plog_start_offset(log))
+        return 0;
+    int rc = mqd_plog_read_raw(log, end - 1, r->buf, r->cap, &len, &next);
+    if (rc == MQD_ETOOBIG && mqd_repl_grow(r, len) == 0)
+        rc = mqd_plog_read_raw(log, end - 1, r->buf, r->cap, &len, &next);
+    return rc == 0 && mqd_store_raw_next(r->buf, len, &pos, &rec) == 1 ? rec.epoch : 0;
+}
+
+static void attach(fol_t *f)
+{
+    rpart_t *rp = f->rp;
+    mqd_plog_t *log = rp->local->log;
+    pn_connection_t *pc = f->oc ? mqd_outconn_connection(f->oc) : NULL;
+    if (!pc || f->link)
+        return;
+    uint64_t end = mqd_plog_end_offset(log);
+    if (mqd_plog_stable_offset(log) < end || mqd_plog_truncating(log) || rp->truncating) {
+        f->attach_at_ms = mqd_now_ms() + REPL_TICK_MS; /* report only what is stable */
+        return;
+    }
+    char addr[MQD_NAME_MAX + 32], name[MQD_NAME_MAX + 64];
+    snprintf(addr, sizeof addr, "$repl/%s/%" PRIu32, rp->topic, rp->part);
+    snprintf(name, sizeof name, "repl-%s-%" PRIu32 "-node-%" PRIu32, rp->topic, rp->part,
+             rp->r->conf->node_id);
+    pn_session_t *ss = pn_session(pc);
+    pn_session_set_incoming_capacity(ss, 16u << 20);
+    pn_session_open(ss);
+    f->link = pn_receiver(ss, name);
+    pn_terminus_set_address(pn_link_source(f->link), addr);
+    pn_terminus_set_address(pn_link_target(f->link), name);
+    pn_link_set_rcv_settle_mode(f->link, PN_RCV_FIRST);
+    pn_data_t *p = pn_link_properties(f->link);
+    pn_data_put_map(p);
+    pn_data_enter(p);
+    put_prop(p, "mqd:node-id", rp->r->conf->node_id, false);
+    put_prop(p, "mqd:fetch-offset", end, true);
+    put_prop(p, "mqd:last-epoch", last_epoch(rp->r, log), false);
+    pn_data_exit(p);
+    pn_link_open(f->link);
+    pn_link_flow(f->link, REPL_CREDIT);
+    f->attach_at_ms = 0;
+    mqd_outconn_flush(f->oc);
+    MQD_INFO("repl", "%s/%u: fetching from node %" PRIu32 " at %" PRIu64, rp->topic, rp->part,
+             f->leader, end);
+}
+
+static void settle(fol_t *f, pn_delivery_t *d, uint64_t outcome)
+{
+    pn_delivery_update(d, outcome);
+    pn_delivery_settle(d);
+    if (f->link)
+        pn_link_flow(f->link, 1);
+}
+
+/* A run that cannot be appended (a gap, a damaged record, a failed log): detach and fetch
+ * again from this node's end after a pause. */
+static void resync(fol_t *f, pn_delivery_t *d, const char *why)
+{
+    MQD_WARN("repl", "%s/%u: run from node %" PRIu32 " not appended (%s): fetching again",
+             f->rp->topic, f->rp->part, f->leader, why);
+    settle(f, d, PN_REJECTED);
+    pn_link_close(f->link);
+    f->link = NULL;
+    f->n_wait = 0;
+    f->attach_at_ms = mqd_now_ms() + REPL_REATTACH_MS;
+}
+
+static void receive(fol_t *f, pn_delivery_t *d)
+{
+    mqd_repl_t *r = f->rp->r;
+    if (pn_delivery_partial(d) || d != pn_link_current(f->link))
+        return;
+    size_t size = pn_delivery_pending(d);
+    mqd_repl_run_t run;
+    if (mqd_repl_grow(r, size) != 0)
+        return resync(f, d, "out of memory");
+    ssize_t got = size ? pn_link_recv(f->link, (char *)r->buf, size) : 0;
+    pn_link_advance(f->link);
+    if (got != (ssize_t)size || mqd_repl_run_parse(r->buf, size, &run) != 0)
+        return resync(f, d, "not a replication run");
+    mqd_plog_t *log = f->rp->local->log;
+    if (run.count) {
+        uint64_t first;
+        int rc = mqd_plog_append_raw(log, run.data, run.len, &first);
+        if (rc == 0 && (first != run.base || mqd_plog_end_offset(log) != run.base + run.count))
+            rc = MQD_ECORRUPT; /* the annotations disagree with the records */
+        if (rc != 0)
+            return resync(f, d, mqd_strerror(rc));
+        mqd_server_tick_soon(r->s); /* commit: the flusher makes it stable */
+        f->runs++;
+    }
+    mqd_part_set_hw(f->rp->local, run.hw);
+    if (!run.count && f->n_wait == 0)
+        return settle(f, d, PN_ACCEPTED);
+    if (f->n_wait == f->cap_wait) {
+        size_t cap = f->cap_wait ? 2 * f->cap_wait : REPL_CREDIT;
+        void *nw = realloc(f->wait, cap * sizeof *f->wait);
+        if (!nw)
+            return resync(f, d, "out of memory");
+        f->wait = nw;
+        f->cap_wait = cap;
+    }
+    f->wait[f->n_wait].d = d;
+    f->wait[f->n_wait++].end = run.base + run.count;
+}
+
+static void on_truncated(mqd_plog_t *log, uint64_t end, int rc, void *arg)
+{
+    rpart_t *rp = arg;
+    rp->truncating = false;
+    MQD_NOTICE("repl", "%s/%u: log truncated to %" PRIu64 " (%s)", rp->topic, rp->part, end,
+               rc ? mqd_strerror(rc) : "ok");
+    if (rp->fol)
+        rp->fol->attach_at_ms = mqd_now_ms(); /* and fetch again with the new last epoch */
+}
+
+/* The leader said where the largest epoch <= ours ends (info mqd:epoch-end, mqd:epoch):
+ * cut to the lower of that and where that epoch ends here (KIP-279). */
+static void truncate_to_leader(fol_t *f, pn_data_t *info)
+{
+    uint64_t end = UINT64_MAX, own;
+    uint32_t epoch = 0, own_largest;
+    unsigned seen = 0;
+    pn_data_rewind(info);
+    if (pn_data_next(info) && pn_data_type(info) == PN_MAP) {
+        pn_data_enter(info);
+        while (pn_data_next(info)) {
+            pn_bytes_t k =
+                pn_data_type(info) == PN_SYMBOL ? pn_data_get_symbol(info) : pn_bytes(0, "");
+            if (!pn_data_next(info))
+                break;
+            if (k.size == 13 && !memcmp(k.start, "mqd:epoch-end", 13) &&
+                pn_data_type(info) == PN_ULONG)
+                end = pn_data_get_ulong(info), seen |= 1;
+            else if (k.size == 9 && !memcmp(k.start, "mqd:epoch", 9) &&
+                     pn_data_type(info) == PN_UINT)
+                epoch = pn_data_get_uint(info), seen |= 2;
+        }
+        pn_data_exit(info);
+    }
+    mqd_plog_t *log = f->rp->local->log;
+    if (seen != 3 || mqd_repl_epoch_end(f->rp->r, log, epoch, &own, &own_largest) != 0) {
+        MQD_WARN("repl", "%s/%u: unreadable divergence answer: fetching again", f->rp->topic,
+                 f->rp->part);
+        return;
+    }
+    uint64_t to = end < own ? end : own;
+    if (to >= mqd_plog_end_offset(log))
+        return;
+    MQD_NOTICE("repl",
+               "%s/%u: diverged from leader %" PRIu32 ": truncating %" PRIu64 " -> %" PRIu64
+               " (leader's epoch %" PRIu32 " ends at %" PRIu64 ")",
+               f->rp->topic, f->rp->part, f->leader, mqd_plog_end_offset(log), to, epoch, end);
+    if (mqd_plog_truncate_start(log, to, on_truncated, f->rp) == 0)
+        f->rp->truncating = true;
+}
+
+static void on_event(mqd_outconn_t *oc, pn_event_t *e, void *arg)
+{
+    fol_t *f = arg;
+    switch (pn_event_type(e)) {
+    case PN_CONNECTION_REMOTE_OPEN: attach(f); break;
+    case PN_LINK_REMOTE_CLOSE: {
+        pn_link_t *l = pn_event_link(e);
+        if (l != f->link)
+            break;
+        pn_condition_t *c = pn_link_remote_condition(l);
+        MQD_INFO("repl", "%s/%u: node %" PRIu32 " closed the fetch link: %s: %s", f->rp->topic,
+                 f->rp->part, f->leader, pn_condition_get_name(c) ?: "-",
+                 pn_condition_get_description(c) ?: "-");
+        const char *cn = pn_condition_get_name(c);
+        pn_link_close(l);
+        pn_session_close(pn_link_session(l));
+        f->link = NULL;
+        f->n_wait = 0;
+        f->attach_at_ms = mqd_now_ms() + REPL_REATTACH_MS;
+        if (cn && strcmp(cn, "mqd:repl:diverged") == 0)
+            truncate_to_leader(f, pn_condition_info(c));
+        break;
+    }
+    case PN_DELIVERY:
+        if (pn_delivery_link(pn_event_delivery(e)) == f->link)
+            receive(f, pn_event_delivery(e));
+        break;
+    default: break;
+    }
+}
+
+static void on_down(mqd_outconn_t *oc, const char *why, void *arg)
+{
+    fol_t *f = arg;
+    f->link = NULL; /* gone with its connection, and the deliveries with it */
+    f->n_wait = 0;
+    f->attach_at_ms = 0;
+}
+
+static int connect_leader(fol_t *f)
+{
+    const mqd_cluster_node_t *n = mqd_repl_node(f->rp->r, f->leader);
+    if (!n || !n->alive || !n->address[0])
+        return MQD_ENOENT; /* not known yet: the tick tries again */
+    char container[64];
+    snprintf(f->url, sizeof f->url, "amqp://%s", n->address);
+    snprintf(container, sizeof container, "mqd-node-%" PRIu32, f->rp->r->conf->node_id);
+    const mqd_conf_t *conf = f->rp->r->conf;
+    bool auth = conf->replication_user && conf->replication_user[0];
+    mqd_outconn_opts_t o = {.url = f->url,
+                            .container = container,
+                            .backoff_min_ms = 100,
+                            .backoff_max_ms = 2000,
+                            .user = auth ? conf->replication_user : NULL,
+                            .password = auth ? conf->replication_password : NULL,
+                            .plain_over_tcp = auth};
+    mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
+    return mqd_outconn_new(f->rp->r->s, &o, &ops, f, &f->oc);
+}
+
+int mqd_repl_fol_start(rpart_t *rp)
+{
+    fol_t *f = calloc(1, sizeof *f);
+    if (!f)
+        return MQD_ENOMEM;
+    f->rp = rp;
+    f->leader = rp->ps.leader;
+    rp->fol = f;
+    connect_leader(f);
+    return 0;
+}
+
+void mqd_repl_fol_stop(rpart_t *rp)
+{
+    fol_t *f = rp->fol;
+    if (!f)
+        return;
+    if (rp->r->closing)
+        mqd_outconn_free_now(f->oc); /* the loop has stopped */
+    else
+        mqd_outconn_free(f->oc); /* its links and deliveries go with it */
+    free(f->wait);
+    free(f);
+    rp->fol = NULL;
+}
+
+void mqd_repl_fol_work(rpart_t *rp, int64_t now_ms)
+{
+    fol_t *f = rp->fol;
+    if (!f)
+        return;
+    if (!f->oc) {
+        if (now_ms)
+            connect_leader(f);
+        return;
+    }
+    uint64_t stable = mqd_plog_stable_offset(rp->local->log);
+    size_t k = 0;
+    while (k < f->n_wait && f->wait[k].end <= stable)
+        settle(f, f->wait[k++].d, PN_ACCEPTED);
+    if (k) {
+        memmove(f->wait, f->wait + k, (f->n_wait - k) * sizeof *f->wait);
+        f->n_wait -= k;
+        mqd_outconn_flush(f->oc);
+    }
+    if (now_ms && f->attach_at_ms && now_ms >= f->attach_at_ms)
+        attach(f);
+}

@@ -1,0 +1,420 @@
+/* The leader's side of a replicated partition: it serves each follower's fetch link
+ * ($repl/<T>/<P>, a receiver on the follower), ships the stable records as raw runs,
+ * learns each follower's log end from its settlements, moves the high watermark and
+ * keeps the in-sync set in etcd.
+ *
+ * Why settlement is the log-end report: a follower settles a run only once the run is in
+ * its log and stable under its own flush policy, and it appends and flushes in offset
+ * order, so the settlement of the run ending at E says "I hold everything below E, as
+ * durably as my topic promises". No extra message is needed and the report can never get
+ * ahead of the data. */
+#include "config.h"
+#include "repl/repl_int.h"
+
+#include <inttypes.h>
+#include <proton/delivery.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char ISR_SMALL[] = "the in-sync set is too small: fewer in-sync replicas than "
+                                "min_insync_replicas (acks = all)";
+
+int mqd_repl_lead_start(rpart_t *rp)
+{
+    lead_t *ld = calloc(1, sizeof *ld);
+    if (!ld)
+        return MQD_ENOMEM;
+    int64_t now = mqd_now_ms();
+    for (uint32_t i = 0; i < rp->ps.n_replicas; i++) {
+        if (rp->ps.replicas[i] == rp->r->conf->node_id)
+            continue;
+        rflw_t *f = &ld->f[ld->n++];
+        *f = (rflw_t){.rp = rp, .id = rp->ps.replicas[i], .caught_ms = now, .probe_ms = now};
+    }
+    mqd_plog_set_epoch(rp->local->log, rp->ps.epoch);
+    /* what it knew as a follower (never goes back); after a restart nothing is known:
+     * records only this node has must not become visible before the followers report */
+    ld->hw = mqd_part_hw_set(rp->local) ? mqd_part_hw(rp->local) : 0;
+    if (ld->hw > mqd_plog_stable_offset(rp->local->log))
+        ld->hw = mqd_plog_stable_offset(rp->local->log);
+    rp->lead = ld;
+    mqd_repl_lead_isr_changed(rp);
+    return 0;
+}
+
+static void drop_link(rflw_t *f)
+{
+    if (!f->ls)
+        return;
+    mqd_lstate_t *ls = f->ls;
+    ls->repl = NULL;
+    f->ls = NULL;
+    if (!(pn_link_state(ls->link) & PN_LOCAL_CLOSED)) {
+        pn_condition_set_name(pn_link_condition(ls->link), "amqp:link:detach-forced");
+        pn_link_close(ls->link);
+        mqd_conn_mark_dirty(ls->conn);
+    }
+}
+
+/* Receivers of the topic read up to a watermark this node no longer moves, and its log
+ * may be cut back by epoch: they are detached to attach again (and be redirected). */
+static void detach_consumers(rpart_t *rp)
+{
+    mqd_topic_t *t = rp->local->topic;
+    size_t n = 0;
+    for (mqd_dlist_t *it = t->consumers.next, *next; it != &t->consumers; it = next) {
+        next = it->next; /* the detach unlinks it */
+        mqd_consumer_detach(MQD_CONTAINER(it, mqd_lstate_t, tnode), "amqp:link:detach-forced",
+                            "the partition's leader moved: attach again to be redirected");
+        n++;
+    }
+    if (n)
+        MQD_NOTICE("repl", "%s/%u: stepped down: %zu receivers detached", rp->topic, rp->part, n);
+}
+
+void mqd_repl_lead_stop(rpart_t *rp)
+{
+    lead_t *ld = rp->lead;
+    for (uint32_t i = 0; ld && i < ld->n; i++)
+        drop_link(&ld->f[i]);
+    /* a leader that stepped down settles nothing more, acks = leader included: the new
+     * leader may not have these, and this log is cut back to its epoch's end */
+    size_t n = mqd_part_reject_waiting(rp->local, MQD_ACKS_LEADER, "amqp:resource-limit-exceeded",
+                                       "the partition's leader changed before the send was "
+                                       "replicated: send it again to the new leader");
+    if (n)
+        MQD_WARN("repl", "%s/%u: stepped down: %zu waiting sends rejected", rp->topic, rp->part, n);
+    if (!rp->r->closing)
+        detach_consumers(rp);
+    free(ld);
+    rp->lead = NULL;
+}
+
+/* One run (or, with nothing to ship, the watermark alone) on f's link. */
+static int ship(rflw_t *f, uint64_t stable)
+{
+    rpart_t *rp = f->rp;
+    mqd_repl_t *r = rp->r;
+    mqd_repl_run_t run = {.base = f->next_send, .hw = rp->lead->hw};
+    size_t len = 0;
+    uint64_t next = f->next_send;
+    if (f->next_send < stable) {
+        int rc = mqd_plog_read_raw(rp->local->log, f->next_send, r->buf, r->cap, &len, &next);
+        if (rc == MQD_ETOOBIG && mqd_repl_grow(r, len) == 0)
+            rc = mqd_plog_read_raw(rp->local->log, f->next_send, r->buf, r->cap, &len, &next);
+        if (rc != 0)
+            return rc;
+    }
+    run.count = (uint32_t)(next - f->next_send);
+    run.data = r->buf;
+    run.len = len;
+    uint8_t head[MQD_REPL_HEAD_MAX];
+    size_t hl = mqd_repl_run_head(&run, head);
+    pn_link_t *l = f->ls->link;
+    uint64_t tag = f->tag++;
+    pn_delivery_t *d = pn_delivery(l, pn_dtag((const char *)&tag, sizeof tag));
+    pn_delivery_set_context(d, (void *)(uintptr_t)next);
+    pn_link_send(l, (const char *)head, hl);
+    if (len)
+        pn_link_send(l, (const char *)r->buf, len);
+    pn_link_advance(l);
+    f->next_send = next;
+    f->hw_sent = run.hw;
+    return 0;
+}
+
+static void pump(rflw_t *f)
+{
+    if (!f->ls || (pn_link_state(f->ls->link) & PN_LOCAL_CLOSED))
+        return;
+    uint64_t stable = mqd_plog_stable_offset(f->rp->local->log);
+    bool sent = false;
+    while (pn_link_credit(f->ls->link) > 0 &&
+           (f->next_send < stable || f->hw_sent != f->rp->lead->hw)) {
+        int rc = ship(f, stable);
+        if (rc != 0) {
+            MQD_WARN("repl", "%s/%u: raw read at %" PRIu64 " for node %" PRIu32 ": %s",
+                     f->rp->topic, f->rp->part, f->next_send, f->id, mqd_strerror(rc));
+            break;
+        }
+        sent = true;
+    }
+    if (sent)
+        mqd_conn_mark_dirty(f->ls->conn);
+}
+
+/* The high watermark over the in-sync set, the quorum end over all replicas. While the
+ * in-sync set is below min_insync_replicas the watermark stays where it is (Kafka's
+ * KIP-966): what only the leader holds is not committed. */
+static void watermark(rpart_t *rp)
+{
+    lead_t *ld = rp->lead;
+    if (!mqd_repl_may_ack(rp))
+        return; /* fenced: settles nothing, whatever followers report */
+    uint64_t stable = mqd_plog_stable_offset(rp->local->log);
+    uint64_t isr_leo[MQD_REPL_MAX_RF], all_leo[MQD_REPL_MAX_RF];
+    size_t n_isr = 0;
+    for (uint32_t i = 0; i < ld->n; i++) {
+        all_leo[i] = ld->f[i].leo;
+        if (mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, ld->f[i].id))
+            isr_leo[n_isr++] = ld->f[i].leo;
+    }
+    uint64_t hw = mqd_repl_hw(stable, isr_leo, n_isr);
+    if (rp->ps.n_isr < mqd_repl_min_isr(rp->r, rp) && hw > ld->hw)
+        hw = ld->hw;
+    if (hw < ld->hw)
+        hw = ld->hw; /* the watermark never goes back under one leader */
+    uint64_t q = mqd_repl_quorum_end(stable, all_leo, ld->n, rp->ps.n_replicas);
+    ld->hw = hw;
+    mqd_part_set_repl_ends(rp->local, hw, q);
+}
+
+/* The in-sync set the leader wants: a follower stays while it caught up within
+ * replica_lag_ms (caught up = it reached the log end the leader had at the previous
+ * tick: under steady load a follower is always a little behind the very end) and
+ * rejoins once it is connected, reached the watermark and caught up within the lag. */
+static void isr_check(rpart_t *rp, int64_t now)
+{
+    lead_t *ld = rp->lead;
+    uint64_t end = mqd_plog_end_offset(rp->local->log);
+    int64_t lag = (int64_t)rp->r->conf->replica_lag_ms;
+    mqd_repl_pstate_t ps = rp->ps;
+    bool change = false;
+    ps.n_isr = 0;
+    ps.isr[ps.n_isr++] = rp->r->conf->node_id;
+    for (uint32_t i = 0; i < ld->n; i++) {
+        rflw_t *f = &ld->f[i];
+        if (f->ls && f->leo >= f->probe_end)
+            f->caught_ms = f->probe_ms;
+        f->probe_end = end;
+        f->probe_ms = now;
+        bool in = mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, f->id);
+        bool fresh = now - f->caught_ms <= lag;
+        bool want = in ? fresh : f->ls && fresh && f->leo >= ld->hw;
+        if (want)
+            ps.isr[ps.n_isr++] = f->id;
+        if (want != in) {
+            change = true;
+            MQD_NOTICE("repl",
+                       "%s/%u: node %" PRIu32 " %s the in-sync set (its end %" PRIu64
+                       ", leader's %" PRIu64 ")",
+                       rp->topic, rp->part, f->id, want ? "rejoins" : "leaves", f->leo, end);
+        }
+    }
+    if (change && !rp->cas_out)
+        mqd_repl_part_cas(rp, &ps);
+}
+
+void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms)
+{
+    if (!rp->lead)
+        return;
+    if (now_ms)
+        isr_check(rp, now_ms);
+    watermark(rp);
+    for (uint32_t i = 0; i < rp->lead->n; i++)
+        pump(&rp->lead->f[i]);
+}
+
+void mqd_repl_lead_isr_changed(rpart_t *rp)
+{
+    lead_t *ld = rp->lead;
+    if (!ld)
+        return;
+    bool below = rp->ps.n_isr < mqd_repl_min_isr(rp->r, rp);
+    if (below) {
+        size_t n = mqd_part_reject_waiting(rp->local, MQD_ACKS_ALL, "amqp:resource-limit-exceeded",
+                                           ISR_SMALL);
+        if (!ld->below_min || n)
+            MQD_WARN("repl",
+                     "%s/%u: %" PRIu32 " in sync, below min_insync_replicas: acks = "
+                     "all sends are refused (%zu waiting rejected)",
+                     rp->topic, rp->part, rp->ps.n_isr, n);
+    }
+    ld->below_min = below;
+    mqd_repl_lead_work(rp, 0);
+}
+
+/* ---- the fetch link ---- */
+
+typedef struct fetch_req {
+    uint32_t node;
+    uint64_t offset;
+    uint32_t last_epoch;
+    unsigned seen;
+} fetch_req_t;
+
+/* The attach's properties: mqd:node-id (uint), mqd:fetch-offset (ulong), mqd:last-epoch
+ * (uint, the epoch of the follower's last record; kept for the truncation a failover
+ * needs). */
+static int read_props(pn_link_t *l, fetch_req_t *q)
+{
+    pn_data_t *d = pn_link_remote_properties(l);
+    *q = (fetch_req_t){0};
+    if (!d)
+        return MQD_EINVAL;
+    pn_data_rewind(d);
+    if (!pn_data_next(d) || pn_data_type(d) != PN_MAP)
+        return MQD_EINVAL;
+    pn_data_enter(d);
+    while (pn_data_next(d)) {
+        pn_bytes_t k = pn_data_type(d) == PN_SYMBOL ? pn_data_get_symbol(d) : pn_bytes(0, "");
+        if (!pn_data_next(d))
+            break;
+        pn_type_t t = pn_data_type(d);
+        uint64_t v = t == PN_ULONG ? pn_data_get_ulong(d) : t == PN_UINT ? pn_data_get_uint(d) : 0;
+        if (t != PN_ULONG && t != PN_UINT)
+            continue;
+        if (k.size == 11 && memcmp(k.start, "mqd:node-id", 11) == 0 && v <= UINT32_MAX)
+            q->node = (uint32_t)v, q->seen |= 1;
+        else if (k.size == 16 && memcmp(k.start, "mqd:fetch-offset", 16) == 0)
+            q->offset = v, q->seen |= 2;
+        else if (k.size == 14 && memcmp(k.start, "mqd:last-epoch", 14) == 0 && v <= UINT32_MAX)
+            q->last_epoch = (uint32_t)v, q->seen |= 4;
+    }
+    pn_data_exit(d);
+    return (q->seen & 3) == 3 ? 0 : MQD_EINVAL;
+}
+
+static void refuse(pn_link_t *l, const char *cond, const char *desc, const char *addr)
+{
+    pn_condition_t *c = pn_link_condition(l);
+    pn_condition_set_name(c, cond);
+    pn_condition_set_description(c, desc);
+    pn_link_open(l);
+    pn_link_close(l);
+    MQD_INFO("repl", "refused fetch link %s: %s", addr, desc);
+}
+
+/* KIP-279: the follower's log goes past where the leader's epochs <= its last epoch end,
+ * or the leader never had that epoch: the follower must cut back. The answer is the
+ * largest epoch <= the follower's and where it ends on the leader; the follower truncates
+ * to the lower of that and where the same epoch ends in its own log, and asks again. */
+static void diverged(pn_link_t *l, const char *addr, uint64_t end, uint32_t epoch)
+{
+    pn_condition_t *c = pn_link_condition(l);
+    pn_condition_set_name(c, "mqd:repl:diverged");
+    pn_condition_set_description(c, "the follower's log diverges from the leader's: truncate "
+                                    "to mqd:epoch-end and fetch again");
+    pn_data_t *info = pn_condition_info(c);
+    pn_data_clear(info);
+    pn_data_put_map(info);
+    pn_data_enter(info);
+    pn_data_put_symbol(info, pn_bytes(13, "mqd:epoch-end"));
+    pn_data_put_ulong(info, end);
+    pn_data_put_symbol(info, pn_bytes(9, "mqd:epoch"));
+    pn_data_put_uint(info, epoch);
+    pn_data_exit(info);
+    pn_link_open(l);
+    pn_link_close(l);
+    MQD_NOTICE("repl", "fetch link %s: follower diverges: epoch %" PRIu32 " ends at %" PRIu64, addr,
+               epoch, end);
+}
+
+/* "$repl/<T>/<P>" -> its partition, if this node leads it. */
+static rpart_t *fetch_part(mqd_repl_t *r, const char *addr)
+{
+    const char *name = addr + 6, *slash = strrchr(name, '/');
+    char topic[MQD_NAME_MAX + 1], *end;
+    if (!slash || slash == name || (size_t)(slash - name) > MQD_NAME_MAX)
+        return NULL;
+    unsigned long p = strtoul(slash + 1, &end, 10);
+    if (*end || end == slash + 1 || p > 65535)
+        return NULL;
+    memcpy(topic, name, (size_t)(slash - name));
+    topic[slash - name] = '\0';
+    return mqd_repl_part_find(r, topic, (uint32_t)p);
+}
+
+static rflw_t *follower_of(rpart_t *rp, uint32_t id)
+{
+    for (uint32_t i = 0; rp->lead && i < rp->lead->n; i++)
+        if (rp->lead->f[i].id == id)
+            return &rp->lead->f[i];
+    return NULL;
+}
+
+/* Only a replica of the partition may fetch it: the connection's user must be
+ * replication_user when that is set, and the attach must name a node of the replica set. */
+void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char *addr)
+{
+    fetch_req_t q;
+    rpart_t *rp = fetch_part(r, addr);
+    pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
+    pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
+    const char *ru = r->conf->replication_user;
+    if (ru && ru[0] && strcmp(c->user, ru) != 0)
+        return refuse(l, "amqp:unauthorized-access", "fetch links are for replication_user only",
+                      addr);
+    if (read_props(l, &q) != 0)
+        return refuse(l, "amqp:invalid-field",
+                      "a fetch link needs the properties "
+                      "mqd:node-id and mqd:fetch-offset",
+                      addr);
+    if (!rp || rp->role != ROLE_LEADER)
+        return refuse(l, "amqp:not-found", "this node does not lead that partition", addr);
+    rflw_t *f = follower_of(rp, q.node);
+    if (!f)
+        return refuse(l, "amqp:unauthorized-access", "that node is not a replica", addr);
+    uint64_t start = mqd_plog_start_offset(rp->local->log), epoch_end;
+    uint32_t largest;
+    if (q.offset < start)
+        return refuse(l, "amqp:precondition-failed",
+                      "fetch offset below the leader's log start "
+                      "(a follower that fell behind retention: not handled yet)",
+                      addr);
+    if (mqd_repl_epoch_end(r, rp->local->log, q.last_epoch, &epoch_end, &largest) != 0)
+        return refuse(l, "amqp:internal-error", "epoch lookup failed", addr);
+    if (q.offset > epoch_end || largest != q.last_epoch)
+        return diverged(l, addr, epoch_end, largest);
+    mqd_lstate_t *ls = calloc(1, sizeof *ls);
+    if (!ls)
+        return refuse(l, "amqp:resource-limit-exceeded", "out of memory", addr);
+    drop_link(f); /* an older link of the same follower (a reconnect) */
+    ls->kind = MQD_LS_REPL;
+    ls->conn = c;
+    ls->link = l;
+    ls->repl = f;
+    mqd_dlist_init(&ls->tnode);
+    snprintf(ls->name, sizeof ls->name, "%s/%s", c->peer, pn_link_name(l));
+    pn_link_set_context(l, ls);
+    f->ls = ls;
+    f->leo = q.offset; /* what it holds now: after a restart it may hold less */
+    f->next_send = q.offset;
+    f->hw_sent = UINT64_MAX; /* tell it the watermark at once */
+    pn_link_set_snd_settle_mode(l, PN_SND_UNSETTLED);
+    pn_link_open(l);
+    MQD_NOTICE("repl",
+               "%s/%u: node %" PRIu32 " fetches from %" PRIu64 " (its last epoch %" PRIu32 ")",
+               rp->topic, rp->part, f->id, q.offset, q.last_epoch);
+    mqd_repl_lead_work(rp, 0);
+}
+
+void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e)
+{
+    rflw_t *f = ls->repl;
+    if (!f)
+        return;
+    if (pn_event_type(e) == PN_DELIVERY) {
+        pn_delivery_t *d = pn_event_delivery(e);
+        if (!pn_delivery_settled(d) && !pn_delivery_updated(d))
+            return;
+        uint64_t end = (uint64_t)(uintptr_t)pn_delivery_get_context(d);
+        if (pn_delivery_remote_state(d) == PN_ACCEPTED && end > f->leo)
+            f->leo = end;
+        else if (pn_delivery_remote_state(d) != PN_ACCEPTED)
+            MQD_WARN("repl", "%s/%u: node %" PRIu32 " did not take the run ending at %" PRIu64,
+                     f->rp->topic, f->rp->part, f->id, end);
+        pn_delivery_settle(d);
+    }
+    mqd_repl_lead_work(f->rp, 0);
+}
+
+void mqd_repl_lead_gone(mqd_repl_t *r, mqd_lstate_t *ls)
+{
+    rflw_t *f = ls->repl;
+    if (f && f->ls == ls)
+        f->ls = NULL; /* it stays in sync until replica_lag_ms says otherwise */
+    ls->repl = NULL;
+}

@@ -1,0 +1,621 @@
+/* repl: the partition table kept from etcd's partitions/ and topics/ keys, the roles it
+ * gives this node, and the hooks the broker calls (server.h mqd_repl_hooks_t). */
+#include "config.h"
+#include "repl/repl_int.h"
+
+#include <event2/event.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+rpart_t *mqd_repl_part_find(mqd_repl_t *r, const char *topic, uint32_t part)
+{
+    for (rpart_t *rp = r->parts; rp; rp = rp->next)
+        if (rp->part == part && strcmp(rp->topic, topic) == 0)
+            return rp;
+    return NULL;
+}
+
+static rtopic_t *topic_find(mqd_repl_t *r, const char *name)
+{
+    for (rtopic_t *t = r->topics; t; t = t->next)
+        if (strcmp(t->name, name) == 0)
+            return t;
+    return NULL;
+}
+
+const mqd_cluster_node_t *mqd_repl_node(mqd_repl_t *r, uint32_t id)
+{
+    const mqd_cluster_view_t *v = r->m ? mqd_cluster_view(r->m) : NULL;
+    for (size_t i = 0; v && i < v->n_nodes; i++)
+        if (v->nodes[i].id == id)
+            return &v->nodes[i];
+    return NULL;
+}
+
+void mqd_repl_kick(mqd_repl_t *r)
+{
+    if (r->ev_kick)
+        event_active(r->ev_kick, EV_TIMEOUT, 0);
+}
+
+int mqd_repl_grow(mqd_repl_t *r, size_t need)
+{
+    if (need <= r->cap)
+        return 0;
+    uint8_t *nb = realloc(r->buf, need);
+    if (!nb)
+        return MQD_ENOMEM;
+    r->buf = nb;
+    r->cap = need;
+    return 0;
+}
+
+uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp)
+{
+    const mqd_topic_conf_t *tc = rp->local ? &rp->local->topic->conf : NULL;
+    uint32_t rf = rp->ps.n_replicas, min = tc ? tc->min_insync_replicas : 0;
+    if (min == 0)
+        min = rf < 2 ? rf : 2;
+    return min;
+}
+
+/* ---- the broker's hooks ---- */
+
+static void topic_registered(void *arg, const mqd_etcd_reply_t *rep)
+{
+    char *key = arg;
+    if (rep->rc != 0)
+        MQD_WARN("repl", "%s: not registered in etcd (%s)", key,
+                 rep->error ? rep->error : mqd_strerror(rep->rc));
+    else if (rep->succeeded)
+        MQD_NOTICE("repl", "%s registered", key);
+    free(key);
+}
+
+/* A replicated topic made here goes to etcd (create if absent: a replica creating its
+ * copy, or a restart, changes nothing); the controller places it from there. */
+static void on_topic_created(void *arg, mqd_topic_t *t)
+{
+    mqd_repl_t *r = arg;
+    if (!r->etcd || t->conf.replication_factor <= 1 || t->temporary || t->name[0] == '$')
+        return;
+    mqd_repl_tdesc_t td = {t->nparts, t->conf.replication_factor, NULL};
+    if (t->overrides)
+        td.config = json_dumps(t->overrides, JSON_COMPACT | JSON_SORT_KEYS);
+    char *val = mqd_repl_tdesc_json(&td),
+         *key = malloc(strlen(r->topics_prefix) + strlen(t->name) + 1);
+    free(td.config);
+    if (!val || !key) {
+        free(val);
+        free(key);
+        return;
+    }
+    sprintf(key, "%s%s", r->topics_prefix, t->name);
+    mqd_etcd_cmp_t cmp = {key, strlen(key), MQD_ETCD_CMP_CREATE, 0};
+    mqd_etcd_op_t put = {MQD_ETCD_OP_PUT, key, val, strlen(key), strlen(val), 0, false};
+    mqd_etcd_txn_t txn = {&cmp, 1, &put, NULL, 1, 0};
+    if (mqd_etcd_txn(r->etcd, &txn, topic_registered, key) != 0)
+        free(key);
+    free(val);
+}
+
+static bool split_hostport(const char *a, mqd_redirect_t *to)
+{
+    const char *colon = strrchr(a, ':');
+    if (!colon || colon == a)
+        return false;
+    size_t hl = (size_t)(colon - a);
+    if (a[0] == '[' && hl >= 2 && a[hl - 1] == ']')
+        a++, hl -= 2;
+    long port = strtol(colon + 1, NULL, 10);
+    if (hl >= sizeof to->host || port <= 0 || port > 65535)
+        return false;
+    memcpy(to->host, a, hl);
+    to->host[hl] = '\0';
+    to->port = (uint16_t)port;
+    return true;
+}
+
+static bool redirect_part(mqd_repl_t *r, rpart_t *rp, const char *topic, int64_t part,
+                          mqd_redirect_t *to)
+{
+    if (!rp || rp->ps.leader == r->conf->node_id)
+        return false;
+    const mqd_cluster_node_t *n = mqd_repl_node(r, rp->ps.leader);
+    if (!n || !split_hostport(n->address, to))
+        return false; /* leader unknown here: sends are refused (send_check) */
+    if (part >= 0)
+        snprintf(to->address, sizeof to->address, "%s/Partitions/%" PRId64, topic, part);
+    else
+        snprintf(to->address, sizeof to->address, "%s", topic);
+    return true;
+}
+
+/* A link to a partition this node does not lead goes to its leader; one to the whole
+ * topic goes to the leader of the first partition not led here (a link spanning
+ * partitions of several leaders needs client routing, a later issue). */
+static bool on_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to)
+{
+    mqd_repl_t *r = arg;
+    if (part >= 0)
+        return redirect_part(r, mqd_repl_part_find(r, t->name, (uint32_t)part), t->name, part, to);
+    for (uint32_t i = 0; i < t->nparts; i++)
+        if (redirect_part(r, mqd_repl_part_find(r, t->name, i), t->name, -1, to))
+            return true;
+    return false;
+}
+
+static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int acks,
+                                 const char **cond)
+{
+    mqd_repl_t *r = arg;
+    rpart_t *rp = mqd_repl_part_find(r, t->name, part);
+    if (!rp && t->conf.replication_factor <= 1)
+        return NULL; /* unreplicated: a local topic */
+    *cond = "amqp:precondition-failed";
+    if (!rp || rp->role != ROLE_LEADER || !rp->local)
+        return "this node is not the partition's leader (no replication state yet, or it "
+               "moved): attach again to be redirected";
+    if (!mqd_repl_may_ack(rp))
+        return "this node lost its cluster lease: it may no longer lead the partition "
+               "(attach again once it is settled)";
+    *cond = "amqp:resource-limit-exceeded";
+    if (acks == MQD_ACKS_ALL && rp->ps.n_isr < mqd_repl_min_isr(r, rp))
+        return "the in-sync set is too small: fewer in-sync replicas than "
+               "min_insync_replicas (acks = all)";
+    return NULL;
+}
+
+static void on_attach(void *arg, mqd_conn_t *c, pn_link_t *l, const char *addr)
+{
+    mqd_repl_lead_attach(arg, c, l, addr);
+}
+
+static void on_link_event(void *arg, mqd_lstate_t *ls, pn_event_t *e)
+{
+    mqd_repl_lead_event(arg, ls, e);
+}
+
+static void on_link_gone(void *arg, mqd_lstate_t *ls)
+{
+    mqd_repl_lead_gone(arg, ls);
+}
+
+static void on_status(void *arg, pn_data_t *out)
+{
+    mqd_repl_status(arg, out);
+}
+
+static void on_metrics(void *arg, struct evbuffer *b)
+{
+    mqd_repl_metrics(arg, b);
+}
+
+/* ---- roles ---- */
+
+static void on_commit(mqd_part_t *p, uint64_t visible_end, void *arg)
+{
+    rpart_t *rp = arg;
+    mqd_repl_kick(rp->r); /* not from inside the commit point's walk */
+}
+
+/* This node's copy of rp, created from the topic's registration when it has none. */
+static mqd_part_t *local_replica(mqd_repl_t *r, rpart_t *rp)
+{
+    mqd_topic_t *t = mqd_topic_find(r->s, rp->topic);
+    if (!t) {
+        rtopic_t *rt = topic_find(r, rp->topic);
+        if (!rt)
+            return NULL; /* its topics/ key has not arrived yet: the next tick */
+        int rc = mqd_topic_create(r->s, rp->topic, rt->td.partitions, rt->td.config, &t);
+        if (rc != 0) {
+            MQD_WARN("repl", "cannot create the replica of %s: %s", rp->topic, mqd_strerror(rc));
+            return NULL;
+        }
+        MQD_NOTICE("repl", "created replica topic %s (%u partitions)", rp->topic, t->nparts);
+    }
+    return rp->part < t->nparts ? &t->parts[rp->part] : NULL;
+}
+
+static void set_role(rpart_t *rp, role_t role)
+{
+    if (rp->role == ROLE_LEADER)
+        mqd_repl_lead_stop(rp);
+    else if (rp->role == ROLE_FOLLOWER)
+        mqd_repl_fol_stop(rp);
+    rp->role = ROLE_NONE;
+    int rc = 0;
+    if (role == ROLE_LEADER)
+        rc = mqd_repl_lead_start(rp);
+    else if (role == ROLE_FOLLOWER)
+        rc = mqd_repl_fol_start(rp);
+    if (rc == 0)
+        rp->role = role;
+    MQD_NOTICE("repl", "%s/%u: %s (leader %" PRIu32 ", epoch %" PRIu32 ")%s", rp->topic, rp->part,
+               rp->role == ROLE_LEADER     ? "leader"
+               : rp->role == ROLE_FOLLOWER ? "follower"
+                                           : "no role",
+               rp->ps.leader, rp->ps.epoch, rc ? " (start failed)" : "");
+}
+
+/* Brings this node's role for rp in line with its state in etcd. */
+static void apply(mqd_repl_t *r, rpart_t *rp)
+{
+    uint32_t self = r->conf->node_id;
+    bool member = mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas, self);
+    if (member && !rp->local && (rp->local = local_replica(r, rp)) != NULL && !rp->subscribed)
+        rp->subscribed = mqd_part_commit_subscribe(rp->local, on_commit, rp) == 0;
+    role_t want = !member || !rp->local   ? ROLE_NONE
+                  : rp->ps.leader == self ? ROLE_LEADER
+                                          : ROLE_FOLLOWER;
+    if (want != rp->role || (want == ROLE_FOLLOWER && rp->fol && rp->fol->leader != rp->ps.leader))
+        set_role(rp, want);
+    else if (want == ROLE_LEADER)
+        mqd_repl_lead_isr_changed(rp);
+}
+
+/* ---- etcd: partitions/<T>/<P> and topics/<T> ---- */
+
+static rpart_t *part_get(mqd_repl_t *r, const char *topic, uint32_t part, const char *key)
+{
+    rpart_t *rp = mqd_repl_part_find(r, topic, part);
+    if (rp)
+        return rp;
+    if (!(rp = calloc(1, sizeof *rp)) || !(rp->topic = strdup(topic)) || !(rp->key = strdup(key))) {
+        if (rp)
+            free(rp->topic);
+        free(rp);
+        return NULL;
+    }
+    rp->r = r;
+    rp->part = part;
+    rp->next = r->parts;
+    r->parts = rp;
+    return rp;
+}
+
+static void part_kv(mqd_repl_t *r, const mqd_etcd_kv_t *kv)
+{
+    size_t pl = strlen(r->parts_prefix);
+    const char *name = kv->key + pl, *slash = strrchr(name, '/');
+    char topic[MQD_NAME_MAX + 1], *end;
+    mqd_repl_pstate_t ps;
+    if (kv->key_len <= pl || !slash || slash == name || (size_t)(slash - name) > MQD_NAME_MAX)
+        return;
+    unsigned long p = strtoul(slash + 1, &end, 10);
+    if (*end || end == slash + 1 || p > 65535 ||
+        mqd_repl_pstate_parse(kv->value, kv->value_len, &ps) != 0) {
+        MQD_WARN("repl", "%s: not a partition state: ignored", kv->key);
+        return;
+    }
+    memcpy(topic, name, (size_t)(slash - name));
+    topic[slash - name] = '\0';
+    rpart_t *rp = part_get(r, topic, (uint32_t)p, kv->key);
+    if (!rp || kv->mod_revision < rp->mod_rev)
+        return; /* older than what a CAS answer told us */
+    rp->ps = ps;
+    rp->mod_rev = kv->mod_revision;
+    apply(r, rp);
+}
+
+static void on_parts(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t n, int64_t rev)
+{
+    mqd_repl_t *r = arg;
+    for (size_t i = 0; i < n; i++) {
+        if (ev == MQD_ETCD_EV_DELETE)
+            MQD_WARN("repl",
+                     "%s deleted: topic deletion in a cluster is not built; the "
+                     "replica keeps its last state",
+                     kvs[i].key);
+        else
+            part_kv(r, &kvs[i]);
+    }
+}
+
+static void topic_kv(mqd_repl_t *r, const mqd_etcd_kv_t *kv)
+{
+    const char *name = kv->key + strlen(r->topics_prefix);
+    mqd_repl_tdesc_t td;
+    if (kv->key_len <= strlen(r->topics_prefix) || strlen(name) > MQD_NAME_MAX ||
+        mqd_repl_tdesc_parse(kv->value, kv->value_len, &td) != 0) {
+        MQD_WARN("repl", "%s: not a topic registration: ignored", kv->key);
+        return;
+    }
+    rtopic_t *t = topic_find(r, name);
+    if (!t && (!(t = calloc(1, sizeof *t)) || !(t->name = strdup(name)))) {
+        free(t);
+        mqd_repl_tdesc_clear(&td);
+        return;
+    }
+    if (t->name && !topic_find(r, name)) {
+        t->next = r->topics;
+        r->topics = t;
+    }
+    mqd_repl_tdesc_clear(&t->td);
+    t->td = td;
+    if (r->controller)
+        mqd_repl_ctl_topic(r, t);
+}
+
+static void on_topics(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t n, int64_t rev)
+{
+    mqd_repl_t *r = arg;
+    for (size_t i = 0; ev != MQD_ETCD_EV_DELETE && i < n; i++)
+        topic_kv(r, &kvs[i]);
+}
+
+typedef struct cas_op {
+    mqd_repl_t *r;
+    char *topic;
+    uint32_t part;
+    mqd_repl_pstate_t ps;
+} cas_op_t;
+
+static void on_cas(void *arg, const mqd_etcd_reply_t *rep)
+{
+    cas_op_t *o = arg;
+    mqd_repl_t *r = o->r;
+    rpart_t *rp = r->closing ? NULL : mqd_repl_part_find(r, o->topic, o->part);
+    if (rp) {
+        rp->cas_out = false;
+        if (rep->rc == 0 && rep->succeeded && rep->revision > rp->mod_rev) {
+            rp->ps = o->ps;
+            rp->mod_rev = rep->revision;
+            apply(r, rp);
+        } else if (rep->rc == 0 && !rep->succeeded && rep->n_kvs) {
+            part_kv(r, &rep->kvs[0]); /* someone else's newer state */
+        }
+    }
+    free(o->topic);
+    free(o);
+}
+
+int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps)
+{
+    mqd_repl_t *r = rp->r;
+    if (rp->cas_out)
+        return MQD_EAGAIN;
+    cas_op_t *o = calloc(1, sizeof *o);
+    char *val = mqd_repl_pstate_json(ps);
+    if (!o || !val || !(o->topic = strdup(rp->topic))) {
+        free(o);
+        free(val);
+        return MQD_ENOMEM;
+    }
+    o->r = r;
+    o->part = rp->part;
+    o->ps = *ps;
+    mqd_etcd_cmp_t cmp = {rp->key, strlen(rp->key), MQD_ETCD_CMP_MOD, rp->mod_rev};
+    mqd_etcd_op_t put = {MQD_ETCD_OP_PUT, rp->key, val, strlen(rp->key), strlen(val), 0, false};
+    mqd_etcd_op_t get = {MQD_ETCD_OP_RANGE, rp->key, NULL, strlen(rp->key), 0, 0, false};
+    mqd_etcd_txn_t txn = {&cmp, 1, &put, &get, 1, 1};
+    int rc = mqd_etcd_txn(r->etcd, &txn, on_cas, o);
+    free(val);
+    if (rc != 0) {
+        free(o->topic);
+        free(o);
+        return rc;
+    }
+    rp->cas_out = true;
+    return 0;
+}
+
+/* ---- the loop: a kick after commit-point moves, a tick for timers ---- */
+
+static void work(mqd_repl_t *r, int64_t now_ms)
+{
+    for (rpart_t *rp = r->parts; rp; rp = rp->next) {
+        if (rp->role == ROLE_NONE &&
+            mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas, r->conf->node_id))
+            apply(r, rp); /* its replica could not be made before */
+        if (rp->fenced && rp->fenced_retry && now_ms)
+            mqd_repl_refresh(rp);
+        if (rp->role == ROLE_LEADER)
+            mqd_repl_lead_work(rp, now_ms);
+        else if (rp->role == ROLE_FOLLOWER)
+            mqd_repl_fol_work(rp, now_ms);
+    }
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    work(arg, 0);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    mqd_repl_t *r = arg;
+    work(r, mqd_now_ms());
+    mqd_repl_ctl_failover(r); /* again after a lost race or an offline partition */
+}
+
+static void ctl_gained(void *arg, int64_t create_rev)
+{
+    mqd_repl_t *r = arg;
+    r->controller = true;
+    mqd_repl_ctl_scan(r);
+    mqd_repl_ctl_failover(r); /* leaders that went with the previous controller */
+}
+
+static void node_left(void *arg, uint32_t id)
+{
+    mqd_repl_ctl_failover(arg);
+}
+
+bool mqd_repl_may_ack(const rpart_t *rp)
+{
+    return !rp->fenced && (!rp->r->m || mqd_cluster_lease_live(rp->r->m));
+}
+
+typedef struct refresh_op {
+    mqd_repl_t *r;
+    char *topic;
+    uint32_t part;
+} refresh_op_t;
+
+static void on_refresh(void *arg, const mqd_etcd_reply_t *rep)
+{
+    refresh_op_t *o = arg;
+    rpart_t *rp = o->r->closing ? NULL : mqd_repl_part_find(o->r, o->topic, o->part);
+    if (rp && rep->rc == 0 && rep->n_kvs == 1) {
+        part_kv(o->r, &rep->kvs[0]); /* a newer leader: steps down here */
+        rp->fenced = false;
+        MQD_NOTICE("repl",
+                   "%s/%u: state read again after the lease loss: leader %" PRIu32
+                   ", epoch %" PRIu32,
+                   rp->topic, rp->part, rp->ps.leader, rp->ps.epoch);
+    } else if (rp) {
+        rp->fenced_retry = true; /* the tick asks again */
+    }
+    free(o->topic);
+    free(o);
+}
+
+/* Reads rp's key again (a linearizable range): only what etcd says now lets a leader
+ * that lost its lease acknowledge again. */
+void mqd_repl_refresh(rpart_t *rp)
+{
+    refresh_op_t *o = calloc(1, sizeof *o);
+    rp->fenced_retry = false;
+    if (!o || !(o->topic = strdup(rp->topic))) {
+        free(o);
+        rp->fenced_retry = true;
+        return;
+    }
+    o->r = rp->r;
+    o->part = rp->part;
+    if (mqd_etcd_range(rp->r->etcd, rp->key, strlen(rp->key), false, on_refresh, o) != 0) {
+        free(o->topic);
+        free(o);
+        rp->fenced_retry = true;
+    }
+}
+
+/* Everything this node leads is fenced: the controller may have moved it meanwhile. */
+static void lease_lost(void *arg)
+{
+    mqd_repl_t *r = arg;
+    for (rpart_t *rp = r->parts; rp; rp = rp->next) {
+        if (rp->role != ROLE_LEADER)
+            continue;
+        rp->fenced = true;
+        MQD_WARN("repl",
+                 "%s/%u: lease lost: acknowledging nothing until the partition's "
+                 "state is read again",
+                 rp->topic, rp->part);
+        mqd_repl_refresh(rp);
+    }
+}
+
+static void ctl_lost(void *arg)
+{
+    ((mqd_repl_t *)arg)->controller = false;
+}
+
+static void node_joined(void *arg, const mqd_cluster_node_t *n)
+{
+    mqd_repl_t *r = arg;
+    if (r->controller)
+        mqd_repl_ctl_scan(r); /* a topic waiting for enough nodes */
+}
+
+void mqd_repl_cluster_cbs(mqd_repl_t *r, mqd_cluster_cbs_t *out)
+{
+    *out = (mqd_cluster_cbs_t){.controller_gained = ctl_gained,
+                               .controller_lost = ctl_lost,
+                               .node_joined = node_joined,
+                               .node_left = node_left,
+                               .lease_lost = lease_lost,
+                               .arg = r};
+}
+
+int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
+{
+    mqd_repl_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return MQD_ENOMEM;
+    r->s = s;
+    r->conf = conf;
+    const char *name = conf->cluster_name ? conf->cluster_name : "mqd";
+    snprintf(r->topics_prefix, sizeof r->topics_prefix, "/%s/topics/", name);
+    snprintf(r->parts_prefix, sizeof r->parts_prefix, "/%s/partitions/", name);
+    r->ev_tick = event_new(mqd_server_base(s), -1, EV_PERSIST, on_tick, r);
+    r->ev_kick = event_new(mqd_server_base(s), -1, 0, on_kick, r);
+    if (!r->ev_tick || !r->ev_kick || mqd_repl_grow(r, REPL_RUN_BYTES + 256) != 0) {
+        mqd_repl_free(r);
+        return MQD_ENOMEM;
+    }
+    mqd_repl_hooks_t h = {.topic_created = on_topic_created,
+                          .redirect = on_redirect,
+                          .send_check = on_send_check,
+                          .attach = on_attach,
+                          .link_event = on_link_event,
+                          .link_gone = on_link_gone,
+                          .status = on_status,
+                          .metrics = on_metrics,
+                          .arg = r};
+    mqd_server_set_repl(s, &h);
+    *out = r;
+    return 0;
+}
+
+int mqd_repl_start(mqd_repl_t *r, mqd_cluster_t *m)
+{
+    r->m = m;
+    r->etcd = mqd_cluster_etcd(m);
+    int rc = mqd_etcd_watch_new(r->etcd, r->topics_prefix, strlen(r->topics_prefix), true, 0,
+                                on_topics, r, &r->w_topics);
+    if (rc == 0)
+        rc = mqd_etcd_watch_new(r->etcd, r->parts_prefix, strlen(r->parts_prefix), true, 0,
+                                on_parts, r, &r->w_parts);
+    if (rc != 0)
+        return rc;
+    /* topics that exist here from before (a restart) are registered if etcd lost them */
+    for (size_t b = 0; b < r->s->topics_cap; b++)
+        for (mqd_topic_t *t = r->s->topics[b]; t; t = t->hnext)
+            on_topic_created(r, t);
+    struct timeval tv = {0, REPL_TICK_MS * 1000};
+    event_add(r->ev_tick, &tv);
+    return 0;
+}
+
+void mqd_repl_free(mqd_repl_t *r)
+{
+    if (!r)
+        return;
+    r->closing = true;
+    if (r->m)
+        mqd_cluster_set_cbs(r->m, NULL); /* its stop calls controller_lost */
+    mqd_repl_hooks_t none = {0};
+    if (r->s)
+        mqd_server_set_repl(r->s, &none);
+    for (rpart_t *rp = r->parts, *next; rp; rp = next) {
+        next = rp->next;
+        if (rp->role == ROLE_LEADER)
+            mqd_repl_lead_stop(rp);
+        else if (rp->role == ROLE_FOLLOWER)
+            mqd_repl_fol_stop(rp);
+        if (rp->subscribed)
+            mqd_part_commit_unsubscribe(rp->local, on_commit, rp);
+        free(rp->topic);
+        free(rp->key);
+        free(rp);
+    }
+    for (rtopic_t *t = r->topics, *next; t; t = next) {
+        next = t->next;
+        mqd_repl_tdesc_clear(&t->td);
+        free(t->name);
+        free(t);
+    }
+    mqd_etcd_watch_free(r->w_topics);
+    mqd_etcd_watch_free(r->w_parts);
+    if (r->ev_tick)
+        event_free(r->ev_tick);
+    if (r->ev_kick)
+        event_free(r->ev_kick);
+    free(r->buf);
+    free(r);
+}

@@ -1,0 +1,104 @@
+/* repl: partition replication in a cluster (issue 19, ARCHITECTURE §4).
+ *
+ * On every node, on the server's loop, with cluster membership (src/cluster) running:
+ *  - a topic created here with replication_factor > 1 is registered in etcd as
+ *    /<cluster>/topics/<T> = {"partitions","replication_factor","config"};
+ *  - the controller places each partition's replicas (distinct racks where possible,
+ *    leaders spread) and creates /<cluster>/partitions/<T>/<P> =
+ *    {"leader","epoch","replicas","isr"} with a create-if-absent txn; later changes (the
+ *    in-sync set) are compare-and-swap on the key's mod_revision;
+ *  - every node watches partitions/, creates its local replica of each partition it is
+ *    in, and plays its role: the leader serves "$repl/<T>/<P>" fetch links and moves the
+ *    high watermark; a follower fetches over an outbound AMQP connection (mqd_outconn)
+ *    and appends the leader's records byte for byte.
+ * The broker knows none of this by name: it calls repl through mqd_repl_hooks_t
+ * (server.h). Pure logic (placement, watermark, the etcd values and the wire format) is
+ * public here for the unit tests and the fuzz target.
+ */
+#ifndef MQD_REPL_H
+#define MQD_REPL_H
+
+#include "mqd.h"
+#include "cluster/cluster.h"
+#include "server/server.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MQD_REPL_MAX_RF 16
+
+typedef struct mqd_repl mqd_repl_t;
+
+/* Creates the replication layer of s (conf outlives it) and registers its hooks on s. */
+int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out);
+/* The membership callbacks repl needs (controller gained/lost, nodes joined/left): pass
+ * them to mqd_cluster_new, then mqd_repl_start with that member. */
+void mqd_repl_cluster_cbs(mqd_repl_t *r, mqd_cluster_cbs_t *out);
+int mqd_repl_start(mqd_repl_t *r, mqd_cluster_t *m);
+/* Stops fetching and serving, frees its watches (before mqd_cluster_free). */
+void mqd_repl_free(mqd_repl_t *r);
+
+/* ---- placement (place.c, pure) ---- */
+typedef struct mqd_repl_cand {
+    uint32_t id;
+    const char *rack; /* "" or NULL: none */
+} mqd_repl_cand_t;
+/* Replicas of partitions [0, nparts) over the n candidates: out[p * rf + j] is the j-th
+ * replica of partition p, the leader first. Candidates are taken round robin across
+ * racks, so a partition's replicas are on rf distinct racks when there are that many,
+ * and the leaders rotate from `start` (e.g. a hash of the topic name) so that topics do
+ * not all lead on one node. MQD_EINVAL when rf is 0, above MQD_REPL_MAX_RF or above n. */
+int mqd_repl_place(const mqd_repl_cand_t *c, size_t n, uint32_t nparts, uint32_t rf, uint32_t start,
+                   uint32_t *out);
+/* The high watermark: the least log end among the leader's (its stable offset) and the
+ * in-sync followers' (leo[0..n)). */
+uint64_t mqd_repl_hw(uint64_t leader_end, const uint64_t *leo, size_t n);
+/* The offset a majority of rf replicas hold: the leader's end and the followers'
+ * (leo[0..n), n <= rf - 1; replicas without a report count as 0). */
+uint64_t mqd_repl_quorum_end(uint64_t leader_end, const uint64_t *leo, size_t n, uint32_t rf);
+
+/* ---- the etcd values (pstate.c; parsing is of outside input) ---- */
+typedef struct mqd_repl_pstate {
+    uint32_t leader;
+    uint32_t epoch;
+    uint32_t replicas[MQD_REPL_MAX_RF];
+    uint32_t isr[MQD_REPL_MAX_RF];
+    uint32_t n_replicas, n_isr;
+} mqd_repl_pstate_t;
+char *mqd_repl_pstate_json(const mqd_repl_pstate_t *ps); /* malloc'd, NULL: no memory */
+/* MQD_ECORRUPT unless: an object with leader (a replica), epoch, 1..16 distinct
+ * replicas, and an isr of replicas that holds the leader. */
+int mqd_repl_pstate_parse(const char *json, size_t n, mqd_repl_pstate_t *out);
+bool mqd_repl_pstate_has(const uint32_t *v, uint32_t n, uint32_t id);
+
+typedef struct mqd_repl_tdesc {
+    uint32_t partitions, rf;
+    char *config; /* the topic's overrides as JSON text (malloc'd), or NULL */
+} mqd_repl_tdesc_t;
+char *mqd_repl_tdesc_json(const mqd_repl_tdesc_t *td);
+int mqd_repl_tdesc_parse(const char *json, size_t n, mqd_repl_tdesc_t *out);
+void mqd_repl_tdesc_clear(mqd_repl_tdesc_t *td);
+
+/* ---- the fetch stream (wire.c) ----
+ * One AMQP message per run of records: message annotations x-repl-base (ulong, the first
+ * record's offset), x-repl-count (uint, records), x-repl-hw (ulong, the leader's high
+ * watermark when sent); one data section holding the records exactly as stored (empty:
+ * only the watermark moved). */
+typedef struct mqd_repl_run {
+    uint64_t base, hw;
+    uint32_t count;
+    const uint8_t *data; /* into the parsed buffer */
+    size_t len;
+} mqd_repl_run_t;
+/* The sections before the records' bytes (annotations, the data section's header) into
+ * out (>= MQD_REPL_HEAD_MAX bytes); returns their length. The records follow as they are. */
+#define MQD_REPL_HEAD_MAX 96
+size_t mqd_repl_run_head(const mqd_repl_run_t *run, uint8_t *out);
+/* Encodes into *buf (grown with realloc, *cap its size); *len the bytes. */
+int mqd_repl_run_encode(const mqd_repl_run_t *run, uint8_t **buf, size_t *cap, size_t *len);
+/* MQD_ECORRUPT unless the message is exactly those annotations (any order, others
+ * ignored) and at most one data section. */
+int mqd_repl_run_parse(const uint8_t *msg, size_t len, mqd_repl_run_t *out);
+
+#endif

@@ -1,0 +1,141 @@
+/* repl internals: the partition table (repl.c), the controller (ctl.c), the leader's
+ * fetch service (leader.c) and the follower's fetcher (follower.c). */
+#ifndef MQD_REPL_INT_H
+#define MQD_REPL_INT_H
+
+#include "repl/repl.h"
+#include "server/broker.h"
+
+#define REPL_TICK_MS 200     /* ISR checks, link re-attaches */
+#define REPL_RUN_BYTES 65536 /* raw bytes per fetch message (one record may be more) */
+#define REPL_CREDIT 32       /* a follower's runs in flight */
+#define REPL_REATTACH_MS 500
+
+typedef enum { ROLE_NONE = 0, ROLE_LEADER, ROLE_FOLLOWER } role_t;
+
+typedef struct rpart rpart_t;
+
+/* The leader's view of one follower of a partition. */
+typedef struct rflw {
+    rpart_t *rp;
+    uint32_t id;
+    uint64_t leo;       /* its log end as its settlements report it */
+    int64_t caught_ms;  /* last time its leo reached the leader's log end */
+    mqd_lstate_t *ls;   /* its fetch link, NULL while it has none */
+    uint64_t next_send; /* next offset to ship on that link */
+    uint64_t hw_sent;   /* the watermark the last message told it */
+    uint64_t probe_end; /* the leader's log end at the previous tick (isr_check) */
+    int64_t probe_ms;
+    uint64_t tag;
+} rflw_t;
+
+typedef struct lead {
+    rflw_t f[MQD_REPL_MAX_RF];
+    uint32_t n;
+    uint64_t hw;
+    bool below_min; /* the ISR is below min_insync_replicas (logged once) */
+} lead_t;
+
+typedef struct fol {
+    rpart_t *rp;
+    uint32_t leader;
+    char url[300];
+    mqd_outconn_t *oc;
+    pn_link_t *link;
+    struct {
+        pn_delivery_t *d;
+        uint64_t end;
+    } * wait; /* appended runs waiting to be stable before settling */
+    size_t n_wait, cap_wait;
+    int64_t attach_at_ms; /* 0: attached or no connection */
+    uint64_t runs;
+} fol_t;
+
+struct rpart {
+    mqd_repl_t *r;
+    rpart_t *next;
+    char *topic;
+    uint32_t part;
+    char *key;
+    mqd_repl_pstate_t ps;
+    int64_t mod_rev;
+    mqd_part_t *local; /* this node's replica once created */
+    role_t role;
+    lead_t *lead;
+    fol_t *fol;
+    bool cas_out;      /* an ISR change in flight */
+    bool subscribed;   /* to its commit point */
+    bool offline;      /* controller: no leader can be elected (logged once) */
+    bool truncating;   /* follower: cutting its log back to the leader's epoch end */
+    bool fenced;       /* leader whose lease was lost: acknowledges nothing until its
+                          partition key was read again (repl.c refresh) */
+    bool fenced_retry; /* that read failed: the tick asks again */
+};
+
+typedef struct rtopic {
+    struct rtopic *next;
+    char *name;
+    mqd_repl_tdesc_t td;
+} rtopic_t;
+
+struct mqd_repl {
+    mqd_server_t *s;
+    const mqd_conf_t *conf;
+    mqd_cluster_t *m;
+    mqd_etcd_t *etcd;
+    char topics_prefix[192], parts_prefix[192];
+    mqd_etcd_watch_t *w_topics, *w_parts;
+    rpart_t *parts;
+    rtopic_t *topics;
+    bool controller, closing;
+    struct event *ev_tick, *ev_kick;
+    uint8_t *buf; /* raw reads, encodes, receives */
+    size_t cap;
+};
+
+/* repl.c */
+rpart_t *mqd_repl_part_find(mqd_repl_t *r, const char *topic, uint32_t part);
+const mqd_cluster_node_t *mqd_repl_node(mqd_repl_t *r, uint32_t id);
+void mqd_repl_kick(mqd_repl_t *r);
+int mqd_repl_grow(mqd_repl_t *r, size_t need);
+uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp);
+/* May this leader acknowledge now: lease live and not fenced since a lease loss. */
+bool mqd_repl_may_ack(const rpart_t *rp);
+void mqd_repl_refresh(rpart_t *rp);
+/* Writes rp's state ps with a compare on rp->mod_rev (one at a time per partition). */
+int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps);
+
+/* epoch.c: over the stable records of log, the offset where epochs <= e end (the first
+ * record of a later epoch, or the stable offset) and the largest epoch <= e found there
+ * (that of the record before *end; 0 for none). */
+int mqd_repl_epoch_end(mqd_repl_t *r, mqd_plog_t *log, uint32_t e, uint64_t *end,
+                       uint32_t *largest);
+
+/* status.c: the cluster status map ($management, mqctl cluster status) */
+void mqd_repl_status(mqd_repl_t *r, pn_data_t *d);
+/* metrics.c: the /metrics gauges */
+struct evbuffer;
+void mqd_repl_metrics(mqd_repl_t *r, struct evbuffer *b);
+
+/* ctl.c: the controller places topics that have no partition keys yet */
+void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t);
+void mqd_repl_ctl_scan(mqd_repl_t *r);
+/* Elects a new leader (from the in-sync set; outside it only with unclean_leader_election)
+ * for every partition whose leader's node is gone, with the epoch raised by one. */
+void mqd_repl_ctl_failover(mqd_repl_t *r);
+
+/* leader.c */
+int mqd_repl_lead_start(rpart_t *rp);
+void mqd_repl_lead_stop(rpart_t *rp);
+void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char *addr);
+void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e);
+void mqd_repl_lead_gone(mqd_repl_t *r, mqd_lstate_t *ls);
+void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms); /* HW, pumps; ISR when now_ms */
+void mqd_repl_lead_isr_changed(rpart_t *rp);
+
+/* follower.c */
+int mqd_repl_fol_start(rpart_t *rp);
+void mqd_repl_fol_stop(rpart_t *rp);
+void mqd_repl_fol_work(rpart_t *rp, int64_t now_ms);
+
+#endif

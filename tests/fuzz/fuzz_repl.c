@@ -1,0 +1,62 @@
+/* Fuzz target: what a node reads from others for replication (src/repl): the fetch
+ * stream's messages (a follower parses what its leader sent), the partition states and
+ * topic registrations under /<cluster>/ in etcd. The first byte picks the parser. A run
+ * that parses must describe bytes inside the input. */
+#include "config.h"
+#include "repl/repl.h"
+#include "fuzz.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    const uint8_t *d = data + 1;
+    size_t n = size - 1;
+    switch (data[0] % 3) {
+    case 0: {
+        mqd_repl_run_t run;
+        if (mqd_repl_run_parse(d, n, &run) == 0) {
+            if (run.data < d || run.data + run.len > d + n || (run.len == 0) != (run.count == 0))
+                abort();
+            uint8_t *buf = NULL;
+            size_t cap = 0, len = 0;
+            mqd_repl_run_t back;
+            if (mqd_repl_run_encode(&run, &buf, &cap, &len) != 0 ||
+                mqd_repl_run_parse(buf, len, &back) != 0 || back.base != run.base ||
+                back.count != run.count || back.hw != run.hw || back.len != run.len)
+                abort(); /* what parses re-encodes to the same run */
+            free(buf);
+        }
+        break;
+    }
+    case 1: {
+        mqd_repl_pstate_t ps;
+        if (mqd_repl_pstate_parse((const char *)d, n, &ps) == 0) {
+            if (!mqd_repl_pstate_has(ps.replicas, ps.n_replicas, ps.leader) ||
+                ps.n_replicas > MQD_REPL_MAX_RF || ps.n_isr > ps.n_replicas)
+                abort();
+            char *j = mqd_repl_pstate_json(&ps);
+            mqd_repl_pstate_t back;
+            if (!j || mqd_repl_pstate_parse(j, strlen(j), &back) != 0 ||
+                memcmp(&back, &ps, sizeof ps) != 0)
+                abort();
+            free(j);
+        }
+        break;
+    }
+    default: {
+        mqd_repl_tdesc_t td;
+        if (mqd_repl_tdesc_parse((const char *)d, n, &td) == 0) {
+            if (td.partitions == 0 || td.rf == 0 || td.rf > MQD_REPL_MAX_RF)
+                abort();
+            free(mqd_repl_tdesc_json(&td));
+            mqd_repl_tdesc_clear(&td);
+        }
+        break;
+    }
+    }
+    return 0;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of fuzz_repl (tests/fuzz/corpus/fuzz_repl): fetch-stream
+messages as a leader encodes them (selector byte 0), partition states (1) and topic
+registrations (2) as mqd writes them to etcd, plus a few damaged ones."""
+import os
+import struct
+import sys
+
+
+def sym(s):
+    return b"\xa3" + bytes([len(s)]) + s.encode()
+
+
+def run(base, count, hw, data):
+    m = sym("x-repl-base") + b"\x80" + struct.pack(">Q", base)
+    m += sym("x-repl-count") + b"\x70" + struct.pack(">I", count)
+    m += sym("x-repl-hw") + b"\x80" + struct.pack(">Q", hw)
+    ann = b"\x00\x53\x72\xd1" + struct.pack(">II", len(m) + 4, 6) + m
+    return ann + b"\x00\x53\x75\xb0" + struct.pack(">I", len(data)) + data
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    rec = struct.pack("<II", 36 + 5, 0) + b"\x00" * 36 + b"hello"
+    seeds = {
+        "run-one": b"\x00" + run(0, 1, 0, rec),
+        "run-hw-only": b"\x00" + run(7, 0, 7, b""),
+        "run-truncated": b"\x00" + run(0, 1, 0, rec)[:-3],
+        "run-vbin8": b"\x00" + run(0, 1, 0, b"")[:-8] + b"\x00\x53\x75\xa0\x02ab",
+        "pstate": b"\x01" + b'{"leader":3,"epoch":1,"replicas":[3,1,2],"isr":[3,1,2]}',
+        "pstate-bad": b"\x01" + b'{"leader":3,"epoch":1,"replicas":[1,2],"isr":[3]}',
+        "tdesc": b"\x02" + b'{"config":{"acks":"quorum"},"partitions":1,"replication_factor":3}',
+        "tdesc-bad": b"\x02" + b'{"partitions":"1","replication_factor":3}',
+    }
+    for name, data in seeds.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus", "fuzz_repl"))

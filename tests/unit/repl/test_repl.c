@@ -1,0 +1,169 @@
+/* repl's pure logic: rack-aware placement, the high watermark and the quorum end, the
+ * etcd values (partition state, topic registration) and the fetch stream's wire format. */
+#include "config.h"
+#include "repl/repl.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static const char *rack_of(const mqd_repl_cand_t *c, size_t n, uint32_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (c[i].id == id)
+            return c[i].rack;
+    return NULL;
+}
+
+/* 3 racks, 6 nodes (2 per rack), 6 partitions of RF 3: every partition on 3 racks, 3
+ * distinct nodes; each node leads exactly one partition. */
+static void test_place_racks(void **state)
+{
+    mqd_repl_cand_t c[] = {{1, "a"}, {2, "a"}, {3, "b"}, {4, "b"}, {5, "c"}, {6, "c"}};
+    uint32_t out[6 * 3];
+    assert_int_equal(mqd_repl_place(c, 6, 6, 3, 0, out), 0);
+    unsigned leads[7] = {0};
+    for (uint32_t p = 0; p < 6; p++) {
+        const uint32_t *r = out + p * 3;
+        assert_true(r[0] != r[1] && r[1] != r[2] && r[0] != r[2]);
+        assert_string_not_equal(rack_of(c, 6, r[0]), rack_of(c, 6, r[1]));
+        assert_string_not_equal(rack_of(c, 6, r[1]), rack_of(c, 6, r[2]));
+        assert_string_not_equal(rack_of(c, 6, r[0]), rack_of(c, 6, r[2]));
+        leads[r[0]]++;
+    }
+    for (int id = 1; id <= 6; id++)
+        assert_int_equal(leads[id], 1);
+    /* the order is rack-alternating whatever order the candidates come in */
+    mqd_repl_cand_t rev[] = {{6, "c"}, {5, "c"}, {4, "b"}, {3, "b"}, {2, "a"}, {1, "a"}};
+    uint32_t out2[6 * 3];
+    assert_int_equal(mqd_repl_place(rev, 6, 6, 3, 0, out2), 0);
+    assert_memory_equal(out, out2, sizeof out);
+    assert_int_equal(out[0], 1);
+    assert_int_equal(out[1], 3);
+    assert_int_equal(out[2], 5);
+}
+
+/* start rotates leaders; fewer racks than RF still gives distinct nodes; bad RF refused. */
+static void test_place_edges(void **state)
+{
+    mqd_repl_cand_t c[] = {{7, ""}, {8, NULL}, {9, "x"}};
+    uint32_t out[3 * 3];
+    assert_int_equal(mqd_repl_place(c, 3, 3, 3, 1, out), 0);
+    for (int p = 0; p < 3; p++) {
+        const uint32_t *r = out + p * 3;
+        assert_true(r[0] != r[1] && r[1] != r[2] && r[0] != r[2]);
+    }
+    assert_true(out[0] != out[3] && out[3] != out[6] && out[0] != out[6]); /* leaders spread */
+    assert_int_equal(mqd_repl_place(c, 3, 1, 4, 0, out), MQD_EINVAL);
+    assert_int_equal(mqd_repl_place(c, 3, 1, 0, 0, out), MQD_EINVAL);
+    mqd_repl_cand_t dup[] = {{1, "a"}, {1, "b"}};
+    assert_int_equal(mqd_repl_place(dup, 2, 1, 2, 0, out), MQD_EINVAL);
+}
+
+static void test_watermarks(void **state)
+{
+    uint64_t leo[] = {120, 90};
+    assert_int_equal(mqd_repl_hw(100, leo, 2), 90);
+    assert_int_equal(mqd_repl_hw(80, leo, 2), 80); /* never past the leader's own stable */
+    assert_int_equal(mqd_repl_hw(100, NULL, 0), 100);
+    /* RF 3: a majority is 2: the leader (100) and the better follower (min(120, 100)) */
+    assert_int_equal(mqd_repl_quorum_end(100, leo, 2, 3), 100);
+    uint64_t slow[] = {10, 40};
+    assert_int_equal(mqd_repl_quorum_end(100, slow, 2, 3), 40);
+    /* RF 3 with one follower never heard of: it counts as 0 */
+    assert_int_equal(mqd_repl_quorum_end(100, slow, 1, 3), 10);
+    /* RF 5: 3 of 5 */
+    uint64_t five[] = {50, 70, 20, 0};
+    assert_int_equal(mqd_repl_quorum_end(100, five, 4, 5), 50);
+}
+
+static void test_pstate(void **state)
+{
+    mqd_repl_pstate_t ps = {
+        .leader = 2, .epoch = 7, .n_replicas = 3, .n_isr = 2, .replicas = {2, 3, 1}, .isr = {2, 1}};
+    char *j = mqd_repl_pstate_json(&ps);
+    assert_non_null(j);
+    assert_string_equal(j, "{\"leader\":2,\"epoch\":7,\"replicas\":[2,3,1],\"isr\":[2,1]}");
+    mqd_repl_pstate_t back;
+    assert_int_equal(mqd_repl_pstate_parse(j, strlen(j), &back), 0);
+    assert_memory_equal(&ps, &back, sizeof ps);
+    free(j);
+    static const char *const bad[] = {
+        "{\"leader\":4,\"epoch\":1,\"replicas\":[1,2],\"isr\":[1]}",   /* leader no replica */
+        "{\"leader\":1,\"epoch\":1,\"replicas\":[1,2],\"isr\":[2]}",   /* leader not in isr */
+        "{\"leader\":1,\"epoch\":1,\"replicas\":[1,1],\"isr\":[1]}",   /* duplicate */
+        "{\"leader\":1,\"epoch\":1,\"replicas\":[1,2],\"isr\":[1,3]}", /* isr outside */
+        "{\"leader\":1,\"epoch\":-1,\"replicas\":[1],\"isr\":[1]}",    /* negative epoch */
+        "{\"leader\":1,\"epoch\":1,\"replicas\":[],\"isr\":[1]}",      /* no replicas */
+        "{\"leader\":1,\"leader\":2,\"epoch\":1,\"replicas\":[1],\"isr\":[1]}",
+        "[1]",
+        "",
+        "{\"leader\":\"1\",\"epoch\":1,\"replicas\":[1],\"isr\":[1]}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(mqd_repl_pstate_parse(bad[i], strlen(bad[i]), &back), MQD_ECORRUPT);
+    mqd_repl_tdesc_t td = {4, 3, "{\"acks\":\"quorum\"}"}, tb;
+    j = mqd_repl_tdesc_json(&td);
+    assert_string_equal(
+        j, "{\"config\":{\"acks\":\"quorum\"},\"partitions\":4,\"replication_factor\":3}");
+    assert_int_equal(mqd_repl_tdesc_parse(j, strlen(j), &tb), 0);
+    assert_int_equal(tb.partitions, 4);
+    assert_int_equal(tb.rf, 3);
+    assert_string_equal(tb.config, "{\"acks\":\"quorum\"}");
+    mqd_repl_tdesc_clear(&tb);
+    free(j);
+    const char *t0 = "{\"partitions\":0,\"replication_factor\":3}";
+    assert_int_equal(mqd_repl_tdesc_parse(t0, strlen(t0), &tb), MQD_ECORRUPT);
+}
+
+static void test_wire(void **state)
+{
+    uint8_t recs[300];
+    for (size_t i = 0; i < sizeof recs; i++)
+        recs[i] = (uint8_t)(i * 7);
+    mqd_repl_run_t run = {.base = 1ull << 40,
+                          .hw = 12345,
+                          .count = 3,
+                          .data = recs,
+                          .len = sizeof recs},
+                   back;
+    uint8_t *buf = NULL;
+    size_t cap = 0, len = 0;
+    assert_int_equal(mqd_repl_run_encode(&run, &buf, &cap, &len), 0);
+    assert_int_equal(mqd_repl_run_parse(buf, len, &back), 0);
+    assert_true(back.base == run.base && back.hw == run.hw && back.count == 3);
+    assert_int_equal(back.len, sizeof recs);
+    assert_memory_equal(back.data, recs, sizeof recs);
+    /* every truncation of it is refused, never read past its end */
+    for (size_t cut = 0; cut < len; cut++) {
+        uint8_t *t = malloc(cut ? cut : 1);
+        memcpy(t, buf, cut);
+        assert_int_equal(mqd_repl_run_parse(t, cut, &back), MQD_ECORRUPT);
+        free(t);
+    }
+    /* a watermark-only run: no records, an empty data section */
+    mqd_repl_run_t hw = {.base = 9, .hw = 9};
+    assert_int_equal(mqd_repl_run_encode(&hw, &buf, &cap, &len), 0);
+    assert_int_equal(mqd_repl_run_parse(buf, len, &back), 0);
+    assert_true(back.count == 0 && back.len == 0 && back.hw == 9);
+    /* count and bytes must agree: records without a count are refused */
+    mqd_repl_run_t odd = {.base = 1, .hw = 1, .count = 0, .data = recs, .len = 5};
+    assert_int_equal(mqd_repl_run_encode(&odd, &buf, &cap, &len), 0);
+    assert_int_equal(mqd_repl_run_parse(buf, len, &back), MQD_ECORRUPT);
+    free(buf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_place_racks), cmocka_unit_test(test_place_edges),
+        cmocka_unit_test(test_watermarks),  cmocka_unit_test(test_pstate),
+        cmocka_unit_test(test_wire),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
