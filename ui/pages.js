@@ -95,7 +95,7 @@ export async function overview(main, ctx) {
       ['Connections', num(o.connections), 'ov-connections'], ['Topics', num(o.topics), 'ov-topics'],
       ['Messages in (total)', num(o.messages_in), 'ov-in'], ['Messages out (total)', num(o.messages_out), 'ov-out'],
       ['Rate in / out', ri === null ? '…' : `${ri.toFixed(1)} / ${ro.toFixed(1)} msg/s`, 'ov-rate'],
-      ['Disk used by topics', bytes(o.size_bytes), 'ov-disk'], ['Memory (RSS)', bytes(o.rss_bytes)],
+      ['Disk used by the data dir', bytes(o.data_dir_size_bytes), 'ov-disk'], ['Of it, topics', bytes(o.size_bytes)], ['Memory (RSS)', bytes(o.rss_bytes)],
       ['Data directory', o.data_dir],
     ]));
     drawChart(canvas, [{ label: 'in', color: '#0b5cad', points: inPts },

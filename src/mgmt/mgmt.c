@@ -157,6 +157,12 @@ static int broker_read(mqd_mgmt_req_t *r)
     mqd_mgmt_kv_long(r->out, "connections_accepted", (int64_t)s->conns_accepted);
     mqd_mgmt_kv_long(r->out, "rss_bytes", (int64_t)ps.rss_bytes);
     mqd_mgmt_kv_str(r->out, "data_dir", s->conf->data_dir);
+    /* the disk the data dir's files take, as mqd_data_dir_size_bytes (du), measured at
+     * most every few seconds (a READ from the console polls) */
+    static mqd_dir_size_t dir_cache;
+    uint64_t used = 0;
+    if (mqd_metrics_dir_size(s->conf->data_dir, mqd_now_ms(), &dir_cache, &used) == 0)
+        mqd_mgmt_kv_long(r->out, "data_dir_size_bytes", (int64_t)used);
     mqd_mgmt_kv_enter(r->out, "listen", true);
     for (size_t i = 0; i < s->conf->n_listen; i++)
         pn_data_put_string(r->out, pn_bytes(strlen(s->conf->listen[i]), s->conf->listen[i]));

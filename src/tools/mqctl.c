@@ -692,7 +692,8 @@ static void show_cluster(json_t *o)
 static void show_status(json_t *o)
 {
     static const char *const keys[] = {"version", "uptime_s", "topics", "connections",
-                                       "connections_accepted", "rss_bytes", "data_dir"};
+                                       "connections_accepted", "rss_bytes", "data_dir",
+                                       "data_dir_size_bytes"};
     show_kv(o, keys, MQD_ARRAY_LEN(keys));
 }
 

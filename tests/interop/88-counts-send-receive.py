@@ -128,6 +128,11 @@ def counts(t, b, coll, mport):
         log("mqd_data_dir_size_bytes %d, du %d, file system %d" % (got, want, fs))
         check(abs(got - want) <= max(256 * 1024, want // 5),
               "mqd_data_dir_size_bytes %d, du says %d (file system %d)" % (got, want, fs))
+        # mqctl status (and the console's overview, which reads the same READ)
+        rc, out, err = mqdtest.mqctl(b.url, "--json", "status")
+        st = json.loads(out) if rc == 0 else {}
+        check(abs(st.get("data_dir_size_bytes", -1) - want) <= max(256 * 1024, want // 5),
+              "mqctl status data_dir_size_bytes %r, du says %d" % (st.get("data_dir_size_bytes"), want))
     b.stop()
     b.start()
     with coll.case("counts: the same after a restart"):
