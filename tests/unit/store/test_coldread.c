@@ -305,7 +305,7 @@ static void read_files(const char *dir)
  * in order, with the right bytes, including the hundreds that cross a chunk boundary;
  * each chunk of each segment read from disk exactly once (no re-read of a chunk a read
  * straddles), the tail's up to its synced size rounded down to a page (the rest is read
- * buffered); one chain (and one synchronous read) per segment, the rest read ahead. */
+ * buffered); one chain per segment. */
 static void test_sequential_chunks(void **state)
 {
     fx_t *f = fx(state);
@@ -331,7 +331,12 @@ static void test_sequential_chunks(void **state)
         assert_int_equal(s1.chains - s0.chains, (uint64_t)nseg);
         uint64_t reads = (s1.sync_reads - s0.sync_reads) + (s1.ahead_reads - s0.ahead_reads);
         assert_int_equal(reads, chunks);
-        assert_true(s1.ahead_reads > s0.ahead_reads);
+        /* how many of them the read-ahead thread did (rather than the reader, at a miss)
+         * is a race with the scheduler: on a loaded machine (a fresh-Debian chroot beside
+         * other builds) every chunk was read synchronously once. That is speed, measured
+         * in bench/, not asserted here; which chunks and how often is. */
+        print_message("pass %d: %llu chunks, %llu read ahead\n", pass, (unsigned long long)reads,
+                      (unsigned long long)(s1.ahead_reads - s0.ahead_reads));
         assert_int_equal(s1.orphans, s0.orphans);
         /* no chunk read twice, and each at a DC_CHUNK multiple of its segment */
         pthread_mutex_lock(&io.mu);
