@@ -237,7 +237,9 @@ def case_plain_timing(t, coll):
 def case_off_loop(t, coll):
     conf = os.path.join(t.tmpdir, "load.conf")
     write(conf, "allow_anonymous = off\n" + mqd_passwd("alice", "alice-pw", 400000, 4096))
-    b = t.broker("load", conf=conf)
+    # the logins here queue behind PBKDF2 checks of 0.4-1 s each (several s under ASan on
+    # a loaded machine): the handshake timeout (10 s) must not end a queued one first
+    b = t.broker("load", conf=conf, sets={"handshake_timeout_ms": "120s"})
     single = p50([plain_login(b.port, "alice", "alice-pw")[1] for _ in range(3)])
     log("one login (PBKDF2 400,000): %.0f ms" % (single * 1e3))
     with coll.case("PBKDF2 off the event loop"):
@@ -315,7 +317,10 @@ def case_queue_bounds(t, coll):
     conf = os.path.join(t.tmpdir, "queue.conf")
     write(conf, "allow_anonymous = off\n" + mqd_passwd("alice", "alice-pw", 2000000, 4096))
     with coll.case("auth_queue_per_ip and auth_queue_max"):
-        b = t.broker("queue", conf=conf, sets={"auth_queue_per_ip": "2", "auth_queue_max": "3"})
+        # the three admitted checks run one after another (a CI sanitizer run took 6.3 s
+        # and 3.6 s for the first two): the handshake timeout must not end the third
+        b = t.broker("queue", conf=conf, sets={"auth_queue_per_ip": "2", "auth_queue_max": "3",
+                                               "handshake_timeout_ms": "120s"})
         srcs = ["127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"]
         conns = [RawSasl(b.port, s).start() for s in srcs]
         for r in conns:
