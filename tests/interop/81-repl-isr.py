@@ -28,8 +28,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, Receiver, Sender, cluster_sets, count_records, get_json,  # noqa: E402
-                        partition_bytes, read_keys, wait_for)
+from mqdcluster import (Etcd, Receiver, Sender, count_records, get_json, partition_bytes,  # noqa: E402
+                        wait_for, start_nodes, create_rf3)
 from mqdtest import SLOW, check, log, skip  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
@@ -83,17 +83,9 @@ def body(t):
     etcd = Etcd(t)
     etcd.start()
     mports = {i: mqdtest.free_port() for i in RACKS}
-    brokers = {i: t.broker("n%d" % i, start=False,
-                           sets=cluster_sets(etcd, i, r, replica_lag_ms=LAG_MS,
-                                             metrics_listen="127.0.0.1:%d" % mports[i]))
-               for i, r in RACKS.items()}
-    for b in brokers.values():
-        b.start()
-    wait_for("3 nodes in etcd", lambda: len(read_keys(etcd.port, "/mqd/nodes/")) == 3, 20)
-    rc, out, err = mqdtest.mqctl(brokers[1].url, "topic", "create", "r3", "--partitions", "1",
-                                 "--config", "replication_factor=3")
-    check(rc == 0, "topic create: %s" % err)
-    ps = wait_for(KEY, lambda: get_json(etcd.port, KEY), 10)
+    brokers = start_nodes(t, etcd, RACKS, lambda i: {"replica_lag_ms": LAG_MS,
+                                                     "metrics_listen": "127.0.0.1:%d" % mports[i]})
+    ps = create_rf3(etcd, brokers[1])
     leader = ps["leader"]
     f1, f2 = [i for i in RACKS if i != leader]
     L = brokers[leader]

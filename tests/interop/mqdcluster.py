@@ -115,6 +115,31 @@ def cluster_sets(etcd, node_id, rack, **extra):
     return s
 
 
+def start_nodes(t, etcd, racks, sets_of=lambda i: {}, via=None):
+    """One broker per rack (node i with cluster_sets plus sets_of(i), reaching etcd
+    through via[i] when given, else etcd itself), started; returned once every node is
+    registered in etcd."""
+    brokers = {i: t.broker("n%d" % i, start=False,
+                           sets=cluster_sets(via[i] if via else etcd, i, r, **sets_of(i)))
+               for i, r in racks.items()}
+    for b in brokers.values():
+        b.start()
+    wait_for("%d nodes in etcd" % len(racks),
+             lambda: len(read_keys(etcd.port, "/mqd/nodes/")) == len(racks), 20)
+    return brokers
+
+
+def create_rf3(etcd, broker, topic="r3"):
+    """mqctl topic create TOPIC with 1 partition and replication_factor 3 on broker; the
+    partition state the controller then writes in etcd."""
+    rc, out, err = mqdtest.mqctl(broker.url, "topic", "create", topic, "--partitions", "1",
+                                 "--config", "replication_factor=3")
+    if rc != 0:
+        fail("topic create %s: %s" % (topic, out + err))
+    key = "/mqd/partitions/%s/0" % topic
+    return wait_for(key, lambda: get_json(etcd.port, key), 10)
+
+
 def records(path):
     """The whole records of a segment file as bytes (a pre-zeroed tail left out): each is
     len u32 LE (bytes after itself) | crc | offset | ... as the store writes them."""
