@@ -16,15 +16,15 @@ fi
 out=$(mktemp -d /tmp/mqd-fuzz.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 cflags=(-g -O1 -fsanitize=fuzzer,address,undefined -Isrc -Ibuild -DMQD_SYSCONFDIR='"/etc"' -DMQD_LOCALSTATEDIR='"/var"')
-u=(src/util/log.c src/util/misc.c src/util/crc32c.c src/util/sdnotify.c)
+u=(src/util/log.c src/util/misc.c src/util/crc32c.c src/util/sdnotify.c src/util/hist.c)
 declare -A srcs=(
-    [fuzz_msg]="src/amqp/msg.c"
+    [fuzz_msg]="src/codec/msg.c"
     [fuzz_addr]="src/route/route.c"
-    [fuzz_selector]="src/group/selector.c src/amqp/msg.c"
+    [fuzz_selector]="src/codec/selector.c src/codec/msg.c"
     [fuzz_store]="$(echo src/store/*.c)"
-    [fuzz_mgmt]="src/mgmt/mgmt_json.c src/amqp/msg.c"
+    [fuzz_mgmt]="src/mgmt/mgmt_json.c src/codec/msg.c"
     [fuzz_conf]="$(echo src/conf/conf*.c | sed 's#src/conf/conf_gen.c##')"
-    [fuzz_framepeek]="src/amqp/framepeek.c"
+    [fuzz_framepeek]="src/codec/framepeek.c"
     [fuzz_gate]="src/auth/gate.c"
     [fuzz_sas]="src/auth/sas.c"
     [fuzz_etcd]="src/cluster/etcd_json.c src/cluster/etcd_parse.c src/cluster/member_json.c"

@@ -4,7 +4,7 @@
  * A delivery's tag is its position, partition (u32) + offset (u64), so a disposition
  * finds its record without any per-delivery allocation. */
 #include "config.h"
-#include "amqp/link_int.h"
+#include "amqp/amqp_int.h"
 
 #include <proton/condition.h>
 #include <proton/disposition.h>

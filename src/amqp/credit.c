@@ -18,8 +18,7 @@
  * link goes through here: producers (topic, partition, anonymous relay, reply node),
  * $management and the transaction coordinator. */
 #include "config.h"
-#include "amqp/link_int.h"
-#include "server/watermark.h"
+#include "amqp/amqp_int.h"
 
 #include <proton/condition.h>
 #include <proton/object.h>

@@ -1,9 +1,8 @@
 /* Proton event handling: connection, session and link lifecycle, producer transfers
  * (append, settle when stable) and management requests. Consumers are in consumer.c. */
 #include "config.h"
-#include "amqp/link_int.h"
+#include "amqp/amqp_int.h"
 #include "mgmt/mgmt.h"
-#include "server/watermark.h"
 
 #include <proton/condition.h>
 #include <proton/disposition.h>
@@ -15,18 +14,6 @@
 #include <string.h>
 
 #define STICKY_BURST 64
-
-void mqd_link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char *arg)
-{
-    char desc[512];
-    snprintf(desc, sizeof desc, fmt, arg);
-    pn_condition_t *c = pn_link_condition(l);
-    pn_condition_set_name(c, cond);
-    pn_condition_set_description(c, desc);
-    pn_link_open(l);
-    pn_link_close(l);
-    MQD_INFO("link", "refused attach: %s: %s", cond, desc);
-}
 
 /* AMQP 1.0 2.8.17: amqp:link:redirect with the leader in the info map (network-host,
  * port, address), as Artemis and Service Bus send it. */
@@ -121,107 +108,6 @@ void mqd_lstate_free(mqd_lstate_t *ls)
     if (consumer && t && t->temporary && mqd_dlist_empty(&t->consumers))
         mqd_topic_delete(t->srv, t);
     free(ls);
-}
-
-/* ---------------------------------------------------------------- freeing links
- *
- * A link is freed (pn_link_free, which also lets Proton drop its deliveries) once it is
- * closed on both sides, its mqd_lstate_t is gone (freed at the remote detach: group
- * membership, handoff, browse state and unsettled consumer deliveries are released
- * there) and mqd keeps no pointer to any of its deliveries. The only such pointers are
- * a producer's sends waiting for their records to become stable (the partition's
- * pending list, settled in topic.c on_stable) and a discharge waiting for its decision
- * (txn.c); they carry `held` as their context from the moment the pointer is kept until
- * mqd_delivery_unhold, and their holder calls mqd_link_reap after settling them. A
- * transactional disposition on a consumer delivery is settled at once and staged by
- * (group, partition, offset), so it holds nothing. Closing a connection frees its links
- * with it (server.c), so pointers held by a closed connection's sends never meet a
- * freed link either. */
-static char held;
-/* A detach without closed=true leaves no trace in pn_link_state: remember it on the link. */
-PN_HANDLE(MQD_REMOTE_DETACHED)
-/* Links of a session not yet freed (Proton has no public count): a session is freed
- * (pn_session_free) once it is ended on both sides and its last link is gone, so clients
- * that open and end sessions on one long-lived connection (a JMS session per request)
- * do not grow the broker by ~5 KiB per session. */
-PN_HANDLE(MQD_SESSION_LINKS)
-
-static intptr_t session_links(pn_session_t *ss, intptr_t delta)
-{
-    pn_record_t *r = pn_session_attachments(ss);
-    intptr_t n = (intptr_t)pn_record_get(r, MQD_SESSION_LINKS) + delta;
-    if (delta) {
-        pn_record_def(r, MQD_SESSION_LINKS, PN_VOID);
-        pn_record_set(r, MQD_SESSION_LINKS, (void *)n);
-    }
-    return n;
-}
-
-static void session_reap(pn_session_t *ss)
-{
-    pn_state_t st = pn_session_state(ss);
-    if ((st & PN_LOCAL_CLOSED) && (st & PN_REMOTE_CLOSED) && session_links(ss, 0) == 0)
-        pn_session_free(ss); /* Proton sends the end first */
-}
-
-static void mark_remote_detached(pn_link_t *l)
-{
-    pn_record_t *r = pn_link_attachments(l);
-    pn_record_def(r, MQD_REMOTE_DETACHED, PN_VOID);
-    pn_record_set(r, MQD_REMOTE_DETACHED, &held);
-}
-
-void mqd_delivery_hold(pn_delivery_t *d)
-{
-    pn_delivery_set_context(d, &held);
-}
-
-pn_link_t *mqd_delivery_unhold(pn_delivery_t *d)
-{
-    pn_delivery_set_context(d, NULL);
-    return pn_delivery_link(d);
-}
-
-void mqd_link_reap(pn_link_t *l)
-{
-    pn_state_t st = pn_link_state(l);
-    if (pn_link_get_context(l) || !(st & PN_LOCAL_CLOSED))
-        return;
-    /* the peer may still use a link it has not detached (an ended session detaches all) */
-    if (!(st & PN_REMOTE_CLOSED) && !(pn_session_state(pn_link_session(l)) & PN_REMOTE_CLOSED) &&
-        !pn_record_get(pn_link_attachments(l), MQD_REMOTE_DETACHED))
-        return;
-    for (pn_delivery_t *d = pn_unsettled_head(l); d; d = pn_unsettled_next(d))
-        if (pn_delivery_get_context(d) == &held)
-            return;  /* its holder reaps the link once it lets go */
-    pn_session_t *ss = pn_link_session(l);
-    pn_link_free(l); /* settles what is left; Proton sends the detach first */
-    session_links(ss, -1);
-    session_reap(ss);
-}
-
-/* The node that holds replies for `addr`: the topic itself when `addr` is an address,
- * else a temporary node named after it (management clients such as the Event Hubs SDKs
- * attach their reply receiver as source `$management` with target "<name>" and send
- * reply-to "<name>"). */
-void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen)
-{
-    mqd_addr_t a;
-    if (mqd_addr_parse(addr, len, &a) == 0 && a.kind == MQD_ADDR_TOPIC) {
-        snprintf(out, outlen, "%s", a.topic);
-        return;
-    }
-    mqd_reply_tmp_name(addr, len, out, outlen);
-}
-
-/* $cbs replies always go to a temporary node: the SDKs' "cbs-<uuid>" reply addresses
- * would otherwise become a durable topic per connection. */
-void mqd_reply_tmp_name(const char *addr, size_t len, char *out, size_t outlen)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (uint8_t)addr[i]) * 1099511628211ull;
-    snprintf(out, outlen, "$tmp.r.%016llx", (unsigned long long)h);
 }
 
 /* ---------------------------------------------------------------- producers */
@@ -331,15 +217,6 @@ open:
     pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
     pn_link_open(l);
     mqd_credit_refill(ls);
-}
-
-void mqd_delivery_reject(pn_delivery_t *d, const char *cond, const char *desc)
-{
-    pn_condition_t *pc = pn_disposition_condition(pn_delivery_local(d));
-    pn_condition_set_name(pc, cond);
-    pn_condition_set_description(pc, desc);
-    pn_delivery_update(d, PN_REJECTED);
-    pn_delivery_settle(d);
 }
 
 static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t *p,
@@ -895,7 +772,7 @@ static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
     if (pn_link_state(l) & PN_LOCAL_ACTIVE)
         return;
     /* a peer ignoring handle-max gets refused here (l itself is counted) */
-    if ((size_t)session_links(pn_link_session(l), 0) > c->srv->conf->max_links_per_session)
+    if ((size_t)mqd_session_links(pn_link_session(l), 0) > c->srv->conf->max_links_per_session)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded",
                                "too many links on this session (max_links_per_session)%s", "");
     /* Proton 0.37 ignores an attach's unsettled map: accepting a resume as a fresh link
@@ -961,17 +838,17 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
                 link_remote_close(l);
         }
         pn_session_close(ss);
-        session_reap(ss);
+        mqd_session_reap(ss);
         break;
     }
     case PN_LINK_INIT:
-        session_links(pn_link_session(pn_event_link(e)), 1);
+        mqd_session_links(pn_link_session(pn_event_link(e)), 1);
         break;
     case PN_LINK_REMOTE_OPEN:
         link_remote_open(c, pn_event_link(e));
         break;
     case PN_LINK_REMOTE_DETACH:
-        mark_remote_detached(pn_event_link(e));
+        mqd_link_mark_remote_detached(pn_event_link(e));
         link_remote_close(pn_event_link(e));
         break;
     case PN_LINK_REMOTE_CLOSE:
@@ -995,7 +872,7 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
              * holder's to settle, even once the link is detached: a disposition from the
              * peer for it lands here, and settling it freed what on_stable still held
              * (fuzz_conn: transfer, detach, disposition, then stable: SIGSEGV). */
-            if (pn_delivery_get_context(d) == &held || d != pn_link_current(l))
+            if (mqd_delivery_held(d) || d != pn_link_current(l))
                 break;
             char sink[4096]; /* refused or detached: what Proton holds must not pile up */
             while (pn_link_is_receiver(l) && pn_link_recv(l, sink, sizeof sink) > 0)
@@ -1025,4 +902,20 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
     default:
         break;
     }
+}
+
+/* Producers held back by a watermark get their credit once it clears. */
+static void refill_timer(void *arg)
+{
+    mqd_producers_refill(arg);
+}
+
+int mqd_amqp_start(mqd_server_t *s)
+{
+    return mqd_timer_add(s, "watermark.refill", 1000, refill_timer, s);
+}
+
+void mqd_amqp_core_ops(mqd_core_ops_t *ops)
+{
+    ops->link_detach = mqd_consumer_detach;
 }

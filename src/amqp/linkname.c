@@ -9,7 +9,7 @@
  * active name on the same session never gets here: Proton closes the connection with
  * amqp:invalid-field ("link name already attached"). */
 #include "config.h"
-#include "amqp/link_int.h"
+#include "amqp/amqp_int.h"
 
 #include <proton/connection.h>
 #include <string.h>

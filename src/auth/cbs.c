@@ -6,7 +6,7 @@
  * token (the SDKs renew before expiry) covers them. */
 #include "config.h"
 #include "auth/auth_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <event2/event.h>
 #include <proton/codec.h>

@@ -8,7 +8,7 @@
  * read. */
 #include "config.h"
 #include "auth/auth_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
  * queued, a login from another address waits for about one check, not eight. */
 #include "config.h"
 #include "auth/auth_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <event2/event.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * login pool as SASL PLAIN (sasl.c), and the same [acl] rules. */
 #include "config.h"
 #include "auth/auth_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * trace was a client-side "Authentication failed" and a framing-error in our log. */
 #include "config.h"
 #include "auth/auth_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <string.h>
 

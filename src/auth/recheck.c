@@ -12,7 +12,7 @@
  * $management sender without `manage` stays). */
 #include "config.h"
 #include "auth/auth_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <event2/event.h>
 #include <string.h>
@@ -95,7 +95,7 @@ size_t mqd_auth_recheck_links(mqd_conn_t *c, const char *why)
             continue;
         MQD_NOTICE("auth", "detaching link %s of peer=%s user=%s: %s", pn_link_name(l), c->peer,
                    c->user[0] ? c->user : "-", why);
-        mqd_consumer_detach(ls, "amqp:unauthorized-access", why);
+        ls->conn->srv->ops.link_detach(ls, "amqp:unauthorized-access", why);
         n++;
     }
     return n;

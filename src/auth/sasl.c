@@ -9,7 +9,7 @@
  * name costs and looks like a known one with a wrong password (decoy.c). */
 #include "config.h"
 #include "auth/auth_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <openssl/crypto.h>
 #include <proton/sasl.h>

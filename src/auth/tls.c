@@ -4,7 +4,7 @@
  * connection limits, SIGHUP reload of certificates and ACLs, and the permission check. */
 #include "config.h"
 #include "auth/auth_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <event2/event.h>
 #include <openssl/err.h>

@@ -17,7 +17,7 @@
 #include "auth/auth.h"
 #include "console/console_int.h"
 #include "mgmt/mgmt.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>

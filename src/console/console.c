@@ -9,7 +9,7 @@
  *                CSRF token in X-CSRF-Token, and no foreign Origin (api.c, login.c) */
 #include "config.h"
 #include "console/console_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <event2/buffer.h>
 #include <event2/http.h>

@@ -5,7 +5,7 @@
 #include "config.h"
 #include "auth/auth.h"
 #include "console/console_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <event2/http.h>
 #include <openssl/crypto.h>

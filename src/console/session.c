@@ -3,7 +3,7 @@
  * state-changing request must echo in X-CSRF-Token. */
 #include "config.h"
 #include "console/console_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <event2/http.h>
 #include <openssl/crypto.h>

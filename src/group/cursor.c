@@ -11,7 +11,7 @@
  * states) in one blob, batched by the server's periodic timer and on detach, so a restart
  * redelivers only what was not settled, with its delivery-count. */
 #include "config.h"
-#include "server/broker.h"
+#include "group/group.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -411,7 +411,7 @@ bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *
         if (!mqd_cursor_free_at(sh, r->offset))
             continue; /* settled before a restart, or taken by a link with a selector */
         if ((r->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
-            ((r->flags & MQD_REC_TXN) && !mqd_txn_committed(p->topic->srv, r->txn))) {
+            ((r->flags & MQD_REC_TXN) && !mqd_core_txn_committed(p->topic->srv, r->txn))) {
             mark_done(sh, r->offset); /* control records and aborted sends are never delivered */
             continue;
         }

@@ -11,7 +11,6 @@
  * lower epoch is refused. */
 #include "config.h"
 #include "group/group.h"
-#include "server/broker.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -121,7 +120,7 @@ static int epoch_check(mqd_group_t *g, mqd_lstate_t *ls)
         /* equal epochs too: Azure disconnects e1 when e2 >= e1 attaches, and the SDKs'
          * load balancing (every receiver at owner level 0) relies on the newcomer winning */
         if (overlaps(m, ls) && (!m->has_epoch || m->epoch <= ls->epoch))
-            mqd_consumer_detach(m, "amqp:link:stolen",
+            m->conn->srv->ops.link_detach(m, "amqp:link:stolen",
                                 "a receiver with an equal or higher epoch took over this partition");
     }
     return 0;

@@ -7,8 +7,7 @@
 #define MQD_GROUP_H
 
 #include "mqd.h"
-
-struct mqd_topic;
+#include "core/core.h"
 
 #define MQD_SHARED_GROUP "$shared"
 
@@ -50,5 +49,93 @@ int mqd_group_reset(struct mqd_topic *t, const char *group, mqd_reset_t how, int
 int mqd_group_commit(struct mqd_topic *t, const char *group, uint32_t partition, uint64_t offset);
 /* Forgets a group and its offsets; MQD_ESTATE while it has links, MQD_ENOENT. */
 int mqd_group_delete(struct mqd_topic *t, const char *group);
+
+/* ---- offsets waiting to be delivered again (sorted ascending) ---- */
+typedef struct mqd_redeliver {
+    uint64_t *v;
+    size_t n, cap;
+} mqd_redeliver_t;
+
+/* A record's delivery state as the cursor hands it out: the number of earlier failed
+ * attempts (header delivery-count to add) and whether a link acquired it before. */
+#define MQD_DC_SEEN 0x80000000u
+#define MQD_DC_COUNT(v) ((v) & ~MQD_DC_SEEN)
+
+/* ---- one group's position in one partition ---- */
+typedef struct mqd_cursor {
+    uint64_t floor;      /* committed: every offset below is done (accepted/rejected/skipped) */
+    uint64_t next_read;  /* next never-delivered offset */
+    uint8_t *done;       /* bitmap: bit i = offset (floor & ~7) + i done */
+    uint8_t *held;       /* bitmap (same base and size): offset handed out, unsettled */
+    size_t done_bits;    /* capacity in bits of both */
+    mqd_redeliver_t redeliver;
+    uint64_t redeliver_gen; /* bumped when an offset joins the redelivery list */
+    /* delivery state of offsets delivered before and not done: failed attempts, and
+       MQD_DC_SEEN once any link acquired it (released, link lost, restart) */
+    uint64_t *dc_off;
+    uint32_t *dc_val;
+    size_t dc_n, dc_cap;
+    uint64_t inflight;   /* delivered, unsettled */
+    bool dirty;          /* changed since last persisted */
+    mqd_read_t rd;       /* read-ahead from next_read */
+    size_t rd_pos;       /* next record in rd to hand out */
+} mqd_cursor_t;
+
+/* ---- a consumer group of a topic (group/group.c) ---- */
+typedef struct mqd_group {
+    mqd_topic_t *topic;
+    char *name;                /* lower-cased; "$shared" for plain T */
+    int mode;                  /* mqd_group_mode_t */
+    mqd_cursor_t *cur;         /* [ncur], one per partition */
+    uint32_t ncur;
+    mqd_lstate_t **owner;      /* exclusive mode: link delivering partition i, or NULL */
+    mqd_lstate_t **target;     /* exclusive mode: link partition i is assigned to */
+    mqd_dlist_t members;       /* mqd_lstate_t.gnode */
+    size_t n_members;
+    bool active;               /* has had members or stored offsets: counts for retention */
+    mqd_dlist_t node;          /* in topic->groups */
+} mqd_group_t;
+
+/* cursor.c: a group's position in a partition */
+int mqd_cursor_init(mqd_cursor_t *cur, mqd_part_t *p, const char *group, mqd_offset_reset_t reset);
+void mqd_cursor_free(mqd_cursor_t *cur);
+/* Next record to deliver (redeliveries first), taken (held) for the caller; *dcount is
+ * its delivery state (MQD_DC_*). false if nothing readable now. Skips what other links
+ * hold or settled. */
+bool mqd_cursor_next(mqd_cursor_t *cur, mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount);
+/* For a link that picks records itself (a selector on a shared group, scanning from its
+ * own position and cur->redeliver.v): is `offset` free (not settled, not held by a
+ * link)? mqd_cursor_take hands a free one to the caller (held, out of the redelivery
+ * list) and returns its delivery state. */
+bool mqd_cursor_free_at(const mqd_cursor_t *cur, uint64_t offset);
+uint32_t mqd_cursor_take(mqd_cursor_t *cur, uint64_t offset);
+/* Marks a record never handed out as consumed (control record, aborted, expired). */
+void mqd_cursor_skip(mqd_cursor_t *cur, uint64_t offset);
+/* A delivered record was settled for good (accepted, rejected, expired, filtered). */
+void mqd_cursor_done(mqd_cursor_t *cur, uint64_t offset);
+/* A delivered record comes back (released / modified / link gone). */
+void mqd_cursor_release(mqd_cursor_t *cur, uint64_t offset, bool failed);
+/* Moves the position: everything below `offset` counts as consumed. */
+void mqd_cursor_seek(mqd_cursor_t *cur, mqd_part_t *p, uint64_t offset);
+/* Writes the committed offset and the done ranges above it (caller's meta txn). */
+int mqd_cursor_save(mqd_cursor_t *cur, mqd_part_t *p, const char *group);
+
+/* group.c */
+int mqd_group_get(mqd_topic_t *t, const char *name, mqd_group_t **out);
+void mqd_group_free(mqd_group_t *g);
+int mqd_group_resize(mqd_group_t *g);            /* after the topic grew */
+int mqd_group_join(mqd_group_t *g, mqd_lstate_t *ls);
+void mqd_group_leave(mqd_group_t *g, mqd_lstate_t *ls);
+/* May `ls` take records of partition i now (exclusive ownership, handoff done)? */
+bool mqd_group_may_deliver(mqd_group_t *g, mqd_lstate_t *ls, uint32_t i);
+/* After a settlement in partition i: completes a pending handoff. */
+void mqd_group_settled(mqd_group_t *g, uint32_t i);
+int mqd_groups_load(mqd_topic_t *t);
+void mqd_groups_save(mqd_topic_t *t);             /* dirty cursors, in the caller's txn */
+/* persist.c: writes every dirty group position of every topic in one SQLite
+ * transaction (force: even when the last persist was recent). */
+void mqd_topics_persist(mqd_server_t *s, bool force);
+/* The hooks core calls for a topic's groups (mqd_core_ops_t: groups_*), set by server/. */
+void mqd_group_core_ops(mqd_core_ops_t *ops);
 
 #endif

@@ -7,7 +7,8 @@
 #include "config.h"
 #include "metrics/metrics.h"
 #include "group/group.h"
-#include "server/broker.h"
+#include "core/core.h"
+#include "txn/txn.h"
 
 #include <event2/buffer.h>
 #include <event2/http.h>
@@ -17,22 +18,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <dirent.h>
-
-static const double bounds[MQD_HIST_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                                0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
-                                                1,      2.5,     5,      10};
-
-const double *mqd_hist_bounds(void) { return bounds; }
-
-void mqd_hist_observe(mqd_hist_t *h, double seconds)
-{
-    size_t i = 0;
-    while (i < MQD_HIST_BUCKETS && seconds > bounds[i])
-        i++;
-    h->bucket[i]++;
-    h->count++;
-    h->sum += seconds;
-}
 
 /* ---------------------------------------------------------------- process */
 
@@ -113,7 +98,7 @@ static void put_hist(struct evbuffer *b, const char *name, const char *help, con
     uint64_t cum = 0;
     for (size_t i = 0; i < MQD_HIST_BUCKETS; i++) {
         cum += h->bucket[i];
-        evbuffer_add_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+        evbuffer_add_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, mqd_hist_bounds()[i], (unsigned long long)cum);
     }
     evbuffer_add_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name,
                         (unsigned long long)h->count, name, h->sum, name,

@@ -7,19 +7,6 @@
 
 struct mqd_server;
 
-/* Cumulative histogram with fixed bucket bounds (seconds), Prometheus style. */
-#define MQD_HIST_BUCKETS 16
-typedef struct mqd_hist {
-    uint64_t bucket[MQD_HIST_BUCKETS + 1]; /* last = +Inf */
-    uint64_t count;
-    double sum;
-} mqd_hist_t;
-
-/* Records one observation (seconds). No allocation; event-loop thread only. */
-void mqd_hist_observe(mqd_hist_t *h, double seconds);
-/* Upper bounds of the buckets, in seconds (MQD_HIST_BUCKETS values). */
-const double *mqd_hist_bounds(void);
-
 /* What the process itself costs: resident memory and time since it started. */
 typedef struct mqd_proc_stats {
     uint64_t rss_bytes;

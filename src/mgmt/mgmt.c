@@ -11,10 +11,8 @@
 #include "mgmt/mgmt.h"
 #include "mgmt/mgmt_int.h"
 #include "mgmt/mgmt_json.h"
-#include "amqp/link_int.h"
 #include "group/group.h"
-#include "server/broker.h"
-#include "server/server.h"
+#include "core/core.h"
 
 #include <jansson.h>
 #include <openssl/ssl.h>
@@ -175,7 +173,7 @@ static int broker_read(mqd_mgmt_req_t *r)
 static int broker_reload(mqd_mgmt_req_t *r)
 {
     char err[512];
-    int rc = mqd_server_reload(r->s, err, sizeof err);
+    int rc = r->s->ops.reload(r->s, err, sizeof err);
     if (rc != 0) /* err names FILE:LINE: key: reason, as the log does */
         return mqd_mgmt_fail(r, 400, "reload failed (%s); the running configuration is kept",
                              err);

@@ -5,7 +5,7 @@
 #define MQD_MGMT_H
 
 #include "mqd.h"
-#include "amqp/msg.h"
+#include "codec/codec.h"
 
 #include <jansson.h>
 

@@ -4,7 +4,7 @@
  * Reads (READ, QUERY) are not audited: they change nothing. */
 #include "config.h"
 #include "mgmt/mgmt_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <stdio.h>
 #include <string.h>

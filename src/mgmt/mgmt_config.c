@@ -4,7 +4,7 @@
 #include "config.h"
 #include "mgmt/mgmt_int.h"
 #include "mgmt/mgmt_json.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <stdio.h>
 #include <string.h>

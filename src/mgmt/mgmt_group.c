@@ -3,7 +3,7 @@
 #include "config.h"
 #include "group/group.h"
 #include "mgmt/mgmt_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,6 +3,11 @@
 #define MQD_MGMT_INT_H
 
 #include "mqd.h"
+#include "core/core.h"
+#include "auth/auth.h"
+#include "group/group.h"
+#include "metrics/metrics.h"
+#include "txn/txn.h"
 
 #include <jansson.h>
 #include <proton/codec.h>

@@ -10,7 +10,7 @@
  * `receive` on the topic (a consumer claims for its group), not `manage`. */
 #include "config.h"
 #include "mgmt/mgmt_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <ctype.h>
 #include <inttypes.h>

@@ -11,10 +11,10 @@
  * body_size, body_hex (at most PEEK_BODY_MAX bytes, hex), body_truncated, and for an
  * amqp-value that is neither binary nor string, body (its JSON form)). */
 #include "config.h"
-#include "amqp/msg.h"
+#include "codec/codec.h"
 #include "mgmt/mgmt_int.h"
 #include "mgmt/mgmt_json.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
 #include "config.h"
 #include "mgmt/mgmt_int.h"
 #include "mgmt/mgmt_json.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * [acl] rules in order, first match wins). As configured now (after the last reload). */
 #include "config.h"
 #include "mgmt/mgmt_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <string.h>
 

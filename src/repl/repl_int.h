@@ -4,7 +4,8 @@
 #define MQD_REPL_INT_H
 
 #include "repl/repl.h"
-#include "server/broker.h"
+#include "core/core.h"
+#include "amqp/amqp.h"
 
 #define REPL_TICK_MS 200     /* ISR checks, link re-attaches */
 #define REPL_RUN_BYTES 65536 /* raw bytes per fetch message (one record may be more) */

@@ -3,6 +3,7 @@
 #include "route/route.h"
 
 #include <string.h>
+#include <stdio.h>
 #include <strings.h>
 
 #define DLQ_WORD "$DeadLetterQueue"
@@ -252,4 +253,28 @@ uint32_t mqd_route_key_partition(const void *key, size_t len, uint32_t nparts)
     if (nparts == 0)
         return 0;
     return (mqd_murmur2(key, len) & 0x7fffffffu) % nparts;
+}
+
+/* The node that holds replies for `addr`: the topic itself when `addr` is an address,
+ * else a temporary node named after it (management clients such as the Event Hubs SDKs
+ * attach their reply receiver as source `$management` with target "<name>" and send
+ * reply-to "<name>"). */
+void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen)
+{
+    mqd_addr_t a;
+    if (mqd_addr_parse(addr, len, &a) == 0 && a.kind == MQD_ADDR_TOPIC) {
+        snprintf(out, outlen, "%s", a.topic);
+        return;
+    }
+    mqd_reply_tmp_name(addr, len, out, outlen);
+}
+
+/* $cbs replies always go to a temporary node: the SDKs' "cbs-<uuid>" reply addresses
+ * would otherwise become a durable topic per connection. */
+void mqd_reply_tmp_name(const char *addr, size_t len, char *out, size_t outlen)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (uint8_t)addr[i]) * 1099511628211ull;
+    snprintf(out, outlen, "$tmp.r.%016llx", (unsigned long long)h);
 }

@@ -38,4 +38,10 @@ uint32_t mqd_murmur2(const void *data, size_t len);
  * nparts == 0 returns 0. */
 uint32_t mqd_route_key_partition(const void *key, size_t len, uint32_t nparts);
 
+/* The node that holds replies sent to `addr`: the topic itself when `addr` is an
+ * address, else its temporary node (mqd_reply_tmp_name). */
+void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen);
+/* The temporary node ("$tmp.r.HASH") for `addr`, whatever it looks like ($cbs replies). */
+void mqd_reply_tmp_name(const char *addr, size_t len, char *out, size_t outlen);
+
 #endif

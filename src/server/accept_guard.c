@@ -8,7 +8,7 @@
  * reserve again. If the reserve cannot be had (some other thread took the slot), the
  * listeners pause for ACCEPT_PAUSE_MS instead. */
 #include "config.h"
-#include "server/broker.h"
+#include "server/server_int.h"
 
 #include <errno.h>
 #include <event2/listener.h>

@@ -11,8 +11,7 @@
  * Name resolution is getaddrinfo on the loop: numeric addresses (or /etc/hosts) do not
  * block; a cluster's node addresses are such. */
 #include "config.h"
-#include "server/server.h"
-#include "server/broker.h"
+#include "server/server_int.h"
 
 #include <errno.h>
 #include <event2/event.h>

@@ -8,10 +8,7 @@
  * to the store (group commit: one write + one fdatasync per partition per batch).
  */
 #include "config.h"
-#include "server/server.h"
-#include "server/broker.h"
-#include "server/timer.h"
-#include "metrics/metrics.h"
+#include "server/server_int.h"
 
 #include <errno.h>
 #include <event2/thread.h>
@@ -43,35 +40,11 @@ static void conn_process(mqd_conn_t *c);
 static void tls_write(mqd_conn_t *c);
 static void tls_shutdown(mqd_conn_t *c);
 
-void mqd_server_tick_soon(mqd_server_t *s)
-{
-    if (!s->tick_queued) {
-        s->tick_queued = true;
-        event_active(s->ev_tick, 0, 0);
-    }
-}
-
 /* A zero timeout fires after the loop's next poll: work deferred to it cannot hold up
  * I/O, as re-activating the tick from inside the tick would. */
 static void on_later(evutil_socket_t fd, short what, void *arg)
 {
     mqd_server_run_later(arg);
-}
-
-void mqd_server_later_soon(mqd_server_t *s)
-{
-    static const struct timeval zero = {0, 0};
-    if (!evtimer_pending(s->ev_later, NULL))
-        evtimer_add(s->ev_later, &zero);
-}
-
-void mqd_conn_mark_dirty(mqd_conn_t *c)
-{
-    if (c->closed)
-        return;
-    if (mqd_dlist_empty(&c->dirty_node))
-        mqd_dlist_push(&c->srv->dirty, &c->dirty_node);
-    mqd_server_tick_soon(c->srv);
 }
 
 static void conn_free(mqd_conn_t *c)
@@ -94,12 +67,6 @@ static void conn_free(mqd_conn_t *c)
     mqd_fpeek_free(c->peek);
     free(c->rbuf);
     free(c);
-}
-
-void mqd_conn_unref(mqd_conn_t *c)
-{
-    if (--c->refs == 0)
-        conn_free(c);
 }
 
 /* Why an outbound connection ended. A refused login shows in the SASL outcome: Proton
@@ -202,7 +169,7 @@ static void conn_write(mqd_conn_t *c)
     }
 }
 
-size_t mqd_conn_write(mqd_conn_t *c)
+static size_t conn_write_rest(mqd_conn_t *c)
 {
     conn_write(c);
     return pn_connection_driver_write_buffer(&c->driver).size;
@@ -323,11 +290,6 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
         p += k;
         n -= k;
     }
-}
-
-void mqd_conn_rx_feed(mqd_conn_t *c, const char *p, size_t n)
-{
-    rx_feed(c, p, n);
 }
 
 static void on_read(evutil_socket_t fd, short what, void *arg)
@@ -872,12 +834,6 @@ static void wake_from_flusher(void *arg)
     event_active(s->ev_wake, 0, 0);
 }
 
-int mqd_timer_add(mqd_server_t *s, const char *name, uint32_t interval_ms, mqd_timer_fn fn,
-                  void *arg)
-{
-    return mqd_timers_add(s->timers, name, interval_ms, fn, arg);
-}
-
 static void budget_timer(void *arg)
 {
     mqd_budget_tick(arg);
@@ -960,6 +916,14 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     s->conf = conf;
     s->started_ms = mqd_now_ms();
     s->conf_path = conf_path ? strdup(conf_path) : NULL;
+    /* core reaches the subsystems above it only through these (core/core.h) */
+    s->ops.conn_free = conn_free;
+    s->ops.conn_write = conn_write_rest;
+    s->ops.conn_rx_feed = rx_feed;
+    s->ops.reload = mqd_server_reload;
+    mqd_txn_core_ops(&s->ops);
+    mqd_group_core_ops(&s->ops);
+    mqd_amqp_core_ops(&s->ops);
     mqd_dlist_init(&s->conns);
     mqd_dlist_init(&s->dirty);
     mqd_dlist_init(&s->dispatch_q);
@@ -1018,6 +982,8 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     if ((rc = mqd_auth_init(s)) != 0)
         goto err;
     if ((rc = mqd_watermark_init(s)) != 0)
+        goto err;
+    if ((rc = mqd_amqp_start(s)) != 0)
         goto err;
     /* budget.c is the server's own: heap trims after connections' charges fell */
     if ((rc = mqd_timer_add(s, "budget.trim", 1000, budget_timer, s)) != 0)

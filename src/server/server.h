@@ -4,6 +4,7 @@
 
 #include "mqd.h"
 #include "conf/conf.h"
+#include "core/core.h"
 
 #include <proton/codec.h>
 #include <proton/event.h>
@@ -80,55 +81,9 @@ void mqd_outconn_get_stats(const mqd_outconn_t *oc, mqd_outconn_stats_t *st);
 /* The server's own loop, for owners that need timers of their own. */
 struct event_base *mqd_server_base(mqd_server_t *s);
 
-/* ---- replication hooks (src/repl/ registers them; none on a single node) ----
- * The broker calls these at the points where a replicated partition behaves unlike a
- * local one, so that server/ and amqp/ know no replication code by name (the direction
- * of the include graph stays repl -> server). All run on the loop thread; every member
- * is optional. */
-struct mqd_topic;
-struct mqd_conn;
-struct mqd_lstate;
-struct evbuffer;
-typedef struct mqd_redirect {
-    char host[256];
-    uint16_t port;
-    char address[512];
-} mqd_redirect_t;
-typedef struct mqd_repl_hooks {
-    /* A topic was created on this node (management, auto-create, a replica). */
-    void (*topic_created)(void *arg, struct mqd_topic *t);
-    /* A link to partition `part` of t (-1: the whole topic) is attaching: true when this
-     * node must refuse it with amqp:link:redirect to *to (filled). */
-    bool (*redirect)(void *arg, struct mqd_topic *t, int64_t part, mqd_redirect_t *to);
-    /* A send with `acks` (mqd_acks_t) to partition part of t: NULL to go on, else the
-     * reason to reject it (a static text) and *cond its AMQP error condition. */
-    const char *(*send_check)(void *arg, struct mqd_topic *t, uint32_t part, int acks,
-                              const char **cond);
-    /* A receiver attaching with source address `addr` under "$repl/": repl answers the
-     * attach itself (open or refuse) and owns the link's events from then on. */
-    void (*attach)(void *arg, struct mqd_conn *c, pn_link_t *l, const char *addr);
-    /* PN_LINK_FLOW and PN_DELIVERY of such a link; link_gone before its state goes. */
-    void (*link_event)(void *arg, struct mqd_lstate *ls, pn_event_t *e);
-    void (*link_gone)(void *arg, struct mqd_lstate *ls);
-    /* $management READ of com.mqd:cluster: writes this node's view as one map into out
-     * (controller, nodes, partitions; docs/replication.md). */
-    void (*status)(void *arg, pn_data_t *out);
-    /* /metrics: appends the replication gauges (Prometheus text) to b. */
-    void (*metrics)(void *arg, struct evbuffer *b);
-    void *arg;
-} mqd_repl_hooks_t;
 /* Registers h (copied) on s; before mqd_server_run. */
 void mqd_server_set_repl(mqd_server_t *s, const mqd_repl_hooks_t *h);
 
-
-/* ---- periodic work (timer.c) ----
- * A subsystem registers its own timers when it starts (not the server on its behalf):
- * fn(arg) runs on the loop every interval_ms until mqd_server_free. The name (unique,
- * < 48 characters, "subsystem.what") is listed in the debug log at start. 0, MQD_EINVAL,
- * MQD_EEXIST (name taken) or MQD_ENOMEM. */
-typedef void (*mqd_timer_fn)(void *arg);
-int mqd_timer_add(mqd_server_t *s, const char *name, uint32_t interval_ms, mqd_timer_fn fn,
-                  void *arg);
 
 /* SIGHUP / mqctl reload: builds a new config from the file (and the command line over
  * it), validates it and swaps it in (mqd_conf_reload): on failure nothing changes and the

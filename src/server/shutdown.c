@@ -7,7 +7,7 @@
  * the loop, whether or not their settlement went out before the close: a send is either
  * settled and durable, or never settled (the client resends it). */
 #include "config.h"
-#include "server/broker.h"
+#include "server/server_int.h"
 
 #include <proton/condition.h>
 #include <proton/connection.h>

@@ -1,7 +1,7 @@
 /* AMQP transactions: the coordinator, staged work, commit and rollback (see txn.h). */
 #include "config.h"
 #include "txn/txn.h"
-#include "server/broker.h"
+#include "group/group.h"
 
 #include <event2/event.h>
 #include <jansson.h>
@@ -560,15 +560,6 @@ void mqd_txn_stats(mqd_server_t *s, mqd_txn_stats_t *out)
 }
 
 /* ---------------------------------------------------------------- LSO */
-
-uint64_t mqd_txn_lso(const mqd_part_t *p)
-{
-    uint64_t lso = UINT64_MAX;
-    for (size_t i = 0; i < p->n_otx; i++)
-        if (p->otx[i].first < lso)
-            lso = p->otx[i].first;
-    return lso;
-}
 
 static int otx_add(mqd_part_t *p, uint64_t id, uint64_t first)
 {
@@ -1149,4 +1140,11 @@ void mqd_txns_expire(mqd_server_t *s)
         x->st.timed_out++;
         rollback(s, t, "txn_timeout");
     }
+}
+
+void mqd_txn_core_ops(mqd_core_ops_t *ops)
+{
+    ops->txn_settle = mqd_txn_settle;
+    ops->txn_committed = mqd_txn_committed;
+    ops->txns_wake = mqd_txns_stable_advanced;
 }

@@ -21,6 +21,7 @@
 #define MQD_TXN_H
 
 #include "mqd.h"
+#include "core/core.h"
 
 #include <proton/engine.h>
 
@@ -83,7 +84,6 @@ int mqd_txn_add_ack(mqd_txn_t *t, struct mqd_group *g, uint32_t part, uint64_t o
 void mqd_txn_settle(pn_delivery_t *d, uint64_t txn, uint64_t outcome);
 
 /* Read-committed helpers for partition readers. */
-uint64_t mqd_txn_lso(const struct mqd_part *p); /* UINT64_MAX when nothing is open */
 bool mqd_txn_committed(struct mqd_server *s, uint64_t txn);
 
 /* Counters for metrics. */
@@ -92,5 +92,14 @@ typedef struct mqd_txn_stats {
     size_t open;
 } mqd_txn_stats_t;
 void mqd_txn_stats(struct mqd_server *s, mqd_txn_stats_t *out);
+
+/* txn.c internals used by the link handlers */
+void mqd_txns_stable_advanced(mqd_server_t *s);
+/* Writes the decisions of the commits that became ready, in one SQLite transaction. */
+void mqd_txns_decide(mqd_server_t *s);
+uint64_t mqd_txn_outcome(pn_delivery_t *d, bool *failed);
+
+/* The hooks core calls for transactions (mqd_core_ops_t: txn_*), set by server/. */
+void mqd_txn_core_ops(mqd_core_ops_t *ops);
 
 #endif

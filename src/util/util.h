@@ -55,4 +55,17 @@ int mqd_sd_notify(const char *state);
 /* $WATCHDOG_USEC when it is meant for this process, else 0. */
 uint64_t mqd_sd_watchdog_usec(void);
 
+/* Cumulative histogram with fixed bucket bounds (seconds), Prometheus style. */
+#define MQD_HIST_BUCKETS 16
+typedef struct mqd_hist {
+    uint64_t bucket[MQD_HIST_BUCKETS + 1]; /* last = +Inf */
+    uint64_t count;
+    double sum;
+} mqd_hist_t;
+
+/* Records one observation (seconds). No allocation; event-loop thread only. */
+void mqd_hist_observe(mqd_hist_t *h, double seconds);
+/* Upper bounds of the buckets, in seconds (MQD_HIST_BUCKETS values). */
+const double *mqd_hist_bounds(void);
+
 #endif

@@ -10,7 +10,7 @@
 #include "config.h"
 #include "conf/conf.h"
 #include "fuzz.h"
-#include "server/broker.h"
+#include "server/server_int.h"
 #include "server/server.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * byte picks where the rest is cut into two chunks; fed whole and fed cut, the peek must
  * agree (same state, same formats recorded, same verdict), and stay bounded on anything. */
 #include "config.h"
-#include "amqp/framepeek.h"
+#include "codec/codec.h"
 #include "fuzz.h"
 
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * one AMQP value. Every JSON value produced must encode back to AMQP (within the depth
  * bound), decode again, and print. */
 #include "config.h"
-#include "amqp/msg.h"
+#include "codec/codec.h"
 #include "mgmt/mgmt_json.h"
 #include "fuzz.h"
 

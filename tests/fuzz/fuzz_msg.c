@@ -1,7 +1,7 @@
 /* Fuzz target: scan, annotate (and re-scan the result), batch split; the stored-record
  * scan must agree with the full scan on what that accepts and stay bounded on the rest. */
 #include "config.h"
-#include "amqp/msg.h"
+#include "codec/codec.h"
 #include "fuzz.h"
 
 #include <stdlib.h>

@@ -3,8 +3,7 @@
  * message (the one below: header, properties, application properties of most types) and,
  * when bytes follow the NUL and scan as a message, against those bytes too. */
 #include "config.h"
-#include "amqp/msg.h"
-#include "group/selector.h"
+#include "codec/codec.h"
 #include "fuzz.h"
 
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #ifndef MQD_TEST_SERVER_FIXTURE_H
 #define MQD_TEST_SERVER_FIXTURE_H
 
-#include "server/broker.h"
+#include "server/server_int.h"
 #include "server/server.h"
 
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * deliveries on several links and sessions, heartbeats, extended headers), fed whole,
  * byte by byte and split at every byte boundary (and every pair of boundaries). */
 #include "config.h"
-#include "amqp/framepeek.h"
+#include "codec/codec.h"
 #include "util/util.h"
 
 #include <setjmp.h>

@@ -1,7 +1,7 @@
 /* Tests for the bounded AMQP message scanner, the annotation rewrite and batch split.
  * Messages are built and checked with Proton (test-only: mqd never decodes with it). */
 #include "config.h"
-#include "amqp/msg.h"
+#include "codec/codec.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
 /* Tests for JMS message selectors and start-position expressions. Messages are built
  * with Proton (test-only) and scanned with mqd_msg_scan, as the broker does. */
 #include "config.h"
-#include "group/selector.h"
+#include "codec/codec.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

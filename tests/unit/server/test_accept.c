@@ -3,7 +3,7 @@
  * waiting clients must be accepted and closed (they read EOF), the loop must not spin,
  * and once descriptors are free again new connections are accepted. */
 #include "config.h"
-#include "server/broker.h"
+#include "server/server_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

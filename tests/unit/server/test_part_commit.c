@@ -14,7 +14,7 @@
  *     they subscribed, a repeat or a fall does not, and a stable advance no longer moves
  *     the watermark. */
 #include "config.h"
-#include "server/broker.h"
+#include "server/server_int.h"
 #include "server/server.h"
 
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  * and nothing runs after the registry is freed. Timing is judged by order and counts,
  * not by wall-clock bounds, so a loaded machine only makes it slower. */
 #include "config.h"
-#include "server/timer.h"
+#include "core/core.h"
 
 #include <stdarg.h>
 #include <stddef.h>

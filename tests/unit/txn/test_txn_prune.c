@@ -10,7 +10,7 @@
  * other rows and committed ids stay, and the visible data (data records whose txn is
  * committed, or no txn) is the same after pruning and after a restart as before. */
 #include "config.h"
-#include "server/broker.h"
+#include "server/server_int.h"
 #include "server/server.h"
 
 #include <stdarg.h>

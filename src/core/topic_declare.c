@@ -4,7 +4,7 @@
  * any management overrides), so editing the section changes the topic; removing it
  * brings back the defaults and deletes nothing. */
 #include "config.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <inttypes.h>
 

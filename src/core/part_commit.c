@@ -11,7 +11,7 @@
  * the subscribers (consumers, transactions; later replication) are told once.
  */
 #include "config.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <proton/disposition.h>
 #include <stdlib.h>
@@ -63,7 +63,7 @@ uint64_t mqd_part_visible_end(const mqd_part_t *p, mqd_isolation_t iso)
     uint64_t hw = p->commit && p->commit->replicated ? p->commit->hw : stable;
     uint64_t end = hw < stable ? hw : stable;
     if (iso == MQD_READ_COMMITTED) {
-        uint64_t lso = mqd_txn_lso(p);
+        uint64_t lso = mqd_part_lso(p);
         if (lso < end)
             end = lso;
     }
@@ -118,7 +118,7 @@ static void settle_one(mqd_part_t *p, mqd_pending_t *pe, uint64_t outcome, const
         if (outcome != PN_ACCEPTED) {
             mqd_delivery_reject(pe->dlv, cond, desc);
         } else if (pe->txn) {
-            mqd_txn_settle(pe->dlv, pe->txn, PN_ACCEPTED);
+            s->ops.txn_settle(pe->dlv, pe->txn, PN_ACCEPTED);
         } else {
             pn_delivery_update(pe->dlv, PN_ACCEPTED);
             pn_delivery_settle(pe->dlv);
@@ -220,4 +220,13 @@ void mqd_part_set_repl_ends(mqd_part_t *p, uint64_t hw, uint64_t quorum_end)
 void mqd_part_set_hw(mqd_part_t *p, uint64_t hw)
 {
     mqd_part_set_repl_ends(p, hw, hw);
+}
+
+uint64_t mqd_part_lso(const mqd_part_t *p)
+{
+    uint64_t lso = UINT64_MAX;
+    for (size_t i = 0; i < p->n_otx; i++)
+        if (p->otx[i].first < lso)
+            lso = p->otx[i].first;
+    return lso;
 }

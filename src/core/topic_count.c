@@ -7,7 +7,7 @@
  * so the next start reads only what was appended after it; after a crash the census
  * also starts from the last save (everything after it is read again). */
 #include "config.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <inttypes.h>
 #include <stdio.h>

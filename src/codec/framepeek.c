@@ -9,7 +9,7 @@
  * header and descriptor.
  */
 #include "config.h"
-#include "amqp/framepeek.h"
+#include "codec/codec.h"
 #include "util/util.h"
 
 #include <stdlib.h>

@@ -1,8 +1,6 @@
 /* Memory and disk watermarks (see watermark.h). */
 #include "config.h"
-#include "server/watermark.h"
-#include "server/broker.h"
-#include "util/util.h"
+#include "core/core.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -82,12 +80,6 @@ static void measure(struct mqd_server *s, struct mqd_watermark *w)
               w->disk_free, disk_min);
 }
 
-/* Producers held back by a watermark get their credit once it clears (amqp/link.c). */
-static void refill_timer(void *arg)
-{
-    mqd_producers_refill(arg);
-}
-
 int mqd_watermark_init(struct mqd_server *s)
 {
     struct mqd_watermark *w = calloc(1, sizeof *w);
@@ -97,7 +89,7 @@ int mqd_watermark_init(struct mqd_server *s)
     measure(s, w);
     w->next_check_ns = mqd_mono_ns() + MQD_WATERMARK_INTERVAL_MS * UINT64_C(1000000);
     s->watermark = w;
-    return mqd_timer_add(s, "watermark.refill", 1000, refill_timer, s);
+    return 0;
 }
 
 void mqd_watermark_free(struct mqd_server *s)

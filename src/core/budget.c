@@ -1,8 +1,6 @@
 /* Per-connection and broker-wide memory accounting (budget.h). */
 #include "config.h"
-#include "server/budget.h"
-#include "server/broker.h"
-#include "amqp/link_int.h"
+#include "core/core.h"
 
 #include <proton/condition.h>
 #include <proton/object.h>

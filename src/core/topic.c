@@ -1,7 +1,7 @@
 /* Topics and partitions: the registry (hash by name, persisted in meta.db), appends
  * (settled by the partition's commit point, part_commit.c) and consumer dispatch. */
 #include "config.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <dirent.h>
 #include <inttypes.h>
@@ -96,7 +96,9 @@ static void wake_txns(mqd_part_t *p, uint64_t visible_end, void *arg)
 {
     MQD_UNUSED(p);
     MQD_UNUSED(visible_end);
-    mqd_txns_stable_advanced(arg);
+    mqd_server_t *s = arg;
+    if (s->ops.txns_wake)
+        s->ops.txns_wake(s);
 }
 
 /* The store's name for a topic: '/' (only in "T/$DeadLetterQueue") becomes "%2F", which
@@ -159,12 +161,7 @@ static int topic_grow(mqd_topic_t *t, uint32_t nparts)
         if (rc != 0)
             return rc;
     }
-    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
-        int rc = mqd_group_resize(MQD_CONTAINER(n, mqd_group_t, node));
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
+    return t->srv->ops.groups_grow ? t->srv->ops.groups_grow(t) : 0;
 }
 
 /* Per-topic settings changed through management are kept as JSON overrides in meta.db
@@ -261,11 +258,8 @@ static mqd_topic_t *topic_alloc(mqd_server_t *s, const char *name, json_t *overr
  * that went; the table has room for one more); on failure t is deleted. */
 static int topic_publish(mqd_server_t *s, mqd_topic_t *t, bool persist, int rc)
 {
-    if (rc == 0 && !persist)
-        rc = mqd_groups_load(t); /* an existing topic: its groups' offsets */
-    mqd_group_t *shared;
-    if (rc == 0)
-        rc = mqd_group_get(t, MQD_SHARED_GROUP, &shared); /* queue consumers of plain T */
+    if (rc == 0 && s->ops.groups_open) /* an existing topic: its groups' offsets */
+        rc = s->ops.groups_open(t, !persist);
     if (rc == 0 && persist) {
         char *cj = topic_config_json(t);
         rc = mqd_meta_topic_put(s->meta, t->name, t->nparts, cj ? cj : "{}");
@@ -503,8 +497,8 @@ static void topic_unlink(mqd_server_t *s, mqd_topic_t *t)
 
 static void topic_free(mqd_topic_t *t)
 {
-    while (!mqd_dlist_empty(&t->groups))
-        mqd_group_free(MQD_CONTAINER(t->groups.next, mqd_group_t, node));
+    if (t->srv->ops.groups_free)
+        t->srv->ops.groups_free(t);
     for (uint32_t i = 0; i < t->nparts; i++)
         part_free(&t->parts[i]);
     free(t->parts);
@@ -518,16 +512,18 @@ static void topic_free(mqd_topic_t *t)
  * with amqp:link:detach-forced, the link error for an operator's intervention (2.8.15). */
 static void detach_links(mqd_server_t *s, mqd_topic_t *t)
 {
+    if (!s->ops.link_detach)
+        return;
     while (!mqd_dlist_empty(&t->consumers)) {
         mqd_lstate_t *ls = MQD_CONTAINER(t->consumers.next, mqd_lstate_t, tnode);
-        mqd_consumer_detach(ls, "amqp:link:detach-forced", "the topic was deleted");
+        s->ops.link_detach(ls, "amqp:link:detach-forced", "the topic was deleted");
     }
     for (mqd_dlist_t *n = s->conns.next; n != &s->conns; n = n->next) {
         mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
         for (pn_link_t *l = pn_link_head(c->driver.connection, 0); l; l = pn_link_next(l, 0)) {
             mqd_lstate_t *ls = pn_link_get_context(l);
             if (ls && ls->kind == MQD_LS_PRODUCER && ls->topic == t)
-                mqd_consumer_detach(ls, "amqp:link:detach-forced", "the topic was deleted");
+                s->ops.link_detach(ls, "amqp:link:detach-forced", "the topic was deleted");
         }
     }
 }
@@ -627,81 +623,11 @@ void mqd_topic_dispatch_soon(mqd_topic_t *t)
     mqd_server_tick_soon(t->srv);
 }
 
-/* Round robin over the topic's consumers with credit until none can take more. */
-static void topic_dispatch(mqd_topic_t *t)
-{
-    for (int guard = 0; guard < 100000; guard++) {
-        size_t sent = 0;
-        mqd_dlist_t *n = t->consumers.next;
-        while (n != &t->consumers) {
-            mqd_lstate_t *ls = MQD_CONTAINER(n, mqd_lstate_t, tnode);
-            n = n->next;
-            sent += mqd_consumer_pump(ls);
-        }
-        if (sent == 0)
-            break;
-    }
-}
-
 void mqd_topic_dispatch_later(mqd_topic_t *t)
 {
     if (mqd_dlist_empty(&t->lnode))
         mqd_dlist_push(&t->srv->dispatch_later, &t->lnode);
     mqd_server_later_soon(t->srv);
-}
-
-void mqd_server_run_later(mqd_server_t *s)
-{
-    while (!mqd_dlist_empty(&s->dispatch_later)) {
-        mqd_dlist_t *n = s->dispatch_later.next;
-        mqd_dlist_del(n);
-        mqd_topic_t *t = MQD_CONTAINER(n, mqd_topic_t, lnode);
-        for (mqd_dlist_t *c = t->consumers.next; c != &t->consumers; c = c->next)
-            MQD_CONTAINER(c, mqd_lstate_t, tnode)->sel_work = 0;
-        mqd_topic_dispatch_soon(t);
-    }
-}
-
-void mqd_server_run_dispatch(mqd_server_t *s)
-{
-    while (!mqd_dlist_empty(&s->dispatch_q)) {
-        mqd_dlist_t *n = s->dispatch_q.next;
-        mqd_dlist_del(n);
-        topic_dispatch(MQD_CONTAINER(n, mqd_topic_t, dnode));
-    }
-}
-
-static bool topic_dirty(const mqd_topic_t *t)
-{
-    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
-        const mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
-        for (uint32_t i = 0; g->active && i < g->ncur; i++)
-            if (g->cur[i].dirty)
-                return true;
-    }
-    return false;
-}
-
-/* Writes every group's changed offsets and ack state in one SQLite transaction: the
- * per-message path never touches SQLite. */
-void mqd_topics_persist(mqd_server_t *s, bool force)
-{
-    bool began = false;
-    for (size_t i = 0; i < s->topics_cap; i++) {
-        for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext) {
-            if (t->temporary || !topic_dirty(t))
-                continue;
-            if (!began) {
-                if (mqd_meta_begin(s->meta) != 0)
-                    return;
-                began = true;
-            }
-            mqd_groups_save(t);
-        }
-    }
-    if (began && mqd_meta_commit(s->meta) != 0)
-        mqd_meta_rollback(s->meta);
-    MQD_UNUSED(force);
 }
 
 /* The lowest offset of partition i that retention must keep (UINT64_MAX: no limit).
@@ -712,19 +638,14 @@ void mqd_topics_persist(mqd_server_t *s, bool force)
  * behind retention_bytes/retention_ms resumes at the new start. */
 static uint64_t keep_from(const mqd_topic_t *t, uint32_t i)
 {
-    uint64_t low = mqd_txn_lso(&t->parts[i]);
+    uint64_t low = mqd_part_lso(&t->parts[i]);
     if (!t->conf.retention_consumed)
         return low;
-    bool any = false;
-    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
-        const mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
-        if (g->active && i < g->ncur) {
-            any = true;
-            if (g->cur[i].floor < low)
-                low = g->cur[i].floor;
-        }
-    }
-    return any ? low : 0;
+    uint64_t floor = UINT64_MAX;
+    const mqd_core_ops_t *ops = &t->srv->ops;
+    if (!ops->groups_floor || !ops->groups_floor(t, i, &floor))
+        return 0;
+    return floor < low ? floor : low;
 }
 
 void mqd_topics_retain(mqd_server_t *s)

@@ -10,7 +10,7 @@
  * needs recursion).
  */
 #include "config.h"
-#include "group/selector.h"
+#include "codec/codec.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -2,8 +2,7 @@
  * persistent libevent timer. Replaces the server's one 1 s callback that called a
  * hard-coded list of subsystems (and counted ticks for the 10 s ones). */
 #include "config.h"
-#include "server/timer.h"
-#include "util/util.h"
+#include "core/core.h"
 
 #include <event2/event.h>
 #include <stdlib.h>

@@ -13,7 +13,7 @@
  * failure (mgmt_topic.c). The store does the truncation and the probe (store/resume.c).
  */
 #include "config.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <errno.h>
 #include <proton/disposition.h>
@@ -58,7 +58,7 @@ static size_t fail_pending(mqd_part_t *p)
         if (!pe->conn->closed) {
             pn_link_t *l = mqd_delivery_unhold(pe->dlv);
             if (pe->txn) {
-                mqd_txn_settle(pe->dlv, pe->txn, PN_REJECTED);
+                s->ops.txn_settle(pe->dlv, pe->txn, PN_REJECTED);
             } else {
                 mqd_delivery_reject(pe->dlv, cond, desc);
             }
@@ -103,7 +103,9 @@ int mqd_part_resume(mqd_part_t *p)
     if (!mqd_plog_failed(p->log))
         return 0;
     fail_pending(p);                         /* before the log reuses their offsets */
-    mqd_txns_stable_advanced(p->topic->srv); /* transactions with records here are doomed */
+    mqd_server_t *s = p->topic->srv;
+    if (s->ops.txns_wake)
+        s->ops.txns_wake(s); /* transactions with records here are doomed */
     return mqd_plog_resume(p->log);
 }
 

@@ -2,7 +2,7 @@
  * copy): the partition count comes from the directory, with a warning, so that no
  * partition's messages hide behind a topic re-created later with the default count. */
 #include "config.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -13,7 +13,7 @@
  * Transactional records count only if their transaction committed (an aborted send may
  * be sent again), so this runs after the transactions are loaded. */
 #include "config.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -114,7 +114,8 @@ static int add_record(mqd_topic_t *t, const mqd_rec_t *rec, int64_t since)
     struct mqd_dedup *d = t->dedup;
     mqd_msg_info_t mi;
     if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA || rec->timestamp_ms < since ||
-        ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(t->srv, rec->txn)) ||
+        ((rec->flags & MQD_REC_TXN) &&
+         !mqd_core_txn_committed(t->srv, rec->txn)) ||
         mqd_msg_scan_stored(rec->data, rec->len, &mi) != 0 || mi.message_id.len == 0)
         return 0;
     if ((d->n + 1) * 2 > d->cap && grow(d) != 0)

@@ -6,7 +6,7 @@
  * by arithmetic so a huge element count costs nothing.
  */
 #include "config.h"
-#include "amqp/msg.h"
+#include "codec/codec.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,20 +1,17 @@
-/* Internals shared by the link handlers: link.c (events, producers, management) and
+/* amqp internals shared by the link handlers: link.c (events, producers, management) and
  * consumer.c (consumers, browsers). */
-#ifndef MQD_LINK_INT_H
-#define MQD_LINK_INT_H
+#ifndef MQD_AMQP_INT_H
+#define MQD_AMQP_INT_H
 
-#include "server/broker.h"
+#include "amqp/amqp.h"
+#include "auth/auth.h"
+#include "group/group.h"
+#include "txn/txn.h"
 
-/* Opens the link and closes it at once with `cond` and a description (fmt with one %s). */
-void mqd_link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char *arg);
 /* Refuses the attach with amqp:link:redirect naming `to` (AMQP 1.0 2.8.17). */
 void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to);
 /* Allocates a link state and makes it the link's context. */
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind);
-/* The node that holds replies sent to `addr` (see link.c). */
-void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen);
-/* The temporary node ("$tmp.r.HASH") for `addr`, whatever it looks like ($cbs replies). */
-void mqd_reply_tmp_name(const char *addr, size_t len, char *out, size_t outlen);
 
 /* May c auto-create `topic` (config + the `create` permission)? */
 bool mqd_may_create(mqd_conn_t *c, const char *topic);

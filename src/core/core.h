@@ -1,36 +1,38 @@
-/* The broker's internal object model, shared by server/ (loop, listeners, connections),
- * amqp/ (Proton event handling, links) and group/ (shared-mode cursors).
+/* core: the broker's object model and the commit point — topics, partitions, their
+ * waiting sends and commit points, link and connection state, the server struct that
+ * holds them — and the loop primitives the model needs (dirty connections, the tick,
+ * timers). It sits below every broker subsystem: group/, txn/, auth/, amqp/, mgmt/,
+ * metrics/, repl/ and server/ include it, and it includes none of them. Where the model
+ * must reach up (settle a send, ask a transaction's last stable offset, open a topic's
+ * groups, detach a link), it calls the hooks in mqd_core_ops_t that server/ (the
+ * composition root) fills in from the subsystems above at start.
  *
  * Ownership: the server owns topics and connections; a topic owns its partitions; a
- * partition owns its shared-group state; a connection owns its link states (freed when
- * the connection is freed, from a deferred callback). Everything runs on the event-loop
- * thread; only the store's flusher thread is elsewhere (it wakes us through ev_wake).
+ * partition owns its waiting sends and commit point; a connection owns its link states
+ * (freed when the connection is freed, from a deferred callback). Everything runs on
+ * the event-loop thread; only the store's flusher thread is elsewhere (it wakes us
+ * through ev_wake).
  */
-#ifndef MQD_BROKER_H
-#define MQD_BROKER_H
+#ifndef MQD_CORE_H
+#define MQD_CORE_H
 
 #include "mqd.h"
-#include "amqp/framepeek.h"
-#include "amqp/msg.h"
-#include "auth/auth.h"
-#include "group/group.h"
-#include "group/selector.h"
-#include "txn/txn.h"
-#include "server/budget.h"
-#include "server/watermark.h"
+#include "codec/codec.h"
 #include "conf/conf.h"
 #include "meta/meta.h"
-#include "metrics/metrics.h"
 #include "route/route.h"
 #include "store/store.h"
 #include "util/util.h"
-#include "server/server.h"
 
 #include <event2/event.h>
 #include <event2/listener.h>
+#include <proton/codec.h>
 #include <proton/connection_driver.h>
 #include <proton/engine.h>
+#include <proton/event.h>
 #include <proton/logger.h>
+#include <proton/session.h>
+#include <proton/types.h>
 
 typedef struct mqd_server mqd_server_t;
 typedef struct mqd_conn mqd_conn_t;
@@ -40,6 +42,10 @@ typedef struct mqd_part_commit mqd_part_commit_t; /* part_commit.c */
 typedef struct mqd_lstate mqd_lstate_t;
 typedef struct mqd_topic_build mqd_topic_build_t; /* topic.c */
 typedef struct mqd_census mqd_census_t;             /* topic_count.c */
+typedef struct mqd_outconn mqd_outconn_t;   /* server/outconn.c */
+struct mqd_group;                            /* group/ */
+struct mqd_txns;                             /* txn/ */
+struct evbuffer;
 
 /* One listening socket; `index` is its position in conf->listen. */
 typedef struct mqd_listener {
@@ -84,36 +90,221 @@ typedef struct mqd_pending {
     uint8_t acks;         /* mqd_acks_t: which commit point settles it (part_commit.c) */
 } mqd_pending_t;
 
-/* ---- offsets waiting to be delivered again (sorted ascending) ---- */
-typedef struct mqd_redeliver {
-    uint64_t *v;
-    size_t n, cap;
-} mqd_redeliver_t;
 
-/* A record's delivery state as the cursor hands it out: the number of earlier failed
- * attempts (header delivery-count to add) and whether a link acquired it before. */
-#define MQD_DC_SEEN 0x80000000u
-#define MQD_DC_COUNT(v) ((v) & ~MQD_DC_SEEN)
 
-/* ---- one group's position in one partition ---- */
-typedef struct mqd_cursor {
-    uint64_t floor;      /* committed: every offset below is done (accepted/rejected/skipped) */
-    uint64_t next_read;  /* next never-delivered offset */
-    uint8_t *done;       /* bitmap: bit i = offset (floor & ~7) + i done */
-    uint8_t *held;       /* bitmap (same base and size): offset handed out, unsettled */
-    size_t done_bits;    /* capacity in bits of both */
-    mqd_redeliver_t redeliver;
-    uint64_t redeliver_gen; /* bumped when an offset joins the redelivery list */
-    /* delivery state of offsets delivered before and not done: failed attempts, and
-       MQD_DC_SEEN once any link acquired it (released, link lost, restart) */
-    uint64_t *dc_off;
-    uint32_t *dc_val;
-    size_t dc_n, dc_cap;
-    uint64_t inflight;   /* delivered, unsettled */
-    bool dirty;          /* changed since last persisted */
-    mqd_read_t rd;       /* read-ahead from next_read */
-    size_t rd_pos;       /* next record in rd to hand out */
-} mqd_cursor_t;
+/* budget: what a connection may hold in memory (issue 16, point 3), and the whole
+ * broker's share of it.
+ *
+ * A connection is charged for its sessions and links (a fixed cost per Proton object,
+ * from when Proton creates it until it is final), the bytes of deliveries still
+ * arriving in several transfers (the link buffers that collect them) and the bytes
+ * Proton has ready to write that the socket has not taken. Past max_connection_memory
+ * the connection is closed with amqp:resource-limit-exceeded: its input is no longer
+ * read, its close frame gets BUDGET_LINGER_MS to leave, then the socket is closed. While
+ * the sum over all connections is above max_memory, new connections and new links are
+ * refused, and a connection whose partial deliveries or output grow is closed.
+ *
+ * Sessions are also bounded by the channels Proton can give them: a session holds a
+ * local channel from its begin until its end is written, and Proton stops producing
+ * output for good once it cannot map one (only 64 begins were answered, the rest piled
+ * up: 1 GB for 300,000 begin+end pipelined on channel 0). mqd_budget_event has the
+ * ended sessions' ends written before a new session would need a channel too many.
+ *
+ * All of it runs on the event-loop thread. The state is a member of mqd_conn_t. */
+struct mqd_conn;
+struct mqd_server;
+
+typedef struct mqd_budget {
+    uint64_t bytes;      /* charged now (sum of the parts below) */
+    uint64_t peak;       /* most charged at once */
+    uint64_t partial;    /* link buffers of deliveries still arriving */
+    uint64_t output;     /* Proton output the socket has not taken, and unframed deliveries */
+    uint64_t pending;    /* of which in Proton's output buffer (the last write's rest) */
+    bool send_blocked;   /* consumers wait for the output to drain */
+    uint64_t blocked_at; /* `output` when they began to wait (0: not measured yet) */
+    uint32_t sessions;   /* Proton sessions not yet final */
+    uint32_t links;      /* Proton links not yet final */
+    uint32_t ssn_open;   /* sessions mqd began and has not ended */
+    uint32_t ssn_ending; /* sessions mqd ended whose end may not be written yet */
+    int64_t closing_ms;  /* closed by the budget at (monotonic ms), else 0 */
+    bool peer_eof;       /* after closing_ms: the peer's EOF (or an error) was read */
+} mqd_budget_t;
+
+/* Fixed charges (measured: Proton's session ~3.5 KiB with its delivery maps, a link
+ * with its termini and mqd's link state ~2 KiB). */
+#define MQD_BUDGET_SESSION_COST 4096u
+#define MQD_BUDGET_LINK_COST 2048u
+/* How long a connection closed by the budget may take to write its close frame. */
+#define MQD_BUDGET_LINGER_MS 10000
+
+/* Looks at e before mqd_amqp_handle does: counts sessions and links, keeps channels
+ * free, closes the connection when over budget. False: skip the event (the connection
+ * is closing and e would open something on it). */
+bool mqd_budget_event(struct mqd_conn *c, pn_event_t *e);
+
+/* Charges (delta > 0) or releases (delta < 0) bytes of partial-delivery buffers.
+ * MQD_ETOOBIG when a charge does not fit: the connection is being closed and the
+ * caller must not grow the buffer. Releases always succeed. */
+int mqd_budget_partial(struct mqd_conn *c, int64_t delta);
+
+/* Records the output Proton holds after a write (`pending`: bytes not taken by the
+ * socket, plus what its deliveries hold unframed); closes the connection if that puts
+ * it over budget, and lets blocked consumers send again once it has drained. */
+void mqd_budget_output(struct mqd_conn *c, size_t pending);
+
+/* A consumer may not send on session ss while the connection's unread output and the
+ * session's queued delivery bytes are MQD_BUDGET_SEND_HIGH or more: a peer that grants
+ * credit but does not read stops getting deliveries (they stay in the log) instead of
+ * having them all copied into Proton. The connection's consumers are dispatched again
+ * once its backlog is below half of it, or has fallen by half of it. */
+bool mqd_budget_send_blocked(struct mqd_conn *c, pn_session_t *ss);
+#define MQD_BUDGET_SEND_HIGH (4u << 20)
+
+/* True once a connection closed by the budget has had its linger: close the socket.
+ * *wait_ms (if not NULL) gets the time left, for the connection's timer. */
+bool mqd_budget_linger_over(struct mqd_conn *c, int64_t *wait_ms);
+
+/* A connection closed by its budget whose peer has not sent EOF yet: its input is read
+ * and dropped (mqd_budget_drain, from the read event) until then, so that a peer still
+ * sending does not get a reset, which would make its kernel drop the close frame. */
+bool mqd_budget_draining(const struct mqd_conn *c);
+void mqd_budget_drain(struct mqd_conn *c);
+
+/* Closes c's socket: at once, or, after a close by the budget, once the peer has sent
+ * EOF (its input read and dropped meanwhile) or MQD_BUDGET_DRAIN_MS has passed. */
+void mqd_budget_close_fd(struct mqd_conn *c);
+#define MQD_BUDGET_DRAIN_MS 5000
+/* Closes the sockets still draining (server shutdown, before the event base goes). */
+void mqd_budget_drains_free(struct mqd_server *s);
+
+/* Periodic (1 s): gives freed heap back to the system once the charges fell by
+ * MQD_BUDGET_TRIM_BYTES since the last time. */
+void mqd_budget_tick(struct mqd_server *s);
+#define MQD_BUDGET_TRIM_BYTES (1u << 20)
+#define MQD_BUDGET_TRIM_CONNS 256 /* ... or the connections fell by this many */
+
+/* A connection is being freed: its charges leave the broker's total. */
+void mqd_budget_release(struct mqd_conn *c);
+
+/* The broker is over max_memory: refuse new connections and links. */
+bool mqd_budget_broker_full(const struct mqd_server *s);
+
+/* watermark: memory and disk watermarks (issue 6, limits). While the broker's resident
+ * memory is above memory_high_watermark, or the file system holding data_dir has less
+ * than disk_free_limit bytes free, producers get no new link credit; consumers keep
+ * flowing, so memory drains and retention can free disk. Credit resumes once both clear.
+ *
+ * The state hangs off the server (`s->watermark`, owned by it between init and free).
+ * The limits are read from s->conf at every check, so a SIGHUP reload applies them. */
+struct mqd_server;
+
+/* Allocates s->watermark and takes a first measurement. 0 or MQD_ENOMEM. */
+int mqd_watermark_init(struct mqd_server *s);
+/* Frees s->watermark (NULL is fine) and sets it to NULL. */
+void mqd_watermark_free(struct mqd_server *s);
+
+/* True while a watermark is exceeded. Cheap: measures (/proc/self/statm, statvfs) at
+ * most once per MQD_WATERMARK_INTERVAL_MS and returns the cached answer in between.
+ * Logs once when it starts blocking and once when it clears. Event-loop thread only. */
+bool mqd_watermark_blocked(struct mqd_server *s);
+#define MQD_WATERMARK_INTERVAL_MS 100
+
+/* The last measurement, for metrics and management: resident bytes and free bytes on
+ * data_dir (UINT64_MAX when unknown). Either pointer may be NULL. */
+void mqd_watermark_usage(struct mqd_server *s, uint64_t *rss, uint64_t *disk_free);
+
+/* The disk budget (rules in watermark.c; docs/security.md, Limits). Event-loop thread.
+ *
+ * mqd_watermark_disk_take: may `bytes` more be stored (a producer's message, with
+ * MQD_WATERMARK_REC_OVERHEAD)? true counts them against the free space measured; false
+ * (the free space would fall below disk_free_limit) means refuse the message.
+ * mqd_watermark_window: how many of `want` credit units a producer link holding `have`
+ * may be granted now, if each may carry `msg_bytes` (0: unknown, the link has sent
+ * nothing yet): 0 while a watermark is exceeded, fewer than `want` near
+ * disk_free_limit (its share of the budget). *reserved is the link's part of the
+ * budget (0 at first), replaced by (have + the answer) x msg_bytes. */
+bool mqd_watermark_disk_take(struct mqd_server *s, uint64_t bytes);
+/* A producer link starts (+1) or stops (-1, with its last *reserved) sharing the
+ * credit budget. */
+void mqd_watermark_producers(struct mqd_server *s, int delta, uint64_t reserved);
+uint32_t mqd_watermark_window(struct mqd_server *s, uint32_t want, int have, uint64_t msg_bytes,
+                              uint64_t *reserved);
+/* Disk bytes a stored message costs besides its own: the record header (40) and its
+ * share of the offset and time indexes, rounded up. */
+#define MQD_WATERMARK_REC_OVERHEAD 64
+/* A link with no credit near the limit gets one while this fits in its share of the
+ * headroom, before it has sent a message (then: its largest message). */
+#define MQD_WATERMARK_FIRST_BYTES (64u << 10)
+
+/* ---- replication hooks (src/repl/ registers them; none on a single node) ----
+ * The broker calls these at the points where a replicated partition behaves unlike a
+ * local one, so that server/ and amqp/ know no replication code by name (the direction
+ * of the include graph stays repl -> server). All run on the loop thread; every member
+ * is optional. */
+struct mqd_topic;
+struct mqd_conn;
+struct mqd_lstate;
+struct evbuffer;
+typedef struct mqd_redirect {
+    char host[256];
+    uint16_t port;
+    char address[512];
+} mqd_redirect_t;
+typedef struct mqd_repl_hooks {
+    /* A topic was created on this node (management, auto-create, a replica). */
+    void (*topic_created)(void *arg, struct mqd_topic *t);
+    /* A link to partition `part` of t (-1: the whole topic) is attaching: true when this
+     * node must refuse it with amqp:link:redirect to *to (filled). */
+    bool (*redirect)(void *arg, struct mqd_topic *t, int64_t part, mqd_redirect_t *to);
+    /* A send with `acks` (mqd_acks_t) to partition part of t: NULL to go on, else the
+     * reason to reject it (a static text) and *cond its AMQP error condition. */
+    const char *(*send_check)(void *arg, struct mqd_topic *t, uint32_t part, int acks,
+                              const char **cond);
+    /* A receiver attaching with source address `addr` under "$repl/": repl answers the
+     * attach itself (open or refuse) and owns the link's events from then on. */
+    void (*attach)(void *arg, struct mqd_conn *c, pn_link_t *l, const char *addr);
+    /* PN_LINK_FLOW and PN_DELIVERY of such a link; link_gone before its state goes. */
+    void (*link_event)(void *arg, struct mqd_lstate *ls, pn_event_t *e);
+    void (*link_gone)(void *arg, struct mqd_lstate *ls);
+    /* $management READ of com.mqd:cluster: writes this node's view as one map into out
+     * (controller, nodes, partitions; docs/replication.md). */
+    void (*status)(void *arg, pn_data_t *out);
+    /* /metrics: appends the replication gauges (Prometheus text) to b. */
+    void (*metrics)(void *arg, struct evbuffer *b);
+    void *arg;
+} mqd_repl_hooks_t;
+
+/* ---- hooks into the subsystems above core (filled by server/ at start) ----
+ * The model calls up only through these; each names the subsystem that provides it.
+ * server/ sets every member before the first topic opens; a unit test that builds a
+ * server without server/ leaves them NULL and core skips what they would do. */
+typedef struct mqd_core_ops {
+    /* server/: frees a connection whose last reference went; writes its output (the
+       bytes the socket did not take); feeds it plaintext input that auth/ held back */
+    void (*conn_free)(mqd_conn_t *c);
+    size_t (*conn_write)(mqd_conn_t *c);
+    void (*conn_rx_feed)(mqd_conn_t *c, const char *p, size_t n);
+    /* server/: SIGHUP-style reload (mgmt's reload operation) */
+    int (*reload)(mqd_server_t *s, char *err, size_t errlen);
+    /* txn/: settles a transactional send with transactional-state; whether transaction
+       `txn` committed; commit points moved (transactions waiting for their records go on) */
+    void (*txn_settle)(pn_delivery_t *d, uint64_t txn, uint64_t outcome);
+    bool (*txn_committed)(mqd_server_t *s, uint64_t txn);
+    void (*txns_wake)(mqd_server_t *s);
+    /* group/: a topic's groups — opened with it (existing: from meta.db; also the shared
+       group of plain T), grown with its partitions, freed with it; the lowest committed
+       offset of partition i over its groups (false: no group) for retention; whether any
+       group state is unsaved */
+    int (*groups_open)(mqd_topic_t *t, bool existing);
+    int (*groups_grow)(mqd_topic_t *t);
+    void (*groups_free)(mqd_topic_t *t);
+    bool (*groups_floor)(const mqd_topic_t *t, uint32_t i, uint64_t *floor);
+    bool (*groups_dirty)(const mqd_topic_t *t);
+    void (*groups_save)(mqd_topic_t *t);
+    /* amqp/: detaches a link with an error (topic deleted, epoch takeover, ACL reload),
+       releasing what it held */
+    void (*link_detach)(mqd_lstate_t *ls, const char *cond, const char *desc);
+} mqd_core_ops_t;
 
 struct mqd_part {
     mqd_topic_t *topic;
@@ -135,21 +326,6 @@ struct mqd_part {
         bool loaded;                      /* the census saved by the last stop was looked at */
     } ctl;
 };
-
-/* ---- a consumer group of a topic (group/group.c) ---- */
-typedef struct mqd_group {
-    mqd_topic_t *topic;
-    char *name;                /* lower-cased; "$shared" for plain T */
-    int mode;                  /* mqd_group_mode_t */
-    mqd_cursor_t *cur;         /* [ncur], one per partition */
-    uint32_t ncur;
-    mqd_lstate_t **owner;      /* exclusive mode: link delivering partition i, or NULL */
-    mqd_lstate_t **target;     /* exclusive mode: link partition i is assigned to */
-    mqd_dlist_t members;       /* mqd_lstate_t.gnode */
-    size_t n_members;
-    bool active;               /* has had members or stored offsets: counts for retention */
-    mqd_dlist_t node;          /* in topic->groups */
-} mqd_group_t;
 
 struct mqd_topic {
     mqd_server_t *srv;
@@ -205,7 +381,7 @@ struct mqd_lstate {
     uint64_t *sel_gen;
     size_t *sel_looked;
     uint64_t unsettled;       /* consumer: deliveries not yet settled */
-    mqd_group_t *group;       /* consumer: its group */
+    struct mqd_group *group;  /* consumer: its group (group/) */
     mqd_dlist_t gnode;        /* in group->members */
     bool manual;              /* T/ConsumerGroups/G/Partitions/N: owns `part` only */
     bool has_epoch;
@@ -324,10 +500,43 @@ struct mqd_server {
     mqd_conf_hooks_t *conf_hooks; /* reload: the subsystems' check/apply hooks (conf_swap.c) */
     struct mqd_accept_guard *accept_guard; /* accept_guard.c: EMFILE on accept */
     struct mqd_census *census; /* topic_count.c: counting markers in logs opened at start */
-    mqd_repl_hooks_t repl;   /* src/repl/'s hooks (server.h); all NULL on a single node */
+    mqd_repl_hooks_t repl;   /* src/repl/'s hooks (above); all NULL on a single node */
+    mqd_core_ops_t ops;      /* the subsystems above core, as core calls them */
 };
 
-/* server.c */
+/* ---- periodic work (timer.c) ----
+ * A subsystem registers its own timers when it starts (not the server on its behalf):
+ * fn(arg) runs on the loop every interval_ms until mqd_server_free. The name (unique,
+ * < 48 characters, "subsystem.what") is listed in the debug log at start. 0, MQD_EINVAL,
+ * MQD_EEXIST (name taken) or MQD_ENOMEM. */
+typedef void (*mqd_timer_fn)(void *arg);
+int mqd_timer_add(mqd_server_t *s, const char *name, uint32_t interval_ms, mqd_timer_fn fn,
+                  void *arg);
+
+/* server internals: the timer registry (timer.c). Each subsystem registers its own
+ * periodic work with mqd_timer_add (server.h) when it starts; the server no longer
+ * knows the list. Every timer is one persistent libevent timer on the server's loop, so
+ * a timer runs outside any connection's handler, between loop iterations' I/O. */
+struct event_base;
+typedef struct mqd_timers mqd_timers_t;
+
+int mqd_timers_new(struct event_base *base, mqd_timers_t **out);
+/* Deletes every timer's event (none runs after it) and frees the registry. */
+void mqd_timers_free(mqd_timers_t *ts);
+/* Adds a timer that runs fn(arg) every interval_ms from now on. The name is copied (at
+ * most MQD_TIMER_NAME_MAX - 1 characters). MQD_EINVAL for interval 0, an empty or too
+ * long name or no fn; MQD_EEXIST if the name is taken; MQD_ENOMEM. */
+int mqd_timers_add(mqd_timers_t *ts, const char *name, uint32_t interval_ms, mqd_timer_fn fn,
+                   void *arg);
+#define MQD_TIMER_NAME_MAX 48
+size_t mqd_timers_count(const mqd_timers_t *ts);
+/* Timer i (in the order added): its name, interval and how often it ran. */
+int mqd_timers_get(const mqd_timers_t *ts, size_t i, const char **name, uint32_t *interval_ms,
+                   uint64_t *runs);
+/* Writes one debug line per timer ("timer NAME every N ms"). */
+void mqd_timers_log(const mqd_timers_t *ts);
+
+/* ---- loop primitives (loop.c) ---- */
 void mqd_conn_mark_dirty(mqd_conn_t *c);
 /* Feeds n bytes of plaintext input to c's Proton driver (auth/gate.c, for input it held). */
 void mqd_conn_rx_feed(mqd_conn_t *c, const char *p, size_t n);
@@ -335,41 +544,29 @@ void mqd_conn_unref(mqd_conn_t *c);
 /* Writes what Proton has for c's socket; returns the bytes it could not take. */
 size_t mqd_conn_write(mqd_conn_t *c);
 void mqd_server_tick_soon(mqd_server_t *s);
-/* A connected socket as an outbound connection of `oc` (client role): TLS when ssl is
- * set (the connection owns fd and ssl from here, on failure too: then NULL); `id` gives
- * the open's and SASL's identity (url, ca and backoff ignored). */
-mqd_conn_t *mqd_server_adopt_out(mqd_server_t *s, int fd, const char *peer, struct mqd_outconn *oc,
-                                 struct ssl_st *ssl, const mqd_outconn_opts_t *id);
-/* Ends an outbound connection without calling its owner back: at once (`now`, only
- * outside its handlers) or at the next tick. */
-void mqd_server_drop_out(mqd_conn_t *c, bool now);
-/* outconn.c, called by server.c */
-void mqd_outconn_event(mqd_outconn_t *oc, pn_event_t *e);
-void mqd_outconn_closed(mqd_outconn_t *oc, const char *why);
-void mqd_outconn_free_all(mqd_server_t *s);
-/* Arms ev_later: mqd_server_run_later at the next loop iteration, after I/O. */
+/* Arms ev_later: the deferred dispatch (amqp's mqd_server_run_later) at the next loop
+ * iteration, after I/O. */
 void mqd_server_later_soon(mqd_server_t *s);
 
-/* shutdown.c: SIGTERM/SIGINT (mqd_server_stop). begin closes every client connection
- * with amqp:connection:forced ("mqd is shutting down") and exits the loop once all are
- * gone or after shutdown_grace_ms; conn_gone is called as each one goes while stopping. */
-void mqd_shutdown_begin(mqd_server_t *s);
-void mqd_shutdown_conn_gone(mqd_server_t *s);
-
-/* accept_guard.c: accept() at the descriptor limit. Connections are closed at accept
- * before they eat into the store's headroom (mqd_accept_admit). A reserved descriptor is given up
- * to accept and close the connections waiting (each client sees its connection closed
- * at once instead of a handshake that times out), then taken again; without it the
- * listeners pause for ACCEPT_PAUSE_MS. So the loop never spins on a readable listener
- * it cannot accept from. */
-int mqd_accept_guard_init(mqd_server_t *s);
-void mqd_accept_guard_free(mqd_server_t *s);
-/* The listeners' error callback (evconnlistener_set_error_cb; arg: the mqd_listener_t). */
-void mqd_accept_error(struct evconnlistener *l, void *arg);
-/* Whether a just-accepted connection (descriptor fd) may stay: false when keeping it
- * would leave fewer descriptors than the store's headroom plus a spare (then the caller
- * closes it; counted and logged here, once a second). */
-bool mqd_accept_admit(mqd_server_t *s, int fd);
+/* ---- held deliveries and link ends (pnlink.c) ----
+ * A link is freed once closed on both sides and none of its deliveries is held.
+ * Whoever keeps a pointer to a delivery past its event holds it (mqd_delivery_hold),
+ * lets go before settling it (mqd_delivery_unhold returns its link) and then calls
+ * mqd_link_reap(link), which frees the link if that was the last reason to keep it. */
+void mqd_delivery_hold(pn_delivery_t *d);
+pn_link_t *mqd_delivery_unhold(pn_delivery_t *d);
+bool mqd_delivery_held(pn_delivery_t *d);
+void mqd_link_reap(pn_link_t *l);
+/* The peer detached l (its session may live on). */
+void mqd_link_mark_remote_detached(pn_link_t *l);
+/* Links counted on session ss (delta added first); a session closed on both ends with
+ * no link left is freed by mqd_session_reap. */
+intptr_t mqd_session_links(pn_session_t *ss, intptr_t delta);
+void mqd_session_reap(pn_session_t *ss);
+/* Settles a delivery `rejected` with an error condition. */
+void mqd_delivery_reject(pn_delivery_t *d, const char *cond, const char *desc);
+/* Opens the link and closes it at once with `cond` and a description (fmt with one %s). */
+void mqd_link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char *arg);
 
 /* topic_limit.c: max_topics and max_topics_per_connection. */
 /* Whether creating `name` now would pass max_topics (logged, at most once a second). */
@@ -457,6 +654,9 @@ int mqd_part_commit_init(mqd_part_t *p);
 void mqd_part_commit_free(mqd_part_t *p);
 /* Offsets below it may be read: min(stable, high watermark[, LSO when read-committed]). */
 uint64_t mqd_part_visible_end(const mqd_part_t *p, mqd_isolation_t iso);
+/* The last stable offset: the first offset of a transaction still open in p (txn/
+ * keeps p->otx), UINT64_MAX when none is. */
+uint64_t mqd_part_lso(const mqd_part_t *p);
 /* The high watermark: the stable offset until replication sets one. */
 uint64_t mqd_part_hw(const mqd_part_t *p);
 /* mqd_part_set_hw (or _set_repl_ends) was called since the partition was opened. */
@@ -500,73 +700,12 @@ int mqd_topic_room(mqd_server_t *s);
 /* Periodic: resumes disk-full partitions every partition_resume_ms while there is room. */
 void mqd_topics_resume_failed(mqd_server_t *s);
 void mqd_topic_dispatch_soon(mqd_topic_t *t);
-void mqd_server_run_dispatch(mqd_server_t *s);
 /* A consumer of t used its work budget for this loop turn (consumer.c, sel_work): t is
  * dispatched again in a later turn, when mqd_server_run_later resets the budgets. */
 void mqd_topic_dispatch_later(mqd_topic_t *t);
-void mqd_server_run_later(mqd_server_t *s);
-void mqd_topics_persist(mqd_server_t *s, bool force);
 /* Applies retention to every partition (periodic timer). */
 void mqd_topics_retain(mqd_server_t *s);
 
-/* cursor.c: a group's position in a partition */
-int mqd_cursor_init(mqd_cursor_t *cur, mqd_part_t *p, const char *group, mqd_offset_reset_t reset);
-void mqd_cursor_free(mqd_cursor_t *cur);
-/* Next record to deliver (redeliveries first), taken (held) for the caller; *dcount is
- * its delivery state (MQD_DC_*). false if nothing readable now. Skips what other links
- * hold or settled. */
-bool mqd_cursor_next(mqd_cursor_t *cur, mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount);
-/* For a link that picks records itself (a selector on a shared group, scanning from its
- * own position and cur->redeliver.v): is `offset` free (not settled, not held by a
- * link)? mqd_cursor_take hands a free one to the caller (held, out of the redelivery
- * list) and returns its delivery state. */
-bool mqd_cursor_free_at(const mqd_cursor_t *cur, uint64_t offset);
-uint32_t mqd_cursor_take(mqd_cursor_t *cur, uint64_t offset);
-/* Marks a record never handed out as consumed (control record, aborted, expired). */
-void mqd_cursor_skip(mqd_cursor_t *cur, uint64_t offset);
-/* A delivered record was settled for good (accepted, rejected, expired, filtered). */
-void mqd_cursor_done(mqd_cursor_t *cur, uint64_t offset);
-/* A delivered record comes back (released / modified / link gone). */
-void mqd_cursor_release(mqd_cursor_t *cur, uint64_t offset, bool failed);
-/* Moves the position: everything below `offset` counts as consumed. */
-void mqd_cursor_seek(mqd_cursor_t *cur, mqd_part_t *p, uint64_t offset);
-/* Writes the committed offset and the done ranges above it (caller's meta txn). */
-int mqd_cursor_save(mqd_cursor_t *cur, mqd_part_t *p, const char *group);
-
-/* group.c */
-int mqd_group_get(mqd_topic_t *t, const char *name, mqd_group_t **out);
-void mqd_group_free(mqd_group_t *g);
-int mqd_group_resize(mqd_group_t *g);            /* after the topic grew */
-int mqd_group_join(mqd_group_t *g, mqd_lstate_t *ls);
-void mqd_group_leave(mqd_group_t *g, mqd_lstate_t *ls);
-/* May `ls` take records of partition i now (exclusive ownership, handoff done)? */
-bool mqd_group_may_deliver(mqd_group_t *g, mqd_lstate_t *ls, uint32_t i);
-/* After a settlement in partition i: completes a pending handoff. */
-void mqd_group_settled(mqd_group_t *g, uint32_t i);
-int mqd_groups_load(mqd_topic_t *t);
-void mqd_groups_save(mqd_topic_t *t);             /* dirty cursors, in the caller's txn */
-
-/* link.c: Proton events */
-void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e);
-/* link.c: a link is freed once closed on both sides and none of its deliveries is held.
- * Whoever keeps a pointer to a delivery past its event holds it (mqd_delivery_hold),
- * lets go before settling it (mqd_delivery_unhold returns its link) and then calls
- * mqd_link_reap(link), which frees the link if that was the last reason to keep it. */
-void mqd_delivery_hold(pn_delivery_t *d);
-pn_link_t *mqd_delivery_unhold(pn_delivery_t *d);
-void mqd_link_reap(pn_link_t *l);
-/* consumer.c: sends one record if the link can take it; returns number delivered. */
-size_t mqd_consumer_pump(mqd_lstate_t *ls);
-void mqd_lstate_free(mqd_lstate_t *ls);
-/* Detaches a consumer link with an error (epoch takeover), releasing what it held. */
-void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
-
-
-/* link.c: settles a delivery `rejected` with an error condition. */
-void mqd_delivery_reject(pn_delivery_t *d, const char *cond, const char *desc);
-
-/* link.c: gives producers their credit back once the watermarks clear (periodic). */
-void mqd_producers_refill(mqd_server_t *s);
 
 /* dedup.c: true if msg's message-id was stored within the topic's window (records it if not). */
 bool mqd_dedup_seen(mqd_topic_t *t, const uint8_t *msg, const mqd_msg_info_t *mi);
@@ -581,10 +720,11 @@ void mqd_dedup_warm(mqd_topic_t *t);
 /* topic.c: mqd_dedup_warm for every topic (start-up, after the transactions load). */
 void mqd_topics_dedup_warm(mqd_server_t *s);
 
-/* txn.c internals used by the link handlers */
-void mqd_txns_stable_advanced(mqd_server_t *s);
-/* Writes the decisions of the commits that became ready, in one SQLite transaction. */
-void mqd_txns_decide(mqd_server_t *s);
-uint64_t mqd_txn_outcome(pn_delivery_t *d, bool *failed);
+
+/* Whether transaction `txn` committed (false without txn/: an unknown one aborted). */
+static inline bool mqd_core_txn_committed(mqd_server_t *s, uint64_t txn)
+{
+    return s->ops.txn_committed && s->ops.txn_committed(s, txn);
+}
 
 #endif

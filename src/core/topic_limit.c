@@ -4,7 +4,7 @@
  * is already on disk always loads); max_topics_per_connection keeps one client from
  * using all of it. Both refuse with amqp:resource-limit-exceeded at the caller. */
 #include "config.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <string.h>
 

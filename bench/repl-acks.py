@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""bench/repl-acks.py: durable 1 KiB sends at acks = leader / quorum / all on an RF-3
+partition (a real etcd and three mqd nodes on this machine, loopback only), each as a ratio
+to a single-node mqd measured in the same run (issue 19's throughput line: target
+`all` >= 0.5x single node).
+
+  bench/repl-acks.py [--count N] [--reps R] [--window W] [--out FILE]
+
+Each rep runs, in turn: single node, leader, quorum, all (alternated, so that the
+machine's drift hits every profile alike); a profile's figure is the median of its reps.
+Every process it starts (etcd, four brokers) is stopped by PID at the end (the test
+harness's Test.cleanup). Needs build/mqd, build/mqd-bench, build/mqctl and etcd on PATH.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
+os.environ.setdefault("MQD_BUILDDIR", os.path.join(ROOT, "build"))
+import mqdtest  # noqa: E402
+from mqdcluster import Etcd, get_json, start_nodes, wait_for  # noqa: E402
+
+RACKS = {1: "a", 2: "b", 3: "c"}
+PROFILES = ("single", "leader", "quorum", "all")
+
+
+def bench(url, address, count, window, pid):
+    b = os.path.join(os.environ["MQD_BUILDDIR"], "mqd-bench")
+    argv = [b, "send", "--url", url, "--address", address, "--count", str(count), "--size", "1024",
+            "--durable", "--window", str(window), "--duration-cap", "120", "--quiet",
+            "--broker-pid", str(pid)]
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=180)
+    out = r.stdout.decode() + r.stderr.decode()
+    if r.returncode != 0:
+        raise SystemExit("mqd-bench failed: %s\n%s" % (" ".join(argv), out))
+    m = re.search(r"^RESULT .*$", out, re.M)
+    if not m:
+        raise SystemExit("no RESULT line from mqd-bench:\n" + out)
+    kv = dict(f.split("=", 1) for f in m.group(0).split()[1:] if "=" in f)
+    num = lambda k: float(kv[k]) if re.match(r"^[0-9.]+$", kv.get(k, "")) else None  # noqa: E731
+    return num("msgs_per_s"), (num("p50_ms"), num("p99_ms")), out
+
+
+def create(broker, topic, acks=None):
+    cfg = ["--config", "replication_factor=3", "--config", "acks=%s" % acks] if acks else []
+    rc, out, err = mqdtest.mqctl(broker.url, "topic", "create", topic, "--partitions", "1", *cfg)
+    if rc != 0:
+        raise SystemExit("topic create %s: %s" % (topic, out + err))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--count", type=int, default=200000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--window", type=int, default=1000)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    t = mqdtest.Test("repl-acks-bench")
+    res = {p: [] for p in PROFILES}
+    try:
+        etcd = Etcd(t)
+        etcd.start()
+        single = t.broker("single")
+        nodes = start_nodes(t, etcd, RACKS)
+        leader_of = {}
+        for acks in ("leader", "quorum", "all"):
+            create(nodes[1], "b_" + acks, acks)
+            key = "/mqd/partitions/b_%s/0" % acks
+            st = wait_for(key, lambda: get_json(etcd.port, key), 10)
+            leader_of[acks] = nodes[st["leader"]]
+            wait_for("isr of 3 for " + acks,
+                     lambda: len((get_json(etcd.port, key) or {}).get("isr", [])) == 3, 20)
+        for rep in range(a.reps):
+            for p in PROFILES:
+                topic = "s_%d" % rep if p == "single" else "b_" + p
+                b = single if p == "single" else leader_of[p]
+                if p == "single":
+                    create(single, topic)
+                v, (p50, p99), _ = bench(b.url, topic, a.count, a.window, b.proc.pid)
+                res[p].append((v, p50, p99))
+                print("rep %d %-7s %9.0f msg/s p50 %s ms p99 %s ms" % (rep, p, v, p50, p99), flush=True)
+    finally:
+        t.cleanup()
+    base = statistics.median(x[0] for x in res["single"])
+    lines = ["| profile | msg/s (median) | MB/s | ratio to single node | p50 ms | p99 ms | runs |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for p in PROFILES:
+        v = statistics.median(x[0] for x in res[p])
+        p50 = statistics.median(x[1] for x in res[p] if x[1] is not None) if any(x[1] for x in res[p]) else float("nan")
+        p99 = statistics.median(x[2] for x in res[p] if x[2] is not None) if any(x[2] for x in res[p]) else float("nan")
+        lines.append("| %s | %.0f | %.1f | %.2f | %.2f | %.2f | %s |" % (
+            "single node" if p == "single" else "RF 3, acks = " + p, v, v * 1024 / 1e6, v / base,
+            p50, p99, ", ".join("%.0f" % x[0] for x in res[p])))
+    table = "\n".join(lines)
+    print(table)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write("Command: bench/repl-acks.py --count %d --reps %d --window %d (%s UTC)\n\n%s\n"
+                    % (a.count, a.reps, a.window, time.strftime("%Y-%m-%d %H:%M", time.gmtime()), table))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+/* amqp: the broker's AMQP 1.0 node — Proton events of accepted connections: sessions,
+ * producer links (append, settle when the commit point passes), consumer and browser
+ * links (delivery from groups), the transaction coordinator and $management/$cbs
+ * requests. Internals in amqp_int.h. Event-loop thread only. */
+#ifndef MQD_AMQP_H
+#define MQD_AMQP_H
+
+#include "mqd.h"
+#include "core/core.h"
+
+/* link.c: one Proton event of connection c */
+void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e);
+/* consumer.c: sends one record if the link can take it; returns number delivered. */
+size_t mqd_consumer_pump(mqd_lstate_t *ls);
+void mqd_lstate_free(mqd_lstate_t *ls);
+/* Detaches a consumer link with an error (epoch takeover), releasing what it held. */
+void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
+/* link.c: gives producers their credit back once the watermarks clear (periodic). */
+void mqd_producers_refill(mqd_server_t *s);
+/* dispatch.c: delivers to the consumers of every topic queued by mqd_topic_dispatch_soon
+ * (the tick), and of those a consumer's work budget deferred (mqd_topic_dispatch_later;
+ * run at the next loop iteration, after I/O). */
+void mqd_server_run_dispatch(mqd_server_t *s);
+void mqd_server_run_later(mqd_server_t *s);
+/* The hooks core calls for links (mqd_core_ops_t: link_detach), set by server/. */
+void mqd_amqp_core_ops(mqd_core_ops_t *ops);
+/* Registers amqp's periodic work (the producers' credit refill) on s. */
+int mqd_amqp_start(mqd_server_t *s);
+
+#endif
