@@ -250,6 +250,7 @@ typedef struct mqd_redirect {
     uint16_t port;
     char address[512];
 } mqd_redirect_t;
+typedef void (*mqd_repl_done_fn)(void *arg, int status, const char *desc);
 typedef struct mqd_repl_hooks {
     /* A topic was created on this node (management, auto-create, a replica). */
     void (*topic_created)(void *arg, struct mqd_topic *t);
@@ -271,6 +272,19 @@ typedef struct mqd_repl_hooks {
     void (*status)(void *arg, pn_data_t *out);
     /* /metrics: appends the replication gauges (Prometheus text) to b. */
     void (*metrics)(void *arg, struct evbuffer *b);
+    /* $management ELECT of com.mqd:cluster (mqctl cluster elect T P NODE): makes `node`
+     * (an in-sync replica) lead partition part of topic, epoch + 1. 0: started, and
+     * done(done_arg, status, desc) runs once etcd answered (200 moved, 409 lost a race);
+     * else an HTTP-style status with the reason in err (404, 409, 503). */
+    int (*elect)(void *arg, const char *topic, uint32_t part, uint32_t node,
+                 mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
+    /* A clean stop (SIGTERM): hands every partition this node leads to another live
+     * in-sync replica. Returns how many moves it started; done(done_arg) runs once all
+     * were answered (never when it returns 0; maybe before it returns). */
+    size_t (*handover)(void *arg, void (*done)(void *done_arg), void *done_arg);
+    /* /readyz: false (with the reason) while a replica here is out of its in-sync set
+     * (catching up) or its partition state is not loaded yet. */
+    bool (*ready)(void *arg, char *why, size_t whylen);
     void *arg;
 } mqd_repl_hooks_t;
 
@@ -457,6 +471,8 @@ struct mqd_server {
     struct event *ev_sig[4];
     struct mqd_timers *timers; /* timer.c: every subsystem's periodic work */
     struct event *ev_shutdown; /* shutdown.c: the end of shutdown_grace_ms */
+    struct event *ev_handover; /* shutdown.c: the most a leader's handover may take */
+    bool handover_wait;        /* shutdown.c: waiting for repl's handover before closing */
     void *auth;              /* auth/: TLS contexts, ACLs (owned by auth) */
     void *metrics;           /* metrics/: the HTTP endpoint (owned by metrics) */
     void *console;           /* console/: the web console (owned by console), or NULL */

@@ -2,7 +2,8 @@
  * so every handler reads broker state on the thread that owns it, without locks):
  *   /metrics  Prometheus text exposition format 0.0.4
  *   /healthz  200 "ok" while the loop runs (liveness)
- *   /readyz   200 when the AMQP listeners are up and the server is not stopping, else 503
+ *   /readyz   200 when the AMQP listeners are up, the server is not stopping and (in a
+ *             cluster) no replica here is catching up, else 503 with the reason
  * The page is built per scrape; its cost grows with topics x partitions x groups. */
 #include "config.h"
 #include "metrics/metrics.h"
@@ -350,7 +351,10 @@ static void on_readyz(struct evhttp_request *req, void *arg)
 {
     mqd_server_t *s = ((mqd_metrics_t *)arg)->srv;
     bool ready = !s->stopping && s->n_listeners > 0 && s->n_listeners == s->conf->n_listen;
-    if (ready)
+    char why[MQD_NAME_MAX + 96];
+    if (ready && s->repl.ready && !s->repl.ready(s->repl.arg, why, sizeof why))
+        reply_text(req, 503, "Service Unavailable", why); /* a replica is catching up */
+    else if (ready)
         reply_text(req, HTTP_OK, "OK", "ready");
     else
         reply_text(req, 503, "Service Unavailable", s->stopping ? "stopping" : "starting");

@@ -337,6 +337,40 @@ static int cluster_read(mqd_mgmt_req_t *r)
     return 200;
 }
 
+/* `mqctl cluster elect T P NODE`: a preferred-leader move (src/repl/move.c), answered
+ * once etcd holds the new state. */
+static void elect_done(void *arg, int status, const char *desc)
+{
+    mqd_mgmt_finish(arg, status, desc, NULL, NULL);
+}
+
+static int cluster_elect(mqd_mgmt_req_t *r)
+{
+    const char *topic = mqd_mgmt_arg_str(r, "topic");
+    int64_t part, node;
+    if (!r->s->repl.elect)
+        return mqd_mgmt_fail(r, 404, "not a cluster node (cluster = none)");
+    if (!topic || !mqd_mgmt_arg_int(r, "partition", &part) || part < 0 || part > UINT32_MAX ||
+        !mqd_mgmt_arg_int(r, "node", &node) || node <= 0 || node > UINT32_MAX)
+        return mqd_mgmt_fail(r, 400, "application properties 'topic', 'partition' and 'node' "
+                                     "are required");
+    mqd_mgmt_later_t *l = mqd_mgmt_defer(r);
+    if (!l)
+        return mqd_mgmt_fail(r, 500, "out of memory");
+    char err[256];
+    int st = r->s->repl.elect(r->s->repl.arg, topic, (uint32_t)part, (uint32_t)node, elect_done,
+                              l, err, sizeof err);
+    if (st == 0)
+        return 0;
+    mqd_mgmt_later_free(l);
+    r->deferred = false;
+    if (st == 200) {
+        snprintf(r->desc, sizeof r->desc, "%s", err);
+        return 200;
+    }
+    return mqd_mgmt_fail(r, st, "%s", err);
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 static const mqd_mgmt_op_t broker_ops[] = {
@@ -348,6 +382,7 @@ static const mqd_mgmt_op_t broker_ops[] = {
     {MQD_MGMT_T_TOPIC, "PEEK", mqd_mgmt_topic_peek},
     {MQD_MGMT_T_LINK, "QUERY", link_query},
     {MQD_MGMT_T_CLUSTER, "READ", cluster_read},
+    {MQD_MGMT_T_CLUSTER, "ELECT", cluster_elect},
 };
 
 static const mqd_mgmt_op_t *const op_tables[] = {broker_ops, mqd_mgmt_topic_ops, mqd_mgmt_group_ops,

@@ -352,6 +352,8 @@ typedef struct cas_op {
     char *topic;
     uint32_t part;
     mqd_repl_pstate_t ps;
+    mqd_repl_cas_done_fn done; /* or NULL */
+    void *done_arg;
 } cas_op_t;
 
 static void on_cas(void *arg, const mqd_etcd_reply_t *rep)
@@ -369,11 +371,19 @@ static void on_cas(void *arg, const mqd_etcd_reply_t *rep)
             part_kv(r, &rep->kvs[0]); /* someone else's newer state */
         }
     }
+    if (o->done)
+        o->done(o->done_arg, rep->rc == 0 && rep->succeeded);
     free(o->topic);
     free(o);
 }
 
 int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps)
+{
+    return mqd_repl_part_cas_cb(rp, ps, NULL, NULL);
+}
+
+int mqd_repl_part_cas_cb(rpart_t *rp, const mqd_repl_pstate_t *ps, mqd_repl_cas_done_fn done,
+                         void *done_arg)
 {
     mqd_repl_t *r = rp->r;
     if (rp->cas_out)
@@ -388,6 +398,8 @@ int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps)
     o->r = r;
     o->part = rp->part;
     o->ps = *ps;
+    o->done = done;
+    o->done_arg = done_arg;
     mqd_etcd_cmp_t cmp = {rp->key, strlen(rp->key), MQD_ETCD_CMP_MOD, rp->mod_rev};
     mqd_etcd_op_t put = {MQD_ETCD_OP_PUT, rp->key, val, strlen(rp->key), strlen(val), 0, false};
     mqd_etcd_op_t get = {MQD_ETCD_OP_RANGE, rp->key, NULL, strlen(rp->key), 0, 0, false};
@@ -556,6 +568,9 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
                           .link_gone = on_link_gone,
                           .status = on_status,
                           .metrics = on_metrics,
+                          .elect = mqd_repl_move_elect,
+                          .handover = mqd_repl_move_handover,
+                          .ready = mqd_repl_move_ready,
                           .arg = r};
     mqd_server_set_repl(s, &h);
     *out = r;

@@ -105,6 +105,11 @@ bool mqd_repl_may_ack(const rpart_t *rp);
 void mqd_repl_refresh(rpart_t *rp);
 /* Writes rp's state ps with a compare on rp->mod_rev (one at a time per partition). */
 int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps);
+/* The same, with done(arg, written) called when etcd answered (or the request failed):
+ * written is true only when this state is the one etcd now holds. */
+typedef void (*mqd_repl_cas_done_fn)(void *arg, bool written);
+int mqd_repl_part_cas_cb(rpart_t *rp, const mqd_repl_pstate_t *ps, mqd_repl_cas_done_fn done,
+                         void *done_arg);
 
 /* epoch.c: over the stable records of log, the offset where epochs <= e end (the first
  * record of a later epoch, or the stable offset) and the largest epoch <= e found there
@@ -138,5 +143,12 @@ void mqd_repl_lead_isr_changed(rpart_t *rp);
 int mqd_repl_fol_start(rpart_t *rp);
 void mqd_repl_fol_stop(rpart_t *rp);
 void mqd_repl_fol_work(rpart_t *rp, int64_t now_ms);
+
+/* move.c: leadership moved on purpose — `mqctl cluster elect T P NODE` (the repl hook
+ * `elect`), a clean SIGTERM's handover (`handover`) — and /readyz (`ready`). */
+int mqd_repl_move_elect(void *arg, const char *topic, uint32_t part, uint32_t node,
+                        mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
+size_t mqd_repl_move_handover(void *arg, void (*done)(void *done_arg), void *done_arg);
+bool mqd_repl_move_ready(void *arg, char *why, size_t whylen);
 
 #endif

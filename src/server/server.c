@@ -1112,6 +1112,8 @@ void mqd_server_free(mqd_server_t *s)
     if (s->ev_later)
         event_free(s->ev_later);
     mqd_timers_free(s->timers);
+    if (s->ev_handover)
+        event_free(s->ev_handover);
     if (s->ev_shutdown)
         event_free(s->ev_shutdown);
     mqd_budget_drains_free(s);

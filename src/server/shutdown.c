@@ -20,7 +20,8 @@ static void on_grace_over(evutil_socket_t fd, short what, void *arg)
     event_base_loopexit(s->base, NULL);
 }
 
-void mqd_shutdown_begin(mqd_server_t *s)
+/* Closes every client connection; the loop ends when they are gone or the grace is over. */
+static void close_clients(mqd_server_t *s)
 {
     size_t n = 0;
     for (mqd_dlist_t *p = s->conns.next; p != &s->conns; p = p->next) {
@@ -45,6 +46,51 @@ void mqd_shutdown_begin(mqd_server_t *s)
     }
     struct timeval tv = {.tv_sec = (time_t)(grace / 1000), .tv_usec = (suseconds_t)(grace % 1000) * 1000};
     evtimer_add(s->ev_shutdown, &tv);
+}
+
+/* A leader's partitions first go to other in-sync replicas (src/repl), so that clients
+ * redirected by the other nodes find a leader at once; at most HANDOVER_MAX_MS (and
+ * never longer than the grace), then the connections close as they would without. */
+#define HANDOVER_MAX_MS 3000u
+
+static void handover_end(mqd_server_t *s, const char *how)
+{
+    if (!s->handover_wait)
+        return;
+    s->handover_wait = false;
+    if (s->ev_handover)
+        evtimer_del(s->ev_handover);
+    MQD_NOTICE("server", "leadership handover %s", how);
+    close_clients(s);
+}
+
+static void on_handover_done(void *arg)
+{
+    handover_end(arg, "done");
+}
+
+static void on_handover_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    handover_end(arg, "not answered in time: closing anyway");
+}
+
+void mqd_shutdown_begin(mqd_server_t *s)
+{
+    uint32_t grace = s->conf->shutdown_grace_ms;
+    if (s->repl.handover && grace > 0) {
+        s->handover_wait = true;
+        size_t n = s->repl.handover(s->repl.arg, on_handover_done, s);
+        if (!s->handover_wait)
+            return; /* answered already: close_clients ran */
+        if (n > 0 && (s->ev_handover = evtimer_new(s->base, on_handover_timeout, s))) {
+            uint32_t ms = grace < HANDOVER_MAX_MS ? grace : HANDOVER_MAX_MS;
+            struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+            evtimer_add(s->ev_handover, &tv);
+            return;
+        }
+        s->handover_wait = false;
+    }
+    close_clients(s);
 }
 
 void mqd_shutdown_conn_gone(mqd_server_t *s)

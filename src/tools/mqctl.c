@@ -66,6 +66,7 @@ static void usage(FILE *f)
           "  link list | user list | acl list\n"
           "  config show   (the effective config and where each value came from)\n"
           "  cluster status\n"
+          "  cluster elect TOPIC PARTITION NODE   make NODE (an in-sync replica) the leader\n"
           "  status | reload\n",
           f);
 }
@@ -817,6 +818,21 @@ static void build_group_list(request_t *rq, char **args, int nargs, int argc, ch
     }
 }
 
+/* cluster elect TOPIC PARTITION NODE */
+static void build_elect(request_t *rq, char **args, int nargs, int argc, char **argv)
+{
+    (void)nargs;
+    no_opts(argc, argv);
+    char *end;
+    long long part = strtoll(args[1], &end, 10);
+    if (*end || end == args[1] || part < 0 || part > UINT32_MAX)
+        mqctl_die_usage("PARTITION must be a partition number");
+    long long node = strtoll(args[2], &end, 10);
+    if (*end || end == args[2] || node <= 0 || node > UINT32_MAX)
+        mqctl_die_usage("NODE must be a node id (a positive number)");
+    rq->props = json_pack("{s:s,s:I,s:I}", "topic", args[0], "partition", part, "node", node);
+}
+
 static const cmd_t cmds[] = {
     {"topic", "create", 1, 1, "CREATE", T_TOPIC, build_topic_opts, show_topic, NULL},
     {"topic", "list", 0, 0, "QUERY", T_TOPIC, build_name, show_topics, NULL},
@@ -837,6 +853,7 @@ static const cmd_t cmds[] = {
     {"config", "show", 0, 0, "READ", T_CONFIG, build_name, show_config, NULL},
     {"status", NULL, 0, 0, "READ", T_BROKER, build_name, show_status, NULL},
     {"cluster", "status", 0, 0, "READ", T_CLUSTER, build_name, show_cluster, NULL},
+    {"cluster", "elect", 3, 3, "ELECT", T_CLUSTER, build_elect, NULL, NULL},
     {"reload", NULL, 0, 0, "RELOAD", T_BROKER, build_name, NULL, "configuration reloaded"},
 };
 
@@ -862,6 +879,8 @@ static int output(const mqctl_opts_t *o, const cmd_t *c, request_t *rq)
     }
     if (o->json) {
         json_t *v = rq->reply ? json_incref(rq->reply) : json_pack("{s:i}", "status", rq->status);
+        if (!rq->reply && rq->desc[0])
+            json_object_set_new(v, "description", json_string(rq->desc));
         char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY);
         printf("%s\n", s ? s : "null");
         free(s);
@@ -871,6 +890,8 @@ static int output(const mqctl_opts_t *o, const cmd_t *c, request_t *rq)
     } else if (c->done) {
         printf(c->done, rq->name ? rq->name : "");
         printf("\n");
+    } else if (rq->desc[0]) {
+        printf("%s\n", rq->desc);
     }
     return EX_OK;
 }
