@@ -41,8 +41,8 @@ static void release_unsettled(mqd_lstate_t *ls)
         uint32_t part;
         uint64_t off;
         tag_decode(d, &part, &off);
-        if (part < g->ncur && !pn_delivery_settled(d))
-            mqd_cursor_release(&g->cur[part], off, true); /* an unsuccessful attempt (3.2.1) */
+        if (part < mqd_group_nparts(g) && !pn_delivery_settled(d))
+            mqd_cursor_release(mqd_group_cursor(g, part), off, true); /* an unsuccessful attempt (3.2.1) */
     }
 }
 
@@ -353,11 +353,11 @@ static void apply_start(mqd_lstate_t *ls)
         return;
     }
     mqd_group_t *g = ls->group;
-    if (g->n_members > 1 && !ls->manual)
+    if (mqd_group_members(g) > 1 && !ls->manual)
         return;
-    for (uint32_t i = 0; i < g->ncur; i++)
+    for (uint32_t i = 0; i < mqd_group_nparts(g); i++)
         if (!ls->manual || i == ls->part)
-            mqd_cursor_seek(&g->cur[i], &t->parts[i], start_offset(&ls->start, &t->parts[i]));
+            mqd_cursor_seek(mqd_group_cursor(g, i), &t->parts[i], start_offset(&ls->start, &t->parts[i]));
 }
 
 /* Resolves the source address into topic, group and partition; 0 or refuses. */
@@ -674,7 +674,7 @@ static int screen(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_in
  * (control record, aborted, unparseable, expired, dead-lettered) and the scan goes on. */
 static int sel_take(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec)
 {
-    mqd_cursor_t *cur = &ls->group->cur[i];
+    mqd_cursor_t *cur = mqd_group_cursor(ls->group, i);
     mqd_msg_info_t mi;
     if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
         ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(ls->topic->srv, rec->txn)) ||
@@ -697,15 +697,18 @@ static int sel_take(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec)
 
 static int sel_redelivery(mqd_lstate_t *ls, uint32_t i)
 {
-    mqd_cursor_t *cur = &ls->group->cur[i];
+    mqd_cursor_t *cur = mqd_group_cursor(ls->group, i);
     mqd_plog_t *log = ls->topic->parts[i].log;
     mqd_read_t *rd = &ls->topic->srv->browse_rd;
-    if (ls->sel_gen[i] != cur->redeliver_gen) {
-        ls->sel_gen[i] = cur->redeliver_gen; /* new entries: look at the list again */
+    size_t n_red;
+    uint64_t gen;
+    const uint64_t *red = mqd_cursor_redeliver(cur, &n_red, &gen);
+    if (ls->sel_gen[i] != gen) {
+        ls->sel_gen[i] = gen; /* new entries: look at the list again */
         ls->sel_looked[i] = 0;
     }
-    for (size_t k = 0; k < SEL_REDELIVER && ls->sel_looked[i] < cur->redeliver.n; k++) {
-        uint64_t off = cur->redeliver.v[ls->sel_rdi++ % cur->redeliver.n];
+    for (size_t k = 0; k < SEL_REDELIVER && ls->sel_looked[i] < n_red; k++) {
+        uint64_t off = red[ls->sel_rdi++ % n_red];
         ls->sel_looked[i]++;
         if (off >= ls->browse_next[i] || !mqd_cursor_free_at(cur, off))
             continue; /* the scan reaches it, or it is someone else's */
@@ -760,13 +763,13 @@ static size_t selective_pump(mqd_lstate_t *ls)
         mqd_topic_dispatch_later(t); /* enough for this turn */
         return 0;
     }
-    if (ls->browse_n < g->ncur && sel_grow(ls, g->ncur) != 0)
+    if (ls->browse_n < mqd_group_nparts(g) && sel_grow(ls, mqd_group_nparts(g)) != 0)
         return 0;
-    for (uint32_t k = 0; k < g->ncur; k++) {
-        uint32_t i = (t->rr_part + k) % g->ncur;
-        mqd_cursor_t *cur = &g->cur[i];
-        if (ls->browse_next[i] < cur->floor)
-            ls->browse_next[i] = cur->floor;
+    for (uint32_t k = 0; k < mqd_group_nparts(g); k++) {
+        uint32_t i = (t->rr_part + k) % mqd_group_nparts(g);
+        mqd_cursor_t *cur = mqd_group_cursor(g, i);
+        if (ls->browse_next[i] < mqd_cursor_floor(cur))
+            ls->browse_next[i] = mqd_cursor_floor(cur);
         int sent = sel_redelivery(ls, i);
         size_t before = work;
         const mqd_rec_t *rec;
@@ -790,21 +793,21 @@ static size_t group_pump(mqd_lstate_t *ls)
 {
     mqd_topic_t *t = ls->topic;
     mqd_group_t *g = ls->group;
-    if (ls->sel && g->mode == MQD_GROUP_SHARED)
+    if (ls->sel && mqd_group_mode(g) == MQD_GROUP_SHARED)
         return selective_pump(ls);
-    for (uint32_t k = 0; k < g->ncur; k++) {
-        uint32_t i = (t->rr_part + k) % g->ncur;
+    for (uint32_t k = 0; k < mqd_group_nparts(g); k++) {
+        uint32_t i = (t->rr_part + k) % mqd_group_nparts(g);
         if (!mqd_group_may_deliver(g, ls, i))
             continue;
         mqd_rec_t rec;
         mqd_msg_info_t mi;
         uint32_t dc;
-        for (int n = 0; n < 256 && mqd_cursor_next(&g->cur[i], &t->parts[i], &rec, &dc); n++) {
+        for (int n = 0; n < 256 && mqd_cursor_next(mqd_group_cursor(g, i), &t->parts[i], &rec, &dc); n++) {
             if (screen(ls, i, &rec, &mi, dc) == 0 && deliver(ls, i, &rec, &mi, dc) == 0) {
                 t->rr_part = i + 1;
                 return 1;
             }
-            mqd_cursor_done(&g->cur[i], rec.offset);
+            mqd_cursor_done(mqd_group_cursor(g, i), rec.offset);
         }
     }
     return 0;
@@ -847,7 +850,7 @@ static void transactional_disposition(mqd_lstate_t *ls, pn_delivery_t *d, uint32
 {
     bool unknown, failed;
     mqd_txn_t *txn = mqd_txn_of_delivery(ls->conn->srv, d, &unknown);
-    if (!txn || !ls->group || part >= ls->group->ncur) {
+    if (!txn || !ls->group || part >= mqd_group_nparts(ls->group)) {
         mqd_consumer_detach(ls, mqd_txn_unknown_condition(ls->conn->srv, d),
                             "a disposition names a transaction that is not open");
         return;
@@ -871,8 +874,8 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
     tag_decode(d, &part, &off);
     if (state == MQD_TXN_STATE && ls->kind == MQD_LS_CONSUMER)
         return transactional_disposition(ls, d, part, off);
-    if (ls->kind == MQD_LS_CONSUMER && g && part < g->ncur) {
-        mqd_cursor_t *cur = &g->cur[part];
+    if (ls->kind == MQD_LS_CONSUMER && g && part < mqd_group_nparts(g)) {
+        mqd_cursor_t *cur = mqd_group_cursor(g, part);
         if (state == PN_RELEASED) {
             mqd_cursor_release(cur, off, false);
         } else if (state == PN_MODIFIED) {

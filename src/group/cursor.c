@@ -11,7 +11,7 @@
  * states) in one blob, batched by the server's periodic timer and on detach, so a restart
  * redelivers only what was not settled, with its delivery-count. */
 #include "config.h"
-#include "group/group.h"
+#include "group/group_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,7 +10,7 @@
  * partitions of overlapping members with a lower or equal one (amqp:link:stolen); a
  * lower epoch is refused. */
 #include "config.h"
-#include "group/group.h"
+#include "group/group_int.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -363,4 +363,53 @@ int mqd_group_commit(mqd_topic_t *t, const char *group, uint32_t partition, uint
     MQD_DEBUG("group", "commit topic=%s group=%s partition=%u offset=%llu rc=%d", t->name, g->name,
               partition, (unsigned long long)g->cur[partition].floor, rc);
     return rc;
+}
+
+/* ---- accessors (the structs are group/'s own: group_int.h) ---- */
+
+mqd_cursor_t *mqd_group_cursor(mqd_group_t *g, uint32_t i)
+{
+    return i < g->ncur ? &g->cur[i] : NULL;
+}
+
+uint32_t mqd_group_nparts(const mqd_group_t *g)
+{
+    return g->ncur;
+}
+
+size_t mqd_group_members(const mqd_group_t *g)
+{
+    return g->n_members;
+}
+
+mqd_group_mode_t mqd_group_mode(const mqd_group_t *g)
+{
+    return (mqd_group_mode_t)g->mode;
+}
+
+const char *mqd_group_name(const mqd_group_t *g)
+{
+    return g->name;
+}
+
+mqd_topic_t *mqd_group_topic(const mqd_group_t *g)
+{
+    return g->topic;
+}
+
+uint64_t mqd_cursor_floor(const mqd_cursor_t *cur)
+{
+    return cur->floor;
+}
+
+bool mqd_cursor_dirty(const mqd_cursor_t *cur)
+{
+    return cur->dirty;
+}
+
+const uint64_t *mqd_cursor_redeliver(const mqd_cursor_t *cur, size_t *n, uint64_t *gen)
+{
+    *n = cur->redeliver.n;
+    *gen = cur->redeliver_gen;
+    return cur->redeliver.v;
 }

@@ -50,51 +50,31 @@ int mqd_group_commit(struct mqd_topic *t, const char *group, uint32_t partition,
 /* Forgets a group and its offsets; MQD_ESTATE while it has links, MQD_ENOENT. */
 int mqd_group_delete(struct mqd_topic *t, const char *group);
 
-/* ---- offsets waiting to be delivered again (sorted ascending) ---- */
-typedef struct mqd_redeliver {
-    uint64_t *v;
-    size_t n, cap;
-} mqd_redeliver_t;
-
 /* A record's delivery state as the cursor hands it out: the number of earlier failed
  * attempts (header delivery-count to add) and whether a link acquired it before. */
 #define MQD_DC_SEEN 0x80000000u
 #define MQD_DC_COUNT(v) ((v) & ~MQD_DC_SEEN)
 
-/* ---- one group's position in one partition ---- */
-typedef struct mqd_cursor {
-    uint64_t floor;      /* committed: every offset below is done (accepted/rejected/skipped) */
-    uint64_t next_read;  /* next never-delivered offset */
-    uint8_t *done;       /* bitmap: bit i = offset (floor & ~7) + i done */
-    uint8_t *held;       /* bitmap (same base and size): offset handed out, unsettled */
-    size_t done_bits;    /* capacity in bits of both */
-    mqd_redeliver_t redeliver;
-    uint64_t redeliver_gen; /* bumped when an offset joins the redelivery list */
-    /* delivery state of offsets delivered before and not done: failed attempts, and
-       MQD_DC_SEEN once any link acquired it (released, link lost, restart) */
-    uint64_t *dc_off;
-    uint32_t *dc_val;
-    size_t dc_n, dc_cap;
-    uint64_t inflight;   /* delivered, unsettled */
-    bool dirty;          /* changed since last persisted */
-    mqd_read_t rd;       /* read-ahead from next_read */
-    size_t rd_pos;       /* next record in rd to hand out */
-} mqd_cursor_t;
+/* A group's position in one partition, and a consumer group of a topic: opaque outside
+ * group/ (group_int.h); the accessors below are what the others read. */
+typedef struct mqd_cursor mqd_cursor_t;
+typedef struct mqd_group mqd_group_t;
 
-/* ---- a consumer group of a topic (group/group.c) ---- */
-typedef struct mqd_group {
-    mqd_topic_t *topic;
-    char *name;                /* lower-cased; "$shared" for plain T */
-    int mode;                  /* mqd_group_mode_t */
-    mqd_cursor_t *cur;         /* [ncur], one per partition */
-    uint32_t ncur;
-    mqd_lstate_t **owner;      /* exclusive mode: link delivering partition i, or NULL */
-    mqd_lstate_t **target;     /* exclusive mode: link partition i is assigned to */
-    mqd_dlist_t members;       /* mqd_lstate_t.gnode */
-    size_t n_members;
-    bool active;               /* has had members or stored offsets: counts for retention */
-    mqd_dlist_t node;          /* in topic->groups */
-} mqd_group_t;
+/* The group's cursor of partition i (NULL when the group has fewer partitions: it grows
+ * with the topic, mqd_group_resize); its partitions; its live links; its mode, name and
+ * topic. */
+mqd_cursor_t *mqd_group_cursor(mqd_group_t *g, uint32_t i);
+uint32_t mqd_group_nparts(const mqd_group_t *g);
+size_t mqd_group_members(const mqd_group_t *g);
+mqd_group_mode_t mqd_group_mode(const mqd_group_t *g);
+const char *mqd_group_name(const mqd_group_t *g);
+mqd_topic_t *mqd_group_topic(const mqd_group_t *g);
+/* The cursor's committed offset (every offset below it is done); whether it changed
+ * since it was last saved; its redelivery list (ascending offsets, *n of them) and that
+ * list's generation (bumped when an offset joins it). */
+uint64_t mqd_cursor_floor(const mqd_cursor_t *cur);
+bool mqd_cursor_dirty(const mqd_cursor_t *cur);
+const uint64_t *mqd_cursor_redeliver(const mqd_cursor_t *cur, size_t *n, uint64_t *gen);
 
 /* cursor.c: a group's position in a partition */
 int mqd_cursor_init(mqd_cursor_t *cur, mqd_part_t *p, const char *group, mqd_offset_reset_t reset);

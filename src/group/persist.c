@@ -1,7 +1,7 @@
 /* group/persist: group positions to meta.db in batches (the per-message path never
  * touches SQLite), and what core asks of a topic's groups (mqd_core_ops_t). */
 #include "config.h"
-#include "group/group.h"
+#include "group/group_int.h"
 
 static bool topic_dirty(const mqd_topic_t *t)
 {

@@ -303,7 +303,7 @@ static void put_link(pn_data_t *d, const mqd_conn_t *c, pn_link_t *l)
     mqd_mgmt_kv_str(d, "kind", link_kind(ls));
     mqd_mgmt_kv_str(d, "address", addr ? addr : "");
     mqd_mgmt_kv_str(d, "topic", ls && ls->topic ? ls->topic->name : NULL);
-    mqd_mgmt_kv_str(d, "group", ls && ls->group ? ls->group->name : NULL);
+    mqd_mgmt_kv_str(d, "group", ls && ls->group ? mqd_group_name(ls->group) : NULL);
     mqd_mgmt_kv_long(d, "credit", pn_link_credit(l));
     mqd_mgmt_kv_long(d, "unsettled", pn_link_unsettled(l));
     pn_data_exit(d);

@@ -760,10 +760,10 @@ static void release_acks(mqd_txn_t *t)
 {
     for (size_t i = 0; i < t->n_acks; i++) {
         txn_ack_t *a = &t->acks[i];
-        if (a->part < a->g->ncur) {
-            mqd_cursor_release(&a->g->cur[a->part], a->off, false);
+        if (a->part < mqd_group_nparts(a->g)) {
+            mqd_cursor_release(mqd_group_cursor(a->g, a->part), a->off, false);
             mqd_group_settled(a->g, a->part);
-            mqd_topic_dispatch_soon(a->g->topic);
+            mqd_topic_dispatch_soon(mqd_group_topic(a->g));
         }
     }
 }
@@ -782,15 +782,15 @@ static void apply_acks(mqd_txn_t *t)
 {
     for (size_t i = 0; i < t->n_acks; i++) {
         txn_ack_t *a = &t->acks[i];
-        if (a->part >= a->g->ncur)
+        if (a->part >= mqd_group_nparts(a->g))
             continue;
-        mqd_cursor_t *cur = &a->g->cur[a->part];
+        mqd_cursor_t *cur = mqd_group_cursor(a->g, a->part);
         if (a->outcome == PN_RELEASED || a->outcome == PN_MODIFIED)
             mqd_cursor_release(cur, a->off, a->outcome == PN_MODIFIED && a->failed);
         else
             mqd_cursor_done(cur, a->off);
         mqd_group_settled(a->g, a->part);
-        mqd_topic_dispatch_soon(a->g->topic);
+        mqd_topic_dispatch_soon(mqd_group_topic(a->g));
     }
 }
 
@@ -818,8 +818,8 @@ static int write_decision(mqd_server_t *s, mqd_txn_t *t)
     apply_acks(t);
     for (size_t i = 0; i < t->n_acks && rc == 0; i++) {
         txn_ack_t *a = &t->acks[i];
-        if (a->part < a->g->ncur && a->g->cur[a->part].dirty)
-            rc = mqd_cursor_save(&a->g->cur[a->part], &a->g->topic->parts[a->part], a->g->name);
+        if (a->part < mqd_group_nparts(a->g) && mqd_cursor_dirty(mqd_group_cursor(a->g, a->part)))
+            rc = mqd_cursor_save(mqd_group_cursor(a->g, a->part), &mqd_group_topic(a->g)->parts[a->part], mqd_group_name(a->g));
     }
     return rc;
 }
@@ -1108,7 +1108,7 @@ static size_t list_refs(const mqd_dlist_t *l, const mqd_topic_t *topic)
         for (size_t k = 0; k < t->n_parts && !uses; k++)
             uses = t->parts[k].t == topic;
         for (size_t k = 0; k < t->n_acks && !uses; k++)
-            uses = t->acks[k].g->topic == topic;
+            uses = mqd_group_topic(t->acks[k].g) == topic;
         n += uses;
     }
     return n;

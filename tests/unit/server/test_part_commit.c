@@ -106,7 +106,7 @@ static void test_visible_end_and_seek(void **state)
     uint32_t dc;
     uint64_t got[4];
     size_t n = 0;
-    while (n < 4 && mqd_cursor_next(&g->cur[0], p, &rec, &dc))
+    while (n < 4 && mqd_cursor_next(mqd_group_cursor(g, 0), p, &rec, &dc))
         got[n++] = rec.offset;
     assert_int_equal(n, 2);
     assert_int_equal(got[0], 3);
@@ -135,7 +135,7 @@ static void test_read_committed_lso(void **state)
     mqd_rec_t rec;
     uint32_t dc;
     size_t n = 0;
-    while (n < 10 && mqd_cursor_next(&g->cur[0], p, &rec, &dc))
+    while (n < 10 && mqd_cursor_next(mqd_group_cursor(g, 0), p, &rec, &dc))
         n++;
     assert_int_equal(n, 4); /* offsets 0..3 */
     p->n_otx = 0;
@@ -188,7 +188,7 @@ static void test_high_watermark(void **state)
     mqd_rec_t rec;
     uint32_t dc;
     size_t n = 0;
-    while (n < 10 && mqd_cursor_next(&g->cur[0], p, &rec, &dc))
+    while (n < 10 && mqd_cursor_next(mqd_group_cursor(g, 0), p, &rec, &dc))
         n++;
     assert_int_equal(n, 2);
 
@@ -198,7 +198,7 @@ static void test_high_watermark(void **state)
     assert_string_equal(seen.order, "abab");
     mqd_part_set_hw(p, 4);
     assert_int_equal(seen.n, 2); /* a repeat is no advance */
-    while (n < 10 && mqd_cursor_next(&g->cur[0], p, &rec, &dc))
+    while (n < 10 && mqd_cursor_next(mqd_group_cursor(g, 0), p, &rec, &dc))
         n++;
     assert_int_equal(n, 4);
 
