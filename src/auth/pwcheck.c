@@ -35,7 +35,7 @@ static void pw_done(mqd_auth_pw_t *pw, int rc)
 }
 
 int mqd_auth_password_check(struct mqd_server *s, const char *user, const char *password,
-                            uint64_t key, mqd_auth_pw_done_fn done, void *arg)
+                            const char *host, mqd_auth_pw_done_fn done, void *arg)
 {
     mqd_auth_t *a = s->auth;
     if (!a || !a->pool || mqd_auth_pool_in_flight(a->pool) >= s->conf->auth_queue_max)
@@ -53,7 +53,7 @@ int mqd_auth_password_check(struct mqd_server *s, const char *user, const char *
     snprintf(p->pw.pw, sizeof p->pw.pw, "%s", password);
     p->done = done;
     p->arg = arg;
-    mqd_auth_pw_submit(&p->pw, key, pw_done);
+    mqd_auth_pw_submit(&p->pw, mqd_auth_pool_key(host, strlen(host)), pw_done);
     return 0;
 }
 
