@@ -181,22 +181,7 @@ static int encode_request(client_t *cl, pn_message_t *m)
     json_decref(props);
     if (rq->body)
         mqd_mgmt_json_to_data(pn_message_body(m), rq->body, 0);
-    size_t cap = 4096;
-    for (;;) {
-        char *nb = realloc(cl->buf.start, cap);
-        if (!nb)
-            return -1;
-        cl->buf.start = nb;
-        size_t n = cap;
-        int rc = pn_message_encode(m, nb, &n);
-        if (rc == 0) {
-            cl->buf.size = n;
-            return 0;
-        }
-        if (rc != PN_OVERFLOW || cap > (1u << 24))
-            return -1;
-        cap *= 4;
-    }
+    return mqctl_msg_encode(m, &cl->buf, 1u << 24);
 }
 
 static void try_send(client_t *cl)
@@ -217,17 +202,10 @@ static void try_send(client_t *cl)
 static void decode_reply(client_t *cl, pn_delivery_t *d)
 {
     request_t *rq = cl->rq;
-    size_t size = pn_delivery_pending(d);
-    char *nb = realloc(cl->buf.start, size ? size : 1);
-    if (!nb)
-        return client_fail(cl, EX_OTHER, "out of memory");
-    cl->buf.start = nb;
-    ssize_t n = pn_link_recv(cl->rcv, nb, size);
-    pn_message_t *m = pn_message();
-    if (n < 0 || pn_message_decode(m, nb, (size_t)n) != 0) {
-        pn_message_free(m);
-        return client_fail(cl, EX_OTHER, "undecodable reply");
-    }
+    pn_message_t *m = NULL;
+    int rc = mqctl_msg_recv(cl->rcv, d, &cl->buf, &m);
+    if (rc != 0)
+        return client_fail(cl, EX_OTHER, rc == MQD_ENOMEM ? "out of memory" : "undecodable reply");
     pn_data_t *ap = pn_message_properties(m);
     pn_data_rewind(ap);
     json_t *props = pn_data_next(ap) ? mqd_mgmt_data_to_json(ap, 0) : NULL;

@@ -5,7 +5,9 @@
 #define MQD_MQCTL_H
 
 #include <proton/connection.h>
+#include <proton/message.h>
 #include <proton/transport.h>
+#include <proton/types.h>
 #include <stdbool.h>
 
 #include "tools/scram_client.h"
@@ -39,6 +41,15 @@ void mqctl_conn_setup(pn_connection_t *conn, pn_transport_t *t, const mqctl_url_
                       const mqctl_opts_t *o, mqd_sasl_client_t *sc);
 /* "mqctl: ... (see mqctl --help)" on stderr, exit 1. */
 void mqctl_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* mqctl_msg.c: reads delivery d's message from link l into buf (reused, grown as
+ * needed) and decodes it into *out (new; the caller frees it): 0, MQD_ENOMEM, or
+ * MQD_EINVAL when it does not decode. */
+int mqctl_msg_recv(pn_link_t *l, pn_delivery_t *d, pn_rwbytes_t *buf, pn_message_t **out);
+/* mqctl_msg.c: encodes m into buf (grown fourfold from its last size or 4 KiB while
+ * under max bytes): 0 with buf->size set, MQD_ENOMEM, or MQD_EINVAL (too big, or
+ * Proton refused). */
+int mqctl_msg_encode(pn_message_t *m, pn_rwbytes_t *buf, size_t max);
 
 /* mqctl_io.c: `send TOPIC [BODY...]` and `receive TOPIC [...]`; argv holds the words
  * after the verb (global options taken out); returns the exit code. */

@@ -83,26 +83,6 @@ static void fail_cond(io_t *io, pn_condition_t *c, int dflt)
 
 /* ---------------------------------------------------------------- send */
 
-static int encode(io_t *io, pn_message_t *m)
-{
-    size_t cap = io->buf.size > 4096 ? io->buf.size : 4096;
-    for (;;) {
-        char *nb = realloc(io->buf.start, cap);
-        if (!nb)
-            return MQD_ENOMEM;
-        io->buf.start = nb;
-        size_t n = cap;
-        int rc = pn_message_encode(m, nb, &n);
-        if (rc == 0) {
-            io->buf.size = n;
-            return 0;
-        }
-        if (rc != PN_OVERFLOW || cap > (1u << 28))
-            return MQD_EINVAL;
-        cap *= 4;
-    }
-}
-
 static int build_message(io_t *io, const char *text, pn_message_t *m)
 {
     pn_message_set_durable(m, true);
@@ -127,7 +107,7 @@ static int build_message(io_t *io, const char *text, pn_message_t *m)
     }
     if (io->props)
         mqd_mgmt_json_to_data(pn_message_properties(m), io->props, 0);
-    return encode(io, m);
+    return mqctl_msg_encode(m, &io->buf, 1u << 28);
 }
 
 static void send_more(io_t *io)
@@ -251,17 +231,10 @@ static void grant(io_t *io)
 
 static void on_message(io_t *io, pn_delivery_t *d)
 {
-    size_t size = pn_delivery_pending(d);
-    char *nb = realloc(io->buf.start, size ? size : 1);
-    if (!nb)
-        return io_fail(io, EX_OTHER, "out of memory");
-    io->buf.start = nb;
-    ssize_t n = pn_link_recv(io->link, nb, size);
-    pn_message_t *m = pn_message();
-    if (n < 0 || pn_message_decode(m, nb, (size_t)n) != 0) {
-        pn_message_free(m);
-        return io_fail(io, EX_OTHER, "undecodable message");
-    }
+    pn_message_t *m = NULL;
+    int rc = mqctl_msg_recv(io->link, d, &io->buf, &m);
+    if (rc != 0)
+        return io_fail(io, EX_OTHER, rc == MQD_ENOMEM ? "out of memory" : "undecodable message");
     json_t *o = message_json(m);
     pn_message_free(m);
     pn_delivery_update(d, PN_ACCEPTED); /* a group's: consumed; a browser's: just settled */
