@@ -60,8 +60,8 @@ static void usage(FILE *f)
           "       (no BODY: one message per line of stdin)\n"
           "  receive TOPIC [--group G] [--from earliest|latest|OFFSET] [--count N] [--idle SEC]\n"
           "       (no --group: browses, consumes nothing)\n"
-          "  peek TOPIC [--from earliest|latest|OFFSET] [--count N] [--idle SEC]   (a browse)\n"
           "  topic peek NAME[/PARTITION] [--from OFFSET] [--count N]   (nothing is consumed)\n"
+          "       (peek NAME... is the same)\n"
           "  connection list | close ID\n"
           "  link list | user list | acl list\n"
           "  config show   (the effective config and where each value came from)\n"
@@ -765,7 +765,7 @@ static void build_group(request_t *rq, char **args, int nargs, int argc, char **
     rq->body = json_pack("{s:s}", "to", to);
 }
 
-/* NAME[/PARTITION] [--from OFFSET] [--count N] */
+/* NAME[/PARTITION] [--from OFFSET] [--count N] (`topic peek` and `peek`) */
 static void build_peek(request_t *rq, char **args, int nargs, int argc, char **argv)
 {
     (void)nargs;
@@ -773,6 +773,8 @@ static void build_peek(request_t *rq, char **args, int nargs, int argc, char **a
     if (!rq->props)
         rq->props = json_object();
     for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--group") == 0)
+            mqctl_die_usage("peek consumes nothing: no --group (use receive --group)");
         bool from = strcmp(argv[i], "--from") == 0;
         if (!from && strcmp(argv[i], "--count") != 0)
             mqctl_die_usage("unexpected argument '%s'", argv[i]);
@@ -807,6 +809,7 @@ static const cmd_t cmds[] = {
     {"group", "reset", 2, 2, "RESET", T_GROUP, build_group, show_group, NULL},
     {"group", "delete", 2, 2, "DELETE", T_GROUP, build_group, NULL, "deleted group"},
     {"topic", "peek", 1, 1, "PEEK", T_TOPIC, build_peek, show_peek, NULL},
+    {"peek", NULL, 1, 1, "PEEK", T_TOPIC, build_peek, show_peek, NULL}, /* the same */
     {"connection", "list", 0, 0, "QUERY", T_CONN, build_name, show_conns, NULL},
     {"link", "list", 0, 0, "QUERY", T_LINK, build_name, show_links, NULL},
     {"user", "list", 0, 0, "QUERY", "com.mqd:user", build_name, show_users, NULL},
@@ -938,8 +941,6 @@ int main(int argc, char **argv)
         return mqctl_send(&o, argc - i - 1, argv + i + 1);
     if (strcmp(argv[i], "receive") == 0)
         return mqctl_receive(&o, argc - i - 1, argv + i + 1);
-    if (strcmp(argv[i], "peek") == 0)
-        return mqctl_peek(&o, argc - i - 1, argv + i + 1);
     const cmd_t *c = find_cmd(argv[i], i + 1 < argc ? argv[i + 1] : NULL);
     if (!c)
         mqctl_die_usage("unknown command '%s%s%s'", argv[i], i + 1 < argc ? " " : "",
@@ -949,8 +950,8 @@ int main(int argc, char **argv)
     while (i + nargs < argc && argv[i + nargs][0] != '-' && nargs < c->max_args)
         nargs++;
     if (nargs < c->min_args)
-        mqctl_die_usage("%s %s needs %d argument%s", c->noun, c->verb ? c->verb : "", c->min_args,
-                  c->min_args == 1 ? "" : "s");
+        mqctl_die_usage("%s%s%s needs %d argument%s", c->noun, c->verb ? " " : "",
+                        c->verb ? c->verb : "", c->min_args, c->min_args == 1 ? "" : "s");
     request_t rq = {.op = c->op, .type = c->type};
     c->build(&rq, argv + i, nargs, argc - i - nargs, argv + i + nargs);
     int ex = transact(&o, &rq);

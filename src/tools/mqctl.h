@@ -55,7 +55,5 @@ int mqctl_msg_encode(pn_message_t *m, pn_rwbytes_t *buf, size_t max);
  * after the verb (global options taken out); returns the exit code. */
 int mqctl_send(const mqctl_opts_t *o, int argc, char **argv);
 int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv);
-/* `peek TOPIC [...]`: receive without a group (a browse), --group refused. */
-int mqctl_peek(const mqctl_opts_t *o, int argc, char **argv);
 
 #endif

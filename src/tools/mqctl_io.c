@@ -515,14 +515,6 @@ static const char *from_expr(const char *from, char *buf, size_t len)
     return buf;
 }
 
-int mqctl_peek(const mqctl_opts_t *o, int argc, char **argv)
-{
-    for (int i = 0; i < argc; i++)
-        if (strcmp(argv[i], "--group") == 0)
-            mqctl_die_usage("peek consumes nothing: no --group (use receive --group)");
-    return mqctl_receive(o, argc, argv);
-}
-
 int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv)
 {
     io_t io = {.o = o, .idle_s = 2, .msgs = json_array()};
@@ -552,7 +544,7 @@ int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv)
     if (!topic)
         mqctl_die_usage("receive needs a TOPIC");
     char addr[1024], eb[128];
-    /* without a group nothing is consumed: a browse from the start, as a peek */
+    /* without a group nothing is consumed: a browse from the start */
     snprintf(addr, sizeof addr, group ? "%s/ConsumerGroups/%s" : "%s", topic, group ? group : "");
     rcv_args_t ra = {.address = addr,
                      .expr = from_expr(from    ? from
