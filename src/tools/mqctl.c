@@ -255,8 +255,9 @@ static void on_remote_close(client_t *cl, pn_condition_t *cond)
 }
 
 /* Returns false once the proactor has nothing left to do. */
-static bool handle(client_t *cl, pn_event_t *e)
+static bool handle(void *arg, pn_event_t *e)
 {
+    client_t *cl = arg;
     switch (pn_event_type(e)) {
     case PN_LINK_REMOTE_OPEN: on_link_open(cl, pn_event_link(e)); break;
     case PN_LINK_FLOW: try_send(cl); break;
@@ -317,6 +318,23 @@ void mqctl_conn_setup(pn_connection_t *conn, pn_transport_t *t, const mqctl_url_
     }
 }
 
+void mqctl_run(pn_proactor_t *px, pn_connection_t *conn, pn_transport_t *t, const mqctl_url_t *u,
+               double timeout_s, bool (*on_event)(void *arg, pn_event_t *e), void *arg)
+{
+    char addr[PN_MAX_ADDR];
+    pn_proactor_addr(addr, sizeof addr, u->host, u->port);
+    pn_proactor_connect2(px, conn, t, addr);
+    pn_proactor_set_timeout(px, (pn_millis_t)(timeout_s * 1000));
+    bool more = true;
+    while (more) {
+        pn_event_batch_t *b = pn_proactor_wait(px);
+        for (pn_event_t *e; (e = pn_event_batch_next(b));)
+            more = on_event(arg, e) && more;
+        pn_proactor_done(px, b);
+    }
+    pn_proactor_free(px);
+}
+
 static void setup_connection(client_t *cl, const mqctl_url_t *u, const mqctl_opts_t *o,
                              pn_transport_t *t)
 {
@@ -348,18 +366,7 @@ static int transact(const mqctl_opts_t *o, request_t *rq)
     cl.conn = pn_connection();
     pn_transport_t *t = pn_transport();
     setup_connection(&cl, &u, o, t);
-    char addr[PN_MAX_ADDR];
-    pn_proactor_addr(addr, sizeof addr, u.host, u.port);
-    pn_proactor_connect2(cl.px, cl.conn, t, addr);
-    pn_proactor_set_timeout(cl.px, (pn_millis_t)(o->timeout_s * 1000));
-    bool more = true;
-    while (more) {
-        pn_event_batch_t *b = pn_proactor_wait(cl.px);
-        for (pn_event_t *e; (e = pn_event_batch_next(b));)
-            more = handle(&cl, e) && more;
-        pn_proactor_done(cl.px, b);
-    }
-    pn_proactor_free(cl.px);
+    mqctl_run(cl.px, cl.conn, t, &u, o->timeout_s, handle, &cl);
     mqd_sasl_client_clear(&cl.sasl);
     free(cl.buf.start);
     if (!cl.done && !cl.err)

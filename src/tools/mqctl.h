@@ -5,7 +5,9 @@
 #define MQD_MQCTL_H
 
 #include <proton/connection.h>
+#include <proton/event.h>
 #include <proton/message.h>
+#include <proton/proactor.h>
 #include <proton/transport.h>
 #include <proton/types.h>
 #include <stdbool.h>
@@ -39,6 +41,12 @@ int mqctl_parse_url(const char *s, mqctl_url_t *u);
  * it after the run) and TLS of a new client connection; the caller opens it. */
 void mqctl_conn_setup(pn_connection_t *conn, pn_transport_t *t, const mqctl_url_t *u,
                       const mqctl_opts_t *o, mqd_sasl_client_t *sc);
+/* Connects conn (its transport t set up by mqctl_conn_setup) to u's host and port and
+ * hands every event of px to on_event(arg, e) until one returns false (at
+ * PN_PROACTOR_INACTIVE); px, made by the caller because its handlers use it, times out
+ * after timeout_s and is freed on return. */
+void mqctl_run(pn_proactor_t *px, pn_connection_t *conn, pn_transport_t *t, const mqctl_url_t *u,
+               double timeout_s, bool (*on_event)(void *arg, pn_event_t *e), void *arg);
 /* "mqctl: ... (see mqctl --help)" on stderr, exit 1. */
 void mqctl_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 

@@ -253,8 +253,9 @@ static void on_message(io_t *io, pn_delivery_t *d)
 
 /* ---------------------------------------------------------------- the loop */
 
-static bool handle(io_t *io, pn_event_t *e)
+static bool handle(void *arg, pn_event_t *e)
 {
+    io_t *io = arg;
     pn_delivery_t *d;
     switch (pn_event_type(e)) {
     case PN_LINK_REMOTE_OPEN:
@@ -328,18 +329,7 @@ static int run(io_t *io, void (*attach)(io_t *, pn_session_t *, void *), void *a
     pn_session_open(ss);
     attach(io, ss, arg);
     pn_connection_open(io->conn);
-    char addr[PN_MAX_ADDR];
-    pn_proactor_addr(addr, sizeof addr, u.host, u.port);
-    pn_proactor_connect2(io->px, io->conn, t, addr);
-    pn_proactor_set_timeout(io->px, (pn_millis_t)(io->o->timeout_s * 1000));
-    bool more = true;
-    while (more) {
-        pn_event_batch_t *b = pn_proactor_wait(io->px);
-        for (pn_event_t *e; (e = pn_event_batch_next(b));)
-            more = handle(io, e) && more;
-        pn_proactor_done(io->px, b);
-    }
-    pn_proactor_free(io->px);
+    mqctl_run(io->px, io->conn, t, &u, io->o->timeout_s, handle, io);
     mqd_sasl_client_clear(&io->sasl);
     free(io->buf.start);
     if (!io->done && !io->err)
