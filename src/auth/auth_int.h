@@ -50,6 +50,15 @@ int mqd_scram_client_final(mqd_scram_t *s, const char *msg, size_t len, char *ou
 /* Wipes the keys. */
 void mqd_scram_clear(mqd_scram_t *s);
 
+/* scramuser.c: server-first-message into out (MQD_SCRAM_MSG_MAX + 1) for s->user after
+ * mqd_scram_client_first, from that user's stored credentials, or the decoy's when it
+ * has none; 0 or the error of the scram.c call that failed. */
+int mqd_auth_scram_reply_first(struct mqd_server *srv, mqd_scram_t *s, char *out);
+/* scramuser.c: does `user` still have SCRAM credentials with this StoredKey (after a
+ * reload, at the end of an exchange)? */
+bool mqd_auth_scram_unchanged(struct mqd_server *srv, const char *user,
+                              const unsigned char stored_key[32]);
+
 /* ---- acl.c ---- */
 
 /* Glob match: `*` matches any run of characters (also '/' and '.'), everything else

@@ -66,16 +66,8 @@ int mqd_auth_scram_start(struct mqd_server *s, const char *msg, size_t len, char
     if (!sc || !a)
         goto err;
     rc = mqd_scram_client_first(sc, msg, len);
-    if (rc != 0)
-        goto err;
-    const mqd_user_conf_t *u = mqd_conf_user(s->conf, sc->user);
-    mqd_scram_cred_t cred;
-    bool known = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &cred) == 0;
-    rc = known ? mqd_scram_server_first(sc, &cred, NULL, out)
-               : mqd_scram_decoy(a->secret, sc->user, a->decoy_scram_iterations, &cred);
-    if (!known && rc == 0)
-        rc = mqd_scram_server_first_decoy(sc, &cred, NULL, out);
-    OPENSSL_cleanse(&cred, sizeof cred);
+    if (rc == 0)
+        rc = mqd_auth_scram_reply_first(s, sc, out);
     if (rc != 0)
         goto err;
     *st = sc;
@@ -91,16 +83,10 @@ int mqd_auth_scram_finish(struct mqd_server *s, mqd_auth_scram_t *st, const char
     unsigned char stored[32];
     int rc = mqd_scram_client_final(st, msg, len, out);
     memcpy(stored, st->cred.stored_key, sizeof stored);
-    if (rc == 0) {
-        /* a reload between start and finish may have removed the user or changed its
-         * credentials */
-        const mqd_user_conf_t *u = mqd_conf_user(s->conf, st->user);
-        mqd_scram_cred_t now;
-        bool same = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &now) == 0 &&
-                    CRYPTO_memcmp(now.stored_key, stored, sizeof stored) == 0;
-        OPENSSL_cleanse(&now, sizeof now);
-        rc = same ? 0 : MQD_EFAILED;
-    }
+    /* a reload between start and finish may have removed the user or changed its
+     * credentials */
+    if (rc == 0 && !mqd_auth_scram_unchanged(s, st->user, stored))
+        rc = MQD_EFAILED;
     if (rc == 0)
         snprintf(user, userlen, "%s", st->user);
     OPENSSL_cleanse(stored, sizeof stored);

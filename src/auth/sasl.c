@@ -243,22 +243,12 @@ static void external(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *r
 
 static void scram_first(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
 {
-    const mqd_conf_t *conf = ac->c->srv->conf;
     ac->scram = calloc(1, sizeof *ac->scram);
     if (!ac->scram)
         return fail(t, ac, "out of memory", "-");
     if (!recv || mqd_scram_client_first(ac->scram, recv->start, recv->size) != 0)
         return fail(t, ac, "malformed SCRAM client-first-message", "-");
-    const mqd_auth_t *a = ac->c->srv->auth;
-    const mqd_user_conf_t *u = mqd_conf_user(conf, ac->scram->user);
-    mqd_scram_cred_t cred;
-    bool known = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &cred) == 0;
-    int rc = known ? mqd_scram_server_first(ac->scram, &cred, NULL, ac->out)
-             : mqd_scram_decoy(a->secret, ac->scram->user, a->decoy_scram_iterations, &cred);
-    if (!known && rc == 0)
-        rc = mqd_scram_server_first_decoy(ac->scram, &cred, NULL, ac->out);
-    OPENSSL_cleanse(&cred, sizeof cred);
-    if (rc != 0)
+    if (mqd_auth_scram_reply_first(ac->c->srv, ac->scram, ac->out) != 0)
         return fail(t, ac, "SCRAM server-first failed", "-");
     pnx_sasl_set_bytes_out(t, pn_bytes(strlen(ac->out), ac->out));
     pnx_sasl_set_desired_state(t, SASL_POSTED_CHALLENGE);
@@ -304,11 +294,7 @@ static void s_process_response(pn_transport_t *t, const pn_bytes_t *recv)
         return fail(t, ac, "malformed SCRAM client-final-message", user);
     /* a reload between client-first and client-final may have removed the user or
      * changed its credentials */
-    const mqd_user_conf_t *u = mqd_conf_user(ac->c->srv->conf, user);
-    mqd_scram_cred_t now;
-    bool same = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &now) == 0 &&
-                CRYPTO_memcmp(now.stored_key, stored, sizeof stored) == 0;
-    OPENSSL_cleanse(&now, sizeof now);
+    bool same = mqd_auth_scram_unchanged(ac->c->srv, user, stored);
     OPENSSL_cleanse(stored, sizeof stored);
     if (!same)
         return fail(t, ac, "credentials changed by a reload during the login", user);
