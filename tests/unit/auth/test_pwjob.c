@@ -177,7 +177,7 @@ static void test_scram_first(void **state)
     assert_string_equal(iter, "4096");
     first_of(f, "mallory", salt2, iter2);
     first_of(f, "mallory", salt3, iter3);
-    assert_string_equal(salt2, salt3); /* the same made-up salt on every try */
+    assert_string_equal(salt2, salt3);  /* the same made-up salt on every try */
     assert_string_equal(iter2, "4096"); /* as real users have */
     assert_string_not_equal(salt2, want_salt);
     first_of(f, "trudy", salt3, iter3);

@@ -129,9 +129,11 @@ static void test_sum_and_time(void **state)
     }
     /* the files hold 1,000 x 12 KiB and meta.db: their blocks, at least */
     assert_true(want >= (uint64_t)TOPICS * PARTS * (8192 + 4096) + 20000);
-    fprintf(stderr, "dir size of %d partitions (%d files, %d dirs): %llu bytes; a walk took "
-            "%.2f ms at best, %.2f ms at worst of 5\n", TOPICS * PARTS, TOPICS * PARTS * 3 + 1,
-            TOPICS * PARTS + TOPICS + 1, (unsigned long long)want, best, worst);
+    fprintf(stderr,
+            "dir size of %d partitions (%d files, %d dirs): %llu bytes; a walk took "
+            "%.2f ms at best, %.2f ms at worst of 5\n",
+            TOPICS * PARTS, TOPICS * PARTS * 3 + 1, TOPICS * PARTS + TOPICS + 1,
+            (unsigned long long)want, best, worst);
 }
 
 /* Calls at now_ms until the result differs from `old` (a walk on its thread finished),
@@ -170,8 +172,10 @@ static void test_cache(void **state)
     assert_int_equal(stale, first);
     assert_non_null(cache.walk);
     uint64_t later = until_changed(&cache, 1000 + 5001, first);
-    fprintf(stderr, "the stale call returned in %.3f ms with the last result; the walk's came "
-            "%.1f ms after it\n", ms, ms_since(&t0));
+    fprintf(stderr,
+            "the stale call returned in %.3f ms with the last result; the walk's came "
+            "%.1f ms after it\n",
+            ms, ms_since(&t0));
     assert_int_equal(later, first + (uint64_t)st.st_blocks * 512u);
     assert_true(later >= first + 65536);
     assert_int_equal(later, independent_sum());
