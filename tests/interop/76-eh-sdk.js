@@ -21,7 +21,6 @@
 'use strict';
 const path = require('path');
 const fs = require('fs');
-const crypto = require('crypto');
 const mqdnode = require('./mqdnode');
 
 const HUB = 'eh76';
@@ -34,10 +33,7 @@ const KEYS = { root: 'root-key-76', listen: 'listen-key-76', hubonly: 'hubonly-k
 const tagged = (e, ctx) => ({ p: ctx.partitionId, e }); // what collect keeps: the partition too
 
 function sasConnStr(port, keyName, key, se) {
-  const aud = 'sb://127.0.0.1:' + port + '/' + HUB;
-  const sr = encodeURIComponent(aud);
-  const sig = crypto.createHmac('sha256', key).update(sr + '\n' + se).digest('base64');
-  const sas = 'SharedAccessSignature sr=' + sr + '&sig=' + encodeURIComponent(sig) + '&se=' + se + '&skn=' + keyName;
+  const sas = h.sasToken('sb://127.0.0.1:' + port + '/' + HUB, keyName, key, se);
   return 'Endpoint=sb://127.0.0.1:' + port + ';SharedAccessSignature=' + sas + ';UseDevelopmentEmulator=true;EntityPath=' + HUB;
 }
 

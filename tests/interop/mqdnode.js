@@ -2,7 +2,7 @@
 // finds rhea and the broker binary (exit 77 to skip without them), a temp dir with the
 // broker's log, one broker started by the test and stopped by its PID at the end,
 // PASS/FAIL lines (with the tail of the broker's log on a failure), a hard timeout,
-// Kafka's murmur2 partitioner, free ports, and a wait for the broker's port; and the
+// Kafka's murmur2 partitioner, SAS tokens, free ports, and a wait for the broker's port; and the
 // setup the @azure/event-hubs SDK tests share (eventHubs, below).
 //   const h = require('./mqdnode')('44-rhea-eventhubs', 90000);
 'use strict';
@@ -101,6 +101,14 @@ module.exports = function harness(name, hardTimeoutMs) {
     return x | 0;
   };
   h.kafkaPartition = (key, n) => (h.murmur2(key) & 0x7fffffff) % n;
+
+  // An Event Hubs / Service Bus SAS token for audience aud, signed with key (HMAC-SHA256
+  // of the url-encoded audience, a newline and the expiry se in unix seconds).
+  h.sasToken = (aud, keyName, key, se) => {
+    const sr = encodeURIComponent(aud);
+    const sig = require('crypto').createHmac('sha256', key).update(sr + '\n' + se).digest('base64');
+    return 'SharedAccessSignature sr=' + sr + '&sig=' + encodeURIComponent(sig) + '&se=' + se + '&skn=' + keyName;
+  };
 
   h.freePort = (cb) => {
     const s = net.createServer();
