@@ -83,13 +83,6 @@ bool mqd_auth_may(struct mqd_conn *c, mqd_perm_t perm, const char *address);
 bool mqd_auth_user_may(struct mqd_server *s, const char *user, mqd_perm_t perm,
                        const char *address);
 
-/* Checks user's password against its PBKDF2 hash on the login pool (an unknown user
- * costs the same: the decoy hash), then calls done(arg, rc) on the loop thread: 0 (right
- * password, and the user still has that hash), MQD_EFAILED (wrong password or unknown
- * user), MQD_ESTATE (the pool went away: shutdown). `key` spreads the pool's fairness
- * (e.g. a hash of the client's address). Returns MQD_EAGAIN without calling done when
- * auth_queue_max checks are already running, MQD_ENOMEM likewise. The password is copied
- * and wiped after use. */
 /* SCRAM-SHA-256 for a login that is not an AMQP connection (the web console), with the
  * SASL path's code and credentials (scram.c): the password never leaves the client, so
  * it needs no TLS. An unknown user gets a decoy salt and fails at the end, as on AMQP.
@@ -106,8 +99,15 @@ int mqd_auth_scram_finish(struct mqd_server *s, mqd_auth_scram_t *st, const char
                           size_t len, char *out, char *user, size_t userlen);
 void mqd_auth_scram_free(mqd_auth_scram_t *st);
 
+/* Checks user's password against its PBKDF2 hash on the login pool (an unknown user
+ * costs the same: the decoy hash), then calls done(arg, rc) on the loop thread: 0 (right
+ * password, and the user still has that hash), MQD_EFAILED (wrong password or unknown
+ * user), MQD_ESTATE (the pool went away: shutdown). `host` is the client's address
+ * (the pool's fairness, as for SASL). Returns MQD_EAGAIN without calling done when
+ * auth_queue_max checks are already running, MQD_ENOMEM likewise. The password is copied
+ * and wiped after use. */
 typedef void (*mqd_auth_pw_done_fn)(void *arg, int rc);
 int mqd_auth_password_check(struct mqd_server *s, const char *user, const char *password,
-                            uint64_t key, mqd_auth_pw_done_fn done, void *arg);
+                            const char *host, mqd_auth_pw_done_fn done, void *arg);
 
 #endif

@@ -50,6 +50,15 @@ int mqd_scram_client_final(mqd_scram_t *s, const char *msg, size_t len, char *ou
 /* Wipes the keys. */
 void mqd_scram_clear(mqd_scram_t *s);
 
+/* scramuser.c: server-first-message into out (MQD_SCRAM_MSG_MAX + 1) for s->user after
+ * mqd_scram_client_first, from that user's stored credentials, or the decoy's when it
+ * has none; 0 or the error of the scram.c call that failed. */
+int mqd_auth_scram_reply_first(struct mqd_server *srv, mqd_scram_t *s, char *out);
+/* scramuser.c: does `user` still have SCRAM credentials with this StoredKey (after a
+ * reload, at the end of an exchange)? */
+bool mqd_auth_scram_unchanged(struct mqd_server *srv, const char *user,
+                              const unsigned char stored_key[32]);
+
 /* ---- acl.c ---- */
 
 /* Glob match: `*` matches any run of characters (also '/' and '.'), everything else
@@ -149,11 +158,46 @@ void mqd_auth_pool_submit(mqd_auth_pool_t *p, mqd_auth_job_t *j);
 size_t mqd_auth_pool_in_flight(const mqd_auth_pool_t *p);
 /* Joins the threads; jobs still queued or finished get done(j, false). */
 void mqd_auth_pool_free(mqd_auth_pool_t *p);
+/* The fairness key of the address host[0..len) (FNV-1a). */
+uint64_t mqd_auth_pool_key(const char *host, size_t len);
+
+/* ---- pwjob.c: one password check against a PBKDF2 hash, on the pool ---- */
+
+#define MQD_AUTH_DECOY_HASH_MAX 160
+
+typedef struct mqd_auth_pw mqd_auth_pw_t;
+/* On the loop: the verdict. 0: right password and the user still has that hash;
+ * MQD_EFAILED: wrong password or unknown user (p->known says which); MQD_ENOENT: right
+ * password, but a reload since removed the user or changed the hash; MQD_ESTATE: never
+ * ran (the pool is being freed). p is freed when it returns. */
+typedef void (*mqd_auth_pw_fn)(mqd_auth_pw_t *p, int rc);
+struct mqd_auth_pw {
+    mqd_auth_job_t job; /* first: the pool's view */
+    size_t size;        /* of the caller's struct that starts with this one */
+    struct mqd_server *s;
+    mqd_auth_pw_fn done;
+    bool known; /* the user exists with a password hash (else hash is the decoy) */
+    bool ok;    /* set by the pool thread */
+    char user[256];
+    char hash[MQD_AUTH_DECOY_HASH_MAX + 64];
+    char pw[1025]; /* the password, NUL-terminated; wiped once checked */
+};
+/* A zeroed job of `size` bytes: a caller's struct whose first member is an
+ * mqd_auth_pw_t, so the verdict can reach the caller's own state. NULL if out of memory
+ * (or size too small). */
+void *mqd_auth_pw_new(size_t size);
+/* Names who logs in: user (MQD_EINVAL if it does not fit), its hash or, for a name
+ * without one, the decoy. */
+int mqd_auth_pw_user(mqd_auth_pw_t *p, struct mqd_server *s, const char *user);
+/* Hands p (user set, p->pw filled) to s's pool; done(p, rc) follows on the loop. The
+ * caller has checked the pool's bounds (auth_queue_max, auth_queue_per_ip). */
+void mqd_auth_pw_submit(mqd_auth_pw_t *p, uint64_t key, mqd_auth_pw_fn done);
+/* Wipes and frees a job never submitted. */
+void mqd_auth_pw_free(mqd_auth_pw_t *p);
 
 /* ---- tls.c / sasl.c / decoy.c: state of the server and of each connection ---- */
 
 #define MQD_AUTH_SECRET_FILE "auth.secret" /* in data_dir: 32 random bytes, mode 0600 */
-#define MQD_AUTH_DECOY_HASH_MAX 160
 
 typedef struct mqd_auth {
     struct ssl_ctx_st *ctx; /* amqps:// listeners; NULL without tls_cert. An SSL_CTX is

@@ -1,6 +1,6 @@
 /* Password checks and ACL decisions for logins that are not AMQP connections (the web
- * console, src/console/): the same user store, the same PBKDF2 verification on the same
- * login pool as SASL PLAIN (sasl.c), and the same [acl] rules. */
+ * console, src/console/): the same user store, the same PBKDF2 check on the same login
+ * pool as SASL PLAIN (pwjob.c), and the same [acl] rules. */
 #include "config.h"
 #include "auth/auth_int.h"
 #include "core/core.h"
@@ -22,64 +22,38 @@ bool mqd_auth_user_may(struct mqd_server *s, const char *user, mqd_perm_t perm, 
 }
 
 typedef struct pw_job {
-    mqd_auth_job_t job; /* first: the pool's view */
-    mqd_server_t *s;
+    mqd_auth_pw_t pw; /* first: the shared check (pwjob.c) */
     mqd_auth_pw_done_fn done;
     void *arg;
-    bool known; /* the user exists with a password hash (else hash is the decoy) */
-    bool ok;    /* set by the pool thread */
-    char user[256];
-    char hash[MQD_AUTH_DECOY_HASH_MAX + 64];
-    char pw[1025];
 } pw_job_t;
 
-static void pw_work(mqd_auth_job_t *j)
+static void pw_done(mqd_auth_pw_t *pw, int rc)
 {
-    pw_job_t *p = (pw_job_t *)j;
-    /* known or not, the same PBKDF2: the answer takes as long either way */
-    p->ok = mqd_conf_password_ok(p->hash, p->pw) && p->known;
-    OPENSSL_cleanse(p->pw, sizeof p->pw);
-}
-
-static void pw_done(mqd_auth_job_t *j, bool ran)
-{
-    pw_job_t *p = (pw_job_t *)j;
-    int rc = MQD_ESTATE;
-    if (ran) {
-        /* a reload while the check ran may have removed the user or changed the hash */
-        const mqd_user_conf_t *u = mqd_conf_user(p->s->conf, p->user);
-        bool same = u && u->password_hash && strcmp(u->password_hash, p->hash) == 0;
-        rc = p->ok && same ? 0 : MQD_EFAILED;
-    }
-    p->done(p->arg, rc);
-    OPENSSL_cleanse(p, sizeof *p);
-    free(p);
+    pw_job_t *p = (pw_job_t *)pw;
+    /* a wrong password, an unknown user and a hash changed by a reload look the same */
+    p->done(p->arg, rc == MQD_ENOENT ? MQD_EFAILED : rc);
 }
 
 int mqd_auth_password_check(struct mqd_server *s, const char *user, const char *password,
-                            uint64_t key, mqd_auth_pw_done_fn done, void *arg)
+                            const char *host, mqd_auth_pw_done_fn done, void *arg)
 {
     mqd_auth_t *a = s->auth;
     if (!a || !a->pool || mqd_auth_pool_in_flight(a->pool) >= s->conf->auth_queue_max)
         return MQD_EAGAIN;
-    if (strlen(user) >= sizeof((pw_job_t *)0)->user ||
-        strlen(password) >= sizeof((pw_job_t *)0)->pw)
+    if (strlen(password) >= sizeof((mqd_auth_pw_t *)0)->pw)
         return MQD_EINVAL;
-    pw_job_t *p = calloc(1, sizeof *p);
+    pw_job_t *p = mqd_auth_pw_new(sizeof *p);
     if (!p)
         return MQD_ENOMEM;
-    const mqd_user_conf_t *u = mqd_conf_user(s->conf, user);
-    p->known = u && u->password_hash && strlen(u->password_hash) < sizeof p->hash;
-    snprintf(p->hash, sizeof p->hash, "%s", p->known ? u->password_hash : a->decoy_hash);
-    snprintf(p->user, sizeof p->user, "%s", user);
-    snprintf(p->pw, sizeof p->pw, "%s", password);
-    p->s = s;
+    int rc = mqd_auth_pw_user(&p->pw, s, user);
+    if (rc != 0) {
+        mqd_auth_pw_free(&p->pw);
+        return rc;
+    }
+    snprintf(p->pw.pw, sizeof p->pw.pw, "%s", password);
     p->done = done;
     p->arg = arg;
-    p->job.work = pw_work;
-    p->job.done = pw_done;
-    p->job.key = key;
-    mqd_auth_pool_submit(a->pool, &p->job);
+    mqd_auth_pw_submit(&p->pw, mqd_auth_pool_key(host, strlen(host)), pw_done);
     return 0;
 }
 
@@ -92,16 +66,8 @@ int mqd_auth_scram_start(struct mqd_server *s, const char *msg, size_t len, char
     if (!sc || !a)
         goto err;
     rc = mqd_scram_client_first(sc, msg, len);
-    if (rc != 0)
-        goto err;
-    const mqd_user_conf_t *u = mqd_conf_user(s->conf, sc->user);
-    mqd_scram_cred_t cred;
-    bool known = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &cred) == 0;
-    rc = known ? mqd_scram_server_first(sc, &cred, NULL, out)
-               : mqd_scram_decoy(a->secret, sc->user, a->decoy_scram_iterations, &cred);
-    if (!known && rc == 0)
-        rc = mqd_scram_server_first_decoy(sc, &cred, NULL, out);
-    OPENSSL_cleanse(&cred, sizeof cred);
+    if (rc == 0)
+        rc = mqd_auth_scram_reply_first(s, sc, out);
     if (rc != 0)
         goto err;
     *st = sc;
@@ -117,16 +83,10 @@ int mqd_auth_scram_finish(struct mqd_server *s, mqd_auth_scram_t *st, const char
     unsigned char stored[32];
     int rc = mqd_scram_client_final(st, msg, len, out);
     memcpy(stored, st->cred.stored_key, sizeof stored);
-    if (rc == 0) {
-        /* a reload between start and finish may have removed the user or changed its
-         * credentials */
-        const mqd_user_conf_t *u = mqd_conf_user(s->conf, st->user);
-        mqd_scram_cred_t now;
-        bool same = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &now) == 0 &&
-                    CRYPTO_memcmp(now.stored_key, stored, sizeof stored) == 0;
-        OPENSSL_cleanse(&now, sizeof now);
-        rc = same ? 0 : MQD_EFAILED;
-    }
+    /* a reload between start and finish may have removed the user or changed its
+     * credentials */
+    if (rc == 0 && !mqd_auth_scram_unchanged(s, st->user, stored))
+        rc = MQD_EFAILED;
     if (rc == 0)
         snprintf(user, userlen, "%s", st->user);
     OPENSSL_cleanse(stored, sizeof stored);

@@ -106,68 +106,46 @@ static void succeed(pn_transport_t *t, mqd_auth_conn_t *ac, const char *user, bo
              c->user);
 }
 
-/* ---- PLAIN: the PBKDF2 runs on the login pool (pool.c); the outcome waits for it ---- */
+/* ---- PLAIN: the PBKDF2 runs on the login pool (pwjob.c); the outcome waits for it ---- */
 
 typedef struct plain_job {
-    mqd_auth_job_t job; /* first: the pool's view */
-    mqd_conn_t *c;      /* holds a reference until done */
-    bool known;         /* the user exists with a password hash (else hash is a decoy) */
+    mqd_auth_pw_t pw; /* first: the shared check */
+    mqd_conn_t *c;    /* holds a reference until done */
     bool authz_ok;
-    bool ok;            /* set by the pool thread */
-    char user[256];
-    char hash[MQD_AUTH_DECOY_HASH_MAX + 64];
-    char pw[1025];
 } plain_job_t;
 
-static void plain_work(mqd_auth_job_t *j)
-{
-    plain_job_t *p = (plain_job_t *)j;
-    /* known or not, the same PBKDF2: the answer takes as long either way */
-    p->ok = mqd_conf_password_ok(p->hash, p->pw) && p->known;
-    OPENSSL_cleanse(p->pw, sizeof p->pw);
-}
-
 /* On the loop: the outcome, unless the connection went away or already has one. */
-static void plain_done(mqd_auth_job_t *j, bool ran)
+static void plain_done(mqd_auth_pw_t *pw, int rc)
 {
-    plain_job_t *p = (plain_job_t *)j;
+    plain_job_t *p = (plain_job_t *)pw;
     mqd_conn_t *c = p->c;
     mqd_auth_conn_t *ac = c->auth;
     if (ac != NULL)
         ac->pending = false;
-    if (ran && ac != NULL && !c->closed && !ac->outcome &&
+    if (rc != MQD_ESTATE && ac != NULL && !c->closed && !ac->outcome &&
         !pn_connection_driver_write_closed(&c->driver)) {
         pn_transport_t *t = c->driver.transport;
-        /* a reload while the check ran may have removed the user or changed the hash */
-        const mqd_user_conf_t *u = mqd_conf_user(c->srv->conf, p->user);
-        bool same = u && u->password_hash && strcmp(u->password_hash, p->hash) == 0;
-        if (!p->ok)
-            fail(t, ac, p->known ? "wrong password" : "unknown user", p->user);
-        else if (!same)
-            fail(t, ac, "credentials changed by a reload during the login", p->user);
+        if (rc == MQD_EFAILED)
+            fail(t, ac, pw->known ? "wrong password" : "unknown user", pw->user);
+        else if (rc != 0)
+            fail(t, ac, "credentials changed by a reload during the login", pw->user);
         else if (!p->authz_ok)
-            fail(t, ac, "authorization identity differs from the user", p->user);
+            fail(t, ac, "authorization identity differs from the user", pw->user);
         else
-            succeed(t, ac, p->user, false);
+            succeed(t, ac, pw->user, false);
         /* what the client pipelined behind its sasl-init: for Proton after a success,
          * dropped after a failure (the connection ends with the outcome) */
         mqd_auth_rx_release(c, c->user[0] != '\0');
         mqd_conn_mark_dirty(c); /* the outcome goes out with the next tick */
     }
-    OPENSSL_cleanse(p, sizeof *p);
-    free(p);
     mqd_conn_unref(c);
 }
 
-/* FNV-1a of the address part of "HOST:PORT". */
+/* The fairness key of the address part of "HOST:PORT". */
 static uint64_t host_key(const char *peer)
 {
     const char *colon = strrchr(peer, ':');
-    size_t n = colon ? (size_t)(colon - peer) : strlen(peer);
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (uint8_t)peer[i]) * 1099511628211ull;
-    return h;
+    return mqd_auth_pool_key(peer, colon ? (size_t)(colon - peer) : strlen(peer));
 }
 
 /* PLAIN logins from c's address now with the pool. */
@@ -196,53 +174,43 @@ static void plain_submit(pn_transport_t *t, mqd_auth_conn_t *ac, plain_job_t *p)
     else if (pending_from(c->srv, c) >= conf->auth_queue_per_ip)
         full = "auth_queue_per_ip reached";
     if (full) {
-        fail(t, ac, full, p->user);
+        fail(t, ac, full, p->pw.user);
         pn_sasl_done(pn_sasl(t), PN_SASL_TEMP); /* sys-temp: worth a retry later */
-        OPENSSL_cleanse(p, sizeof *p);
-        free(p);
+        mqd_auth_pw_free(&p->pw);
         return;
     }
-    p->job.work = plain_work;
-    p->job.done = plain_done;
-    p->job.key = host_key(c->peer);
     p->c = c;
     c->refs++;
     ac->pending = true;
-    mqd_auth_pool_submit(a->pool, &p->job);
+    mqd_auth_pw_submit(&p->pw, host_key(c->peer), plain_done);
 }
 
 /* PLAIN: [authzid] NUL authcid NUL passwd */
 static void plain(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
 {
     const mqd_conf_t *conf = ac->c->srv->conf;
-    const mqd_auth_t *a = ac->c->srv->auth;
     if (!ac->tls && !conf->allow_plain_without_tls)
         return fail(t, ac, "PLAIN needs TLS (allow_plain_without_tls = off)", "-");
     if (!recv || recv->size == 0 || recv->size > 1024)
         return fail(t, ac, "malformed PLAIN response", "-");
-    plain_job_t *p = calloc(1, sizeof *p);
+    plain_job_t *p = mqd_auth_pw_new(sizeof *p);
     if (p == NULL)
         return fail(t, ac, "out of memory", "-");
-    char *buf = p->pw; /* parsed in place: the password is where it has to be */
+    char *buf = p->pw.pw; /* parsed in place: the password is where it has to be */
     memcpy(buf, recv->start, recv->size);
     const char *end = buf + recv->size;
     const char *authcid = memchr(buf, '\0', recv->size);
     const char *pw = authcid ? memchr(authcid + 1, '\0', (size_t)(end - authcid - 1)) : NULL;
-    if (!pw || strlen(authcid + 1) >= sizeof p->user) {
-        OPENSSL_cleanse(p, sizeof *p);
-        free(p);
+    if (!pw || mqd_auth_pw_user(&p->pw, ac->c->srv, authcid + 1) != 0) {
+        mqd_auth_pw_free(&p->pw);
         return fail(t, ac, "malformed PLAIN response", "-");
     }
     authcid++;
     pw++;
-    snprintf(p->user, sizeof p->user, "%s", authcid);
     /* an authzid other than the user itself would be impersonation */
     p->authz_ok = buf[0] == '\0' || strcmp(buf, authcid) == 0;
-    const mqd_user_conf_t *u = mqd_conf_user(conf, authcid);
-    p->known = u && u->password_hash && strlen(u->password_hash) < sizeof p->hash;
-    snprintf(p->hash, sizeof p->hash, "%s", p->known ? u->password_hash : a->decoy_hash);
-    memmove(p->pw, pw, (size_t)(end - pw) + 1);
-    OPENSSL_cleanse(p->pw + (end - pw) + 1, sizeof p->pw - (size_t)(end - pw) - 1);
+    memmove(buf, pw, (size_t)(end - pw) + 1);
+    OPENSSL_cleanse(buf + (end - pw) + 1, sizeof p->pw.pw - (size_t)(end - pw) - 1);
     plain_submit(t, ac, p);
 }
 
@@ -275,22 +243,12 @@ static void external(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *r
 
 static void scram_first(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
 {
-    const mqd_conf_t *conf = ac->c->srv->conf;
     ac->scram = calloc(1, sizeof *ac->scram);
     if (!ac->scram)
         return fail(t, ac, "out of memory", "-");
     if (!recv || mqd_scram_client_first(ac->scram, recv->start, recv->size) != 0)
         return fail(t, ac, "malformed SCRAM client-first-message", "-");
-    const mqd_auth_t *a = ac->c->srv->auth;
-    const mqd_user_conf_t *u = mqd_conf_user(conf, ac->scram->user);
-    mqd_scram_cred_t cred;
-    bool known = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &cred) == 0;
-    int rc = known ? mqd_scram_server_first(ac->scram, &cred, NULL, ac->out)
-             : mqd_scram_decoy(a->secret, ac->scram->user, a->decoy_scram_iterations, &cred);
-    if (!known && rc == 0)
-        rc = mqd_scram_server_first_decoy(ac->scram, &cred, NULL, ac->out);
-    OPENSSL_cleanse(&cred, sizeof cred);
-    if (rc != 0)
+    if (mqd_auth_scram_reply_first(ac->c->srv, ac->scram, ac->out) != 0)
         return fail(t, ac, "SCRAM server-first failed", "-");
     pnx_sasl_set_bytes_out(t, pn_bytes(strlen(ac->out), ac->out));
     pnx_sasl_set_desired_state(t, SASL_POSTED_CHALLENGE);
@@ -336,11 +294,7 @@ static void s_process_response(pn_transport_t *t, const pn_bytes_t *recv)
         return fail(t, ac, "malformed SCRAM client-final-message", user);
     /* a reload between client-first and client-final may have removed the user or
      * changed its credentials */
-    const mqd_user_conf_t *u = mqd_conf_user(ac->c->srv->conf, user);
-    mqd_scram_cred_t now;
-    bool same = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &now) == 0 &&
-                CRYPTO_memcmp(now.stored_key, stored, sizeof stored) == 0;
-    OPENSSL_cleanse(&now, sizeof now);
+    bool same = mqd_auth_scram_unchanged(ac->c->srv, user, stored);
     OPENSSL_cleanse(stored, sizeof stored);
     if (!same)
         return fail(t, ac, "credentials changed by a reload during the login", user);

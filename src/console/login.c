@@ -117,14 +117,6 @@ out:
     free(l);
 }
 
-static uint64_t peer_key(const char *peer)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a, as sasl.c keys its pool jobs */
-    for (const char *p = peer; *p; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ull;
-    return h;
-}
-
 void mqd_console_login(mqd_console_t *k, struct evhttp_request *req)
 {
     json_t *body = mqd_console_body_json(req, true);
@@ -160,7 +152,7 @@ void mqd_console_login(mqd_console_t *k, struct evhttp_request *req)
     snprintf(l->user, sizeof l->user, "%s", user);
     l->k = k;
     l->req = req;
-    int rc = mqd_auth_password_check(k->srv, user, pw, peer_key(host ? host : ""), on_checked, l);
+    int rc = mqd_auth_password_check(k->srv, user, pw, host ? host : "", on_checked, l);
     if (rc != 0) {
         free(l);
         mqd_console_reply_error(req, rc == MQD_EAGAIN ? 503 : 400,

@@ -399,6 +399,7 @@ void mqd_metrics_stop(struct mqd_server *s)
     if (!m)
         return;
     evhttp_free(m->http);
+    mqd_metrics_dir_size_free(&m->data_dir);
     free(m);
     s->metrics = NULL;
 }

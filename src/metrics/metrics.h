@@ -19,13 +19,19 @@ typedef struct mqd_proc_stats {
 void mqd_metrics_proc_stats(mqd_proc_stats_t *out);
 
 /* dirsize.c: bytes the files under dir take on disk (allocated blocks of files and
- * directories, symlinks not followed) into *out; a result in `cache` younger than a
- * few seconds is given instead. MQD_EIO when dir cannot be opened. */
+ * directories, symlinks not followed) into *out. The first call (a zeroed `cache`)
+ * walks dir before it returns; later ones give the result in `cache`, and when that is
+ * a few seconds old start a new walk on a thread of its own, whose result a later call
+ * gives. MQD_EIO when dir cannot be opened on the first walk (a later walk that fails
+ * keeps the last result). mqd_metrics_dir_size_free waits for a walk under way. */
+struct mqd_dir_walk;
 typedef struct mqd_dir_size {
-    int64_t at_ms; /* when bytes was measured (0: never) */
+    int64_t at_ms; /* when the walk that measured bytes started (0: never) */
     uint64_t bytes;
+    struct mqd_dir_walk *walk; /* under way (owned), or NULL */
 } mqd_dir_size_t;
 int mqd_metrics_dir_size(const char *dir, int64_t now_ms, mqd_dir_size_t *cache, uint64_t *out);
+void mqd_metrics_dir_size_free(mqd_dir_size_t *cache);
 
 /* Starts the HTTP endpoint when conf->metrics_listen is set (0 when it is not). */
 int mqd_metrics_start(struct mqd_server *s);

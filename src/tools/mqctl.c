@@ -60,8 +60,8 @@ static void usage(FILE *f)
           "       (no BODY: one message per line of stdin)\n"
           "  receive TOPIC [--group G] [--from earliest|latest|OFFSET] [--count N] [--idle SEC]\n"
           "       (no --group: browses, consumes nothing)\n"
-          "  peek TOPIC [--from earliest|latest|OFFSET] [--count N] [--idle SEC]   (a browse)\n"
           "  topic peek NAME[/PARTITION] [--from OFFSET] [--count N]   (nothing is consumed)\n"
+          "       (peek NAME... is the same)\n"
           "  connection list | close ID\n"
           "  link list | user list | acl list\n"
           "  config show   (the effective config and where each value came from)\n"
@@ -182,22 +182,7 @@ static int encode_request(client_t *cl, pn_message_t *m)
     json_decref(props);
     if (rq->body)
         mqd_mgmt_json_to_data(pn_message_body(m), rq->body, 0);
-    size_t cap = 4096;
-    for (;;) {
-        char *nb = realloc(cl->buf.start, cap);
-        if (!nb)
-            return -1;
-        cl->buf.start = nb;
-        size_t n = cap;
-        int rc = pn_message_encode(m, nb, &n);
-        if (rc == 0) {
-            cl->buf.size = n;
-            return 0;
-        }
-        if (rc != PN_OVERFLOW || cap > (1u << 24))
-            return -1;
-        cap *= 4;
-    }
+    return mqctl_msg_encode(m, &cl->buf, 1u << 24);
 }
 
 static void try_send(client_t *cl)
@@ -218,17 +203,10 @@ static void try_send(client_t *cl)
 static void decode_reply(client_t *cl, pn_delivery_t *d)
 {
     request_t *rq = cl->rq;
-    size_t size = pn_delivery_pending(d);
-    char *nb = realloc(cl->buf.start, size ? size : 1);
-    if (!nb)
-        return client_fail(cl, EX_OTHER, "out of memory");
-    cl->buf.start = nb;
-    ssize_t n = pn_link_recv(cl->rcv, nb, size);
-    pn_message_t *m = pn_message();
-    if (n < 0 || pn_message_decode(m, nb, (size_t)n) != 0) {
-        pn_message_free(m);
-        return client_fail(cl, EX_OTHER, "undecodable reply");
-    }
+    pn_message_t *m = NULL;
+    int rc = mqctl_msg_recv(cl->rcv, d, &cl->buf, &m);
+    if (rc != 0)
+        return client_fail(cl, EX_OTHER, rc == MQD_ENOMEM ? "out of memory" : "undecodable reply");
     pn_data_t *ap = pn_message_properties(m);
     pn_data_rewind(ap);
     json_t *props = pn_data_next(ap) ? mqd_mgmt_data_to_json(ap, 0) : NULL;
@@ -278,8 +256,9 @@ static void on_remote_close(client_t *cl, pn_condition_t *cond)
 }
 
 /* Returns false once the proactor has nothing left to do. */
-static bool handle(client_t *cl, pn_event_t *e)
+static bool handle(void *arg, pn_event_t *e)
 {
+    client_t *cl = arg;
     switch (pn_event_type(e)) {
     case PN_LINK_REMOTE_OPEN: on_link_open(cl, pn_event_link(e)); break;
     case PN_LINK_FLOW: try_send(cl); break;
@@ -340,6 +319,23 @@ void mqctl_conn_setup(pn_connection_t *conn, pn_transport_t *t, const mqctl_url_
     }
 }
 
+void mqctl_run(pn_proactor_t *px, pn_connection_t *conn, pn_transport_t *t, const mqctl_url_t *u,
+               double timeout_s, bool (*on_event)(void *arg, pn_event_t *e), void *arg)
+{
+    char addr[PN_MAX_ADDR];
+    pn_proactor_addr(addr, sizeof addr, u->host, u->port);
+    pn_proactor_connect2(px, conn, t, addr);
+    pn_proactor_set_timeout(px, (pn_millis_t)(timeout_s * 1000));
+    bool more = true;
+    while (more) {
+        pn_event_batch_t *b = pn_proactor_wait(px);
+        for (pn_event_t *e; (e = pn_event_batch_next(b));)
+            more = on_event(arg, e) && more;
+        pn_proactor_done(px, b);
+    }
+    pn_proactor_free(px);
+}
+
 static void setup_connection(client_t *cl, const mqctl_url_t *u, const mqctl_opts_t *o,
                              pn_transport_t *t)
 {
@@ -371,18 +367,7 @@ static int transact(const mqctl_opts_t *o, request_t *rq)
     cl.conn = pn_connection();
     pn_transport_t *t = pn_transport();
     setup_connection(&cl, &u, o, t);
-    char addr[PN_MAX_ADDR];
-    pn_proactor_addr(addr, sizeof addr, u.host, u.port);
-    pn_proactor_connect2(cl.px, cl.conn, t, addr);
-    pn_proactor_set_timeout(cl.px, (pn_millis_t)(o->timeout_s * 1000));
-    bool more = true;
-    while (more) {
-        pn_event_batch_t *b = pn_proactor_wait(cl.px);
-        for (pn_event_t *e; (e = pn_event_batch_next(b));)
-            more = handle(&cl, e) && more;
-        pn_proactor_done(cl.px, b);
-    }
-    pn_proactor_free(cl.px);
+    mqctl_run(cl.px, cl.conn, t, &u, o->timeout_s, handle, &cl);
     mqd_sasl_client_clear(&cl.sasl);
     free(cl.buf.start);
     if (!cl.done && !cl.err)
@@ -788,7 +773,7 @@ static void build_group(request_t *rq, char **args, int nargs, int argc, char **
     rq->body = json_pack("{s:s}", "to", to);
 }
 
-/* NAME[/PARTITION] [--from OFFSET] [--count N] */
+/* NAME[/PARTITION] [--from OFFSET] [--count N] (`topic peek` and `peek`) */
 static void build_peek(request_t *rq, char **args, int nargs, int argc, char **argv)
 {
     (void)nargs;
@@ -796,6 +781,8 @@ static void build_peek(request_t *rq, char **args, int nargs, int argc, char **a
     if (!rq->props)
         rq->props = json_object();
     for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--group") == 0)
+            mqctl_die_usage("peek consumes nothing: no --group (use receive --group)");
         bool from = strcmp(argv[i], "--from") == 0;
         if (!from && strcmp(argv[i], "--count") != 0)
             mqctl_die_usage("unexpected argument '%s'", argv[i]);
@@ -845,6 +832,7 @@ static const cmd_t cmds[] = {
     {"group", "reset", 2, 2, "RESET", T_GROUP, build_group, show_group, NULL},
     {"group", "delete", 2, 2, "DELETE", T_GROUP, build_group, NULL, "deleted group"},
     {"topic", "peek", 1, 1, "PEEK", T_TOPIC, build_peek, show_peek, NULL},
+    {"peek", NULL, 1, 1, "PEEK", T_TOPIC, build_peek, show_peek, NULL}, /* the same */
     {"connection", "list", 0, 0, "QUERY", T_CONN, build_name, show_conns, NULL},
     {"link", "list", 0, 0, "QUERY", T_LINK, build_name, show_links, NULL},
     {"user", "list", 0, 0, "QUERY", "com.mqd:user", build_name, show_users, NULL},
@@ -981,8 +969,6 @@ int main(int argc, char **argv)
         return mqctl_send(&o, argc - i - 1, argv + i + 1);
     if (strcmp(argv[i], "receive") == 0)
         return mqctl_receive(&o, argc - i - 1, argv + i + 1);
-    if (strcmp(argv[i], "peek") == 0)
-        return mqctl_peek(&o, argc - i - 1, argv + i + 1);
     const cmd_t *c = find_cmd(argv[i], i + 1 < argc ? argv[i + 1] : NULL);
     if (!c)
         mqctl_die_usage("unknown command '%s%s%s'", argv[i], i + 1 < argc ? " " : "",
@@ -992,8 +978,8 @@ int main(int argc, char **argv)
     while (i + nargs < argc && argv[i + nargs][0] != '-' && nargs < c->max_args)
         nargs++;
     if (nargs < c->min_args)
-        mqctl_die_usage("%s %s needs %d argument%s", c->noun, c->verb ? c->verb : "", c->min_args,
-                  c->min_args == 1 ? "" : "s");
+        mqctl_die_usage("%s%s%s needs %d argument%s", c->noun, c->verb ? " " : "",
+                        c->verb ? c->verb : "", c->min_args, c->min_args == 1 ? "" : "s");
     request_t rq = {.op = c->op, .type = c->type};
     c->build(&rq, argv + i, nargs, argc - i - nargs, argv + i + nargs);
     int ex = transact(&o, &rq);

@@ -5,7 +5,11 @@
 #define MQD_MQCTL_H
 
 #include <proton/connection.h>
+#include <proton/event.h>
+#include <proton/message.h>
+#include <proton/proactor.h>
 #include <proton/transport.h>
+#include <proton/types.h>
 #include <stdbool.h>
 
 #include "tools/scram_client.h"
@@ -37,14 +41,27 @@ int mqctl_parse_url(const char *s, mqctl_url_t *u);
  * it after the run) and TLS of a new client connection; the caller opens it. */
 void mqctl_conn_setup(pn_connection_t *conn, pn_transport_t *t, const mqctl_url_t *u,
                       const mqctl_opts_t *o, mqd_sasl_client_t *sc);
+/* Connects conn (its transport t set up by mqctl_conn_setup) to u's host and port and
+ * hands every event of px to on_event(arg, e) until one returns false (at
+ * PN_PROACTOR_INACTIVE); px, made by the caller because its handlers use it, times out
+ * after timeout_s and is freed on return. */
+void mqctl_run(pn_proactor_t *px, pn_connection_t *conn, pn_transport_t *t, const mqctl_url_t *u,
+               double timeout_s, bool (*on_event)(void *arg, pn_event_t *e), void *arg);
 /* "mqctl: ... (see mqctl --help)" on stderr, exit 1. */
 void mqctl_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* mqctl_msg.c: reads delivery d's message from link l into buf (reused, grown as
+ * needed) and decodes it into *out (new; the caller frees it): 0, MQD_ENOMEM, or
+ * MQD_EINVAL when it does not decode. */
+int mqctl_msg_recv(pn_link_t *l, pn_delivery_t *d, pn_rwbytes_t *buf, pn_message_t **out);
+/* mqctl_msg.c: encodes m into buf (grown fourfold from its last size or 4 KiB while
+ * under max bytes): 0 with buf->size set, MQD_ENOMEM, or MQD_EINVAL (too big, or
+ * Proton refused). */
+int mqctl_msg_encode(pn_message_t *m, pn_rwbytes_t *buf, size_t max);
 
 /* mqctl_io.c: `send TOPIC [BODY...]` and `receive TOPIC [...]`; argv holds the words
  * after the verb (global options taken out); returns the exit code. */
 int mqctl_send(const mqctl_opts_t *o, int argc, char **argv);
 int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv);
-/* `peek TOPIC [...]`: receive without a group (a browse), --group refused. */
-int mqctl_peek(const mqctl_opts_t *o, int argc, char **argv);
 
 #endif

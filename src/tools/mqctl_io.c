@@ -83,26 +83,6 @@ static void fail_cond(io_t *io, pn_condition_t *c, int dflt)
 
 /* ---------------------------------------------------------------- send */
 
-static int encode(io_t *io, pn_message_t *m)
-{
-    size_t cap = io->buf.size > 4096 ? io->buf.size : 4096;
-    for (;;) {
-        char *nb = realloc(io->buf.start, cap);
-        if (!nb)
-            return MQD_ENOMEM;
-        io->buf.start = nb;
-        size_t n = cap;
-        int rc = pn_message_encode(m, nb, &n);
-        if (rc == 0) {
-            io->buf.size = n;
-            return 0;
-        }
-        if (rc != PN_OVERFLOW || cap > (1u << 28))
-            return MQD_EINVAL;
-        cap *= 4;
-    }
-}
-
 static int build_message(io_t *io, const char *text, pn_message_t *m)
 {
     pn_message_set_durable(m, true);
@@ -127,7 +107,7 @@ static int build_message(io_t *io, const char *text, pn_message_t *m)
     }
     if (io->props)
         mqd_mgmt_json_to_data(pn_message_properties(m), io->props, 0);
-    return encode(io, m);
+    return mqctl_msg_encode(m, &io->buf, 1u << 28);
 }
 
 static void send_more(io_t *io)
@@ -251,17 +231,10 @@ static void grant(io_t *io)
 
 static void on_message(io_t *io, pn_delivery_t *d)
 {
-    size_t size = pn_delivery_pending(d);
-    char *nb = realloc(io->buf.start, size ? size : 1);
-    if (!nb)
-        return io_fail(io, EX_OTHER, "out of memory");
-    io->buf.start = nb;
-    ssize_t n = pn_link_recv(io->link, nb, size);
-    pn_message_t *m = pn_message();
-    if (n < 0 || pn_message_decode(m, nb, (size_t)n) != 0) {
-        pn_message_free(m);
-        return io_fail(io, EX_OTHER, "undecodable message");
-    }
+    pn_message_t *m = NULL;
+    int rc = mqctl_msg_recv(io->link, d, &io->buf, &m);
+    if (rc != 0)
+        return io_fail(io, EX_OTHER, rc == MQD_ENOMEM ? "out of memory" : "undecodable message");
     json_t *o = message_json(m);
     pn_message_free(m);
     pn_delivery_update(d, PN_ACCEPTED); /* a group's: consumed; a browser's: just settled */
@@ -280,8 +253,9 @@ static void on_message(io_t *io, pn_delivery_t *d)
 
 /* ---------------------------------------------------------------- the loop */
 
-static bool handle(io_t *io, pn_event_t *e)
+static bool handle(void *arg, pn_event_t *e)
 {
+    io_t *io = arg;
     pn_delivery_t *d;
     switch (pn_event_type(e)) {
     case PN_LINK_REMOTE_OPEN:
@@ -355,18 +329,7 @@ static int run(io_t *io, void (*attach)(io_t *, pn_session_t *, void *), void *a
     pn_session_open(ss);
     attach(io, ss, arg);
     pn_connection_open(io->conn);
-    char addr[PN_MAX_ADDR];
-    pn_proactor_addr(addr, sizeof addr, u.host, u.port);
-    pn_proactor_connect2(io->px, io->conn, t, addr);
-    pn_proactor_set_timeout(io->px, (pn_millis_t)(io->o->timeout_s * 1000));
-    bool more = true;
-    while (more) {
-        pn_event_batch_t *b = pn_proactor_wait(io->px);
-        for (pn_event_t *e; (e = pn_event_batch_next(b));)
-            more = handle(io, e) && more;
-        pn_proactor_done(io->px, b);
-    }
-    pn_proactor_free(io->px);
+    mqctl_run(io->px, io->conn, t, &u, io->o->timeout_s, handle, io);
     mqd_sasl_client_clear(&io->sasl);
     free(io->buf.start);
     if (!io->done && !io->err)
@@ -542,14 +505,6 @@ static const char *from_expr(const char *from, char *buf, size_t len)
     return buf;
 }
 
-int mqctl_peek(const mqctl_opts_t *o, int argc, char **argv)
-{
-    for (int i = 0; i < argc; i++)
-        if (strcmp(argv[i], "--group") == 0)
-            mqctl_die_usage("peek consumes nothing: no --group (use receive --group)");
-    return mqctl_receive(o, argc, argv);
-}
-
 int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv)
 {
     io_t io = {.o = o, .idle_s = 2, .msgs = json_array()};
@@ -579,7 +534,7 @@ int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv)
     if (!topic)
         mqctl_die_usage("receive needs a TOPIC");
     char addr[1024], eb[128];
-    /* without a group nothing is consumed: a browse from the start, as a peek */
+    /* without a group nothing is consumed: a browse from the start */
     snprintf(addr, sizeof addr, group ? "%s/ConsumerGroups/%s" : "%s", topic, group ? group : "");
     rcv_args_t ra = {.address = addr,
                      .expr = from_expr(from    ? from

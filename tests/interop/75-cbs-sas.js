@@ -19,12 +19,12 @@
 'use strict';
 const path = require('path');
 const fs = require('fs');
-const crypto = require('crypto');
 
 const HUB = 'eh75';
 const SLOW = Math.max(1, Number(process.env.MQD_TEST_SLOW || 1));
 const h = require('./mqdnode')('75-cbs-sas', 120000 * SLOW);
 const { tmp, log, end, check, freePort, connect } = h;
+const token = h.sasToken;
 
 const KEYS = { root: null, listen: 'listen-key-75', other: 'other-key-75' };
 
@@ -37,12 +37,6 @@ function sasSection(name) {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const now = () => Math.floor(Date.now() / 1000);
-
-function token(aud, keyName, key, se) {
-  const sr = encodeURIComponent(aud);
-  const sig = crypto.createHmac('sha256', key).update(sr + '\n' + se).digest('base64');
-  return 'SharedAccessSignature sr=' + sr + '&sig=' + encodeURIComponent(sig) + '&se=' + se + '&skn=' + keyName;
-}
 
 // A $cbs client on conn: put(aud, tok, type) -> {status, desc, corr, id}.
 function cbsClient(conn, tag, node) {

@@ -21,51 +21,20 @@
 'use strict';
 const path = require('path');
 const fs = require('fs');
-const crypto = require('crypto');
+const mqdnode = require('./mqdnode');
 
 const HUB = 'eh76';
-const SLOW = Math.max(1, Number(process.env.MQD_TEST_SLOW || 1));
-const h = require('./mqdnode')('76-eh-sdk', 180000 * SLOW);
+const SLOW = mqdnode.SLOW;
+const h = mqdnode('76-eh-sdk', 180000 * SLOW);
 const { tmp, log, end, check, freePort, kafkaPartition } = h;
-let eh;
-try {
-  eh = require(path.join(__dirname, 'node', 'node_modules', '@azure', 'event-hubs'));
-} catch (e) {
-  console.log('SKIP: @azure/event-hubs not installed (cd tests/interop/node && npm ci): ' + e.message);
-  process.exit(77);
-}
+const { eh, retry, connStr, collect } = mqdnode.eventHubs(HUB, h);
 
 const KEYS = { root: 'root-key-76', listen: 'listen-key-76', hubonly: 'hubonly-key-76' };
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const retry = { retryOptions: { maxRetries: 0, timeoutInMs: 15000 * SLOW } };
-
-function connStr(port, keyName, key, hub) {
-  return 'Endpoint=sb://127.0.0.1:' + port + ';SharedAccessKeyName=' + keyName + ';SharedAccessKey=' + key +
-    ';UseDevelopmentEmulator=true;EntityPath=' + (hub || HUB);
-}
+const tagged = (e, ctx) => ({ p: ctx.partitionId, e }); // what collect keeps: the partition too
 
 function sasConnStr(port, keyName, key, se) {
-  const aud = 'sb://127.0.0.1:' + port + '/' + HUB;
-  const sr = encodeURIComponent(aud);
-  const sig = crypto.createHmac('sha256', key).update(sr + '\n' + se).digest('base64');
-  const sas = 'SharedAccessSignature sr=' + sr + '&sig=' + encodeURIComponent(sig) + '&se=' + se + '&skn=' + keyName;
+  const sas = h.sasToken('sb://127.0.0.1:' + port + '/' + HUB, keyName, key, se);
   return 'Endpoint=sb://127.0.0.1:' + port + ';SharedAccessSignature=' + sas + ';UseDevelopmentEmulator=true;EntityPath=' + HUB;
-}
-
-// Collects events of `sub` options until `want` arrived or the time is up.
-async function collect(client, want, partitionId, opts) {
-  const got = [];
-  const handlers = {
-    processEvents: async (evs, ctx) => { for (const e of evs) got.push({ p: ctx.partitionId, e }); },
-    processError: async (err) => log('subscribe error: ' + err.code + ' ' + err.message),
-  };
-  const o = Object.assign({ maxWaitTimeInSeconds: 1 }, opts);
-  const sub = partitionId === null ? client.subscribe(handlers, o) : client.subscribe(partitionId, handlers, o);
-  const deadline = Date.now() + 20000 * SLOW;
-  while (got.length < want && Date.now() < deadline) await sleep(100);
-  await sleep(1000); // anything beyond `want` would show here
-  await sub.close();
-  return got;
 }
 
 async function refused(what, why, fn) {
@@ -114,7 +83,7 @@ async function main(port) {
   check(n0 + n1 === 6 && n0 >= 3 && n1 >= 2, 'partition counts ' + n0 + ' + ' + n1);
 
   const consumer = new eh.EventHubConsumerClient('$Default', cs, retry);
-  const all = await collect(consumer, 6, null, { startPosition: eh.earliestEventPosition });
+  const all = await collect(consumer, null, { startPosition: eh.earliestEventPosition }, 6, tagged);
   const per = { 0: [], 1: [] };
   for (const { p, e } of all) per[p].push(e);
   const bodies = (l) => l.map((e) => (Buffer.isBuffer(e.body) ? 'buf:' + e.body.toString('hex') : typeof e.body === 'object' ? JSON.stringify(e.body) : e.body));
@@ -133,8 +102,8 @@ async function main(port) {
   }
   per[1].filter((e) => String(e.body).startsWith('keyed')).forEach((e) => check(e.partitionKey === key, 'partition key ' + e.partitionKey));
 
-  const inc = await collect(consumer, 2, '0', { startPosition: { sequenceNumber: 1, isInclusive: true } });
-  const exc = await collect(consumer, 1, '0', { startPosition: { sequenceNumber: 1, isInclusive: false } });
+  const inc = await collect(consumer, '0', { startPosition: { sequenceNumber: 1, isInclusive: true } }, 2, tagged);
+  const exc = await collect(consumer, '0', { startPosition: { sequenceNumber: 1, isInclusive: false } }, 1, tagged);
   log('from seq 1 inclusive: ' + JSON.stringify(inc.map((x) => x.e.sequenceNumber)) + ', exclusive: ' + JSON.stringify(exc.map((x) => x.e.sequenceNumber)));
   check(JSON.stringify(inc.map((x) => x.e.sequenceNumber)) === JSON.stringify(n0 === 3 ? [1, 2] : [1, 2, 3]), 'inclusive start');
   check(JSON.stringify(exc.map((x) => x.e.sequenceNumber)) === JSON.stringify(n0 === 3 ? [2] : [2, 3]), 'exclusive start');

@@ -18,45 +18,17 @@
 'use strict';
 const path = require('path');
 const fs = require('fs');
+const mqdnode = require('./mqdnode');
 
 const HUB = 'eh77';
-const SLOW = Math.max(1, Number(process.env.MQD_TEST_SLOW || 1));
-const h = require('./mqdnode')('77-eh-sdk-positions', 180000 * SLOW);
+const SLOW = mqdnode.SLOW;
+const h = mqdnode('77-eh-sdk-positions', 180000 * SLOW);
 const { tmp, log, end, check, freePort } = h;
-let eh;
-try {
-  eh = require(path.join(__dirname, 'node', 'node_modules', '@azure', 'event-hubs'));
-} catch (e) {
-  console.log('SKIP: @azure/event-hubs not installed (cd tests/interop/node && npm ci): ' + e.message);
-  process.exit(77);
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const retry = { retryOptions: { maxRetries: 0, timeoutInMs: 15000 * SLOW } };
-
-// Subscribes to one partition until `want` events came (and 1 s more) or time is up.
-async function collect(c, pid, opts, want) {
-  const got = [];
-  const sub = c.subscribe(pid, {
-    processEvents: async (evs) => { got.push(...evs); },
-    processError: async (err) => log('subscribe error: ' + err.code + ' ' + err.message),
-  }, Object.assign({ maxWaitTimeInSeconds: 1 }, opts));
-  const deadline = Date.now() + 20000 * SLOW;
-  while (got.length < want && Date.now() < deadline) await sleep(100);
-  await sleep(1000);
-  await sub.close();
-  return got;
-}
-const bodies = (l) => JSON.stringify(l.map((e) => e.body));
+const { eh, sleep, retry, connStr, collect, sendTo, takeover, bodies } = mqdnode.eventHubs(HUB, h);
 const range = (a, b) => JSON.stringify(Array.from({ length: b - a + 1 }, (_, i) => 'e' + (a + i)));
 
-async function sendTo(p, pid, events) {
-  const b = await p.createBatch({ partitionId: pid });
-  for (const e of events) check(b.tryAdd(e), 'tryAdd');
-  await p.sendBatch(b);
-}
-
 async function main(port) {
-  const cs = 'Endpoint=sb://127.0.0.1:' + port + ';SharedAccessKeyName=any;SharedAccessKey=unchecked;UseDevelopmentEmulator=true;EntityPath=' + HUB;
+  const cs = connStr(port);
   const p = new eh.EventHubProducerClient(cs, retry);
   await sendTo(p, '0', [0, 1, 2, 3, 4].map((i) => ({ body: 'e' + i })));
   await sleep(100 * SLOW);
@@ -92,20 +64,9 @@ async function main(port) {
 
   // epochs: ownerLevel 2 takes partition 1 from ownerLevel 1
   const c1 = new eh.EventHubConsumerClient('$Default', cs, retry), c2 = new eh.EventHubConsumerClient('$Default', cs, retry);
-  const r1 = [], e1 = [], r2 = [], e2 = [];
-  const s1 = c1.subscribe('1', { processEvents: async (evs) => { r1.push(...evs); }, processError: async (err) => { e1.push(err.code || err.name); } },
-    { startPosition: eh.earliestEventPosition, ownerLevel: 1, maxWaitTimeInSeconds: 1 });
-  let deadline = Date.now() + 20000 * SLOW;
-  while (r1.length < 1 && Date.now() < deadline) await sleep(100);
-  check(r1.length === 1, 'epoch 1 consumer read ' + r1.length + ' events before the takeover');
-  const s2 = c2.subscribe('1', { processEvents: async (evs) => { r2.push(...evs); }, processError: async (err) => { e2.push(err.code || err.name); } },
-    { startPosition: eh.earliestEventPosition, ownerLevel: 2, maxWaitTimeInSeconds: 1 });
-  deadline = Date.now() + 20000 * SLOW;
-  while ((r2.length < 1 || e1.length < 1) && Date.now() < deadline) await sleep(100);
-  await sendTo(p, '1', [1, 2, 3].map((i) => ({ body: 'after-' + i })));
-  deadline = Date.now() + 20000 * SLOW;
-  while (r2.length < 4 && Date.now() < deadline) await sleep(100);
-  await sleep(1500 * SLOW);
+  const { r1, e1, r2, e2, s1, s2 } = await takeover(c1, c2,
+    { startPosition: eh.earliestEventPosition, ownerLevel: 1, maxWaitTimeInSeconds: 1 },
+    { startPosition: eh.earliestEventPosition, ownerLevel: 2, maxWaitTimeInSeconds: 1 }, p);
   log('epoch 1: ' + r1.length + ' events, errors ' + JSON.stringify(e1) + '; epoch 2: ' + r2.length + ' events, errors ' + JSON.stringify(e2));
   check(e1.includes('ReceiverDisconnectedError'), 'the epoch 1 consumer got ' + JSON.stringify(e1) + ', want ReceiverDisconnectedError (amqp:link:stolen)');
   check(r1.length === 1, 'the epoch 1 consumer read ' + r1.length + ' events (after the takeover too)');

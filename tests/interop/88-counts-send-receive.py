@@ -11,10 +11,12 @@ dirsize   mqd_data_dir_size_bytes is the disk space the data dir's files take (a
 send      `mqctl send TOPIC BODY...` and bodies from stdin lines, with --key, --property,
           --partition and --body-json; --json reports sent/accepted/refused; a refused
           link exits 3 with the broker's condition.
-receive   `mqctl receive TOPIC` (and `mqctl peek`) browses (consumes nothing) from earliest; --from latest /
+receive   `mqctl receive TOPIC` browses (consumes nothing) from earliest; --from latest /
           OFFSET; --group G consumes: --count 2, then the rest, then nothing, with no
           duplicate and nothing lost; --json gives partition, offset, key, body,
-          properties."""
+          properties.
+peek      `mqctl peek T/1 --count 2` is `topic peek` by another name: the same JSON and
+          the same lines (the last two messages of partition 1), --group refused."""
 
 import json
 import os
@@ -190,9 +192,19 @@ def send_receive(b, coll):
         first = min(ms, key=lambda m: (m["partition"], m["offset"]))
         check(out.startswith("%d/%d" % (first["partition"], first["offset"])) or "/" in out.split()[0],
               "human line %r" % out)
-    with coll.case("peek: a browse, --group refused"):
-        ms = ok_json(b, "peek", "io", "--count", "3")
-        check(len(ms) == 3, "peek --count 3: %d" % len(ms))
+    with coll.case("peek: topic peek's other name, --group refused"):
+        pk = ok_json(b, "peek", "io/1", "--count", "2")
+        tp = ok_json(b, "topic", "peek", "io/1", "--count", "2")
+        got = [bytes.fromhex(m["body_hex"]).decode() for m in pk["messages"]]
+        log("peek io/1 --count 2: offsets %r bodies %r" % ([m["offset"] for m in pk["messages"]], got))
+        check(got == ["l1", "l2"], "peek io/1 --count 2: bodies %r, want the last two of partition 1" % got)
+        check(pk == tp, "peek and topic peek differ: %r / %r" % (pk, tp))
+        offs = [m["offset"] for m in pk["messages"]]
+        check(offs[1] == offs[0] + 1, "peek offsets %r" % offs)
+        rc, out, err = ctl(b, "peek", "io/1", "--count", "2")
+        rc2, out2, err2 = ctl(b, "topic", "peek", "io/1", "--count", "2")
+        check(rc == rc2 == 0 and out == out2 and len(out.splitlines()) == 2 and out.splitlines()[1].endswith("\tl2"),
+              "human peek %r / topic peek %r" % (out, out2))
         rc, out, err = ctl(b, "peek", "io", "--group", "g")
         check(rc == 1 and "--group" in err, "peek --group: exit %d %r" % (rc, err))
     with coll.case("receive: --from latest and --from OFFSET"):

@@ -29,27 +29,14 @@ const { spawn } = require('child_process');
 const HUB = 'eh90';
 const NPART = 4;
 const CKPT_SEQ = 5; // the children checkpoint the event with this sequence number
-const SLOW = Math.max(1, Number(process.env.MQD_TEST_SLOW || 1));
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const mqdnode = require('./mqdnode');
+const { SLOW, sleep } = mqdnode;
 const nodeModules = path.join(__dirname, 'node', 'node_modules');
 const storePath = path.join(__dirname, '..', '..', 'examples', 'eventhubs', 'mqd-checkpoint-store.js');
 
-function loadSdk() {
-  try {
-    return require(path.join(nodeModules, '@azure', 'event-hubs'));
-  } catch (e) {
-    console.log('SKIP: @azure/event-hubs not installed (cd tests/interop/node && npm ci): ' + e.message);
-    process.exit(77);
-  }
-}
-
-const connStr = (port) => 'Endpoint=sb://127.0.0.1:' + port +
-  ';SharedAccessKeyName=any;SharedAccessKey=unchecked;UseDevelopmentEmulator=true;EntityPath=' + HUB;
-
 // ---- child: one consumer process; JSON lines on stdout; stops on SIGTERM ----
 async function child(port, id) {
-  if (typeof globalThis.crypto === 'undefined') globalThis.crypto = require('crypto').webcrypto;
-  const eh = loadSdk();
+  const { eh, connStr } = mqdnode.eventHubs(HUB, null);
   const { MqdCheckpointStore } = require(storePath);
   const out = (o) => process.stdout.write(JSON.stringify(Object.assign({ id }, o)) + '\n');
   const store = new MqdCheckpointStore(connStr(port), { rhea: require(path.join(nodeModules, 'rhea')) });
@@ -94,9 +81,9 @@ if (process.argv[2] === 'child') {
 }
 
 // ---- the test ----
-const h = require('./mqdnode')('90-eh-checkpoint-store', 300000 * SLOW);
+const h = mqdnode('90-eh-checkpoint-store', 300000 * SLOW);
 const { tmp, log, end, check, freePort } = h;
-const eh = loadSdk();
+const { eh, connStr, retry } = mqdnode.eventHubs(HUB, h);
 const { MqdCheckpointStore } = require(storePath);
 const kids = new Map(); // id -> { proc, active: Set, events: [], ckpts: [], errors: [] }
 // a failing test exits at once: its consumer processes must not outlive it
@@ -219,7 +206,7 @@ function exactlyOnce(what, evs, want, owner) {
 async function main(port) {
   const store = new MqdCheckpointStore(connStr(port), { rhea: h.rhea });
   // the hub comes from its [topic] section in mqd.conf (declared topics are created at start)
-  const producer = new eh.EventHubProducerClient(connStr(port), { retryOptions: { maxRetries: 0, timeoutInMs: 15000 * SLOW } });
+  const producer = new eh.EventHubProducerClient(connStr(port), retry);
   check((await producer.getEventHubProperties()).partitionIds.length === NPART, 'hub partitions');
 
   // round 1

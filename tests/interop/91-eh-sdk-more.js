@@ -31,41 +31,14 @@
 'use strict';
 const path = require('path');
 const fs = require('fs');
+const mqdnode = require('./mqdnode');
 
 const HUB = 'eh91';
-const SLOW = Math.max(1, Number(process.env.MQD_TEST_SLOW || 1));
-const h = require('./mqdnode')('91-eh-sdk-more', 240000 * SLOW);
+const SLOW = mqdnode.SLOW;
+const h = mqdnode('91-eh-sdk-more', 240000 * SLOW);
 const { tmp, log, end, check, freePort } = h;
-let eh;
-try {
-  eh = require(path.join(__dirname, 'node', 'node_modules', '@azure', 'event-hubs'));
-} catch (e) {
-  console.log('SKIP: @azure/event-hubs not installed (cd tests/interop/node && npm ci): ' + e.message);
-  process.exit(77);
-}
+const { eh, sleep, retry, connStr, collect, sendTo, takeover, bodies } = mqdnode.eventHubs(HUB, h);
 const { MqdCheckpointStore } = require(path.join(__dirname, '..', '..', 'examples', 'eventhubs', 'mqd-checkpoint-store.js'));
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const retry = { retryOptions: { maxRetries: 0, timeoutInMs: 15000 * SLOW } };
-const bodies = (l) => JSON.stringify(l.map((e) => e.body));
-
-async function collect(c, pid, opts, want) {
-  const got = [];
-  const sub = c.subscribe(pid, {
-    processEvents: async (evs) => { got.push(...evs); },
-    processError: async (err) => log('subscribe error: ' + err.code + ' ' + err.message),
-  }, Object.assign({ maxWaitTimeInSeconds: 1 }, opts));
-  const deadline = Date.now() + 20000 * SLOW;
-  while (got.length < want && Date.now() < deadline) await sleep(100);
-  await sleep(1000);
-  await sub.close();
-  return got;
-}
-
-async function sendTo(p, pid, events) {
-  const b = await p.createBatch({ partitionId: pid });
-  for (const e of events) check(b.tryAdd(e), 'tryAdd');
-  await p.sendBatch(b);
-}
 
 // A $management call through the store's link: { status, body, desc }.
 async function mgmt(store, type, op, name, props) {
@@ -82,19 +55,8 @@ async function epochs(cs, p, store) {
   // with a checkpoint store the SDK attaches at owner level 0 (no checkpoint yet: the
   // startPosition applies)
   const c1 = new eh.EventHubConsumerClient('$Default', cs, store, retry), c2 = new eh.EventHubConsumerClient('$Default', cs, store, retry);
-  const r1 = [], e1 = [], r2 = [], e2 = [];
   const opts = { startPosition: eh.earliestEventPosition, maxWaitTimeInSeconds: 1 };
-  const s1 = c1.subscribe('1', { processEvents: async (evs) => { r1.push(...evs); }, processError: async (err) => { e1.push(err.code || err.name); } }, opts);
-  let deadline = Date.now() + 20000 * SLOW;
-  while (r1.length < 1 && Date.now() < deadline) await sleep(100);
-  check(r1.length === 1, 'first owner-level-0 consumer read ' + r1.length + ' events');
-  const s2 = c2.subscribe('1', { processEvents: async (evs) => { r2.push(...evs); }, processError: async (err) => { e2.push(err.code || err.name); } }, opts);
-  deadline = Date.now() + 20000 * SLOW;
-  while ((r2.length < 1 || e1.length < 1) && Date.now() < deadline) await sleep(100);
-  await sendTo(p, '1', [1, 2, 3].map((i) => ({ body: 'after-' + i })));
-  deadline = Date.now() + 20000 * SLOW;
-  while (r2.length < 4 && Date.now() < deadline) await sleep(100);
-  await sleep(1500 * SLOW);
+  const { r1, e1, r2, e2, s1, s2 } = await takeover(c1, c2, opts, opts, p);
   log('equal epochs: first ' + bodies(r1) + ' errors ' + JSON.stringify(e1) + '; second ' + bodies(r2) + ' errors ' + JSON.stringify(e2));
   check(e1.includes('ReceiverDisconnectedError'), 'the first owner-level-0 consumer got ' + JSON.stringify(e1) + ', want ReceiverDisconnectedError');
   check(bodies(r1) === '["before"]', 'the first consumer read ' + bodies(r1));
@@ -172,7 +134,7 @@ async function ownership(store) {
 }
 
 async function main(port, restart) {
-  const cs = 'Endpoint=sb://127.0.0.1:' + port + ';SharedAccessKeyName=any;SharedAccessKey=unchecked;UseDevelopmentEmulator=true;EntityPath=' + HUB;
+  const cs = connStr(port);
   const store = new MqdCheckpointStore(cs, { rhea: h.rhea });
   check((await mgmt(store, 'com.mqd:topic', 'CREATE', HUB, { partitions: 2 })).status === 200, 'create hub');
   const p = new eh.EventHubProducerClient(cs, retry);
@@ -190,7 +152,7 @@ async function main(port, restart) {
   await p.close();
   await store.close();
   // a store whose connection the restart cuts connects again on its next call
-  const rootCs = cs.replace('SharedAccessKeyName=any;SharedAccessKey=unchecked', 'SharedAccessKeyName=root;SharedAccessKey=' + SAS.root);
+  const rootCs = connStr(port, 'root', SAS.root);
   const keep = new MqdCheckpointStore(rootCs, { rhea: h.rhea });
   check((await keep.listOwnership('ns', HUB, '$Default')).length === 2, 'ownership before the restart');
   // the records survive a restart of mqd
@@ -218,7 +180,7 @@ async function main(port, restart) {
 // it checkpoints; a listen key claims partitions but cannot COMMIT (401); a wrong key gets
 // no further than put-token (401).
 async function withSas(port, cs) {
-  const withKey = (name, key) => cs.replace('SharedAccessKeyName=any;SharedAccessKey=unchecked', 'SharedAccessKeyName=' + name + ';SharedAccessKey=' + key);
+  const withKey = (name, key) => connStr(port, name, key);
   const root = new MqdCheckpointStore(withKey('root', SAS.root), { rhea: h.rhea });
   await root.updateCheckpoint({ eventHubName: HUB, consumerGroup: '$Default', partitionId: '0', sequenceNumber: 1, offset: '1' });
   const cps = await root.listCheckpoints('ns', HUB, '$Default');

@@ -2,7 +2,8 @@
 // finds rhea and the broker binary (exit 77 to skip without them), a temp dir with the
 // broker's log, one broker started by the test and stopped by its PID at the end,
 // PASS/FAIL lines (with the tail of the broker's log on a failure), a hard timeout,
-// Kafka's murmur2 partitioner, free ports, and a wait for the broker's port.
+// Kafka's murmur2 partitioner, SAS tokens, free ports, and a wait for the broker's port; and the
+// setup the @azure/event-hubs SDK tests share (eventHubs, below).
 //   const h = require('./mqdnode')('44-rhea-eventhubs', 90000);
 'use strict';
 // Debian 12's nodejs (18) has no global Web Crypto, which the Azure SDK uses
@@ -13,6 +14,9 @@ const fs = require('fs');
 const os = require('os');
 const net = require('net');
 const { spawn } = require('child_process');
+
+const SLOW = Math.max(1, Number(process.env.MQD_TEST_SLOW || 1));
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 module.exports = function harness(name, hardTimeoutMs) {
   const h = {};
@@ -98,6 +102,14 @@ module.exports = function harness(name, hardTimeoutMs) {
   };
   h.kafkaPartition = (key, n) => (h.murmur2(key) & 0x7fffffff) % n;
 
+  // An Event Hubs / Service Bus SAS token for audience aud, signed with key (HMAC-SHA256
+  // of the url-encoded audience, a newline and the expiry se in unix seconds).
+  h.sasToken = (aud, keyName, key, se) => {
+    const sr = encodeURIComponent(aud);
+    const sig = require('crypto').createHmac('sha256', key).update(sr + '\n' + se).digest('base64');
+    return 'SharedAccessSignature sr=' + sr + '&sig=' + encodeURIComponent(sig) + '&se=' + se + '&skn=' + keyName;
+  };
+
   h.freePort = (cb) => {
     const s = net.createServer();
     s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => cb(p)); });
@@ -137,4 +149,77 @@ module.exports = function harness(name, hardTimeoutMs) {
     return conn;
   };
   return h;
+};
+
+module.exports.SLOW = SLOW;
+module.exports.sleep = sleep;
+
+// What the @azure/event-hubs SDK tests (76, 77, 90, 91) share, for the hub `hub`: the SDK
+// (exit 77 to skip without it), the emulator's connection string, client options
+// without retries, a subscription that collects events, a batch sent to one partition,
+// and an epoch takeover. `h` is the test's harness (its log and check); a child process
+// without one passes null and uses only eh and connStr.
+//   const { eh, retry, connStr, collect, sendTo } = require('./mqdnode').eventHubs('eh77', h);
+module.exports.eventHubs = function eventHubs(hub, h) {
+  let eh;
+  try {
+    eh = require(path.join(__dirname, 'node', 'node_modules', '@azure', 'event-hubs'));
+  } catch (e) {
+    console.log('SKIP: @azure/event-hubs not installed (cd tests/interop/node && npm ci): ' + e.message);
+    process.exit(77);
+  }
+  const k = { eh, SLOW, sleep };
+  // no retries: a refusal shows as it is, and every call is bounded
+  k.retry = { retryOptions: { maxRetries: 0, timeoutInMs: 15000 * SLOW } };
+  // the key name and key default to ones mqd does not check (sas_required off)
+  k.connStr = (port, keyName, key, hubName) => 'Endpoint=sb://127.0.0.1:' + port + ';SharedAccessKeyName=' + (keyName || 'any') +
+    ';SharedAccessKey=' + (key || 'unchecked') + ';UseDevelopmentEmulator=true;EntityPath=' + (hubName || hub);
+  k.bodies = (l) => JSON.stringify(l.map((e) => e.body));
+
+  // Subscribes client c to partition pid (null: every partition) until `want` events came
+  // and 1 s more (where any beyond `want` would show), or 20 s are up; keeps
+  // keep(event, ctx) of each (the event itself by default).
+  k.collect = async (c, pid, opts, want, keep) => {
+    const got = [];
+    const handlers = {
+      processEvents: async (evs, ctx) => { for (const e of evs) got.push(keep ? keep(e, ctx) : e); },
+      processError: async (err) => h.log('subscribe error: ' + err.code + ' ' + err.message),
+    };
+    const o = Object.assign({ maxWaitTimeInSeconds: 1 }, opts);
+    const sub = pid === null ? c.subscribe(handlers, o) : c.subscribe(pid, handlers, o);
+    const deadline = Date.now() + 20000 * SLOW;
+    while (got.length < want && Date.now() < deadline) await sleep(100);
+    await sleep(1000);
+    await sub.close();
+    return got;
+  };
+
+  k.sendTo = async (p, pid, events) => {
+    const b = await p.createBatch({ partitionId: pid });
+    for (const e of events) h.check(b.tryAdd(e), 'tryAdd');
+    await p.sendBatch(b);
+  };
+
+  // Epochs: client c1 subscribes to partition 1 with options o1 and reads its one event;
+  // c2 subscribes with o2 and, once it read that event and c1 got an error, producer p
+  // sends after-1..after-3. Returns the events each read and the error codes each got
+  // 1.5 s after c2 has four, and both subscriptions (s1, s2: the caller closes them).
+  k.takeover = async (c1, c2, o1, o2, p) => {
+    const r1 = [], e1 = [], r2 = [], e2 = [];
+    const on = (r, e) => ({ processEvents: async (evs) => { r.push(...evs); }, processError: async (err) => { e.push(err.code || err.name); } });
+    const until = async (cond) => {
+      const deadline = Date.now() + 20000 * SLOW;
+      while (!cond() && Date.now() < deadline) await sleep(100);
+    };
+    const s1 = c1.subscribe('1', on(r1, e1), o1);
+    await until(() => r1.length >= 1);
+    h.check(r1.length === 1, 'the first consumer read ' + r1.length + ' events before the takeover, want 1');
+    const s2 = c2.subscribe('1', on(r2, e2), o2);
+    await until(() => r2.length >= 1 && e1.length >= 1);
+    await k.sendTo(p, '1', [1, 2, 3].map((i) => ({ body: 'after-' + i })));
+    await until(() => r2.length >= 4);
+    await sleep(1500 * SLOW);
+    return { r1, e1, r2, e2, s1, s2 };
+  };
+  return k;
 };
