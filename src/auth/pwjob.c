@@ -4,7 +4,7 @@
  * that changed the hash while the check ran. */
 #include "config.h"
 #include "auth/auth_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>

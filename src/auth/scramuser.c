@@ -4,7 +4,7 @@
  * the end, whether a reload changed the credentials the exchange was checked against. */
 #include "config.h"
 #include "auth/auth_int.h"
-#include "server/broker.h"
+#include "core/core.h"
 
 #include <openssl/crypto.h>
 

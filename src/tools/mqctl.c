@@ -867,7 +867,7 @@ static int output(const mqctl_opts_t *o, const cmd_t *c, request_t *rq)
     }
     if (o->json) {
         json_t *v = rq->reply ? json_incref(rq->reply) : json_pack("{s:i}", "status", rq->status);
-        if (!rq->reply && rq->desc[0])
+        if (!rq->reply && rq->desc[0] && !c->show && !c->done) /* cluster elect's answer */
             json_object_set_new(v, "description", json_string(rq->desc));
         char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY);
         printf("%s\n", s ? s : "null");
