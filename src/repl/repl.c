@@ -556,6 +556,7 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
                           .link_gone = on_link_gone,
                           .status = on_status,
                           .metrics = on_metrics,
+                          .group_saved = mqd_repl_group_saved,
                           .arg = r};
     mqd_server_set_repl(s, &h);
     *out = r;

@@ -115,6 +115,10 @@ typedef struct mqd_repl_hooks {
     void (*status)(void *arg, pn_data_t *out);
     /* /metrics: appends the replication gauges (Prometheus text) to b. */
     void (*metrics)(void *arg, struct evbuffer *b);
+    /* Group `group` (lower-cased) saved `floor` as its committed offset of partition
+     * part of t (in the caller's SQLite transaction): the leader logs it. */
+    void (*group_saved)(void *arg, struct mqd_topic *t, uint32_t part, const char *group,
+                        uint64_t floor);
     void *arg;
 } mqd_repl_hooks_t;
 /* Registers h (copied) on s; before mqd_server_run. */

@@ -145,6 +145,16 @@ bool mqd_txn_committed(mqd_server_t *s, uint64_t id)
     return false;
 }
 
+/* The row's detail has no partition list, so it is never pruned: a follower sees one
+ * partition's marker at a time and cannot know every partition the transaction wrote. */
+int mqd_txn_adopt_commit(mqd_server_t *s, uint64_t id)
+{
+    if (!s->txns || mqd_txn_committed(s, id))
+        return 0;
+    int rc = mqd_meta_txn_put(s->meta, id, MQD_TXN_COMMITTED, "{\"adopted\":true}");
+    return rc == 0 ? set_add(s->txns, id) : rc;
+}
+
 /* Removes id, re-placing the rest of its probe run (linear probing, no tombstones). */
 static void set_del(mqd_txns_t *x, uint64_t id)
 {
@@ -491,8 +501,10 @@ int mqd_txns_init(mqd_server_t *s)
         mqd_txns_free(s);
         return rc;
     }
-    /* ids never repeat across restarts: a record's txn id must not meet a new txn */
-    x->next_id = (epoch << 32) | 1;
+    /* ids never repeat across restarts: a record's txn id must not meet a new txn; nor
+     * across the nodes of a cluster (a follower adopts its leader's decisions by id):
+     * the node id (1..255) takes the top byte there */
+    x->next_id = ((uint64_t)(s->conf->node_id & 0xff) << 56) | ((epoch & 0xffffffu) << 32) | 1;
     s->txns = x;
     if ((rc = ds_start(s)) != 0 ||
         (rc = mqd_timer_add(s, "txn.expire", 1000, expire_timer, s)) != 0) {
