@@ -13,17 +13,26 @@ etcd and three mqd nodes (racks a/b/c, lease_ttl_ms 3000 x MQD_TEST_SLOW), topic
 (d) both followers hold, before L dies: the group's committed offset 60 in their own
     meta.db (carried by the group-offset control record of L's log), 130 data records
     and T1's COMMIT marker.
-(e) L is SIGKILLed (g's 10 deliveries in flight, T2 open); a follower N is elected.
+(d2) T3 sends x-0..x-4 (accepted in T3, so replicated); both followers SIGSTOPped; T3's
+    discharge gets no answer within 1.5 s: its COMMIT marker cannot replicate, and the
+    leader announces a commit only once the marker is below the watermark (before the
+    fix it was accepted at once, and lost with the leader).
+(e) L is SIGKILLed (g's 10 deliveries in flight, T2 open, T3's discharge unanswered),
+    the followers SIGCONTinued; a follower N is elected.
 (f) g on N reads exactly m-60..m-99, d-0..d-9, c-0..c-9: not from the start, the 10 that were
     in flight redelivered (the bound: what was not accepted when L's last save of the
-    group was replicated), T1's messages visible, none of T2's (rolled back).
+    group was replicated), T1's messages visible, none of T2's (rolled back); T3's
+    (outcome unknown to its client: the marker may sit in a stopped follower's socket
+    buffer) all 5 or none.
 (g) d-5 sent again to N (same message-id; N's window from its start lacked it):
     accepted and not stored twice; a new group reading N from the start gets 121
-    messages: m-0..m-99, d-0..d-9, c-0..c-9 and z-0 (sent after).
+    messages (+ T3's 5 if (f) saw them): m-0..m-99, d-0..d-9, c-0..c-9 and z-0 (sent
+    after).
 """
 
 import os
 import shutil
+import signal
 import sys
 import time
 
@@ -32,6 +41,7 @@ import mqdtest  # noqa: E402
 from mqdcluster import (TTL_MS, Etcd, get_json, partition_bytes, start_nodes,  # noqa: E402
                         wait_for)
 from mqdtest import SLOW, BlockingTxns, check, log, skip, txn_outcome_ok  # noqa: E402
+from proton import Message  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 T = "r97"
@@ -49,7 +59,6 @@ def kinds(raw):
 
 
 def msgs(prefix, n):
-    from proton import Message
     return [Message(id="%s-%d" % (prefix, i), body="%s-%d" % (prefix, i), durable=True) for i in range(n)]
 
 
@@ -114,8 +123,28 @@ def body(t):
                          lambda b=b: (lambda k: k if k.count(0) == 130 and 1 in k else None)(
                              kinds(partition_bytes(b, T, 0))), 20)
             log("node %d: kinds %r" % (f, {x: k.count(x) for x in set(k)}))
+    stopped, t3_seen = [], []
+    with coll.case("(d2) a commit is not announced before its marker replicated"):
+        from proton import Delivery, Described, symbol
+        from proton import Timeout as PTimeout
+        t3 = bt.declare()
+        res = bt.wait_settled([bt.send(snd, m, t3) for m in msgs("x", 5)])
+        check(all(txn_outcome_ok(r[0], r[1], t3) for r in res), "T3 send outcomes %s" % res[:2])
+        for f in fs:
+            os.kill(brokers[f].proc.pid, signal.SIGSTOP)
+            stopped.append(f)
+        d3 = bt.coord.link.send(Message(body=Described(symbol("amqp:discharge:list"), [t3, False])))
+        try:
+            tc.wait(lambda: d3.remote_state != 0, timeout=1.5 * SLOW, msg="T3's discharge")
+        except PTimeout:
+            pass
+        log("T3's discharge with both followers stopped: remote state %s" % d3.remote_state)
+        check(d3.remote_state != Delivery.ACCEPTED,
+              "T3's commit was accepted while its marker could not replicate")
     with coll.case("(e) leader killed, a follower elected"):
         L.kill()  # conns are left as they are: closing would wait for the dead peer
+        for f in stopped:
+            os.kill(brokers[f].proc.pid, signal.SIGCONT)
         ps = wait_for("a new leader in etcd", lambda: (lambda p: p if p and p["leader"] != old else None)(
             get_json(etcd.port, KEY)), 2 * TTL_MS / 1000 + 6)
         new = ps["leader"]
@@ -130,6 +159,10 @@ def body(t):
         log("g on node %d: %d messages, %r..%r" % (new, len(got), got[:1], got[-1:]))
         check(not [b for b in got if b.startswith("o-")], "T2's messages visible: %d" %
               len([b for b in got if b.startswith("o-")]))
+        t3_seen = [b for b in got if b.startswith("x-")]
+        log("T3 after failover: %d of 5 visible" % len(t3_seen))
+        check(t3_seen in ([], ["x-%d" % i for i in range(5)]), "T3 not atomic: %r" % t3_seen)
+        want += t3_seen
         check(got == want, "g got %d (%r..%r), want %d (m-60..m-99, d-*, c-*)" %
               (len(got), got[:2], got[-2:], len(want)))
     with coll.case("(g) a duplicate send after failover is recognised"):
@@ -138,7 +171,7 @@ def body(t):
         r = mqdtest.receive(N.url, "%s/ConsumerGroups/all/Partitions/0" % T, idle=3.0 * SLOW, timeout=60 * SLOW)
         got = r.bodies()
         want = ["m-%d" % i for i in range(100)] + ["d-%d" % i for i in range(10)] + \
-            ["c-%d" % i for i in range(10)] + ["z-0"]
+            ["c-%d" % i for i in range(10)] + t3_seen + ["z-0"]
         check(got.count("d-5") == 1, "d-5 stored %d times" % got.count("d-5"))
         check(got == want, "a new group got %d (%r), want %d" % (len(got), got[-3:], len(want)))
     coll.finish()
