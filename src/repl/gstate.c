@@ -111,8 +111,8 @@ static int apply_group(rpart_t *rp, const mqd_raw_rec_t *rec)
     name[nlen] = '\0';
     uint8_t blob[12] = {0}; /* cursor.c's blob: floor, 0 done ranges */
     memcpy(blob, &floor, 8);
-    mqd_meta_offset_t o = {.topic = p->topic->name, .group = name, .partition = p->id,
-                           .offset = floor};
+    mqd_meta_offset_t o = {
+        .topic = p->topic->name, .group = name, .partition = p->id, .offset = floor};
     int rc = mqd_meta_offsets_commit(s->meta, &o, 1);
     if (rc == 0)
         rc = mqd_meta_acks_put(s->meta, p->topic->name, name, p->id, blob, sizeof blob);

@@ -143,11 +143,12 @@ void mqd_repl_lead_gone(mqd_repl_t *r, mqd_lstate_t *ls);
 void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms); /* HW, pumps; ISR when now_ms */
 void mqd_repl_lead_isr_changed(rpart_t *rp);
 
-/* gstate.c: group offsets, transaction decisions and the dedup window on failover */
+/* gstate.c: group offsets, transaction decisions and the dedup window on failover: the
+ * group_saved hook, a follower's appended run, this node taking the lead, lead_stop. */
 void mqd_repl_group_saved(void *arg, mqd_topic_t *t, uint32_t part, const char *group,
-                          uint64_t floor);                 /* the group_saved hook */
-void mqd_repl_fol_state(rpart_t *rp, const uint8_t *data, size_t len); /* an appended run */
-void mqd_repl_lead_state(rpart_t *rp);                     /* this node took the lead */
+                          uint64_t floor);
+void mqd_repl_fol_state(rpart_t *rp, const uint8_t *data, size_t len);
+void mqd_repl_lead_state(rpart_t *rp);
 void mqd_repl_gstate_free(lead_t *ld);
 
 /* follower.c */

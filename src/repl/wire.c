@@ -160,11 +160,10 @@ int mqd_repl_run_parse(const uint8_t *m, size_t len, mqd_repl_run_t *out)
 }
 
 /* The body of a group-offset control record (gstate.c writes and applies it). */
-#define GREC_MIN 9u           /* floor and at least one byte of name */
+#define GREC_MIN 9u            /* floor and at least one byte of name */
 #define MQD_REPL_GROUP_MAX 255 /* = MQD_NAME_MAX (route.h) */
 
-int mqd_repl_grec_encode(const char *group, uint64_t floor, uint8_t *out, size_t cap,
-                         size_t *len)
+int mqd_repl_grec_encode(const char *group, uint64_t floor, uint8_t *out, size_t cap, size_t *len)
 {
     size_t n = strlen(group);
     if (n == 0 || n > MQD_REPL_GROUP_MAX)
