@@ -28,6 +28,10 @@ etcd and three mqd nodes (racks a/b/c, lease_ttl_ms 3000 x MQD_TEST_SLOW), topic
     accepted and not stored twice; a new group reading N from the start gets 121
     messages (+ T3's 5 if (f) saw them): m-0..m-99, d-0..d-9, c-0..c-9 and z-0 (sent
     after).
+(h) both groups (g and the new one) attached on N with credit and idle after each
+    accepted what remained (g: z-0, h-0; the other: h-0): over 4 s the leader appends at most 2 group records (one
+    per group for that message), not one a second per group as each group's floor passes
+    the other's record.
 """
 
 import os
@@ -174,6 +178,25 @@ def body(t):
             ["c-%d" % i for i in range(10)] + t3_seen + ["z-0"]
         check(got.count("d-5") == 1, "d-5 stored %d times" % got.count("d-5"))
         check(got == want, "a new group got %d (%r), want %d" % (len(got), got[-3:], len(want)))
+    with coll.case("(h) idle groups do not make each other log group records"):
+        hc = BlockingConnection(N.url, timeout=30 * SLOW)
+        rs = [hc.create_receiver("%s/ConsumerGroups/%s/Partitions/0" % (T, g), credit=10)
+              for g in ("g", "all")]
+        mqdtest.send(N.url, T, msgs("h", 1))
+        for r, want in zip(rs, (["z-0", "h-0"], ["h-0"])):  # g had not read z-0 yet
+            got = []
+            for _ in want:
+                got.append(r.receive(timeout=30 * SLOW).body)
+                r.accept()
+            check(got == want, "got %r, want %r" % (got, want))
+        hc.create_sender(T).close()  # the accepts arrived
+        time.sleep(2.0 * SLOW)  # the persist (1 s) logged both floors
+        before = kinds(partition_bytes(N, T, 0)).count(4)
+        time.sleep(4.0)
+        after = kinds(partition_bytes(N, T, 0)).count(4)
+        log("group records on node %d: %d, 4 s later %d" % (new, before, after))
+        check(after - before <= 2, "%d group records appended by idle groups in 4 s" % (after - before))
+        hc.close()
     coll.finish()
 
 
