@@ -282,6 +282,10 @@ typedef struct mqd_repl_hooks {
      * in-sync replica. Returns how many moves it started; done(done_arg) runs once all
      * were answered (never when it returns 0; maybe before it returns). */
     size_t (*handover)(void *arg, void (*done)(void *done_arg), void *done_arg);
+    /* Group `group` (lower-cased) saved `floor` as its committed offset of partition
+     * part of t (in the caller's SQLite transaction): the leader logs it. */
+    void (*group_saved)(void *arg, struct mqd_topic *t, uint32_t part, const char *group,
+                        uint64_t floor);
     /* /readyz: false (with the reason) while a replica here is out of its in-sync set
      * (catching up) or its partition state is not loaded yet. */
     bool (*ready)(void *arg, char *why, size_t whylen);

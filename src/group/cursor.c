@@ -548,5 +548,8 @@ int mqd_cursor_save(mqd_cursor_t *sh, mqd_part_t *p, const char *group)
     free(b);
     if (rc == 0)
         sh->dirty = false;
+    mqd_server_t *s = p->topic->srv;
+    if (rc == 0 && s->repl.group_saved) /* cluster: it fails over with the partition */
+        s->repl.group_saved(s->repl.arg, p->topic, p->id, group, sh->floor);
     return rc;
 }

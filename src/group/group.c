@@ -413,3 +413,15 @@ const uint64_t *mqd_cursor_redeliver(const mqd_cursor_t *cur, size_t *n, uint64_
     *gen = cur->redeliver_gen;
     return cur->redeliver.v;
 }
+
+void mqd_group_follow_floor(mqd_topic_t *t, const char *name, uint32_t i, uint64_t floor)
+{
+    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+        mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
+        if (strcasecmp(g->name, name) != 0)
+            continue;
+        if (i < g->ncur && g->cur[i].inflight == 0)
+            mqd_cursor_seek(&g->cur[i], &t->parts[i], floor);
+        return;
+    }
+}

@@ -112,6 +112,10 @@ bool mqd_group_may_deliver(mqd_group_t *g, mqd_lstate_t *ls, uint32_t i);
 void mqd_group_settled(mqd_group_t *g, uint32_t i);
 int mqd_groups_load(mqd_topic_t *t);
 void mqd_groups_save(mqd_topic_t *t);             /* dirty cursors, in the caller's txn */
+/* A replica's leader logged `floor` as group `name`'s committed offset of partition i
+ * (src/repl): the group's cursor here, if it has one with nothing in flight, moves there
+ * (a node that stepped down keeps its groups; their members were detached). */
+void mqd_group_follow_floor(mqd_topic_t *t, const char *name, uint32_t i, uint64_t floor);
 /* persist.c: writes every dirty group position of every topic in one SQLite
  * transaction (force: even when the last persist was recent). */
 void mqd_topics_persist(mqd_server_t *s, bool force);

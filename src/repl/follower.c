@@ -122,6 +122,8 @@ static void receive(fol_t *f, pn_delivery_t *d)
         f->runs++;
     }
     mqd_part_set_hw(f->rp->local, run.hw);
+    if (run.count)
+        mqd_repl_fol_state(f->rp, run.data, run.len);
     if (!run.count && f->n_wait == 0)
         return settle(f, d, PN_ACCEPTED);
     if (f->n_wait == f->cap_wait) {

@@ -39,6 +39,7 @@ int mqd_repl_lead_start(rpart_t *rp)
     if (ld->hw > mqd_plog_stable_offset(rp->local->log))
         ld->hw = mqd_plog_stable_offset(rp->local->log);
     rp->lead = ld;
+    mqd_repl_lead_state(rp);
     mqd_repl_lead_isr_changed(rp);
     return 0;
 }
@@ -87,6 +88,8 @@ void mqd_repl_lead_stop(rpart_t *rp)
         MQD_WARN("repl", "%s/%u: stepped down: %zu waiting sends rejected", rp->topic, rp->part, n);
     if (!rp->r->closing)
         detach_consumers(rp);
+    if (ld)
+        mqd_repl_gstate_free(ld);
     free(ld);
     rp->lead = NULL;
 }

@@ -101,4 +101,13 @@ int mqd_repl_run_encode(const mqd_repl_run_t *run, uint8_t **buf, size_t *cap, s
  * ignored) and at most one data section. */
 int mqd_repl_run_parse(const uint8_t *msg, size_t len, mqd_repl_run_t *out);
 
+/* ---- the group-offset control record (gstate.c; parsing is of replicated input) ----
+ * Body of a MQD_REC_CTRL_GROUP record: committed offset u64 (little-endian), then the
+ * group's name (1..255 bytes, no NUL, not terminated). */
+int mqd_repl_grec_encode(const char *group, uint64_t floor, uint8_t *out, size_t cap,
+                         size_t *len);
+/* MQD_ECORRUPT unless b is such a body; *name points into b (*nlen bytes). */
+int mqd_repl_grec_parse(const uint8_t *b, size_t len, uint64_t *floor, const char **name,
+                        size_t *nlen);
+
 #endif

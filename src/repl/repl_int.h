@@ -30,11 +30,21 @@ typedef struct rflw {
     uint64_t tag;
 } rflw_t;
 
+/* The leader's last logged committed offset of one group (gstate.c). */
+typedef struct gfloor {
+    char *name;
+    uint64_t logged;
+    bool known;
+} gfloor_t;
+
 typedef struct lead {
     rflw_t f[MQD_REPL_MAX_RF];
     uint32_t n;
     uint64_t hw;
     bool below_min; /* the ISR is below min_insync_replicas (logged once) */
+    gfloor_t *g;    /* groups whose offsets it logged, [n_g] */
+    size_t n_g;
+    uint64_t run_start, run_end; /* the last run of group records appended back to back */
 } lead_t;
 
 typedef struct fol {
@@ -138,6 +148,14 @@ void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e);
 void mqd_repl_lead_gone(mqd_repl_t *r, mqd_lstate_t *ls);
 void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms); /* HW, pumps; ISR when now_ms */
 void mqd_repl_lead_isr_changed(rpart_t *rp);
+
+/* gstate.c: group offsets, transaction decisions and the dedup window on failover: the
+ * group_saved hook, a follower's appended run, this node taking the lead, lead_stop. */
+void mqd_repl_group_saved(void *arg, mqd_topic_t *t, uint32_t part, const char *group,
+                          uint64_t floor);
+void mqd_repl_fol_state(rpart_t *rp, const uint8_t *data, size_t len);
+void mqd_repl_lead_state(rpart_t *rp);
+void mqd_repl_gstate_free(lead_t *ld);
 
 /* follower.c */
 int mqd_repl_fol_start(rpart_t *rp);

@@ -158,3 +158,35 @@ int mqd_repl_run_parse(const uint8_t *m, size_t len, mqd_repl_run_t *out)
     *out = r;
     return 0;
 }
+
+/* The body of a group-offset control record (gstate.c writes and applies it). */
+#define GREC_MIN 9u            /* floor and at least one byte of name */
+#define MQD_REPL_GROUP_MAX 255 /* = MQD_NAME_MAX (route.h) */
+
+int mqd_repl_grec_encode(const char *group, uint64_t floor, uint8_t *out, size_t cap, size_t *len)
+{
+    size_t n = strlen(group);
+    if (n == 0 || n > MQD_REPL_GROUP_MAX)
+        return MQD_EINVAL;
+    if (cap < 8 + n)
+        return MQD_ETOOBIG;
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)(floor >> (8 * i));
+    memcpy(out + 8, group, n);
+    *len = 8 + n;
+    return 0;
+}
+
+int mqd_repl_grec_parse(const uint8_t *b, size_t len, uint64_t *floor, const char **name,
+                        size_t *nlen)
+{
+    if (len < GREC_MIN || len - 8 > MQD_REPL_GROUP_MAX || memchr(b + 8, 0, len - 8))
+        return MQD_ECORRUPT;
+    uint64_t f = 0;
+    for (int i = 0; i < 8; i++)
+        f |= (uint64_t)b[i] << (8 * i);
+    *floor = f;
+    *name = (const char *)b + 8;
+    *nlen = len - 8;
+    return 0;
+}

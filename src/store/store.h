@@ -50,6 +50,8 @@ void mqd_plog_config_default(mqd_plog_config_t *c);
 #define MQD_REC_DATA 0x00u        /* an ordinary message */
 #define MQD_REC_CTRL_COMMIT 0x01u /* control record: transaction `txn` committed */
 #define MQD_REC_CTRL_ABORT 0x02u  /* control record: transaction `txn` aborted */
+#define MQD_REC_CTRL_GROUP 0x04u  /* control record: a consumer group's committed offset
+                                   * (repl/gstate.c: replicated with the partition) */
 #define MQD_REC_KIND_MASK 0xffu
 #define MQD_REC_TXN 0x100u        /* data record written inside transaction `txn` */
 

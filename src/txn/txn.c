@@ -23,6 +23,7 @@ typedef struct txn_part {
     mqd_topic_t *t;
     uint32_t id;
     uint64_t first, last;
+    uint64_t marker; /* its COMMIT / ABORT control record */
 } txn_part_t;
 
 static mqd_part_t *tp(const txn_part_t *x) { return &x->t->parts[x->id]; }
@@ -47,6 +48,7 @@ struct mqd_txn {
     mqd_conn_t *discharge_conn;
     bool doomed;               /* a send could not be staged: the commit must fail */
     uint64_t sync_gen;         /* while its decision waits for the WAL sync (x->syncing) */
+    int64_t announce_ms;       /* committed, waiting for its markers to replicate */
     mqd_dlist_t node;
 };
 
@@ -88,6 +90,7 @@ struct mqd_txns {
     mqd_dlist_t open;
     mqd_dlist_t ready;         /* commits whose records are stable: decided at the next tick */
     mqd_dlist_t syncing;       /* decided (in SQLite), waiting for the WAL's sync */
+    mqd_dlist_t announcing;    /* committed, markers not yet below a replicated watermark */
     decision_sync_t ds;
     uint64_t next_id;
     uint64_t *committed;       /* open-addressing hash set of committed ids (0 = empty) */
@@ -143,6 +146,16 @@ bool mqd_txn_committed(mqd_server_t *s, uint64_t id)
         if (x->committed[j] == id)
             return true;
     return false;
+}
+
+/* The row's detail has no partition list, so it is never pruned: a follower sees one
+ * partition's marker at a time and cannot know every partition the transaction wrote. */
+int mqd_txn_adopt_commit(mqd_server_t *s, uint64_t id)
+{
+    if (!s->txns || mqd_txn_committed(s, id))
+        return 0;
+    int rc = mqd_meta_txn_put(s->meta, id, MQD_TXN_COMMITTED, "{\"adopted\":true}");
+    return rc == 0 ? set_add(s->txns, id) : rc;
 }
 
 /* Removes id, re-placing the rest of its probe run (linear probing, no tombstones). */
@@ -482,6 +495,7 @@ int mqd_txns_init(mqd_server_t *s)
     mqd_dlist_init(&x->open);
     mqd_dlist_init(&x->ready);
     mqd_dlist_init(&x->syncing);
+    mqd_dlist_init(&x->announcing);
     uint64_t epoch;
     int rc = mqd_meta_next_id(s->meta, "txn_epoch", &epoch);
     if (rc == 0)
@@ -491,8 +505,10 @@ int mqd_txns_init(mqd_server_t *s)
         mqd_txns_free(s);
         return rc;
     }
-    /* ids never repeat across restarts: a record's txn id must not meet a new txn */
-    x->next_id = (epoch << 32) | 1;
+    /* ids never repeat across restarts: a record's txn id must not meet a new txn; nor
+     * across the nodes of a cluster (a follower adopts its leader's decisions by id):
+     * the node id (1..255) takes the top byte there */
+    x->next_id = ((uint64_t)(s->conf->node_id & 0xff) << 56) | ((epoch & 0xffffffu) << 32) | 1;
     s->txns = x;
     if ((rc = ds_start(s)) != 0 ||
         (rc = mqd_timer_add(s, "txn.expire", 1000, expire_timer, s)) != 0) {
@@ -529,6 +545,8 @@ void mqd_txns_free(mqd_server_t *s)
      * restart then finds them committed; their discharges go unanswered, as in a crash */
     while (!mqd_dlist_empty(&x->syncing))
         txn_free(MQD_CONTAINER(x->syncing.next, mqd_txn_t, node));
+    while (!mqd_dlist_empty(&x->announcing))
+        txn_free(MQD_CONTAINER(x->announcing.next, mqd_txn_t, node));
     for (size_t i = 0; i < x->n_done; i++)
         done_free(&x->done[i]);
     free(x->done);
@@ -751,7 +769,7 @@ static void markers(mqd_txn_t *t, uint32_t kind)
     for (size_t i = 0; i < t->n_parts; i++) {
         mqd_part_t *p = tp(&t->parts[i]);
         otx_del(p, t->id);
-        mqd_part_append_ex(p, NULL, 0, kind, t->id, NULL, NULL, NULL);
+        mqd_part_append_ex(p, NULL, 0, kind, t->id, NULL, NULL, &t->parts[i].marker);
         mqd_topic_dispatch_soon(p->topic);
     }
 }
@@ -845,7 +863,10 @@ static void finish_discharge(mqd_txn_t *t, int rc)
     } else {
         pn_condition_t *pc = pn_disposition_condition(pn_delivery_local(d));
         pn_condition_set_name(pc, "amqp:internal-error");
-        pn_condition_set_description(pc, "the commit could not be made durable");
+        pn_condition_set_description(pc, rc == MQD_ESTATE
+                                             ? "committed on this node but not replicated in "
+                                               "txn_timeout: the outcome is unknown"
+                                             : "the commit could not be made durable");
         pn_delivery_update(d, PN_REJECTED);
     }
     pn_delivery_settle(d);
@@ -854,13 +875,35 @@ static void finish_discharge(mqd_txn_t *t, int rc)
     mqd_conn_mark_dirty(c);
 }
 
-/* After the decision is durable: visible to readers, discharge accepted. */
+/* Would a new leader of every replicated partition of t find its marker? Followers adopt
+ * a decision from the marker (repl/gstate.c), and what is below the watermark survives a
+ * failover; a partition that is not replicated has nothing to wait for. */
+static bool markers_replicated(const mqd_txn_t *t)
+{
+    for (size_t i = 0; i < t->n_parts; i++) {
+        mqd_part_t *p = tp(&t->parts[i]);
+        if (mqd_part_hw_set(p) &&
+            mqd_part_visible_end(p, MQD_READ_UNCOMMITTED) <= t->parts[i].marker)
+            return false;
+    }
+    return true;
+}
+
+/* After the decision is durable: visible to readers, discharge accepted (in a cluster
+ * once the markers replicated: the decision must not be announced before a failover
+ * would keep it). */
 static void committed(mqd_server_t *s, mqd_txn_t *t)
 {
     set_add(s->txns, t->id);
     done_add(s->txns, t);
     markers(t, MQD_REC_CTRL_COMMIT);
     s->txns->st.committed++;
+    if (!markers_replicated(t)) {
+        t->announce_ms = mqd_now_ms();
+        mqd_dlist_del(&t->node);
+        mqd_dlist_push(&s->txns->announcing, &t->node);
+        return;
+    }
     finish_discharge(t, 0);
     MQD_DEBUG("txn", "committed txn=%llx", (unsigned long long)t->id);
     txn_free(t);
@@ -947,6 +990,14 @@ void mqd_txns_stable_advanced(mqd_server_t *s)
     mqd_txns_t *x = s->txns;
     if (!x)
         return;
+    for (mqd_dlist_t *n = x->announcing.next; n != &x->announcing;) {
+        mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
+        n = n->next;
+        if (markers_replicated(t)) {
+            finish_discharge(t, 0);
+            txn_free(t);
+        }
+    }
     for (mqd_dlist_t *n = x->open.next; n != &x->open;) {
         mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
         n = n->next;
@@ -1117,7 +1168,9 @@ static size_t list_refs(const mqd_dlist_t *l, const mqd_topic_t *topic)
 size_t mqd_txns_topic_refs(mqd_server_t *s, const mqd_topic_t *t)
 {
     mqd_txns_t *x = s->txns;
-    return x ? list_refs(&x->open, t) + list_refs(&x->ready, t) + list_refs(&x->syncing, t) : 0;
+    return x ? list_refs(&x->open, t) + list_refs(&x->ready, t) + list_refs(&x->syncing, t) +
+                   list_refs(&x->announcing, t)
+             : 0;
 }
 
 void mqd_txns_expire(mqd_server_t *s)
@@ -1131,6 +1184,16 @@ void mqd_txns_expire(mqd_server_t *s)
     }
     if (!x || limit == 0)
         return;
+    for (mqd_dlist_t *n = x->announcing.next; n != &x->announcing;) {
+        mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
+        n = n->next;
+        if (now - t->announce_ms < (int64_t)limit)
+            continue;
+        /* committed here, its markers not replicated (this node stepped down or lost its
+         * followers): a new leader may not have it, so the outcome is unknown, not "accepted" */
+        finish_discharge(t, MQD_ESTATE);
+        txn_free(t);
+    }
     for (mqd_dlist_t *n = x->open.next; n != &x->open;) {
         mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
         n = n->next;

@@ -85,6 +85,10 @@ void mqd_txn_settle(pn_delivery_t *d, uint64_t txn, uint64_t outcome);
 
 /* Read-committed helpers for partition readers. */
 bool mqd_txn_committed(struct mqd_server *s, uint64_t txn);
+/* A follower appended the COMMIT control record of `txn` (the leader's decision, now in
+ * this node's log): writes its COMMITTED row (in the caller's SQLite transaction) and
+ * adds it to the committed set, so its records stay visible once this node leads. */
+int mqd_txn_adopt_commit(struct mqd_server *s, uint64_t txn);
 
 /* Counters for metrics. */
 typedef struct mqd_txn_stats {

@@ -1,6 +1,8 @@
 /* Fuzz target: what a node reads from others for replication (src/repl): the fetch
  * stream's messages (a follower parses what its leader sent), the partition states and
- * topic registrations under /<cluster>/ in etcd. The first byte picks the parser. A run
+ * topic registrations under /<cluster>/ in etcd, and the body of a group-offset control
+ * record (gstate.c: a follower reads it from its leader's log). The first byte picks
+ * the parser. A run
  * that parses must describe bytes inside the input. */
 #include "config.h"
 #include "repl/repl.h"
@@ -15,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const uint8_t *d = data + 1;
     size_t n = size - 1;
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
     case 0: {
         mqd_repl_run_t run;
         if (mqd_repl_run_parse(d, n, &run) == 0) {
@@ -44,6 +46,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 memcmp(&back, &ps, sizeof ps) != 0)
                 abort();
             free(j);
+        }
+        break;
+    }
+    case 3: {
+        uint64_t floor;
+        const char *name;
+        size_t nlen, len;
+        uint8_t back[8 + 255];
+        if (mqd_repl_grec_parse(d, n, &floor, &name, &nlen) == 0) {
+            char s[256];
+            if (name != (const char *)d + 8 || nlen == 0 || nlen >= sizeof s || nlen + 8 != n)
+                abort();
+            memcpy(s, name, nlen);
+            s[nlen] = '\0';
+            if (mqd_repl_grec_encode(s, floor, back, sizeof back, &len) != 0 || len != n ||
+                memcmp(back, d, n) != 0)
+                abort(); /* what parses re-encodes to the same bytes */
         }
         break;
     }

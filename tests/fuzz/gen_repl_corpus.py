@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes the seed corpus of fuzz_repl (tests/fuzz/corpus/fuzz_repl): fetch-stream
 messages as a leader encodes them (selector byte 0), partition states (1) and topic
-registrations (2) as mqd writes them to etcd, plus a few damaged ones."""
+registrations (2) as mqd writes them to etcd, group-offset record bodies (3, gstate.c),
+plus a few damaged ones."""
 import os
 import struct
 import sys
@@ -31,6 +32,10 @@ def main(out):
         "pstate-bad": b"\x01" + b'{"leader":3,"epoch":1,"replicas":[1,2],"isr":[3]}',
         "tdesc": b"\x02" + b'{"config":{"acks":"quorum"},"partitions":1,"replication_factor":3}',
         "tdesc-bad": b"\x02" + b'{"partitions":"1","replication_factor":3}',
+        "grec": b"\x03" + struct.pack("<Q", 60) + b"g",
+        "grec-shared": b"\x03" + struct.pack("<Q", 1 << 40) + b"$shared",
+        "grec-no-name": b"\x03" + struct.pack("<Q", 60),
+        "grec-nul": b"\x03" + struct.pack("<Q", 60) + b"g\x00h",
     }
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:

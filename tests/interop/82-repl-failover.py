@@ -47,11 +47,13 @@ def send(url, n, prefix, props=None):
 
 
 def epochs(raw):
-    """The epoch field of every record (len | crc | offset | ts | epoch ...)."""
+    """The epoch field of every data record (len | crc | offset | ts | epoch | flags ...;
+    the group-offset control records the consumers of (f) leave are not counted)."""
     out, pos = [], 0
     while pos + 4 <= len(raw):
         n = int.from_bytes(raw[pos:pos + 4], "little")
-        out.append(int.from_bytes(raw[pos + 24:pos + 28], "little"))
+        if raw[pos + 28] == 0:
+            out.append(int.from_bytes(raw[pos + 24:pos + 28], "little"))
         pos += 4 + n
     return out
 

@@ -165,10 +165,12 @@ def partition_bytes(broker, topic, part):
 
 
 def count_records(raw):
+    """The data records (kind 0 in the flags' low byte) of raw: not the control records
+    (transaction markers, the committed offsets a group's consumers leave, gstate.c)."""
     n = pos = 0
     while pos + 4 <= len(raw):
+        n += raw[pos + 28] == 0 if pos + 29 <= len(raw) else 0
         pos += 4 + int.from_bytes(raw[pos:pos + 4], "little")
-        n += 1
     return n
 
 

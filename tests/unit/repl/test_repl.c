@@ -158,12 +158,43 @@ static void test_wire(void **state)
     free(buf);
 }
 
+/* The group-offset control record's body: floor LE, then the name. */
+static void test_grec(void **state)
+{
+    uint8_t b[8 + 255], big[300];
+    size_t len, nlen;
+    uint64_t floor;
+    const char *name;
+    assert_int_equal(mqd_repl_grec_encode("g1", 0x0102030405060708ull, b, sizeof b, &len), 0);
+    assert_int_equal(len, 10);
+    assert_int_equal(b[0], 0x08); /* little-endian */
+    assert_int_equal(mqd_repl_grec_parse(b, len, &floor, &name, &nlen), 0);
+    assert_true(floor == 0x0102030405060708ull && nlen == 2 && memcmp(name, "g1", 2) == 0);
+    /* a body without a name (any cut below 9 bytes) and one with a NUL are refused */
+    for (size_t cut = 0; cut < 9; cut++)
+        assert_int_equal(mqd_repl_grec_parse(b, cut, &floor, &name, &nlen), MQD_ECORRUPT);
+    b[9] = 0;
+    assert_int_equal(mqd_repl_grec_parse(b, len, &floor, &name, &nlen), MQD_ECORRUPT);
+    /* names of 1..255 bytes; 256 neither encodes nor parses; too small a buffer */
+    char n256[257];
+    memset(n256, 'x', 256);
+    n256[256] = '\0';
+    assert_int_equal(mqd_repl_grec_encode(n256, 1, big, sizeof big, &len), MQD_EINVAL);
+    memset(big, 'x', sizeof big);
+    assert_int_equal(mqd_repl_grec_parse(big, 8 + 256, &floor, &name, &nlen), MQD_ECORRUPT);
+    assert_int_equal(mqd_repl_grec_parse(big, 8 + 255, &floor, &name, &nlen), 0);
+    assert_int_equal(nlen, 255);
+    assert_int_equal(mqd_repl_grec_encode("", 1, b, sizeof b, &len), MQD_EINVAL);
+    assert_int_equal(mqd_repl_grec_encode("abc", 1, b, 10, &len), MQD_ETOOBIG);
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_place_racks), cmocka_unit_test(test_place_edges),
         cmocka_unit_test(test_watermarks),  cmocka_unit_test(test_pstate),
-        cmocka_unit_test(test_wire),
+        cmocka_unit_test(test_wire),        cmocka_unit_test(test_grec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
