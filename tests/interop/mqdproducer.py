@@ -55,6 +55,10 @@ class Batch(mqdtest.Client):
     def on_link_error(self, e):
         self.finish()
 
+    def on_transport_closed(self, e):
+        super().on_transport_closed(e)
+        self.done = True  # a refused connect has no connection to count as closed
+
     def status(self):
         return "%d of %d settled" % (len(self.out), len(self.bodies))
 
@@ -67,12 +71,20 @@ class Producer:
         self.etcd, self.key, self.brokers, self.address = etcd, key, brokers, address
         self.max_msgs = max_msgs
         self.events, self.errors = [], []
+        self.batches = []  # (node, start, end, outcomes, error or None)
         self.seq = 0
         self.stop = threading.Event()
+        self.hold = threading.Event()  # set: no new batch (idle says none is under way)
+        self.idle = threading.Event()
         self.th = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self):
         while not self.stop.is_set() and self.seq < self.max_msgs:
+            if self.hold.is_set():
+                self.idle.set()
+                time.sleep(0.05)
+                continue
+            self.idle.clear()
             try:
                 leader = get_json(self.etcd.port, self.key)["leader"]
             except Exception as e:  # etcd is never cut from the test: a real error
@@ -83,14 +95,25 @@ class Producer:
             self.seq += 10
             out = []
             t0 = time.monotonic()
+            err = None
             try:
                 mqdtest.run_container(Batch(self.brokers[leader].url, self.address, bodies, out), 30)
             except Exception as e:  # a connection lost or refused: try the leader again
-                self.errors.append("batch to %d: %s" % (leader, e))
+                err = "batch to %d: %s" % (leader, e)
+                self.errors.append(err)
                 time.sleep(0.1)
+            self.batches.append((leader, t0, time.monotonic(), len(out), err))
             self.events += [(leader, b, o, cn, cd, t0, t) for b, o, cn, cd, t in out]
             if not [o for o in out if o[1] == "accepted"]:
                 time.sleep(0.05)  # refused at once: no busy loop of connections
+
+    def pause(self, timeout):
+        self.idle.clear()
+        self.hold.set()
+        self.idle.wait(timeout)
+
+    def resume(self):
+        self.hold.clear()
 
     def accepted(self, node=None, after=None, before=None, sent_after=None):
         return [ev for ev in self.events if ev[2] == "accepted" and (node is None or ev[0] == node)
