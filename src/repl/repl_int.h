@@ -63,13 +63,13 @@ struct rpart {
     role_t role;
     lead_t *lead;
     fol_t *fol;
-    bool cas_out;      /* an ISR change in flight */
-    bool subscribed;   /* to its commit point */
-    bool offline;      /* controller: no leader can be elected (logged once) */
-    bool truncating;   /* follower: cutting its log back to the leader's epoch end */
-    bool fenced;       /* leader whose lease was lost: acknowledges nothing until its
-                          partition key was read again (repl.c refresh) */
-    bool fenced_retry; /* that read failed: the tick asks again */
+    bool cas_out;        /* an ISR change in flight */
+    bool subscribed;     /* to its commit point */
+    bool offline;        /* controller: no leader can be elected (logged once) */
+    bool truncating;     /* follower: cutting its log back to the leader's epoch end */
+    bool fenced;         /* leader whose lease was lost: acknowledges nothing until its
+                            partition key was read again (repl.c refresh) */
+    bool fenced_retry;   /* that read failed: the tick asks again */
     int64_t handover_ms; /* leader granted to this node's previous run, found at start:
                             not led, handed over (ctl.c) until then; 0: none */
 };
