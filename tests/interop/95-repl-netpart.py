@@ -21,7 +21,10 @@ names the leader, recording every outcome with the node and the time it was seen
     one node), no election (M, same epoch), and M, whose followers still fetch, keeps
     accepting with acks = all while no other node accepts anything. Healed: 3 nodes,
     ISR 3.
-(d) after the three cases: a consumer on the leader reads every acknowledged body, each
+(e) as (b), with the leader (node 1 by then, deterministically: placement by name hash,
+    elections pick the first live ISR member) also holding /mqd/controller: another node
+    takes the controller key and elects a follower the same way.
+(d) after the other cases: a consumer on the leader reads every acknowledged body, each
     once, in send order; then all stopped: the three logs are equal byte for byte."""
 
 import os
@@ -195,9 +198,13 @@ def case_a(net, etcd, prod, brokers):
     log("(a) healed: ISR 3 again %.2f s after the heal" % (time.monotonic() - t_heal))
 
 
-def case_b(net, etcd, prod, brokers):
+def case_b(net, etcd, prod, brokers, tag="(b)"):
     ps = wait_isr3(etcd, 30)
     L, ep = ps["leader"], ps["epoch"]
+    ctl = get_json(etcd.port, "/mqd/controller")
+    log("%s leader %d, controller %r" % (tag, L, ctl))
+    if tag == "(e)":
+        check(ctl and ctl.get("id") == L, "the leader %d is not the controller %r" % (L, ctl))
     wait_acks(prod, L, time.monotonic(), 20, 20)
     net.cut("n%d" % L, [ETCD_ADDR])
     t_cut = time.monotonic()
@@ -211,15 +218,15 @@ def case_b(net, etcd, prod, brokers):
     finally:
         net.heal("n%d" % L)
     t_heal = time.monotonic()
-    log_counts("(b)", prod, t_cut, t_heal)
+    log_counts(tag, prod, t_cut, t_heal)
     l_acks = prod.accepted(L, after=t_cut, before=t_heal)
     l_late = prod.accepted(L, after=t_elect)
     n_first = min(ev[6] for ev in prod.accepted(N, after=t_cut))
     rej = [ev for ev in prod.events if ev[0] == L and ev[2] == "rejected" and t_cut <= ev[6] < t_heal]
     last = max([ev[6] for ev in l_acks], default=t_cut)
-    log("(b) leader %d cut from etcd: node %d leads in epoch %d %.2f s after the cut; L accepted "
+    log("%s leader %d cut from etcd: node %d leads in epoch %d %.2f s after the cut; L accepted "
         "%d in the cut, the last %.2f s after it, %d after the election; N's first %.2f s after "
-        "the cut; L rejected %d %r" % (L, N, ps2["epoch"], t_elect - t_cut, len(l_acks), last - t_cut,
+        "the cut; L rejected %d %r" % (tag, L, N, ps2["epoch"], t_elect - t_cut, len(l_acks), last - t_cut,
                                         len(l_late), n_first - t_cut, len(rej),
                                         sorted({(e[3], e[4]) for e in rej})[:2]))
     check(ps2["epoch"] == ep + 1 and L not in ps2["isr"], "state %r" % ps2)
@@ -230,7 +237,7 @@ def case_b(net, etcd, prod, brokers):
     wait_for("L follows N", lambda: "r3/0: follower (leader %d, epoch %d)" % (N, ps2["epoch"])
              in brokers[L].log_text(), 30)
     wait_isr3(etcd, 40)
-    log("(b) healed: ISR 3 again %.2f s after the heal" % (time.monotonic() - t_heal))
+    log("%s healed: ISR 3 again %.2f s after the heal" % (tag, time.monotonic() - t_heal))
 
 
 def case_c(net, etcd, prod, brokers):
@@ -332,6 +339,8 @@ def run(t, net):
             case_b(net, etcd, prod, brokers)
         with coll.case("(c) followers cut from etcd"):
             case_c(net, etcd, prod, brokers)
+        with coll.case("(e) the leader that is the controller cut from etcd"):
+            case_b(net, etcd, prod, brokers, "(e)")
     finally:
         prod.stop.set()
         prod.th.join(40 * SLOW)
