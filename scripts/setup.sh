@@ -18,6 +18,7 @@ pkgs=(build-essential autoconf automake pkg-config
       python3 python3-qpid-proton python3-uamqp socat stunnel4 openssl nodejs npm
       fuse3 libfuse3-dev   # powercutfs (tests/fault): the power-cut crash tests
       etcd-server   # tests/interop/70-etcd-membership.py: a real etcd 3.4 for cluster = etcd
+      iproute2 nftables   # tests/interop/95-repl-netpart.py: network namespaces, veths, nft drop rules
       chromium chromium-driver   # tests/interop/85-console-browser.py: the web console in a real browser
       systemd procps)   # systemd-analyze verifies the unit in tests/interop/33-install.py; procps: the tests' pgrep/ps
 # node may come from elsewhere on the image (the CI image ships its own): don't fight it

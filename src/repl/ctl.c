@@ -108,7 +108,7 @@ static bool unclean_allowed(mqd_repl_t *r, const char *topic)
 /* The next state of a partition whose leader is gone: the first live member of the
  * in-sync set leads, the dead leader leaves the set, the epoch goes up by one. With no
  * live in-sync replica the partition stays offline unless unclean election is on. */
-static bool elect(mqd_repl_t *r, const rpart_t *rp, mqd_repl_pstate_t *next)
+static bool elect(mqd_repl_t *r, const rpart_t *rp, mqd_repl_pstate_t *next, bool unclean)
 {
     uint32_t pick = 0;
     *next = rp->ps;
@@ -121,7 +121,7 @@ static bool elect(mqd_repl_t *r, const rpart_t *rp, mqd_repl_pstate_t *next)
         if (!pick && node_alive(r, id))
             pick = id;
     }
-    if (!pick && unclean_allowed(r, rp->topic)) {
+    if (!pick && unclean && unclean_allowed(r, rp->topic)) {
         for (uint32_t i = 0; !pick && i < rp->ps.n_replicas; i++)
             if (rp->ps.replicas[i] != rp->ps.leader && node_alive(r, rp->ps.replicas[i]))
                 pick = rp->ps.replicas[i];
@@ -160,7 +160,7 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
             rp->offline = false;
             continue;
         }
-        if (!elect(r, rp, &next)) {
+        if (!elect(r, rp, &next, true)) {
             if (!rp->offline)
                 MQD_WARN("repl",
                          "controller: %s/%u: leader %" PRIu32 " gone and no live "
@@ -175,4 +175,22 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
                    rp->topic, rp->part, rp->ps.leader, next.leader, next.epoch);
         mqd_repl_part_cas(rp, &next);
     }
+}
+
+/* A node that finds itself leader in the state it reads at start was granted that by its
+ * previous run: with flush = async a power cut may have taken an unsynced tail that the
+ * followers hold and acknowledged, and leading again in the same epoch would make them
+ * truncate it away (test 96 (b)). So it hands over as if it had gone: never uncleanly. */
+int mqd_repl_ctl_handover(mqd_repl_t *r, rpart_t *rp)
+{
+    mqd_repl_pstate_t next;
+    if (rp->cas_out)
+        return 0;
+    if (!node_alive(r, r->conf->node_id) || !elect(r, rp, &next, false))
+        return MQD_EAGAIN;
+    MQD_NOTICE("repl",
+               "%s/%u: led by this node before its restart: node %" PRIu32
+               " leads in epoch %" PRIu32 " while it catches up",
+               rp->topic, rp->part, next.leader, next.epoch);
+    return mqd_repl_part_cas(rp, &next);
 }

@@ -246,9 +246,12 @@ static void apply(mqd_repl_t *r, rpart_t *rp)
 {
     uint32_t self = r->conf->node_id;
     bool member = mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas, self);
+    if (rp->ps.leader != self)
+        rp->handover_ms = 0;
     if (member && !rp->local && (rp->local = local_replica(r, rp)) != NULL && !rp->subscribed)
         rp->subscribed = mqd_part_commit_subscribe(rp->local, on_commit, rp) == 0;
     role_t want = !member || !rp->local   ? ROLE_NONE
+                  : rp->handover_ms       ? ROLE_NONE
                   : rp->ps.leader == self ? ROLE_LEADER
                                           : ROLE_FOLLOWER;
     if (want != rp->role || (want == ROLE_FOLLOWER && rp->fol && rp->fol->leader != rp->ps.leader))
@@ -277,7 +280,7 @@ static rpart_t *part_get(mqd_repl_t *r, const char *topic, uint32_t part, const 
     return rp;
 }
 
-static void part_kv(mqd_repl_t *r, const mqd_etcd_kv_t *kv)
+static void part_kv(mqd_repl_t *r, const mqd_etcd_kv_t *kv, bool at_start)
 {
     size_t pl = strlen(r->parts_prefix);
     const char *name = kv->key + pl, *slash = strrchr(name, '/');
@@ -298,6 +301,8 @@ static void part_kv(mqd_repl_t *r, const mqd_etcd_kv_t *kv)
         return; /* older than what a CAS answer told us */
     rp->ps = ps;
     rp->mod_rev = kv->mod_revision;
+    if (at_start && rp->role == ROLE_NONE && ps.leader == r->conf->node_id && ps.n_isr > 1)
+        rp->handover_ms = mqd_now_ms() + (int64_t)r->conf->lease_ttl_ms; /* ctl.c */
     apply(r, rp);
 }
 
@@ -311,7 +316,7 @@ static void on_parts(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size
                      "replica keeps its last state",
                      kvs[i].key);
         else
-            part_kv(r, &kvs[i]);
+            part_kv(r, &kvs[i], ev == MQD_ETCD_EV_SNAPSHOT);
     }
 }
 
@@ -368,7 +373,7 @@ static void on_cas(void *arg, const mqd_etcd_reply_t *rep)
             rp->mod_rev = rep->revision;
             apply(r, rp);
         } else if (rep->rc == 0 && !rep->succeeded && rep->n_kvs) {
-            part_kv(r, &rep->kvs[0]); /* someone else's newer state */
+            part_kv(r, &rep->kvs[0], false); /* someone else's newer state */
         }
     }
     if (o->done)
@@ -417,6 +422,18 @@ int mqd_repl_part_cas_cb(rpart_t *rp, const mqd_repl_pstate_t *ps, mqd_repl_cas_
 
 /* ---- the loop: a kick after commit-point moves, a tick for timers ---- */
 
+/* A leader from before this node's restart: handed over (ctl.c), or led after all once
+ * no other in-sync replica showed up within a lease TTL. */
+static void handover_tick(mqd_repl_t *r, rpart_t *rp, int64_t now_ms)
+{
+    if (mqd_repl_ctl_handover(r, rp) == 0 || now_ms < rp->handover_ms)
+        return;
+    MQD_WARN("repl", "%s/%u: no live in-sync replica to hand over to: this node leads", rp->topic,
+             rp->part);
+    rp->handover_ms = 0;
+    apply(r, rp);
+}
+
 static void work(mqd_repl_t *r, int64_t now_ms)
 {
     for (rpart_t *rp = r->parts; rp; rp = rp->next) {
@@ -425,6 +442,8 @@ static void work(mqd_repl_t *r, int64_t now_ms)
             apply(r, rp); /* its replica could not be made before */
         if (rp->fenced && rp->fenced_retry && now_ms)
             mqd_repl_refresh(rp);
+        if (rp->handover_ms && now_ms)
+            handover_tick(r, rp, now_ms);
         if (rp->role == ROLE_LEADER)
             mqd_repl_lead_work(rp, now_ms);
         else if (rp->role == ROLE_FOLLOWER)
@@ -473,7 +492,7 @@ static void on_refresh(void *arg, const mqd_etcd_reply_t *rep)
     refresh_op_t *o = arg;
     rpart_t *rp = o->r->closing ? NULL : mqd_repl_part_find(o->r, o->topic, o->part);
     if (rp && rep->rc == 0 && rep->n_kvs == 1) {
-        part_kv(o->r, &rep->kvs[0]); /* a newer leader: steps down here */
+        part_kv(o->r, &rep->kvs[0], false); /* a newer leader: steps down here */
         rp->fenced = false;
         MQD_NOTICE("repl",
                    "%s/%u: state read again after the lease loss: leader %" PRIu32

@@ -74,13 +74,15 @@ struct rpart {
     role_t role;
     lead_t *lead;
     fol_t *fol;
-    bool cas_out;      /* an ISR change in flight */
-    bool subscribed;   /* to its commit point */
-    bool offline;      /* controller: no leader can be elected (logged once) */
-    bool truncating;   /* follower: cutting its log back to the leader's epoch end */
-    bool fenced;       /* leader whose lease was lost: acknowledges nothing until its
-                          partition key was read again (repl.c refresh) */
-    bool fenced_retry; /* that read failed: the tick asks again */
+    bool cas_out;        /* an ISR change in flight */
+    bool subscribed;     /* to its commit point */
+    bool offline;        /* controller: no leader can be elected (logged once) */
+    bool truncating;     /* follower: cutting its log back to the leader's epoch end */
+    bool fenced;         /* leader whose lease was lost: acknowledges nothing until its
+                            partition key was read again (repl.c refresh) */
+    bool fenced_retry;   /* that read failed: the tick asks again */
+    int64_t handover_ms; /* leader granted to this node's previous run, found at start:
+                            not led, handed over (ctl.c) until then; 0: none */
 };
 
 typedef struct rtopic {
@@ -139,6 +141,9 @@ void mqd_repl_ctl_scan(mqd_repl_t *r);
 /* Elects a new leader (from the in-sync set; outside it only with unclean_leader_election)
  * for every partition whose leader's node is gone, with the epoch raised by one. */
 void mqd_repl_ctl_failover(mqd_repl_t *r);
+/* Hands rp, which names this node leader from before its restart, to the first live other
+ * in-sync replica in epoch + 1 (the CAS is sent); MQD_EAGAIN while there is none. */
+int mqd_repl_ctl_handover(mqd_repl_t *r, rpart_t *rp);
 
 /* leader.c */
 int mqd_repl_lead_start(rpart_t *rp);
