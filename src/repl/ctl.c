@@ -105,12 +105,16 @@ static bool unclean_allowed(mqd_repl_t *r, const char *topic)
     return tc.unclean_leader_election;
 }
 
-/* The next state of a partition whose leader is gone: the first live member of the
- * in-sync set leads, the dead leader leaves the set, the epoch goes up by one. With no
+/* The next state of a partition whose leader is gone: `prefer` (the live in-sync replica
+ * that reported the longest log) or else the first live member of the in-sync set leads, the dead leader leaves the set, the epoch goes up by one. With no
  * live in-sync replica the partition stays offline unless unclean election is on. */
-static bool elect(mqd_repl_t *r, const rpart_t *rp, mqd_repl_pstate_t *next, bool unclean)
+static bool elect(mqd_repl_t *r, const rpart_t *rp, mqd_repl_pstate_t *next, bool unclean,
+                  uint32_t prefer)
 {
     uint32_t pick = 0;
+    if (prefer && prefer != rp->ps.leader && node_alive(r, prefer) &&
+        mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, prefer))
+        pick = prefer; /* the longest log among the live in-sync replicas (cand.c) */
     *next = rp->ps;
     next->n_isr = 0;
     for (uint32_t i = 0; i < rp->ps.n_isr; i++) {
@@ -158,21 +162,27 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
         mqd_repl_pstate_t next;
         if (rp->cas_out || rp->mod_rev == 0 || node_alive(r, rp->ps.leader)) {
             rp->offline = false;
+            mqd_repl_cand_reset(rp);
             continue;
         }
-        if (!elect(r, rp, &next, true)) {
+        uint32_t prefer;
+        if (!mqd_repl_cand_ready(rp, mqd_now_ms(), &prefer))
+            continue; /* the in-sync replicas' log ends are not all in yet */
+        if (!elect(r, rp, &next, true, prefer)) {
             if (!rp->offline)
                 MQD_WARN("repl",
                          "controller: %s/%u: leader %" PRIu32 " gone and no live "
                          "in-sync replica: offline",
                          rp->topic, rp->part, rp->ps.leader);
             rp->offline = true;
+            mqd_repl_cand_reset(rp); /* a replica that comes back reports again */
             continue;
         }
         MQD_NOTICE("repl",
                    "controller: %s/%u: leader %" PRIu32 " gone: node %" PRIu32
                    " leads in epoch %" PRIu32,
                    rp->topic, rp->part, rp->ps.leader, next.leader, next.epoch);
+        mqd_repl_cand_reset(rp);
         mqd_repl_part_cas(rp, &next);
     }
 }
@@ -186,7 +196,7 @@ int mqd_repl_ctl_handover(mqd_repl_t *r, rpart_t *rp)
     mqd_repl_pstate_t next;
     if (rp->cas_out)
         return 0;
-    if (!node_alive(r, r->conf->node_id) || !elect(r, rp, &next, false))
+    if (!node_alive(r, r->conf->node_id) || !elect(r, rp, &next, false, 0))
         return MQD_EAGAIN;
     MQD_NOTICE("repl",
                "%s/%u: led by this node before its restart: node %" PRIu32

@@ -473,6 +473,7 @@ static void ctl_gained(void *arg, int64_t create_rev)
 
 static void node_left(void *arg, uint32_t id)
 {
+    mqd_repl_cand_report(arg, id); /* this node's log end, for the election (cand.c) */
     mqd_repl_ctl_failover(arg);
 }
 
@@ -573,6 +574,7 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
     const char *name = conf->cluster_name ? conf->cluster_name : "mqd";
     snprintf(r->topics_prefix, sizeof r->topics_prefix, "/%s/topics/", name);
     snprintf(r->parts_prefix, sizeof r->parts_prefix, "/%s/partitions/", name);
+    snprintf(r->cand_prefix, sizeof r->cand_prefix, "/%s/candidates/", name);
     r->ev_tick = event_new(mqd_server_base(s), -1, EV_PERSIST, on_tick, r);
     r->ev_kick = event_new(mqd_server_base(s), -1, 0, on_kick, r);
     if (!r->ev_tick || !r->ev_kick || mqd_repl_grow(r, REPL_RUN_BYTES + 256) != 0) {

@@ -83,6 +83,12 @@ struct rpart {
     bool fenced_retry;   /* that read failed: the tick asks again */
     int64_t handover_ms; /* leader granted to this node's previous run, found at start:
                             not led, handed over (ctl.c) until then; 0: none */
+    /* controller, leader gone (cand.c): the in-sync replicas' log ends, read from etcd
+       until each live one reported or cand_until_ms passed */
+    int64_t cand_until_ms; /* 0: not waiting */
+    bool cand_out;         /* a read of the reports in flight */
+    bool cand_done;        /* the reports are in (or the wait is over): elect */
+    uint32_t cand_pick;    /* the live in-sync replica with the longest log, 0: none */
 };
 
 typedef struct rtopic {
@@ -96,7 +102,7 @@ struct mqd_repl {
     const mqd_conf_t *conf;
     mqd_cluster_t *m;
     mqd_etcd_t *etcd;
-    char topics_prefix[192], parts_prefix[192];
+    char topics_prefix[192], parts_prefix[192], cand_prefix[192];
     mqd_etcd_watch_t *w_topics, *w_parts;
     rpart_t *parts;
     rtopic_t *topics;
@@ -173,5 +179,14 @@ int mqd_repl_move_elect(void *arg, const char *topic, uint32_t part, uint32_t no
                         mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
 size_t mqd_repl_move_handover(void *arg, void (*done)(void *done_arg), void *done_arg);
 bool mqd_repl_move_ready(void *arg, char *why, size_t whylen);
+
+/* cand.c: election by log end. When a leader's node goes, each live in-sync follower of
+ * its partitions writes its log end to etcd (report); the controller waits for them
+ * (at most CAND_WAIT_MS) and elects the longest log among them (ready: true once it may
+ * elect, with *pick the preferred node or 0 for the in-sync order). */
+#define CAND_WAIT_MS 1000
+void mqd_repl_cand_report(mqd_repl_t *r, uint32_t gone);
+bool mqd_repl_cand_ready(rpart_t *rp, int64_t now_ms, uint32_t *pick);
+void mqd_repl_cand_reset(rpart_t *rp);
 
 #endif

@@ -1,0 +1,192 @@
+/* repl/cand: election by log end.
+ *
+ * Every in-sync replica holds the records below the high watermark, so any of them may
+ * lead without losing an `acks = all` send; but an `acks = quorum` send is settled once a
+ * majority holds it, which may leave an in-sync replica without it. Picking the first live
+ * in-sync replica could elect exactly that one, and the others would then truncate the
+ * settled record away. So the controller elects the live in-sync replica with the longest
+ * log, as Raft's vote rule does.
+ *
+ * Log ends live on the replicas, not in etcd, and a leader's death is when they matter:
+ * each node that sees a leader's node key go (the membership watch, node_left) writes,
+ * for every partition it follows from that leader while in its in-sync set, the key
+ * /<cluster>/candidates/<T>/<P>/<node id> = {"epoch": E, "end": log end}. The controller
+ * reads the partition's reports (once a tick) until every live in-sync replica reported
+ * for the current epoch or CAND_WAIT_MS passed, and prefers the longest log (ties: the
+ * in-sync order). Without reports it elects as before. One key per replica and
+ * partition, overwritten at the next failover; a stale one names an older epoch and is
+ * ignored. */
+#include "config.h"
+#include "repl/repl_int.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void on_put(void *arg, const mqd_etcd_reply_t *rep)
+{
+    char *key = arg;
+    if (rep->rc != 0)
+        MQD_WARN("repl", "%s: log end not reported (%s)", key,
+                 rep->error ? rep->error : mqd_strerror(rep->rc));
+    free(key);
+}
+
+void mqd_repl_cand_report(mqd_repl_t *r, uint32_t gone)
+{
+    uint32_t self = r->conf->node_id;
+    for (rpart_t *rp = r->parts; rp; rp = rp->next) {
+        if (rp->role != ROLE_FOLLOWER || rp->ps.leader != gone || !rp->local ||
+            !mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, self))
+            continue;
+        uint64_t end = mqd_plog_end_offset(rp->local->log);
+        size_t kl = strlen(r->cand_prefix) + strlen(rp->topic) + 32;
+        char *key = malloc(kl), val[96];
+        if (!key)
+            continue;
+        snprintf(key, kl, "%s%s/%u/%" PRIu32, r->cand_prefix, rp->topic, rp->part, self);
+        snprintf(val, sizeof val, "{\"epoch\":%" PRIu32 ",\"end\":%" PRIu64 "}", rp->ps.epoch, end);
+        MQD_INFO("repl", "%s/%u: leader %" PRIu32 " gone: reporting log end %" PRIu64 " (epoch %" PRIu32 ")",
+                 rp->topic, rp->part, gone, end, rp->ps.epoch);
+        if (mqd_etcd_put(r->etcd, key, strlen(key), val, strlen(val), 0, on_put, key) != 0)
+            free(key);
+    }
+}
+
+typedef struct cand_read {
+    mqd_repl_t *r;
+    char *topic;
+    uint32_t part;
+} cand_read_t;
+
+static bool alive(mqd_repl_t *r, uint32_t id)
+{
+    const mqd_cluster_node_t *n = mqd_repl_node(r, id);
+    return n && n->alive;
+}
+
+/* A report's node id (from its key) and log end, if it is for epoch `epoch`. */
+static bool report_of(const mqd_etcd_kv_t *kv, size_t plen, uint32_t epoch, uint32_t *node,
+                      uint64_t *end)
+{
+    char *e;
+    unsigned long id = strtoul(kv->key + plen, &e, 10);
+    if (e == kv->key + plen || *e || id == 0 || id > UINT32_MAX)
+        return false;
+    json_t *o = json_loadb(kv->value, kv->value_len, 0, NULL);
+    json_t *je = json_object_get(o, "epoch"), *jn = json_object_get(o, "end");
+    bool ok = json_is_integer(je) && json_is_integer(jn) && json_integer_value(je) == epoch &&
+              json_integer_value(jn) >= 0;
+    if (ok) {
+        *node = (uint32_t)id;
+        *end = (uint64_t)json_integer_value(jn);
+    }
+    json_decref(o);
+    return ok;
+}
+
+static void on_read(void *arg, const mqd_etcd_reply_t *rep)
+{
+    cand_read_t *q = arg;
+    mqd_repl_t *r = q->r;
+    rpart_t *rp = r->closing ? NULL : mqd_repl_part_find(r, q->topic, q->part);
+    if (rp)
+        rp->cand_out = false;
+    if (!rp || rp->cand_until_ms == 0 || rp->cand_done || rep->rc != 0)
+        goto out;
+    char pfx[MQD_NAME_MAX + 256];
+    int plen = snprintf(pfx, sizeof pfx, "%s%s/%u/", r->cand_prefix, rp->topic, rp->part);
+    uint64_t ends[MQD_REPL_MAX_RF] = {0};
+    bool got[MQD_REPL_MAX_RF] = {false};
+    for (size_t k = 0; k < rep->n_kvs; k++) {
+        uint32_t node;
+        uint64_t end;
+        if (!report_of(&rep->kvs[k], (size_t)plen, rp->ps.epoch, &node, &end))
+            continue;
+        for (uint32_t i = 0; i < rp->ps.n_isr && i < MQD_REPL_MAX_RF; i++)
+            if (rp->ps.isr[i] == node) {
+                got[i] = true;
+                ends[i] = end;
+            }
+    }
+    bool all = true;
+    uint32_t pick = 0;
+    uint64_t best = 0;
+    for (uint32_t i = 0; i < rp->ps.n_isr && i < MQD_REPL_MAX_RF; i++) {
+        uint32_t id = rp->ps.isr[i];
+        if (id == rp->ps.leader || !alive(r, id))
+            continue;
+        if (!got[i]) {
+            all = false;
+            continue;
+        }
+        if (!pick || ends[i] > best) {
+            pick = id;
+            best = ends[i];
+        }
+    }
+    rp->cand_pick = pick;
+    if (all) {
+        rp->cand_done = true;
+        if (pick)
+            MQD_INFO("repl", "controller: %s/%u: every live in-sync replica reported; the "
+                     "longest log is node %" PRIu32 "'s (end %" PRIu64 ")", rp->topic, rp->part,
+                     pick, best);
+        mqd_repl_ctl_failover(r);
+    }
+out:
+    free(q->topic);
+    free(q);
+}
+
+static void read_reports(rpart_t *rp)
+{
+    mqd_repl_t *r = rp->r;
+    cand_read_t *q = calloc(1, sizeof *q);
+    char key[MQD_NAME_MAX + 256];
+    if (!q || !(q->topic = strdup(rp->topic))) {
+        free(q);
+        return;
+    }
+    q->r = r;
+    q->part = rp->part;
+    snprintf(key, sizeof key, "%s%s/%u/", r->cand_prefix, rp->topic, rp->part);
+    if (mqd_etcd_range(r->etcd, key, strlen(key), true, on_read, q) != 0) {
+        free(q->topic);
+        free(q);
+        return;
+    }
+    rp->cand_out = true;
+}
+
+bool mqd_repl_cand_ready(rpart_t *rp, int64_t now_ms, uint32_t *pick)
+{
+    *pick = 0;
+    if (rp->cand_done) {
+        *pick = rp->cand_pick;
+        return true;
+    }
+    if (rp->cand_until_ms == 0) {
+        rp->cand_until_ms = now_ms + CAND_WAIT_MS;
+        rp->cand_pick = 0;
+    } else if (now_ms >= rp->cand_until_ms) {
+        MQD_NOTICE("repl", "controller: %s/%u: not every in-sync replica reported its log end "
+                   "in %d ms: electing %s", rp->topic, rp->part, CAND_WAIT_MS,
+                   rp->cand_pick ? "the longest reported log" : "in in-sync order");
+        rp->cand_done = true;
+        *pick = rp->cand_pick;
+        return true;
+    }
+    if (!rp->cand_out)
+        read_reports(rp);
+    return false;
+}
+
+void mqd_repl_cand_reset(rpart_t *rp)
+{
+    rp->cand_until_ms = 0;
+    rp->cand_done = false;
+    rp->cand_pick = 0;
+}
