@@ -234,9 +234,12 @@ static int connect_leader(fol_t *f)
     if (!n || !n->alive || !n->address[0])
         return MQD_ENOENT; /* not known yet: the tick tries again */
     char container[64];
-    snprintf(f->url, sizeof f->url, "amqp://%s", n->address);
-    snprintf(container, sizeof container, "mqd-node-%" PRIu32, f->rp->r->conf->node_id);
     const mqd_conf_t *conf = f->rp->r->conf;
+    bool tls = conf->replication_tls;
+    /* with TLS, the name verified is the host of the address the leader registered */
+    snprintf(f->url, sizeof f->url, "%s://%s", tls ? "amqps" : "amqp",
+             tls && n->repl_address[0] ? n->repl_address : n->address);
+    snprintf(container, sizeof container, "mqd-node-%" PRIu32, conf->node_id);
     bool auth = conf->replication_user && conf->replication_user[0];
     mqd_outconn_opts_t o = {.url = f->url,
                             .container = container,
@@ -244,7 +247,8 @@ static int connect_leader(fol_t *f)
                             .backoff_max_ms = 2000,
                             .user = auth ? conf->replication_user : NULL,
                             .password = auth ? conf->replication_password : NULL,
-                            .plain_over_tcp = auth};
+                            .ca_file = tls ? conf->replication_ca_file : NULL,
+                            .plain_over_tcp = auth && !tls};
     mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
     return mqd_outconn_new(f->rp->r->s, &o, &ops, f, &f->oc);
 }

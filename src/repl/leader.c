@@ -347,6 +347,8 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
     pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
     const char *ru = r->conf->replication_user;
+    if (r->conf->replication_tls && !c->ssl) /* the password and the records in clear */
+        return refuse(l, "amqp:unauthorized-access", "replication requires TLS", addr);
     if (ru && ru[0] && strcmp(c->user, ru) != 0)
         return refuse(l, "amqp:unauthorized-access", "fetch links are for replication_user only",
                       addr);
