@@ -16,10 +16,15 @@ replication_tls = on, replication_ca_file = that CA, replication_user = repl.
     PLAIN over the plain listener) and a follower's node id, is refused with
     amqp:unauthorized-access "replication requires TLS" and receives nothing.
 (d) the three logs of r3/0 are byte-equal with 1,000 records (read while quiet).
+(f) the leader epoch on the wire (mqd:epoch on the fetch attach), over TLS as repl: a
+    follower claiming a newer epoch than the leader's is refused with
+    amqp:precondition-failed and the leader reads its partition key again (logged; etcd
+    still names it, so its next 10 sends are accepted); one claiming an older epoch is
+    refused with mqd:repl:stale-epoch; neither receives anything.
 (e) a follower restarted with the wrong CA (another test CA) never gets in sync: its log
     says the certificate failed verification, etcd's ISR drops it (replica_lag_ms) and
     stays without it, 200 further sends are accepted by the other two, and its log keeps
-    exactly the 1,000 records it had."""
+    exactly the 1,010 records it had."""
 
 import json
 import os
@@ -34,7 +39,7 @@ import mqdtest  # noqa: E402
 from mqdcluster import (Etcd, Props, Sender, cluster_sets, count_records,  # noqa: E402
                         get_json, partition_bytes, read_keys, wait_for)
 from mqdtest import SLOW, check, fail, log, skip  # noqa: E402
-from proton import uint, ulong  # noqa: E402
+from proton import SSLDomain, uint, ulong  # noqa: E402
 
 N = 1000
 MORE = 200
@@ -80,18 +85,25 @@ def repl_user_sets():
 
 
 class PlainFetch(mqdtest.Client):
-    """A $repl/ receiver over plain TCP, logged in with SASL PLAIN as user/password."""
+    """A $repl/ receiver logged in with SASL PLAIN as user/password: over plain TCP, or
+    over TLS verified with ca when given."""
 
-    def __init__(self, url, address, props, user, password):
+    def __init__(self, url, address, props, user, password, ca=None):
         super().__init__()
         self.url, self.address, self.props = url, address, props
-        self.user, self.password = user, password
+        self.user, self.password, self.ca = user, password, ca
         self.link_cond = None
         self.got = 0
 
     def on_start(self, e):
+        kw = {}
+        if self.ca:
+            dom = SSLDomain(SSLDomain.MODE_CLIENT)
+            dom.set_trusted_ca_db(self.ca)
+            dom.set_peer_authentication(SSLDomain.VERIFY_PEER)
+            kw["ssl_domain"] = dom
         c = self.connect(e.container, self.url, user=self.user, password=self.password,
-                         allowed_mechs="PLAIN", allow_insecure_mechs=True)
+                         allowed_mechs="PLAIN", allow_insecure_mechs=not self.ca, **kw)
         e.container.create_receiver(c, self.address, options=[Props(self.props)])
 
     def on_link_opened(self, e):
@@ -207,6 +219,33 @@ def body(t):
         n = {i: count_records(v) for i, v in raw.items()}
         log("records per node %r, %d bytes each" % (n, len(raw[leader])))
         check(all(v == N for v in n.values()), "records per node %r" % n)
+    with coll.case("(f) the leader epoch on the wire: newer and older than the leader's"):
+        ep = partition(etcd)["epoch"]
+        tls_url = "amqps://127.0.0.1:%d" % L.tls_port
+        got = {}
+        for name, theirs in (("newer", ep + 5), ("older", ep - 1)):
+            p = PlainFetch(tls_url, "$repl/r3/0", {"mqd:node-id": uint(followers[0]),
+                                                   "mqd:fetch-offset": ulong(N),
+                                                   "mqd:last-epoch": uint(ep),
+                                                   "mqd:epoch": uint(theirs)},
+                           "repl", "s3cret", ca=pki["ca.crt"])
+            mqdtest.run_container(p, 30)
+            log("%s epoch %d (leader's %d): %r, %d received" % (name, theirs, ep, p.link_cond, p.got))
+            check(p.got == 0, "a refused fetch link received %d" % p.got)
+            got[name] = p.link_cond
+        check(got["newer"] == ("amqp:precondition-failed",
+                               "this leader's epoch %d is older than the follower's %d: reading "
+                               "the partition's state again" % (ep, ep + 5)), "newer: %r" % (got["newer"],))
+        check(got["older"] == ("mqd:repl:stale-epoch", "stale epoch: the follower's %d, the "
+                               "leader's %d" % (ep - 1, ep)), "older: %r" % (got["older"],))
+        # the zombie check read etcd again: still the leader there, so it acknowledges again
+        wait_for("the leader's re-read", lambda: "state read again" in L.log_text(), 10)
+        s = Sender(L.url, "r3", 10, "after-epoch")
+        mqdtest.run_container(s, 60)
+        check(s.accepted == 10 and not s.rejected, "sends after the re-read: %s" % s.status())
+        check(partition(etcd)["leader"] == leader and partition(etcd)["epoch"] == ep,
+              "etcd changed: %r" % partition(etcd))
+    N2 = N + 10
     bad = followers[-1]
     B = brokers[bad]
     with coll.case("(e) a follower with the wrong CA never gets in sync"):
@@ -230,7 +269,7 @@ def body(t):
         log("node %d: %d records before, %d after; leader %d; ISR %r; %d verification failures"
             % (bad, before, after, lead_n, p["isr"], fails))
         check(bad not in p["isr"] and len(p["isr"]) == 2, "ISR %r" % p["isr"])
-        check(before == N and after == N and lead_n == N + MORE,
+        check(before == N2 and after == N2 and lead_n == N2 + MORE,
               "records: node %d %d -> %d, leader %d" % (bad, before, after, lead_n))
         check(fails >= 2, "%d verification failures logged (it keeps retrying)" % fails)
     coll.finish()
