@@ -115,9 +115,10 @@ static void receive(fol_t *f, pn_delivery_t *d)
         return resync(f, d, "not a replication run");
     if (newest > f->rp->ps.epoch) {
         /* a leader of an epoch this node has not seen: not appended before etcd says so */
-        MQD_WARN("repl", "%s/%u: run with records of epoch %" PRIu32 ", newer than %" PRIu32
-                 ": reading the partition's state again", f->rp->topic, f->rp->part, newest,
-                 f->rp->ps.epoch);
+        MQD_WARN("repl",
+                 "%s/%u: run with records of epoch %" PRIu32 ", newer than %" PRIu32
+                 ": reading the partition's state again",
+                 f->rp->topic, f->rp->part, newest, f->rp->ps.epoch);
         mqd_repl_refresh(f->rp);
         return resync(f, d, "records of a newer epoch");
     }

@@ -233,9 +233,9 @@ static void test_grec(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_place_racks), cmocka_unit_test(test_place_edges),
-        cmocka_unit_test(test_watermarks),  cmocka_unit_test(test_pstate),
-        cmocka_unit_test(test_wire),        cmocka_unit_test(test_grec),
+        cmocka_unit_test(test_place_racks),   cmocka_unit_test(test_place_edges),
+        cmocka_unit_test(test_watermarks),    cmocka_unit_test(test_pstate),
+        cmocka_unit_test(test_wire),          cmocka_unit_test(test_grec),
         cmocka_unit_test(test_run_max_epoch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
