@@ -117,7 +117,8 @@ typedef struct mqd_cluster mqd_cluster_t;
 
 typedef struct mqd_cluster_node {
     uint32_t id;
-    char address[256]; /* advertised HOST:PORT */
+    char address[256];      /* advertised HOST:PORT */
+    char repl_address[256]; /* HOST:PORT of its TLS listener for fetches; "" = address */
     char rack[64];
     int64_t started_ms; /* wall clock of the node's start */
     bool alive;         /* its key is present (its lease lives) */

@@ -425,15 +425,31 @@ static void on_ctl(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t
     kick(m); /* a vacant key: campaign now */
 }
 
-/* HOST:PORT others reach this node at: advertised_address, else the first listener. */
-static void own_address(const mqd_conf_t *c, char *buf, size_t len)
+static void strip_scheme(const char *a, char *buf, size_t len)
 {
-    const char *a = c->advertised_address ? c->advertised_address : c->n_listen ? c->listen[0] : "";
     if (strncmp(a, "amqps://", 8) == 0)
         a += 8;
     else if (strncmp(a, "amqp://", 7) == 0)
         a += 7;
     snprintf(buf, len, "%s", a);
+}
+
+/* HOST:PORT others reach this node at: advertised_address, else the first listener. */
+static void own_address(const mqd_conf_t *c, char *buf, size_t len)
+{
+    const char *a = c->advertised_address ? c->advertised_address : c->n_listen ? c->listen[0] : "";
+    strip_scheme(a, buf, len);
+}
+
+/* HOST:PORT followers fetch from over TLS: replication_address, else the first amqps://
+ * listener; "" when this node has no TLS listener (followers then use its address). */
+static void own_repl_address(const mqd_conf_t *c, char *buf, size_t len)
+{
+    const char *a = c->replication_address;
+    for (size_t i = 0; !a && i < c->n_listen; i++)
+        if (mqd_conf_listen_is_tls(c->listen[i]))
+            a = c->listen[i];
+    strip_scheme(a ? a : "", buf, len);
 }
 
 static int member_keys(mqd_cluster_t *m)
@@ -445,6 +461,7 @@ static int member_keys(mqd_cluster_t *m)
     snprintf(m->ctl_key, sizeof m->ctl_key, "/%s/controller", name);
     mqd_cluster_node_t self = {.id = c->node_id, .started_ms = mqd_now_ms()};
     own_address(c, self.address, sizeof self.address);
+    own_repl_address(c, self.repl_address, sizeof self.repl_address);
     snprintf(self.rack, sizeof self.rack, "%s", c->rack ? c->rack : "");
     m->node_value = mqd_cluster_node_json(&self);
     m->ctl_value = mqd_cluster_ctl_json(c->node_id);

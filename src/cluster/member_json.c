@@ -10,6 +10,12 @@ char *mqd_cluster_node_json(const mqd_cluster_node_t *n)
 {
     json_t *o = json_pack("{s:I,s:s,s:s,s:I}", "id", (json_int_t)n->id, "address", n->address,
                           "rack", n->rack, "started", (json_int_t)n->started_ms);
+    /* only when it has one: older nodes read the key without it (and ignore it) */
+    if (o && n->repl_address[0] &&
+        json_object_set_new(o, "repl_address", json_string(n->repl_address)) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;
@@ -49,6 +55,8 @@ int mqd_cluster_node_parse(const char *json, size_t n, mqd_cluster_node_t *out)
         rc = str_of(o, "address", nd.address, sizeof nd.address);
     if (rc == 0)
         rc = str_of(o, "rack", nd.rack, sizeof nd.rack);
+    if (rc == 0)
+        rc = str_of(o, "repl_address", nd.repl_address, sizeof nd.repl_address);
     const json_t *st = json_object_get(o, "started");
     if (rc == 0 && st != NULL) {
         if (json_is_integer(st))

@@ -160,6 +160,10 @@ typedef struct mqd_conf {
     uint32_t replica_lag_ms;      /* 10000: a follower this far behind leaves the ISR */
     char *replication_user;       /* owned; fetch links' user, NULL = not authenticated */
     char *replication_password;   /* owned */
+    bool replication_tls;         /* fetch connections over TLS (amqps://), verified */
+    char *replication_ca_file;    /* owned; CA that verifies leaders, NULL = the system's */
+    char *replication_address;    /* owned; HOST:PORT of the TLS listener other nodes fetch
+                                     from, NULL = the first amqps:// listener */
     int cluster_line;             /* internal: file line of `cluster = ...`, 0 if not in a file */
     uint64_t *set;                /* owned; bit i: global row i was given (file or --set) */
     char **cli;                   /* owned; the command line's --listen ("lHOST:PORT") and

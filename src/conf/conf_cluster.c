@@ -69,6 +69,20 @@ static int fail_at(char *err, size_t errlen, const mqd_conf_t *c, const char *sr
     return MQD_EINVAL;
 }
 
+/* The leader refuses fetch links without TLS: a node with replication_tls must have a
+ * TLS listener for its followers to reach. */
+static int validate_repl_tls(const mqd_conf_t *c, const char *src, char *err, size_t errlen)
+{
+    if (!c->replication_tls)
+        return 0;
+    for (size_t i = 0; i < c->n_listen; i++)
+        if (mqd_conf_listen_is_tls(c->listen[i]))
+            return 0;
+    return fail_at(err, errlen, c, src, "replication_tls",
+                   "on, but no amqps:// listener to advertise as replication_address (add "
+                   "listen = amqps://HOST:PORT with tls_cert and tls_key)");
+}
+
 int mqd_conf_validate_cluster(const mqd_conf_t *c, const char *src, char *err, size_t errlen)
 {
     if (c->cluster != MQD_CONF_CLUSTER_ETCD)
@@ -83,5 +97,5 @@ int mqd_conf_validate_cluster(const mqd_conf_t *c, const char *src, char *err, s
     if (c->advertised_address == NULL && c->n_listen == 0)
         return fail_at(err, errlen, c, src, "advertised_address",
                        "missing and no listener to take it from");
-    return 0;
+    return validate_repl_tls(c, src, err, errlen);
 }

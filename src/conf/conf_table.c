@@ -426,8 +426,30 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      false},
     {"replication_password", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
      G_FIELD(replication_password), NULL, NULL,
-     "Password of replication_user. Sent with SASL PLAIN over the fetch connection, which is "
-     "plain TCP today: keep inter-node traffic on a trusted network. Restart-only.",
+     "Password of replication_user. Sent with SASL PLAIN over the fetch connection: in clear "
+     "unless replication_tls is on. Restart-only.",
+     false},
+    {"replication_tls", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "off", NULL, NULL,
+     G_FIELD(replication_tls), NULL, NULL,
+     "On: followers fetch from their leader over TLS (amqps:// to the leader's "
+     "replication_address), verify its certificate against replication_ca_file with the "
+     "address's host as the name, then log in (replication_user, SASL PLAIN inside TLS); a "
+     "leader refuses $repl/... links that arrive on a connection without TLS "
+     "(amqp:unauthorized-access). Needs an amqps:// listener (tls_cert, tls_key) on every "
+     "node. Restart-only.",
+     false},
+    {"replication_ca_file", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
+     G_FIELD(replication_ca_file), NULL, NULL,
+     "PEM file of the CA(s) that verify a leader's certificate when replication_tls is on; "
+     "unset: the system trust store. Restart-only.",
+     false},
+    {"replication_address", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
+     G_FIELD(replication_address), NULL, mqd_conf_check_hostport_or_empty,
+     "HOST:PORT of this node's TLS listener that other nodes fetch from (replication_tls); "
+     "unset: the first amqps:// listen address. It is "
+     "registered in etcd next to advertised_address (nodes that register none are fetched "
+     "from at advertised_address). Its host is the name a follower verifies the certificate "
+     "for. Restart-only.",
      false},
 
     /* ---- cluster (issue 19; src/cluster/): restart-only ---- */

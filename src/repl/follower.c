@@ -67,6 +67,7 @@ static void attach(fol_t *f)
     put_prop(p, "mqd:node-id", rp->r->conf->node_id, false);
     put_prop(p, "mqd:fetch-offset", end, true);
     put_prop(p, "mqd:last-epoch", last_epoch(rp->r, log), false);
+    put_prop(p, "mqd:epoch", rp->ps.epoch, false); /* the epoch it believes f->leader leads */
     pn_data_exit(p);
     pn_link_open(f->link);
     pn_link_flow(f->link, REPL_CREDIT);
@@ -108,8 +109,19 @@ static void receive(fol_t *f, pn_delivery_t *d)
         return resync(f, d, "out of memory");
     ssize_t got = size ? pn_link_recv(f->link, (char *)r->buf, size) : 0;
     pn_link_advance(f->link);
-    if (got != (ssize_t)size || mqd_repl_run_parse(r->buf, size, &run) != 0)
+    uint32_t newest = 0;
+    if (got != (ssize_t)size || mqd_repl_run_parse(r->buf, size, &run) != 0 ||
+        mqd_repl_run_max_epoch(run.data, run.len, &newest) != 0)
         return resync(f, d, "not a replication run");
+    if (newest > f->rp->ps.epoch) {
+        /* a leader of an epoch this node has not seen: not appended before etcd says so */
+        MQD_WARN("repl",
+                 "%s/%u: run with records of epoch %" PRIu32 ", newer than %" PRIu32
+                 ": reading the partition's state again",
+                 f->rp->topic, f->rp->part, newest, f->rp->ps.epoch);
+        mqd_repl_refresh(f->rp);
+        return resync(f, d, "records of a newer epoch");
+    }
     mqd_plog_t *log = f->rp->local->log;
     if (run.count) {
         uint64_t first;
@@ -210,6 +222,8 @@ static void on_event(mqd_outconn_t *oc, pn_event_t *e, void *arg)
         f->attach_at_ms = mqd_now_ms() + REPL_REATTACH_MS;
         if (cn && strcmp(cn, "mqd:repl:diverged") == 0)
             truncate_to_leader(f, pn_condition_info(c));
+        else if (cn && strcmp(cn, "mqd:repl:stale-epoch") == 0)
+            mqd_repl_refresh(f->rp); /* the leader knows a newer state: read it first */
         break;
     }
     case PN_DELIVERY:
@@ -234,9 +248,12 @@ static int connect_leader(fol_t *f)
     if (!n || !n->alive || !n->address[0])
         return MQD_ENOENT; /* not known yet: the tick tries again */
     char container[64];
-    snprintf(f->url, sizeof f->url, "amqp://%s", n->address);
-    snprintf(container, sizeof container, "mqd-node-%" PRIu32, f->rp->r->conf->node_id);
     const mqd_conf_t *conf = f->rp->r->conf;
+    bool tls = conf->replication_tls;
+    /* with TLS, the name verified is the host of the address the leader registered */
+    snprintf(f->url, sizeof f->url, "%s://%s", tls ? "amqps" : "amqp",
+             tls && n->repl_address[0] ? n->repl_address : n->address);
+    snprintf(container, sizeof container, "mqd-node-%" PRIu32, conf->node_id);
     bool auth = conf->replication_user && conf->replication_user[0];
     mqd_outconn_opts_t o = {.url = f->url,
                             .container = container,
@@ -244,7 +261,8 @@ static int connect_leader(fol_t *f)
                             .backoff_max_ms = 2000,
                             .user = auth ? conf->replication_user : NULL,
                             .password = auth ? conf->replication_password : NULL,
-                            .plain_over_tcp = auth};
+                            .ca_file = tls ? conf->replication_ca_file : NULL,
+                            .plain_over_tcp = auth && !tls};
     mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
     return mqd_outconn_new(f->rp->r->s, &o, &ops, f, &f->oc);
 }

@@ -245,6 +245,7 @@ typedef struct fetch_req {
     uint32_t node;
     uint64_t offset;
     uint32_t last_epoch;
+    uint32_t epoch; /* mqd:epoch: the leader epoch the follower expects (seen & 8) */
     unsigned seen;
 } fetch_req_t;
 
@@ -275,6 +276,8 @@ static int read_props(pn_link_t *l, fetch_req_t *q)
             q->offset = v, q->seen |= 2;
         else if (k.size == 14 && memcmp(k.start, "mqd:last-epoch", 14) == 0 && v <= UINT32_MAX)
             q->last_epoch = (uint32_t)v, q->seen |= 4;
+        else if (k.size == 9 && memcmp(k.start, "mqd:epoch", 9) == 0 && v <= UINT32_MAX)
+            q->epoch = (uint32_t)v, q->seen |= 8;
     }
     pn_data_exit(d);
     return (q->seen & 3) == 3 ? 0 : MQD_EINVAL;
@@ -340,6 +343,29 @@ static rflw_t *follower_of(rpart_t *rp, uint32_t id)
 
 /* Only a replica of the partition may fetch it: the connection's user must be
  * replication_user when that is set, and the attach must name a node of the replica set. */
+/* The follower expects another leader epoch (mqd:epoch) than this leader holds. Newer:
+ * this node missed a state change (a zombie): it acknowledges nothing until it has read
+ * its partition key again, which steps it down if it no longer leads. Older: the
+ * follower is the one behind; mqd:repl:stale-epoch makes it read etcd before it
+ * attaches again. */
+static void epoch_mismatch(rpart_t *rp, pn_link_t *l, const char *addr, uint32_t theirs)
+{
+    char why[160];
+    if (theirs > rp->ps.epoch) {
+        snprintf(why, sizeof why,
+                 "this leader's epoch %" PRIu32 " is older than the follower's %" PRIu32
+                 ": reading the partition's state again",
+                 rp->ps.epoch, theirs);
+        MQD_WARN("repl", "%s/%u: %s", rp->topic, rp->part, why);
+        rp->fenced = true; /* mqd_repl_refresh lifts it once etcd answered */
+        mqd_repl_refresh(rp);
+        return refuse(l, "amqp:precondition-failed", why, addr);
+    }
+    snprintf(why, sizeof why, "stale epoch: the follower's %" PRIu32 ", the leader's %" PRIu32,
+             theirs, rp->ps.epoch);
+    refuse(l, "mqd:repl:stale-epoch", why, addr);
+}
+
 void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char *addr)
 {
     fetch_req_t q;
@@ -347,6 +373,8 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
     pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
     const char *ru = r->conf->replication_user;
+    if (r->conf->replication_tls && !c->ssl) /* the password and the records in clear */
+        return refuse(l, "amqp:unauthorized-access", "replication requires TLS", addr);
     if (ru && ru[0] && strcmp(c->user, ru) != 0)
         return refuse(l, "amqp:unauthorized-access", "fetch links are for replication_user only",
                       addr);
@@ -360,6 +388,8 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     rflw_t *f = follower_of(rp, q.node);
     if (!f)
         return refuse(l, "amqp:unauthorized-access", "that node is not a replica", addr);
+    if ((q.seen & 8) && q.epoch != rp->ps.epoch)
+        return epoch_mismatch(rp, l, addr, q.epoch);
     uint64_t start = mqd_plog_start_offset(rp->local->log), epoch_end;
     uint32_t largest;
     if (q.offset < start)

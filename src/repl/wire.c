@@ -190,3 +190,28 @@ int mqd_repl_grec_parse(const uint8_t *b, size_t len, uint64_t *floor, const cha
     *nlen = len - 8;
     return 0;
 }
+
+/* The record header is little-endian (store.h), unlike the AMQP encoding above. */
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int mqd_repl_run_max_epoch(const uint8_t *data, size_t len, uint32_t *out)
+{
+    enum { HDR = 40, EPOCH_AT = 24 }; /* MQD_STORE_RAW_HDR; after len, crc, offset, ts */
+    uint32_t max = 0;
+    size_t pos = 0;
+    while (pos < len) {
+        if (len - pos < HDR)
+            return MQD_ECORRUPT;
+        size_t n = (size_t)le32(data + pos) + 4;
+        if (n < HDR || n > len - pos)
+            return MQD_ECORRUPT;
+        uint32_t e = le32(data + pos + EPOCH_AT);
+        max = e > max ? e : max;
+        pos += n;
+    }
+    *out = max;
+    return 0;
+}

@@ -348,6 +348,16 @@ static void test_member_json(void **state)
     assert_string_equal(back.rack, "c");
     assert_int_equal(back.started_ms, INT64_C(1796162668987));
     assert_true(back.alive);
+    assert_string_equal(back.repl_address, ""); /* none registered: the key has none */
+    assert_null(strstr(s, "repl_address"));
+    free(s);
+    /* a TLS listener for fetches goes next to the address; older keys lack it */
+    snprintf(n.repl_address, sizeof n.repl_address, "10.0.0.3:5671");
+    s = mqd_cluster_node_json(&n);
+    assert_non_null(s);
+    assert_int_equal(mqd_cluster_node_parse(s, strlen(s), &back), 0);
+    assert_string_equal(back.address, "10.0.0.3:5672");
+    assert_string_equal(back.repl_address, "10.0.0.3:5671");
     free(s);
     uint32_t id = 0;
     s = mqd_cluster_ctl_json(2);
@@ -363,6 +373,7 @@ static void test_member_json(void **state)
                                       "{\"id\":4294967296}",
                                       "{\"id\":1,\"rack\":5}",
                                       "{\"id\":1,\"started\":\"x\"}",
+                                      "{\"id\":1,\"repl_address\":7}",
                                       "{\"id\":1,\"rack\":\"a\\u0000b\"}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(mqd_cluster_node_parse(bad[i], strlen(bad[i]), &back), MQD_ECORRUPT);

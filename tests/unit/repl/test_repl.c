@@ -158,6 +158,47 @@ static void test_wire(void **state)
     free(buf);
 }
 
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The follower's epoch check: the largest record epoch of a run, records as stored
+ * (len u32 LE counting the bytes after itself, the epoch at byte 24). */
+static void test_run_max_epoch(void **state)
+{
+    static const uint32_t epochs[] = {1, 3, 2};
+    static const uint32_t payload[] = {0, 17, 5};
+    uint8_t recs[3 * 40 + 22] = {0};
+    size_t pos = 0;
+    for (int i = 0; i < 3; i++) {
+        put_le32(recs + pos, 36 + payload[i]);
+        put_le32(recs + pos + 24, epochs[i]);
+        pos += 40 + payload[i];
+    }
+    assert_int_equal(pos, sizeof recs);
+    uint32_t e = 99;
+    assert_int_equal(mqd_repl_run_max_epoch(recs, sizeof recs, &e), 0);
+    assert_int_equal(e, 3);
+    assert_int_equal(mqd_repl_run_max_epoch(recs, 40, &e), 0); /* the first alone */
+    assert_int_equal(e, 1);
+    assert_int_equal(mqd_repl_run_max_epoch(recs, 0, &e), 0);
+    assert_int_equal(e, 0);
+    /* every cut inside a record is refused and leaves *out alone */
+    for (size_t cut = 1; cut < sizeof recs; cut++) {
+        if (cut == 40 || cut == 97)
+            continue; /* record boundaries */
+        e = 7;
+        assert_int_equal(mqd_repl_run_max_epoch(recs, cut, &e), MQD_ECORRUPT);
+        assert_int_equal(e, 7);
+    }
+    put_le32(recs, 35); /* shorter than a header */
+    assert_int_equal(mqd_repl_run_max_epoch(recs, sizeof recs, &e), MQD_ECORRUPT);
+    put_le32(recs, UINT32_MAX); /* past the end, and no overflow on the way */
+    assert_int_equal(mqd_repl_run_max_epoch(recs, sizeof recs, &e), MQD_ECORRUPT);
+}
+
 /* The group-offset control record's body: floor LE, then the name. */
 static void test_grec(void **state)
 {
@@ -192,9 +233,10 @@ static void test_grec(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_place_racks), cmocka_unit_test(test_place_edges),
-        cmocka_unit_test(test_watermarks),  cmocka_unit_test(test_pstate),
-        cmocka_unit_test(test_wire),        cmocka_unit_test(test_grec),
+        cmocka_unit_test(test_place_racks),   cmocka_unit_test(test_place_edges),
+        cmocka_unit_test(test_watermarks),    cmocka_unit_test(test_pstate),
+        cmocka_unit_test(test_wire),          cmocka_unit_test(test_grec),
+        cmocka_unit_test(test_run_max_epoch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
