@@ -462,6 +462,17 @@ def drain(prod, cons, etcd):
     return want
 
 
+def check_end(brokers, ps, cons, want):
+    """The leader's high watermark (its cluster status), then check_logs."""
+    st = cluster_status(brokers[ps["leader"]].url)
+    check(st is not None, "no cluster status from the leader")
+    p = [x for x in st["partitions"] if x["topic"] == TOPIC and x["partition"] == 0][0]
+    check(p["leader"] == ps["leader"], "status names leader %r, etcd %r" % (p["leader"], ps["leader"]))
+    hw = p["high_watermark"]
+    check(hw >= len(want), "high watermark %d below the %d accepted seqs" % (hw, len(want)))
+    check_logs(brokers, ps["leader"], hw, cons, want)
+
+
 def check_logs(brokers, lead, hw, cons, want):
     """Stops the nodes and compares their partition files below the high watermark."""
     for b in brokers.values():
@@ -530,12 +541,6 @@ def crash_loop(t, make_producer, rounds):
         check(not cons.order_errors, "%d order errors: %r" % (len(cons.order_errors), cons.order_errors[:5]))
         check(want <= set(cons.seen.values()), "consumer misses accepted seqs")
     with coll.case("(d) replicas byte-equal below the HW, every accepted seq in the log"):
-        st = cluster_status(brokers[ps["leader"]].url)
-        check(st is not None, "no cluster status from the leader")
-        p = [x for x in st["partitions"] if x["topic"] == TOPIC and x["partition"] == 0][0]
-        check(p["leader"] == ps["leader"], "status names leader %r, etcd %r" % (p["leader"], ps["leader"]))
-        hw = p["high_watermark"]
-        check(hw >= len(want), "high watermark %d below the %d accepted seqs" % (hw, len(want)))
-        check_logs(brokers, ps["leader"], hw, cons, want)
+        check_end(brokers, ps, cons, want)
     coll.finish()
     return times
