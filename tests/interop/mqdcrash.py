@@ -248,7 +248,7 @@ class Producer(_Follower):
 
     def first_ack_after(self, t, node_not=None):
         """The earliest acceptance after monotonic t (by a node other than node_not)."""
-        ts = [a for a, n in self.acked.values() if a > t and n != node_not]
+        ts = [a for a, n in list(self.acked.values()) if a > t and n != node_not]  # other thread adds
         return min(ts) if ts else None
 
     def unsettled(self):
@@ -394,7 +394,7 @@ class RheaProducer:
         return self.pending if self.pending is not None else -1
 
     def first_ack_after(self, t, node_not=None):
-        ts = [a for a, n in self.acked.values() if a > t and n != node_not]
+        ts = [a for a, n in list(self.acked.values()) if a > t and n != node_not]  # other thread adds
         return min(ts) if ts else None
 
     def stop(self, timeout=10):
@@ -454,9 +454,9 @@ def drain(prod, cons, etcd):
     prod.paused = True
     wait_for("the producer's sends all settled (%s)" % prod.status(),
              lambda: prod.unsettled() == 0, 30)
-    want = set("%s-%d" % (prod.prefix, s) for s in prod.acked)
+    want = set("%s-%d" % (prod.prefix, s) for s in list(prod.acked))
     wait_for("the consumer has every accepted seq (%s)" % cons.status(),
-             lambda: want <= set(cons.seen.values()), 30)
+             lambda: want <= set(list(cons.seen.values())), 30)
     prod.stop()
     cons.stop()
     return want
