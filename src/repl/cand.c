@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define CAND_AGAIN_MS 20
+
 static void on_put(void *arg, const mqd_etcd_reply_t *rep)
 {
     char *key = arg;
@@ -128,6 +130,12 @@ static void on_read(void *arg, const mqd_etcd_reply_t *rep)
         }
     }
     rp->cand_pick = pick;
+    if (!all && !evtimer_pending(r->ev_cand, NULL)) {
+        /* reports still on their way (written as the leader's key went, like this read):
+           look again soon rather than at the next tick */
+        static const struct timeval again = {0, CAND_AGAIN_MS * 1000};
+        evtimer_add(r->ev_cand, &again);
+    }
     if (all) {
         rp->cand_done = true;
         if (pick)
@@ -139,6 +147,13 @@ static void on_read(void *arg, const mqd_etcd_reply_t *rep)
 out:
     free(q->topic);
     free(q);
+}
+
+void mqd_repl_cand_again(evutil_socket_t fd, short what, void *arg)
+{
+    MQD_UNUSED(fd);
+    MQD_UNUSED(what);
+    mqd_repl_ctl_failover(arg);
 }
 
 static void read_reports(rpart_t *rp)

@@ -577,7 +577,8 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
     snprintf(r->cand_prefix, sizeof r->cand_prefix, "/%s/candidates/", name);
     r->ev_tick = event_new(mqd_server_base(s), -1, EV_PERSIST, on_tick, r);
     r->ev_kick = event_new(mqd_server_base(s), -1, 0, on_kick, r);
-    if (!r->ev_tick || !r->ev_kick || mqd_repl_grow(r, REPL_RUN_BYTES + 256) != 0) {
+    r->ev_cand = evtimer_new(mqd_server_base(s), mqd_repl_cand_again, r);
+    if (!r->ev_tick || !r->ev_kick || !r->ev_cand || mqd_repl_grow(r, REPL_RUN_BYTES + 256) != 0) {
         mqd_repl_free(r);
         return MQD_ENOMEM;
     }
@@ -651,6 +652,8 @@ void mqd_repl_free(mqd_repl_t *r)
     mqd_etcd_watch_free(r->w_parts);
     if (r->ev_tick)
         event_free(r->ev_tick);
+    if (r->ev_cand)
+        event_free(r->ev_cand);
     if (r->ev_kick)
         event_free(r->ev_kick);
     free(r->buf);

@@ -108,6 +108,7 @@ struct mqd_repl {
     rtopic_t *topics;
     bool controller, closing;
     struct event *ev_tick, *ev_kick;
+    struct event *ev_cand; /* cand.c: the next read of the log-end reports */
     uint8_t *buf; /* raw reads, encodes, receives */
     size_t cap;
 };
@@ -188,5 +189,7 @@ bool mqd_repl_move_ready(void *arg, char *why, size_t whylen);
 void mqd_repl_cand_report(mqd_repl_t *r, uint32_t gone);
 bool mqd_repl_cand_ready(rpart_t *rp, int64_t now_ms, uint32_t *pick);
 void mqd_repl_cand_reset(rpart_t *rp);
+/* The ev_cand callback: reads again (mqd_repl_ctl_failover) sooner than the tick. */
+void mqd_repl_cand_again(evutil_socket_t fd, short what, void *arg);
 
 #endif
