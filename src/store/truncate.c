@@ -78,7 +78,7 @@ void store_do_truncate(mqd_plog_t *log)
     if (rc == 0 && ckpt_write(log, t->base, t->size, t->next_off, 1) != 0)
         rc = MQD_EIO;
     if (rc != 0)
-        store_log_fail(log, t, "truncate", EIO);
+        store_log_fail(log, t, reset ? "reset" : "truncate", EIO);
     pthread_mutex_lock(&log->mu);
     log->start = log->head->base;
     pthread_mutex_unlock(&log->mu);

@@ -7,6 +7,7 @@
 #include "util/util.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -219,6 +220,97 @@ static void test_torn_mark(void **state)
     assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED, 100, 100, 1 << 20), 600);
 }
 
+/* I/O error at each write or sync the reset makes, one at a time (through the store's
+ * I/O table): every such point is also where a power cut could stop it, and the files
+ * are what that point left. The reset reports the error and the log fails; a reopen
+ * with working I/O then shows the old log whole or the new empty one, nothing else. */
+static int io_calls, io_fail_at;
+
+static int step(void)
+{
+    return __atomic_add_fetch(&io_calls, 1, __ATOMIC_RELAXED) == io_fail_at;
+}
+
+static ssize_t step_pwrite(int fd, const void *b, size_t n, off_t off)
+{
+    if (step()) {
+        errno = EIO;
+        return -1;
+    }
+    return pwrite(fd, b, n, off);
+}
+
+static int step_fdatasync(int fd)
+{
+    if (step()) {
+        errno = EIO;
+        return -1;
+    }
+    return fdatasync(fd);
+}
+
+static int step_fsync(int fd)
+{
+    if (step()) {
+        errno = EIO;
+        return -1;
+    }
+    return fsync(fd);
+}
+
+static void test_fail_each_step(void **state)
+{
+    fx_t *f = *state;
+    int old_logs = 0, new_logs = 0, k;
+    for (k = 1; k < 40; k++) {
+        fx_open(f);
+        fill(f);
+        mqd_store_io_t io;
+        mqd_store_io_default(&io);
+        io.pwrite = step_pwrite;
+        io.fdatasync = step_fdatasync;
+        io.fsync = step_fsync;
+        __atomic_store_n(&io_calls, 0, __ATOMIC_RELAXED);
+        io_fail_at = k;
+        mqd_store_set_io(f->st, &io);
+        cb_calls = 0;
+        assert_int_equal(mqd_plog_reset(f->log, 5000, on_reset, f->log), 0);
+        for (int i = 0; i < 1000 && cb_calls == 0; i++) {
+            usleep(5000);
+            mqd_store_dispatch(f->st);
+        }
+        assert_int_equal(cb_calls, 1);
+        int done = cb_rc == 0;
+        assert_true(done || mqd_plog_failed(f->log));
+        io_fail_at = 0;
+        mqd_store_close(f->st);
+        f->st = NULL;
+        fx_open(f);
+        assert_false(mqd_plog_unhealthy(f->log));
+        if (mqd_plog_start_offset(f->log) == 0) {
+            assert_int_equal(mqd_plog_end_offset(f->log), 600);
+            assert_int_equal(read_check(f->log, 0, UINT64_MAX, SEED, 100, 100, 1 << 20), 600);
+            old_logs++;
+        } else {
+            assert_int_equal(mqd_plog_start_offset(f->log), 5000);
+            assert_int_equal(mqd_plog_end_offset(f->log), 5000);
+            assert_int_equal(count_files(f->pdir, "log"), 1);
+            assert_false(file_exists(f->pdir, "reset.mark"));
+            new_logs++;
+        }
+        mqd_store_close(f->st);
+        f->st = NULL;
+        rm_rf(f->dir);
+        assert_int_equal(mkdir(f->dir, 0700), 0);
+        if (done)
+            break;
+    }
+    print_message("reset: %d I/O steps; failed at each: %d reopened old, %d new\n", k - 1, old_logs,
+                  new_logs - 1);
+    assert_true(k > 3 && k < 40);
+    assert_true(old_logs >= 2 && new_logs >= 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -226,6 +318,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reset_at_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_after_mark, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_mark, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fail_each_step, setup, teardown),
     };
     mqd_log_set_level(MQD_LOG_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);
