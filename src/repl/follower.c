@@ -222,6 +222,8 @@ static void on_event(mqd_outconn_t *oc, pn_event_t *e, void *arg)
         f->attach_at_ms = mqd_now_ms() + REPL_REATTACH_MS;
         if (cn && strcmp(cn, "mqd:repl:diverged") == 0)
             truncate_to_leader(f, pn_condition_info(c));
+        else if (cn && strcmp(cn, "mqd:repl:below-log-start") == 0)
+            mqd_repl_fol_behind(f->rp, f->leader, pn_condition_info(c));
         else if (cn && strcmp(cn, "mqd:repl:stale-epoch") == 0)
             mqd_repl_refresh(f->rp); /* the leader knows a newer state: read it first */
         break;

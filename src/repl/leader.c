@@ -318,6 +318,30 @@ static void diverged(pn_link_t *l, const char *addr, uint64_t end, uint32_t epoc
                epoch, end);
 }
 
+/* The follower's fetch offset is below this log's start: retention deleted what it
+ * needs next. It holds nothing this leader still has (or only a prefix below the start),
+ * so the answer names the start (info mqd:log-start) and the follower empties its
+ * replica, restarts it there (mqd_plog_reset) and fetches again, as Kafka's do. */
+static void behind_start(rpart_t *rp, pn_link_t *l, const char *addr, uint64_t offset,
+                         uint64_t start)
+{
+    pn_condition_t *c = pn_link_condition(l);
+    pn_condition_set_name(c, "mqd:repl:below-log-start");
+    pn_condition_set_description(c, "fetch offset below the leader's log start: reset the "
+                                    "replica to mqd:log-start and fetch again");
+    pn_data_t *info = pn_condition_info(c);
+    pn_data_clear(info);
+    pn_data_put_map(info);
+    pn_data_enter(info);
+    pn_data_put_symbol(info, pn_bytes(13, "mqd:log-start"));
+    pn_data_put_ulong(info, start);
+    pn_data_exit(info);
+    pn_link_open(l);
+    pn_link_close(l);
+    MQD_NOTICE("repl", "%s/%u: fetch link %s: offset %" PRIu64 " is below the log start %" PRIu64,
+               rp->topic, rp->part, addr, offset, start);
+}
+
 /* "$repl/<T>/<P>" -> its partition, if this node leads it. */
 static rpart_t *fetch_part(mqd_repl_t *r, const char *addr)
 {
@@ -393,10 +417,7 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     uint64_t start = mqd_plog_start_offset(rp->local->log), epoch_end;
     uint32_t largest;
     if (q.offset < start)
-        return refuse(l, "amqp:precondition-failed",
-                      "fetch offset below the leader's log start "
-                      "(a follower that fell behind retention: not handled yet)",
-                      addr);
+        return behind_start(rp, l, addr, q.offset, start);
     if (mqd_repl_epoch_end(r, rp->local->log, q.last_epoch, &epoch_end, &largest) != 0)
         return refuse(l, "amqp:internal-error", "epoch lookup failed", addr);
     if (q.offset > epoch_end || largest != q.last_epoch)

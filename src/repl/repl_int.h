@@ -77,7 +77,8 @@ struct rpart {
     bool cas_out;        /* an ISR change in flight */
     bool subscribed;     /* to its commit point */
     bool offline;        /* controller: no leader can be elected (logged once) */
-    bool truncating;     /* follower: cutting its log back to the leader's epoch end */
+    bool truncating;     /* follower: cutting its log back to the leader's epoch end, or
+                            resetting it to the leader's log start (behind.c) */
     bool fenced;         /* leader whose lease was lost: acknowledges nothing until its
                             partition key was read again (repl.c refresh) */
     bool fenced_retry;   /* that read failed: the tick asks again */
@@ -129,6 +130,10 @@ int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps);
 typedef void (*mqd_repl_cas_done_fn)(void *arg, bool written);
 int mqd_repl_part_cas_cb(rpart_t *rp, const mqd_repl_pstate_t *ps, mqd_repl_cas_done_fn done,
                          void *done_arg);
+
+/* behind.c: the leader refused the fetch as below its log start (info mqd:log-start):
+ * empties rp's replica and restarts it there, then fetches again. */
+void mqd_repl_fol_behind(rpart_t *rp, uint32_t leader, pn_data_t *info);
 
 /* epoch.c: over the stable records of log, the offset where epochs <= e end (the first
  * record of a later epoch, or the stable offset) and the largest epoch <= e found there

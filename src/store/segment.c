@@ -771,7 +771,9 @@ int log_recover(mqd_plog_t *log)
 {
     uint64_t *bases = NULL;
     size_t n = 0;
-    int rc = list_bases(log, &bases, &n);
+    int rc = store_reset_recover(log);
+    if (rc == 0)
+        rc = list_bases(log, &bases, &n);
     for (size_t i = 0; rc == 0 && i < n; i++)
         rc = recover_one(log, bases[i], i + 1 < n ? bases[i + 1] : 0, i + 1 == n);
     free(bases);

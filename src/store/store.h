@@ -330,6 +330,16 @@ int mqd_plog_truncate_start(mqd_plog_t *log, uint64_t offset, mqd_plog_truncated
                             void *arg);
 bool mqd_plog_truncating(const mqd_plog_t *log);
 
+/* Empties the log and restarts it at `start` (>= its end offset): a follower whose
+ * fetch offset is below its leader's log start holds nothing the leader still has and
+ * takes the leader's start (reset.c). Asynchronous like mqd_plog_truncate_start, with
+ * the same refusals while it runs and the same callback (end_offset == start). Durable
+ * before cb runs; a power cut leaves the old log or the new empty one. A write or sync
+ * error reports rc != 0 and fails the log (its segment list in memory may then name
+ * unlinked files): the next open shows the old log or the new one (test_reset).
+ * MQD_ERANGE when start is below the end offset. Owner thread. */
+int mqd_plog_reset(mqd_plog_t *log, uint64_t start, mqd_plog_truncated_cb cb, void *arg);
+
 /* Deletes whole old segments, oldest first, by the log's retention_bytes/retention_ms
  * (and, with retention_consumed, every segment wholly below keep_from). `keep_from` is
  * the lowest offset some reader, group or open transaction still needs (for retention =

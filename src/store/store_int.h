@@ -123,6 +123,7 @@ struct mqd_plog {
     int dir_dirty;            /* retention deleted files: fsync the directory (atomic) */
     uint64_t trunc_req;       /* truncate_to(offset) asks the flusher: offset + 1 (atomic) */
     int trunc_rc;
+    int trunc_reset;          /* the request is a reset (reset.c), set with trunc_req */
     uint64_t trunc_end;       /* the end offset the truncation left (the owner takes it) */
     mqd_plog_truncated_cb trunc_cb; /* an asynchronous truncation's callback (owner) */
     void *trunc_cb_arg;
@@ -397,6 +398,15 @@ void store_do_truncate(mqd_plog_t *log);
 /* Owner, from mqd_store_dispatch: ends log's asynchronous truncation (its end offset,
  * then the callback). */
 void store_truncate_done(mqd_plog_t *log);
+
+/* ---- truncate.c, reset.c ---- */
+/* Owner: asks the flusher for a truncation to `offset` or (reset) a restart of the
+ * emptied log at `offset`; async: the callback reports its end (truncate.c). */
+int store_truncate_ask(mqd_plog_t *log, uint64_t offset, int async, int reset);
+/* Flusher: replaces every segment by an empty one based at `start`, durably. */
+int store_reset_segments(mqd_plog_t *log, uint64_t start);
+/* Open: finishes a reset a crash cut short (its marker is there). 0 or MQD_E*. */
+int store_reset_recover(mqd_plog_t *log);
 
 /* ---- resume.c ---- */
 /* Flusher: serves a resume request of a failed log (truncate to the durable offset, a

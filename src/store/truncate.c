@@ -70,18 +70,24 @@ void store_do_truncate(mqd_plog_t *log)
     /* set by the owner before it published trunc_req, cleared only after we clear it */
     int async = log->truncating;
     store_zero_detach(log); /* the truncation cuts the zeros with the rest */
-    int rc = truncate_segments(log, off);
+    int reset = log->trunc_reset;
+    int rc = reset ? store_reset_segments(log, off) : truncate_segments(log, off);
     if (rc == 0)
         rc = store_fsync_dir(log->st, log->dir); /* the unlinks and a new segment */
     seg_t *t = log->tail;
     if (rc == 0 && ckpt_write(log, t->base, t->size, t->next_off, 1) != 0)
         rc = MQD_EIO;
     if (rc != 0)
-        store_log_fail(log, t, "truncate", EIO);
+        store_log_fail(log, t, reset ? "reset" : "truncate", EIO);
     pthread_mutex_lock(&log->mu);
     log->start = log->head->base;
     pthread_mutex_unlock(&log->mu);
     log->trunc_end = t->next_off; /* the owner sets its end from it */
+    if (reset && rc == 0) {
+        /* nothing below the new start is held, so nothing there is unstable */
+        __atomic_store_n(&log->stable, log->trunc_end, __ATOMIC_RELEASE);
+        __atomic_store_n(&log->durable, log->trunc_end, __ATOMIC_RELEASE);
+    }
     if (log->stable > log->trunc_end)
         __atomic_store_n(&log->stable, log->trunc_end, __ATOMIC_RELEASE);
     if (log->durable > log->trunc_end)
@@ -93,17 +99,19 @@ void store_do_truncate(mqd_plog_t *log)
         announce_done(log);
 }
 
-/* Owner: the checks both kinds share, then hands the request to the flusher. */
-static int truncate_ask(mqd_plog_t *log, uint64_t offset, int async)
+/* Owner: the checks all kinds share, then hands the request to the flusher. A reset
+ * (reset.c) goes forward from the end, a truncation back from it. */
+int store_truncate_ask(mqd_plog_t *log, uint64_t offset, int async, int reset)
 {
     /* (a synchronous one during a resume is served first, as it always was) */
     if (log->truncating || (async && __atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE)))
         return MQD_EAGAIN;
-    if (offset > log->end)
+    if (reset ? offset < log->end || offset >= UINT64_MAX / 2 : offset > log->end)
         return MQD_ERANGE;
     mqd_store_commit(log->st);
     store_cold_end(log); /* its chunks may hold bytes about to be cut */
     log->truncating = async;
+    log->trunc_reset = reset;
     __atomic_store_n(&log->trunc_req, offset + 1, __ATOMIC_RELEASE);
     store_kick_log(log->st, log);
     return 0;
@@ -114,7 +122,7 @@ int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset)
     mqd_store_t *st = log->st;
     if (offset == log->end && !log->pending && !log->truncating)
         return 0;
-    int rc = truncate_ask(log, offset, 0);
+    int rc = store_truncate_ask(log, offset, 0, 0);
     if (rc != 0)
         return rc;
     pthread_mutex_lock(&st->mu);
@@ -128,7 +136,7 @@ int mqd_plog_truncate_to(mqd_plog_t *log, uint64_t offset)
 int mqd_plog_truncate_start(mqd_plog_t *log, uint64_t offset, mqd_plog_truncated_cb cb,
                             void *arg)
 {
-    int rc = truncate_ask(log, offset, 1);
+    int rc = store_truncate_ask(log, offset, 1, 0);
     if (rc == 0) {
         log->trunc_cb = cb;
         log->trunc_cb_arg = arg;
@@ -147,6 +155,8 @@ void store_truncate_done(mqd_plog_t *log)
         return;
     log->truncating = 0;
     log->end = log->trunc_end;
+    if (log->trunc_reset)
+        store_corrupt_free(log); /* offsets it skipped are gone with their segments */
     mqd_plog_truncated_cb cb = log->trunc_cb;
     log->trunc_cb = NULL;
     if (cb)

@@ -10,8 +10,11 @@
  *           CRC check: each `dlen u8 | off_delta i8 | ts u8 | flags u8 | dlen bytes`
  *           (flags bit 7 stands for MQD_REC_TXN)
  *   8       recovery checkpoint `base u64 | pos u64 | off u64` (magic and CRC added)
+ *   9       reset marker (reset.c): `start u64` (magic and CRC added); a chunk shorter
+ *           than 8 bytes is written raw, as a torn marker
  * Every partition must open (or fail cleanly), read back only whole CRC-valid records in
- * offset order, and recover to the same offsets a second time. */
+ * offset order, and recover to the same offsets a second time. A whole reset marker
+ * must leave the empty log at its start and be gone once the open succeeded. */
 #include "config.h"
 #include "store/store.h"
 #include "store/store_int.h"
@@ -134,6 +137,36 @@ static void gen_ckpt(const uint8_t *p, size_t n)
     append_file(0, "ckpt", b, sizeof b);
 }
 
+static bool mark_valid;
+static uint64_t mark_start;
+
+static void gen_mark(const uint8_t *p, size_t n)
+{
+    char path[600];
+    uint8_t b[16];
+    uint32_t magic = 0x5453524du, crc;
+    int fd;
+
+    snprintf(path, sizeof path, "%s/reset.mark", part);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        abort();
+    if (n < 8) {
+        if (write(fd, p, n) != (ssize_t)n)
+            abort();
+    } else {
+        memcpy(b, &magic, 4);
+        memcpy(b + 4, p, 8);
+        crc = mqd_crc32c(0, b, 12);
+        memcpy(b + 12, &crc, 4);
+        if (write(fd, b, sizeof b) != (ssize_t)sizeof b)
+            abort();
+        memcpy(&mark_start, p, 8);
+    }
+    mark_valid = n >= 8;
+    close(fd);
+}
+
 static void build_dir(const uint8_t *data, size_t size)
 {
     static const char *const ext[] = {"log", "idx", "tix"};
@@ -141,7 +174,7 @@ static void build_dir(const uint8_t *data, size_t size)
     size_t i = 1;
 
     for (int c = 0; c < MAX_CHUNKS && i + 3 <= size; c++) {
-        unsigned kind = data[i] % 9;
+        unsigned kind = data[i] % 10;
         size_t len = (size_t)data[i + 1] | (size_t)data[i + 2] << 8;
         const uint8_t *p = data + i + 3;
 
@@ -154,8 +187,10 @@ static void build_dir(const uint8_t *data, size_t size)
             gen_records(0, &next_a, p, len);
         else if (kind == 7)
             gen_records(base_b, &next_b, p, len);
-        else
+        else if (kind == 8)
             gen_ckpt(p, len);
+        else
+            gen_mark(p, len);
     }
 }
 
@@ -242,9 +277,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1 || size > 65536)
         return 0;
     clear_part();
+    mark_valid = false;
     build_dir(data, size);
     if (open_read_close(a, true) != 0)
         return 0;
+    if (mark_valid) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/reset.mark", part);
+        if (access(path, F_OK) == 0 || a[0] != mark_start || a[1] != mark_start)
+            abort(); /* the open finished the reset: the empty log at its start */
+    }
     /* recovery already cut what it had to: a second open agrees */
     if (open_read_close(b, false) != 0 || a[0] != b[0] || a[1] != b[1])
         abort();

@@ -56,6 +56,10 @@ def seeds():
         chunk(2, tix) + chunk(3, log_b) + chunk(4, idx_b) + chunk(5, tix_b)
     yield b'\x27' + chunk(0, log[:1400] + struct.pack('<I', 0xFFFFFF) + log[1404:]) + chunk(1, idx) + \
         chunk(2, tix) + chunk(3, log_b) + chunk(4, idx_b) + chunk(5, tix_b)
+    # reset markers (reset.c): a whole one beside both segments, a torn one
+    yield b'\x27' + chunk(0, log) + chunk(1, idx) + chunk(3, log_b) + \
+        chunk(9, struct.pack('<Q', 5000))
+    yield b'\x00' + gen(6, five) + chunk(9, b'\x4d\x52\x53')
 
 
 for n, s in enumerate(seeds(), 1):
