@@ -62,6 +62,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--window", type=int, default=1000)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cluster-flush", default=None,
+                    help="flush policy of the three cluster nodes (default: the config default, sync)")
+    ap.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated subset of %s" % (PROFILES,))
     a = ap.parse_args()
     t = mqdtest.Test("repl-acks-bench")
     res = {p: [] for p in PROFILES}
@@ -69,7 +72,8 @@ def main():
         etcd = Etcd(t)
         etcd.start()
         single = t.broker("single")
-        nodes = start_nodes(t, etcd, RACKS)
+        sets = (lambda i: {"flush": a.cluster_flush}) if a.cluster_flush else (lambda i: {})
+        nodes = start_nodes(t, etcd, RACKS, sets)
         leader_of = {}
         for acks in ("leader", "quorum", "all"):
             create(nodes[1], "b_" + acks, acks)
@@ -78,21 +82,24 @@ def main():
             leader_of[acks] = nodes[st["leader"]]
             wait_for("isr of 3 for " + acks,
                      lambda: len((get_json(etcd.port, key) or {}).get("isr", [])) == 3, 20)
+        profiles = [p for p in PROFILES if p in a.profiles.split(",")]
         for rep in range(a.reps):
-            for p in PROFILES:
+            for p in profiles:
                 topic = "s_%d" % rep if p == "single" else "b_" + p
                 b = single if p == "single" else leader_of[p]
                 if p == "single":
                     create(single, topic)
                 v, (p50, p99), _ = bench(b.url, topic, a.count, a.window, b.proc.pid)
                 res[p].append((v, p50, p99))
-                print("rep %d %-7s %9.0f msg/s p50 %s ms p99 %s ms" % (rep, p, v, p50, p99), flush=True)
+                print("rep %d %-7s %9.0f msg/s p50 %s ms p99 %s ms (%s)" % (rep, p, v, p50, p99, _.strip().splitlines()[-1] if os.environ.get("VERBOSE") else ""), flush=True)
     finally:
         t.cleanup()
+    if not res["single"]:
+        return
     base = statistics.median(x[0] for x in res["single"])
     lines = ["| profile | msg/s (median) | MB/s | ratio to single node | p50 ms | p99 ms | runs |",
              "|---|---:|---:|---:|---:|---:|---|"]
-    for p in PROFILES:
+    for p in [p for p in PROFILES if res[p]]:
         v = statistics.median(x[0] for x in res[p])
         p50 = statistics.median(x[1] for x in res[p] if x[1] is not None) if any(x[1] for x in res[p]) else float("nan")
         p99 = statistics.median(x[2] for x in res[p] if x[2] is not None) if any(x[2] for x in res[p]) else float("nan")
