@@ -93,7 +93,10 @@ static void on_read(void *arg, const mqd_etcd_reply_t *rep)
 {
     cand_read_t *q = arg;
     mqd_repl_t *r = q->r;
-    rpart_t *rp = r->closing ? NULL : mqd_repl_part_find(r, q->topic, q->part);
+    rpart_t *rp = NULL;
+    if (rep->rc == MQD_ESTATE) /* the etcd client is being freed, after repl: r is gone */
+        goto out;
+    rp = r->closing ? NULL : mqd_repl_part_find(r, q->topic, q->part);
     if (rp)
         rp->cand_out = false;
     if (!rp || rp->cand_until_ms == 0 || rp->cand_done || rep->rc != 0)

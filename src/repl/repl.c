@@ -365,7 +365,9 @@ static void on_cas(void *arg, const mqd_etcd_reply_t *rep)
 {
     cas_op_t *o = arg;
     mqd_repl_t *r = o->r;
-    rpart_t *rp = r->closing ? NULL : mqd_repl_part_find(r, o->topic, o->part);
+    /* MQD_ESTATE: the etcd client is being freed (main.c frees repl first): r is gone */
+    rpart_t *rp = rep->rc == MQD_ESTATE || r->closing ? NULL
+                                                      : mqd_repl_part_find(r, o->topic, o->part);
     if (rp) {
         rp->cas_out = false;
         if (rep->rc == 0 && rep->succeeded && rep->revision > rp->mod_rev) {
@@ -491,7 +493,9 @@ typedef struct refresh_op {
 static void on_refresh(void *arg, const mqd_etcd_reply_t *rep)
 {
     refresh_op_t *o = arg;
-    rpart_t *rp = o->r->closing ? NULL : mqd_repl_part_find(o->r, o->topic, o->part);
+    rpart_t *rp = rep->rc == MQD_ESTATE || o->r->closing
+                      ? NULL
+                      : mqd_repl_part_find(o->r, o->topic, o->part);
     if (rp && rep->rc == 0 && rep->n_kvs == 1) {
         part_kv(o->r, &rep->kvs[0], false); /* a newer leader: steps down here */
         rp->fenced = false;

@@ -12,7 +12,8 @@ names the leader, recording every outcome with the node and the time it was seen
 (a) the leader L cut from both followers, not from etcd: L stays leader (epoch unchanged,
     it holds its lease), its ISR shrinks to [L] by CAS within replica_lag_ms + 10 s, and
     it acknowledges nothing sent after the cut while it lasts (0 accepted; the sends are
-    rejected amqp:resource-limit-exceeded). Healed: the ISR is 3 again and L accepts.
+    rejected amqp:resource-limit-exceeded; at most the one batch in flight at the cut, held
+    by enough replicas before it, may settle when the ISR shrinks). Healed: the ISR is 3 again and L accepts.
 (b) the leader L cut from etcd, not from the followers: a follower N is elected in epoch
     + 1; L acknowledges nothing from the moment the test saw that election (its lease
     fence: rejected "lost its cluster lease"), so no two leaders acknowledge at once; N
@@ -189,8 +190,13 @@ def case_a(net, etcd, prod, brokers):
         % (L, L, t_shrink - t_cut, t_heal - t_cut, len(prod.accepted(L, t_cut, t_heal)),
            len(late), len(new_sends), len(rej), sorted({(e[3], e[4]) for e in rej})[:2]))
     check(during["leader"] == L and during["epoch"] == ep, "leader moved: %r" % during)
-    check(not late and not new_sends, "acknowledged without its followers: %d late, %d sent after "
-          "the cut" % (len(late), len(new_sends)))
+    # A send made before the cut may still be acknowledged after it: when the ISR drops the
+    # first cut follower, the watermark over the rest can pass records the other one had
+    # reported before the cut (held by >= min_insync_replicas nodes, so correctly settled;
+    # seen under the sanitizers: 10 of them at the first shrink). Nothing sent after the
+    # cut may be, and no more than were in flight at the cut.
+    check(not new_sends, "acknowledged without its followers: %d sent after the cut" % len(new_sends))
+    check(len(late) <= 10, "%d sends made before the cut acknowledged late (a batch is 10)" % len(late))
     check(rej and all(e[3] == "amqp:resource-limit-exceeded" for e in rej),
           "rejections %r" % sorted({(e[3], e[4]) for e in rej})[:3])
     wait_isr3(etcd, 40)
