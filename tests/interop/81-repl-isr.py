@@ -28,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, Receiver, Sender, count_records, get_json, partition_bytes,  # noqa: E402
+from mqdcluster import (Etcd, Receiver, Sender, get_json, stopped_logs_equal,  # noqa: E402
                         wait_for, start_nodes, create_rf3)
 from mqdtest import SLOW, check, log, skip  # noqa: E402
 
@@ -164,15 +164,7 @@ def body(t):
             len(r.bodies), len(want), next((i for i, (a, b) in enumerate(zip(r.bodies, want)) if a != b),
                                            min(len(r.bodies), len(want)))))
     with coll.case("(f) the three logs are equal byte for byte"):
-        time.sleep(1.0 * SLOW)
-        for b in brokers.values():
-            b.stop()
-        raw = {i: partition_bytes(b, "r3", 0) for i, b in brokers.items()}
-        n = {i: count_records(v) for i, v in raw.items()}
-        log("records per node %r" % n)
-        check(n[leader] == 1300, "leader holds %d records" % n[leader])
-        for f in (f1, f2):
-            check(raw[f] == raw[leader], "node %d differs (%d vs %d bytes)" % (f, len(raw[f]), len(raw[leader])))
+        stopped_logs_equal(brokers, "r3", 0, leader, 1300)
     coll.finish()
 
 

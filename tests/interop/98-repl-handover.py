@@ -29,8 +29,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Receiver, Sender, count_records, create_rf3, get_json,  # noqa: E402
-                        partition_bytes, start_nodes, wait_for, Etcd)
+from mqdcluster import (Receiver, Sender, create_rf3, get_json,  # noqa: E402
+                        start_nodes, stopped_logs_equal, wait_for, Etcd)
 from mqdtest import SLOW, check, log, skip  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
@@ -134,15 +134,7 @@ def body(t):
         check(r.bodies == want, "read %d (first wrong at %r), want %d" % (
             len(r.bodies), next((i for i, (x, y) in enumerate(zip(r.bodies, want)) if x != y), None), len(want)))
         wait_for("ISR of 3", lambda: len(get_json(etcd.port, KEY)["isr"]) == 3, 20)
-        time.sleep(1.0 * SLOW)
-        for b in brokers.values():
-            b.stop()
-        raw = {i: partition_bytes(b, "r3", 0) for i, b in brokers.items()}
-        n = {i: count_records(v) for i, v in raw.items()}
-        log("records per node %r" % n)
-        check(n[l3] == 4500, "leader holds %d records" % n[l3])
-        for i in RACKS:
-            check(raw[i] == raw[l3], "node %d differs from the leader (%d vs %d bytes)" % (i, len(raw[i]), len(raw[l3])))
+        stopped_logs_equal(brokers, "r3", 0, l3, 4500)
     coll.finish()
 
 

@@ -164,6 +164,23 @@ def partition_bytes(broker, topic, part):
     return out
 
 
+def stopped_logs_equal(brokers, topic, part, leader, want):
+    """After a quiet moment stops every broker (SIGTERM) and checks that the leader's log of
+    topic/part holds `want` data records and every node's log equals it byte for byte;
+    returns the raw logs by node id."""
+    time.sleep(1.0 * SLOW)
+    for b in brokers.values():
+        b.stop()
+    raw = {i: partition_bytes(b, topic, part) for i, b in brokers.items()}
+    n = {i: count_records(v) for i, v in raw.items()}
+    log("records per node %r" % n)
+    mqdtest.check(n[leader] == want, "leader %d holds %d data records, want %d" % (leader, n[leader], want))
+    for i in brokers:
+        mqdtest.check(raw[i] == raw[leader], "node %d differs from the leader (%d vs %d bytes)"
+                      % (i, len(raw[i]), len(raw[leader])))
+    return raw
+
+
 def count_records(raw):
     """The data records (kind 0 in the flags' low byte) of raw: not the control records
     (transaction markers, the committed offsets a group's consumers leave, gstate.c)."""
