@@ -1,6 +1,7 @@
 /* Per-connection and broker-wide memory accounting (budget.h). */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <proton/condition.h>
 #include <proton/object.h>

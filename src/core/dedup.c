@@ -14,6 +14,7 @@
  * be sent again), so this runs after the transactions are loaded. */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,6 +3,7 @@
  * timers — and the connection operations server/ implements (mqd_core_ops_t). */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 void mqd_server_tick_soon(mqd_server_t *s)
 {

@@ -12,6 +12,7 @@
  */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <proton/disposition.h>
 #include <stdlib.h>

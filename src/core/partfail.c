@@ -14,6 +14,7 @@
  */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <errno.h>
 #include <proton/disposition.h>

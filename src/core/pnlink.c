@@ -4,6 +4,7 @@
  * waiting sends (part_commit.c). */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <proton/condition.h>
 #include <proton/disposition.h>

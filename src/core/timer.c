@@ -3,6 +3,7 @@
  * hard-coded list of subsystems (and counted ticks for the 10 s ones). */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <event2/event.h>
 #include <stdlib.h>

@@ -2,6 +2,7 @@
  * (settled by the partition's commit point, part_commit.c) and consumer dispatch. */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <dirent.h>
 #include <inttypes.h>
@@ -17,6 +18,11 @@ static uint32_t hash_name(const char *s)
     for (; *s; s++)
         h = (h ^ (uint8_t)*s) * 16777619u;
     return h;
+}
+
+size_t mqd_topic_bucket(const mqd_server_t *s, const char *name)
+{
+    return hash_name(name) & (s->topics_cap - 1);
 }
 
 mqd_topic_t *mqd_topic_find(mqd_server_t *s, const char *name)

@@ -8,6 +8,7 @@
  * also starts from the last save (everything after it is read again). */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -5,6 +5,7 @@
  * brings back the defaults and deletes nothing. */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <inttypes.h>
 

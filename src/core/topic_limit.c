@@ -5,6 +5,7 @@
  * using all of it. Both refuse with amqp:resource-limit-exceeded at the caller. */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <string.h>
 

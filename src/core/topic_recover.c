@@ -3,6 +3,7 @@
  * partition's messages hide behind a topic re-created later with the default count. */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <dirent.h>
 #include <stdio.h>

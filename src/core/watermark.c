@@ -1,6 +1,7 @@
 /* Memory and disk watermarks (see watermark.h). */
 #include "config.h"
 #include "core/core.h"
+#include "core/core_int.h"
 
 #include <inttypes.h>
 #include <stdio.h>
