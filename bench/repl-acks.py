@@ -49,6 +49,31 @@ def bench(url, address, count, window, pid):
     return num("msgs_per_s"), (num("p50_ms"), num("p99_ms")), out
 
 
+def cpu_s(pid):
+    """utime + stime of a process, in seconds (/proc/PID/stat fields 14 and 15)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def cpu_threads(pid):
+    """{thread name: utime + stime seconds} of a process's threads (flushers summed)."""
+    out = {}
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                txt = f.read()
+            name = re.sub(r"[0-9]+$", "", txt[txt.index("(") + 1:txt.rindex(")")])
+            fields = txt.rsplit(")", 1)[1].split()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        pass
+    return out
+
+
 def create(broker, topic, acks=None):
     cfg = ["--config", "replication_factor=3", "--config", "acks=%s" % acks] if acks else []
     rc, out, err = mqdtest.mqctl(broker.url, "topic", "create", topic, "--partitions", "1", *cfg)
@@ -68,6 +93,7 @@ def main():
     a = ap.parse_args()
     t = mqdtest.Test("repl-acks-bench")
     res = {p: [] for p in PROFILES}
+    cpu = {p: [] for p in PROFILES}
     try:
         etcd = Etcd(t)
         etcd.start()
@@ -89,7 +115,19 @@ def main():
                 b = single if p == "single" else leader_of[p]
                 if p == "single":
                     create(single, topic)
+                others = [n for n in nodes.values() if n is not b] if p != "single" else []
+                t0 = [cpu_threads(n.proc.pid) for n in [b] + others]
+                c0 = [cpu_s(b.proc.pid)] + [cpu_s(n.proc.pid) for n in others]
                 v, (p50, p99), _ = bench(b.url, topic, a.count, a.window, b.proc.pid)
+                c1 = [cpu_s(b.proc.pid)] + [cpu_s(n.proc.pid) for n in others]
+                us = [(y - x) * 1e6 / a.count for x, y in zip(c0, c1)]
+                t1 = [cpu_threads(n.proc.pid) for n in [b] + others]
+                if os.environ.get("THREADS"):
+                    for i, (x, y) in enumerate(zip(t0, t1)):
+                        print("  %s %s" % ("serving" if i == 0 else "replica", " ".join(
+                            "%s=%.1fus" % (k, (y[k] - x.get(k, 0)) * 1e6 / a.count) for k in sorted(y)
+                            if y[k] - x.get(k, 0) > 0)), flush=True)
+                cpu[p].append((us[0], sum(us[1:])))
                 res[p].append((v, p50, p99))
                 print("rep %d %-7s %9.0f msg/s p50 %s ms p99 %s ms (%s)" % (rep, p, v, p50, p99, _.strip().splitlines()[-1] if os.environ.get("VERBOSE") else ""), flush=True)
     finally:
@@ -106,6 +144,11 @@ def main():
         lines.append("| %s | %.0f | %.1f | %.2f | %.2f | %.2f | %s |" % (
             "single node" if p == "single" else "RF 3, acks = " + p, v, v * 1024 / 1e6, v / base,
             p50, p99, ", ".join("%.0f" % x[0] for x in res[p])))
+    lines += ["", "CPU per message (the broker's own utime + stime over the run / messages, medians):", "",
+              "| profile | serving broker us/msg | other replicas us/msg (sum) |", "|---|---:|---:|"]
+    for p in [p for p in PROFILES if cpu[p]]:
+        lines.append("| %s | %.1f | %.1f |" % (p, statistics.median(x[0] for x in cpu[p]),
+                                               statistics.median(x[1] for x in cpu[p])))
     table = "\n".join(lines)
     print(table)
     if a.out:

@@ -291,6 +291,10 @@ typedef struct mqd_repl_hooks {
     /* /readyz: false (with the reason) while a replica here is out of its in-sync set
      * (catching up) or its partition state is not loaded yet. */
     bool (*ready)(void *arg, char *why, size_t whylen);
+    /* A failed partition is about to resume (truncate to its durable offset and take
+     * appends): false keeps it failed for now (a leader that shipped records past that
+     * offset hands the partition over first; repl/move.c). */
+    bool (*may_resume)(void *arg, struct mqd_part *p);
     void *arg;
 } mqd_repl_hooks_t;
 

@@ -30,6 +30,17 @@ static bool disk_full(int err)
 const char *mqd_part_fail_condition(const mqd_part_t *p, char *desc, size_t n)
 {
     int err = mqd_plog_fail_errno(p->log);
+    if (p->topic->conf.replication_factor > 1 && p->topic->srv->repl.arg) {
+        /* the leader shipped its batches before writing them (repl/leader.c's commit
+         * tap): a replica may hold this message and keep it after the move */
+        snprintf(desc, n,
+                 "%s on partition %s/%u (this node's copy): the message may or may not be "
+                 "stored; the partition moves to another replica: send it again (with its "
+                 "message-id, deduplicated)",
+                 disk_full(err) ? "disk full" : (err ? strerror(err) : "I/O error"), p->topic->name,
+                 p->id);
+        return disk_full(err) ? "amqp:resource-limit-exceeded" : "amqp:internal-error";
+    }
     if (disk_full(err)) {
         snprintf(desc, n,
                  "disk full: partition %s/%u stored nothing of this message and refuses "
@@ -103,8 +114,10 @@ int mqd_part_resume(mqd_part_t *p)
 {
     if (!mqd_plog_failed(p->log))
         return 0;
-    fail_pending(p);                         /* before the log reuses their offsets */
     mqd_server_t *s = p->topic->srv;
+    if (s->repl.may_resume && !s->repl.may_resume(s->repl.arg, p))
+        return MQD_EAGAIN; /* a replicated leader hands the partition over first */
+    fail_pending(p);       /* before the log reuses their offsets */
     if (s->ops.txns_wake)
         s->ops.txns_wake(s); /* transactions with records here are doomed */
     return mqd_plog_resume(p->log);

@@ -20,6 +20,9 @@
 static const char ISR_SMALL[] = "the in-sync set is too small: fewer in-sync replicas than "
                                 "min_insync_replicas (acks = all)";
 
+static void tap(mqd_plog_t *log, uint64_t first, const uint8_t *data, size_t len, uint32_t count,
+                void *arg);
+
 int mqd_repl_lead_start(rpart_t *rp)
 {
     lead_t *ld = calloc(1, sizeof *ld);
@@ -33,6 +36,7 @@ int mqd_repl_lead_start(rpart_t *rp)
         *f = (rflw_t){.rp = rp, .id = rp->ps.replicas[i], .caught_ms = now, .probe_ms = now};
     }
     mqd_plog_set_epoch(rp->local->log, rp->ps.epoch);
+    mqd_plog_set_commit_tap(mqd_part_log(rp->local), tap, rp);
     /* what it knew as a follower (never goes back); after a restart nothing is known:
      * records only this node has must not become visible before the followers report */
     ld->hw = mqd_part_hw_set(rp->local) ? mqd_part_hw(rp->local) : 0;
@@ -77,6 +81,7 @@ static void detach_consumers(rpart_t *rp)
 void mqd_repl_lead_stop(rpart_t *rp)
 {
     lead_t *ld = rp->lead;
+    mqd_plog_set_commit_tap(mqd_part_log(rp->local), NULL, NULL);
     for (uint32_t i = 0; ld && i < ld->n; i++)
         drop_link(&ld->f[i]);
     /* a leader that stepped down settles nothing more, acks = leader included: the new
@@ -93,6 +98,8 @@ void mqd_repl_lead_stop(rpart_t *rp)
     free(ld);
     rp->lead = NULL;
 }
+
+static void send_run(rflw_t *f, const mqd_repl_run_t *run, uint64_t next);
 
 /* One run (or, with nothing to ship, the watermark alone) on f's link. */
 static int ship(rflw_t *f, uint64_t stable)
@@ -112,19 +119,72 @@ static int ship(rflw_t *f, uint64_t stable)
     run.count = (uint32_t)(next - f->next_send);
     run.data = r->buf;
     run.len = len;
+    send_run(f, &run, next);
+    return 0;
+}
+
+/* The commit tap (mqd_plog_set_commit_tap): a batch handed to the flusher goes at once,
+ * from memory, to each follower that has credit and has everything before it, so the
+ * followers write and sync while this node does. A follower behind (no credit, a
+ * reconnect, catching up) is left to pump(), which reads what is stable. Nothing here
+ * settles anything: the watermark still counts this node only once its own log made the
+ * records stable (watermark()). */
+static void tap(mqd_plog_t *log, uint64_t first, const uint8_t *data, size_t len, uint32_t count,
+                void *arg)
+{
+    (void)log;
+    rpart_t *rp = arg;
+    lead_t *ld = rp->lead;
+    if (!ld || !mqd_repl_may_ack(rp) || mqd_plog_failed(log))
+        return;
+    /* runs of at most REPL_RUN_BYTES (or one bigger record), cut at record boundaries by
+     * the records' own length fields: this node wrote them, a follower checks the CRCs */
+    size_t pos = 0;
+    uint64_t off = first;
+    while (pos < len) {
+        size_t end = pos;
+        uint32_t n = 0;
+        while (end < len && (n == 0 || end - pos + 4 <= REPL_RUN_BYTES)) {
+            uint32_t rl;
+            memcpy(&rl, data + end, 4);
+            if (n && end - pos + 4 + rl > REPL_RUN_BYTES)
+                break;
+            end += 4 + (size_t)rl;
+            n++;
+        }
+        if (end > len || off + n > first + count)
+            return; /* not what the store promised: leave it to pump()'s reads */
+        mqd_repl_run_t run = {
+            .base = off, .hw = ld->hw, .count = n, .data = data + pos, .len = end - pos};
+        for (uint32_t i = 0; i < ld->n; i++) {
+            rflw_t *f = &ld->f[i];
+            if (!f->ls || f->next_send != off ||
+                (pn_link_state(mqd_ls_link(f->ls)) & PN_LOCAL_CLOSED) ||
+                pn_link_credit(mqd_ls_link(f->ls)) <= 0)
+                continue;
+            send_run(f, &run, off + n);
+            mqd_conn_mark_dirty(mqd_ls_conn(f->ls));
+        }
+        pos = end;
+        off += n;
+    }
+}
+
+/* Puts one run on f's link: the run's head, then its records. */
+static void send_run(rflw_t *f, const mqd_repl_run_t *run, uint64_t next)
+{
     uint8_t head[MQD_REPL_HEAD_MAX];
-    size_t hl = mqd_repl_run_head(&run, head);
+    size_t hl = mqd_repl_run_head(run, head);
     pn_link_t *l = f->ls->link;
     uint64_t tag = f->tag++;
     pn_delivery_t *d = pn_delivery(l, pn_dtag((const char *)&tag, sizeof tag));
     pn_delivery_set_context(d, (void *)(uintptr_t)next);
     pn_link_send(l, (const char *)head, hl);
-    if (len)
-        pn_link_send(l, (const char *)r->buf, len);
+    if (run->len)
+        pn_link_send(l, (const char *)run->data, run->len);
     pn_link_advance(l);
     f->next_send = next;
-    f->hw_sent = run.hw;
-    return 0;
+    f->hw_sent = run->hw;
 }
 
 static void pump(rflw_t *f)
@@ -213,8 +273,12 @@ void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms)
 {
     if (!rp->lead)
         return;
-    if (now_ms)
+    if (now_ms) {
+        mqd_repl_move_failed_lead(rp);
+        if (!rp->lead)
+            return;
         isr_check(rp, now_ms);
+    }
     watermark(rp);
     for (uint32_t i = 0; i < rp->lead->n; i++)
         pump(&rp->lead->f[i]);

@@ -171,6 +171,58 @@ size_t mqd_repl_move_handover(void *arg, void (*done)(void *done_arg), void *don
     return started;
 }
 
+/* ---- a leader whose log failed ----
+ * The commit tap ships each batch before this node's own write and sync, so a log that
+ * fails (an I/O error, a full disk) may have lost records its followers already hold.
+ * Its resume cuts the log back to the durable offset, and appends after that would reuse
+ * those offsets in the same epoch with other records: two different messages at one
+ * offset, and a watermark over followers that hold the others. So a failed leader does
+ * not resume while it leads (mqd_repl_move_may_resume) and hands the partition to another
+ * live in-sync replica, epoch + 1, leaving the in-sync set in the same write; as a
+ * follower it then resumes, truncates by epoch and catches up like any restarted node.
+ * With no other live in-sync replica it keeps the partition failed (nothing is
+ * acknowledged) and tries again every tick. */
+void mqd_repl_move_failed_lead(rpart_t *rp)
+{
+    mqd_repl_t *r = rp->r;
+    uint32_t self = r->conf->node_id;
+    if (rp->role != ROLE_LEADER || rp->cas_out || !mqd_plog_failed(mqd_part_log(rp->local)))
+        return;
+    uint32_t pick = 0;
+    for (uint32_t i = 0; !pick && i < rp->ps.n_isr; i++)
+        if (rp->ps.isr[i] != self && alive(r, rp->ps.isr[i]))
+            pick = rp->ps.isr[i];
+    if (!pick) {
+        if (!rp->fail_logged)
+            MQD_WARN("repl",
+                     "%s/%u: this leader's log failed and no other in-sync replica is "
+                     "live: the partition stays failed until one is",
+                     rp->topic, rp->part);
+        rp->fail_logged = true;
+        return;
+    }
+    mqd_repl_pstate_t next;
+    next_state(&rp->ps, pick, self, &next);
+    if (mqd_repl_part_cas(rp, &next) != 0)
+        return;
+    rp->fail_logged = false;
+    MQD_WARN("repl",
+             "%s/%u: this leader's log failed: handing over to node %" PRIu32 " (epoch %" PRIu32
+             ")",
+             rp->topic, rp->part, pick, next.epoch);
+}
+
+bool mqd_repl_move_may_resume(void *arg, mqd_part_t *p)
+{
+    mqd_repl_t *r = arg;
+    mqd_topic_t *t = mqd_part_topic(p);
+    rpart_t *rp = mqd_repl_part_find(r, mqd_topic_name(t), mqd_part_id(p));
+    if (!rp || rp->role != ROLE_LEADER)
+        return true;
+    mqd_repl_move_failed_lead(rp);
+    return false;
+}
+
 /* ---- readiness ---- */
 
 bool mqd_repl_move_ready(void *arg, char *why, size_t whylen)

@@ -597,6 +597,7 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
                           .elect = mqd_repl_move_elect,
                           .handover = mqd_repl_move_handover,
                           .ready = mqd_repl_move_ready,
+                          .may_resume = mqd_repl_move_may_resume,
                           .group_saved = mqd_repl_group_saved,
                           .arg = r};
     mqd_server_set_repl(s, &h);

@@ -75,6 +75,7 @@ struct rpart {
     lead_t *lead;
     fol_t *fol;
     bool cas_out;        /* an ISR change in flight */
+    bool fail_logged;    /* leader with a failed log and nobody to hand over to: logged */
     bool subscribed;     /* to its commit point */
     bool offline;        /* controller: no leader can be elected (logged once) */
     bool truncating;     /* follower: cutting its log back to the leader's epoch end, or
@@ -185,6 +186,11 @@ int mqd_repl_move_elect(void *arg, const char *topic, uint32_t part, uint32_t no
                         mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
 size_t mqd_repl_move_handover(void *arg, void (*done)(void *done_arg), void *done_arg);
 bool mqd_repl_move_ready(void *arg, char *why, size_t whylen);
+/* A leader whose log failed hands the partition to another live in-sync replica (the
+ * tick calls it; nothing while healthy); may_resume is the core hook that keeps such a
+ * log failed while this node leads it. */
+void mqd_repl_move_failed_lead(rpart_t *rp);
+bool mqd_repl_move_may_resume(void *arg, mqd_part_t *p);
 
 /* cand.c: election by log end. When a leader's node goes, each live in-sync follower of
  * its partitions writes its log end to etcd (report); the controller waits for them

@@ -133,6 +133,12 @@ void mqd_plog_set_stable_cb(mqd_plog_t *log, mqd_plog_stable_cb cb, void *arg)
     log->cb_arg = arg;
 }
 
+void mqd_plog_set_commit_tap(mqd_plog_t *log, mqd_plog_tap_fn fn, void *arg)
+{
+    log->tap = fn;
+    log->tap_arg = arg;
+}
+
 void mqd_plog_set_epoch(mqd_plog_t *log, uint32_t epoch)
 {
     log->epoch = epoch;

@@ -799,6 +799,9 @@ void mqd_store_commit(mqd_store_t *st)
         if (!b || b->nrec == 0)
             continue;
         l->pending = NULL;
+        /* before the hand-off: until then only this thread can touch the batch */
+        if (l->tap)
+            l->tap(l, b->first_off, b->buf, b->len, b->nrec, l->tap_arg);
         pthread_mutex_lock(&l->mu);
         b->next = NULL;
         if (l->queue_tail)

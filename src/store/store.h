@@ -188,6 +188,18 @@ int mqd_store_drop_topic(mqd_store_t *st, const char *topic);
 void mqd_plog_set_config(mqd_plog_t *log, const mqd_plog_config_t *cfg);
 void mqd_plog_set_stable_cb(mqd_plog_t *log, mqd_plog_stable_cb cb, void *arg);
 
+/* The commit tap (replication): fn(log, first, data, len, count, arg) runs on the owner
+ * thread inside mqd_store_commit for each batch of records handed to the flusher, with
+ * the batch's bytes exactly as they will be on disk (whole raw records, offsets
+ * [first, first + count)), before its write and sync. A leader ships them to followers
+ * from there, so its own fsync and the followers' overlap and nothing is read back; the
+ * bytes are valid only during the call. What the tap shipped is not yet stable here: a
+ * log that fails after it may lose those records (see repl/leader.c: the leader then
+ * steps down). NULL turns it off. */
+typedef void (*mqd_plog_tap_fn)(mqd_plog_t *log, uint64_t first, const uint8_t *data, size_t len,
+                                uint32_t count, void *arg);
+void mqd_plog_set_commit_tap(mqd_plog_t *log, mqd_plog_tap_fn fn, void *arg);
+
 /* Appends n records; assigns consecutive offsets starting at *first_offset (out).
  * The bytes are in the log's pending batch until mqd_store_commit; reads see them
  * only once stable. Returns MQD_EFAILED if the partition failed (fsync EIO,

@@ -86,6 +86,8 @@ struct mqd_plog {
     char *dir;
     mqd_plog_config_t cfg;
     mqd_plog_stable_cb cb;
+    mqd_plog_tap_fn tap; /* owner thread: mqd_plog_set_commit_tap */
+    void *tap_arg;
     void *cb_arg;
     uint32_t epoch;
 

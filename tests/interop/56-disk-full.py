@@ -35,29 +35,7 @@ SIZE = 16 * 1024
 LEFT = 1 << 20  # free bytes left on the file system before the sends
 
 
-class Tracking(mqdtest.Sender):
-    """Sender that remembers which indexes were accepted."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.ok = []
-        self.by_tag = {}
-
-    def on_sendable(self, event):
-        while event.sender.credit and self.sent < len(self.messages):
-            d = event.sender.send(self.messages[self.sent])
-            self.by_tag[d.tag] = self.sent
-            self.sent += 1
-
-    def on_accepted(self, event):
-        self.ok.append(self.by_tag.get(event.delivery.tag))
-        super().on_accepted(event)
-
-    def on_rejected(self, event):
-        self.outcomes.append((self.by_tag.get(event.delivery.tag), "rejected",
-                              event.delivery.remote.condition))
-        if self.accepted + len(self.outcomes) == len(self.messages):
-            self.finish()
+Tracking = mqdtest.TrackingSender
 
 
 class Attach(mqdtest.Client):

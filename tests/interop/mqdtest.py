@@ -676,6 +676,32 @@ class Sender(Client):
             self.sent, self.accepted, len(self.outcomes), len(self.messages))
 
 
+
+class TrackingSender(Sender):
+    """A Sender that remembers which message indexes were accepted (ok, in settlement
+    order) and which not (outcomes), by delivery tag."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.ok = []
+        self.by_tag = {}
+
+    def on_sendable(self, event):
+        while event.sender.credit and self.sent < len(self.messages):
+            d = event.sender.send(self.messages[self.sent])
+            self.by_tag[d.tag] = self.sent
+            self.sent += 1
+
+    def on_accepted(self, event):
+        self.ok.append(self.by_tag.get(event.delivery.tag))
+        super().on_accepted(event)
+
+    def on_rejected(self, event):
+        self.outcomes.append((self.by_tag.get(event.delivery.tag), "rejected",
+                              event.delivery.remote.condition))
+        if self.accepted + len(self.outcomes) == len(self.messages):
+            self.finish()
+
 def send(url, address, messages, timeout=60):
     """Sends and asserts every message was accepted; returns the Sender."""
     s = Sender(url, address, messages)
