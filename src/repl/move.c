@@ -229,6 +229,11 @@ bool mqd_repl_move_ready(void *arg, char *why, size_t whylen)
 {
     mqd_repl_t *r = arg;
     uint32_t self = r->conf->node_id;
+    if (!r->parts_loaded) {
+        /* a restarted node answered 200 before it knew it was out of the in-sync set */
+        snprintf(why, whylen, "the partitions' state has not been read from etcd yet");
+        return false;
+    }
     for (rpart_t *rp = r->parts; rp; rp = rp->next) {
         if (rp->mod_rev == 0 || !mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas, self))
             continue;

@@ -318,6 +318,8 @@ static void on_parts(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size
         else
             part_kv(r, &kvs[i], ev == MQD_ETCD_EV_SNAPSHOT);
     }
+    if (ev == MQD_ETCD_EV_SNAPSHOT)
+        r->parts_loaded = true;
 }
 
 static void topic_kv(mqd_repl_t *r, const mqd_etcd_kv_t *kv)

@@ -109,6 +109,7 @@ struct mqd_repl {
     rpart_t *parts;
     rtopic_t *topics;
     bool controller, closing;
+    bool parts_loaded; /* the partitions/ snapshot arrived (before it: not ready) */
     struct event *ev_tick, *ev_kick;
     struct event *ev_cand; /* cand.c: the next read of the log-end reports */
     uint8_t *buf; /* raw reads, encodes, receives */
