@@ -760,5 +760,49 @@ mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i)
 /* -- for txn/, group/, auth/ -- */
 
 /* -- for mgmt/, metrics/, console/ -- */
+void *mqd_srv_console(const mqd_server_t *o)
+{
+    return o->console;
+}
+void mqd_srv_set_console(mqd_server_t *o, void *v)
+{
+    o->console = v;
+}
+void *mqd_srv_metrics(const mqd_server_t *o)
+{
+    return o->metrics;
+}
+void mqd_srv_set_metrics(mqd_server_t *o, void *v)
+{
+    o->metrics = v;
+}
+void mqd_topic_stats(const mqd_topic_t *t, mqd_topic_stats_t *out)
+{
+    *out = (mqd_topic_stats_t){
+        .msgs_in = t->msgs_in,
+        .bytes_in = t->bytes_in,
+        .msgs_out = t->msgs_out,
+        .bytes_out = t->bytes_out,
+        .msgs_expired = t->msgs_expired,
+        .msgs_dead = t->msgs_dead,
+        .msgs_rejected = t->msgs_rejected,
+        .msgs_duplicate = t->msgs_duplicate,
+    };
+}
+const char *mqd_ls_kind_name(const mqd_lstate_t *ls)
+{
+    if (!ls)
+        return "other";
+    if (ls->coord)
+        return "coordinator";
+    if (ls->mgmt)
+        return ls->cbs ? "cbs" : "management";
+    switch (ls->kind) {
+    case MQD_LS_PRODUCER: return "producer";
+    case MQD_LS_CONSUMER: return "consumer";
+    case MQD_LS_BROWSER: return "browser";
+    default: return "other";
+    }
+}
 
 /* -- for repl/ -- */

@@ -752,6 +752,19 @@ void mqd_ls_set_topic(mqd_lstate_t *o, mqd_topic_t *v);
 /* -- for server/ -- */
 /* -- for txn/, group/, auth/ -- */
 /* -- for mgmt/, metrics/, console/ -- */
+void *mqd_srv_console(const mqd_server_t *o);
+void mqd_srv_set_console(mqd_server_t *o, void *v);
+void *mqd_srv_metrics(const mqd_server_t *o);
+void mqd_srv_set_metrics(mqd_server_t *o, void *v);
+/* A topic's traffic counters, all at once (metrics, management replies). */
+typedef struct mqd_topic_stats {
+    uint64_t msgs_in, bytes_in, msgs_out, bytes_out;
+    uint64_t msgs_expired, msgs_dead, msgs_rejected, msgs_duplicate;
+} mqd_topic_stats_t;
+void mqd_topic_stats(const mqd_topic_t *t, mqd_topic_stats_t *out);
+/* What a link is, as management lists it: "coordinator", "cbs", "management",
+ * "producer", "consumer", "browser" or "other" (also for ls NULL). */
+const char *mqd_ls_kind_name(const mqd_lstate_t *ls);
 /* -- for repl/ -- */
 
 /* iteration and container-of for the opaque structs */
