@@ -756,6 +756,24 @@ mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i)
 /* -- for amqp/ -- */
 
 /* -- for server/ -- */
+void mqd_srv_set_meta(mqd_server_t *o, mqd_meta_t *v)
+{
+    o->meta = v;
+}
+void mqd_srv_set_store(mqd_server_t *o, mqd_store_t *v)
+{
+    o->store = v;
+}
+_Static_assert(sizeof(((mqd_server_t *)0)->ev_sig) / sizeof(struct event *) == MQD_SRV_EV_SIG,
+               "MQD_SRV_EV_SIG: the size of mqd_server_t.ev_sig");
+struct event **mqd_srv_ev_sig(mqd_server_t *o)
+{
+    return o->ev_sig;
+}
+void mqd_srv_count_refused(mqd_server_t *o, uint64_t n)
+{
+    o->conns_refused += n;
+}
 
 /* -- for txn/, group/, auth/ -- */
 

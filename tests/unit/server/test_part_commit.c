@@ -16,6 +16,7 @@
 #include "config.h"
 #include "server/server_int.h"
 #include "server/server.h"
+#include "core/core_int.h" /* reads partitions' and the server's fields */
 
 #include <stdarg.h>
 #include <stddef.h>
