@@ -10,7 +10,7 @@
 
 void mqd_auth_warn_unreachable(const mqd_server_t *s)
 {
-    const mqd_conf_t *c = s->conf;
+    const mqd_conf_t *c = mqd_srv_conf(s);
     const char *tcp = NULL, *tls = NULL;
     for (size_t i = 0; i < c->n_listen; i++) {
         if (mqd_conf_listen_is_tls(c->listen[i]))
