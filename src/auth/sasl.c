@@ -26,14 +26,17 @@ static void log_abandoned(pn_transport_t *t, const mqd_auth_conn_t *ac)
         return;
     const char *mech = pnx_sasl_get_selected_mechanism(t);
     if (ac->scram)
-        MQD_NOTICE("auth", "SASL refused peer=%s mech=SCRAM-SHA-256 user=%s reason=the "
+        MQD_NOTICE("auth",
+                   "SASL refused peer=%s mech=SCRAM-SHA-256 user=%s reason=the "
                    "connection ended during the exchange (the client gave up, or a handshake "
                    "timeout)",
                    mqd_conn_peer(ac->c), ac->scram->user[0] ? ac->scram->user : "-");
     else if (mech == NULL)
-        MQD_NOTICE("auth", "SASL refused peer=%s mech=none user=- reason=the connection ended "
+        MQD_NOTICE("auth",
+                   "SASL refused peer=%s mech=none user=- reason=the connection ended "
                    "before the client chose one of the mechanisms offered (%s): none in "
-                   "common, or a handshake timeout", mqd_conn_peer(ac->c), ac->mechs);
+                   "common, or a handshake timeout",
+                   mqd_conn_peer(ac->c), ac->mechs);
 }
 
 static void s_free(pn_transport_t *t)
@@ -72,7 +75,10 @@ static bool s_init_client(pn_transport_t *t)
     return false;
 }
 
-static void s_prepare_write(pn_transport_t *t) { MQD_UNUSED(t); }
+static void s_prepare_write(pn_transport_t *t)
+{
+    MQD_UNUSED(t);
+}
 
 static void fail(pn_transport_t *t, mqd_auth_conn_t *ac, const char *why, const char *who)
 {

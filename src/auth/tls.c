@@ -137,8 +137,10 @@ static int reload_check(void *arg, const mqd_conf_t *cur, const mqd_conf_t *next
     SSL_CTX_free(a->next_ctx); /* prepared by a reload that failed later */
     a->next_ctx = NULL;
     if (ctx_build(next, &a->next_ctx) != 0) {
-        snprintf(err, errlen, "%s: tls_cert: the TLS certificate, key or CA does not load "
-                 "(see the TLS line above)", next->path ? next->path : "configuration");
+        snprintf(err, errlen,
+                 "%s: tls_cert: the TLS certificate, key or CA does not load "
+                 "(see the TLS line above)",
+                 next->path ? next->path : "configuration");
         return MQD_EINVAL;
     }
     return 0;
@@ -223,8 +225,7 @@ bool mqd_auth_conn_opened(mqd_conn_t *c)
 {
     if (mqd_conn_closed(c) || !opened_unauthenticated(c))
         return true;
-    MQD_NOTICE("auth", "peer=%s sent AMQP open before completing SASL: closing",
-               mqd_conn_peer(c));
+    MQD_NOTICE("auth", "peer=%s sent AMQP open before completing SASL: closing", mqd_conn_peer(c));
     conn_abort(c, "amqp:unauthorized-access", "open before SASL completed");
     return false;
 }

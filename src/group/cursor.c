@@ -25,7 +25,10 @@ static bool bit_get(const uint8_t *bm, size_t nbits, uint64_t bm_base, uint64_t 
 }
 
 /* The bitmaps cover [bm_base, bm_base + done_bits); bm_base = floor rounded down to 8. */
-static uint64_t bm_base(const mqd_cursor_t *sh) { return sh->floor & ~(uint64_t)7; }
+static uint64_t bm_base(const mqd_cursor_t *sh)
+{
+    return sh->floor & ~(uint64_t)7;
+}
 
 static bool is_done(const mqd_cursor_t *sh, uint64_t off)
 {
@@ -74,7 +77,7 @@ static void bit_clear(mqd_cursor_t *sh, uint8_t *bm, uint64_t off)
 {
     uint64_t i = off - bm_base(sh);
     if (off >= bm_base(sh) && i < sh->done_bits)
-        bm[i >> 3] &= (uint8_t)~(1u << (i & 7));
+        bm[i >> 3] &= (uint8_t) ~(1u << (i & 7));
 }
 
 static void bm_shift(uint8_t *bm, size_t bytes, uint64_t shift)
@@ -545,7 +548,9 @@ int mqd_cursor_save(mqd_cursor_t *sh, mqd_part_t *p, const char *group)
     mqd_topic_t *t = mqd_part_topic(p);
     mqd_server_t *s = mqd_topic_srv(t);
     mqd_meta_t *m = mqd_srv_meta(s);
-    mqd_meta_offset_t o = {.topic = mqd_topic_name(t), .group = group, .partition = mqd_part_id(p),
+    mqd_meta_offset_t o = {.topic = mqd_topic_name(t),
+                           .group = group,
+                           .partition = mqd_part_id(p),
                            .offset = sh->floor};
     int rc = mqd_meta_offsets_commit(m, &o, 1);
     if (rc == 0)

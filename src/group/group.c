@@ -371,8 +371,8 @@ int mqd_group_commit(mqd_topic_t *t, const char *group, uint32_t partition, uint
         rc = mqd_meta_commit(meta);
     else
         mqd_meta_rollback(meta);
-    MQD_DEBUG("group", "commit topic=%s group=%s partition=%u offset=%llu rc=%d", mqd_topic_name(t), g->name,
-              partition, (unsigned long long)g->cur[partition].floor, rc);
+    MQD_DEBUG("group", "commit topic=%s group=%s partition=%u offset=%llu rc=%d", mqd_topic_name(t),
+              g->name, partition, (unsigned long long)g->cur[partition].floor, rc);
     return rc;
 }
 

@@ -26,7 +26,10 @@ typedef struct txn_part {
     uint64_t marker; /* its COMMIT / ABORT control record */
 } txn_part_t;
 
-static mqd_part_t *tp(const txn_part_t *x) { return mqd_topic_part(x->t, x->id); }
+static mqd_part_t *tp(const txn_part_t *x)
+{
+    return mqd_topic_part(x->t, x->id);
+}
 
 typedef struct txn_ack {
     mqd_group_t *g;
@@ -38,17 +41,17 @@ typedef struct txn_ack {
 
 struct mqd_txn {
     uint64_t id;
-    mqd_lstate_t *coord;       /* the coordinator link that declared it */
+    mqd_lstate_t *coord; /* the coordinator link that declared it */
     int64_t started_ms;
     txn_part_t *parts;
     size_t n_parts, cap_parts;
     txn_ack_t *acks;
     size_t n_acks, cap_acks;
-    pn_delivery_t *discharge;  /* a commit waiting for its records to be stable (held) */
+    pn_delivery_t *discharge; /* a commit waiting for its records to be stable (held) */
     mqd_conn_t *discharge_conn;
-    bool doomed;               /* a send could not be staged: the commit must fail */
-    uint64_t sync_gen;         /* while its decision waits for the WAL sync (x->syncing) */
-    int64_t announce_ms;       /* committed, waiting for its markers to replicate */
+    bool doomed;         /* a send could not be staged: the commit must fail */
+    uint64_t sync_gen;   /* while its decision waits for the WAL sync (x->syncing) */
+    int64_t announce_ms; /* committed, waiting for its markers to replicate */
     mqd_dlist_t node;
 };
 
@@ -64,8 +67,8 @@ typedef struct done_txn {
     uint64_t id;
     done_part_t *parts; /* NULL with n_parts 0: acks only (or detail unknown: keep) */
     size_t n_parts;
-    bool keep;          /* detail unreadable: never pruned */
-    bool seen;          /* found prunable by the previous pass */
+    bool keep; /* detail unreadable: never pruned */
+    bool seen; /* found prunable by the previous pass */
 } done_txn_t;
 
 /* The decisions' sync, off the event loop: mqd_txns_decide commits a batch of decisions
@@ -88,26 +91,29 @@ typedef struct decision_sync {
 
 struct mqd_txns {
     mqd_dlist_t open;
-    mqd_dlist_t ready;         /* commits whose records are stable: decided at the next tick */
-    mqd_dlist_t syncing;       /* decided (in SQLite), waiting for the WAL's sync */
-    mqd_dlist_t announcing;    /* committed, markers not yet below a replicated watermark */
+    mqd_dlist_t ready;      /* commits whose records are stable: decided at the next tick */
+    mqd_dlist_t syncing;    /* decided (in SQLite), waiting for the WAL's sync */
+    mqd_dlist_t announcing; /* committed, markers not yet below a replicated watermark */
     decision_sync_t ds;
     uint64_t next_id;
-    uint64_t *committed;       /* open-addressing hash set of committed ids (0 = empty) */
+    uint64_t *committed; /* open-addressing hash set of committed ids (0 = empty) */
     size_t cap, n;
     uint64_t timed_out[TIMED_OUT_RING];
     size_t to_pos;
     mqd_txn_stats_t st;
-    done_txn_t *done;          /* committed transactions, oldest first (pruning) */
+    done_txn_t *done; /* committed transactions, oldest first (pruning) */
     size_t n_done, cap_done, prune_pos;
-    uint64_t *stale;           /* rows that are not COMMITTED: deleted by the next pass */
+    uint64_t *stale; /* rows that are not COMMITTED: deleted by the next pass */
     size_t n_stale;
     int64_t next_prune_ms;
 };
 
 /* ---------------------------------------------------------------- committed set */
 
-static size_t slot(uint64_t id, size_t cap) { return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 7) & (cap - 1); }
+static size_t slot(uint64_t id, size_t cap)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 7) & (cap - 1);
+}
 
 static int set_add(mqd_txns_t *x, uint64_t id)
 {
@@ -399,8 +405,10 @@ static void ds_failed(mqd_txns_t *x, int err)
     size_t n = 0;
     for (mqd_dlist_t *i = x->syncing.next; i != &x->syncing; i = i->next)
         n++;
-    MQD_ERR("txn", "fdatasync of the metadata WAL failed (%s): decided transactions (%zu "
-            "and this batch) cannot be confirmed; stopping", mqd_strerror(err), n);
+    MQD_ERR("txn",
+            "fdatasync of the metadata WAL failed (%s): decided transactions (%zu "
+            "and this batch) cannot be confirmed; stopping",
+            mqd_strerror(err), n);
     abort();
 }
 
@@ -510,8 +518,8 @@ int mqd_txns_init(mqd_server_t *s)
     /* ids never repeat across restarts: a record's txn id must not meet a new txn; nor
      * across the nodes of a cluster (a follower adopts its leader's decisions by id):
      * the node id (1..255) takes the top byte there */
-    x->next_id = ((uint64_t)(mqd_srv_conf(s)->node_id & 0xff) << 56) |
-                 ((epoch & 0xffffffu) << 32) | 1;
+    x->next_id =
+        ((uint64_t)(mqd_srv_conf(s)->node_id & 0xff) << 56) | ((epoch & 0xffffffu) << 32) | 1;
     mqd_srv_set_txns(s, x);
     if ((rc = ds_start(s)) != 0 ||
         (rc = mqd_timer_add(s, "txn.expire", 1000, expire_timer, s)) != 0) {
@@ -569,7 +577,10 @@ static mqd_txn_t *txn_find(mqd_txns_t *x, uint64_t id)
     return NULL;
 }
 
-uint64_t mqd_txn_id(const mqd_txn_t *t) { return t->id; }
+uint64_t mqd_txn_id(const mqd_txn_t *t)
+{
+    return t->id;
+}
 
 void mqd_txn_stats(mqd_server_t *s, mqd_txn_stats_t *out)
 {
@@ -828,10 +839,11 @@ static char *detail_json(const mqd_txn_t *t)
 {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < t->n_parts; i++)
-        json_array_append_new(arr, json_pack("{s:s, s:i, s:I}", "topic", mqd_topic_name(t->parts[i].t),
-                                             "partition", (int)t->parts[i].id, "last",
-                                             (json_int_t)t->parts[i].last));
-    json_t *o = json_pack("{s:o, s:i}", "partitions", arr ? arr : json_array(), "acks", (int)t->n_acks);
+        json_array_append_new(
+            arr, json_pack("{s:s, s:i, s:I}", "topic", mqd_topic_name(t->parts[i].t), "partition",
+                           (int)t->parts[i].id, "last", (json_int_t)t->parts[i].last));
+    json_t *o =
+        json_pack("{s:o, s:i}", "partitions", arr ? arr : json_array(), "acks", (int)t->n_acks);
     char *sj = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return sj;
@@ -1059,11 +1071,13 @@ static void discharge(mqd_lstate_t *ls, pn_delivery_t *d, uint64_t id, bool fail
     mqd_txn_t *t = txn_find(mqd_srv_txns(s), id);
     if (!t) {
         if (timed_out(mqd_srv_txns(s), id))
-            return mqd_delivery_reject(d, "amqp:transaction:timeout", "the transaction timed out and was rolled back");
+            return mqd_delivery_reject(d, "amqp:transaction:timeout",
+                                       "the transaction timed out and was rolled back");
         return mqd_delivery_reject(d, "amqp:transaction:unknown-id", "no such transaction");
     }
     if (t->discharge)
-        return mqd_delivery_reject(d, "amqp:illegal-state", "the transaction is already being discharged");
+        return mqd_delivery_reject(d, "amqp:illegal-state",
+                                   "the transaction is already being discharged");
     if (t->doomed && !fail) {
         rollback(s, t, "a send could not be staged");
         return mqd_delivery_reject(d, "amqp:transaction:rollback",
@@ -1110,7 +1124,8 @@ static bool section_is_value(pn_data_t *d)
 }
 
 /* Decodes the coordinator message body: amqp-value(described(0x31|0x32, list)). */
-void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg, size_t len)
+void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
+                                  size_t len)
 {
     mqd_msg_info_t mi;
     if (len > 4096 || mqd_msg_scan(msg, len, &mi) != 0 || mi.body_off + 3 >= len)
