@@ -776,6 +776,32 @@ void mqd_srv_count_refused(mqd_server_t *o, uint64_t n)
 }
 
 /* -- for txn/, group/, auth/ -- */
+void mqd_conn_ref(mqd_conn_t *c)
+{
+    c->refs++;
+}
+void mqd_ls_detach(mqd_lstate_t *ls, const char *cond, const char *desc)
+{
+    mqd_server_t *s = ls->conn->srv;
+    if (s->ops.link_detach)
+        s->ops.link_detach(ls, cond, desc);
+}
+const mqd_dlist_t *mqd_topic_groups_const(const mqd_topic_t *o)
+{
+    return &o->groups;
+}
+void mqd_conn_set_user(mqd_conn_t *o, const char *v)
+{
+    snprintf(o->user, sizeof o->user, "%s", v);
+}
+bool mqd_ls_mgmt(const mqd_lstate_t *o)
+{
+    return o->mgmt;
+}
+const char *mqd_ls_tmp_name(const mqd_lstate_t *o)
+{
+    return o->tmp_name;
+}
 
 /* -- for mgmt/, metrics/, console/ -- */
 void *mqd_srv_console(const mqd_server_t *o)

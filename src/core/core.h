@@ -494,9 +494,11 @@ int mqd_part_commit_init(mqd_part_t *p);
 void mqd_part_commit_free(mqd_part_t *p);
 /* Offsets below it may be read: min(stable, high watermark[, LSO when read-committed]). */
 uint64_t mqd_part_visible_end(const mqd_part_t *p, mqd_isolation_t iso);
-/* The last stable offset: the first offset of a transaction still open in p (txn/
- * keeps p->otx), UINT64_MAX when none is. */
+/* The last stable offset: the first offset of a transaction still open in p,
+ * UINT64_MAX when none is. txn/ keeps which transactions are open where and sets it
+ * whenever that lowest first offset changes; core only stores it. */
 uint64_t mqd_part_lso(const mqd_part_t *p);
+void mqd_part_set_lso(mqd_part_t *p, uint64_t lso);
 /* The high watermark: the stable offset until replication sets one. */
 uint64_t mqd_part_hw(const mqd_part_t *p);
 /* mqd_part_set_hw (or _set_repl_ends) was called since the partition was opened. */
@@ -817,6 +819,16 @@ void mqd_conns_reap(mqd_server_t *s);
 /* mqd_server_free: closes every accepted connection (then mqd_conns_reap frees them). */
 void mqd_conns_close(mqd_server_t *s);
 /* -- for txn/, group/, auth/ -- */
+void mqd_conn_ref(mqd_conn_t *c); /* takes a reference: mqd_conn_unref lets it go */
+/* Detaches ls with an error through the link_detach hook (amqp/), releasing what it held
+ * (an epoch takeover, an ACL reload); nothing without the hook. */
+void mqd_ls_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
+/* mqd_topic_groups for read-only walks (group/'s hooks that get a const topic) */
+const mqd_dlist_t *mqd_topic_groups_const(const mqd_topic_t *o);
+/* copies v (truncated to fit) */
+void mqd_conn_set_user(mqd_conn_t *o, const char *v);
+bool mqd_ls_mgmt(const mqd_lstate_t *o);
+const char *mqd_ls_tmp_name(const mqd_lstate_t *o);
 /* -- for mgmt/, metrics/, console/ -- */
 void *mqd_srv_console(const mqd_server_t *o);
 void mqd_srv_set_console(mqd_server_t *o, void *v);
