@@ -61,7 +61,7 @@ static void on_expiry(evutil_socket_t fd, short what, void *arg)
     MQD_UNUSED(what);
     mqd_cbs_conn_t *cc = arg;
     drop_expired(cc, (int64_t)time(NULL));
-    if (cc->c->closed)
+    if (mqd_conn_closed(cc->c))
         return;
     if (mqd_auth_recheck_links(cc->c, "SAS token expired") > 0)
         mqd_conn_mark_dirty(cc->c); /* the detaches go out now */
@@ -70,7 +70,7 @@ static void on_expiry(evutil_socket_t fd, short what, void *arg)
 
 static void arm(mqd_cbs_conn_t *cc)
 {
-    if (cc->n == 0 || !mqd_conf_sas_effective(cc->c->srv->conf))
+    if (cc->n == 0 || !mqd_conf_sas_effective(mqd_srv_conf(mqd_conn_srv(cc->c))))
         return;
     int64_t first = cc->tok[0].se;
     for (size_t i = 1; i < cc->n; i++)
@@ -79,7 +79,7 @@ static void arm(mqd_cbs_conn_t *cc)
     int64_t wait = first - (int64_t)time(NULL);
     struct timeval tv = {.tv_sec = wait > 0 ? wait : 0, .tv_usec = 0};
     if (cc->ev == NULL)
-        cc->ev = evtimer_new(cc->c->srv->base, on_expiry, cc);
+        cc->ev = evtimer_new(mqd_srv_base(mqd_conn_srv(cc->c)), on_expiry, cc);
     if (cc->ev != NULL)
         evtimer_add(cc->ev, &tv);
 }
@@ -87,7 +87,7 @@ static void arm(mqd_cbs_conn_t *cc)
 /* Keeps t (replacing an older token for the same audience). */
 static int keep(mqd_conn_t *c, const mqd_sas_token_t *t, const mqd_sas_key_conf_t *k)
 {
-    mqd_auth_conn_t *ac = c->auth;
+    mqd_auth_conn_t *ac = mqd_conn_auth(c);
     if (ac == NULL)
         return MQD_ESTATE;
     if (ac->cbs == NULL && (ac->cbs = calloc(1, sizeof *ac->cbs)) == NULL)
@@ -133,7 +133,7 @@ static bool sr_covers(const char *sr, const char *name)
  * 400/401/404/500 with `desc`. */
 static int put_token(mqd_conn_t *c, const mqd_cbs_req_t *r, char *desc, size_t len)
 {
-    const mqd_conf_t *conf = c->srv->conf;
+    const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(c));
     mqd_sas_token_t t;
 #define FAIL(st, ...) return (snprintf(desc, len, __VA_ARGS__), (st))
     if (!r->has_op || strcmp(r->operation, "put-token") != 0)
@@ -157,7 +157,7 @@ static int put_token(mqd_conn_t *c, const mqd_cbs_req_t *r, char *desc, size_t l
         FAIL(401, "invalid signature for key '%s'", t.skn);
     if (k != NULL && !mqd_sas_covers(t.hub, k->scope, t.hub[0] ? t.hub : "*"))
         FAIL(401, "audience outside the scope of key '%s'", t.skn);
-    if (t.hub[0] && !conf->auto_create_topics && !mqd_topic_find(c->srv, t.hub))
+    if (t.hub[0] && !conf->auto_create_topics && !mqd_topic_find(mqd_conn_srv(c), t.hub))
         FAIL(404, "The messaging entity '%.200s' could not be found.", t.hub);
     if (keep(c, &t, k) != 0)
         FAIL(500, "cannot keep the token");
@@ -217,10 +217,11 @@ int mqd_auth_cbs_handle(mqd_conn_t *c, const uint8_t *req, size_t len, mqd_buf_t
         goto out;
     int status = put_token(c, &r, desc, sizeof desc);
     if (status >= 300)
-        MQD_NOTICE("auth", "$cbs put-token refused peer=%s audience=%s: %d %s", c->peer,
+        MQD_NOTICE("auth", "$cbs put-token refused peer=%s audience=%s: %d %s", mqd_conn_peer(c),
                    r.has_name ? r.name : "-", status, desc);
     else
-        MQD_INFO("auth", "$cbs put-token peer=%s audience=%s: %d", c->peer, r.name, status);
+        MQD_INFO("auth", "$cbs put-token peer=%s audience=%s: %d", mqd_conn_peer(c), r.name,
+                 status);
     rc = reply(m, &r, status, desc, out);
 out:
     if (m)
@@ -244,9 +245,9 @@ static unsigned right_for(mqd_perm_t perm)
 const char *mqd_auth_sas_denied(mqd_conn_t *c, mqd_perm_t perm, const char *address)
 {
     unsigned need = right_for(perm);
-    if (need == 0 || !mqd_conf_sas_effective(c->srv->conf))
+    if (need == 0 || !mqd_conf_sas_effective(mqd_srv_conf(mqd_conn_srv(c))))
         return NULL;
-    const mqd_auth_conn_t *ac = c->auth;
+    const mqd_auth_conn_t *ac = mqd_conn_auth(c);
     const mqd_cbs_conn_t *cc = ac ? ac->cbs : NULL;
     int64_t now = (int64_t)time(NULL);
     bool mgmt = address == NULL || strcmp(address, "$management") == 0;

@@ -17,7 +17,7 @@
 
 size_t mqd_auth_rx_gate(mqd_conn_t *c, const uint8_t *p, size_t n)
 {
-    mqd_auth_conn_t *ac = c->auth;
+    mqd_auth_conn_t *ac = mqd_conn_auth(c);
     if (ac == NULL || ac->gate.open)
         return n;
     if (ac->outcome) {
@@ -32,19 +32,20 @@ size_t mqd_auth_rx_gate(mqd_conn_t *c, const uint8_t *p, size_t n)
 
 static void close_conn(mqd_conn_t *c, const char *name, const char *why)
 {
-    pn_condition_t *cond = pn_transport_condition(c->driver.transport);
+    pn_connection_driver_t *drv = mqd_conn_driver(c);
+    pn_condition_t *cond = pn_transport_condition(drv->transport);
     pn_condition_set_name(cond, name);
     pn_condition_set_description(cond, why);
-    pn_connection_driver_close(&c->driver);
+    pn_connection_driver_close(drv);
     mqd_conn_mark_dirty(c);
 }
 
 void mqd_auth_rx_hold(mqd_conn_t *c, const uint8_t *p, size_t n)
 {
-    mqd_auth_conn_t *ac = c->auth;
+    mqd_auth_conn_t *ac = mqd_conn_auth(c);
     if (ac->held_len + n > HOLD_MAX) {
-        MQD_NOTICE("auth", "peer=%s sent more than %u bytes during a login check: closing", c->peer,
-                   HOLD_MAX);
+        MQD_NOTICE("auth", "peer=%s sent more than %u bytes during a login check: closing",
+                   mqd_conn_peer(c), HOLD_MAX);
         return close_conn(c, "amqp:resource-limit-exceeded",
                           "too much input before the SASL outcome");
     }
@@ -64,14 +65,14 @@ void mqd_auth_rx_hold(mqd_conn_t *c, const uint8_t *p, size_t n)
 
 void mqd_auth_rx_release(mqd_conn_t *c, bool feed)
 {
-    mqd_auth_conn_t *ac = c->auth;
+    mqd_auth_conn_t *ac = mqd_conn_auth(c);
     if (ac == NULL || ac->held_len == 0)
         return;
     uint8_t *b = ac->held;
     size_t n = ac->held_len;
     ac->held = NULL;
     ac->held_len = ac->held_cap = 0;
-    if (feed && !c->closed)
+    if (feed && !mqd_conn_closed(c))
         mqd_conn_rx_feed(c, (const char *)b, n); /* the gate is open: ac->outcome is set */
     free(b);
 }

@@ -12,7 +12,7 @@
 
 bool mqd_auth_user_may(struct mqd_server *s, const char *user, mqd_perm_t perm, const char *address)
 {
-    const mqd_conf_t *conf = s->conf;
+    const mqd_conf_t *conf = mqd_srv_conf(s);
     const mqd_user_conf_t *u = NULL;
     bool anonymous = !user || !*user;
     if (!anonymous && (u = mqd_conf_user(conf, user)) == NULL)
@@ -37,8 +37,8 @@ static void pw_done(mqd_auth_pw_t *pw, int rc)
 int mqd_auth_password_check(struct mqd_server *s, const char *user, const char *password,
                             const char *host, mqd_auth_pw_done_fn done, void *arg)
 {
-    mqd_auth_t *a = s->auth;
-    if (!a || !a->pool || mqd_auth_pool_in_flight(a->pool) >= s->conf->auth_queue_max)
+    mqd_auth_t *a = mqd_srv_auth(s);
+    if (!a || !a->pool || mqd_auth_pool_in_flight(a->pool) >= mqd_srv_conf(s)->auth_queue_max)
         return MQD_EAGAIN;
     if (strlen(password) >= sizeof((mqd_auth_pw_t *)0)->pw)
         return MQD_EINVAL;
@@ -60,7 +60,7 @@ int mqd_auth_password_check(struct mqd_server *s, const char *user, const char *
 int mqd_auth_scram_start(struct mqd_server *s, const char *msg, size_t len, char *out,
                          mqd_auth_scram_t **st)
 {
-    const mqd_auth_t *a = s->auth;
+    const mqd_auth_t *a = mqd_srv_auth(s);
     mqd_scram_t *sc = calloc(1, sizeof *sc);
     int rc = MQD_ENOMEM;
     if (!sc || !a)

@@ -23,8 +23,8 @@ int mqd_auth_pw_user(mqd_auth_pw_t *p, struct mqd_server *s, const char *user)
 {
     if (strlen(user) >= sizeof p->user)
         return MQD_EINVAL;
-    const mqd_auth_t *a = s->auth;
-    const mqd_user_conf_t *u = mqd_conf_user(s->conf, user);
+    const mqd_auth_t *a = mqd_srv_auth(s);
+    const mqd_user_conf_t *u = mqd_conf_user(mqd_srv_conf(s), user);
     p->s = s;
     p->known = u && u->password_hash && strlen(u->password_hash) < sizeof p->hash;
     snprintf(p->hash, sizeof p->hash, "%s", p->known ? u->password_hash : a->decoy_hash);
@@ -46,7 +46,7 @@ static void pw_done(mqd_auth_job_t *j, bool ran)
     int rc = MQD_ESTATE;
     if (ran) {
         /* a reload while the check ran may have removed the user or changed the hash */
-        const mqd_user_conf_t *u = mqd_conf_user(p->s->conf, p->user);
+        const mqd_user_conf_t *u = mqd_conf_user(mqd_srv_conf(p->s), p->user);
         bool same = u && u->password_hash && strcmp(u->password_hash, p->hash) == 0;
         rc = !p->ok ? MQD_EFAILED : !same ? MQD_ENOENT : 0;
     }
@@ -60,7 +60,7 @@ void mqd_auth_pw_submit(mqd_auth_pw_t *p, uint64_t key, mqd_auth_pw_fn done)
     p->job.work = pw_work;
     p->job.done = pw_done;
     p->job.key = key;
-    mqd_auth_t *a = p->s->auth;
+    mqd_auth_t *a = mqd_srv_auth(p->s);
     mqd_auth_pool_submit(a->pool, &p->job);
 }
 

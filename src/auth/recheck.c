@@ -47,27 +47,28 @@ static void on_close_grace(evutil_socket_t fd, short what, void *arg)
     MQD_UNUSED(what);
     mqd_auth_conn_t *ac = arg;
     mqd_conn_t *c = ac->c;
-    if (c->closed)
+    if (mqd_conn_closed(c))
         return;
-    MQD_NOTICE("auth", "peer=%s did not answer the close: cutting it off", c->peer);
-    pn_connection_driver_close(&c->driver);
+    MQD_NOTICE("auth", "peer=%s did not answer the close: cutting it off", mqd_conn_peer(c));
+    pn_connection_driver_close(mqd_conn_driver(c));
     mqd_conn_mark_dirty(c);
 }
 
 static void close_revoked(mqd_conn_t *c, const char *why)
 {
-    mqd_auth_conn_t *ac = c->auth;
-    pn_connection_t *pc = c->driver.connection;
-    MQD_NOTICE("auth", "closing peer=%s user=%s: %s", c->peer, c->user, why);
+    mqd_auth_conn_t *ac = mqd_conn_auth(c);
+    pn_connection_t *pc = mqd_conn_driver(c)->connection;
+    MQD_NOTICE("auth", "closing peer=%s user=%s: %s", mqd_conn_peer(c), mqd_conn_user(c), why);
     pn_condition_t *cond = pn_connection_condition(pc);
     pn_condition_set_name(cond, "amqp:unauthorized-access");
     pn_condition_set_description(cond, why);
     pn_connection_close(pc);
     mqd_conn_mark_dirty(c);
     if (ac != NULL && ac->ev_close == NULL) {
-        uint32_t ms = c->srv->conf->handshake_timeout_ms;
+        mqd_server_t *s = mqd_conn_srv(c);
+        uint32_t ms = mqd_srv_conf(s)->handshake_timeout_ms;
         struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-        ac->ev_close = evtimer_new(c->srv->base, on_close_grace, ac);
+        ac->ev_close = evtimer_new(mqd_srv_base(s), on_close_grace, ac);
         if (ac->ev_close != NULL)
             evtimer_add(ac->ev_close, &tv);
     }
@@ -76,26 +77,27 @@ static void close_revoked(mqd_conn_t *c, const char *why)
 /* The name the link's attach check used. */
 static const char *checked_name(const mqd_lstate_t *ls)
 {
-    if (ls->mgmt)
+    if (mqd_ls_mgmt(ls))
         return "$management";
-    if (ls->topic != NULL)
-        return ls->topic->name;
-    return ls->tmp_name;
+    if (mqd_ls_topic(ls) != NULL)
+        return mqd_topic_name(mqd_ls_topic(ls));
+    return mqd_ls_tmp_name(ls);
 }
 
 size_t mqd_auth_recheck_links(mqd_conn_t *c, const char *why)
 {
     size_t n = 0;
-    pn_connection_t *pc = c->driver.connection;
+    pn_connection_t *pc = mqd_conn_driver(c)->connection;
     for (pn_link_t *l = pn_link_head(pc, 0), *next; l; l = next) {
         next = pn_link_next(l, 0);
         mqd_lstate_t *ls = pn_link_get_context(l);
-        const char *name = ls && ls->acl_perm ? checked_name(ls) : NULL;
-        if (name == NULL || mqd_auth_allowed(c, (mqd_perm_t)ls->acl_perm, name))
+        const char *name = ls && mqd_ls_acl_perm(ls) ? checked_name(ls) : NULL;
+        if (name == NULL || mqd_auth_allowed(c, (mqd_perm_t)mqd_ls_acl_perm(ls), name))
             continue;
-        MQD_NOTICE("auth", "detaching link %s of peer=%s user=%s: %s", pn_link_name(l), c->peer,
-                   c->user[0] ? c->user : "-", why);
-        ls->conn->srv->ops.link_detach(ls, "amqp:unauthorized-access", why);
+        const char *user = mqd_conn_user(c);
+        MQD_NOTICE("auth", "detaching link %s of peer=%s user=%s: %s", pn_link_name(l),
+                   mqd_conn_peer(c), user[0] ? user : "-", why);
+        mqd_ls_detach(ls, "amqp:unauthorized-access", why);
         n++;
     }
     return n;
@@ -104,14 +106,17 @@ size_t mqd_auth_recheck_links(mqd_conn_t *c, const char *why)
 void mqd_auth_recheck(mqd_server_t *s, const mqd_user_conf_t *old_users, size_t n_old)
 {
     size_t closed = 0, detached = 0;
-    for (mqd_dlist_t *p = s->conns.next; p != &s->conns; p = p->next) {
-        mqd_conn_t *c = MQD_CONTAINER(p, mqd_conn_t, node);
-        const mqd_auth_conn_t *ac = c->auth;
-        if (c->closed || (pn_connection_state(c->driver.connection) & PN_LOCAL_CLOSED))
+    mqd_dlist_t *conns = mqd_srv_conns(s);
+    for (mqd_dlist_t *p = conns->next; p != conns; p = p->next) {
+        mqd_conn_t *c = mqd_conn_of_node(p);
+        const mqd_auth_conn_t *ac = mqd_conn_auth(c);
+        pn_connection_driver_t *drv = mqd_conn_driver(c);
+        if (mqd_conn_closed(c) || (pn_connection_state(drv->connection) & PN_LOCAL_CLOSED))
             continue;
-        bool named = c->user[0] != '\0' && !(ac && ac->anonymous) &&
-                     pn_transport_is_authenticated(c->driver.transport);
-        const char *why = named ? user_revoked(s->conf, old_users, n_old, c->user) : NULL;
+        const char *user = mqd_conn_user(c);
+        bool named = user[0] != '\0' && !(ac && ac->anonymous) &&
+                     pn_transport_is_authenticated(drv->transport);
+        const char *why = named ? user_revoked(mqd_srv_conf(s), old_users, n_old, user) : NULL;
         if (why != NULL) {
             close_revoked(c, why);
             closed++;

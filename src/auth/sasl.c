@@ -26,14 +26,17 @@ static void log_abandoned(pn_transport_t *t, const mqd_auth_conn_t *ac)
         return;
     const char *mech = pnx_sasl_get_selected_mechanism(t);
     if (ac->scram)
-        MQD_NOTICE("auth", "SASL refused peer=%s mech=SCRAM-SHA-256 user=%s reason=the "
+        MQD_NOTICE("auth",
+                   "SASL refused peer=%s mech=SCRAM-SHA-256 user=%s reason=the "
                    "connection ended during the exchange (the client gave up, or a handshake "
                    "timeout)",
-                   ac->c->peer, ac->scram->user[0] ? ac->scram->user : "-");
+                   mqd_conn_peer(ac->c), ac->scram->user[0] ? ac->scram->user : "-");
     else if (mech == NULL)
-        MQD_NOTICE("auth", "SASL refused peer=%s mech=none user=- reason=the connection ended "
+        MQD_NOTICE("auth",
+                   "SASL refused peer=%s mech=none user=- reason=the connection ended "
                    "before the client chose one of the mechanisms offered (%s): none in "
-                   "common, or a handshake timeout", ac->c->peer, ac->mechs);
+                   "common, or a handshake timeout",
+                   mqd_conn_peer(ac->c), ac->mechs);
 }
 
 static void s_free(pn_transport_t *t)
@@ -49,7 +52,7 @@ static void s_free(pn_transport_t *t)
 static const char *s_list(pn_transport_t *t)
 {
     mqd_auth_conn_t *ac = pnx_sasl_get_context(t);
-    const mqd_conf_t *conf = ac->c->srv->conf;
+    const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(ac->c));
     /* the order is the server's preference: clients such as Proton's take the first
      * they can do */
     bool cert = ac->tls && mqd_auth_tls_peer_verified(ac->c);
@@ -72,12 +75,15 @@ static bool s_init_client(pn_transport_t *t)
     return false;
 }
 
-static void s_prepare_write(pn_transport_t *t) { MQD_UNUSED(t); }
+static void s_prepare_write(pn_transport_t *t)
+{
+    MQD_UNUSED(t);
+}
 
 static void fail(pn_transport_t *t, mqd_auth_conn_t *ac, const char *why, const char *who)
 {
     const char *mech = pnx_sasl_get_selected_mechanism(t);
-    MQD_NOTICE("auth", "SASL refused peer=%s mech=%s user=%s reason=%s", ac->c->peer,
+    MQD_NOTICE("auth", "SASL refused peer=%s mech=%s user=%s reason=%s", mqd_conn_peer(ac->c),
                mech ? mech : "none", who, why);
     if (ac->scram) {
         mqd_scram_clear(ac->scram);
@@ -94,16 +100,17 @@ static void fail(pn_transport_t *t, mqd_auth_conn_t *ac, const char *why, const 
 static void succeed(pn_transport_t *t, mqd_auth_conn_t *ac, const char *user, bool anonymous)
 {
     mqd_conn_t *c = ac->c;
-    uint32_t max = c->srv->conf->max_connections_per_user;
-    if (!anonymous && max > 0 && mqd_auth_user_conns(c->srv, c, user) >= max)
+    mqd_server_t *s = mqd_conn_srv(c);
+    uint32_t max = mqd_srv_conf(s)->max_connections_per_user;
+    if (!anonymous && max > 0 && mqd_auth_user_conns(s, c, user) >= max)
         return fail(t, ac, "max_connections_per_user reached", user);
-    snprintf(c->user, sizeof c->user, "%s", user);
+    mqd_conn_set_user(c, user);
     ac->anonymous = anonymous;
     ac->outcome = true;
-    pnx_sasl_set_succeeded(t, c->user, NULL);
+    pnx_sasl_set_succeeded(t, mqd_conn_user(c), NULL);
     pnx_sasl_set_desired_state(t, SASL_POSTED_OUTCOME);
-    MQD_INFO("auth", "SASL %s peer=%s user=%s", pnx_sasl_get_selected_mechanism(t), c->peer,
-             c->user);
+    MQD_INFO("auth", "SASL %s peer=%s user=%s", pnx_sasl_get_selected_mechanism(t),
+             mqd_conn_peer(c), mqd_conn_user(c));
 }
 
 /* ---- PLAIN: the PBKDF2 runs on the login pool (pwjob.c); the outcome waits for it ---- */
@@ -119,12 +126,12 @@ static void plain_done(mqd_auth_pw_t *pw, int rc)
 {
     plain_job_t *p = (plain_job_t *)pw;
     mqd_conn_t *c = p->c;
-    mqd_auth_conn_t *ac = c->auth;
+    mqd_auth_conn_t *ac = mqd_conn_auth(c);
     if (ac != NULL)
         ac->pending = false;
-    if (rc != MQD_ESTATE && ac != NULL && !c->closed && !ac->outcome &&
-        !pn_connection_driver_write_closed(&c->driver)) {
-        pn_transport_t *t = c->driver.transport;
+    if (rc != MQD_ESTATE && ac != NULL && !mqd_conn_closed(c) && !ac->outcome &&
+        !pn_connection_driver_write_closed(mqd_conn_driver(c))) {
+        pn_transport_t *t = mqd_conn_driver(c)->transport;
         if (rc == MQD_EFAILED)
             fail(t, ac, pw->known ? "wrong password" : "unknown user", pw->user);
         else if (rc != 0)
@@ -135,7 +142,7 @@ static void plain_done(mqd_auth_pw_t *pw, int rc)
             succeed(t, ac, pw->user, false);
         /* what the client pipelined behind its sasl-init: for Proton after a success,
          * dropped after a failure (the connection ends with the outcome) */
-        mqd_auth_rx_release(c, c->user[0] != '\0');
+        mqd_auth_rx_release(c, mqd_conn_user(c)[0] != '\0');
         mqd_conn_mark_dirty(c); /* the outcome goes out with the next tick */
     }
     mqd_conn_unref(c);
@@ -151,12 +158,15 @@ static uint64_t host_key(const char *peer)
 /* PLAIN logins from c's address now with the pool. */
 static size_t pending_from(mqd_server_t *s, const mqd_conn_t *c)
 {
-    const char *colon = strrchr(c->peer, ':');
-    size_t hl = colon ? (size_t)(colon - c->peer) : strlen(c->peer), n = 0;
-    for (mqd_dlist_t *p = s->conns.next; p != &s->conns; p = p->next) {
-        const mqd_conn_t *o = MQD_CONTAINER(p, mqd_conn_t, node);
-        const mqd_auth_conn_t *oa = o->auth;
-        if (oa && oa->pending && strncmp(o->peer, c->peer, hl) == 0 && o->peer[hl] == ':')
+    const char *peer = mqd_conn_peer(c);
+    const char *colon = strrchr(peer, ':');
+    size_t hl = colon ? (size_t)(colon - peer) : strlen(peer), n = 0;
+    mqd_dlist_t *conns = mqd_srv_conns(s);
+    for (mqd_dlist_t *p = conns->next; p != conns; p = p->next) {
+        const mqd_conn_t *o = mqd_conn_of_node(p);
+        const mqd_auth_conn_t *oa = mqd_conn_auth(o);
+        const char *op = mqd_conn_peer(o);
+        if (oa && oa->pending && strncmp(op, peer, hl) == 0 && op[hl] == ':')
             n++;
     }
     return n;
@@ -166,12 +176,13 @@ static size_t pending_from(mqd_server_t *s, const mqd_conn_t *c)
 static void plain_submit(pn_transport_t *t, mqd_auth_conn_t *ac, plain_job_t *p)
 {
     mqd_conn_t *c = ac->c;
-    const mqd_conf_t *conf = c->srv->conf;
-    mqd_auth_t *a = c->srv->auth;
+    mqd_server_t *s = mqd_conn_srv(c);
+    const mqd_conf_t *conf = mqd_srv_conf(s);
+    mqd_auth_t *a = mqd_srv_auth(s);
     const char *full = NULL;
     if (mqd_auth_pool_in_flight(a->pool) >= conf->auth_queue_max)
         full = "auth_queue_max reached";
-    else if (pending_from(c->srv, c) >= conf->auth_queue_per_ip)
+    else if (pending_from(s, c) >= conf->auth_queue_per_ip)
         full = "auth_queue_per_ip reached";
     if (full) {
         fail(t, ac, full, p->pw.user);
@@ -180,15 +191,15 @@ static void plain_submit(pn_transport_t *t, mqd_auth_conn_t *ac, plain_job_t *p)
         return;
     }
     p->c = c;
-    c->refs++;
+    mqd_conn_ref(c);
     ac->pending = true;
-    mqd_auth_pw_submit(&p->pw, host_key(c->peer), plain_done);
+    mqd_auth_pw_submit(&p->pw, host_key(mqd_conn_peer(c)), plain_done);
 }
 
 /* PLAIN: [authzid] NUL authcid NUL passwd */
 static void plain(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
 {
-    const mqd_conf_t *conf = ac->c->srv->conf;
+    const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(ac->c));
     if (!ac->tls && !conf->allow_plain_without_tls)
         return fail(t, ac, "PLAIN needs TLS (allow_plain_without_tls = off)", "-");
     if (!recv || recv->size == 0 || recv->size > 1024)
@@ -201,7 +212,7 @@ static void plain(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv
     const char *end = buf + recv->size;
     const char *authcid = memchr(buf, '\0', recv->size);
     const char *pw = authcid ? memchr(authcid + 1, '\0', (size_t)(end - authcid - 1)) : NULL;
-    if (!pw || mqd_auth_pw_user(&p->pw, ac->c->srv, authcid + 1) != 0) {
+    if (!pw || mqd_auth_pw_user(&p->pw, mqd_conn_srv(ac->c), authcid + 1) != 0) {
         mqd_auth_pw_free(&p->pw);
         return fail(t, ac, "malformed PLAIN response", "-");
     }
@@ -217,7 +228,7 @@ static void plain(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv
 /* EXTERNAL: the verified client certificate's subject CN names the user. */
 static void external(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
 {
-    const mqd_conf_t *conf = ac->c->srv->conf;
+    const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(ac->c));
     char cn[256];
     int rc = ac->tls ? mqd_auth_tls_peer_cn(ac->c, cn, sizeof cn) : MQD_ENOENT;
     if (rc == MQD_ENOENT)
@@ -248,7 +259,7 @@ static void scram_first(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t
         return fail(t, ac, "out of memory", "-");
     if (!recv || mqd_scram_client_first(ac->scram, recv->start, recv->size) != 0)
         return fail(t, ac, "malformed SCRAM client-first-message", "-");
-    if (mqd_auth_scram_reply_first(ac->c->srv, ac->scram, ac->out) != 0)
+    if (mqd_auth_scram_reply_first(mqd_conn_srv(ac->c), ac->scram, ac->out) != 0)
         return fail(t, ac, "SCRAM server-first failed", "-");
     pnx_sasl_set_bytes_out(t, pn_bytes(strlen(ac->out), ac->out));
     pnx_sasl_set_desired_state(t, SASL_POSTED_CHALLENGE);
@@ -261,7 +272,7 @@ static void s_process_init(pn_transport_t *t, const char *mech, const pn_bytes_t
         return fail(t, ac, "mechanism not a symbol", "-");
     if (ac->pending || ac->outcome)
         return fail(t, ac, "SASL init after the first", "-");
-    if (strcmp(mech, "ANONYMOUS") == 0 && ac->c->srv->conf->allow_anonymous)
+    if (strcmp(mech, "ANONYMOUS") == 0 && mqd_srv_conf(mqd_conn_srv(ac->c))->allow_anonymous)
         return succeed(t, ac, "anonymous", true);
     if (strcmp(mech, "ANONYMOUS") == 0)
         return fail(t, ac, "ANONYMOUS not allowed (allow_anonymous = off)", "anonymous");
@@ -294,7 +305,7 @@ static void s_process_response(pn_transport_t *t, const pn_bytes_t *recv)
         return fail(t, ac, "malformed SCRAM client-final-message", user);
     /* a reload between client-first and client-final may have removed the user or
      * changed its credentials */
-    bool same = mqd_auth_scram_unchanged(ac->c->srv, user, stored);
+    bool same = mqd_auth_scram_unchanged(mqd_conn_srv(ac->c), user, stored);
     OPENSSL_cleanse(stored, sizeof stored);
     if (!same)
         return fail(t, ac, "credentials changed by a reload during the login", user);
@@ -330,10 +341,10 @@ static const pnx_sasl_implementation impl = {
 
 void mqd_auth_sasl_setup(mqd_conn_t *c, mqd_auth_conn_t *ac)
 {
-    pn_transport_t *t = c->driver.transport;
+    pn_transport_t *t = mqd_conn_driver(c)->transport;
     pn_sasl_t *sasl = pn_sasl(t);
     /* the policy (PLAIN only over TLS unless allowed) is ours, in s_list and plain() */
     pn_sasl_set_allow_insecure_mechs(sasl, true);
-    pn_transport_require_auth(t, !c->srv->conf->allow_anonymous);
+    pn_transport_require_auth(t, !mqd_srv_conf(mqd_conn_srv(c))->allow_anonymous);
     pnx_sasl_set_implementation(t, &impl, ac);
 }

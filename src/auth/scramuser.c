@@ -10,8 +10,8 @@
 
 int mqd_auth_scram_reply_first(struct mqd_server *s, mqd_scram_t *sc, char *out)
 {
-    const mqd_auth_t *a = s->auth;
-    const mqd_user_conf_t *u = mqd_conf_user(s->conf, sc->user);
+    const mqd_auth_t *a = mqd_srv_auth(s);
+    const mqd_user_conf_t *u = mqd_conf_user(mqd_srv_conf(s), sc->user);
     mqd_scram_cred_t cred;
     bool known = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &cred) == 0;
     int rc = known ? mqd_scram_server_first(sc, &cred, NULL, out)
@@ -25,7 +25,7 @@ int mqd_auth_scram_reply_first(struct mqd_server *s, mqd_scram_t *sc, char *out)
 bool mqd_auth_scram_unchanged(struct mqd_server *s, const char *user,
                               const unsigned char stored_key[32])
 {
-    const mqd_user_conf_t *u = mqd_conf_user(s->conf, user);
+    const mqd_user_conf_t *u = mqd_conf_user(mqd_srv_conf(s), user);
     mqd_scram_cred_t now;
     bool same = u && u->scram_sha256 && mqd_conf_scram_parse(u->scram_sha256, &now) == 0 &&
                 CRYPTO_memcmp(now.stored_key, stored_key, 32) == 0;

@@ -133,12 +133,14 @@ static int reload_check(void *arg, const mqd_conf_t *cur, const mqd_conf_t *next
                         size_t errlen)
 {
     mqd_server_t *s = arg;
-    mqd_auth_t *a = s->auth;
+    mqd_auth_t *a = mqd_srv_auth(s);
     SSL_CTX_free(a->next_ctx); /* prepared by a reload that failed later */
     a->next_ctx = NULL;
     if (ctx_build(next, &a->next_ctx) != 0) {
-        snprintf(err, errlen, "%s: tls_cert: the TLS certificate, key or CA does not load "
-                 "(see the TLS line above)", next->path ? next->path : "configuration");
+        snprintf(err, errlen,
+                 "%s: tls_cert: the TLS certificate, key or CA does not load "
+                 "(see the TLS line above)",
+                 next->path ? next->path : "configuration");
         return MQD_EINVAL;
     }
     return 0;
@@ -148,7 +150,7 @@ static int reload_check(void *arg, const mqd_conf_t *cur, const mqd_conf_t *next
 static void reload_apply(void *arg, const mqd_conf_t *old, const mqd_conf_t *now)
 {
     mqd_server_t *s = arg;
-    mqd_auth_t *a = s->auth;
+    mqd_auth_t *a = mqd_srv_auth(s);
     SSL_CTX_free(a->ctx); /* connections using it hold their own reference */
     a->ctx = a->next_ctx;
     a->next_ctx = NULL;
@@ -166,61 +168,64 @@ int mqd_auth_init(mqd_server_t *s)
     mqd_auth_t *a = calloc(1, sizeof *a);
     if (a == NULL)
         return MQD_ENOMEM;
-    s->auth = a;
-    int rc = ctx_build(s->conf, &a->ctx);
+    mqd_srv_set_auth(s, a);
+    const mqd_conf_t *conf = mqd_srv_conf(s);
+    int rc = ctx_build(conf, &a->ctx);
     if (rc == 0)
-        rc = mqd_auth_secret_load(s->conf->data_dir, a->secret);
+        rc = mqd_auth_secret_load(conf->data_dir, a->secret);
     if (rc == 0)
-        rc = mqd_auth_decoy_setup(a, s->conf);
+        rc = mqd_auth_decoy_setup(a, conf);
     if (rc == 0)
-        rc = mqd_auth_pool_new(s->base, s->conf->auth_threads, &a->pool);
+        rc = mqd_auth_pool_new(mqd_srv_base(s), conf->auth_threads, &a->pool);
     if (rc == 0)
-        rc = mqd_conf_hook_add(s->conf_hooks, NULL, reload_check, reload_apply, s);
+        rc = mqd_conf_hook_add(mqd_srv_conf_hooks(s), NULL, reload_check, reload_apply, s);
     if (rc != 0) {
         mqd_auth_free(s);
         return rc;
     }
-    if (s->conf->acl_present)
-        MQD_INFO("auth", "%zu ACL rules", s->conf->n_acl);
+    if (conf->acl_present)
+        MQD_INFO("auth", "%zu ACL rules", conf->n_acl);
     mqd_auth_warn_unreachable(s);
     return 0;
 }
 
 void mqd_auth_free(mqd_server_t *s)
 {
-    mqd_auth_t *a = s->auth;
+    mqd_auth_t *a = mqd_srv_auth(s);
     if (a == NULL)
         return;
     mqd_auth_pool_free(a->pool); /* releases the connections its jobs hold */
     SSL_CTX_free(a->ctx);
     SSL_CTX_free(a->next_ctx);
     free(a);
-    s->auth = NULL;
+    mqd_srv_set_auth(s, NULL);
 }
 
 /* ---- per connection ---- */
 
 static void conn_abort(mqd_conn_t *c, const char *name, const char *why)
 {
-    pn_condition_t *cond = pn_transport_condition(c->driver.transport);
+    pn_connection_driver_t *drv = mqd_conn_driver(c);
+    pn_condition_t *cond = pn_transport_condition(drv->transport);
     pn_condition_set_name(cond, name);
     pn_condition_set_description(cond, why);
-    pn_connection_driver_close(&c->driver);
+    pn_connection_driver_close(drv);
     mqd_conn_mark_dirty(c);
 }
 
 /* Proton 0.37 dispatches an AMQP open that arrives inside the SASL layer, before any
  * outcome: such a peer is "open" without having authenticated. */
-static bool opened_unauthenticated(const mqd_conn_t *c)
+static bool opened_unauthenticated(mqd_conn_t *c)
 {
-    return !c->srv->conf->allow_anonymous && !pn_transport_is_authenticated(c->driver.transport);
+    return !mqd_srv_conf(mqd_conn_srv(c))->allow_anonymous &&
+           !pn_transport_is_authenticated(mqd_conn_driver(c)->transport);
 }
 
 bool mqd_auth_conn_opened(mqd_conn_t *c)
 {
-    if (c->closed || !opened_unauthenticated(c))
+    if (mqd_conn_closed(c) || !opened_unauthenticated(c))
         return true;
-    MQD_NOTICE("auth", "peer=%s sent AMQP open before completing SASL: closing", c->peer);
+    MQD_NOTICE("auth", "peer=%s sent AMQP open before completing SASL: closing", mqd_conn_peer(c));
     conn_abort(c, "amqp:unauthorized-access", "open before SASL completed");
     return false;
 }
@@ -231,44 +236,46 @@ static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg)
     MQD_UNUSED(what);
     mqd_auth_conn_t *ac = arg;
     mqd_conn_t *c = ac->c;
-    if (c->closed)
+    if (mqd_conn_closed(c))
         return;
-    if (!(pn_connection_state(c->driver.connection) & PN_REMOTE_UNINIT)) {
+    if (!(pn_connection_state(mqd_conn_driver(c)->connection) & PN_REMOTE_UNINIT)) {
         /* opened: the handshake is over, unless the open skipped SASL (the backstop
          * for mqd_auth_conn_opened) */
         mqd_auth_conn_opened(c);
         return;
     }
-    MQD_NOTICE("auth", "handshake timeout peer=%s (no AMQP open within %ums)", c->peer,
-               ac->tls ? c->srv->conf->tls_handshake_timeout_ms
-                       : c->srv->conf->handshake_timeout_ms);
+    const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(c));
+    MQD_NOTICE("auth", "handshake timeout peer=%s (no AMQP open within %ums)", mqd_conn_peer(c),
+               ac->tls ? conf->tls_handshake_timeout_ms : conf->handshake_timeout_ms);
     conn_abort(c, "amqp:resource-limit-exceeded", "handshake timeout");
 }
 
 int mqd_auth_conn_setup(mqd_conn_t *c, size_t listener)
 {
-    const mqd_conf_t *conf = c->srv->conf;
-    mqd_auth_t *a = c->srv->auth;
+    mqd_server_t *s = mqd_conn_srv(c);
+    const mqd_conf_t *conf = mqd_srv_conf(s);
+    mqd_auth_t *a = mqd_srv_auth(s);
     mqd_auth_conn_t *ac = calloc(1, sizeof *ac);
     if (ac == NULL)
         return MQD_ENOMEM;
     ac->c = c;
     ac->tls = listener < conf->n_listen && mqd_conf_listen_is_tls(conf->listen[listener]);
-    c->auth = ac;
+    mqd_conn_set_auth(c, ac);
     /* from here on the transport owns ac: its SASL free callback frees it */
     mqd_auth_sasl_setup(c, ac);
     if (ac->tls) {
         /* the SSL takes a reference on the listener's current context */
-        c->ssl = a && a->ctx ? SSL_new(a->ctx) : NULL;
-        if (c->ssl == NULL || SSL_set_fd(c->ssl, c->fd) != 1) {
-            MQD_ERR("auth", "TLS setup failed peer=%s", c->peer);
+        SSL *ssl = a && a->ctx ? SSL_new(a->ctx) : NULL;
+        mqd_conn_set_ssl(c, ssl);
+        if (ssl == NULL || SSL_set_fd(ssl, mqd_conn_fd(c)) != 1) {
+            MQD_ERR("auth", "TLS setup failed peer=%s", mqd_conn_peer(c));
             ERR_clear_error();
             return MQD_EIO;
         }
-        SSL_set_accept_state(c->ssl);
+        SSL_set_accept_state(ssl);
     }
     uint32_t ms = ac->tls ? conf->tls_handshake_timeout_ms : conf->handshake_timeout_ms;
-    ac->ev_hs = evtimer_new(c->srv->base, on_handshake_timeout, ac);
+    ac->ev_hs = evtimer_new(mqd_srv_base(s), on_handshake_timeout, ac);
     if (ac->ev_hs == NULL)
         return MQD_ENOMEM;
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000};
@@ -288,20 +295,20 @@ void mqd_auth_conn_free(mqd_auth_conn_t *ac)
         free(ac->scram);
     }
     mqd_auth_cbs_free(ac);
-    if (ac->c && ac->c->auth == ac)
-        ac->c->auth = NULL;
+    if (ac->c && mqd_conn_auth(ac->c) == ac)
+        mqd_conn_set_auth(ac->c, NULL);
     free(ac);
 }
 
 bool mqd_auth_tls_peer_verified(const mqd_conn_t *c)
 {
-    if (c->ssl == NULL || !SSL_is_init_finished(c->ssl) ||
-        SSL_get_verify_result(c->ssl) != X509_V_OK)
+    SSL *ssl = mqd_conn_ssl(c);
+    if (ssl == NULL || !SSL_is_init_finished(ssl) || SSL_get_verify_result(ssl) != X509_V_OK)
         return false;
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
-    return SSL_get0_peer_certificate(c->ssl) != NULL;
+    return SSL_get0_peer_certificate(ssl) != NULL;
 #else
-    X509 *cert = SSL_get_peer_certificate(c->ssl);
+    X509 *cert = SSL_get_peer_certificate(ssl);
     X509_free(cert);
     return cert != NULL;
 #endif
@@ -312,9 +319,9 @@ int mqd_auth_tls_peer_cn(const mqd_conn_t *c, char *cn, size_t len)
     if (!mqd_auth_tls_peer_verified(c))
         return MQD_ENOENT;
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
-    const X509 *cert = SSL_get0_peer_certificate(c->ssl);
+    const X509 *cert = SSL_get0_peer_certificate(mqd_conn_ssl(c));
 #else
-    X509 *cert = SSL_get_peer_certificate(c->ssl);
+    X509 *cert = SSL_get_peer_certificate(mqd_conn_ssl(c));
     X509_free(cert); /* the session keeps its own reference */
 #endif
     /* the first CN, as Proton's pn_ssl_get_remote_subject_subfield took it */
@@ -337,9 +344,10 @@ int mqd_auth_tls_peer_cn(const mqd_conn_t *c, char *cn, size_t len)
 size_t mqd_auth_user_conns(mqd_server_t *s, const mqd_conn_t *self, const char *user)
 {
     size_t n = 0;
-    for (mqd_dlist_t *p = s->conns.next; p != &s->conns; p = p->next) {
-        const mqd_conn_t *o = MQD_CONTAINER(p, mqd_conn_t, node);
-        if (o != self && !o->closed && strcmp(o->user, user) == 0)
+    mqd_dlist_t *conns = mqd_srv_conns(s);
+    for (mqd_dlist_t *p = conns->next; p != conns; p = p->next) {
+        const mqd_conn_t *o = mqd_conn_of_node(p);
+        if (o != self && !mqd_conn_closed(o) && strcmp(mqd_conn_user(o), user) == 0)
             n++;
     }
     return n;
@@ -347,14 +355,15 @@ size_t mqd_auth_user_conns(mqd_server_t *s, const mqd_conn_t *self, const char *
 
 bool mqd_auth_admit_host(mqd_server_t *s, const char *host)
 {
-    uint32_t max = s->conf->max_connections_per_ip;
+    uint32_t max = mqd_srv_conf(s)->max_connections_per_ip;
     if (max == 0)
         return true;
     size_t hl = strlen(host), n = 0;
-    for (mqd_dlist_t *p = s->conns.next; p != &s->conns; p = p->next) {
-        const mqd_conn_t *o = MQD_CONTAINER(p, mqd_conn_t, node);
-        /* peer is "HOST:PORT" */
-        if (!o->closed && strncmp(o->peer, host, hl) == 0 && o->peer[hl] == ':')
+    mqd_dlist_t *conns = mqd_srv_conns(s);
+    for (mqd_dlist_t *p = conns->next; p != conns; p = p->next) {
+        const mqd_conn_t *o = mqd_conn_of_node(p);
+        const char *peer = mqd_conn_peer(o); /* "HOST:PORT" */
+        if (!mqd_conn_closed(o) && strncmp(peer, host, hl) == 0 && peer[hl] == ':')
             n++;
     }
     if (n < max)
@@ -366,17 +375,18 @@ bool mqd_auth_admit_host(mqd_server_t *s, const char *host)
 /* Why c may not do perm on address, or NULL. */
 static const char *denied(mqd_conn_t *c, mqd_perm_t perm, const char *address)
 {
-    const mqd_conf_t *conf = c->srv->conf;
-    mqd_auth_conn_t *ac = c->auth;
-    bool anonymous = c->user[0] == '\0' || (ac && ac->anonymous);
+    const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(c));
+    mqd_auth_conn_t *ac = mqd_conn_auth(c);
+    const char *user = mqd_conn_user(c);
+    bool anonymous = user[0] == '\0' || (ac && ac->anonymous);
     const mqd_user_conf_t *u = NULL;
-    if (c->user[0] == '\0' && !conf->allow_anonymous)
+    if (user[0] == '\0' && !conf->allow_anonymous)
         return "not authenticated";
-    if (!anonymous && !pn_transport_is_authenticated(c->driver.transport))
+    if (!anonymous && !pn_transport_is_authenticated(mqd_conn_driver(c)->transport))
         return "not authenticated";
-    if (!anonymous && (u = mqd_conf_user(conf, c->user)) == NULL)
+    if (!anonymous && (u = mqd_conf_user(conf, user)) == NULL)
         return "user no longer configured";
-    if (!mqd_acl_check(conf->acl, conf->n_acl, conf->acl_present, anonymous ? NULL : c->user,
+    if (!mqd_acl_check(conf->acl, conf->n_acl, conf->acl_present, anonymous ? NULL : user,
                        u ? u->groups : NULL, perm, address))
         return "ACL";
     return mqd_auth_sas_denied(c, perm, address); /* both must allow (docs/security.md) */
@@ -392,7 +402,8 @@ bool mqd_auth_allowed(mqd_conn_t *c, mqd_perm_t perm, const char *address)
     const char *why = denied(c, perm, address);
     if (why == NULL)
         return true;
-    MQD_NOTICE("auth", "denied peer=%s user=%s %s %s: %s", c->peer,
-               c->user[0] ? c->user : "-", perm_name(perm), address ? address : "-", why);
+    const char *user = mqd_conn_user(c);
+    MQD_NOTICE("auth", "denied peer=%s user=%s %s %s: %s", mqd_conn_peer(c), user[0] ? user : "-",
+               perm_name(perm), address ? address : "-", why);
     return false;
 }

@@ -129,7 +129,7 @@ int mqd_msg_batch_split(const uint8_t *p, size_t n, mqd_msg_batch_cb cb, void *a
  *
  * It is also the guard in front of Proton: every plaintext byte passes it before Proton
  * sees it, on every listener. Input it cannot follow stops the peek for good, and the
- * connection is then closed (server.c rx_feed) with the condition mqd_fpeek_error names,
+ * connection is then closed (core/conn.c rx_feed) with the condition mqd_fpeek_error names,
  * before Proton has the whole frame that stopped it (it may have a prefix from earlier
  * chunks; Proton acts on a frame only once it has all of it):
  *   amqp:connection:framing-error  a bad frame header, or one over max-frame-size; a

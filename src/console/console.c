@@ -220,7 +220,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 
 int mqd_console_start(struct mqd_server *s)
 {
-    const char *hp = s->conf->console_listen;
+    const char *hp = mqd_srv_conf(s)->console_listen;
     if (!hp || !*hp)
         return 0;
     char host[256];
@@ -230,7 +230,7 @@ int mqd_console_start(struct mqd_server *s)
         return MQD_EINVAL;
     }
     mqd_console_t *k = calloc(1, sizeof *k);
-    if (!k || !(k->http = evhttp_new(s->base))) {
+    if (!k || !(k->http = evhttp_new(mqd_srv_base(s)))) {
         free(k);
         return MQD_ENOMEM;
     }
@@ -246,14 +246,14 @@ int mqd_console_start(struct mqd_server *s)
         free(k);
         return MQD_EIO;
     }
-    s->console = k;
+    mqd_srv_set_console(s, k);
     MQD_NOTICE("console", "web console on http://%s/ui/", hp);
     return 0;
 }
 
 void mqd_console_stop(struct mqd_server *s)
 {
-    mqd_console_t *k = s->console;
+    mqd_console_t *k = mqd_srv_console(s);
     if (!k)
         return;
     evhttp_free(k->http); /* closes connections: pending logins lose their request */
@@ -261,5 +261,5 @@ void mqd_console_stop(struct mqd_server *s)
     mqd_console_scram_drop(k);
     OPENSSL_cleanse(k->sess, sizeof k->sess);
     free(k);
-    s->console = NULL;
+    mqd_srv_set_console(s, NULL);
 }

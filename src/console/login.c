@@ -52,7 +52,8 @@ static const char *busy(mqd_console_t *k, struct evhttp_connection *evcon, const
             return "a login is already under way on this connection";
         same_host += strcmp(l->host, host) == 0;
     }
-    return same_host >= k->srv->conf->auth_queue_per_ip ? "auth_queue_per_ip reached" : NULL;
+    return same_host >= mqd_srv_conf(k->srv)->auth_queue_per_ip ? "auth_queue_per_ip reached"
+                                                                : NULL;
 }
 
 static json_t *session_json(mqd_console_t *k, const mqd_console_sess_t *ss)
@@ -130,7 +131,7 @@ void mqd_console_login(mqd_console_t *k, struct evhttp_request *req)
         mqd_console_reply_error(req, 400, "expected a JSON object {\"user\", \"password\"}");
         goto out;
     }
-    if (!k->srv->conf->allow_plain_without_tls) {
+    if (!mqd_srv_conf(k->srv)->allow_plain_without_tls) {
         mqd_console_reply_error(req, 403,
                                 "a password over plain HTTP needs "
                                 "allow_plain_without_tls = on (docs/console.md)");

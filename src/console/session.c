@@ -63,7 +63,7 @@ mqd_console_sess_t *mqd_console_sess_of(mqd_console_t *k, struct evhttp_request 
     if (!hdr || mqd_console_cookie_get(hdr, "mqd_session", id, sizeof id) != 0 ||
         !mqd_console_token_ok(id))
         return NULL;
-    uint64_t now = mqd_console_now_ms(), idle = k->srv->conf->console_session_idle_ms;
+    uint64_t now = mqd_console_now_ms(), idle = mqd_srv_conf(k->srv)->console_session_idle_ms;
     for (size_t i = 0; i < MQD_CONSOLE_SESSIONS; i++) {
         mqd_console_sess_t *ss = &k->sess[i];
         if (!ss->used || CRYPTO_memcmp(ss->id, id, MQD_CONSOLE_TOKEN_HEX) != 0)

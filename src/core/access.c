@@ -756,9 +756,97 @@ mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i)
 /* -- for amqp/ -- */
 
 /* -- for server/ -- */
+void mqd_srv_set_meta(mqd_server_t *o, mqd_meta_t *v)
+{
+    o->meta = v;
+}
+void mqd_srv_set_store(mqd_server_t *o, mqd_store_t *v)
+{
+    o->store = v;
+}
+_Static_assert(sizeof(((mqd_server_t *)0)->ev_sig) / sizeof(struct event *) == MQD_SRV_EV_SIG,
+               "MQD_SRV_EV_SIG: the size of mqd_server_t.ev_sig");
+struct event **mqd_srv_ev_sig(mqd_server_t *o)
+{
+    return o->ev_sig;
+}
+void mqd_srv_count_refused(mqd_server_t *o, uint64_t n)
+{
+    o->conns_refused += n;
+}
 
 /* -- for txn/, group/, auth/ -- */
+void mqd_conn_ref(mqd_conn_t *c)
+{
+    c->refs++;
+}
+void mqd_ls_detach(mqd_lstate_t *ls, const char *cond, const char *desc)
+{
+    mqd_server_t *s = ls->conn->srv;
+    if (s->ops.link_detach)
+        s->ops.link_detach(ls, cond, desc);
+}
+const mqd_dlist_t *mqd_topic_groups_const(const mqd_topic_t *o)
+{
+    return &o->groups;
+}
+void mqd_conn_set_user(mqd_conn_t *o, const char *v)
+{
+    snprintf(o->user, sizeof o->user, "%s", v);
+}
+bool mqd_ls_mgmt(const mqd_lstate_t *o)
+{
+    return o->mgmt;
+}
+const char *mqd_ls_tmp_name(const mqd_lstate_t *o)
+{
+    return o->tmp_name;
+}
 
 /* -- for mgmt/, metrics/, console/ -- */
+void *mqd_srv_console(const mqd_server_t *o)
+{
+    return o->console;
+}
+void mqd_srv_set_console(mqd_server_t *o, void *v)
+{
+    o->console = v;
+}
+void *mqd_srv_metrics(const mqd_server_t *o)
+{
+    return o->metrics;
+}
+void mqd_srv_set_metrics(mqd_server_t *o, void *v)
+{
+    o->metrics = v;
+}
+void mqd_topic_stats(const mqd_topic_t *t, mqd_topic_stats_t *out)
+{
+    *out = (mqd_topic_stats_t){
+        .msgs_in = t->msgs_in,
+        .bytes_in = t->bytes_in,
+        .msgs_out = t->msgs_out,
+        .bytes_out = t->bytes_out,
+        .msgs_expired = t->msgs_expired,
+        .msgs_dead = t->msgs_dead,
+        .msgs_rejected = t->msgs_rejected,
+        .msgs_duplicate = t->msgs_duplicate,
+    };
+}
+const char *mqd_ls_kind_name(const mqd_lstate_t *ls)
+{
+    if (!ls)
+        return "other";
+    if (ls->coord)
+        return "coordinator";
+    if (ls->mgmt)
+        return ls->cbs ? "cbs" : "management";
+    switch (ls->kind) {
+    case MQD_LS_PRODUCER: return "producer";
+    case MQD_LS_CONSUMER: return "consumer";
+    case MQD_LS_BROWSER: return "browser";
+    default: return "other";
+    }
+}
 
 /* -- for repl/ -- */

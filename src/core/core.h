@@ -303,11 +303,20 @@ typedef struct mqd_repl_hooks {
  * server/ sets every member before the first topic opens; a unit test that builds a
  * server without server/ leaves them NULL and core skips what they would do. */
 typedef struct mqd_core_ops {
-    /* server/: frees a connection whose last reference went; writes its output (the
-       bytes the socket did not take); feeds it plaintext input that auth/ held back */
-    void (*conn_free)(mqd_conn_t *c);
-    size_t (*conn_write)(mqd_conn_t *c);
-    void (*conn_rx_feed)(mqd_conn_t *c, const char *p, size_t n);
+    /* the connection transport (conn.c) reaches up through these: a Proton event of an
+       accepted connection that mqd_budget_event let through (amqp/'s handler); an
+       outbound connection's events, and its end with the reason, go to its owner
+       (server/outconn.c); an accepted connection was closed while the server stops
+       (server/shutdown.c); frees a link state of a closing connection (amqp/); during
+       SASL, how many of n plaintext bytes Proton may take now, and the input held back
+       when that is 0 (auth/) */
+    void (*conn_event)(mqd_conn_t *c, pn_event_t *e);
+    void (*out_event)(mqd_outconn_t *oc, pn_event_t *e);
+    void (*out_closed)(mqd_outconn_t *oc, const char *why);
+    void (*conn_gone)(mqd_server_t *s);
+    void (*ls_free)(mqd_lstate_t *ls);
+    size_t (*rx_gate)(mqd_conn_t *c, const uint8_t *p, size_t n);
+    void (*rx_hold)(mqd_conn_t *c, const uint8_t *p, size_t n);
     /* server/: SIGHUP-style reload (mgmt's reload operation) */
     int (*reload)(mqd_server_t *s, char *err, size_t errlen);
     /* txn/: settles a transactional send with transactional-state; whether transaction
@@ -489,9 +498,11 @@ int mqd_part_commit_init(mqd_part_t *p);
 void mqd_part_commit_free(mqd_part_t *p);
 /* Offsets below it may be read: min(stable, high watermark[, LSO when read-committed]). */
 uint64_t mqd_part_visible_end(const mqd_part_t *p, mqd_isolation_t iso);
-/* The last stable offset: the first offset of a transaction still open in p (txn/
- * keeps p->otx), UINT64_MAX when none is. */
+/* The last stable offset: the first offset of a transaction still open in p,
+ * UINT64_MAX when none is. txn/ keeps which transactions are open where and sets it
+ * whenever that lowest first offset changes; core only stores it. */
 uint64_t mqd_part_lso(const mqd_part_t *p);
+void mqd_part_set_lso(mqd_part_t *p, uint64_t lso);
 /* The high watermark: the stable offset until replication sets one. */
 uint64_t mqd_part_hw(const mqd_part_t *p);
 /* mqd_part_set_hw (or _set_repl_ends) was called since the partition was opened. */
@@ -754,8 +765,88 @@ void mqd_ls_set_topic(mqd_lstate_t *o, mqd_topic_t *v);
  * when the conversion is done) */
 /* -- for amqp/ -- */
 /* -- for server/ -- */
+void mqd_srv_set_meta(mqd_server_t *o, mqd_meta_t *v);
+void mqd_srv_set_store(mqd_server_t *o, mqd_store_t *v);
+#define MQD_SRV_EV_SIG 4
+struct event **mqd_srv_ev_sig(mqd_server_t *o); /* its signal events: ev_sig[MQD_SRV_EV_SIG] */
+void mqd_srv_count_refused(mqd_server_t *o, uint64_t n); /* n connections more refused */
+
+/* The loop's priorities: three levels, so that I/O shares libevent's default (middle)
+ * priority with the listeners' accept events. The tick has that priority too: libevent
+ * runs a lower priority only in an iteration with no higher one active, so under steady
+ * input (a producer that never pauses) a low-priority tick starved, and with it
+ * settlements and deliveries. At equal priority it still runs after the iteration's
+ * ready I/O: epoll activates those events before any callback runs, and the callback
+ * that queues the tick puts it behind them. */
+#define MQD_PRIO_LEVELS 3
+#define MQD_PRIO_IO 1
+
+/* srv.c: the server struct. server/ (the composition root) allocates it (zeroed, its
+ * lists empty, started_ms now, conf and a copy of conf_path set, its conf hooks
+ * registry; NULL when out of memory), sets up its loop on `base` (the store's wake
+ * ev_wake, the tick ev_tick running on_tick, the deferred dispatch ev_later running
+ * on_later, each with the server as argument, and the timer registry; 0 or the
+ * registry's error), fills in the rest, and at the end frees the loop's events (before
+ * the base) and last the struct with what alloc made. */
+mqd_server_t *mqd_core_server_alloc(mqd_conf_t *conf, const char *conf_path);
+int mqd_core_server_loop(mqd_server_t *s, struct event_base *base, event_callback_fn on_tick,
+                         event_callback_fn on_later);
+void mqd_core_server_loop_free(mqd_server_t *s);
+void mqd_core_server_free(mqd_server_t *s);
+/* The store's wake callback (its flusher thread; arg: the server): ev_wake runs the
+ * store's completions on the loop and queues the tick. */
+void mqd_core_server_wake(void *arg);
+
+/* conn.c: a connection's transport (socket, TLS, Proton driver, events, teardown).
+ * mqd_conn_new: a connection over fd, which it owns from now on (closed on failure too:
+ * then NULL), named `peer` in logs; non-blocking, with its frame peek; its Proton
+ * transport is the caller's to set up (mqd_conn_driver), then mqd_conn_accepted counts
+ * it among the server's connections and starts it (events, the first round of protocol
+ * work), or on a failed setup mqd_conn_discard frees it (returns rc).
+ * mqd_conn_new_out: the same for an outbound connection of oc (client role, not in the
+ * server's connections): TLS when ssl is set (owned from here, on failure too), `user`
+ * its login; mqd_conn_start_out starts it (with TLS, the ClientHello) and returns it,
+ * or NULL if it ended already. mqd_conn_drop_out ends one without calling its owner
+ * back: at once (`now`, only outside its handlers) or at the next tick. */
+mqd_conn_t *mqd_conn_new(mqd_server_t *s, int fd, const char *peer);
+mqd_conn_t *mqd_conn_new_out(mqd_server_t *s, int fd, const char *peer, mqd_outconn_t *oc,
+                             struct ssl_st *ssl, const char *user);
+int mqd_conn_discard(mqd_conn_t *c, int rc);
+void mqd_conn_accepted(mqd_conn_t *c);
+mqd_conn_t *mqd_conn_start_out(mqd_conn_t *c);
+void mqd_conn_drop_out(mqd_conn_t *c, bool now);
+/* The tick: processes every connection marked dirty (events, output, its end). */
+void mqd_conns_flush(mqd_server_t *s);
+/* The tick: drops the last reference of every closed connection (freed outside its
+ * handlers). */
+void mqd_conns_reap(mqd_server_t *s);
+/* mqd_server_free: closes every accepted connection (then mqd_conns_reap frees them). */
+void mqd_conns_close(mqd_server_t *s);
 /* -- for txn/, group/, auth/ -- */
+void mqd_conn_ref(mqd_conn_t *c); /* takes a reference: mqd_conn_unref lets it go */
+/* Detaches ls with an error through the link_detach hook (amqp/), releasing what it held
+ * (an epoch takeover, an ACL reload); nothing without the hook. */
+void mqd_ls_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
+/* mqd_topic_groups for read-only walks (group/'s hooks that get a const topic) */
+const mqd_dlist_t *mqd_topic_groups_const(const mqd_topic_t *o);
+/* copies v (truncated to fit) */
+void mqd_conn_set_user(mqd_conn_t *o, const char *v);
+bool mqd_ls_mgmt(const mqd_lstate_t *o);
+const char *mqd_ls_tmp_name(const mqd_lstate_t *o);
 /* -- for mgmt/, metrics/, console/ -- */
+void *mqd_srv_console(const mqd_server_t *o);
+void mqd_srv_set_console(mqd_server_t *o, void *v);
+void *mqd_srv_metrics(const mqd_server_t *o);
+void mqd_srv_set_metrics(mqd_server_t *o, void *v);
+/* A topic's traffic counters, all at once (metrics, management replies). */
+typedef struct mqd_topic_stats {
+    uint64_t msgs_in, bytes_in, msgs_out, bytes_out;
+    uint64_t msgs_expired, msgs_dead, msgs_rejected, msgs_duplicate;
+} mqd_topic_stats_t;
+void mqd_topic_stats(const mqd_topic_t *t, mqd_topic_stats_t *out);
+/* What a link is, as management lists it: "coordinator", "cbs", "management",
+ * "producer", "consumer", "browser" or "other" (also for ls NULL). */
+const char *mqd_ls_kind_name(const mqd_lstate_t *ls);
 /* -- for repl/ -- */
 
 /* iteration and container-of for the opaque structs */

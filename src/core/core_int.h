@@ -11,8 +11,6 @@ struct mqd_part {
     uint32_t id;
     mqd_plog_t *log;
     mqd_pending_t *pend_head, *pend_tail; /* FIFO by offset */
-    struct { uint64_t txn, first; } *otx; /* open transactions with records here (txn/) */
-    size_t n_otx, cap_otx;
     bool failed;                          /* its log failed and the owner knows (partfail.c) */
     int64_t resume_at_ms;                 /* next automatic resume attempt */
     mqd_part_commit_t *commit;            /* its commit point (part_commit.c): use the accessors */

@@ -1,6 +1,6 @@
 /* core/loop: what the model asks of the event loop — a connection's output wanted at the
  * end of the iteration (the dirty list and the tick), deferred work after the next poll,
- * timers — and the connection operations server/ implements (mqd_core_ops_t). */
+ * timers. The connections' own I/O is conn.c's. */
 #include "config.h"
 #include "core/core.h"
 #include "core/core_int.h"
@@ -29,22 +29,6 @@ void mqd_conn_mark_dirty(mqd_conn_t *c)
     if (mqd_dlist_empty(&c->dirty_node))
         mqd_dlist_push(&c->srv->dirty, &c->dirty_node);
     mqd_server_tick_soon(c->srv);
-}
-
-void mqd_conn_unref(mqd_conn_t *c)
-{
-    if (--c->refs == 0)
-        c->srv->ops.conn_free(c);
-}
-
-size_t mqd_conn_write(mqd_conn_t *c)
-{
-    return c->srv->ops.conn_write(c);
-}
-
-void mqd_conn_rx_feed(mqd_conn_t *c, const char *p, size_t n)
-{
-    c->srv->ops.conn_rx_feed(c, p, n);
 }
 
 int mqd_timer_add(mqd_server_t *s, const char *name, uint32_t interval_ms, mqd_timer_fn fn,

@@ -24,6 +24,7 @@ struct mqd_part_commit {
     uint64_t hw;     /* high watermark; = stable while not replicated */
     uint64_t quorum_end; /* replicated: a majority of the replicas hold what is below */
     bool replicated; /* mqd_part_set_hw was called: hw no longer follows stable */
+    uint64_t lso;    /* last stable offset, UINT64_MAX when none (txn/ sets it) */
     struct {
         mqd_part_commit_fn fn;
         void *arg;
@@ -34,7 +35,10 @@ struct mqd_part_commit {
 int mqd_part_commit_init(mqd_part_t *p)
 {
     p->commit = calloc(1, sizeof *p->commit);
-    return p->commit ? 0 : MQD_ENOMEM;
+    if (!p->commit)
+        return MQD_ENOMEM;
+    p->commit->lso = UINT64_MAX;
+    return 0;
 }
 
 void mqd_part_commit_free(mqd_part_t *p)
@@ -225,9 +229,11 @@ void mqd_part_set_hw(mqd_part_t *p, uint64_t hw)
 
 uint64_t mqd_part_lso(const mqd_part_t *p)
 {
-    uint64_t lso = UINT64_MAX;
-    for (size_t i = 0; i < p->n_otx; i++)
-        if (p->otx[i].first < lso)
-            lso = p->otx[i].first;
-    return lso;
+    return p->commit ? p->commit->lso : UINT64_MAX;
+}
+
+void mqd_part_set_lso(mqd_part_t *p, uint64_t lso)
+{
+    if (p->commit)
+        p->commit->lso = lso;
 }

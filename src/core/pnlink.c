@@ -44,7 +44,7 @@ void mqd_delivery_reject(pn_delivery_t *d, const char *cond, const char *desc)
  * mqd_delivery_unhold, and their holder calls mqd_link_reap after settling them. A
  * transactional disposition on a consumer delivery is settled at once and staged by
  * (group, partition, offset), so it holds nothing. Closing a connection frees its links
- * with it (server.c), so pointers held by a closed connection's sends never meet a
+ * with it (conn.c), so pointers held by a closed connection's sends never meet a
  * freed link either. */
 static char held;
 /* A detach without closed=true leaves no trace in pn_link_state: remember it on the link. */

@@ -479,9 +479,6 @@ static void part_free(mqd_part_t *p)
     if (p->failed && p->topic)
         p->topic->srv->parts_failed--; /* a deleted topic's failed partitions go with it */
     p->failed = false;
-    free(p->otx);
-    p->otx = NULL;
-    p->n_otx = p->cap_otx = 0;
     mqd_part_commit_free(p);
     mqd_part_count_free(p);
     if (p->log)

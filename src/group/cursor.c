@@ -25,7 +25,10 @@ static bool bit_get(const uint8_t *bm, size_t nbits, uint64_t bm_base, uint64_t 
 }
 
 /* The bitmaps cover [bm_base, bm_base + done_bits); bm_base = floor rounded down to 8. */
-static uint64_t bm_base(const mqd_cursor_t *sh) { return sh->floor & ~(uint64_t)7; }
+static uint64_t bm_base(const mqd_cursor_t *sh)
+{
+    return sh->floor & ~(uint64_t)7;
+}
 
 static bool is_done(const mqd_cursor_t *sh, uint64_t off)
 {
@@ -74,7 +77,7 @@ static void bit_clear(mqd_cursor_t *sh, uint8_t *bm, uint64_t off)
 {
     uint64_t i = off - bm_base(sh);
     if (off >= bm_base(sh) && i < sh->done_bits)
-        bm[i >> 3] &= (uint8_t)~(1u << (i & 7));
+        bm[i >> 3] &= (uint8_t) ~(1u << (i & 7));
 }
 
 static void bm_shift(uint8_t *bm, size_t bytes, uint64_t shift)
@@ -263,31 +266,32 @@ int mqd_cursor_init(mqd_cursor_t *sh, mqd_part_t *p, const char *group, mqd_offs
 {
     memset(sh, 0, sizeof *sh);
     mqd_read_init(&sh->rd);
-    mqd_meta_t *m = p->topic->srv->meta;
+    mqd_topic_t *t = mqd_part_topic(p);
+    mqd_meta_t *m = mqd_srv_meta(mqd_topic_srv(t));
     void *blob = NULL;
     size_t len = 0;
     uint64_t committed;
-    int rc = mqd_meta_acks_get(m, p->topic->name, group, p->id, &blob, &len);
+    int rc = mqd_meta_acks_get(m, mqd_topic_name(t), group, mqd_part_id(p), &blob, &len);
     if (rc == 0) {
         rc = load_blob(sh, blob, len);
         free(blob);
     } else if (rc == MQD_ENOENT) {
-        rc = mqd_meta_offset_get(m, p->topic->name, group, p->id, &committed);
+        rc = mqd_meta_offset_get(m, mqd_topic_name(t), group, mqd_part_id(p), &committed);
         if (rc == 0) {
             sh->floor = committed;
         } else if (rc == MQD_ENOENT) {
             /* a new group starts where auto_offset_reset says */
             sh->floor = reset == MQD_OFFSET_RESET_LATEST
                             ? mqd_part_visible_end(p, MQD_READ_UNCOMMITTED)
-                            : mqd_plog_start_offset(p->log);
+                            : mqd_plog_start_offset(mqd_part_log(p));
             sh->dirty = true;
             rc = 0;
         }
     }
     if (rc != 0)
         return rc;
-    if (sh->floor < mqd_plog_start_offset(p->log))
-        mqd_cursor_seek(sh, p, mqd_plog_start_offset(p->log));
+    if (sh->floor < mqd_plog_start_offset(mqd_part_log(p)))
+        mqd_cursor_seek(sh, p, mqd_plog_start_offset(mqd_part_log(p)));
     sh->next_read = sh->floor;
     return 0;
 }
@@ -296,7 +300,7 @@ void mqd_cursor_seek(mqd_cursor_t *sh, mqd_part_t *p, uint64_t offset)
 {
     /* not the log's end offset: a position past the visible end would skip records
      * whose sends are not settled yet (and, after a crash, any reusing their offsets) */
-    uint64_t start = mqd_plog_start_offset(p->log);
+    uint64_t start = mqd_plog_start_offset(mqd_part_log(p));
     uint64_t end = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
     if (offset < start)
         offset = start;
@@ -328,7 +332,7 @@ void mqd_cursor_free(mqd_cursor_t *sh)
 
 static bool read_one(mqd_cursor_t *sh, mqd_part_t *p, uint64_t off, mqd_rec_t *rec)
 {
-    int rc = mqd_plog_read(p->log, off, off + 1, 1, 1, &sh->rd);
+    int rc = mqd_plog_read(mqd_part_log(p), off, off + 1, 1, 1, &sh->rd);
     sh->rd_pos = sh->rd.n; /* the read-ahead was replaced: refill next time */
     if (rc != 0 || sh->rd.n == 0 || sh->rd.recs[0].offset != off)
         return false;
@@ -388,13 +392,14 @@ bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *
     for (int guard = 0; guard < 1024; guard++) {
         if (sh->rd_pos >= sh->rd.n) {
             /* read committed: never past the first offset of an open transaction */
-            int rc =
-                mqd_plog_read(p->log, sh->next_read, mqd_part_visible_end(p, MQD_READ_COMMITTED),
-                              256, p->topic->srv->conf->prefetch_bytes, &sh->rd);
+            mqd_server_t *s = mqd_topic_srv(mqd_part_topic(p));
+            int rc = mqd_plog_read(mqd_part_log(p), sh->next_read,
+                                   mqd_part_visible_end(p, MQD_READ_COMMITTED), 256,
+                                   mqd_srv_conf(s)->prefetch_bytes, &sh->rd);
             sh->rd_pos = 0;
             if (rc == MQD_ERANGE) {
                 /* retention passed us: what was deleted counts as consumed */
-                uint64_t start = mqd_plog_start_offset(p->log);
+                uint64_t start = mqd_plog_start_offset(mqd_part_log(p));
                 if (sh->floor < start)
                     mqd_cursor_seek(sh, p, start);
                 else
@@ -411,7 +416,8 @@ bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *
         if (!mqd_cursor_free_at(sh, r->offset))
             continue; /* settled before a restart, or taken by a link with a selector */
         if ((r->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
-            ((r->flags & MQD_REC_TXN) && !mqd_core_txn_committed(p->topic->srv, r->txn))) {
+            ((r->flags & MQD_REC_TXN) &&
+             !mqd_core_txn_committed(mqd_topic_srv(mqd_part_topic(p)), r->txn))) {
             mark_done(sh, r->offset); /* control records and aborted sends are never delivered */
             continue;
         }
@@ -539,17 +545,21 @@ int mqd_cursor_save(mqd_cursor_t *sh, mqd_part_t *p, const char *group)
     uint8_t *b = encode_blob(sh, &len);
     if (!b)
         return MQD_ENOMEM;
-    mqd_meta_t *m = p->topic->srv->meta;
-    mqd_meta_offset_t o = {.topic = p->topic->name, .group = group, .partition = p->id,
+    mqd_topic_t *t = mqd_part_topic(p);
+    mqd_server_t *s = mqd_topic_srv(t);
+    mqd_meta_t *m = mqd_srv_meta(s);
+    mqd_meta_offset_t o = {.topic = mqd_topic_name(t),
+                           .group = group,
+                           .partition = mqd_part_id(p),
                            .offset = sh->floor};
     int rc = mqd_meta_offsets_commit(m, &o, 1);
     if (rc == 0)
-        rc = mqd_meta_acks_put(m, p->topic->name, group, p->id, b, len);
+        rc = mqd_meta_acks_put(m, mqd_topic_name(t), group, mqd_part_id(p), b, len);
     free(b);
     if (rc == 0)
         sh->dirty = false;
-    mqd_server_t *s = p->topic->srv;
-    if (rc == 0 && s->repl.group_saved) /* cluster: it fails over with the partition */
-        s->repl.group_saved(s->repl.arg, p->topic, p->id, group, sh->floor);
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(s);
+    if (rc == 0 && repl->group_saved) /* cluster: it fails over with the partition */
+        repl->group_saved(repl->arg, t, mqd_part_id(p), group, sh->floor);
     return rc;
 }

@@ -19,7 +19,8 @@
 
 static mqd_group_t *group_find(mqd_topic_t *t, const char *name)
 {
-    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+    mqd_dlist_t *gs = mqd_topic_groups(t);
+    for (mqd_dlist_t *n = gs->next; n != gs; n = n->next) {
         mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
         if (strcasecmp(g->name, name) == 0)
             return g;
@@ -30,25 +31,27 @@ static mqd_group_t *group_find(mqd_topic_t *t, const char *name)
 int mqd_group_resize(mqd_group_t *g)
 {
     mqd_topic_t *t = g->topic;
-    if (g->ncur >= t->nparts)
+    uint32_t nparts = mqd_topic_nparts(t);
+    if (g->ncur >= nparts)
         return 0;
-    mqd_cursor_t *nc = realloc(g->cur, t->nparts * sizeof *nc);
+    mqd_cursor_t *nc = realloc(g->cur, nparts * sizeof *nc);
     if (!nc)
         return MQD_ENOMEM;
     g->cur = nc;
-    mqd_lstate_t **no = realloc(g->owner, t->nparts * sizeof *no);
+    mqd_lstate_t **no = realloc(g->owner, nparts * sizeof *no);
     if (!no)
         return MQD_ENOMEM;
     g->owner = no;
-    mqd_lstate_t **nt = realloc(g->target, t->nparts * sizeof *nt);
+    mqd_lstate_t **nt = realloc(g->target, nparts * sizeof *nt);
     if (!nt)
         return MQD_ENOMEM;
     g->target = nt;
-    for (uint32_t i = g->ncur; i < t->nparts; i++) {
+    for (uint32_t i = g->ncur; i < nparts; i++) {
         g->owner[i] = g->target[i] = NULL;
         /* a partition added later is read from its start by every group */
-        int rc = mqd_cursor_init(&g->cur[i], &t->parts[i], g->name,
-                                 g->ncur ? MQD_OFFSET_RESET_EARLIEST : t->conf.auto_offset_reset);
+        int rc = mqd_cursor_init(&g->cur[i], mqd_topic_part(t, i), g->name,
+                                 g->ncur ? MQD_OFFSET_RESET_EARLIEST
+                                         : mqd_topic_conf(t)->auto_offset_reset);
         if (rc != 0)
             return rc;
         g->ncur = i + 1;
@@ -73,7 +76,7 @@ int mqd_group_get(mqd_topic_t *t, const char *name, mqd_group_t **out)
     g->topic = t;
     g->mode = strcmp(g->name, MQD_SHARED_GROUP) == 0 ? MQD_GROUP_SHARED : MQD_GROUP_EXCLUSIVE;
     mqd_dlist_init(&g->members);
-    mqd_dlist_push(&t->groups, &g->node);
+    mqd_dlist_push(mqd_topic_groups(t), &g->node);
     int rc = mqd_group_resize(g);
     if (rc != 0) {
         mqd_group_free(g);
@@ -97,31 +100,31 @@ void mqd_group_free(mqd_group_t *g)
 
 static bool overlaps(const mqd_lstate_t *a, const mqd_lstate_t *b)
 {
-    return !a->manual || !b->manual || a->part == b->part;
+    return !mqd_ls_manual(a) || !mqd_ls_manual(b) || mqd_ls_part(a) == mqd_ls_part(b);
 }
 
 /* Applies the epoch rules for a joining link; MQD_EEXIST if it must be refused. */
 static int epoch_check(mqd_group_t *g, mqd_lstate_t *ls)
 {
     for (mqd_dlist_t *n = g->members.next; n != &g->members; n = n->next) {
-        mqd_lstate_t *m = MQD_CONTAINER(n, mqd_lstate_t, gnode);
+        mqd_lstate_t *m = mqd_ls_of_gnode(n);
         if (!overlaps(m, ls))
             continue;
-        if (m->has_epoch && (!ls->has_epoch || m->epoch > ls->epoch))
+        if (mqd_ls_has_epoch(m) && (!mqd_ls_has_epoch(ls) || mqd_ls_epoch(m) > mqd_ls_epoch(ls)))
             return MQD_EEXIST;
-        if (!ls->has_epoch && ls->manual && m->manual)
+        if (!mqd_ls_has_epoch(ls) && mqd_ls_manual(ls) && mqd_ls_manual(m))
             return MQD_EAGAIN; /* one manual reader per partition and group */
     }
-    if (!ls->has_epoch)
+    if (!mqd_ls_has_epoch(ls))
         return 0;
     for (mqd_dlist_t *n = g->members.next; n != &g->members;) {
-        mqd_lstate_t *m = MQD_CONTAINER(n, mqd_lstate_t, gnode);
+        mqd_lstate_t *m = mqd_ls_of_gnode(n);
         n = n->next;
         /* equal epochs too: Azure disconnects e1 when e2 >= e1 attaches, and the SDKs'
          * load balancing (every receiver at owner level 0) relies on the newcomer winning */
-        if (overlaps(m, ls) && (!m->has_epoch || m->epoch <= ls->epoch))
-            m->conn->srv->ops.link_detach(m, "amqp:link:stolen",
-                                "a receiver with an equal or higher epoch took over this partition");
+        if (overlaps(m, ls) && (!mqd_ls_has_epoch(m) || mqd_ls_epoch(m) <= mqd_ls_epoch(ls)))
+            mqd_ls_detach(m, "amqp:link:stolen",
+                          "a receiver with an equal or higher epoch took over this partition");
     }
     return 0;
 }
@@ -146,10 +149,10 @@ static void rebalance(mqd_group_t *g)
     for (uint32_t i = 0; i < g->ncur; i++)
         g->target[i] = NULL;
     for (mqd_dlist_t *n = g->members.next; n != &g->members; n = n->next) {
-        mqd_lstate_t *m = MQD_CONTAINER(n, mqd_lstate_t, gnode);
-        if (m->manual && m->part < g->ncur)
-            g->target[m->part] = m;
-        else if (!m->manual)
+        mqd_lstate_t *m = mqd_ls_of_gnode(n);
+        if (mqd_ls_manual(m) && mqd_ls_part(m) < g->ncur)
+            g->target[mqd_ls_part(m)] = m;
+        else if (!mqd_ls_manual(m))
             nauto++;
     }
     size_t k = 0;
@@ -158,8 +161,8 @@ static void rebalance(mqd_group_t *g)
             continue;
         size_t want = k++ % nauto, j = 0;
         for (mqd_dlist_t *n = g->members.next; n != &g->members; n = n->next) {
-            mqd_lstate_t *m = MQD_CONTAINER(n, mqd_lstate_t, gnode);
-            if (m->manual)
+            mqd_lstate_t *m = mqd_ls_of_gnode(n);
+            if (mqd_ls_manual(m))
                 continue;
             if (j++ == want) {
                 g->target[i] = m;
@@ -176,23 +179,23 @@ int mqd_group_join(mqd_group_t *g, mqd_lstate_t *ls)
     int rc = epoch_check(g, ls);
     if (rc != 0)
         return rc;
-    ls->group = g;
+    mqd_ls_set_group(ls, g);
     g->active = true;
-    mqd_dlist_push(&g->members, &ls->gnode);
+    mqd_dlist_push(&g->members, mqd_ls_gnode(ls));
     g->n_members++;
     rebalance(g);
-    MQD_INFO("group", "join topic=%s group=%s member=%s members=%zu", g->topic->name, g->name,
-             ls->name, g->n_members);
+    MQD_INFO("group", "join topic=%s group=%s member=%s members=%zu", mqd_topic_name(g->topic),
+             g->name, mqd_ls_name(ls), g->n_members);
     return 0;
 }
 
 void mqd_group_leave(mqd_group_t *g, mqd_lstate_t *ls)
 {
-    if (ls->group != g)
+    if (mqd_ls_group(ls) != g)
         return;
-    mqd_dlist_del(&ls->gnode);
+    mqd_dlist_del(mqd_ls_gnode(ls));
     g->n_members--;
-    ls->group = NULL;
+    mqd_ls_set_group(ls, NULL);
     for (uint32_t i = 0; i < g->ncur; i++) {
         if (g->owner[i] == ls)
             g->owner[i] = NULL; /* its unsettled records were released by the caller */
@@ -201,8 +204,8 @@ void mqd_group_leave(mqd_group_t *g, mqd_lstate_t *ls)
     }
     rebalance(g);
     mqd_topic_dispatch_soon(g->topic);
-    MQD_INFO("group", "leave topic=%s group=%s member=%s members=%zu", g->topic->name, g->name,
-             ls->name, g->n_members);
+    MQD_INFO("group", "leave topic=%s group=%s member=%s members=%zu", mqd_topic_name(g->topic),
+             g->name, mqd_ls_name(ls), g->n_members);
 }
 
 bool mqd_group_may_deliver(mqd_group_t *g, mqd_lstate_t *ls, uint32_t i)
@@ -234,16 +237,18 @@ static int load_one(const mqd_meta_offset_t *o, void *arg)
 
 int mqd_groups_load(mqd_topic_t *t)
 {
-    return mqd_meta_offset_list(t->srv->meta, t->name, NULL, load_one, t);
+    return mqd_meta_offset_list(mqd_srv_meta(mqd_topic_srv(t)), mqd_topic_name(t), NULL, load_one,
+                                t);
 }
 
 void mqd_groups_save(mqd_topic_t *t)
 {
-    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+    mqd_dlist_t *gs = mqd_topic_groups(t);
+    for (mqd_dlist_t *n = gs->next; n != gs; n = n->next) {
         mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
         for (uint32_t i = 0; g->active && i < g->ncur; i++)
             if (g->cur[i].dirty)
-                mqd_cursor_save(&g->cur[i], &t->parts[i], g->name);
+                mqd_cursor_save(&g->cur[i], mqd_topic_part(t, i), g->name);
     }
 }
 
@@ -251,7 +256,8 @@ void mqd_groups_save(mqd_topic_t *t)
 
 int mqd_group_list(mqd_topic_t *t, mqd_group_cb cb, void *arg)
 {
-    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+    mqd_dlist_t *gs = mqd_topic_groups(t);
+    for (mqd_dlist_t *n = gs->next; n != gs; n = n->next) {
         mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
         int rc = cb(g->name, (mqd_group_mode_t)g->mode, g->n_members, arg);
         if (rc != 0)
@@ -266,14 +272,14 @@ int mqd_group_describe(mqd_topic_t *t, const char *group, mqd_group_part_cb cb, 
     if (!g)
         return MQD_ENOENT;
     for (uint32_t i = 0; i < g->ncur; i++) {
-        mqd_part_t *p = &t->parts[i];
+        mqd_part_t *p = mqd_topic_part(t, i);
         mqd_group_part_info_t pi = {
             .partition = i,
             .committed = g->cur[i].floor,
-            .log_start = mqd_plog_start_offset(p->log),
+            .log_start = mqd_plog_start_offset(mqd_part_log(p)),
             .log_end = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED),
             .inflight = g->cur[i].inflight,
-            .owner = g->owner[i] ? g->owner[i]->name : NULL,
+            .owner = g->owner[i] ? mqd_ls_name(g->owner[i]) : NULL,
         };
         pi.lag = pi.log_end > pi.committed ? pi.log_end - pi.committed : 0;
         pi.backlog = mqd_part_messages(p, pi.committed, pi.log_end);
@@ -294,8 +300,9 @@ int mqd_group_reset(mqd_topic_t *t, const char *group, mqd_reset_t how, int64_t 
         return MQD_ESTATE;
     g->active = true;
     for (uint32_t i = 0; i < g->ncur; i++) {
-        mqd_plog_t *log = t->parts[i].log;
-        uint64_t end = mqd_part_visible_end(&t->parts[i], MQD_READ_UNCOMMITTED);
+        mqd_part_t *p = mqd_topic_part(t, i);
+        mqd_plog_t *log = mqd_part_log(p);
+        uint64_t end = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
         uint64_t to = 0;
         switch (how) {
         case MQD_RESET_EARLIEST: to = mqd_plog_start_offset(log); break;
@@ -306,17 +313,19 @@ int mqd_group_reset(mqd_topic_t *t, const char *group, mqd_reset_t how, int64_t 
                 to = end;
             break;
         }
-        mqd_cursor_seek(&g->cur[i], &t->parts[i], to);
+        mqd_cursor_seek(&g->cur[i], p, to);
     }
-    if ((rc = mqd_meta_begin(t->srv->meta)) != 0)
+    mqd_meta_t *meta = mqd_srv_meta(mqd_topic_srv(t));
+    if ((rc = mqd_meta_begin(meta)) != 0)
         return rc;
     for (uint32_t i = 0; i < g->ncur && rc == 0; i++)
-        rc = mqd_cursor_save(&g->cur[i], &t->parts[i], g->name);
+        rc = mqd_cursor_save(&g->cur[i], mqd_topic_part(t, i), g->name);
     if (rc == 0)
-        rc = mqd_meta_commit(t->srv->meta);
+        rc = mqd_meta_commit(meta);
     else
-        mqd_meta_rollback(t->srv->meta);
-    MQD_INFO("group", "reset topic=%s group=%s how=%d rc=%d", t->name, g->name, (int)how, rc);
+        mqd_meta_rollback(meta);
+    MQD_INFO("group", "reset topic=%s group=%s how=%d rc=%d", mqd_topic_name(t), g->name, (int)how,
+             rc);
     return rc;
 }
 
@@ -327,14 +336,14 @@ int mqd_group_delete(mqd_topic_t *t, const char *group)
         return MQD_ENOENT;
     if (g->n_members > 0)
         return MQD_ESTATE;
-    int rc = mqd_meta_group_delete(t->srv->meta, t->name, g->name);
+    int rc = mqd_meta_group_delete(mqd_srv_meta(mqd_topic_srv(t)), mqd_topic_name(t), g->name);
     mqd_group_free(g);
     return rc;
 }
 
 int mqd_group_commit(mqd_topic_t *t, const char *group, uint32_t partition, uint64_t offset)
 {
-    if (partition >= t->nparts)
+    if (partition >= mqd_topic_nparts(t))
         return MQD_ENOENT;
     bool fresh = group_find(t, group) == NULL;
     mqd_group_t *g;
@@ -349,19 +358,21 @@ int mqd_group_commit(mqd_topic_t *t, const char *group, uint32_t partition, uint
     /* a group made here starts every other partition at its log start whatever
      * auto_offset_reset says: "nothing committed yet" stays recognisable (offset 0) */
     for (uint32_t i = 0; fresh && i < g->ncur; i++)
-        mqd_cursor_seek(&g->cur[i], &t->parts[i], mqd_plog_start_offset(t->parts[i].log));
-    mqd_cursor_seek(&g->cur[partition], &t->parts[partition], offset);
-    if ((rc = mqd_meta_begin(t->srv->meta)) != 0)
+        mqd_cursor_seek(&g->cur[i], mqd_topic_part(t, i),
+                        mqd_plog_start_offset(mqd_part_log(mqd_topic_part(t, i))));
+    mqd_cursor_seek(&g->cur[partition], mqd_topic_part(t, partition), offset);
+    mqd_meta_t *meta = mqd_srv_meta(mqd_topic_srv(t));
+    if ((rc = mqd_meta_begin(meta)) != 0)
         return rc;
     for (uint32_t i = 0; i < g->ncur && rc == 0; i++)
         if (g->cur[i].dirty)
-            rc = mqd_cursor_save(&g->cur[i], &t->parts[i], g->name);
+            rc = mqd_cursor_save(&g->cur[i], mqd_topic_part(t, i), g->name);
     if (rc == 0)
-        rc = mqd_meta_commit(t->srv->meta);
+        rc = mqd_meta_commit(meta);
     else
-        mqd_meta_rollback(t->srv->meta);
-    MQD_DEBUG("group", "commit topic=%s group=%s partition=%u offset=%llu rc=%d", t->name, g->name,
-              partition, (unsigned long long)g->cur[partition].floor, rc);
+        mqd_meta_rollback(meta);
+    MQD_DEBUG("group", "commit topic=%s group=%s partition=%u offset=%llu rc=%d", mqd_topic_name(t),
+              g->name, partition, (unsigned long long)g->cur[partition].floor, rc);
     return rc;
 }
 
@@ -416,12 +427,13 @@ const uint64_t *mqd_cursor_redeliver(const mqd_cursor_t *cur, size_t *n, uint64_
 
 void mqd_group_follow_floor(mqd_topic_t *t, const char *name, uint32_t i, uint64_t floor)
 {
-    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+    mqd_dlist_t *gs = mqd_topic_groups(t);
+    for (mqd_dlist_t *n = gs->next; n != gs; n = n->next) {
         mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
         if (strcasecmp(g->name, name) != 0)
             continue;
         if (i < g->ncur && g->cur[i].inflight == 0)
-            mqd_cursor_seek(&g->cur[i], &t->parts[i], floor);
+            mqd_cursor_seek(&g->cur[i], mqd_topic_part(t, i), floor);
         return;
     }
 }

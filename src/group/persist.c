@@ -5,7 +5,8 @@
 
 static bool topic_dirty(const mqd_topic_t *t)
 {
-    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+    const mqd_dlist_t *gs = mqd_topic_groups_const(t);
+    for (const mqd_dlist_t *n = gs->next; n != gs; n = n->next) {
         const mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
         for (uint32_t i = 0; g->active && i < g->ncur; i++)
             if (g->cur[i].dirty)
@@ -19,27 +20,26 @@ static bool topic_dirty(const mqd_topic_t *t)
 void mqd_topics_persist(mqd_server_t *s, bool force)
 {
     bool began = false;
-    for (size_t i = 0; i < s->topics_cap; i++) {
-        for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext) {
-            if (t->temporary || !topic_dirty(t))
-                continue;
-            if (!began) {
-                if (mqd_meta_begin(s->meta) != 0)
-                    return;
-                began = true;
-            }
-            mqd_groups_save(t);
+    for (mqd_topic_t *t = mqd_srv_topic_first(s); t; t = mqd_srv_topic_next(t)) {
+        if (mqd_topic_temporary(t) || !topic_dirty(t))
+            continue;
+        if (!began) {
+            if (mqd_meta_begin(mqd_srv_meta(s)) != 0)
+                return;
+            began = true;
         }
+        mqd_groups_save(t);
     }
-    if (began && mqd_meta_commit(s->meta) != 0)
-        mqd_meta_rollback(s->meta);
+    if (began && mqd_meta_commit(mqd_srv_meta(s)) != 0)
+        mqd_meta_rollback(mqd_srv_meta(s));
     MQD_UNUSED(force);
 }
 
 static bool groups_floor(const mqd_topic_t *t, uint32_t i, uint64_t *floor)
 {
     bool any = false;
-    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+    const mqd_dlist_t *gs = mqd_topic_groups_const(t);
+    for (const mqd_dlist_t *n = gs->next; n != gs; n = n->next) {
         const mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
         if (g->active && i < g->ncur) {
             any = true;
@@ -68,7 +68,8 @@ static int groups_open(mqd_topic_t *t, bool existing)
 
 static int groups_grow(mqd_topic_t *t)
 {
-    for (mqd_dlist_t *n = t->groups.next; n != &t->groups; n = n->next) {
+    mqd_dlist_t *gs = mqd_topic_groups(t);
+    for (mqd_dlist_t *n = gs->next; n != gs; n = n->next) {
         int rc = mqd_group_resize(MQD_CONTAINER(n, mqd_group_t, node));
         if (rc != 0)
             return rc;
@@ -78,8 +79,9 @@ static int groups_grow(mqd_topic_t *t)
 
 static void groups_free(mqd_topic_t *t)
 {
-    while (!mqd_dlist_empty(&t->groups))
-        mqd_group_free(MQD_CONTAINER(t->groups.next, mqd_group_t, node));
+    mqd_dlist_t *gs = mqd_topic_groups(t);
+    while (!mqd_dlist_empty(gs))
+        mqd_group_free(MQD_CONTAINER(gs->next, mqd_group_t, node));
 }
 
 void mqd_group_core_ops(mqd_core_ops_t *ops)

@@ -124,22 +124,23 @@ static const struct topic_counter {
 
 static uint64_t topic_field(const mqd_topic_t *t, tfield_t f)
 {
+    mqd_topic_stats_t st;
+    mqd_topic_stats(t, &st);
     switch (f) {
-    case F_MSGS_IN: return t->msgs_in;
-    case F_BYTES_IN: return t->bytes_in;
-    case F_MSGS_OUT: return t->msgs_out;
-    case F_EXPIRED: return t->msgs_expired;
-    case F_DEAD: return t->msgs_dead;
-    case F_REJECTED: return t->msgs_rejected;
-    case F_DUP: return t->msgs_duplicate;
-    default: return t->bytes_out;
+    case F_MSGS_IN: return st.msgs_in;
+    case F_BYTES_IN: return st.bytes_in;
+    case F_MSGS_OUT: return st.msgs_out;
+    case F_EXPIRED: return st.msgs_expired;
+    case F_DEAD: return st.msgs_dead;
+    case F_REJECTED: return st.msgs_rejected;
+    case F_DUP: return st.msgs_duplicate;
+    default: return st.bytes_out;
     }
 }
 
-#define FOR_TOPICS(s, t)                                   \
-    for (size_t ti_ = 0; ti_ < (s)->topics_cap; ti_++)     \
-        for (mqd_topic_t *t = (s)->topics[ti_]; t; t = t->hnext) \
-            if (!t->temporary)
+#define FOR_TOPICS(s, t)                                                                           \
+    for (mqd_topic_t *t = mqd_srv_topic_first(s); t; t = mqd_srv_topic_next(t))                    \
+        if (!mqd_topic_temporary(t))
 
 static void put_topics(struct evbuffer *b, mqd_server_t *s)
 {
@@ -147,7 +148,7 @@ static void put_topics(struct evbuffer *b, mqd_server_t *s)
         head(b, topic_counters[k].name, "counter", topic_counters[k].help);
         FOR_TOPICS(s, t) {
             evbuffer_add_printf(b, "%s{topic=\"", topic_counters[k].name);
-            put_label(b, t->name);
+            put_label(b, mqd_topic_name(t));
             evbuffer_add_printf(b, "\"} %llu\n", (unsigned long long)topic_field(t, topic_counters[k].f));
         }
     }
@@ -163,18 +164,19 @@ static void put_topics(struct evbuffer *b, mqd_server_t *s)
     for (int k = 0; k < 5; k++) {
         head(b, pm[k][0], pm[k][2], pm[k][1]);
         FOR_TOPICS(s, t) {
-            for (uint32_t i = 0; i < t->nparts; i++) {
-                mqd_plog_t *log = t->parts[i].log;
+            for (uint32_t i = 0; i < mqd_topic_nparts(t); i++) {
+                mqd_part_t *p = mqd_topic_part(t, i);
+                mqd_plog_t *log = mqd_part_log(p);
                 uint64_t v, first;
                 if (k == 4)
                     mqd_plog_corrupt(log, &v, &first);
                 else
-                    v = k == 0 ? mqd_plog_start_offset(log)
-                        : k == 1 ? mqd_part_visible_end(&t->parts[i], MQD_READ_UNCOMMITTED)
+                    v = k == 0   ? mqd_plog_start_offset(log)
+                        : k == 1 ? mqd_part_visible_end(p, MQD_READ_UNCOMMITTED)
                         : k == 2 ? mqd_plog_size_bytes(log)
                                  : mqd_plog_failed(log);
                 evbuffer_add_printf(b, "%s{topic=\"", pm[k][0]);
-                put_label(b, t->name);
+                put_label(b, mqd_topic_name(t));
                 evbuffer_add_printf(b, "\",partition=\"%u\"} %llu\n", i, (unsigned long long)v);
             }
         }
@@ -191,7 +193,7 @@ static int lag_part(const mqd_group_part_info_t *pi, void *arg)
 {
     lagctx_t *x = arg;
     evbuffer_add(x->b, "mqd_group_lag{topic=\"", 21);
-    put_label(x->b, x->t->name);
+    put_label(x->b, mqd_topic_name(x->t));
     evbuffer_add(x->b, "\",group=\"", 9);
     put_label(x->b, x->group);
     evbuffer_add_printf(x->b, "\",partition=\"%u\"} %llu\n", pi->partition, (unsigned long long)pi->lag);
@@ -219,7 +221,7 @@ static void put_groups(struct evbuffer *b, mqd_server_t *s)
 
 static void put_process(struct evbuffer *b, mqd_metrics_t *m)
 {
-    mqd_server_t *s = m->srv;
+    const mqd_conf_t *conf = mqd_srv_conf(m->srv);
     mqd_proc_stats_t ps;
     mqd_metrics_proc_stats(&ps);
     head(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
@@ -229,13 +231,13 @@ static void put_process(struct evbuffer *b, mqd_metrics_t *m)
     head(b, "process_open_fds", "gauge", "Open file descriptors.");
     evbuffer_add_printf(b, "process_open_fds %llu\n", (unsigned long long)ps.open_fds);
     uint64_t used;
-    if (mqd_metrics_dir_size(s->conf->data_dir, mqd_now_ms(), &m->data_dir, &used) == 0) {
+    if (mqd_metrics_dir_size(conf->data_dir, mqd_now_ms(), &m->data_dir, &used) == 0) {
         head(b, "mqd_data_dir_size_bytes", "gauge",
              "Disk space the files under data_dir take (allocated blocks, as du counts).");
         evbuffer_add_printf(b, "mqd_data_dir_size_bytes %llu\n", (unsigned long long)used);
     }
     struct statvfs sv;
-    if (statvfs(s->conf->data_dir, &sv) == 0) {
+    if (statvfs(conf->data_dir, &sv) == 0) {
         head(b, "mqd_data_dir_fs_size_bytes", "gauge", "Size of the file system holding data_dir.");
         evbuffer_add_printf(b, "mqd_data_dir_fs_size_bytes %llu\n",
                             (unsigned long long)sv.f_blocks * sv.f_frsize);
@@ -249,7 +251,7 @@ static void put_process(struct evbuffer *b, mqd_metrics_t *m)
 static void put_fsync(struct evbuffer *b, mqd_server_t *s)
 {
     mqd_store_stats_t st;
-    mqd_store_stats(s->store, &st);
+    mqd_store_stats(mqd_srv_store(s), &st);
     const double *fb = mqd_store_hist_bounds();
     head(b, "mqd_fsync_seconds", "histogram", "fdatasync latency of partition segments.");
     uint64_t cum = 0;
@@ -271,29 +273,34 @@ static void put_broker(struct evbuffer *b, mqd_server_t *s)
     size_t topics = 0;
     FOR_TOPICS(s, t) topics++;
     head(b, "mqd_connections", "gauge", "Open AMQP connections.");
-    evbuffer_add_printf(b, "mqd_connections %zu\n", s->n_conns);
+    evbuffer_add_printf(b, "mqd_connections %zu\n", mqd_srv_n_conns(s));
     head(b, "mqd_connections_accepted_total", "counter", "AMQP connections accepted.");
-    evbuffer_add_printf(b, "mqd_connections_accepted_total %llu\n", (unsigned long long)s->conns_accepted);
+    evbuffer_add_printf(b, "mqd_connections_accepted_total %llu\n",
+                        (unsigned long long)mqd_srv_conns_accepted(s));
     head(b, "mqd_connections_refused_total", "counter", "AMQP connections refused (limits, stopping).");
-    evbuffer_add_printf(b, "mqd_connections_refused_total %llu\n", (unsigned long long)s->conns_refused);
+    evbuffer_add_printf(b, "mqd_connections_refused_total %llu\n",
+                        (unsigned long long)mqd_srv_conns_refused(s));
     head(b, "mqd_connection_memory_bytes", "gauge",
          "Memory charged to all connections (max_memory; sessions, links, partial "
          "deliveries, unread output).");
-    evbuffer_add_printf(b, "mqd_connection_memory_bytes %llu\n", (unsigned long long)s->budget_bytes);
+    evbuffer_add_printf(b, "mqd_connection_memory_bytes %llu\n",
+                        (unsigned long long)mqd_srv_budget_bytes(s));
     head(b, "mqd_connections_over_budget_total", "counter",
          "Connections closed with amqp:resource-limit-exceeded by max_connection_memory or "
          "max_memory.");
     evbuffer_add_printf(b, "mqd_connections_over_budget_total %llu\n",
-                        (unsigned long long)s->budget_closes);
+                        (unsigned long long)mqd_srv_budget_closes(s));
     head(b, "mqd_messages_rejected_total", "counter", "Messages rejected by the broker.");
-    evbuffer_add_printf(b, "mqd_messages_rejected_total %llu\n", (unsigned long long)s->msgs_rejected);
+    evbuffer_add_printf(b, "mqd_messages_rejected_total %llu\n",
+                        (unsigned long long)mqd_srv_msgs_rejected(s));
     head(b, "mqd_sends_failed_total", "counter", "Sends rejected because their partition failed "
          "before they were durable.");
-    evbuffer_add_printf(b, "mqd_sends_failed_total %llu\n", (unsigned long long)s->sends_failed);
+    evbuffer_add_printf(b, "mqd_sends_failed_total %llu\n",
+                        (unsigned long long)mqd_srv_sends_failed(s));
     head(b, "mqd_topics", "gauge", "Topics (temporary reply nodes excluded).");
     evbuffer_add_printf(b, "mqd_topics %zu\n", topics);
     put_hist(b, "mqd_append_stable_seconds", "Time from append to stable (settlement) of a send.",
-             &s->h_append_stable);
+             mqd_srv_h_append_stable(s));
     put_fsync(b, s);
     mqd_txn_stats_t ts;
     mqd_txn_stats(s, &ts);
@@ -321,8 +328,9 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     put_broker(b, m->srv);
     put_topics(b, m->srv);
     put_groups(b, m->srv);
-    if (m->srv->repl.metrics) /* cluster = etcd: src/repl's gauges */
-        m->srv->repl.metrics(m->srv->repl.arg, b);
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(m->srv);
+    if (repl->metrics) /* cluster = etcd: src/repl's gauges */
+        repl->metrics(repl->arg, b);
     put_process(b, m);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
@@ -350,19 +358,22 @@ static void on_healthz(struct evhttp_request *req, void *arg)
 static void on_readyz(struct evhttp_request *req, void *arg)
 {
     mqd_server_t *s = ((mqd_metrics_t *)arg)->srv;
-    bool ready = !s->stopping && s->n_listeners > 0 && s->n_listeners == s->conf->n_listen;
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(s);
+    bool stopping = mqd_srv_stopping(s);
+    size_t n_listeners = mqd_srv_n_listeners(s);
+    bool ready = !stopping && n_listeners > 0 && n_listeners == mqd_srv_conf(s)->n_listen;
     char why[MQD_NAME_MAX + 96];
-    if (ready && s->repl.ready && !s->repl.ready(s->repl.arg, why, sizeof why))
+    if (ready && repl->ready && !repl->ready(repl->arg, why, sizeof why))
         reply_text(req, 503, "Service Unavailable", why); /* a replica is catching up */
     else if (ready)
         reply_text(req, HTTP_OK, "OK", "ready");
     else
-        reply_text(req, 503, "Service Unavailable", s->stopping ? "stopping" : "starting");
+        reply_text(req, 503, "Service Unavailable", stopping ? "stopping" : "starting");
 }
 
 int mqd_metrics_start(struct mqd_server *s)
 {
-    const char *hp = s->conf->metrics_listen;
+    const char *hp = mqd_srv_conf(s)->metrics_listen;
     if (!hp || !*hp)
         return 0;
     char host[256];
@@ -372,7 +383,7 @@ int mqd_metrics_start(struct mqd_server *s)
         return MQD_EINVAL;
     }
     mqd_metrics_t *m = calloc(1, sizeof *m);
-    if (!m || !(m->http = evhttp_new(s->base))) {
+    if (!m || !(m->http = evhttp_new(mqd_srv_base(s)))) {
         free(m);
         return MQD_ENOMEM;
     }
@@ -388,18 +399,18 @@ int mqd_metrics_start(struct mqd_server *s)
         free(m);
         return MQD_EIO;
     }
-    s->metrics = m;
+    mqd_srv_set_metrics(s, m);
     MQD_NOTICE("metrics", "serving /metrics on %s", hp);
     return 0;
 }
 
 void mqd_metrics_stop(struct mqd_server *s)
 {
-    mqd_metrics_t *m = s->metrics;
+    mqd_metrics_t *m = mqd_srv_metrics(s);
     if (!m)
         return;
     evhttp_free(m->http);
     mqd_metrics_dir_size_free(&m->data_dir);
     free(m);
-    s->metrics = NULL;
+    mqd_srv_set_metrics(s, NULL);
 }

@@ -130,8 +130,8 @@ void mqd_mgmt_kv_enter(pn_data_t *d, const char *k, bool list)
 
 const char *mqd_mgmt_actor(const mqd_mgmt_req_t *r)
 {
-    if (r->c && r->c->user[0])
-        return r->c->user;
+    if (r->c && mqd_conn_user(r->c)[0])
+        return mqd_conn_user(r->c);
     return r->actor && *r->actor ? r->actor : "anonymous";
 }
 
@@ -140,10 +140,10 @@ const char *mqd_mgmt_actor(const mqd_mgmt_req_t *r)
 static int broker_read(mqd_mgmt_req_t *r)
 {
     mqd_server_t *s = r->s;
+    const mqd_conf_t *conf = mqd_srv_conf(s);
     size_t topics = 0;
-    for (size_t i = 0; i < s->topics_cap; i++)
-        for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext)
-            topics += !t->temporary;
+    for (mqd_topic_t *t = mqd_srv_topic_first(s); t; t = mqd_srv_topic_next(t))
+        topics += !mqd_topic_temporary(t);
     mqd_proc_stats_t ps;
     mqd_metrics_proc_stats(&ps);
     pn_data_put_map(r->out);
@@ -151,21 +151,21 @@ static int broker_read(mqd_mgmt_req_t *r)
     mqd_mgmt_kv_str(r->out, "version", PACKAGE_VERSION);
     mqd_mgmt_kv_long(r->out, "uptime_s", (int64_t)ps.uptime_s);
     mqd_mgmt_kv_long(r->out, "topics", (int64_t)topics);
-    mqd_mgmt_kv_long(r->out, "connections", (int64_t)s->n_conns);
-    mqd_mgmt_kv_long(r->out, "connections_accepted", (int64_t)s->conns_accepted);
+    mqd_mgmt_kv_long(r->out, "connections", (int64_t)mqd_srv_n_conns(s));
+    mqd_mgmt_kv_long(r->out, "connections_accepted", (int64_t)mqd_srv_conns_accepted(s));
     mqd_mgmt_kv_long(r->out, "rss_bytes", (int64_t)ps.rss_bytes);
-    mqd_mgmt_kv_str(r->out, "data_dir", s->conf->data_dir);
+    mqd_mgmt_kv_str(r->out, "data_dir", conf->data_dir);
     /* the disk the data dir's files take, as mqd_data_dir_size_bytes (du), measured at
      * most every few seconds (a READ from the console polls) */
     static mqd_dir_size_t dir_cache;
     uint64_t used = 0;
-    if (mqd_metrics_dir_size(s->conf->data_dir, mqd_now_ms(), &dir_cache, &used) == 0)
+    if (mqd_metrics_dir_size(conf->data_dir, mqd_now_ms(), &dir_cache, &used) == 0)
         mqd_mgmt_kv_long(r->out, "data_dir_size_bytes", (int64_t)used);
     mqd_mgmt_kv_enter(r->out, "listen", true);
-    for (size_t i = 0; i < s->conf->n_listen; i++)
-        pn_data_put_string(r->out, pn_bytes(strlen(s->conf->listen[i]), s->conf->listen[i]));
+    for (size_t i = 0; i < conf->n_listen; i++)
+        pn_data_put_string(r->out, pn_bytes(strlen(conf->listen[i]), conf->listen[i]));
     pn_data_exit(r->out);
-    mqd_mgmt_kv_bool(r->out, "stopping", s->stopping);
+    mqd_mgmt_kv_bool(r->out, "stopping", mqd_srv_stopping(s));
     pn_data_exit(r->out);
     return 200;
 }
@@ -173,7 +173,7 @@ static int broker_read(mqd_mgmt_req_t *r)
 static int broker_reload(mqd_mgmt_req_t *r)
 {
     char err[512];
-    int rc = r->s->ops.reload(r->s, err, sizeof err);
+    int rc = mqd_srv_ops(r->s)->reload(r->s, err, sizeof err);
     if (rc != 0) /* err names FILE:LINE: key: reason, as the log does */
         return mqd_mgmt_fail(r, 400, "reload failed (%s); the running configuration is kept",
                              err);
@@ -184,7 +184,7 @@ static int broker_reload(mqd_mgmt_req_t *r)
 
 static void conn_counts(mqd_conn_t *c, size_t *sessions, size_t *links)
 {
-    pn_connection_t *pc = c->driver.connection;
+    pn_connection_t *pc = mqd_conn_driver(c)->connection;
     *sessions = *links = 0;
     for (pn_session_t *ss = pn_session_head(pc, PN_LOCAL_ACTIVE); ss;
          ss = pn_session_next(ss, PN_LOCAL_ACTIVE))
@@ -197,17 +197,19 @@ static void conn_counts(mqd_conn_t *c, size_t *sessions, size_t *links)
  * properties (the console shows the same row). */
 static void put_conn_details(pn_data_t *d, mqd_conn_t *c)
 {
-    pn_transport_t *t = c->driver.transport;
+    pn_connection_driver_t *drv = mqd_conn_driver(c);
+    pn_transport_t *t = drv->transport;
+    SSL *ssl = mqd_conn_ssl(c);
     const char *mech = t ? pn_sasl_get_mech(pn_sasl(t)) : NULL;
-    mqd_mgmt_kv_ts(d, "connected_since", c->opened_ms);
-    mqd_mgmt_kv_bool(d, "tls", c->ssl != NULL);
-    mqd_mgmt_kv_long(d, "bytes_in", (int64_t)c->bytes_in);
-    mqd_mgmt_kv_long(d, "bytes_out", (int64_t)c->bytes_out);
-    mqd_mgmt_kv_str(d, "tls_version", c->ssl ? SSL_get_version(c->ssl) : NULL);
-    mqd_mgmt_kv_str(d, "tls_cipher", c->ssl ? SSL_get_cipher_name(c->ssl) : NULL);
+    mqd_mgmt_kv_ts(d, "connected_since", mqd_conn_opened_ms(c));
+    mqd_mgmt_kv_bool(d, "tls", ssl != NULL);
+    mqd_mgmt_kv_long(d, "bytes_in", (int64_t)mqd_conn_bytes_in(c));
+    mqd_mgmt_kv_long(d, "bytes_out", (int64_t)mqd_conn_bytes_out(c));
+    mqd_mgmt_kv_str(d, "tls_version", ssl ? SSL_get_version(ssl) : NULL);
+    mqd_mgmt_kv_str(d, "tls_cipher", ssl ? SSL_get_cipher_name(ssl) : NULL);
     mqd_mgmt_kv_str(d, "sasl_mechanism", mech);
     /* the peer's open properties (product, version, platform...), as its client sent */
-    pn_data_t *props = pn_connection_remote_properties(c->driver.connection);
+    pn_data_t *props = pn_connection_remote_properties(drv->connection);
     pn_data_rewind(props);
     json_t *pj = pn_data_next(props) ? mqd_mgmt_data_to_json(props, 0) : NULL;
     mqd_mgmt_kv_enter(d, "client_properties", false);
@@ -226,19 +228,21 @@ static int conn_query(mqd_mgmt_req_t *r)
 {
     pn_data_put_list(r->out);
     pn_data_enter(r->out);
-    for (mqd_dlist_t *n = r->s->conns.next; n != &r->s->conns; n = n->next) {
-        mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
-        if (c->closed)
+    mqd_dlist_t *conns = mqd_srv_conns(r->s);
+    for (mqd_dlist_t *n = conns->next; n != conns; n = n->next) {
+        mqd_conn_t *c = mqd_conn_of_node(n);
+        if (mqd_conn_closed(c))
             continue;
         size_t sessions, links;
         conn_counts(c, &sessions, &links);
-        const char *cont = pn_connection_remote_container(c->driver.connection);
+        const char *cont = pn_connection_remote_container(mqd_conn_driver(c)->connection);
+        const char *user = mqd_conn_user(c);
         pn_data_put_map(r->out);
         pn_data_enter(r->out);
         /* the peer address is unique among open connections: it is the id */
-        mqd_mgmt_kv_str(r->out, "id", c->peer);
-        mqd_mgmt_kv_str(r->out, "peer", c->peer);
-        mqd_mgmt_kv_str(r->out, "user", c->user[0] ? c->user : "anonymous");
+        mqd_mgmt_kv_str(r->out, "id", mqd_conn_peer(c));
+        mqd_mgmt_kv_str(r->out, "peer", mqd_conn_peer(c));
+        mqd_mgmt_kv_str(r->out, "user", user[0] ? user : "anonymous");
         mqd_mgmt_kv_str(r->out, "container", cont ? cont : "");
         mqd_mgmt_kv_long(r->out, "sessions", (int64_t)sessions);
         mqd_mgmt_kv_long(r->out, "links", (int64_t)links);
@@ -254,17 +258,18 @@ static int conn_close(mqd_mgmt_req_t *r)
 {
     if (!r->name)
         return mqd_mgmt_fail(r, 400, "name (the connection id) is required");
-    for (mqd_dlist_t *n = r->s->conns.next; n != &r->s->conns; n = n->next) {
-        mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
-        if (c->closed || strcmp(c->peer, r->name) != 0)
+    mqd_dlist_t *conns = mqd_srv_conns(r->s);
+    for (mqd_dlist_t *n = conns->next; n != conns; n = n->next) {
+        mqd_conn_t *c = mqd_conn_of_node(n);
+        if (mqd_conn_closed(c) || strcmp(mqd_conn_peer(c), r->name) != 0)
             continue;
-        pn_connection_t *pc = c->driver.connection;
+        pn_connection_t *pc = mqd_conn_driver(c)->connection;
         pn_condition_t *cond = pn_connection_condition(pc);
         pn_condition_set_name(cond, "amqp:connection:forced");
         pn_condition_set_description(cond, "closed by management");
         pn_connection_close(pc);
         mqd_conn_mark_dirty(c); /* the server flushes the close and frees it later */
-        MQD_NOTICE("mgmt", "connection %s closed by management (user %s)", c->peer,
+        MQD_NOTICE("mgmt", "connection %s closed by management (user %s)", mqd_conn_peer(c),
                    mqd_mgmt_actor(r));
         return 204;
     }
@@ -272,22 +277,6 @@ static int conn_close(mqd_mgmt_req_t *r)
 }
 
 /* ---------------------------------------------------------------- links */
-
-static const char *link_kind(const mqd_lstate_t *ls)
-{
-    if (!ls)
-        return "other";
-    if (ls->coord)
-        return "coordinator";
-    if (ls->mgmt)
-        return ls->cbs ? "cbs" : "management";
-    switch (ls->kind) {
-    case MQD_LS_PRODUCER: return "producer";
-    case MQD_LS_CONSUMER: return "consumer";
-    case MQD_LS_BROWSER: return "browser";
-    default: return "other";
-    }
-}
 
 static void put_link(pn_data_t *d, const mqd_conn_t *c, pn_link_t *l)
 {
@@ -297,13 +286,15 @@ static void put_link(pn_data_t *d, const mqd_conn_t *c, pn_link_t *l)
     const char *addr = pn_terminus_get_address(term);
     pn_data_put_map(d);
     pn_data_enter(d);
-    mqd_mgmt_kv_str(d, "connection", c->peer);
+    mqd_topic_t *topic = ls ? mqd_ls_topic(ls) : NULL;
+    struct mqd_group *group = ls ? mqd_ls_group(ls) : NULL;
+    mqd_mgmt_kv_str(d, "connection", mqd_conn_peer(c));
     mqd_mgmt_kv_str(d, "name", pn_link_name(l));
     mqd_mgmt_kv_str(d, "role", pn_link_is_sender(l) ? "receiver" : "sender");
-    mqd_mgmt_kv_str(d, "kind", link_kind(ls));
+    mqd_mgmt_kv_str(d, "kind", mqd_ls_kind_name(ls));
     mqd_mgmt_kv_str(d, "address", addr ? addr : "");
-    mqd_mgmt_kv_str(d, "topic", ls && ls->topic ? ls->topic->name : NULL);
-    mqd_mgmt_kv_str(d, "group", ls && ls->group ? mqd_group_name(ls->group) : NULL);
+    mqd_mgmt_kv_str(d, "topic", topic ? mqd_topic_name(topic) : NULL);
+    mqd_mgmt_kv_str(d, "group", group ? mqd_group_name(group) : NULL);
     mqd_mgmt_kv_long(d, "credit", pn_link_credit(l));
     mqd_mgmt_kv_long(d, "unsettled", pn_link_unsettled(l));
     pn_data_exit(d);
@@ -314,11 +305,12 @@ static int link_query(mqd_mgmt_req_t *r)
 {
     pn_data_put_list(r->out);
     pn_data_enter(r->out);
-    for (mqd_dlist_t *n = r->s->conns.next; n != &r->s->conns; n = n->next) {
-        mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
-        if (c->closed)
+    mqd_dlist_t *conns = mqd_srv_conns(r->s);
+    for (mqd_dlist_t *n = conns->next; n != conns; n = n->next) {
+        mqd_conn_t *c = mqd_conn_of_node(n);
+        if (mqd_conn_closed(c))
             continue;
-        for (pn_link_t *l = pn_link_head(c->driver.connection, PN_LOCAL_ACTIVE); l;
+        for (pn_link_t *l = pn_link_head(mqd_conn_driver(c)->connection, PN_LOCAL_ACTIVE); l;
              l = pn_link_next(l, PN_LOCAL_ACTIVE))
             put_link(r->out, c, l);
     }
@@ -331,9 +323,10 @@ static int link_query(mqd_mgmt_req_t *r)
 /* `mqctl cluster status`: the replication layer's view (src/repl), on any node. */
 static int cluster_read(mqd_mgmt_req_t *r)
 {
-    if (!r->s->repl.status)
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(r->s);
+    if (!repl->status)
         return mqd_mgmt_fail(r, 404, "not a cluster node (cluster = none)");
-    r->s->repl.status(r->s->repl.arg, r->out);
+    repl->status(repl->arg, r->out);
     return 200;
 }
 
@@ -348,7 +341,8 @@ static int cluster_elect(mqd_mgmt_req_t *r)
 {
     const char *topic = mqd_mgmt_arg_str(r, "topic");
     int64_t part, node;
-    if (!r->s->repl.elect)
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(r->s);
+    if (!repl->elect)
         return mqd_mgmt_fail(r, 404, "not a cluster node (cluster = none)");
     if (!topic || !mqd_mgmt_arg_int(r, "partition", &part) || part < 0 || part > UINT32_MAX ||
         !mqd_mgmt_arg_int(r, "node", &node) || node <= 0 || node > UINT32_MAX)
@@ -358,8 +352,8 @@ static int cluster_elect(mqd_mgmt_req_t *r)
     if (!l)
         return mqd_mgmt_fail(r, 500, "out of memory");
     char err[256];
-    int st = r->s->repl.elect(r->s->repl.arg, topic, (uint32_t)part, (uint32_t)node, elect_done,
-                              l, err, sizeof err);
+    int st = repl->elect(repl->arg, topic, (uint32_t)part, (uint32_t)node, elect_done, l, err,
+                         sizeof err);
     if (st == 0)
         return 0;
     mqd_mgmt_later_free(l);
@@ -613,7 +607,7 @@ static void deliver_reply(struct mqd_server *s, const mqd_buf_t *out)
         return;
     mqd_reply_topic_name((const char *)out->p + mi.to.off, mi.to.len, name, sizeof name);
     mqd_topic_t *t = mqd_topic_find(s, name);
-    if (!t || mqd_part_append(&t->parts[0], out->p, out->len, NULL, NULL, NULL) != 0)
+    if (!t || mqd_part_append(mqd_topic_part(t, 0), out->p, out->len, NULL, NULL, NULL) != 0)
         MQD_INFO("mgmt", "a late reply found no reply node %s", name);
 }
 

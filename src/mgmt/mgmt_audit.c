@@ -53,7 +53,7 @@ void mqd_mgmt_audit(mqd_mgmt_req_t *r)
     char user[MQD_NAME_MAX + 1];
     clean(mqd_mgmt_actor(r), user, sizeof user);
     /* the console calls the same operations with no AMQP connection (mqd_mgmt_call) */
-    const char *peer = r->c ? r->c->peer : "console";
+    const char *peer = r->c ? mqd_conn_peer(r->c) : "console";
     if (r->deferred)
         MQD_NOTICE("audit",
                    "user=%s peer=%s op=%s type=%s target=\"%s\" status=accepted "

@@ -30,26 +30,27 @@ static int put_conf_row(const char *topic, const char *key, const char *value, c
 
 static int cmp_name(const void *a, const void *b)
 {
-    return strcmp((*(mqd_topic_t *const *)a)->name, (*(mqd_topic_t *const *)b)->name);
+    return strcmp(mqd_topic_name(*(mqd_topic_t *const *)a),
+                  mqd_topic_name(*(mqd_topic_t *const *)b));
 }
 
 /* Management overrides, topic by topic in name order (a stable listing). */
 static int put_overrides(mqd_mgmt_req_t *r)
 {
     mqd_server_t *s = r->s;
-    mqd_topic_t **v = calloc(s->n_topics + 1, sizeof *v);
+    size_t n_topics = mqd_srv_n_topics(s);
+    mqd_topic_t **v = calloc(n_topics + 1, sizeof *v);
     if (!v)
         return MQD_ENOMEM;
     size_t n = 0;
-    for (size_t i = 0; i < s->topics_cap; i++)
-        for (mqd_topic_t *t = s->topics[i]; t && n < s->n_topics; t = t->hnext)
-            if (!t->temporary && t->overrides)
-                v[n++] = t;
+    for (mqd_topic_t *t = mqd_srv_topic_first(s); t && n < n_topics; t = mqd_srv_topic_next(t))
+        if (!mqd_topic_temporary(t) && mqd_topic_overrides(t))
+            v[n++] = t;
     qsort(v, n, sizeof *v, cmp_name);
     for (size_t i = 0; i < n; i++) {
         const char *k;
         json_t *val;
-        json_object_foreach(v[i]->overrides, k, val)
+        json_object_foreach(mqd_topic_overrides(v[i]), k, val)
         {
             char text[256];
             if (json_is_string(val))
@@ -58,7 +59,7 @@ static int put_overrides(mqd_mgmt_req_t *r)
                 snprintf(text, sizeof text, "%s", json_is_true(val) ? "on" : "off");
             else
                 snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
-            put_setting(r->out, v[i]->name, k, text, "management");
+            put_setting(r->out, mqd_topic_name(v[i]), k, text, "management");
         }
     }
     free(v);
@@ -70,9 +71,9 @@ static int config_read(mqd_mgmt_req_t *r)
     pn_data_t *d = r->out;
     pn_data_put_map(d);
     pn_data_enter(d);
-    mqd_mgmt_kv_str(d, "file", r->s->conf_path);
+    mqd_mgmt_kv_str(d, "file", mqd_srv_conf_path(r->s));
     mqd_mgmt_kv_enter(d, "settings", true);
-    mqd_conf_show(r->s->conf, put_conf_row, d);
+    mqd_conf_show(mqd_srv_conf(r->s), put_conf_row, d);
     int rc = put_overrides(r);
     pn_data_exit(d);
     pn_data_exit(d);

@@ -39,7 +39,7 @@ static int group_ref(mqd_mgmt_req_t *r, gref_t *g, bool need_group)
 static mqd_topic_t *find_topic(mqd_mgmt_req_t *r, const char *name)
 {
     mqd_topic_t *t = mqd_topic_find(r->s, name);
-    if (!t || t->temporary) {
+    if (!t || mqd_topic_temporary(t)) {
         mqd_mgmt_fail(r, 404, "no topic '%s'", name);
         return NULL;
     }
@@ -73,7 +73,7 @@ static int query_one(const char *group, mqd_group_mode_t mode, size_t members, v
     mqd_group_describe(q->t, group, sum_lag, sums);
     pn_data_put_map(q->d);
     pn_data_enter(q->d);
-    mqd_mgmt_kv_str(q->d, "topic", q->t->name);
+    mqd_mgmt_kv_str(q->d, "topic", mqd_topic_name(q->t));
     mqd_mgmt_kv_str(q->d, "group", group);
     mqd_mgmt_kv_str(q->d, "mode", mode_name(mode));
     mqd_mgmt_kv_long(q->d, "members", (int64_t)members);
@@ -95,12 +95,11 @@ static int group_query(mqd_mgmt_req_t *r)
     if (q.t) {
         mqd_group_list(q.t, query_one, &q);
     } else {
-        for (size_t i = 0; i < r->s->topics_cap; i++)
-            for (mqd_topic_t *t = r->s->topics[i]; t; t = t->hnext)
-                if (!t->temporary) {
-                    q.t = t;
-                    mqd_group_list(t, query_one, &q);
-                }
+        for (mqd_topic_t *t = mqd_srv_topic_first(r->s); t; t = mqd_srv_topic_next(t))
+            if (!mqd_topic_temporary(t)) {
+                q.t = t;
+                mqd_group_list(t, query_one, &q);
+            }
     }
     pn_data_exit(r->out);
     return 200;
@@ -157,7 +156,7 @@ static int describe(mqd_mgmt_req_t *r, mqd_topic_t *t, const char *group, int ok
     pn_data_t *d = r->out;
     pn_data_put_map(d);
     pn_data_enter(d);
-    mqd_mgmt_kv_str(d, "topic", t->name);
+    mqd_mgmt_kv_str(d, "topic", mqd_topic_name(t));
     mqd_mgmt_kv_str(d, "group", group);
     mqd_mgmt_kv_str(d, "mode", m.found ? mode_name(m.mode) : NULL);
     mqd_mgmt_kv_long(d, "members", (int64_t)m.members);
@@ -169,7 +168,7 @@ static int describe(mqd_mgmt_req_t *r, mqd_topic_t *t, const char *group, int ok
     mqd_mgmt_kv_long(d, "backlog", (int64_t)x.backlog);
     pn_data_exit(d);
     if (rc == MQD_ENOENT)
-        return mqd_mgmt_fail(r, 404, "no group '%s' on topic '%s'", group, t->name);
+        return mqd_mgmt_fail(r, 404, "no group '%s' on topic '%s'", group, mqd_topic_name(t));
     if (rc != 0)
         return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "%s", mqd_strerror(rc));
     return ok_status;
@@ -266,7 +265,8 @@ static int group_commit(mqd_mgmt_req_t *r)
     if (rc == MQD_ESTATE)
         return mqd_mgmt_fail(r, 409, "group has live members");
     if (rc == MQD_ENOENT)
-        return mqd_mgmt_fail(r, 404, "topic '%s' has no partition %lld", t->name, (long long)part);
+        return mqd_mgmt_fail(r, 404, "topic '%s' has no partition %lld", mqd_topic_name(t),
+                             (long long)part);
     if (rc != 0)
         return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "commit failed: %s", mqd_strerror(rc));
     return describe(r, t, g.group, 200);

@@ -57,7 +57,7 @@ static int owner_ref(mqd_mgmt_req_t *r, oref_t *o)
     if (!mqd_auth_allowed(r->c, MQD_PERM_RECEIVE, o->topic))
         return mqd_mgmt_fail(r, 401, "not allowed to receive from '%s'", o->topic);
     o->t = mqd_topic_find(r->s, o->topic);
-    if (!o->t || o->t->temporary)
+    if (!o->t || mqd_topic_temporary(o->t))
         return mqd_mgmt_fail(r, 404, "The messaging entity '%s' could not be found.", o->topic);
     return 0;
 }
@@ -73,7 +73,7 @@ static int rec_get(mqd_mgmt_req_t *r, const oref_t *o, uint32_t part, orec_t *re
 {
     char key[2 * MQD_NAME_MAX + 64], *v = NULL;
     rec_key(o, part, key, sizeof key);
-    int rc = mqd_meta_kv_get(r->s->meta, key, &v);
+    int rc = mqd_meta_kv_get(mqd_srv_meta(r->s), key, &v);
     if (rc != 0)
         return rc;
     json_t *j = json_loads(v, 0, NULL);
@@ -96,24 +96,25 @@ static int rec_put(mqd_mgmt_req_t *r, const oref_t *o, uint32_t part, orec_t *re
 {
     char key[2 * MQD_NAME_MAX + 64];
     uint64_t id = 0;
+    mqd_meta_t *meta = mqd_srv_meta(r->s);
     rec_key(o, part, key, sizeof key);
-    int rc = mqd_meta_begin(r->s->meta);
+    int rc = mqd_meta_begin(meta);
     if (rc != 0)
         return rc;
     char *v = NULL;
-    if ((rc = mqd_meta_next_id(r->s->meta, "ownership_etag", &id)) == 0) {
+    if ((rc = mqd_meta_next_id(meta, "ownership_etag", &id)) == 0) {
         snprintf(rec->etag, sizeof rec->etag, "%" PRIu64, id);
         rec->modified_ms = mqd_now_ms();
         json_t *j = json_pack("{s:s, s:s, s:I}", "owner", rec->owner, "etag", rec->etag,
                               "modified", (json_int_t)rec->modified_ms);
         v = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
-        rc = v ? mqd_meta_kv_put(r->s->meta, key, v) : MQD_ENOMEM;
+        rc = v ? mqd_meta_kv_put(meta, key, v) : MQD_ENOMEM;
     }
     free(v);
     if (rc == 0)
-        return mqd_meta_commit(r->s->meta);
-    mqd_meta_rollback(r->s->meta);
+        return mqd_meta_commit(meta);
+    mqd_meta_rollback(meta);
     return rc;
 }
 
@@ -136,7 +137,7 @@ static int owner_query(mqd_mgmt_req_t *r)
         return r->status;
     pn_data_put_list(r->out);
     pn_data_enter(r->out);
-    for (uint32_t i = 0; i < o.t->nparts; i++) {
+    for (uint32_t i = 0; i < mqd_topic_nparts(o.t); i++) {
         orec_t rec;
         int rc = rec_get(r, &o, i, &rec);
         if (rc == MQD_ENOENT)
@@ -162,7 +163,7 @@ static int owner_claim(mqd_mgmt_req_t *r)
         return mqd_mgmt_fail(r, 400, "'partition' (an integer) and 'owner' (a string) are required");
     if (strlen(owner) > OWNER_MAX)
         return mqd_mgmt_fail(r, 400, "owner longer than %d bytes", OWNER_MAX);
-    if (part >= o.t->nparts)
+    if (part >= mqd_topic_nparts(o.t))
         return mqd_mgmt_fail(r, 404, "topic '%s' has no partition %lld", o.topic, (long long)part);
     orec_t rec;
     memset(&rec, 0, sizeof rec);

@@ -138,19 +138,21 @@ int mqd_mgmt_topic_peek(mqd_mgmt_req_t *r)
 {
     int64_t part = 0, count = 10, from = -1;
     mqd_topic_t *t = r->name ? mqd_topic_find(r->s, r->name) : NULL;
-    if (!t || t->temporary)
+    if (!t || mqd_topic_temporary(t))
         return mqd_mgmt_fail(r, 404, "no topic '%s'", r->name ? r->name : "");
     if (json_object_get(r->props, "partition") && !mqd_mgmt_arg_int(r, "partition", &part))
         return mqd_mgmt_fail(r, 400, "partition must be an integer");
-    if (part < 0 || part >= (int64_t)t->nparts)
-        return mqd_mgmt_fail(r, 404, "no partition %lld in '%s'", (long long)part, t->name);
+    if (part < 0 || part >= (int64_t)mqd_topic_nparts(t))
+        return mqd_mgmt_fail(r, 404, "no partition %lld in '%s'", (long long)part,
+                             mqd_topic_name(t));
     if (json_object_get(r->props, "count") &&
         (!mqd_mgmt_arg_int(r, "count", &count) || count < 1 || count > PEEK_MAX))
         return mqd_mgmt_fail(r, 400, "count must be an integer in 1..%d", PEEK_MAX);
     if (json_object_get(r->props, "from") && (!mqd_mgmt_arg_int(r, "from", &from) || from < 0))
         return mqd_mgmt_fail(r, 400, "from must be a non-negative offset");
-    mqd_part_t *p = &t->parts[part];
-    uint64_t start = mqd_plog_start_offset(p->log);
+    mqd_part_t *p = mqd_topic_part(t, (uint32_t)part);
+    mqd_plog_t *log = mqd_part_log(p);
+    uint64_t start = mqd_plog_start_offset(log);
     uint64_t end = mqd_part_visible_end(p, MQD_READ_COMMITTED);
     if (end < start)
         end = start; /* retention ahead of a reader's view: nothing to show */
@@ -162,12 +164,12 @@ int mqd_mgmt_topic_peek(mqd_mgmt_req_t *r)
     pn_data_t *d = r->out;
     pn_data_put_map(d);
     pn_data_enter(d);
-    mqd_mgmt_kv_str(d, "topic", t->name);
+    mqd_mgmt_kv_str(d, "topic", mqd_topic_name(t));
     mqd_mgmt_kv_long(d, "partition", part);
     mqd_mgmt_kv_long(d, "start", (int64_t)start);
     mqd_mgmt_kv_long(d, "end", (int64_t)end);
     mqd_mgmt_kv_enter(d, "messages", true);
-    int rc = put_records(d, p->log, first, end, count);
+    int rc = put_records(d, log, first, end, count);
     pn_data_exit(d);
     pn_data_exit(d);
     if (rc != 0 && rc != MQD_ERANGE)

@@ -40,7 +40,7 @@ static int add_setting(json_t *ov, const char *k, json_t *v)
 static bool settings_ok(mqd_mgmt_req_t *r, json_t *ov)
 {
     mqd_topic_conf_t probe;
-    mqd_conf_topic(r->s->conf, r->name, &probe);
+    mqd_conf_topic(mqd_srv_conf(r->s), r->name, &probe);
     const char *k;
     json_t *v;
     char err[512];
@@ -81,9 +81,9 @@ static bool overrides_of(mqd_mgmt_req_t *r, char **out)
     return ok;
 }
 
-static void put_effective_config(pn_data_t *d, const mqd_topic_t *t)
+static void put_effective_config(pn_data_t *d, mqd_topic_t *t)
 {
-    const mqd_topic_conf_t *c = &t->conf;
+    const mqd_topic_conf_t *c = mqd_topic_conf(t);
     mqd_mgmt_kv_enter(d, "config", false);
     mqd_mgmt_kv_str(d, "flush", c->log.flush == MQD_FLUSH_SYNC ? "sync" : "async");
     mqd_mgmt_kv_long(d, "flush_interval_ms", c->log.flush_interval_ms);
@@ -107,12 +107,13 @@ static void put_health(pn_data_t *d, const mqd_part_t *p)
 {
     char desc[512];
     uint64_t n, first;
-    bool failed = mqd_plog_failed(p->log);
+    mqd_plog_t *log = mqd_part_log(p);
+    bool failed = mqd_plog_failed(log);
     if (failed)
         mqd_part_fail_condition(p, desc, sizeof desc);
     mqd_mgmt_kv_str(d, "failed_reason", failed ? desc : "");
-    mqd_mgmt_kv_bool(d, "resuming", mqd_plog_resuming(p->log));
-    mqd_plog_corrupt(p->log, &n, &first);
+    mqd_mgmt_kv_bool(d, "resuming", mqd_plog_resuming(log));
+    mqd_plog_corrupt(log, &n, &first);
     mqd_mgmt_kv_long(d, "corrupt_records", (int64_t)n);
     mqd_mgmt_kv_long(d, "first_corrupt_offset", n ? (int64_t)first : -1);
 }
@@ -150,38 +151,42 @@ static void put_topic(pn_data_t *d, mqd_topic_t *t)
 {
     uint64_t size = 0, messages = 0;
     bool exact = true;
+    uint32_t nparts = mqd_topic_nparts(t);
+    json_t *overrides = mqd_topic_overrides(t);
     pn_data_put_map(d);
     pn_data_enter(d);
-    mqd_mgmt_kv_str(d, "name", t->name);
-    mqd_mgmt_kv_long(d, "partitions", t->nparts);
-    mqd_mgmt_kv_ts(d, "created_at", t->created_ms);
+    mqd_mgmt_kv_str(d, "name", mqd_topic_name(t));
+    mqd_mgmt_kv_long(d, "partitions", nparts);
+    mqd_mgmt_kv_ts(d, "created_at", mqd_topic_created_ms(t));
     put_effective_config(d, t);
     mqd_mgmt_kv_enter(d, "overrides", false);
     const char *k;
     json_t *v;
-    if (t->overrides)
-        json_object_foreach(t->overrides, k, v) {
+    if (overrides)
+        json_object_foreach(overrides, k, v)
+        {
             pn_data_put_string(d, pn_bytes(strlen(k), k));
             mqd_mgmt_json_to_data(d, v, 1);
         }
     pn_data_exit(d);
     mqd_mgmt_kv_enter(d, "partition_info", true);
-    for (uint32_t i = 0; i < t->nparts; i++) {
-        mqd_plog_t *log = t->parts[i].log;
+    for (uint32_t i = 0; i < nparts; i++) {
+        mqd_part_t *p = mqd_topic_part(t, i);
+        mqd_plog_t *log = mqd_part_log(p);
         size += mqd_plog_size_bytes(log);
         pn_data_put_map(d);
         pn_data_enter(d);
         mqd_mgmt_kv_long(d, "partition", i);
         mqd_mgmt_kv_long(d, "start", (int64_t)mqd_plog_start_offset(log));
-        uint64_t end = mqd_part_visible_end(&t->parts[i], MQD_READ_UNCOMMITTED);
-        uint64_t n = mqd_part_messages(&t->parts[i], 0, end);
+        uint64_t end = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
+        uint64_t n = mqd_part_messages(p, 0, end);
         messages += n;
-        exact = exact && mqd_part_count_exact(&t->parts[i]);
+        exact = exact && mqd_part_count_exact(p);
         mqd_mgmt_kv_long(d, "end", (int64_t)end);
         mqd_mgmt_kv_long(d, "messages", (int64_t)n);
         mqd_mgmt_kv_long(d, "size_bytes", (int64_t)mqd_plog_size_bytes(log));
         mqd_mgmt_kv_bool(d, "failed", mqd_plog_failed(log));
-        put_health(d, &t->parts[i]);
+        put_health(d, p);
         pn_data_exit(d);
     }
     pn_data_exit(d);
@@ -192,10 +197,12 @@ static void put_topic(pn_data_t *d, mqd_topic_t *t)
     backlog_ctx_t bx = {.d = d, .t = t};
     mqd_group_list(t, put_group_backlog, &bx);
     pn_data_exit(d);
-    mqd_mgmt_kv_long(d, "messages_in", (int64_t)t->msgs_in);
-    mqd_mgmt_kv_long(d, "bytes_in", (int64_t)t->bytes_in);
-    mqd_mgmt_kv_long(d, "messages_out", (int64_t)t->msgs_out);
-    mqd_mgmt_kv_long(d, "bytes_out", (int64_t)t->bytes_out);
+    mqd_topic_stats_t st;
+    mqd_topic_stats(t, &st);
+    mqd_mgmt_kv_long(d, "messages_in", (int64_t)st.msgs_in);
+    mqd_mgmt_kv_long(d, "bytes_in", (int64_t)st.bytes_in);
+    mqd_mgmt_kv_long(d, "messages_out", (int64_t)st.msgs_out);
+    mqd_mgmt_kv_long(d, "bytes_out", (int64_t)st.bytes_out);
     pn_data_exit(d);
 }
 
@@ -207,7 +214,7 @@ static mqd_topic_t *named_topic(mqd_mgmt_req_t *r)
         return NULL;
     }
     mqd_topic_t *t = mqd_topic_find(r->s, r->name);
-    if (!t || t->temporary) {
+    if (!t || mqd_topic_temporary(t)) {
         /* Azure's wording: the Event Hubs SDKs raise MessagingEntityNotFoundError on it */
         mqd_mgmt_fail(r, 404, "The messaging entity '%s' could not be found.", r->name);
         return NULL;
@@ -221,7 +228,7 @@ static mqd_topic_t *named_topic(mqd_mgmt_req_t *r)
 static bool partitions_arg(mqd_mgmt_req_t *r, uint32_t *out)
 {
     int64_t n = 0;
-    uint32_t max = r->s->conf->max_partitions_per_topic;
+    uint32_t max = mqd_srv_conf(r->s)->max_partitions_per_topic;
     json_t *v = r->body ? json_object_get(r->body, "partitions") : NULL;
     if (!v)
         v = json_object_get(r->props, "partitions");
@@ -292,13 +299,14 @@ static int topic_create(mqd_mgmt_req_t *r)
     if (rc == MQD_EINVAL)
         return mqd_mgmt_fail(r, 400, "invalid topic name '%s'", r->name);
     if (rc == MQD_EAGAIN)
-        return mqd_mgmt_fail(r, 503, "topic limit reached (max_topics = %u)", r->s->conf->max_topics);
+        return mqd_mgmt_fail(r, 503, "topic limit reached (max_topics = %u)",
+                             mqd_srv_conf(r->s)->max_topics);
     if (rc == MQD_ENOSPC)
         return mqd_mgmt_fail(r, 507, "cannot create topic '%s': disk full", r->name);
     if (rc == MQD_ETOOBIG)
         return mqd_mgmt_fail(
             r, 400, "the topic's partitions are over the limit max_partitions_per_topic = %u",
-            r->s->conf->max_partitions_per_topic);
+            mqd_srv_conf(r->s)->max_partitions_per_topic);
     if (rc != 0)
         return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "cannot create topic: %s", mqd_strerror(rc));
     put_topic(r->out, t);
@@ -322,10 +330,12 @@ static int topic_update(mqd_mgmt_req_t *r)
         return r->status;
     if (!partitions_arg(r, &nparts))
         return r->status;
-    if (nparts && nparts < t->nparts)
-        return mqd_mgmt_fail(r, 400, "partitions can only grow (now %u)", t->nparts);
+    uint32_t now = mqd_topic_nparts(t);
+    if (nparts && nparts < now)
+        return mqd_mgmt_fail(r, 400, "partitions can only grow (now %u)", now);
     /* growing moves the partition array the replication layer points into */
-    if (nparts > t->nparts && r->s->repl.topic_created && t->conf.replication_factor > 1)
+    if (nparts > now && mqd_srv_repl(r->s)->topic_created &&
+        mqd_topic_conf(t)->replication_factor > 1)
         return mqd_mgmt_fail(r, 409, "topic '%s' is replicated: adding partitions in a "
                              "cluster is not supported yet", r->name);
     char *ov;
@@ -346,11 +356,13 @@ static int topic_update(mqd_mgmt_req_t *r)
 static size_t topic_links(mqd_server_t *s, const mqd_topic_t *t)
 {
     size_t n = 0;
-    for (mqd_dlist_t *cn = s->conns.next; cn != &s->conns; cn = cn->next) {
-        mqd_conn_t *c = MQD_CONTAINER(cn, mqd_conn_t, node);
-        for (pn_link_t *l = pn_link_head(c->driver.connection, 0); l; l = pn_link_next(l, 0)) {
+    mqd_dlist_t *conns = mqd_srv_conns(s);
+    for (mqd_dlist_t *cn = conns->next; cn != conns; cn = cn->next) {
+        mqd_conn_t *c = mqd_conn_of_node(cn);
+        for (pn_link_t *l = pn_link_head(mqd_conn_driver(c)->connection, 0); l;
+             l = pn_link_next(l, 0)) {
             mqd_lstate_t *ls = pn_link_get_context(l);
-            n += ls && ls->topic == t;
+            n += ls && mqd_ls_topic(ls) == t;
         }
     }
     return n;
@@ -363,7 +375,7 @@ static int topic_delete(mqd_mgmt_req_t *r)
         return r->status;
     /* the replication layer keeps pointers to its replicas' partitions, and deleting a
      * replicated topic in the whole cluster is not built (docs/replication.md) */
-    if (r->s->repl.topic_created && t->conf.replication_factor > 1)
+    if (mqd_srv_repl(r->s)->topic_created && mqd_topic_conf(t)->replication_factor > 1)
         return mqd_mgmt_fail(r, 409, "topic '%s' is replicated: deleting it in a cluster is "
                              "not supported yet", r->name);
     /* a transaction keeps pointers to the topics it touched until it is decided */
@@ -389,36 +401,39 @@ static int topic_resume(mqd_mgmt_req_t *r)
     if (!t)
         return r->status;
     int64_t only = -1;
-    if (mqd_mgmt_arg_int(r, "partition", &only) && (only < 0 || only >= (int64_t)t->nparts))
-        return mqd_mgmt_fail(r, 404, "no partition %lld in '%s'", (long long)only, t->name);
-    for (uint32_t i = 0; i < t->nparts; i++) {
+    uint32_t nparts = mqd_topic_nparts(t);
+    if (mqd_mgmt_arg_int(r, "partition", &only) && (only < 0 || only >= (int64_t)nparts))
+        return mqd_mgmt_fail(r, 404, "no partition %lld in '%s'", (long long)only,
+                             mqd_topic_name(t));
+    for (uint32_t i = 0; i < nparts; i++) {
         if (only >= 0 && i != (uint64_t)only)
             continue;
-        int rc = mqd_part_resume(&t->parts[i]);
+        int rc = mqd_part_resume(mqd_topic_part(t, i));
         if (rc != 0 && rc != MQD_EAGAIN)
             return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "resume failed: %s", mqd_strerror(rc));
     }
-    MQD_NOTICE("mgmt", "resume of topic %s asked", t->name);
+    MQD_NOTICE("mgmt", "resume of topic %s asked", mqd_topic_name(t));
     put_topic(r->out, t);
     return 202;
 }
 
 static int cmp_topic(const void *a, const void *b)
 {
-    return strcmp((*(mqd_topic_t *const *)a)->name, (*(mqd_topic_t *const *)b)->name);
+    return strcmp(mqd_topic_name(*(mqd_topic_t *const *)a),
+                  mqd_topic_name(*(mqd_topic_t *const *)b));
 }
 
 static int topic_query(mqd_mgmt_req_t *r)
 {
     mqd_server_t *s = r->s;
-    mqd_topic_t **v = calloc(s->n_topics + 1, sizeof *v);
+    size_t n_topics = mqd_srv_n_topics(s);
+    mqd_topic_t **v = calloc(n_topics + 1, sizeof *v);
     if (!v)
         return mqd_mgmt_fail(r, 500, "out of memory");
     size_t n = 0;
-    for (size_t i = 0; i < s->topics_cap; i++)
-        for (mqd_topic_t *t = s->topics[i]; t && n < s->n_topics; t = t->hnext)
-            if (!t->temporary)
-                v[n++] = t;
+    for (mqd_topic_t *t = mqd_srv_topic_first(s); t && n < n_topics; t = mqd_srv_topic_next(t))
+        if (!mqd_topic_temporary(t))
+            v[n++] = t;
     qsort(v, n, sizeof *v, cmp_topic);
     pn_data_put_list(r->out);
     pn_data_enter(r->out);
@@ -439,13 +454,14 @@ static int eventhub_read(mqd_mgmt_req_t *r)
     pn_data_t *d = r->out;
     pn_data_put_map(d);
     pn_data_enter(d);
-    mqd_mgmt_kv_str(d, "name", t->name);
-    mqd_mgmt_kv_ts(d, "created_at", t->created_ms);
-    mqd_mgmt_kv_int(d, "partition_count", (int32_t)t->nparts);
+    uint32_t nparts = mqd_topic_nparts(t);
+    mqd_mgmt_kv_str(d, "name", mqd_topic_name(t));
+    mqd_mgmt_kv_ts(d, "created_at", mqd_topic_created_ms(t));
+    mqd_mgmt_kv_int(d, "partition_count", (int32_t)nparts);
     pn_data_put_string(d, pn_bytes(strlen("partition_ids"), "partition_ids"));
     pn_data_put_array(d, false, PN_STRING); /* the SDKs expect an AMQP array of strings */
     pn_data_enter(d);
-    for (uint32_t i = 0; i < t->nparts; i++) {
+    for (uint32_t i = 0; i < nparts; i++) {
         char id[16];
         int len = snprintf(id, sizeof id, "%u", i);
         pn_data_put_string(d, pn_bytes((size_t)len, id));
@@ -463,11 +479,12 @@ static int partition_read(mqd_mgmt_req_t *r)
     int64_t p;
     if (!mqd_mgmt_arg_int(r, "partition", &p))
         return mqd_mgmt_fail(r, 400, "application property 'partition' is required");
-    if (p < 0 || p >= (int64_t)t->nparts)
-        return mqd_mgmt_fail(r, 404, "no partition %lld in '%s'", (long long)p, t->name);
-    mqd_plog_t *log = t->parts[p].log;
+    if (p < 0 || p >= (int64_t)mqd_topic_nparts(t))
+        return mqd_mgmt_fail(r, 404, "no partition %lld in '%s'", (long long)p, mqd_topic_name(t));
+    mqd_part_t *part = mqd_topic_part(t, (uint32_t)p);
+    mqd_plog_t *log = mqd_part_log(part);
     uint64_t start = mqd_plog_start_offset(log);
-    uint64_t end = mqd_part_visible_end(&t->parts[p], MQD_READ_UNCOMMITTED);
+    uint64_t end = mqd_part_visible_end(part, MQD_READ_UNCOMMITTED);
     bool empty = end <= start;
     int64_t last = end > 0 ? (int64_t)end - 1 : -1;
     char pid[16], off[24];
@@ -476,7 +493,7 @@ static int partition_read(mqd_mgmt_req_t *r)
     pn_data_t *d = r->out;
     pn_data_put_map(d);
     pn_data_enter(d);
-    mqd_mgmt_kv_str(d, "name", t->name);
+    mqd_mgmt_kv_str(d, "name", mqd_topic_name(t));
     mqd_mgmt_kv_str(d, "partition", pid);
     mqd_mgmt_kv_long(d, "begin_sequence_number", (int64_t)start);
     mqd_mgmt_kv_long(d, "last_enqueued_sequence_number", last);

@@ -9,7 +9,7 @@
 
 static int user_query(mqd_mgmt_req_t *r)
 {
-    const mqd_conf_t *conf = r->s->conf;
+    const mqd_conf_t *conf = mqd_srv_conf(r->s);
     pn_data_put_list(r->out);
     pn_data_enter(r->out);
     for (size_t i = 0; i < conf->n_users; i++) {
@@ -29,7 +29,7 @@ static int user_query(mqd_mgmt_req_t *r)
 
 static int acl_query(mqd_mgmt_req_t *r)
 {
-    const mqd_conf_t *conf = r->s->conf;
+    const mqd_conf_t *conf = mqd_srv_conf(r->s);
     pn_data_put_map(r->out);
     pn_data_enter(r->out);
     mqd_mgmt_kv_bool(r->out, "present", conf->acl_present);

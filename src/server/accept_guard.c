@@ -46,8 +46,9 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
     g->paused = false;
     if (g->reserve < 0)
         g->reserve = take_reserve();
-    for (size_t i = 0; !g->s->stopping && i < g->s->n_listeners; i++)
-        evconnlistener_enable(g->s->listeners[i].l);
+    mqd_listener_t *li = mqd_srv_listeners(g->s);
+    for (size_t i = 0; !mqd_srv_stopping(g->s) && i < mqd_srv_n_listeners(g->s); i++)
+        evconnlistener_enable(li[i].l);
 }
 
 int mqd_accept_guard_init(mqd_server_t *s)
@@ -60,7 +61,7 @@ int mqd_accept_guard_init(mqd_server_t *s)
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         g->nofile = rl.rlim_cur;
     g->reserve = take_reserve();
-    g->resume = evtimer_new(s->base, on_resume, g);
+    g->resume = evtimer_new(mqd_srv_base(s), on_resume, g);
     if (g->reserve < 0 || !g->resume) {
         if (g->reserve >= 0)
             close(g->reserve);
@@ -69,20 +70,20 @@ int mqd_accept_guard_init(mqd_server_t *s)
         free(g);
         return MQD_EIO;
     }
-    s->accept_guard = g;
+    mqd_srv_set_accept_guard(s, g);
     return 0;
 }
 
 void mqd_accept_guard_free(mqd_server_t *s)
 {
-    struct mqd_accept_guard *g = s->accept_guard;
+    struct mqd_accept_guard *g = mqd_srv_accept_guard(s);
     if (!g)
         return;
     if (g->reserve >= 0)
         close(g->reserve);
     event_free(g->resume);
     free(g);
-    s->accept_guard = NULL;
+    mqd_srv_set_accept_guard(s, NULL);
 }
 
 /* Descriptors are handed out lowest first, so an accepted fd numbered k means k are in
@@ -91,11 +92,11 @@ void mqd_accept_guard_free(mqd_server_t *s)
  * next segment roll failed its partition. */
 bool mqd_accept_admit(mqd_server_t *s, int fd)
 {
-    struct mqd_accept_guard *g = s->accept_guard;
+    struct mqd_accept_guard *g = mqd_srv_accept_guard(s);
     if (!g || !g->nofile)
         return true;
     mqd_store_fd_stats_t fs;
-    mqd_store_fd_stats(s->store, &fs);
+    mqd_store_fd_stats(mqd_srv_store(s), &fs);
     uint64_t half = g->nofile > 64 ? (g->nofile - 64) / 2 : 0;
     uint64_t room = fs.cap < half ? fs.cap : half;
     uint64_t head = room > fs.open ? room - fs.open : 0;
@@ -133,8 +134,9 @@ static void pause_listeners(struct mqd_accept_guard *g)
 {
     if (g->paused)
         return;
-    for (size_t i = 0; i < g->s->n_listeners; i++)
-        evconnlistener_disable(g->s->listeners[i].l);
+    mqd_listener_t *li = mqd_srv_listeners(g->s);
+    for (size_t i = 0; i < mqd_srv_n_listeners(g->s); i++)
+        evconnlistener_disable(li[i].l);
     struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
     evtimer_add(g->resume, &tv);
     g->paused = true;
@@ -143,7 +145,7 @@ static void pause_listeners(struct mqd_accept_guard *g)
 void mqd_accept_error(struct evconnlistener *l, void *arg)
 {
     mqd_listener_t *li = arg;
-    struct mqd_accept_guard *g = li->srv->accept_guard;
+    struct mqd_accept_guard *g = mqd_srv_accept_guard(li->srv);
     int err = EVUTIL_SOCKET_ERROR();
     if (!g || (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM)) {
         MQD_WARN("conn", "accept: %s", strerror(err));
@@ -156,7 +158,7 @@ void mqd_accept_error(struct evconnlistener *l, void *arg)
         g->reserve = take_reserve();
     }
     g->shed += n;
-    li->srv->conns_refused += n;
+    mqd_srv_count_refused(li->srv, n);
     if (g->reserve < 0 || n == 0)
         pause_listeners(g);
     int64_t now = mqd_now_ms();

@@ -130,7 +130,7 @@ static void on_connect(evutil_socket_t fd, short what, void *arg)
 
 static void try_connect(mqd_outconn_t *oc)
 {
-    if (oc->srv->stopping)
+    if (mqd_srv_stopping(oc->srv))
         return;
     oc->st.attempts++;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
@@ -150,7 +150,7 @@ static void try_connect(mqd_outconn_t *oc)
     freeaddrinfo(ai);
     if (rc != 0 && errno != EINPROGRESS)
         return connect_failed(oc, errno);
-    oc->ev_connect = event_new(oc->srv->base, oc->fd, EV_WRITE, on_connect, oc);
+    oc->ev_connect = event_new(mqd_srv_base(oc->srv), oc->fd, EV_WRITE, on_connect, oc);
     if (oc->ev_connect == NULL)
         return connect_failed(oc, ENOMEM);
     struct timeval tv = {.tv_sec = 10, .tv_usec = 0}; /* an unanswered SYN: try again */
@@ -251,9 +251,9 @@ int mqd_outconn_new(mqd_server_t *s, const mqd_outconn_opts_t *o, const mqd_outc
     if (oc->tls && (rc = tls_ctx(oc, o)) != 0)
         goto fail;
     rc = MQD_ENOMEM;
-    if ((oc->ev_retry = evtimer_new(s->base, on_retry, oc)) == NULL)
+    if ((oc->ev_retry = evtimer_new(mqd_srv_base(s), on_retry, oc)) == NULL)
         goto fail;
-    mqd_dlist_push(&s->outconns, &oc->node);
+    mqd_dlist_push(mqd_srv_outconns(s), &oc->node);
     try_connect(oc);
     *out = oc;
     return 0;
@@ -269,7 +269,7 @@ static void outconn_free(mqd_outconn_t *oc, bool now)
     if (oc->conn) {
         mqd_conn_t *c = oc->conn;
         oc->conn = NULL;
-        mqd_server_drop_out(c, now); /* no callback reaches oc after this */
+        mqd_conn_drop_out(c, now); /* no callback reaches oc after this */
     }
     if (oc->ev_connect)
         event_free(oc->ev_connect);
@@ -301,11 +301,12 @@ void mqd_outconn_free_now(mqd_outconn_t *oc)
 
 void mqd_outconn_free_all(mqd_server_t *s)
 {
-    while (!mqd_dlist_empty(&s->outconns))
-        outconn_free(MQD_CONTAINER(s->outconns.next, mqd_outconn_t, node), true);
+    mqd_dlist_t *all = mqd_srv_outconns(s);
+    while (!mqd_dlist_empty(all))
+        outconn_free(MQD_CONTAINER(all->next, mqd_outconn_t, node), true);
 }
 
-/* server.c: every Proton event of the live connection. */
+/* core (conn.c, ops.out_event): every Proton event of the live connection. */
 void mqd_outconn_event(mqd_outconn_t *oc, pn_event_t *e)
 {
     if (pn_event_type(e) == PN_CONNECTION_REMOTE_OPEN) {
@@ -324,11 +325,12 @@ void mqd_outconn_event(mqd_outconn_t *oc, pn_event_t *e)
     }
 }
 
-/* server.c: the live connection ended (its events are over; it is freed later). */
+/* core (conn.c, ops.out_closed): the live connection ended (its events are over; it is
+ * freed later). */
 void mqd_outconn_closed(mqd_outconn_t *oc, const char *why)
 {
     oc->conn = NULL;
-    if (!oc->srv->stopping && !evtimer_pending(oc->ev_retry, NULL))
+    if (!mqd_srv_stopping(oc->srv) && !evtimer_pending(oc->ev_retry, NULL))
         schedule_retry(oc, why);
     if (oc->ops.on_down) /* last: it may free oc */
         oc->ops.on_down(oc, why, oc->arg);
@@ -336,7 +338,7 @@ void mqd_outconn_closed(mqd_outconn_t *oc, const char *why)
 
 pn_connection_t *mqd_outconn_connection(mqd_outconn_t *oc)
 {
-    return oc->conn ? oc->conn->driver.connection : NULL;
+    return oc->conn ? mqd_conn_driver(oc->conn)->connection : NULL;
 }
 
 void mqd_outconn_flush(mqd_outconn_t *oc)

@@ -1,7 +1,8 @@
-/* server internals: the composition root's own parts — connections' I/O (server.c),
- * connections mqd opens (outconn.c), shutdown and the accept guard. server/ is the one
- * subsystem that knows every other: it fills core's hooks (mqd_core_ops_t) from
- * amqp/, group/ and txn/ and starts auth/ and metrics/. */
+/* server internals: the composition root's own parts — listeners and connections' setup
+ * (server.c; their I/O is core's, core/conn.c), connections mqd opens (outconn.c),
+ * shutdown and the accept guard. server/ is the one subsystem that knows every other: it
+ * fills core's hooks (mqd_core_ops_t) from amqp/, auth/, group/, txn/ and its own parts
+ * and starts auth/ and metrics/. */
 #ifndef MQD_SERVER_INT_H
 #define MQD_SERVER_INT_H
 
@@ -18,17 +19,15 @@
  * the open's and SASL's identity (url, ca and backoff ignored). */
 mqd_conn_t *mqd_server_adopt_out(mqd_server_t *s, int fd, const char *peer, struct mqd_outconn *oc,
                                  struct ssl_st *ssl, const mqd_outconn_opts_t *id);
-/* Ends an outbound connection without calling its owner back: at once (`now`, only
- * outside its handlers) or at the next tick. */
-void mqd_server_drop_out(mqd_conn_t *c, bool now);
-/* outconn.c, called by server.c */
+/* outconn.c, called by core's conn.c (mqd_core_ops_t out_event, out_closed) */
 void mqd_outconn_event(mqd_outconn_t *oc, pn_event_t *e);
 void mqd_outconn_closed(mqd_outconn_t *oc, const char *why);
 void mqd_outconn_free_all(mqd_server_t *s);
 
 /* shutdown.c: SIGTERM/SIGINT (mqd_server_stop). begin closes every client connection
  * with amqp:connection:forced ("mqd is shutting down") and exits the loop once all are
- * gone or after shutdown_grace_ms; conn_gone is called as each one goes while stopping. */
+ * gone or after shutdown_grace_ms; conn_gone is called as each one goes while stopping
+ * (by core's conn.c: mqd_core_ops_t conn_gone). */
 void mqd_shutdown_begin(mqd_server_t *s);
 void mqd_shutdown_conn_gone(mqd_server_t *s);
 

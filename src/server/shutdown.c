@@ -15,20 +15,22 @@
 static void on_grace_over(evutil_socket_t fd, short what, void *arg)
 {
     mqd_server_t *s = arg;
-    MQD_NOTICE("server", "shutdown_grace_ms over: %zu connection%s did not answer the close",
-               s->n_conns, s->n_conns == 1 ? "" : "s");
-    event_base_loopexit(s->base, NULL);
+    size_t n = mqd_srv_n_conns(s);
+    MQD_NOTICE("server", "shutdown_grace_ms over: %zu connection%s did not answer the close", n,
+               n == 1 ? "" : "s");
+    event_base_loopexit(mqd_srv_base(s), NULL);
 }
 
 /* Closes every client connection; the loop ends when they are gone or the grace is over. */
 static void close_clients(mqd_server_t *s)
 {
     size_t n = 0;
-    for (mqd_dlist_t *p = s->conns.next; p != &s->conns; p = p->next) {
-        mqd_conn_t *c = MQD_CONTAINER(p, mqd_conn_t, node);
-        if (c->closed || c->client)
+    mqd_dlist_t *conns = mqd_srv_conns(s);
+    for (mqd_dlist_t *p = conns->next; p != conns; p = p->next) {
+        mqd_conn_t *c = mqd_conn_of_node(p);
+        if (mqd_conn_closed(c) || mqd_conn_client(c))
             continue;
-        pn_connection_t *pc = c->driver.connection;
+        pn_connection_t *pc = mqd_conn_driver(c)->connection;
         pn_condition_t *cond = pn_connection_condition(pc);
         if (!pn_condition_is_set(cond)) {
             pn_condition_set_name(cond, "amqp:connection:forced");
@@ -38,14 +40,20 @@ static void close_clients(mqd_server_t *s)
         mqd_conn_mark_dirty(c); /* the tick writes the close */
         n++;
     }
-    uint32_t grace = s->conf->shutdown_grace_ms;
+    uint32_t grace = mqd_srv_conf(s)->shutdown_grace_ms;
     MQD_NOTICE("server", "closing %zu connection%s (grace %u ms)", n, n == 1 ? "" : "s", grace);
-    if (s->n_conns == 0 || grace == 0 || !(s->ev_shutdown = evtimer_new(s->base, on_grace_over, s))) {
-        event_base_loopexit(s->base, NULL);
+    struct event_base *base = mqd_srv_base(s);
+    struct event *ev = NULL;
+    if (mqd_srv_n_conns(s) > 0 && grace > 0) {
+        ev = evtimer_new(base, on_grace_over, s);
+        mqd_srv_set_ev_shutdown(s, ev);
+    }
+    if (!ev) {
+        event_base_loopexit(base, NULL);
         return;
     }
     struct timeval tv = {.tv_sec = (time_t)(grace / 1000), .tv_usec = (suseconds_t)(grace % 1000) * 1000};
-    evtimer_add(s->ev_shutdown, &tv);
+    evtimer_add(ev, &tv);
 }
 
 /* A leader's partitions first go to other in-sync replicas (src/repl), so that clients
@@ -55,11 +63,11 @@ static void close_clients(mqd_server_t *s)
 
 static void handover_end(mqd_server_t *s, const char *how)
 {
-    if (!s->handover_wait)
+    if (!mqd_srv_handover_wait(s))
         return;
-    s->handover_wait = false;
-    if (s->ev_handover)
-        evtimer_del(s->ev_handover);
+    mqd_srv_set_handover_wait(s, false);
+    if (mqd_srv_ev_handover(s))
+        evtimer_del(mqd_srv_ev_handover(s));
     MQD_NOTICE("server", "leadership handover %s", how);
     close_clients(s);
 }
@@ -76,25 +84,31 @@ static void on_handover_timeout(evutil_socket_t fd, short what, void *arg)
 
 void mqd_shutdown_begin(mqd_server_t *s)
 {
-    uint32_t grace = s->conf->shutdown_grace_ms;
-    if (s->repl.handover && grace > 0) {
-        s->handover_wait = true;
-        size_t n = s->repl.handover(s->repl.arg, on_handover_done, s);
-        if (!s->handover_wait)
+    uint32_t grace = mqd_srv_conf(s)->shutdown_grace_ms;
+    mqd_repl_hooks_t *repl = mqd_srv_repl(s);
+    if (repl->handover && grace > 0) {
+        mqd_srv_set_handover_wait(s, true);
+        size_t n = repl->handover(repl->arg, on_handover_done, s);
+        if (!mqd_srv_handover_wait(s))
             return; /* answered already: close_clients ran */
-        if (n > 0 && (s->ev_handover = evtimer_new(s->base, on_handover_timeout, s))) {
+        struct event *ev = NULL;
+        if (n > 0) {
+            ev = evtimer_new(mqd_srv_base(s), on_handover_timeout, s);
+            mqd_srv_set_ev_handover(s, ev);
+        }
+        if (ev) {
             uint32_t ms = grace < HANDOVER_MAX_MS ? grace : HANDOVER_MAX_MS;
             struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-            evtimer_add(s->ev_handover, &tv);
+            evtimer_add(ev, &tv);
             return;
         }
-        s->handover_wait = false;
+        mqd_srv_set_handover_wait(s, false);
     }
     close_clients(s);
 }
 
 void mqd_shutdown_conn_gone(mqd_server_t *s)
 {
-    if (s->n_conns == 0)
-        event_base_loopexit(s->base, NULL);
+    if (mqd_srv_n_conns(s) == 0)
+        event_base_loopexit(mqd_srv_base(s), NULL);
 }

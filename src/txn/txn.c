@@ -26,7 +26,10 @@ typedef struct txn_part {
     uint64_t marker; /* its COMMIT / ABORT control record */
 } txn_part_t;
 
-static mqd_part_t *tp(const txn_part_t *x) { return &x->t->parts[x->id]; }
+static mqd_part_t *tp(const txn_part_t *x)
+{
+    return mqd_topic_part(x->t, x->id);
+}
 
 typedef struct txn_ack {
     mqd_group_t *g;
@@ -38,17 +41,17 @@ typedef struct txn_ack {
 
 struct mqd_txn {
     uint64_t id;
-    mqd_lstate_t *coord;       /* the coordinator link that declared it */
+    mqd_lstate_t *coord; /* the coordinator link that declared it */
     int64_t started_ms;
     txn_part_t *parts;
     size_t n_parts, cap_parts;
     txn_ack_t *acks;
     size_t n_acks, cap_acks;
-    pn_delivery_t *discharge;  /* a commit waiting for its records to be stable (held) */
+    pn_delivery_t *discharge; /* a commit waiting for its records to be stable (held) */
     mqd_conn_t *discharge_conn;
-    bool doomed;               /* a send could not be staged: the commit must fail */
-    uint64_t sync_gen;         /* while its decision waits for the WAL sync (x->syncing) */
-    int64_t announce_ms;       /* committed, waiting for its markers to replicate */
+    bool doomed;         /* a send could not be staged: the commit must fail */
+    uint64_t sync_gen;   /* while its decision waits for the WAL sync (x->syncing) */
+    int64_t announce_ms; /* committed, waiting for its markers to replicate */
     mqd_dlist_t node;
 };
 
@@ -64,8 +67,8 @@ typedef struct done_txn {
     uint64_t id;
     done_part_t *parts; /* NULL with n_parts 0: acks only (or detail unknown: keep) */
     size_t n_parts;
-    bool keep;          /* detail unreadable: never pruned */
-    bool seen;          /* found prunable by the previous pass */
+    bool keep; /* detail unreadable: never pruned */
+    bool seen; /* found prunable by the previous pass */
 } done_txn_t;
 
 /* The decisions' sync, off the event loop: mqd_txns_decide commits a batch of decisions
@@ -88,26 +91,29 @@ typedef struct decision_sync {
 
 struct mqd_txns {
     mqd_dlist_t open;
-    mqd_dlist_t ready;         /* commits whose records are stable: decided at the next tick */
-    mqd_dlist_t syncing;       /* decided (in SQLite), waiting for the WAL's sync */
-    mqd_dlist_t announcing;    /* committed, markers not yet below a replicated watermark */
+    mqd_dlist_t ready;      /* commits whose records are stable: decided at the next tick */
+    mqd_dlist_t syncing;    /* decided (in SQLite), waiting for the WAL's sync */
+    mqd_dlist_t announcing; /* committed, markers not yet below a replicated watermark */
     decision_sync_t ds;
     uint64_t next_id;
-    uint64_t *committed;       /* open-addressing hash set of committed ids (0 = empty) */
+    uint64_t *committed; /* open-addressing hash set of committed ids (0 = empty) */
     size_t cap, n;
     uint64_t timed_out[TIMED_OUT_RING];
     size_t to_pos;
     mqd_txn_stats_t st;
-    done_txn_t *done;          /* committed transactions, oldest first (pruning) */
+    done_txn_t *done; /* committed transactions, oldest first (pruning) */
     size_t n_done, cap_done, prune_pos;
-    uint64_t *stale;           /* rows that are not COMMITTED: deleted by the next pass */
+    uint64_t *stale; /* rows that are not COMMITTED: deleted by the next pass */
     size_t n_stale;
     int64_t next_prune_ms;
 };
 
 /* ---------------------------------------------------------------- committed set */
 
-static size_t slot(uint64_t id, size_t cap) { return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 7) & (cap - 1); }
+static size_t slot(uint64_t id, size_t cap)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 7) & (cap - 1);
+}
 
 static int set_add(mqd_txns_t *x, uint64_t id)
 {
@@ -139,7 +145,7 @@ static int set_add(mqd_txns_t *x, uint64_t id)
 
 bool mqd_txn_committed(mqd_server_t *s, uint64_t id)
 {
-    mqd_txns_t *x = s->txns;
+    mqd_txns_t *x = mqd_srv_txns(s);
     if (!x || x->cap == 0)
         return false;
     for (size_t j = slot(id, x->cap); x->committed[j]; j = (j + 1) & (x->cap - 1))
@@ -152,10 +158,10 @@ bool mqd_txn_committed(mqd_server_t *s, uint64_t id)
  * partition's marker at a time and cannot know every partition the transaction wrote. */
 int mqd_txn_adopt_commit(mqd_server_t *s, uint64_t id)
 {
-    if (!s->txns || mqd_txn_committed(s, id))
+    if (!mqd_srv_txns(s) || mqd_txn_committed(s, id))
         return 0;
-    int rc = mqd_meta_txn_put(s->meta, id, MQD_TXN_COMMITTED, "{\"adopted\":true}");
-    return rc == 0 ? set_add(s->txns, id) : rc;
+    int rc = mqd_meta_txn_put(mqd_srv_meta(s), id, MQD_TXN_COMMITTED, "{\"adopted\":true}");
+    return rc == 0 ? set_add(mqd_srv_txns(s), id) : rc;
 }
 
 /* Removes id, re-placing the rest of its probe run (linear probing, no tombstones). */
@@ -254,7 +260,7 @@ static void done_add(mqd_txns_t *x, const mqd_txn_t *t)
     if (t->n_parts && !(d.parts = calloc(t->n_parts, sizeof *d.parts)))
         return;
     for (size_t i = 0; i < t->n_parts; i++) {
-        if (!(d.parts[i].topic = strdup(t->parts[i].t->name))) {
+        if (!(d.parts[i].topic = strdup(mqd_topic_name(t->parts[i].t)))) {
             done_free(&d);
             return;
         }
@@ -281,8 +287,9 @@ static bool done_prunable(mqd_server_t *s, const done_txn_t *d)
         return false;
     for (size_t i = 0; i < d->n_parts; i++) {
         mqd_topic_t *t = mqd_topic_find(s, d->parts[i].topic);
-        if (t && d->parts[i].id < t->nparts &&
-            mqd_plog_start_offset(t->parts[d->parts[i].id].log) <= d->parts[i].last)
+        if (t && d->parts[i].id < mqd_topic_nparts(t) &&
+            mqd_plog_start_offset(mqd_part_log(mqd_topic_part(t, d->parts[i].id))) <=
+                d->parts[i].last)
             return false;
     }
     return true;
@@ -293,17 +300,18 @@ static int delete_rows(mqd_server_t *s, const uint64_t *ids, size_t n)
 {
     if (n == 0)
         return 0;
-    int rc = mqd_meta_begin(s->meta);
+    mqd_meta_t *meta = mqd_srv_meta(s);
+    int rc = mqd_meta_begin(meta);
     if (rc != 0)
         return rc; /* e.g. inside someone else's transaction: try at the next pass */
     for (size_t i = 0; i < n && rc == 0; i++) {
-        rc = mqd_meta_txn_delete(s->meta, ids[i]);
+        rc = mqd_meta_txn_delete(meta, ids[i]);
         if (rc == MQD_ENOENT)
             rc = 0;
     }
     if (rc == 0)
-        return mqd_meta_commit(s->meta);
-    mqd_meta_rollback(s->meta);
+        return mqd_meta_commit(meta);
+    mqd_meta_rollback(meta);
     return rc;
 }
 
@@ -313,7 +321,7 @@ static int delete_rows(mqd_server_t *s, const uint64_t *ids, size_t n)
  * crash must not find its transaction forgotten. */
 size_t mqd_txns_prune(mqd_server_t *s)
 {
-    mqd_txns_t *x = s->txns;
+    mqd_txns_t *x = mqd_srv_txns(s);
     if (!x)
         return 0;
     size_t pruned = 0;
@@ -397,8 +405,10 @@ static void ds_failed(mqd_txns_t *x, int err)
     size_t n = 0;
     for (mqd_dlist_t *i = x->syncing.next; i != &x->syncing; i = i->next)
         n++;
-    MQD_ERR("txn", "fdatasync of the metadata WAL failed (%s): decided transactions (%zu "
-            "and this batch) cannot be confirmed; stopping", mqd_strerror(err), n);
+    MQD_ERR("txn",
+            "fdatasync of the metadata WAL failed (%s): decided transactions (%zu "
+            "and this batch) cannot be confirmed; stopping",
+            mqd_strerror(err), n);
     abort();
 }
 
@@ -406,7 +416,7 @@ static void ds_failed(mqd_txns_t *x, int err)
 static void on_synced(evutil_socket_t fd, short what, void *arg)
 {
     mqd_server_t *s = arg;
-    mqd_txns_t *x = s->txns;
+    mqd_txns_t *x = mqd_srv_txns(s);
     (void)fd;
     (void)what;
     pthread_mutex_lock(&x->ds.mu);
@@ -426,11 +436,11 @@ static void on_synced(evutil_socket_t fd, short what, void *arg)
 
 static int ds_start(mqd_server_t *s)
 {
-    decision_sync_t *ds = &s->txns->ds;
-    ds->meta = s->meta;
+    decision_sync_t *ds = &mqd_srv_txns(s)->ds;
+    ds->meta = mqd_srv_meta(s);
     pthread_mutex_init(&ds->mu, NULL);
     pthread_cond_init(&ds->cv, NULL);
-    if (!(ds->ev = event_new(s->base, -1, 0, on_synced, s)))
+    if (!(ds->ev = event_new(mqd_srv_base(s), -1, 0, on_synced, s)))
         return MQD_ENOMEM;
     if (pthread_create(&ds->thr, NULL, ds_main, ds) != 0)
         return MQD_ENOMEM;
@@ -497,19 +507,20 @@ int mqd_txns_init(mqd_server_t *s)
     mqd_dlist_init(&x->syncing);
     mqd_dlist_init(&x->announcing);
     uint64_t epoch;
-    int rc = mqd_meta_next_id(s->meta, "txn_epoch", &epoch);
+    int rc = mqd_meta_next_id(mqd_srv_meta(s), "txn_epoch", &epoch);
     if (rc == 0)
-        rc = mqd_meta_txn_list(s->meta, load_row, x);
+        rc = mqd_meta_txn_list(mqd_srv_meta(s), load_row, x);
     if (rc != 0) {
-        s->txns = x;
+        mqd_srv_set_txns(s, x);
         mqd_txns_free(s);
         return rc;
     }
     /* ids never repeat across restarts: a record's txn id must not meet a new txn; nor
      * across the nodes of a cluster (a follower adopts its leader's decisions by id):
      * the node id (1..255) takes the top byte there */
-    x->next_id = ((uint64_t)(s->conf->node_id & 0xff) << 56) | ((epoch & 0xffffffu) << 32) | 1;
-    s->txns = x;
+    x->next_id =
+        ((uint64_t)(mqd_srv_conf(s)->node_id & 0xff) << 56) | ((epoch & 0xffffffu) << 32) | 1;
+    mqd_srv_set_txns(s, x);
     if ((rc = ds_start(s)) != 0 ||
         (rc = mqd_timer_add(s, "txn.expire", 1000, expire_timer, s)) != 0) {
         mqd_txns_free(s);
@@ -533,7 +544,7 @@ static void rollback(mqd_server_t *s, mqd_txn_t *t, const char *why);
 
 void mqd_txns_free(mqd_server_t *s)
 {
-    mqd_txns_t *x = s->txns;
+    mqd_txns_t *x = mqd_srv_txns(s);
     if (!x)
         return;
     ds_stop(&x->ds);
@@ -553,7 +564,7 @@ void mqd_txns_free(mqd_server_t *s)
     free(x->stale);
     free(x->committed);
     free(x);
-    s->txns = NULL;
+    mqd_srv_set_txns(s, NULL);
 }
 
 static mqd_txn_t *txn_find(mqd_txns_t *x, uint64_t id)
@@ -566,11 +577,14 @@ static mqd_txn_t *txn_find(mqd_txns_t *x, uint64_t id)
     return NULL;
 }
 
-uint64_t mqd_txn_id(const mqd_txn_t *t) { return t->id; }
+uint64_t mqd_txn_id(const mqd_txn_t *t)
+{
+    return t->id;
+}
 
 void mqd_txn_stats(mqd_server_t *s, mqd_txn_stats_t *out)
 {
-    mqd_txns_t *x = s->txns;
+    mqd_txns_t *x = mqd_srv_txns(s);
     *out = x ? x->st : (mqd_txn_stats_t){0};
     out->open = 0;
     for (mqd_dlist_t *n = x ? x->open.next : NULL; n && n != &x->open; n = n->next)
@@ -579,32 +593,42 @@ void mqd_txn_stats(mqd_server_t *s, mqd_txn_stats_t *out)
 
 /* ---------------------------------------------------------------- LSO */
 
-static int otx_add(mqd_part_t *p, uint64_t id, uint64_t first)
+/* A partition's LSO is the lowest first offset there of the transactions whose marker
+ * is not written yet: those on the open, ready and syncing lists (committed() moves a
+ * transaction to `announcing` only after its markers). Core keeps the value
+ * (mqd_part_set_lso) for its readers; txn/ keeps what it is made of, in each
+ * transaction's parts. A transaction's first record there can only lower it; the marker
+ * of the transaction holding it raises it to the next lowest, looked up in the other
+ * transactions' parts (a walk of the unfinished transactions, once per marker). */
+static void lso_add(mqd_part_t *p, uint64_t first)
 {
-    for (size_t i = 0; i < p->n_otx; i++)
-        if (p->otx[i].txn == id)
-            return 0;
-    if (p->n_otx == p->cap_otx) {
-        size_t ncap = p->cap_otx ? p->cap_otx * 2 : 4;
-        void *nv = realloc(p->otx, ncap * sizeof *p->otx);
-        if (!nv)
-            return MQD_ENOMEM;
-        p->otx = nv;
-        p->cap_otx = ncap;
-    }
-    p->otx[p->n_otx].txn = id;
-    p->otx[p->n_otx++].first = first;
-    return 0;
+    if (first < mqd_part_lso(p))
+        mqd_part_set_lso(p, first);
 }
 
-static void otx_del(mqd_part_t *p, uint64_t id)
+/* The lowest first offset in partition (topic, id) among l's transactions but `self`. */
+static uint64_t lso_low(const mqd_dlist_t *l, const mqd_txn_t *self, const mqd_topic_t *topic,
+                        uint32_t id, uint64_t low)
 {
-    for (size_t i = 0; i < p->n_otx; i++) {
-        if (p->otx[i].txn == id) {
-            p->otx[i] = p->otx[--p->n_otx];
-            return;
-        }
+    for (const mqd_dlist_t *n = l->next; n != l; n = n->next) {
+        const mqd_txn_t *o = MQD_CONTAINER(n, mqd_txn_t, node);
+        for (size_t k = 0; o != self && k < o->n_parts; k++)
+            if (o->parts[k].t == topic && o->parts[k].id == id && o->parts[k].first < low)
+                low = o->parts[k].first;
     }
+    return low;
+}
+
+/* t's marker goes to its partition x: t no longer holds that partition's LSO back. */
+static void lso_drop(mqd_txns_t *x, const mqd_txn_t *t, const txn_part_t *tpp)
+{
+    mqd_part_t *p = tp(tpp);
+    if (tpp->first != mqd_part_lso(p))
+        return; /* an older transaction is open there: it stays the LSO */
+    uint64_t low = lso_low(&x->open, t, tpp->t, tpp->id, UINT64_MAX);
+    low = lso_low(&x->ready, t, tpp->t, tpp->id, low);
+    low = lso_low(&x->syncing, t, tpp->t, tpp->id, low);
+    mqd_part_set_lso(p, low);
 }
 
 /* ---------------------------------------------------------------- staging */
@@ -612,7 +636,7 @@ static void otx_del(mqd_part_t *p, uint64_t id)
 int mqd_txn_add_send(mqd_txn_t *t, mqd_part_t *p, uint64_t offset)
 {
     for (size_t i = 0; i < t->n_parts; i++) {
-        if (t->parts[i].t == p->topic && t->parts[i].id == p->id) {
+        if (t->parts[i].t == mqd_part_topic(p) && t->parts[i].id == mqd_part_id(p)) {
             t->parts[i].last = offset;
             return 0;
         }
@@ -627,12 +651,9 @@ int mqd_txn_add_send(mqd_txn_t *t, mqd_part_t *p, uint64_t offset)
         t->parts = nv;
         t->cap_parts = ncap;
     }
-    int rc = otx_add(p, t->id, offset);
-    if (rc != 0) {
-        t->doomed = true;
-        return rc;
-    }
-    t->parts[t->n_parts++] = (txn_part_t){.t = p->topic, .id = p->id, .first = offset, .last = offset};
+    lso_add(p, offset);
+    t->parts[t->n_parts++] =
+        (txn_part_t){.t = mqd_part_topic(p), .id = mqd_part_id(p), .first = offset, .last = offset};
     return 0;
 }
 
@@ -724,14 +745,16 @@ mqd_txn_t *mqd_txn_of_delivery(mqd_server_t *s, pn_delivery_t *d, bool *unknown)
     *unknown = false;
     if (pn_disposition_type(pn_delivery_remote(d)) != MQD_TXN_STATE)
         return NULL;
-    mqd_txn_t *t = s->txns ? txn_find(s->txns, delivery_txn_id(d)) : NULL;
+    mqd_txns_t *x = mqd_srv_txns(s);
+    mqd_txn_t *t = x ? txn_find(x, delivery_txn_id(d)) : NULL;
     *unknown = t == NULL;
     return t;
 }
 
 const char *mqd_txn_unknown_condition(mqd_server_t *s, pn_delivery_t *d)
 {
-    if (s->txns && timed_out(s->txns, delivery_txn_id(d)))
+    const mqd_txns_t *x = mqd_srv_txns(s);
+    if (x && timed_out(x, delivery_txn_id(d)))
         return "amqp:transaction:timeout";
     return "amqp:transaction:unknown-id";
 }
@@ -764,13 +787,13 @@ uint64_t mqd_txn_outcome(pn_delivery_t *d, bool *failed)
 
 /* ---------------------------------------------------------------- decide */
 
-static void markers(mqd_txn_t *t, uint32_t kind)
+static void markers(mqd_txns_t *x, mqd_txn_t *t, uint32_t kind)
 {
     for (size_t i = 0; i < t->n_parts; i++) {
         mqd_part_t *p = tp(&t->parts[i]);
-        otx_del(p, t->id);
+        lso_drop(x, t, &t->parts[i]);
         mqd_part_append_ex(p, NULL, 0, kind, t->id, NULL, NULL, &t->parts[i].marker);
-        mqd_topic_dispatch_soon(p->topic);
+        mqd_topic_dispatch_soon(mqd_part_topic(p));
     }
 }
 
@@ -788,9 +811,9 @@ static void release_acks(mqd_txn_t *t)
 
 static void rollback(mqd_server_t *s, mqd_txn_t *t, const char *why)
 {
-    markers(t, MQD_REC_CTRL_ABORT);
+    markers(mqd_srv_txns(s), t, MQD_REC_CTRL_ABORT);
     release_acks(t);
-    s->txns->st.aborted++;
+    mqd_srv_txns(s)->st.aborted++;
     MQD_INFO("txn", "rolled back txn=%llx (%s): %zu partitions, %zu acks",
              (unsigned long long)t->id, why, t->n_parts, t->n_acks);
     txn_free(t);
@@ -816,10 +839,11 @@ static char *detail_json(const mqd_txn_t *t)
 {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < t->n_parts; i++)
-        json_array_append_new(arr, json_pack("{s:s, s:i, s:I}", "topic", t->parts[i].t->name,
-                                             "partition", (int)t->parts[i].id, "last",
-                                             (json_int_t)t->parts[i].last));
-    json_t *o = json_pack("{s:o, s:i}", "partitions", arr ? arr : json_array(), "acks", (int)t->n_acks);
+        json_array_append_new(
+            arr, json_pack("{s:s, s:i, s:I}", "topic", mqd_topic_name(t->parts[i].t), "partition",
+                           (int)t->parts[i].id, "last", (json_int_t)t->parts[i].last));
+    json_t *o =
+        json_pack("{s:o, s:i}", "partitions", arr ? arr : json_array(), "acks", (int)t->n_acks);
     char *sj = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return sj;
@@ -829,7 +853,7 @@ static char *detail_json(const mqd_txn_t *t)
 static int write_decision(mqd_server_t *s, mqd_txn_t *t)
 {
     char *dj = detail_json(t);
-    int rc = mqd_meta_txn_put(s->meta, t->id, MQD_TXN_COMMITTED, dj ? dj : "{}");
+    int rc = mqd_meta_txn_put(mqd_srv_meta(s), t->id, MQD_TXN_COMMITTED, dj ? dj : "{}");
     free(dj);
     if (rc != 0)
         return rc;
@@ -837,7 +861,9 @@ static int write_decision(mqd_server_t *s, mqd_txn_t *t)
     for (size_t i = 0; i < t->n_acks && rc == 0; i++) {
         txn_ack_t *a = &t->acks[i];
         if (a->part < mqd_group_nparts(a->g) && mqd_cursor_dirty(mqd_group_cursor(a->g, a->part)))
-            rc = mqd_cursor_save(mqd_group_cursor(a->g, a->part), &mqd_group_topic(a->g)->parts[a->part], mqd_group_name(a->g));
+            rc = mqd_cursor_save(mqd_group_cursor(a->g, a->part),
+                                 mqd_topic_part(mqd_group_topic(a->g), a->part),
+                                 mqd_group_name(a->g));
     }
     return rc;
 }
@@ -855,7 +881,7 @@ static void finish_discharge(mqd_txn_t *t, int rc)
 {
     pn_delivery_t *d = t->discharge;
     mqd_conn_t *c = t->discharge_conn;
-    if (!d || !c || c->closed)
+    if (!d || !c || mqd_conn_closed(c))
         return;
     pn_link_t *l = mqd_delivery_unhold(d);
     if (rc == 0) {
@@ -894,14 +920,15 @@ static bool markers_replicated(const mqd_txn_t *t)
  * would keep it). */
 static void committed(mqd_server_t *s, mqd_txn_t *t)
 {
-    set_add(s->txns, t->id);
-    done_add(s->txns, t);
-    markers(t, MQD_REC_CTRL_COMMIT);
-    s->txns->st.committed++;
+    mqd_txns_t *x = mqd_srv_txns(s);
+    set_add(x, t->id);
+    done_add(x, t);
+    markers(x, t, MQD_REC_CTRL_COMMIT);
+    x->st.committed++;
     if (!markers_replicated(t)) {
         t->announce_ms = mqd_now_ms();
         mqd_dlist_del(&t->node);
-        mqd_dlist_push(&s->txns->announcing, &t->node);
+        mqd_dlist_push(&x->announcing, &t->node);
         return;
     }
     finish_discharge(t, 0);
@@ -914,31 +941,32 @@ static void committed(mqd_server_t *s, mqd_txn_t *t)
 static void commit_soon(mqd_server_t *s, mqd_txn_t *t)
 {
     mqd_dlist_del(&t->node);
-    mqd_dlist_push(&s->txns->ready, &t->node);
+    mqd_dlist_push(&mqd_srv_txns(s)->ready, &t->node);
     mqd_server_tick_soon(s);
 }
 
 void mqd_txns_decide(mqd_server_t *s)
 {
-    mqd_txns_t *x = s->txns;
+    mqd_txns_t *x = mqd_srv_txns(s);
     if (!x || mqd_dlist_empty(&x->ready))
         return;
-    int rc = mqd_meta_begin_nosync(s->meta);
+    mqd_meta_t *meta = mqd_srv_meta(s);
+    int rc = mqd_meta_begin_nosync(meta);
     for (mqd_dlist_t *n = x->ready.next; rc == 0 && n != &x->ready; n = n->next)
         rc = write_decision(s, MQD_CONTAINER(n, mqd_txn_t, node));
     if (rc == 0)
-        rc = mqd_meta_commit(s->meta);
+        rc = mqd_meta_commit(meta);
     else
-        mqd_meta_rollback(s->meta);
+        mqd_meta_rollback(meta);
     /* In SQLite, not yet on disk. With one client connection the loop has nobody else
      * to serve during the fdatasync: it syncs the WAL itself and answers at once (a hop
      * to the thread and back cost a sequential one-send transaction ~0.25 ms, 20 %).
      * Otherwise the sync thread's next fdatasync covers it and the loop goes on. */
-    bool inline_sync = rc == 0 && s->n_conns <= 1 && mqd_dlist_empty(&x->syncing);
+    bool inline_sync = rc == 0 && mqd_srv_n_conns(s) <= 1 && mqd_dlist_empty(&x->syncing);
     uint64_t gen = 0;
     if (inline_sync) {
         pthread_mutex_lock(&x->ds.mu); /* the thread is idle: nothing is syncing */
-        int err = mqd_meta_wal_sync(s->meta);
+        int err = mqd_meta_wal_sync(meta);
         if (err)
             x->ds.err = err;
         pthread_mutex_unlock(&x->ds.mu);
@@ -974,7 +1002,7 @@ void mqd_txns_decide(mqd_server_t *s)
 static bool records_lost(const mqd_txn_t *t)
 {
     for (size_t i = 0; i < t->n_parts; i++) {
-        mqd_plog_t *log = tp(&t->parts[i])->log;
+        mqd_plog_t *log = mqd_part_log(tp(&t->parts[i]));
         /* the log's own stable (= durable once failed), not the commit point: this asks
          * what the failure destroyed, not what readers may see */
         if (mqd_plog_failed(log) && mqd_plog_stable_offset(log) <= t->parts[i].last)
@@ -987,7 +1015,7 @@ static bool records_lost(const mqd_txn_t *t)
  * point: called when a visible end moved or a log failed). */
 void mqd_txns_stable_advanced(mqd_server_t *s)
 {
-    mqd_txns_t *x = s->txns;
+    mqd_txns_t *x = mqd_srv_txns(s);
     if (!x)
         return;
     for (mqd_dlist_t *n = x->announcing.next; n != &x->announcing;) {
@@ -1017,15 +1045,15 @@ void mqd_txns_stable_advanced(mqd_server_t *s)
 
 static void declare(mqd_lstate_t *ls, pn_delivery_t *d)
 {
-    mqd_server_t *s = ls->conn->srv;
+    mqd_txns_t *x = mqd_srv_txns(mqd_conn_srv(mqd_ls_conn(ls)));
     mqd_txn_t *t = calloc(1, sizeof *t);
     if (!t)
         return mqd_delivery_reject(d, "amqp:resource-limit-exceeded", "out of memory");
-    t->id = s->txns->next_id++;
+    t->id = x->next_id++;
     t->coord = ls;
     t->started_ms = mqd_now_ms();
-    mqd_dlist_push(&s->txns->open, &t->node);
-    s->txns->st.declared++;
+    mqd_dlist_push(&x->open, &t->node);
+    x->st.declared++;
     pn_data_t *data = pn_disposition_data(pn_delivery_local(d));
     pn_data_clear(data);
     pn_data_put_list(data);
@@ -1038,15 +1066,18 @@ static void declare(mqd_lstate_t *ls, pn_delivery_t *d)
 
 static void discharge(mqd_lstate_t *ls, pn_delivery_t *d, uint64_t id, bool fail)
 {
-    mqd_server_t *s = ls->conn->srv;
-    mqd_txn_t *t = txn_find(s->txns, id);
+    mqd_conn_t *c = mqd_ls_conn(ls);
+    mqd_server_t *s = mqd_conn_srv(c);
+    mqd_txn_t *t = txn_find(mqd_srv_txns(s), id);
     if (!t) {
-        if (timed_out(s->txns, id))
-            return mqd_delivery_reject(d, "amqp:transaction:timeout", "the transaction timed out and was rolled back");
+        if (timed_out(mqd_srv_txns(s), id))
+            return mqd_delivery_reject(d, "amqp:transaction:timeout",
+                                       "the transaction timed out and was rolled back");
         return mqd_delivery_reject(d, "amqp:transaction:unknown-id", "no such transaction");
     }
     if (t->discharge)
-        return mqd_delivery_reject(d, "amqp:illegal-state", "the transaction is already being discharged");
+        return mqd_delivery_reject(d, "amqp:illegal-state",
+                                   "the transaction is already being discharged");
     if (t->doomed && !fail) {
         rollback(s, t, "a send could not be staged");
         return mqd_delivery_reject(d, "amqp:transaction:rollback",
@@ -1060,8 +1091,8 @@ static void discharge(mqd_lstate_t *ls, pn_delivery_t *d, uint64_t id, bool fail
     }
     t->discharge = d;
     mqd_delivery_hold(d); /* the coordinator link stays until the decision settles d */
-    t->discharge_conn = ls->conn;
-    ls->conn->refs++;
+    t->discharge_conn = c;
+    mqd_conn_ref(c);
     if (records_stable(t))
         commit_soon(s, t);
     /* else: mqd_txns_stable_advanced queues it once the partitions caught up */
@@ -1093,7 +1124,8 @@ static bool section_is_value(pn_data_t *d)
 }
 
 /* Decodes the coordinator message body: amqp-value(described(0x31|0x32, list)). */
-void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg, size_t len)
+void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
+                                  size_t len)
 {
     mqd_msg_info_t mi;
     if (len > 4096 || mqd_msg_scan(msg, len, &mi) != 0 || mi.body_off + 3 >= len)
@@ -1129,15 +1161,16 @@ void mqd_txn_coordinator_transfer(mqd_lstate_t *ls, pn_delivery_t *d, const uint
         discharge(ls, d, id, fail);
     else
         mqd_delivery_reject(d, "amqp:decode-error", "expected declare or discharge");
-    mqd_conn_mark_dirty(ls->conn);
+    mqd_conn_mark_dirty(mqd_ls_conn(ls));
 }
 
 void mqd_txn_coordinator_gone(mqd_lstate_t *ls)
 {
-    mqd_server_t *s = ls->conn->srv;
-    if (!s->txns)
+    mqd_server_t *s = mqd_conn_srv(mqd_ls_conn(ls));
+    mqd_txns_t *x = mqd_srv_txns(s);
+    if (!x)
         return;
-    for (mqd_dlist_t *n = s->txns->open.next; n != &s->txns->open;) {
+    for (mqd_dlist_t *n = x->open.next; n != &x->open;) {
         mqd_txn_t *t = MQD_CONTAINER(n, mqd_txn_t, node);
         n = n->next;
         if (t->coord != ls)
@@ -1167,7 +1200,7 @@ static size_t list_refs(const mqd_dlist_t *l, const mqd_topic_t *topic)
 
 size_t mqd_txns_topic_refs(mqd_server_t *s, const mqd_topic_t *t)
 {
-    mqd_txns_t *x = s->txns;
+    mqd_txns_t *x = mqd_srv_txns(s);
     return x ? list_refs(&x->open, t) + list_refs(&x->ready, t) + list_refs(&x->syncing, t) +
                    list_refs(&x->announcing, t)
              : 0;
@@ -1175,9 +1208,9 @@ size_t mqd_txns_topic_refs(mqd_server_t *s, const mqd_topic_t *t)
 
 void mqd_txns_expire(mqd_server_t *s)
 {
-    mqd_txns_t *x = s->txns;
+    mqd_txns_t *x = mqd_srv_txns(s);
     int64_t now = mqd_now_ms();
-    uint64_t limit = s->conf->txn_timeout_ms;
+    uint64_t limit = mqd_srv_conf(s)->txn_timeout_ms;
     if (x && now >= x->next_prune_ms) {
         x->next_prune_ms = now + PRUNE_INTERVAL_MS;
         mqd_txns_prune(s);

@@ -30,7 +30,7 @@ static inline mqd_server_t *fx_server_open(const char *dir, const char *const *k
 /* Frees the server and the config it was opened with. */
 static inline void fx_server_close(mqd_server_t *s)
 {
-    mqd_conf_t *c = s->conf;
+    mqd_conf_t *c = mqd_srv_conf(s);
     mqd_server_free(s);
     mqd_conf_free(c);
 }

@@ -10,6 +10,7 @@
  *   the credentials. */
 #include "config.h"
 #include "auth/auth_int.h"
+#include "core/core_int.h" /* reads core's structs by field */
 
 #include <event2/event.h>
 #include <setjmp.h>

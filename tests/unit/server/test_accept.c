@@ -4,6 +4,7 @@
  * and once descriptors are free again new connections are accepted. */
 #include "config.h"
 #include "server/server_int.h"
+#include "core/core_int.h" /* a server struct of its own, on the stack */
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "server/server_int.h"
 #include "server/server.h"
+#include "core/core_int.h" /* reads partitions' and the server's fields */
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -119,14 +120,8 @@ static void test_read_committed_lso(void **state)
     mqd_part_t *p = &f->t->parts[0];
     append_unsynced(p, 6);
     sync_all(f, p);
-    /* an open transaction whose first record here is offset 4 (as txn.c records it) */
-    struct {
-        uint64_t txn, first;
-    } one = {0x42, 4};
-    p->otx = malloc(sizeof one);
-    assert_non_null(p->otx);
-    memcpy(p->otx, &one, sizeof one);
-    p->n_otx = p->cap_otx = 1;
+    /* an open transaction whose first record here is offset 4 (as txn.c sets it) */
+    mqd_part_set_lso(p, 4);
     assert_int_equal(mqd_part_visible_end(p, MQD_READ_UNCOMMITTED), 6);
     assert_int_equal(mqd_part_visible_end(p, MQD_READ_COMMITTED), 4);
     mqd_group_t *g;
@@ -138,7 +133,7 @@ static void test_read_committed_lso(void **state)
     while (n < 10 && mqd_cursor_next(mqd_group_cursor(g, 0), p, &rec, &dc))
         n++;
     assert_int_equal(n, 4); /* offsets 0..3 */
-    p->n_otx = 0;
+    mqd_part_set_lso(p, UINT64_MAX); /* it was decided */
     assert_int_equal(mqd_part_visible_end(p, MQD_READ_COMMITTED), 6);
 }
 

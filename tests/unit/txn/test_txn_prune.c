@@ -12,6 +12,7 @@
 #include "config.h"
 #include "server/server_int.h"
 #include "server/server.h"
+#include "core/core_int.h" /* reads core's structs by field */
 
 #include <stdarg.h>
 #include <stddef.h>
