@@ -8,6 +8,44 @@
 #include "group/group.h"
 #include "txn/txn.h"
 
+/* amqp's part of a link state (core's mqd_lstate_t holds what other subsystems read too
+ * and reaches this through mqd_ls_amqp): what only the link handlers use. mqd_lstate_new
+ * allocates it with the link state and mqd_lstate_free frees both; a link state another
+ * subsystem makes (repl/'s MQD_LS_REPL fetch links) has none (NULL). */
+typedef struct mqd_alink {
+    /* producer */
+    bool fixed_part;      /* T/Partitions/N (the link state's `part`) */
+    uint32_t sticky_left; /* round robin: messages left on the link state's `part` */
+    uint8_t *acc;         /* a transfer arriving in several frames */
+    size_t acc_len, acc_cap;
+    bool acks_set; /* link property mqd:acks given */
+    uint8_t acks;  /* its mqd_acks_t */
+    /* producer credit (credit.c): granted since the connection's output generation
+       credit_gen, so not yet shown to the peer; the largest message so far */
+    int credit_unposted;
+    uint64_t credit_gen;
+    uint64_t msg_max;
+    bool credit_shared;       /* counted among the producers sharing the disk budget */
+    uint64_t credit_reserved; /* its part of that budget (watermark.c) */
+    /* consumer, browser */
+    uint64_t *browse_next; /* browser, selective consumer: next offset per partition */
+    uint32_t browse_n;     /* entries in browse_next (partitions when attached) */
+    mqd_read_t *brd;       /* browser: records read ahead from partition brd_part */
+    uint32_t brd_part;
+    size_t brd_i; /* next record in brd to deliver */
+    /* A consumer with a selector on the shared group scans with browse_next/brd too, and
+       looks at the group's released records from sel_rdi on; per partition, sel_gen is
+       the redelivery list's generation since which sel_looked entries were looked at
+       and none selected (consumer.c). */
+    size_t sel_rdi;
+    uint32_t sel_work; /* records looked at this loop turn (reset by run_later) */
+    uint64_t *sel_gen;
+    size_t *sel_looked;
+    uint64_t unsettled;       /* deliveries not yet settled */
+    mqd_start_t start;        /* start position from the source filter */
+    struct mqd_selector *sel; /* property selector, or NULL */
+} mqd_alink_t;
+
 /* Refuses the attach with amqp:link:redirect naming `to` (AMQP 1.0 2.8.17). */
 void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to);
 /* Allocates a link state and makes it the link's context. */
@@ -19,7 +57,7 @@ bool mqd_may_create(mqd_conn_t *c, const char *topic);
  * gives c no `create` right on it: the link is refused with amqp:unauthorized-access
  * and MQD_CREATE_FORBIDDEN (one %s: the topic), not amqp:not-found. */
 bool mqd_create_forbidden(mqd_conn_t *c, const char *topic);
-#define MQD_CREATE_FORBIDDEN                                                               \
+#define MQD_CREATE_FORBIDDEN                                                                       \
     "not allowed to create topic '%s': the ACL grants no 'create' right on it"
 
 /* credit.c: producer link credit (AMQP 1.0 2.6.7), the disk budget's windows.

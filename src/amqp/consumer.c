@@ -34,49 +34,51 @@ static void tag_decode(pn_delivery_t *d, uint32_t *part, uint64_t *off)
 /* Gives back every unsettled delivery of a consumer link to its group. */
 static void release_unsettled(mqd_lstate_t *ls)
 {
-    mqd_group_t *g = ls->group;
+    mqd_group_t *g = mqd_ls_group(ls);
     if (!g)
         return;
-    for (pn_delivery_t *d = pn_unsettled_head(ls->link); d; d = pn_unsettled_next(d)) {
+    for (pn_delivery_t *d = pn_unsettled_head(mqd_ls_link(ls)); d; d = pn_unsettled_next(d)) {
         uint32_t part;
         uint64_t off;
         tag_decode(d, &part, &off);
+        /* an unsuccessful attempt (3.2.1) */
         if (part < mqd_group_nparts(g) && !pn_delivery_settled(d))
-            mqd_cursor_release(mqd_group_cursor(g, part), off, true); /* an unsuccessful attempt (3.2.1) */
+            mqd_cursor_release(mqd_group_cursor(g, part), off, true);
     }
 }
 
 void mqd_consumer_free(mqd_lstate_t *ls)
 {
-    mqd_topic_t *t = ls->topic;
-    if (ls->group) {
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_topic_t *t = mqd_ls_topic(ls);
+    if (mqd_ls_group(ls)) {
         release_unsettled(ls);
-        mqd_group_leave(ls->group, ls);
-        if (t && !t->temporary)
-            mqd_topics_persist(t->srv, true); /* a clean detach keeps its acks across a crash */
+        mqd_group_leave(mqd_ls_group(ls), ls);
+        /* a clean detach keeps its acks across a crash */
+        if (t && !mqd_topic_temporary(t))
+            mqd_topics_persist(mqd_topic_srv(t), true);
     }
     if (t)
         mqd_topic_dispatch_soon(t);
-    if (ls->sel)
-        mqd_selector_free(ls->sel);
-    free(ls->start_done);
-    free(ls->browse_next);
-    free(ls->sel_gen);
-    free(ls->sel_looked);
-    if (ls->brd) {
-        mqd_read_free(ls->brd);
-        free(ls->brd);
+    if (al->sel)
+        mqd_selector_free(al->sel);
+    free(al->browse_next);
+    free(al->sel_gen);
+    free(al->sel_looked);
+    if (al->brd) {
+        mqd_read_free(al->brd);
+        free(al->brd);
     }
 }
 
 void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc)
 {
-    pn_link_t *l = ls->link;
+    pn_link_t *l = mqd_ls_link(ls);
     pn_condition_t *c = pn_link_condition(l);
     pn_condition_set_name(c, cond);
     pn_condition_set_description(c, desc);
     pn_link_set_context(l, NULL);
-    mqd_conn_t *conn = ls->conn;
+    mqd_conn_t *conn = mqd_ls_conn(ls);
     mqd_lstate_free(ls);
     pn_link_close(l);
     mqd_conn_mark_dirty(conn);
@@ -86,13 +88,15 @@ void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc)
 
 static int dynamic_topic(mqd_conn_t *c, pn_terminus_t *src, mqd_topic_t **out)
 {
-    mqd_server_t *s = c->srv;
+    mqd_server_t *s = mqd_conn_srv(c);
     char name[64];
-    snprintf(name, sizeof name, "$tmp.%llx.%x", (unsigned long long)++s->tmp_seq,
+    uint64_t seq = mqd_srv_tmp_seq(s) + 1;
+    mqd_srv_set_tmp_seq(s, seq);
+    snprintf(name, sizeof name, "$tmp.%llx.%x", (unsigned long long)seq,
              (unsigned)(mqd_mono_ns() & 0xffffff));
     int rc = mqd_topic_get(s, name, true, 1, out);
     if (rc == 0) {
-        (*out)->temporary = true;
+        mqd_topic_set_temporary(*out, true);
         pn_terminus_set_address(src, name);
     }
     return rc;
@@ -113,12 +117,12 @@ static int management_reply_node(mqd_conn_t *c, pn_link_t *l, bool cbs, mqd_topi
     }
     char name[MQD_NAME_MAX + 1];
     (cbs ? mqd_reply_tmp_name : mqd_reply_topic_name)(taddr, strlen(taddr), name, sizeof name);
-    if (mqd_topic_get(c->srv, name, true, 1, out) != 0) {
+    if (mqd_topic_get(mqd_conn_srv(c), name, true, 1, out) != 0) {
         mqd_link_refuse(l, "amqp:internal-error", "cannot create the reply node for '%s'", taddr);
         return MQD_EIO;
     }
     if (strncmp(name, "$tmp.", 5) == 0)
-        (*out)->temporary = true;
+        mqd_topic_set_temporary(*out, true);
     return 0;
 }
 
@@ -211,22 +215,24 @@ static bool is_selector(pn_bytes_t key, const fval_t *desc)
 static int filter_entry(mqd_lstate_t *ls, pn_bytes_t key, const fval_t *desc, const fval_t *val,
                         bool *applied, char *err, size_t errlen)
 {
+    mqd_alink_t *al = mqd_ls_amqp(ls);
     *applied = false;
     if (is_selector(key, desc)) {
         if (val->type != PN_STRING)
             return MQD_EINVAL;
-        int rc = mqd_selector_start_parse(val->b.start, val->b.size, &ls->start);
+        int rc = mqd_selector_start_parse(val->b.start, val->b.size, &al->start);
         if (rc == MQD_ENOENT) {
-            if (ls->sel)
-                mqd_selector_free(ls->sel);
-            ls->sel = NULL;
-            rc = mqd_selector_compile(val->b.start, val->b.size, &ls->sel, err, errlen);
+            if (al->sel)
+                mqd_selector_free(al->sel);
+            al->sel = NULL;
+            rc = mqd_selector_compile(val->b.start, val->b.size, &al->sel, err, errlen);
         }
         *applied = rc == 0;
         return rc;
     }
-    if ((desc->type == PN_SYMBOL && sym_eq(desc->b, STREAM_SPEC_SYM)) || sym_eq(key, STREAM_SPEC_SYM)) {
-        int rc = stream_spec(val, &ls->start);
+    if ((desc->type == PN_SYMBOL && sym_eq(desc->b, STREAM_SPEC_SYM)) ||
+        sym_eq(key, STREAM_SPEC_SYM)) {
+        int rc = stream_spec(val, &al->start);
         *applied = rc == 0;
         return rc;
     }
@@ -304,12 +310,12 @@ static int read_epoch(pn_link_t *l, mqd_lstate_t *ls)
         if (!is_epoch)
             continue;
         if (pn_data_type(p) == PN_LONG)
-            ls->epoch = pn_data_get_long(p);
+            mqd_ls_set_epoch(ls, pn_data_get_long(p));
         else if (pn_data_type(p) == PN_INT)
-            ls->epoch = pn_data_get_int(p);
+            mqd_ls_set_epoch(ls, pn_data_get_int(p));
         else
             continue;
-        ls->has_epoch = true;
+        mqd_ls_set_has_epoch(ls, true);
     }
     pn_data_exit(p);
     return 0;
@@ -318,7 +324,7 @@ static int read_epoch(pn_link_t *l, mqd_lstate_t *ls)
 /* The offset of partition i where a start position points. */
 static uint64_t start_offset(const mqd_start_t *st, const mqd_part_t *p)
 {
-    mqd_plog_t *log = p->log;
+    mqd_plog_t *log = mqd_part_log(p);
     uint64_t first = mqd_plog_start_offset(log), off = first;
     uint64_t end = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
     switch (st->kind) {
@@ -343,21 +349,26 @@ static uint64_t start_offset(const mqd_start_t *st, const mqd_part_t *p)
  * already has members keeps its position: a filter only moves a group nobody reads. */
 static void apply_start(mqd_lstate_t *ls)
 {
-    mqd_topic_t *t = ls->topic;
-    if (ls->start.kind == MQD_START_NONE)
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_topic_t *t = mqd_ls_topic(ls);
+    bool manual = mqd_ls_manual(ls);
+    uint32_t part = mqd_ls_part(ls);
+    if (al->start.kind == MQD_START_NONE)
         return;
-    if (ls->kind == MQD_LS_BROWSER) {
-        for (uint32_t i = 0; i < ls->browse_n; i++)
-            if (!ls->manual || i == ls->part)
-                ls->browse_next[i] = start_offset(&ls->start, &t->parts[i]);
+    if (mqd_ls_kind(ls) == MQD_LS_BROWSER) {
+        for (uint32_t i = 0; i < al->browse_n; i++)
+            if (!manual || i == part)
+                al->browse_next[i] = start_offset(&al->start, mqd_topic_part(t, i));
         return;
     }
-    mqd_group_t *g = ls->group;
-    if (mqd_group_members(g) > 1 && !ls->manual)
+    mqd_group_t *g = mqd_ls_group(ls);
+    if (mqd_group_members(g) > 1 && !manual)
         return;
     for (uint32_t i = 0; i < mqd_group_nparts(g); i++)
-        if (!ls->manual || i == ls->part)
-            mqd_cursor_seek(mqd_group_cursor(g, i), &t->parts[i], start_offset(&ls->start, &t->parts[i]));
+        if (!manual || i == part) {
+            mqd_part_t *p = mqd_topic_part(t, i);
+            mqd_cursor_seek(mqd_group_cursor(g, i), p, start_offset(&al->start, p));
+        }
 }
 
 /* Resolves the source address into topic, group and partition; 0 or refuses. */
@@ -382,15 +393,15 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
         mqd_link_refuse(l, mqd_topic_get_condition(trc), mqd_topic_get_desc(trc), a->topic);
         return MQD_ENOENT;
     }
-    if (a->kind == MQD_ADDR_GROUP_PARTITION && a->partition >= (*t)->nparts) {
+    if (a->kind == MQD_ADDR_GROUP_PARTITION && a->partition >= mqd_topic_nparts(*t)) {
         mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
         return MQD_ENOENT;
     }
     mqd_redirect_t to;
-    mqd_server_t *s = c->srv;
-    if (s->repl.redirect &&
-        s->repl.redirect(s->repl.arg, *t, a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition : -1,
-                         &to)) {
+    mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
+    if (rh->redirect &&
+        rh->redirect(rh->arg, *t, a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition : -1,
+                     &to)) {
         mqd_link_redirect(l, &to);
         return MQD_EAGAIN;
     }
@@ -405,17 +416,18 @@ static int consumer_join(mqd_lstate_t *ls, mqd_addr_t *a)
 {
     const char *gname = a->kind == MQD_ADDR_TOPIC ? MQD_SHARED_GROUP : a->group;
     mqd_group_t *g;
-    int rc = mqd_group_get(ls->topic, gname, &g);
+    pn_link_t *l = mqd_ls_link(ls);
+    int rc = mqd_group_get(mqd_ls_topic(ls), gname, &g);
     if (rc != 0) {
-        mqd_link_refuse(ls->link, "amqp:internal-error", "cannot open group of '%s'", ls->name);
+        mqd_link_refuse(l, "amqp:internal-error", "cannot open group of '%s'", mqd_ls_name(ls));
         return rc;
     }
     rc = mqd_group_join(g, ls);
     if (rc == MQD_EEXIST)
-        mqd_link_refuse(ls->link, "amqp:link:stolen",
+        mqd_link_refuse(l, "amqp:link:stolen",
                         "a receiver with a higher epoch reads this partition%s", "");
     else if (rc == MQD_EAGAIN)
-        mqd_link_refuse(ls->link, "amqp:resource-locked",
+        mqd_link_refuse(l, "amqp:resource-locked",
                         "another receiver of this group reads this partition%s", "");
     return rc;
 }
@@ -435,9 +447,10 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     } else if (!addr) {
         return mqd_link_refuse(l, "amqp:not-found", "a receiver needs a source address%s", "");
     } else if (strncmp(addr, "$repl/", 6) == 0) {
-        if (!c->srv->repl.attach)
+        mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
+        if (!rh->attach)
             return mqd_link_refuse(l, "amqp:not-found", "not a cluster node: '%s'", addr);
-        return c->srv->repl.attach(c->srv->repl.arg, c, l, addr); /* a follower's fetch */
+        return rh->attach(rh->arg, c, l, addr); /* a follower's fetch */
     } else if (strcasecmp(addr, "$management") == 0 || strcasecmp(addr, "$cbs") == 0) {
         if (management_reply_node(c, l, strcasecmp(addr, "$cbs") == 0, &t) != 0)
             return;
@@ -447,14 +460,18 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     mqd_lstate_t *ls = mqd_lstate_new(c, l, browse ? MQD_LS_BROWSER : MQD_LS_CONSUMER);
     if (!ls)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
-    ls->topic = t;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_ls_set_topic(ls, t);
     /* what resolve_source checked (not dynamic or $management reply nodes) */
-    if (!t->temporary && !(addr && strcasecmp(addr, "$management") == 0) &&
+    if (!mqd_topic_temporary(t) && !(addr && strcasecmp(addr, "$management") == 0) &&
         !(addr && strcasecmp(addr, "$cbs") == 0))
-        ls->acl_perm = browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE;
-    ls->manual = a.kind == MQD_ADDR_GROUP_PARTITION;
-    ls->part = a.partition;
-    snprintf(ls->name, sizeof ls->name, "%s/%s", c->peer, pn_link_name(l));
+        mqd_ls_set_acl_perm(ls, browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE);
+    bool manual = a.kind == MQD_ADDR_GROUP_PARTITION;
+    mqd_ls_set_manual(ls, manual);
+    mqd_ls_set_part(ls, a.partition);
+    char lname[256]; /* cut to the link state's room by mqd_ls_set_name */
+    snprintf(lname, sizeof lname, "%s/%s", mqd_conn_peer(c), pn_link_name(l));
+    mqd_ls_set_name(ls, lname);
     char err[256] = "";
     if (parse_filters(ls, rs, src, err, sizeof err) != 0)
         return mqd_link_refuse(l, "amqp:invalid-field", "bad filter: %s", err);
@@ -462,17 +479,19 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     if (browse) {
         pn_link_set_snd_settle_mode(
             l, pn_link_remote_snd_settle_mode(l) == PN_SND_SETTLED ? PN_SND_SETTLED : PN_SND_MIXED);
-        ls->browse_next = calloc(t->nparts, sizeof *ls->browse_next);
-        ls->browse_n = ls->browse_next ? t->nparts : 0;
-        for (uint32_t i = 0; i < ls->browse_n; i++)
-            ls->browse_next[i] = ls->manual && i != ls->part ? UINT64_MAX
-                                                             : mqd_plog_start_offset(t->parts[i].log);
+        uint32_t nparts = mqd_topic_nparts(t);
+        al->browse_next = calloc(nparts, sizeof *al->browse_next);
+        al->browse_n = al->browse_next ? nparts : 0;
+        for (uint32_t i = 0; i < al->browse_n; i++)
+            al->browse_next[i] = manual && i != mqd_ls_part(ls)
+                                     ? UINT64_MAX
+                                     : mqd_plog_start_offset(mqd_part_log(mqd_topic_part(t, i)));
     } else if (consumer_join(ls, &a) != 0) {
         return;
     }
     apply_start(ls);
-    mqd_dlist_push(&t->consumers, &ls->tnode);
-    pn_link_set_max_message_size(l, c->srv->conf->max_message_size);
+    mqd_dlist_push(mqd_topic_consumers(t), mqd_ls_tnode(ls));
+    pn_link_set_max_message_size(l, mqd_srv_conf(mqd_conn_srv(c))->max_message_size);
     pn_link_open(l);
     mqd_topic_dispatch_soon(t);
 }
@@ -490,7 +509,10 @@ static uint32_t total_count(const mqd_msg_info_t *mi, uint32_t dcount)
 static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const mqd_msg_info_t *mi,
                    uint32_t dcount)
 {
-    mqd_server_t *s = ls->conn->srv;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_conn_t *c = mqd_ls_conn(ls);
+    pn_link_t *l = mqd_ls_link(ls);
+    mqd_buf_t *out = mqd_srv_scratch(mqd_conn_srv(c));
     mqd_msg_ann_t ann = {
         .partition_id = (int32_t)part,
         .offset = (int64_t)rec->offset,
@@ -500,24 +522,23 @@ static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const 
         .delivery_count = total_count(mi, dcount),
         .redelivered = (dcount & MQD_DC_SEEN) != 0,
     };
-    int rc = mqd_msg_annotate(rec->data, rec->len, mi, &ann, &s->scratch);
+    int rc = mqd_msg_annotate(rec->data, rec->len, mi, &ann, out);
     if (rc != 0)
         return rc;
     char tag[12];
     memcpy(tag, &part, 4);
     memcpy(tag + 4, &rec->offset, 8);
-    pn_delivery_t *d = pn_delivery(ls->link, pn_dtag(tag, sizeof tag));
-    pn_link_send(ls->link, (const char *)s->scratch.p, s->scratch.len);
-    pn_link_advance(ls->link);
-    ls->topic->msgs_out++;
-    ls->topic->bytes_out += s->scratch.len;
+    pn_delivery_t *d = pn_delivery(l, pn_dtag(tag, sizeof tag));
+    pn_link_send(l, (const char *)out->p, out->len);
+    pn_link_advance(l);
+    mqd_topic_count_out(mqd_ls_topic(ls), out->len);
     /* A copy goes out unsettled, as ActiveMQ and Artemis send it (clients settle what they
      * browse and fail on a pre-settled delivery), unless the receiver asked for settled. */
-    if (ls->kind == MQD_LS_BROWSER && pn_link_snd_settle_mode(ls->link) == PN_SND_SETTLED)
+    if (mqd_ls_kind(ls) == MQD_LS_BROWSER && pn_link_snd_settle_mode(l) == PN_SND_SETTLED)
         pn_delivery_settle(d);
     else
-        ls->unsettled++;
-    mqd_conn_mark_dirty(ls->conn);
+        al->unsettled++;
+    mqd_conn_mark_dirty(c);
     return 0;
 }
 
@@ -532,21 +553,26 @@ static bool expired(const mqd_rec_t *rec, const mqd_msg_info_t *mi, int64_t now)
 static void dead_letter(mqd_topic_t *t, uint32_t part, const mqd_rec_t *rec,
                         const mqd_msg_info_t *mi, const char *reason)
 {
-    mqd_server_t *s = t->srv;
+    mqd_server_t *s = mqd_topic_srv(t);
+    const char *tname = mqd_topic_name(t);
     char name[MQD_NAME_MAX + 1], origin[MQD_NAME_MAX + 48];
-    if (strstr(t->name, DLQ_SUFFIX) || snprintf(name, sizeof name, "%s%s", t->name, DLQ_SUFFIX) >=
-                                           (int)sizeof name)
+    if (strstr(tname, DLQ_SUFFIX) ||
+        snprintf(name, sizeof name, "%s%s", tname, DLQ_SUFFIX) >= (int)sizeof name)
         return; /* a dead-letter queue does not dead-letter again */
     mqd_topic_t *dlq;
     if (mqd_topic_get(s, name, true, 1, &dlq) != 0)
         return;
-    snprintf(origin, sizeof origin, "%s/Partitions/%u@%llu", t->name, part,
+    snprintf(origin, sizeof origin, "%s/Partitions/%u@%llu", tname, part,
              (unsigned long long)rec->offset);
-    mqd_msg_ann_t ann = {.partition_id = (int32_t)part, .offset = (int64_t)rec->offset,
-                         .enqueued_ms = rec->timestamp_ms, .delivery_count = mi->delivery_count,
-                         .dlq_reason = reason, .dlq_origin = origin};
-    if (mqd_msg_annotate(rec->data, rec->len, mi, &ann, &s->scratch) == 0)
-        mqd_part_append(&dlq->parts[0], s->scratch.p, s->scratch.len, NULL, NULL, NULL);
+    mqd_msg_ann_t ann = {.partition_id = (int32_t)part,
+                         .offset = (int64_t)rec->offset,
+                         .enqueued_ms = rec->timestamp_ms,
+                         .delivery_count = mi->delivery_count,
+                         .dlq_reason = reason,
+                         .dlq_origin = origin};
+    mqd_buf_t *out = mqd_srv_scratch(s);
+    if (mqd_msg_annotate(rec->data, rec->len, mi, &ann, out) == 0)
+        mqd_part_append(mqd_topic_part(dlq, 0), out->p, out->len, NULL, NULL, NULL);
 }
 
 /* A stored record's sections: the cheap scan (the record was checked on its way in and
@@ -554,7 +580,8 @@ static void dead_letter(mqd_topic_t *t, uint32_t part, const mqd_rec_t *rec,
  * properties. */
 static int scan_record(const mqd_lstate_t *ls, const mqd_rec_t *rec, mqd_msg_info_t *mi)
 {
-    return ls->sel ? mqd_msg_scan(rec->data, rec->len, mi)
+    const mqd_alink_t *al = mqd_ls_amqp(ls);
+    return al->sel ? mqd_msg_scan(rec->data, rec->len, mi)
                    : mqd_msg_scan_stored(rec->data, rec->len, mi);
 }
 
@@ -568,62 +595,65 @@ static int scan_record(const mqd_lstate_t *ls, const mqd_rec_t *rec, mqd_msg_inf
 
 static const mqd_rec_t *browse_next_rec(mqd_lstate_t *ls, uint32_t i)
 {
-    mqd_topic_t *t = ls->topic;
-    mqd_read_t *rd = ls->brd;
-    if (rd && ls->brd_part == i && ls->brd_i < rd->n &&
-        rd->recs[ls->brd_i].offset == ls->browse_next[i])
-        return &rd->recs[ls->brd_i++];
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_topic_t *t = mqd_ls_topic(ls);
+    mqd_read_t *rd = al->brd;
+    if (rd && al->brd_part == i && al->brd_i < rd->n &&
+        rd->recs[al->brd_i].offset == al->browse_next[i])
+        return &rd->recs[al->brd_i++];
     /* Caught up: nothing to read, and the buffer stays for the next record (a live-tail
      * browser would otherwise allocate and free it around every message). */
-    uint64_t visible = mqd_part_visible_end(&t->parts[i], MQD_READ_COMMITTED);
-    if (ls->browse_next[i] >= visible &&
-        ls->browse_next[i] >= mqd_plog_start_offset(t->parts[i].log))
+    mqd_part_t *p = mqd_topic_part(t, i);
+    mqd_plog_t *log = mqd_part_log(p);
+    uint64_t visible = mqd_part_visible_end(p, MQD_READ_COMMITTED);
+    if (al->browse_next[i] >= visible && al->browse_next[i] >= mqd_plog_start_offset(log))
         return NULL;
     if (!rd) {
-        if (!(rd = ls->brd = malloc(sizeof *rd)))
+        if (!(rd = al->brd = malloc(sizeof *rd)))
             return NULL;
         mqd_read_init(rd);
     }
-    size_t max_bytes = t->srv->conf->prefetch_bytes < BROWSE_BYTES ? t->srv->conf->prefetch_bytes
-                                                                    : BROWSE_BYTES;
-    ls->brd_part = i;
-    ls->brd_i = 0;
-    int rc = mqd_plog_read(t->parts[i].log, ls->browse_next[i], visible, BROWSE_BATCH, max_bytes, rd);
+    uint32_t prefetch = mqd_srv_conf(mqd_topic_srv(t))->prefetch_bytes;
+    size_t max_bytes = prefetch < BROWSE_BYTES ? prefetch : BROWSE_BYTES;
+    al->brd_part = i;
+    al->brd_i = 0;
+    int rc = mqd_plog_read(log, al->browse_next[i], visible, BROWSE_BATCH, max_bytes, rd);
     if (rc == MQD_ERANGE) /* retention passed it: go on from the log's start */
-        ls->browse_next[i] = mqd_plog_start_offset(t->parts[i].log);
+        al->browse_next[i] = mqd_plog_start_offset(log);
     if (rc != 0 || rd->n == 0) {
         mqd_read_free(rd); /* rare now (errors, retention): start afresh next time */
         free(rd);
-        ls->brd = NULL;
+        al->brd = NULL;
         return NULL;
     }
-    return &rd->recs[ls->brd_i++];
+    return &rd->recs[al->brd_i++];
 }
 
 static size_t browse_pump(mqd_lstate_t *ls)
 {
-    mqd_topic_t *t = ls->topic;
-    mqd_server_t *s = t->srv;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_topic_t *t = mqd_ls_topic(ls);
+    mqd_server_t *s = mqd_topic_srv(t);
     /* Finish the partition whose records are read ahead before moving on. */
-    uint32_t first = ls->brd && ls->brd_i < ls->brd->n && ls->brd_part < ls->browse_n
-                         ? ls->brd_part
-                         : t->rr_part % (ls->browse_n ? ls->browse_n : 1);
-    for (uint32_t k = 0; k < ls->browse_n; k++) {
-        uint32_t i = (first + k) % ls->browse_n;
-        if (ls->browse_next[i] == UINT64_MAX)
+    uint32_t first = al->brd && al->brd_i < al->brd->n && al->brd_part < al->browse_n
+                         ? al->brd_part
+                         : mqd_topic_rr_part(t) % (al->browse_n ? al->browse_n : 1);
+    for (uint32_t k = 0; k < al->browse_n; k++) {
+        uint32_t i = (first + k) % al->browse_n;
+        if (al->browse_next[i] == UINT64_MAX)
             continue;
         const mqd_rec_t *rec = browse_next_rec(ls, i);
         if (!rec)
             continue;
         mqd_msg_info_t mi;
-        ls->browse_next[i] = rec->offset + 1;
+        al->browse_next[i] = rec->offset + 1;
         if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
             ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(s, rec->txn)) ||
             scan_record(ls, rec, &mi) != 0 ||
-            (ls->sel && !mqd_selector_match(ls->sel, rec->data, rec->len, &mi)))
+            (al->sel && !mqd_selector_match(al->sel, rec->data, rec->len, &mi)))
             return 1; /* skipped: counts as progress so the caller tries again */
         deliver(ls, i, rec, &mi, 0);
-        t->rr_part = i + 1;
+        mqd_topic_set_rr_part(t, i + 1);
         return 1;
     }
     return 0;
@@ -635,14 +665,15 @@ static size_t browse_pump(mqd_lstate_t *ls)
 static int admit(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, const mqd_msg_info_t *mi,
                  uint32_t dc)
 {
-    mqd_topic_t *t = ls->topic;
+    mqd_topic_t *t = mqd_ls_topic(ls);
     if (expired(rec, mi, mqd_now_ms())) {
-        t->msgs_expired++;
+        mqd_topic_count_expired(t);
         return 1;
     }
-    if (t->conf.max_delivery_count && total_count(mi, dc) >= t->conf.max_delivery_count) {
+    uint32_t max_dc = mqd_topic_conf(t)->max_delivery_count;
+    if (max_dc && total_count(mi, dc) >= max_dc) {
         dead_letter(t, i, rec, mi, "max_delivery_count reached");
-        t->msgs_dead++;
+        mqd_topic_count_dead(t);
         return 1;
     }
     return 0;
@@ -652,7 +683,7 @@ static int scan_or_warn(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_
 {
     if (scan_record(ls, rec, mi) == 0)
         return 0;
-    MQD_WARN("link", "skipping unparseable record %s/%u@%llu", ls->topic->name, i,
+    MQD_WARN("link", "skipping unparseable record %s/%u@%llu", mqd_topic_name(mqd_ls_topic(ls)), i,
              (unsigned long long)rec->offset);
     return 1;
 }
@@ -664,7 +695,8 @@ static int screen(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_in
 {
     if (scan_or_warn(ls, i, rec, mi) != 0 || admit(ls, i, rec, mi, dc) != 0)
         return 1;
-    if (ls->sel && !mqd_selector_match(ls->sel, rec->data, rec->len, mi))
+    const mqd_alink_t *al = mqd_ls_amqp(ls);
+    if (al->sel && !mqd_selector_match(al->sel, rec->data, rec->len, mi))
         return 1;
     return 0;
 }
@@ -674,15 +706,17 @@ static int screen(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_msg_in
  * (control record, aborted, unparseable, expired, dead-lettered) and the scan goes on. */
 static int sel_take(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec)
 {
-    mqd_cursor_t *cur = mqd_group_cursor(ls->group, i);
+    const mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_cursor_t *cur = mqd_group_cursor(mqd_ls_group(ls), i);
     mqd_msg_info_t mi;
     if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
-        ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(ls->topic->srv, rec->txn)) ||
+        ((rec->flags & MQD_REC_TXN) &&
+         !mqd_txn_committed(mqd_topic_srv(mqd_ls_topic(ls)), rec->txn)) ||
         scan_or_warn(ls, i, rec, &mi) != 0) {
         mqd_cursor_skip(cur, rec->offset); /* never delivered to anyone */
         return 0;
     }
-    if (!mqd_selector_match(ls->sel, rec->data, rec->len, &mi))
+    if (!mqd_selector_match(al->sel, rec->data, rec->len, &mi))
         return 0;
     uint32_t dc = mqd_cursor_take(cur, rec->offset);
     if (admit(ls, i, rec, &mi, dc) == 0 && deliver(ls, i, rec, &mi, dc) == 0)
@@ -697,20 +731,22 @@ static int sel_take(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec)
 
 static int sel_redelivery(mqd_lstate_t *ls, uint32_t i)
 {
-    mqd_cursor_t *cur = mqd_group_cursor(ls->group, i);
-    mqd_plog_t *log = ls->topic->parts[i].log;
-    mqd_read_t *rd = &ls->topic->srv->browse_rd;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_topic_t *t = mqd_ls_topic(ls);
+    mqd_cursor_t *cur = mqd_group_cursor(mqd_ls_group(ls), i);
+    mqd_plog_t *log = mqd_part_log(mqd_topic_part(t, i));
+    mqd_read_t *rd = mqd_srv_browse_rd(mqd_topic_srv(t));
     size_t n_red;
     uint64_t gen;
     const uint64_t *red = mqd_cursor_redeliver(cur, &n_red, &gen);
-    if (ls->sel_gen[i] != gen) {
-        ls->sel_gen[i] = gen; /* new entries: look at the list again */
-        ls->sel_looked[i] = 0;
+    if (al->sel_gen[i] != gen) {
+        al->sel_gen[i] = gen; /* new entries: look at the list again */
+        al->sel_looked[i] = 0;
     }
-    for (size_t k = 0; k < SEL_REDELIVER && ls->sel_looked[i] < n_red; k++) {
-        uint64_t off = red[ls->sel_rdi++ % n_red];
-        ls->sel_looked[i]++;
-        if (off >= ls->browse_next[i] || !mqd_cursor_free_at(cur, off))
+    for (size_t k = 0; k < SEL_REDELIVER && al->sel_looked[i] < n_red; k++) {
+        uint64_t off = red[al->sel_rdi++ % n_red];
+        al->sel_looked[i]++;
+        if (off >= al->browse_next[i] || !mqd_cursor_free_at(cur, off))
             continue; /* the scan reaches it, or it is someone else's */
         if (mqd_plog_read(log, off, off + 1, 1, 1, rd) != 0 || rd->n != 1 ||
             rd->recs[0].offset != off)
@@ -724,24 +760,25 @@ static int sel_redelivery(mqd_lstate_t *ls, uint32_t i)
 /* Scan state for partitions [browse_n, ncur): added partitions start at the floor. */
 static int sel_grow(mqd_lstate_t *ls, uint32_t ncur)
 {
-    uint64_t *nb = realloc(ls->browse_next, ncur * sizeof *nb);
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    uint64_t *nb = realloc(al->browse_next, ncur * sizeof *nb);
     if (!nb)
         return MQD_ENOMEM;
-    ls->browse_next = nb;
-    uint64_t *ng = realloc(ls->sel_gen, ncur * sizeof *ng);
+    al->browse_next = nb;
+    uint64_t *ng = realloc(al->sel_gen, ncur * sizeof *ng);
     if (!ng)
         return MQD_ENOMEM;
-    ls->sel_gen = ng;
-    size_t *nl = realloc(ls->sel_looked, ncur * sizeof *nl);
+    al->sel_gen = ng;
+    size_t *nl = realloc(al->sel_looked, ncur * sizeof *nl);
     if (!nl)
         return MQD_ENOMEM;
-    ls->sel_looked = nl;
-    for (uint32_t i = ls->browse_n; i < ncur; i++) {
+    al->sel_looked = nl;
+    for (uint32_t i = al->browse_n; i < ncur; i++) {
         nb[i] = 0;
         ng[i] = UINT64_MAX;
         nl[i] = 0;
     }
-    ls->browse_n = ncur;
+    al->browse_n = ncur;
     return 0;
 }
 
@@ -756,34 +793,35 @@ static int sel_grow(mqd_lstate_t *ls, uint32_t ncur)
 
 static size_t selective_pump(mqd_lstate_t *ls)
 {
-    mqd_topic_t *t = ls->topic;
-    mqd_group_t *g = ls->group;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_topic_t *t = mqd_ls_topic(ls);
+    mqd_group_t *g = mqd_ls_group(ls);
     size_t work = 0;
-    if (ls->sel_work >= SEL_TURN) {
+    if (al->sel_work >= SEL_TURN) {
         mqd_topic_dispatch_later(t); /* enough for this turn */
         return 0;
     }
-    if (ls->browse_n < mqd_group_nparts(g) && sel_grow(ls, mqd_group_nparts(g)) != 0)
+    if (al->browse_n < mqd_group_nparts(g) && sel_grow(ls, mqd_group_nparts(g)) != 0)
         return 0;
     for (uint32_t k = 0; k < mqd_group_nparts(g); k++) {
-        uint32_t i = (t->rr_part + k) % mqd_group_nparts(g);
+        uint32_t i = (mqd_topic_rr_part(t) + k) % mqd_group_nparts(g);
         mqd_cursor_t *cur = mqd_group_cursor(g, i);
-        if (ls->browse_next[i] < mqd_cursor_floor(cur))
-            ls->browse_next[i] = mqd_cursor_floor(cur);
+        if (al->browse_next[i] < mqd_cursor_floor(cur))
+            al->browse_next[i] = mqd_cursor_floor(cur);
         int sent = sel_redelivery(ls, i);
         size_t before = work;
         const mqd_rec_t *rec;
         while (!sent && work < SEL_SCAN && (rec = browse_next_rec(ls, i)) != NULL) {
             work++;
-            ls->browse_next[i] = rec->offset + 1;
+            al->browse_next[i] = rec->offset + 1;
             sent = mqd_cursor_free_at(cur, rec->offset) && sel_take(ls, i, rec);
         }
-        ls->sel_work += (uint32_t)(work - before) + 1;
+        al->sel_work += (uint32_t)(work - before) + 1;
         if (sent) {
-            t->rr_part = i + 1;
+            mqd_topic_set_rr_part(t, i + 1);
             return 1;
         }
-        if (work >= SEL_SCAN || ls->sel_work >= SEL_TURN)
+        if (work >= SEL_SCAN || al->sel_work >= SEL_TURN)
             return 1; /* more to look at: the dispatcher calls again (or defers, above) */
     }
     return 0;
@@ -791,20 +829,22 @@ static size_t selective_pump(mqd_lstate_t *ls)
 
 static size_t group_pump(mqd_lstate_t *ls)
 {
-    mqd_topic_t *t = ls->topic;
-    mqd_group_t *g = ls->group;
-    if (ls->sel && mqd_group_mode(g) == MQD_GROUP_SHARED)
+    const mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_topic_t *t = mqd_ls_topic(ls);
+    mqd_group_t *g = mqd_ls_group(ls);
+    if (al->sel && mqd_group_mode(g) == MQD_GROUP_SHARED)
         return selective_pump(ls);
     for (uint32_t k = 0; k < mqd_group_nparts(g); k++) {
-        uint32_t i = (t->rr_part + k) % mqd_group_nparts(g);
+        uint32_t i = (mqd_topic_rr_part(t) + k) % mqd_group_nparts(g);
         if (!mqd_group_may_deliver(g, ls, i))
             continue;
         mqd_rec_t rec;
         mqd_msg_info_t mi;
         uint32_t dc;
-        for (int n = 0; n < 256 && mqd_cursor_next(mqd_group_cursor(g, i), &t->parts[i], &rec, &dc); n++) {
+        mqd_part_t *p = mqd_topic_part(t, i);
+        for (int n = 0; n < 256 && mqd_cursor_next(mqd_group_cursor(g, i), p, &rec, &dc); n++) {
             if (screen(ls, i, &rec, &mi, dc) == 0 && deliver(ls, i, &rec, &mi, dc) == 0) {
-                t->rr_part = i + 1;
+                mqd_topic_set_rr_part(t, i + 1);
                 return 1;
             }
             mqd_cursor_done(mqd_group_cursor(g, i), rec.offset);
@@ -816,17 +856,22 @@ static size_t group_pump(mqd_lstate_t *ls)
 /* One delivery if the link has credit and a record is ready; honours drain. */
 size_t mqd_consumer_pump(mqd_lstate_t *ls)
 {
-    uint32_t max_unsettled = ls->conn->srv->conf->max_unsettled_per_link;
-    if (ls->conn->closed || pn_link_credit(ls->link) <= 0 ||
-        pn_link_state(ls->link) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE) ||
-        (max_unsettled && ls->unsettled >= max_unsettled) ||
-        mqd_budget_send_blocked(ls->conn, pn_link_session(ls->link)))
+    const mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_conn_t *c = mqd_ls_conn(ls);
+    pn_link_t *l = mqd_ls_link(ls);
+    uint32_t max_unsettled = mqd_srv_conf(mqd_conn_srv(c))->max_unsettled_per_link;
+    if (mqd_conn_closed(c) || pn_link_credit(l) <= 0 ||
+        pn_link_state(l) != (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE) ||
+        (max_unsettled && al->unsettled >= max_unsettled) ||
+        mqd_budget_send_blocked(c, pn_link_session(l)))
         return 0;
-    size_t n = ls->kind == MQD_LS_BROWSER ? browse_pump(ls) : ls->group ? group_pump(ls) : 0;
+    size_t n = mqd_ls_kind(ls) == MQD_LS_BROWSER ? browse_pump(ls)
+               : mqd_ls_group(ls)                ? group_pump(ls)
+                                                 : 0;
     /* a selective link out of budget for this turn may have more: not drained yet */
-    if (n == 0 && pn_link_get_drain(ls->link) && ls->sel_work < SEL_TURN) {
-        pn_link_drained(ls->link);
-        mqd_conn_mark_dirty(ls->conn);
+    if (n == 0 && pn_link_get_drain(l) && al->sel_work < SEL_TURN) {
+        pn_link_drained(l);
+        mqd_conn_mark_dirty(c);
     }
     return n;
 }
@@ -834,32 +879,36 @@ size_t mqd_consumer_pump(mqd_lstate_t *ls)
 /* A rejected record goes to the dead-letter queue when the topic asks for it. */
 static void rejected(mqd_lstate_t *ls, uint32_t part, uint64_t off)
 {
-    mqd_topic_t *t = ls->topic;
-    t->msgs_rejected++;
-    if (!t->conf.dead_letter)
+    mqd_topic_t *t = mqd_ls_topic(ls);
+    mqd_topic_count_rejected(t);
+    if (!mqd_topic_conf(t)->dead_letter)
         return;
-    mqd_read_t *rd = &t->srv->browse_rd;
+    mqd_read_t *rd = mqd_srv_browse_rd(mqd_topic_srv(t));
     mqd_msg_info_t mi;
-    if (mqd_plog_read(t->parts[part].log, off, off + 1, 1, 1, rd) == 0 && rd->n == 1 &&
-        mqd_msg_scan_stored(rd->recs[0].data, rd->recs[0].len, &mi) == 0)
+    if (mqd_plog_read(mqd_part_log(mqd_topic_part(t, part)), off, off + 1, 1, 1, rd) == 0 &&
+        rd->n == 1 && mqd_msg_scan_stored(rd->recs[0].data, rd->recs[0].len, &mi) == 0)
         dead_letter(t, part, &rd->recs[0], &mi, "rejected");
 }
 
 /* A disposition inside a transaction: staged; the transaction owns the record now. */
-static void transactional_disposition(mqd_lstate_t *ls, pn_delivery_t *d, uint32_t part, uint64_t off)
+static void transactional_disposition(mqd_lstate_t *ls, pn_delivery_t *d, uint32_t part,
+                                      uint64_t off)
 {
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_server_t *s = mqd_conn_srv(mqd_ls_conn(ls));
+    mqd_group_t *g = mqd_ls_group(ls);
     bool unknown, failed;
-    mqd_txn_t *txn = mqd_txn_of_delivery(ls->conn->srv, d, &unknown);
-    if (!txn || !ls->group || part >= mqd_group_nparts(ls->group)) {
-        mqd_consumer_detach(ls, mqd_txn_unknown_condition(ls->conn->srv, d),
+    mqd_txn_t *txn = mqd_txn_of_delivery(s, d, &unknown);
+    if (!txn || !g || part >= mqd_group_nparts(g)) {
+        mqd_consumer_detach(ls, mqd_txn_unknown_condition(s, d),
                             "a disposition names a transaction that is not open");
         return;
     }
     uint64_t outcome = mqd_txn_outcome(d, &failed);
-    if (mqd_txn_add_ack(txn, ls->group, part, off, outcome, failed) != 0)
+    if (mqd_txn_add_ack(txn, g, part, off, outcome, failed) != 0)
         return;
-    if (ls->unsettled)
-        ls->unsettled--;
+    if (al->unsettled)
+        al->unsettled--;
     pn_delivery_settle(d);
 }
 
@@ -868,13 +917,15 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
     uint64_t state = pn_delivery_remote_state(d);
     if (!pn_delivery_settled(d) && state == 0)
         return; /* nothing decided yet */
-    mqd_group_t *g = ls->group;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_ls_kind_t kind = mqd_ls_kind(ls);
+    mqd_group_t *g = mqd_ls_group(ls);
     uint32_t part;
     uint64_t off;
     tag_decode(d, &part, &off);
-    if (state == MQD_TXN_STATE && ls->kind == MQD_LS_CONSUMER)
+    if (state == MQD_TXN_STATE && kind == MQD_LS_CONSUMER)
         return transactional_disposition(ls, d, part, off);
-    if (ls->kind == MQD_LS_CONSUMER && g && part < mqd_group_nparts(g)) {
+    if (kind == MQD_LS_CONSUMER && g && part < mqd_group_nparts(g)) {
         mqd_cursor_t *cur = mqd_group_cursor(g, part);
         if (state == PN_RELEASED) {
             mqd_cursor_release(cur, off, false);
@@ -885,13 +936,13 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
                 rejected(ls, part, off);
             mqd_cursor_done(cur, off); /* accepted, rejected, or settled without outcome */
         }
-        if (ls->unsettled)
-            ls->unsettled--;
+        if (al->unsettled)
+            al->unsettled--;
         mqd_group_settled(g, part);
-        mqd_topic_dispatch_soon(ls->topic);
+        mqd_topic_dispatch_soon(mqd_ls_topic(ls));
     }
-    if (ls->kind == MQD_LS_BROWSER && ls->unsettled)
-        ls->unsettled--; /* a copy: any outcome only settles it */
+    if (kind == MQD_LS_BROWSER && al->unsettled)
+        al->unsettled--; /* a copy: any outcome only settles it */
     if (!pn_delivery_settled(d))
         pn_delivery_update(d, state);
     pn_delivery_settle(d);

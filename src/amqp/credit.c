@@ -37,19 +37,21 @@ static char counted;
 /* Credit granted to ls since its connection last produced output: not yet shown. */
 static int unposted(mqd_lstate_t *ls)
 {
-    if (ls->credit_gen != ls->conn->out_gen)
-        ls->credit_unposted = 0;
-    return ls->credit_unposted;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    if (al->credit_gen != mqd_conn_out_gen(mqd_ls_conn(ls)))
+        al->credit_unposted = 0;
+    return al->credit_unposted;
 }
 
 void mqd_credit_grant(mqd_lstate_t *ls, int n)
 {
+    mqd_alink_t *al = mqd_ls_amqp(ls);
     if (n <= 0)
         return;
     (void)unposted(ls);
-    pn_link_flow(ls->link, n);
-    ls->credit_unposted += n;
-    ls->credit_gen = ls->conn->out_gen;
+    pn_link_flow(mqd_ls_link(ls), n);
+    al->credit_unposted += n;
+    al->credit_gen = mqd_conn_out_gen(mqd_ls_conn(ls));
 }
 
 bool mqd_credit_arrived(mqd_lstate_t *ls, pn_delivery_t *d)
@@ -59,55 +61,62 @@ bool mqd_credit_arrived(mqd_lstate_t *ls, pn_delivery_t *d)
         return true; /* a later frame of a delivery already counted */
     pn_record_def(r, MQD_CREDIT_COUNTED, PN_VOID);
     pn_record_set(r, MQD_CREDIT_COUNTED, &counted);
-    return pn_link_credit(ls->link) - unposted(ls) >= 1;
+    return pn_link_credit(mqd_ls_link(ls)) - unposted(ls) >= 1;
 }
 
 void mqd_credit_exceeded(mqd_lstate_t *ls)
 {
+    pn_link_t *l = mqd_ls_link(ls);
     char why[160];
     snprintf(why, sizeof why,
              "transfer sent with no link credit (AMQP 1.0 2.6.7); credit shown: %d",
-             pn_link_credit(ls->link) - unposted(ls));
-    pn_condition_t *lc = pn_link_condition(ls->link);
+             pn_link_credit(l) - unposted(ls));
+    pn_condition_t *lc = pn_link_condition(l);
     pn_condition_set_name(lc, "amqp:link:transfer-limit-exceeded");
     pn_condition_set_description(lc, why);
-    pn_link_close(ls->link);
-    MQD_INFO("link", "detached producer peer=%s link=%s: %s", ls->conn->peer,
-             pn_link_name(ls->link), why);
+    pn_link_close(l);
+    MQD_INFO("link", "detached producer peer=%s link=%s: %s", mqd_conn_peer(mqd_ls_conn(ls)),
+             pn_link_name(l), why);
 }
 
 int mqd_credit_refill(mqd_lstate_t *ls)
 {
-    mqd_server_t *s = ls->conn->srv;
-    int window = (int)s->conf->link_credit;
-    int credit = pn_link_credit(ls->link);
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    pn_link_t *l = mqd_ls_link(ls);
+    mqd_server_t *s = mqd_conn_srv(mqd_ls_conn(ls));
+    int window = (int)mqd_srv_conf(s)->link_credit;
+    int credit = pn_link_credit(l);
     int n;
 
-    if (pn_link_state(ls->link) & PN_LOCAL_CLOSED)
+    if (pn_link_state(l) & PN_LOCAL_CLOSED)
         return 0;
-    if (ls->mgmt || ls->coord) {
+    if (mqd_ls_mgmt(ls) || mqd_ls_coord(ls)) {
         if (window > BLOCKED_WINDOW && mqd_watermark_blocked(s))
             window = BLOCKED_WINDOW;
         n = 2 * credit < window ? window - credit : 0;
     } else {
-        if (!ls->credit_shared) {
-            ls->credit_shared = true;
+        if (!al->credit_shared) {
+            al->credit_shared = true;
             mqd_watermark_producers(s, 1, 0);
         }
         /* each credit may bring a message as large as the link's largest so far; asked
          * for nothing, the budget still learns what the link holds now */
-        uint64_t est = ls->msg_max ? ls->msg_max + MQD_WATERMARK_REC_OVERHEAD : 0;
+        uint64_t est = al->msg_max ? al->msg_max + MQD_WATERMARK_REC_OVERHEAD : 0;
         uint32_t want = 2 * credit < window ? (uint32_t)(window - credit) : 0;
-        n = (int)mqd_watermark_window(s, want, credit, est, &ls->credit_reserved);
+        n = (int)mqd_watermark_window(s, want, credit, est, &al->credit_reserved);
     }
     mqd_credit_grant(ls, n);
     return n;
 }
 
+/* (no amqp part: a link state of another subsystem, which never shared the budget) */
 void mqd_credit_free(mqd_lstate_t *ls)
 {
-    if (ls->credit_shared)
-        mqd_watermark_producers(ls->conn->srv, -1, ls->credit_reserved);
-    ls->credit_shared = false;
-    ls->credit_reserved = 0;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    if (!al)
+        return;
+    if (al->credit_shared)
+        mqd_watermark_producers(mqd_conn_srv(mqd_ls_conn(ls)), -1, al->credit_reserved);
+    al->credit_shared = false;
+    al->credit_reserved = 0;
 }

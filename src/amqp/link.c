@@ -21,7 +21,8 @@ void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to)
 {
     pn_condition_t *c = pn_link_condition(l);
     char desc[400];
-    snprintf(desc, sizeof desc, "not the leader: attach to %.255s:%u", to->host, (unsigned)to->port);
+    snprintf(desc, sizeof desc, "not the leader: attach to %.255s:%u", to->host,
+             (unsigned)to->port);
     pn_condition_set_name(c, "amqp:link:redirect");
     pn_condition_set_description(c, desc);
     pn_data_t *info = pn_condition_info(c);
@@ -55,16 +56,17 @@ static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
     int rc = 0;
     while (pn_data_next(d)) {
         bool key = pn_data_type(d) == PN_SYMBOL || pn_data_type(d) == PN_STRING;
-        pn_bytes_t k = key ? (pn_data_type(d) == PN_SYMBOL ? pn_data_get_symbol(d)
-                                                            : pn_data_get_string(d))
-                           : pn_bytes(0, "");
+        pn_bytes_t k =
+            key ? (pn_data_type(d) == PN_SYMBOL ? pn_data_get_symbol(d) : pn_data_get_string(d))
+                : pn_bytes(0, "");
         if (!pn_data_next(d))
             break;
         if (k.size != 8 || memcmp(k.start, "mqd:acks", 8) != 0)
             continue;
         pn_type_t vt = pn_data_type(d);
-        pn_bytes_t v = vt == PN_SYMBOL ? pn_data_get_symbol(d)
-                       : vt == PN_STRING ? pn_data_get_string(d) : pn_bytes(0, "");
+        pn_bytes_t v = vt == PN_SYMBOL   ? pn_data_get_symbol(d)
+                       : vt == PN_STRING ? pn_data_get_string(d)
+                                         : pn_bytes(0, "");
         rc = MQD_EINVAL;
         for (uint8_t i = 0; i < MQD_ARRAY_LEN(names); i++)
             if (v.size == strlen(names[i]) && memcmp(v.start, names[i], v.size) == 0) {
@@ -79,35 +81,43 @@ static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
 
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind)
 {
-    mqd_lstate_t *ls = calloc(1, sizeof *ls);
-    if (!ls)
+    mqd_lstate_t *ls = mqd_ls_alloc(kind, c, l);
+    mqd_alink_t *al = ls ? calloc(1, sizeof *al) : NULL;
+    if (!al) {
+        if (ls)
+            mqd_ls_dealloc(ls);
         return NULL;
-    ls->kind = kind;
-    ls->conn = c;
-    ls->link = l;
-    mqd_dlist_init(&ls->tnode);
+    }
+    mqd_ls_set_amqp(ls, al);
     pn_link_set_context(l, ls);
     return ls;
 }
 
+/* Also a link state repl/ made (MQD_LS_REPL, with no amqp part). */
 void mqd_lstate_free(mqd_lstate_t *ls)
 {
-    mqd_topic_t *t = ls->topic;
-    bool consumer = ls->kind == MQD_LS_CONSUMER || ls->kind == MQD_LS_BROWSER;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_conn_t *c = mqd_ls_conn(ls);
+    mqd_topic_t *t = mqd_ls_topic(ls);
+    mqd_ls_kind_t kind = mqd_ls_kind(ls);
+    bool consumer = kind == MQD_LS_CONSUMER || kind == MQD_LS_BROWSER;
     if (consumer)
         mqd_consumer_free(ls);
-    if (ls->coord)
+    if (mqd_ls_coord(ls))
         mqd_txn_coordinator_gone(ls); /* rolls back what it declared */
-    if (ls->kind == MQD_LS_REPL && ls->conn->srv->repl.link_gone)
-        ls->conn->srv->repl.link_gone(ls->conn->srv->repl.arg, ls);
+    mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
+    if (kind == MQD_LS_REPL && rh->link_gone)
+        rh->link_gone(rh->arg, ls);
     mqd_credit_free(ls);
-    mqd_dlist_del(&ls->tnode);
-    mqd_budget_partial(ls->conn, -(int64_t)ls->acc_cap);
-    free(ls->acc);
-    free(ls->tmp_name);
-    if (consumer && t && t->temporary && mqd_dlist_empty(&t->consumers))
-        mqd_topic_delete(t->srv, t);
-    free(ls);
+    mqd_dlist_del(mqd_ls_tnode(ls));
+    mqd_budget_partial(c, -(int64_t)(al ? al->acc_cap : 0));
+    if (al)
+        free(al->acc);
+    free(mqd_ls_tmp_name(ls));
+    if (consumer && t && mqd_topic_temporary(t) && mqd_dlist_empty(mqd_topic_consumers(t)))
+        mqd_topic_delete(mqd_topic_srv(t), t);
+    free(al);
+    mqd_ls_dealloc(ls);
 }
 
 /* ---------------------------------------------------------------- producers */
@@ -115,16 +125,18 @@ void mqd_lstate_free(mqd_lstate_t *ls)
 /* Auto-creation of a missing topic: on in the config and the `create` permission. */
 bool mqd_may_create(mqd_conn_t *c, const char *topic)
 {
-    if (!c->srv->conf->auto_create_topics || strncmp(topic, "$tmp.", 5) == 0)
+    mqd_server_t *s = mqd_conn_srv(c);
+    if (!mqd_srv_conf(s)->auto_create_topics || strncmp(topic, "$tmp.", 5) == 0)
         return false;
-    return mqd_topic_find(c->srv, topic) || mqd_auth_allowed(c, MQD_PERM_CREATE, topic);
+    return mqd_topic_find(s, topic) || mqd_auth_allowed(c, MQD_PERM_CREATE, topic);
 }
 
 bool mqd_create_forbidden(mqd_conn_t *c, const char *topic)
 {
-    if (!c->srv->conf->auto_create_topics || strncmp(topic, "$tmp.", 5) == 0)
+    mqd_server_t *s = mqd_conn_srv(c);
+    if (!mqd_srv_conf(s)->auto_create_topics || strncmp(topic, "$tmp.", 5) == 0)
         return false;
-    return !mqd_topic_find(c->srv, topic) && !mqd_auth_may(c, MQD_PERM_CREATE, topic);
+    return !mqd_topic_find(s, topic) && !mqd_auth_may(c, MQD_PERM_CREATE, topic);
 }
 
 static void put_symbols(pn_data_t *d, const char *const *syms, size_t n)
@@ -145,7 +157,7 @@ static void coordinator_attach(mqd_conn_t *c, pn_link_t *l)
     mqd_lstate_t *ls = mqd_lstate_new(c, l, MQD_LS_PRODUCER);
     if (!ls)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
-    ls->coord = true;
+    mqd_ls_set_coord(ls, true);
     pn_terminus_t *lt = pn_link_target(l);
     pn_terminus_set_type(lt, PN_COORDINATOR);
     put_symbols(pn_terminus_capabilities(lt), caps, MQD_ARRAY_LEN(caps));
@@ -157,7 +169,7 @@ static void coordinator_attach(mqd_conn_t *c, pn_link_t *l)
 
 static void producer_attach(mqd_conn_t *c, pn_link_t *l)
 {
-    mqd_server_t *s = c->srv;
+    mqd_server_t *s = mqd_conn_srv(c);
     pn_terminus_t *rt = pn_link_remote_target(l);
     if (pn_terminus_get_type(rt) == PN_COORDINATOR)
         return coordinator_attach(c, l);
@@ -165,6 +177,7 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
     mqd_lstate_t *ls = mqd_lstate_new(c, l, MQD_LS_PRODUCER);
     if (!ls)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+    mqd_alink_t *al = mqd_ls_amqp(ls);
     if (addr) {
         mqd_addr_t a;
         if (mqd_addr_parse(addr, strlen(addr), &a) != 0 ||
@@ -172,48 +185,54 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
              a.kind != MQD_ADDR_MANAGEMENT && a.kind != MQD_ADDR_CBS))
             return mqd_link_refuse(l, "amqp:not-found", "cannot send to address '%s'", addr);
         if (a.kind == MQD_ADDR_CBS) {
-            ls->mgmt = ls->cbs = true; /* served like $management, by auth/cbs.c */
+            mqd_ls_set_mgmt(ls, true); /* served like $management, by auth/cbs.c */
+            mqd_ls_set_cbs(ls, true);
             goto open;
         }
         if (a.kind == MQD_ADDR_MANAGEMENT) {
-            ls->mgmt = true;
+            mqd_ls_set_mgmt(ls, true);
             if (mqd_auth_may(c, MQD_PERM_MANAGE, "$management"))
-                ls->acl_perm = MQD_PERM_MANAGE; /* a reload that takes it detaches */
+                mqd_ls_set_acl_perm(ls, MQD_PERM_MANAGE); /* a reload that takes it detaches */
             goto open;
         }
         if (!mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
-            return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'", addr);
-        ls->acl_perm = MQD_PERM_SEND;
+            return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'",
+                                   addr);
+        mqd_ls_set_acl_perm(ls, MQD_PERM_SEND);
         bool create = mqd_may_create(c, a.topic);
         mqd_topic_t *t;
         int trc = mqd_topic_get_as(c, a.topic, create, &t);
         if (trc == MQD_ENOENT && mqd_create_forbidden(c, a.topic))
             return mqd_link_refuse(l, "amqp:unauthorized-access", MQD_CREATE_FORBIDDEN, a.topic);
         if (trc != 0)
-            return mqd_link_refuse(l, mqd_topic_get_condition(trc), mqd_topic_get_desc(trc), a.topic);
-        if (a.kind == MQD_ADDR_PARTITION && a.partition >= t->nparts)
+            return mqd_link_refuse(l, mqd_topic_get_condition(trc), mqd_topic_get_desc(trc),
+                                   a.topic);
+        if (a.kind == MQD_ADDR_PARTITION && a.partition >= mqd_topic_nparts(t))
             return mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
         mqd_redirect_t to;
-        if (s->repl.redirect &&
-            s->repl.redirect(s->repl.arg, t, a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, &to))
+        mqd_repl_hooks_t *rh = mqd_srv_repl(s);
+        if (rh->redirect &&
+            rh->redirect(rh->arg, t, a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, &to))
             return mqd_link_redirect(l, &to);
-        if (link_acks(l, &ls->acks_set, &ls->acks) != 0)
+        if (link_acks(l, &al->acks_set, &al->acks) != 0)
             return mqd_link_refuse(l, "amqp:invalid-field",
                                    "link property mqd:acks must be leader, quorum or all%s", "");
-        ls->fixed_part = a.kind == MQD_ADDR_PARTITION;
-        ls->part = a.partition;
-        if (t->temporary) {
+        al->fixed_part = a.kind == MQD_ADDR_PARTITION;
+        mqd_ls_set_part(ls, a.partition);
+        if (mqd_topic_temporary(t)) {
             /* a reply node goes away with its receiver: look it up per message */
-            if (!(ls->tmp_name = strdup(t->name)))
+            char *tmp = strdup(mqd_topic_name(t));
+            if (!tmp)
                 return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+            mqd_ls_set_tmp_name(ls, tmp);
         } else {
-            ls->topic = t;
+            mqd_ls_set_topic(ls, t);
         }
     }
 open:
     pn_terminus_copy(pn_link_target(l), rt);
     pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
-    pn_link_set_max_message_size(l, s->conf->max_message_size);
+    pn_link_set_max_message_size(l, mqd_srv_conf(s)->max_message_size);
     pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
     pn_link_open(l);
     mqd_credit_refill(ls);
@@ -222,18 +241,20 @@ open:
 static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t *p,
                                  const mqd_msg_info_t *mi)
 {
-    if (ls->fixed_part && (ls->topic == t || ls->tmp_name))
-        return ls->part;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    uint32_t nparts = mqd_topic_nparts(t);
+    if (al->fixed_part && (mqd_ls_topic(ls) == t || mqd_ls_tmp_name(ls)))
+        return mqd_ls_part(ls);
     if (mi->partition_key.len)
-        return mqd_route_key_partition(p + mi->partition_key.off, mi->partition_key.len, t->nparts);
+        return mqd_route_key_partition(p + mi->partition_key.off, mi->partition_key.len, nparts);
     if (mi->group_id.len)
-        return mqd_route_key_partition(p + mi->group_id.off, mi->group_id.len, t->nparts);
-    if (ls->sticky_left == 0) {
-        ls->part = (ls->part + 1) % t->nparts;
-        ls->sticky_left = STICKY_BURST;
+        return mqd_route_key_partition(p + mi->group_id.off, mi->group_id.len, nparts);
+    if (al->sticky_left == 0) {
+        mqd_ls_set_part(ls, (mqd_ls_part(ls) + 1) % nparts);
+        al->sticky_left = STICKY_BURST;
     }
-    ls->sticky_left--;
-    return ls->part % t->nparts;
+    al->sticky_left--;
+    return mqd_ls_part(ls) % nparts;
 }
 
 /* Anonymous relay: the topic named by the message's `to`. */
@@ -259,7 +280,7 @@ static mqd_topic_t *relay_topic(mqd_conn_t *c, const uint8_t *p, const mqd_msg_i
         return NULL;
     }
     if (a.kind == MQD_ADDR_PARTITION) {
-        if (a.partition >= t->nparts)
+        if (a.partition >= mqd_topic_nparts(t))
             return NULL;
         *fixed = a.partition;
         *has_fixed = true;
@@ -271,28 +292,29 @@ static mqd_topic_t *relay_topic(mqd_conn_t *c, const uint8_t *p, const mqd_msg_i
  * that Proton's session window reopens while a large message is still arriving. */
 static int transfer_accumulate(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
 {
+    mqd_alink_t *al = mqd_ls_amqp(ls);
     size_t pending = pn_delivery_pending(d);
-    if (ls->acc_len + pending > c->srv->conf->max_message_size)
+    if (al->acc_len + pending > mqd_srv_conf(mqd_conn_srv(c))->max_message_size)
         return MQD_ETOOBIG;
-    if (ls->acc_len + pending > ls->acc_cap) {
-        size_t ncap = ls->acc_cap ? ls->acc_cap : 4096;
-        while (ncap < ls->acc_len + pending)
+    if (al->acc_len + pending > al->acc_cap) {
+        size_t ncap = al->acc_cap ? al->acc_cap : 4096;
+        while (ncap < al->acc_len + pending)
             ncap *= 2;
-        if (mqd_budget_partial(c, (int64_t)(ncap - ls->acc_cap)) != 0)
+        if (mqd_budget_partial(c, (int64_t)(ncap - al->acc_cap)) != 0)
             return MQD_EAGAIN; /* over budget: the connection is being closed */
-        uint8_t *nb = realloc(ls->acc, ncap);
+        uint8_t *nb = realloc(al->acc, ncap);
         if (!nb) {
-            mqd_budget_partial(c, -(int64_t)(ncap - ls->acc_cap));
+            mqd_budget_partial(c, -(int64_t)(ncap - al->acc_cap));
             return MQD_ENOMEM;
         }
-        ls->acc = nb;
-        ls->acc_cap = ncap;
+        al->acc = nb;
+        al->acc_cap = ncap;
     }
     while (pending > 0) {
-        ssize_t got = pn_link_recv(ls->link, (char *)ls->acc + ls->acc_len, pending);
+        ssize_t got = pn_link_recv(mqd_ls_link(ls), (char *)al->acc + al->acc_len, pending);
         if (got <= 0)
             break;
-        ls->acc_len += (size_t)got;
+        al->acc_len += (size_t)got;
         pending = pn_delivery_pending(d);
     }
     return 0;
@@ -300,16 +322,18 @@ static int transfer_accumulate(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
 
 static void message_too_big(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
 {
+    mqd_alink_t *al = mqd_ls_amqp(ls);
     char why[160];
     snprintf(why, sizeof why, "message exceeds max_message_size %llu",
-             (unsigned long long)c->srv->conf->max_message_size);
-    pn_condition_t *lc = pn_link_condition(ls->link);
+             (unsigned long long)mqd_srv_conf(mqd_conn_srv(c))->max_message_size);
+    pn_link_t *l = mqd_ls_link(ls);
+    pn_condition_t *lc = pn_link_condition(l);
     pn_condition_set_name(lc, "amqp:link:message-size-exceeded");
     pn_condition_set_description(lc, why);
     mqd_delivery_reject(d, "amqp:link:message-size-exceeded", why);
-    pn_link_close(ls->link);
-    ls->acc_len = 0;
-    MQD_INFO("link", "detached producer peer=%s: %s", c->peer, why);
+    pn_link_close(l);
+    al->acc_len = 0;
+    MQD_INFO("link", "detached producer peer=%s: %s", mqd_conn_peer(c), why);
 }
 
 /* Stores one complete message; returns after queuing its settlement. */
@@ -317,40 +341,42 @@ static void message_too_big(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
 static void management_request(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d,
                                const uint8_t *msg, size_t size, bool presettled)
 {
-    mqd_server_t *s = c->srv;
-    mqd_buf_t *out = &s->mgmt_out;
+    mqd_server_t *s = mqd_conn_srv(c);
+    mqd_buf_t *out = mqd_srv_mgmt_out(s);
     mqd_msg_info_t mi;
-    int rc =
-        ls->cbs ? mqd_auth_cbs_handle(c, msg, size, out) : mqd_mgmt_handle(s, c, msg, size, out);
+    bool cbs = mqd_ls_cbs(ls);
+    int rc = cbs ? mqd_auth_cbs_handle(c, msg, size, out) : mqd_mgmt_handle(s, c, msg, size, out);
     if (rc == 0 && out->len > 0 && mqd_msg_scan(out->p, out->len, &mi) == 0 && mi.to.len > 0) {
         char name[MQD_NAME_MAX + 1];
-        (ls->cbs ? mqd_reply_tmp_name : mqd_reply_topic_name)((const char *)out->p + mi.to.off,
-                                                              mi.to.len, name, sizeof name);
+        (cbs ? mqd_reply_tmp_name : mqd_reply_topic_name)((const char *)out->p + mi.to.off,
+                                                          mi.to.len, name, sizeof name);
         mqd_topic_t *t = mqd_topic_find(s, name);
         if (t)
-            rc = mqd_part_append(&t->parts[0], out->p, out->len, c, NULL, NULL);
+            rc = mqd_part_append(mqd_topic_part(t, 0), out->p, out->len, c, NULL, NULL);
         else
             rc = MQD_ENOENT;
     }
     if (presettled)
         return;
     if (rc != 0)
-        return mqd_delivery_reject(d, "amqp:not-found", "management request needs a reply-to with a receiver");
+        return mqd_delivery_reject(d, "amqp:not-found",
+                                   "management request needs a reply-to with a receiver");
     pn_delivery_update(d, PN_ACCEPTED);
     pn_delivery_settle(d);
 }
 
 /* The topic a send goes to (its link's, its reply node's or its `to`'s), with the ACL
  * check of a relayed send; NULL after rejecting d (unless presettled). */
-static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
-                               const mqd_msg_info_t *mi, bool presettled, uint32_t *fixed,
-                               bool *has_fixed)
+static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d,
+                               const uint8_t *msg, const mqd_msg_info_t *mi, bool presettled,
+                               uint32_t *fixed, bool *has_fixed)
 {
-    mqd_topic_t *t = ls->topic;
+    mqd_topic_t *t = mqd_ls_topic(ls);
+    const char *tmp_name = mqd_ls_tmp_name(ls);
     *has_fixed = false;
     int why = MQD_ENOENT;
-    if (ls->tmp_name)
-        t = mqd_topic_find(c->srv, ls->tmp_name);
+    if (tmp_name)
+        t = mqd_topic_find(mqd_conn_srv(c), tmp_name);
     else if (!t)
         t = relay_topic(c, msg, mi, fixed, has_fixed, &why);
     if (!t) {
@@ -366,9 +392,10 @@ static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
             mqd_delivery_reject(d, "amqp:not-found", "no such address in `to`");
         return NULL;
     }
-    if (!ls->topic && !ls->tmp_name && !mqd_auth_allowed(c, MQD_PERM_SEND, t->name)) {
+    if (!mqd_ls_topic(ls) && !tmp_name && !mqd_auth_allowed(c, MQD_PERM_SEND, mqd_topic_name(t))) {
         if (!presettled)
-            mqd_delivery_reject(d, "amqp:unauthorized-access", "not allowed to send to this address");
+            mqd_delivery_reject(d, "amqp:unauthorized-access",
+                                "not allowed to send to this address");
         return NULL;
     }
     return t;
@@ -376,10 +403,11 @@ static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
 
 static void append_failed(mqd_topic_t *t, uint32_t part, pn_delivery_t *d, bool presettled, int rc)
 {
-    MQD_WARN("link", "append to %s/%u failed: %s", t->name, part, mqd_strerror(rc));
+    MQD_WARN("link", "append to %s/%u failed: %s", mqd_topic_name(t), part, mqd_strerror(rc));
     char desc[512];
     if (!presettled && rc == MQD_EFAILED) /* the partition failed: say why (partfail.c) */
-        mqd_delivery_reject(d, mqd_part_fail_condition(&t->parts[part], desc, sizeof desc), desc);
+        mqd_delivery_reject(d, mqd_part_fail_condition(mqd_topic_part(t, part), desc, sizeof desc),
+                            desc);
     else if (!presettled)
         mqd_delivery_reject(d, "amqp:resource-limit-exceeded", mqd_strerror(rc));
 }
@@ -409,7 +437,7 @@ typedef struct batch {
     struct inner {
         mqd_span_t at;     /* inside base; len 0 = a duplicate, not stored */
         mqd_msg_info_t mi; /* its scan, made once by batch_collect */
-    } *v;
+    } * v;
     size_t n, cap;
 } batch_t;
 
@@ -434,7 +462,8 @@ static int batch_append(mqd_conn_t *c, mqd_topic_t *t, uint32_t part, const batc
                         const uint8_t *msg, const mqd_msg_info_t *omi, pn_delivery_t *d,
                         bool presettled)
 {
-    mqd_buf_t *out = &c->srv->scratch;
+    mqd_buf_t *out = mqd_srv_scratch(mqd_conn_srv(c));
+    mqd_part_t *pp = mqd_topic_part(t, part);
     size_t last = b->n;
     for (size_t i = 0; i < b->n; i++)
         if (b->v[i].at.len)
@@ -447,7 +476,8 @@ static int batch_append(mqd_conn_t *c, mqd_topic_t *t, uint32_t part, const batc
         const mqd_msg_info_t *mi = &b->v[i].mi;
         if (omi->partition_key.len &&
             (mi->partition_key.len != omi->partition_key.len ||
-             memcmp(p + mi->partition_key.off, msg + omi->partition_key.off, mi->partition_key.len))) {
+             memcmp(p + mi->partition_key.off, msg + omi->partition_key.off,
+                    mi->partition_key.len))) {
             mqd_msg_ann_t ann = {.pkey = msg + omi->partition_key.off,
                                  .pkey_len = omi->partition_key.len,
                                  .delivery_count = mi->delivery_count,
@@ -459,7 +489,7 @@ static int batch_append(mqd_conn_t *c, mqd_topic_t *t, uint32_t part, const batc
             n = out->len;
         }
         pn_delivery_t *dlv = i == last && !presettled ? d : NULL;
-        int rc = mqd_part_append_ex(&t->parts[part], p, n, MQD_REC_DATA, 0, c, dlv, NULL);
+        int rc = mqd_part_append_ex(pp, p, n, MQD_REC_DATA, 0, c, dlv, NULL);
         if (rc != 0)
             return rc;
         if (dlv)
@@ -476,7 +506,7 @@ static int batch_append(mqd_conn_t *c, mqd_topic_t *t, uint32_t part, const batc
 static void batch_keys(mqd_topic_t *t, mqd_part_t *p, const batch_t *b, const uint8_t *msg,
                        pn_delivery_t *waiting)
 {
-    mqd_pending_t *pe = waiting ? p->pend_tail : NULL;
+    mqd_pending_t *pe = waiting ? mqd_part_pend_tail(p) : NULL;
     if (pe && !(pe->batch_keys = calloc(b->n, sizeof *pe->batch_keys)))
         return;
     for (size_t i = 0; i < b->n; i++) {
@@ -495,15 +525,16 @@ static void batch_keys(mqd_topic_t *t, mqd_part_t *p, const batch_t *b, const ui
 static bool send_allowed(mqd_conn_t *c, mqd_lstate_t *ls, mqd_topic_t *t, uint32_t part,
                          pn_delivery_t *d, bool presettled)
 {
-    mqd_server_t *s = c->srv;
-    if (!s->repl.send_check)
+    mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
+    if (!rh->send_check)
         return true;
+    mqd_alink_t *al = mqd_ls_amqp(ls);
     const char *cond = NULL;
-    const char *why = s->repl.send_check(s->repl.arg, t, part,
-                                         ls->acks_set ? ls->acks : t->conf.acks, &cond);
+    const char *why =
+        rh->send_check(rh->arg, t, part, al->acks_set ? al->acks : mqd_topic_conf(t)->acks, &cond);
     if (!why)
         return true;
-    t->msgs_rejected++;
+    mqd_topic_count_rejected(t);
     if (!presettled)
         mqd_delivery_reject(d, cond, why);
     return false;
@@ -512,6 +543,8 @@ static bool send_allowed(mqd_conn_t *c, mqd_lstate_t *ls, mqd_topic_t *t, uint32
 static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                         size_t size, bool presettled)
 {
+    mqd_server_t *s = mqd_conn_srv(c);
+    mqd_alink_t *al = mqd_ls_amqp(ls);
     batch_t b = {.base = msg};
     mqd_msg_info_t omi;
     int rc = mqd_msg_scan(msg, size, &omi);
@@ -519,10 +552,11 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
         rc = mqd_msg_batch_split(msg, size, batch_collect, &b);
     if (rc != 0) {
         if (!presettled)
-            mqd_delivery_reject(d, rc == MQD_ENOMEM ? "amqp:resource-limit-exceeded" : "amqp:decode-error",
-                                rc == MQD_ENOMEM ? "out of memory"
-                                : "malformed batch: the body must be data sections that each "
-                                  "hold one encoded AMQP message");
+            mqd_delivery_reject(
+                d, rc == MQD_ENOMEM ? "amqp:resource-limit-exceeded" : "amqp:decode-error",
+                rc == MQD_ENOMEM ? "out of memory"
+                                 : "malformed batch: the body must be data sections that each "
+                                   "hold one encoded AMQP message");
         goto out;
     }
     uint32_t fixed = 0;
@@ -530,7 +564,7 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
     mqd_topic_t *t = send_topic(c, ls, d, msg, &omi, presettled, &fixed, &has_fixed);
     if (!t)
         goto out;
-    if (mqd_txn_of_delivery(c->srv, d, &unknown) || unknown) {
+    if (mqd_txn_of_delivery(s, d, &unknown) || unknown) {
         if (!presettled)
             mqd_delivery_reject(d, "amqp:not-implemented",
                                 "transactional batched sends (message-format 0x80013700) are not "
@@ -538,10 +572,12 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
         goto out;
     }
     uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &omi);
+    mqd_part_t *pp = mqd_topic_part(t, part);
+    const mqd_topic_conf_t *tc = mqd_topic_conf(t);
     bool any = false;
     uint64_t bytes = 0;
     for (size_t i = 0; i < b.n; i++) {
-        if (t->conf.dedup_window_ms && mqd_dedup_seen(t, msg + b.v[i].at.off, &b.v[i].mi))
+        if (tc->dedup_window_ms && mqd_dedup_seen(t, msg + b.v[i].at.off, &b.v[i].mi))
             b.v[i].at.len = 0; /* stored within the window: exactly once */
         any |= b.v[i].at.len != 0;
         if (b.v[i].at.len) /* the outer key may grow an inner message's annotations */
@@ -549,7 +585,7 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
     }
     if (any && !send_allowed(c, ls, t, part, d, presettled))
         goto out;
-    if (any && !mqd_watermark_disk_take(c->srv, bytes)) {
+    if (any && !mqd_watermark_disk_take(s, bytes)) {
         disk_full(d, presettled);
         goto out;
     }
@@ -564,10 +600,10 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
      * (records appended before a failing one stay, as a partition that fails mid-way
      * keeps what it wrote) */
     rc = batch_append(c, t, part, &b, msg, &omi, d, presettled);
-    if (rc == 0 && !presettled && ls->acks_set)
-        t->parts[part].pend_tail->acks = ls->acks;
-    if (t->conf.dedup_window_ms && ((rc == 0 && !presettled) || rc == MQD_EFAILED))
-        batch_keys(t, &t->parts[part], &b, msg, rc == 0 ? d : NULL);
+    if (rc == 0 && !presettled && al->acks_set)
+        mqd_part_pend_tail(pp)->acks = al->acks;
+    if (tc->dedup_window_ms && ((rc == 0 && !presettled) || rc == MQD_EFAILED))
+        batch_keys(t, pp, &b, msg, rc == 0 ? d : NULL);
     if (rc != 0)
         append_failed(t, part, d, presettled, rc);
 out:
@@ -577,9 +613,9 @@ out:
 static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                           size_t size, bool presettled, uint32_t format)
 {
-    if (ls->mgmt)
+    if (mqd_ls_mgmt(ls))
         return management_request(c, ls, d, msg, size, presettled);
-    if (ls->coord)
+    if (mqd_ls_coord(ls))
         return mqd_txn_coordinator_transfer(ls, d, msg, size);
     if (format == MQD_MSG_FORMAT_BATCH)
         return store_batch(c, ls, d, msg, size, presettled);
@@ -595,7 +631,10 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     if (!t)
         return;
     uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &mi);
-    if (t->conf.dedup_window_ms && mqd_dedup_seen(t, msg, &mi)) {
+    mqd_part_t *pp = mqd_topic_part(t, part);
+    const mqd_topic_conf_t *tc = mqd_topic_conf(t);
+    mqd_server_t *s = mqd_conn_srv(c);
+    if (tc->dedup_window_ms && mqd_dedup_seen(t, msg, &mi)) {
         if (!presettled) { /* already stored within the window: exactly once */
             pn_delivery_update(d, PN_ACCEPTED);
             pn_delivery_settle(d);
@@ -603,34 +642,34 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
         return;
     }
     bool unknown;
-    mqd_txn_t *txn = mqd_txn_of_delivery(c->srv, d, &unknown);
+    mqd_txn_t *txn = mqd_txn_of_delivery(s, d, &unknown);
     if (unknown) {
         if (!presettled)
-            mqd_delivery_reject(d, mqd_txn_unknown_condition(c->srv, d),
-                                "no such open transaction");
+            mqd_delivery_reject(d, mqd_txn_unknown_condition(s, d), "no such open transaction");
         return;
     }
     if (!send_allowed(c, ls, t, part, d, presettled))
         return;
-    if (!mqd_watermark_disk_take(c->srv, size + MQD_WATERMARK_REC_OVERHEAD))
+    if (!mqd_watermark_disk_take(s, size + MQD_WATERMARK_REC_OVERHEAD))
         return disk_full(d, presettled);
     uint64_t off;
-    int rc = mqd_part_append_ex(&t->parts[part], msg, size, txn ? MQD_REC_TXN : MQD_REC_DATA,
+    int rc = mqd_part_append_ex(pp, msg, size, txn ? MQD_REC_TXN : MQD_REC_DATA,
                                 txn ? mqd_txn_id(txn) : 0, c, presettled ? NULL : d, &off);
     if (rc == 0 && !presettled) {
-        if (ls->acks_set)
-            t->parts[part].pend_tail->acks = ls->acks;
-        mqd_delivery_hold(d); /* the partition's pending list settles it when stable */
-        if (t->conf.dedup_window_ms) /* forgotten if the partition fails first (partfail.c) */
-            t->parts[part].pend_tail->dedup_key = mqd_dedup_key(msg, &mi);
+        mqd_alink_t *al = mqd_ls_amqp(ls);
+        if (al->acks_set)
+            mqd_part_pend_tail(pp)->acks = al->acks;
+        mqd_delivery_hold(d);    /* the partition's pending list settles it when stable */
+        if (tc->dedup_window_ms) /* forgotten if the partition fails first (partfail.c) */
+            mqd_part_pend_tail(pp)->dedup_key = mqd_dedup_key(msg, &mi);
     }
-    if (rc == 0 && txn && (rc = mqd_txn_add_send(txn, &t->parts[part], off)) != 0) {
+    if (rc == 0 && txn && (rc = mqd_txn_add_send(txn, pp, off)) != 0) {
         /* the pending send owns d now: the transaction fails at its discharge instead */
-        MQD_WARN("link", "transactional send to %s/%u not staged: %s", t->name, part,
+        MQD_WARN("link", "transactional send to %s/%u not staged: %s", mqd_topic_name(t), part,
                  mqd_strerror(rc));
         return;
     }
-    if (rc == MQD_EFAILED && t->conf.dedup_window_ms)
+    if (rc == MQD_EFAILED && tc->dedup_window_ms)
         mqd_dedup_forget(t, mqd_dedup_key(msg, &mi)); /* not stored: a retry must be */
     if (rc != 0)
         append_failed(t, part, d, presettled, rc);
@@ -640,11 +679,12 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
  * recorded); forgets it. */
 static uint32_t transfer_format(mqd_conn_t *c, pn_link_t *l, pn_delivery_t *d)
 {
-    if (!c->peek || !mqd_fpeek_waiting(c->peek))
+    mqd_fpeek_t *peek = mqd_conn_peek(c);
+    if (!peek || !mqd_fpeek_waiting(peek))
         return 0;
     pn_delivery_tag_t tag = pn_delivery_tag(d);
     const char *name = pn_link_name(l);
-    return mqd_fpeek_take(c->peek, name, strlen(name), (const uint8_t *)tag.start, tag.size);
+    return mqd_fpeek_take(peek, name, strlen(name), (const uint8_t *)tag.start, tag.size);
 }
 
 /* Drops what arrives on a link mqd closed: bytes left in Proton would hold session
@@ -663,8 +703,9 @@ static void transfer_drop(mqd_conn_t *c, pn_link_t *l, pn_delivery_t *d)
 
 static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
 {
-    mqd_server_t *s = c->srv;
-    pn_link_t *l = ls->link;
+    mqd_server_t *s = mqd_conn_srv(c);
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    pn_link_t *l = mqd_ls_link(ls);
     /* An event for a delivery already taken: Proton folds only consecutive events of one
      * delivery, so frames of deliveries interleaved across a session's links (2.6.12,
      * a1 b1 a2 b2) leave a stale event behind, and a peer's disposition for a send
@@ -682,52 +723,53 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
         /* nothing stored, no outcome (2.7.5: an aborted delivery is settled), but it took
          * credit: give it back, or a few aborts in a row stall the link for good */
         transfer_format(c, l, d);
-        ls->acc_len = 0;
+        al->acc_len = 0;
         pn_delivery_settle(d);
         mqd_credit_refill(ls);
         return;
     }
     const uint8_t *msg;
     size_t size;
-    if (ls->acc_len == 0 && !pn_delivery_partial(d)) {
+    if (al->acc_len == 0 && !pn_delivery_partial(d)) {
         /* the whole message arrived in this event: no copy into the link buffer */
         size = pn_delivery_pending(d);
-        if (size > s->conf->max_message_size)
+        if (size > mqd_srv_conf(s)->max_message_size)
             return message_too_big(c, ls, d);
-        if (size > c->rbuf_cap) {
-            uint8_t *nb = realloc(c->rbuf, size);
+        uint8_t *rbuf = mqd_conn_rbuf(c);
+        if (size > mqd_conn_rbuf_cap(c)) {
+            uint8_t *nb = realloc(rbuf, size);
             if (!nb)
                 return mqd_delivery_reject(d, "amqp:resource-limit-exceeded", "out of memory");
-            c->rbuf = nb;
-            c->rbuf_cap = size;
+            mqd_conn_set_rbuf(c, rbuf = nb);
+            mqd_conn_set_rbuf_cap(c, size);
         }
-        ssize_t got = size ? pn_link_recv(l, (char *)c->rbuf, size) : 0;
+        ssize_t got = size ? pn_link_recv(l, (char *)rbuf, size) : 0;
         if (got < 0 || (size_t)got != size)
             size = 0;
-        msg = c->rbuf;
+        msg = rbuf;
     } else {
         int rc = transfer_accumulate(c, ls, d);
         if (rc == MQD_ETOOBIG)
             return message_too_big(c, ls, d);
         if (rc != 0 || pn_delivery_partial(d))
             return;
-        msg = ls->acc;
-        size = ls->acc_len;
-        ls->acc_len = 0;
+        msg = al->acc;
+        size = al->acc_len;
+        al->acc_len = 0;
     }
     uint32_t format = transfer_format(c, l, d);
     pn_link_advance(l);
-    if (size > ls->msg_max)
-        ls->msg_max = size; /* sizes its next credit windows near disk_free_limit */
+    if (size > al->msg_max)
+        al->msg_max = size; /* sizes its next credit windows near disk_free_limit */
     bool presettled = pn_delivery_settled(d);
     store_message(c, ls, d, msg, size, presettled, format);
     if (presettled)
         pn_delivery_settle(d);
-    if (ls->acc_cap > (1u << 20) && ls->acc_len == 0) {
-        mqd_budget_partial(c, -(int64_t)ls->acc_cap);
-        free(ls->acc); /* don't keep a large buffer per idle link */
-        ls->acc = NULL;
-        ls->acc_cap = 0;
+    if (al->acc_cap > (1u << 20) && al->acc_len == 0) {
+        mqd_budget_partial(c, -(int64_t)al->acc_cap);
+        free(al->acc); /* don't keep a large buffer per idle link */
+        al->acc = NULL;
+        al->acc_cap = 0;
     }
     mqd_credit_refill(ls);
 }
@@ -739,13 +781,15 @@ void mqd_producers_refill(mqd_server_t *s)
 {
     if (mqd_watermark_blocked(s))
         return;
-    for (mqd_dlist_t *n = s->conns.next; n != &s->conns; n = n->next) {
-        mqd_conn_t *c = MQD_CONTAINER(n, mqd_conn_t, node);
+    mqd_dlist_t *conns = mqd_srv_conns(s);
+    for (mqd_dlist_t *n = conns->next; n != conns; n = n->next) {
+        mqd_conn_t *c = mqd_conn_of_node(n);
         bool touched = false;
-        for (pn_link_t *l = pn_link_head(c->driver.connection, PN_LOCAL_ACTIVE); l;
+        for (pn_link_t *l = pn_link_head(mqd_conn_driver(c)->connection, PN_LOCAL_ACTIVE); l;
              l = pn_link_next(l, PN_LOCAL_ACTIVE)) {
             mqd_lstate_t *ls = pn_link_get_context(l);
-            if (ls && ls->kind == MQD_LS_PRODUCER && !ls->coord && mqd_credit_refill(ls) > 0)
+            if (ls && mqd_ls_kind(ls) == MQD_LS_PRODUCER && !mqd_ls_coord(ls) &&
+                mqd_credit_refill(ls) > 0)
                 touched = true;
         }
         if (touched)
@@ -763,8 +807,9 @@ static void connection_open(mqd_conn_t *c, pn_connection_t *pc)
     pn_data_put_symbol(caps, pn_bytes(strlen("ANONYMOUS-RELAY"), "ANONYMOUS-RELAY"));
     pn_data_exit(caps);
     pn_connection_open(pc);
-    MQD_INFO("conn", "open peer=%s user=%s container=%s", c->peer,
-             c->user[0] ? c->user : "anonymous", pn_connection_remote_container(pc) ?: "-");
+    const char *user = mqd_conn_user(c);
+    MQD_INFO("conn", "open peer=%s user=%s container=%s", mqd_conn_peer(c),
+             user[0] ? user : "anonymous", pn_connection_remote_container(pc) ?: "-");
 }
 
 static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
@@ -772,16 +817,18 @@ static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
     if (pn_link_state(l) & PN_LOCAL_ACTIVE)
         return;
     /* a peer ignoring handle-max gets refused here (l itself is counted) */
-    if ((size_t)mqd_session_links(pn_link_session(l), 0) > c->srv->conf->max_links_per_session)
+    if ((size_t)mqd_session_links(pn_link_session(l), 0) >
+        mqd_srv_conf(mqd_conn_srv(c))->max_links_per_session)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded",
                                "too many links on this session (max_links_per_session)%s", "");
     /* Proton 0.37 ignores an attach's unsettled map: accepting a resume as a fresh link
      * would drop the peer's unsettled state unseen (docs/conformance.md, 2.6.13) */
     const char *name = pn_link_name(l);
-    if (c->peek && mqd_fpeek_resume_take(c->peek, name, strlen(name), pn_link_is_sender(l)))
-        return mqd_link_refuse(l, "amqp:not-implemented",
-                               "resuming link '%.200s' (an attach with unsettled state) is not supported",
-                               name);
+    mqd_fpeek_t *peek = mqd_conn_peek(c);
+    if (peek && mqd_fpeek_resume_take(peek, name, strlen(name), pn_link_is_sender(l)))
+        return mqd_link_refuse(
+            l, "amqp:not-implemented",
+            "resuming link '%.200s' (an attach with unsettled state) is not supported", name);
     mqd_link_steal(c, l);
     if (pn_link_is_receiver(l))
         producer_attach(c, l);
@@ -821,18 +868,16 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
             break; /* an open before SASL completed: auth closes the connection */
         connection_open(c, pn_event_connection(e));
         break;
-    case PN_CONNECTION_REMOTE_CLOSE:
-        pn_connection_close(pn_event_connection(e));
-        break;
+    case PN_CONNECTION_REMOTE_CLOSE: pn_connection_close(pn_event_connection(e)); break;
     case PN_SESSION_REMOTE_OPEN: {
         pn_session_t *ss = pn_event_session(e);
-        pn_session_set_incoming_capacity(ss, session_capacity(c->srv->conf));
+        pn_session_set_incoming_capacity(ss, session_capacity(mqd_srv_conf(mqd_conn_srv(c))));
         pn_session_open(ss);
         break;
     }
     case PN_SESSION_REMOTE_CLOSE: {
         pn_session_t *ss = pn_event_session(e);
-        for (pn_link_t *l = pn_link_head(c->driver.connection, 0), *next; l; l = next) {
+        for (pn_link_t *l = pn_link_head(mqd_conn_driver(c)->connection, 0), *next; l; l = next) {
             next = pn_link_next(l, 0); /* link_remote_close may free l */
             if (pn_link_session(l) == ss)
                 link_remote_close(l);
@@ -841,26 +886,22 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
         mqd_session_reap(ss);
         break;
     }
-    case PN_LINK_INIT:
-        mqd_session_links(pn_link_session(pn_event_link(e)), 1);
-        break;
-    case PN_LINK_REMOTE_OPEN:
-        link_remote_open(c, pn_event_link(e));
-        break;
+    case PN_LINK_INIT: mqd_session_links(pn_link_session(pn_event_link(e)), 1); break;
+    case PN_LINK_REMOTE_OPEN: link_remote_open(c, pn_event_link(e)); break;
     case PN_LINK_REMOTE_DETACH:
         mqd_link_mark_remote_detached(pn_event_link(e));
         link_remote_close(pn_event_link(e));
         break;
-    case PN_LINK_REMOTE_CLOSE:
-        link_remote_close(pn_event_link(e));
-        break;
+    case PN_LINK_REMOTE_CLOSE: link_remote_close(pn_event_link(e)); break;
     case PN_LINK_FLOW: {
         mqd_lstate_t *ls = pn_link_get_context(pn_event_link(e));
-        if (ls && ls->kind == MQD_LS_REPL) {
-            if (c->srv->repl.link_event)
-                c->srv->repl.link_event(c->srv->repl.arg, ls, e);
-        } else if (ls && (ls->kind == MQD_LS_CONSUMER || ls->kind == MQD_LS_BROWSER))
-            mqd_topic_dispatch_soon(ls->topic);
+        mqd_ls_kind_t kind = ls ? mqd_ls_kind(ls) : 0;
+        if (kind == MQD_LS_REPL) {
+            mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
+            if (rh->link_event)
+                rh->link_event(rh->arg, ls, e);
+        } else if (kind == MQD_LS_CONSUMER || kind == MQD_LS_BROWSER)
+            mqd_topic_dispatch_soon(mqd_ls_topic(ls));
         break;
     }
     case PN_DELIVERY: {
@@ -884,10 +925,12 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
             }
             break;
         }
-        if (ls->kind == MQD_LS_REPL) {
-            if (c->srv->repl.link_event)
-                c->srv->repl.link_event(c->srv->repl.arg, ls, e);
-        } else if (ls->kind == MQD_LS_PRODUCER)
+        mqd_ls_kind_t kind = mqd_ls_kind(ls);
+        if (kind == MQD_LS_REPL) {
+            mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
+            if (rh->link_event)
+                rh->link_event(rh->arg, ls, e);
+        } else if (kind == MQD_LS_PRODUCER)
             producer_transfer(c, ls, d);
         else if (pn_delivery_updated(d) || pn_delivery_settled(d))
             mqd_consumer_disposition(ls, d);
@@ -895,12 +938,11 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
     }
     case PN_TRANSPORT_ERROR: {
         pn_condition_t *tc = pn_transport_condition(pn_event_transport(e));
-        MQD_INFO("conn", "transport error peer=%s: %s: %s", c->peer,
+        MQD_INFO("conn", "transport error peer=%s: %s: %s", mqd_conn_peer(c),
                  pn_condition_get_name(tc) ?: "-", pn_condition_get_description(tc) ?: "-");
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 

@@ -5,8 +5,8 @@
  * container too (a client that reconnected). Off by default: each attach scans the
  * connection's links, quadratic for a client with 32,768 of them (54-memory-budget's
  * case went from seconds to 222 s), and cross-connection stealing breaks Proton's
- * Container, whose connections share one container-id and name links by address. A second attach of an
- * active name on the same session never gets here: Proton closes the connection with
+ * Container, whose connections share one container-id and name links by address. A second attach of
+ * an active name on the same session never gets here: Proton closes the connection with
  * amqp:invalid-field ("link name already attached"). */
 #include "config.h"
 #include "amqp/amqp_int.h"
@@ -19,27 +19,29 @@
  * connections of the same container (usually one). */
 void mqd_link_steal(mqd_conn_t *c, pn_link_t *l)
 {
-    int mode = c->srv->conf->link_stealing;
+    mqd_server_t *s = mqd_conn_srv(c);
+    int mode = mqd_srv_conf(s)->link_stealing;
     if (mode == 0) /* off: the scan below is per attach, O(links of the container) */
         return;
-    const char *cid = pn_connection_remote_container(c->driver.connection);
+    const char *cid = pn_connection_remote_container(mqd_conn_driver(c)->connection);
     if (!cid || !*cid)
         return;
     const char *name = pn_link_name(l);
     bool sender = pn_link_is_sender(l);
-    for (mqd_dlist_t *n = c->srv->conns.next; n != &c->srv->conns; n = n->next) {
-        mqd_conn_t *o = MQD_CONTAINER(n, mqd_conn_t, node);
+    mqd_dlist_t *conns = mqd_srv_conns(s);
+    for (mqd_dlist_t *n = conns->next; n != conns; n = n->next) {
+        mqd_conn_t *o = mqd_conn_of_node(n);
         /* other connections only with link_stealing = container: Proton's Container
          * names its links "<container-id>-<address>" and all its connections share the
          * id, so two connections of one process sending to one address would steal
          * each other's link (05-request-response and 11-memory-connections did) */
         if (o != c && mode == 1)
             continue;
-        const char *ocid = o->closed ? NULL : pn_connection_remote_container(o->driver.connection);
+        pn_connection_t *opc = mqd_conn_driver(o)->connection;
+        const char *ocid = mqd_conn_closed(o) ? NULL : pn_connection_remote_container(opc);
         if (!ocid || strcmp(ocid, cid) != 0)
             continue;
-        for (pn_link_t *ol = pn_link_head(o->driver.connection, PN_LOCAL_ACTIVE), *next; ol;
-             ol = next) {
+        for (pn_link_t *ol = pn_link_head(opc, PN_LOCAL_ACTIVE), *next; ol; ol = next) {
             next = pn_link_next(ol, PN_LOCAL_ACTIVE);
             mqd_lstate_t *ls = pn_link_get_context(ol);
             if (ol == l || !ls || pn_link_is_sender(ol) != sender || strcmp(pn_link_name(ol), name))

@@ -1,6 +1,9 @@
 /* core: the accessors of the opaque structs (core.h, "accessors"). */
 #include "core/core_int.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 bool mqd_core_txn_committed(mqd_server_t *s, uint64_t txn)
 {
     return s->ops.txn_committed && s->ops.txn_committed(s, txn);
@@ -754,6 +757,82 @@ mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i)
 }
 
 /* -- for amqp/ -- */
+mqd_lstate_t *mqd_ls_alloc(mqd_ls_kind_t kind, mqd_conn_t *c, pn_link_t *l)
+{
+    mqd_lstate_t *ls = calloc(1, sizeof *ls);
+    if (!ls)
+        return NULL;
+    ls->kind = kind;
+    ls->conn = c;
+    ls->link = l;
+    mqd_dlist_init(&ls->tnode);
+    return ls;
+}
+void mqd_ls_dealloc(mqd_lstate_t *ls)
+{
+    free(ls);
+}
+void *mqd_ls_amqp(const mqd_lstate_t *o)
+{
+    return o->amqp;
+}
+void mqd_ls_set_amqp(mqd_lstate_t *o, void *v)
+{
+    o->amqp = v;
+}
+bool mqd_ls_cbs(const mqd_lstate_t *o)
+{
+    return o->cbs;
+}
+void mqd_ls_set_cbs(mqd_lstate_t *o, bool v)
+{
+    o->cbs = v;
+}
+bool mqd_ls_coord(const mqd_lstate_t *o)
+{
+    return o->coord;
+}
+void mqd_ls_set_coord(mqd_lstate_t *o, bool v)
+{
+    o->coord = v;
+}
+bool mqd_ls_mgmt(const mqd_lstate_t *o)
+{
+    return o->mgmt;
+}
+void mqd_ls_set_mgmt(mqd_lstate_t *o, bool v)
+{
+    o->mgmt = v;
+}
+void mqd_ls_set_name(mqd_lstate_t *o, const char *v)
+{
+    snprintf(o->name, sizeof o->name, "%s", v);
+}
+char *mqd_ls_tmp_name(const mqd_lstate_t *o)
+{
+    return o->tmp_name;
+}
+void mqd_ls_set_tmp_name(mqd_lstate_t *o, char *v)
+{
+    o->tmp_name = v;
+}
+void mqd_topic_count_out(mqd_topic_t *t, size_t bytes)
+{
+    t->msgs_out++;
+    t->bytes_out += bytes;
+}
+void mqd_topic_count_expired(mqd_topic_t *t)
+{
+    t->msgs_expired++;
+}
+void mqd_topic_count_dead(mqd_topic_t *t)
+{
+    t->msgs_dead++;
+}
+void mqd_topic_count_rejected(mqd_topic_t *t)
+{
+    t->msgs_rejected++;
+}
 
 /* -- for server/ -- */
 void mqd_srv_set_meta(mqd_server_t *o, mqd_meta_t *v)

@@ -764,6 +764,29 @@ void mqd_ls_set_topic(mqd_lstate_t *o, mqd_topic_t *v);
 /* accessors added by the conversion of each subsystem (merged into the lists above
  * when the conversion is done) */
 /* -- for amqp/ -- */
+/* A zeroed link state of `kind` for link l of c (tnode an empty list; not yet l's
+ * context), or NULL without memory. mqd_ls_dealloc frees it once what it owns is freed
+ * (amqp's mqd_lstate_free). */
+mqd_lstate_t *mqd_ls_alloc(mqd_ls_kind_t kind, mqd_conn_t *c, pn_link_t *l);
+void mqd_ls_dealloc(mqd_lstate_t *ls);
+void *mqd_ls_amqp(const mqd_lstate_t *o);
+void mqd_ls_set_amqp(mqd_lstate_t *o, void *v);
+bool mqd_ls_cbs(const mqd_lstate_t *o);
+void mqd_ls_set_cbs(mqd_lstate_t *o, bool v);
+bool mqd_ls_coord(const mqd_lstate_t *o);
+void mqd_ls_set_coord(mqd_lstate_t *o, bool v);
+bool mqd_ls_mgmt(const mqd_lstate_t *o);
+void mqd_ls_set_mgmt(mqd_lstate_t *o, bool v);
+void mqd_ls_set_name(mqd_lstate_t *o, const char *v); /* copied, cut to the name's room */
+char *mqd_ls_tmp_name(const mqd_lstate_t *o);
+void mqd_ls_set_tmp_name(mqd_lstate_t *o, char *v);
+/* A topic's statistics: a delivery of `bytes` to a consumer; a record consumed without
+ * delivery because it expired, was dead-lettered, or a disposition rejected it (or a
+ * send that replication refused). */
+void mqd_topic_count_out(mqd_topic_t *t, size_t bytes);
+void mqd_topic_count_expired(mqd_topic_t *t);
+void mqd_topic_count_dead(mqd_topic_t *t);
+void mqd_topic_count_rejected(mqd_topic_t *t);
 /* -- for server/ -- */
 void mqd_srv_set_meta(mqd_server_t *o, mqd_meta_t *v);
 void mqd_srv_set_store(mqd_server_t *o, mqd_store_t *v);

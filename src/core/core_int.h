@@ -49,54 +49,27 @@ struct mqd_lstate {
     mqd_ls_kind_t kind;
     mqd_conn_t *conn;
     pn_link_t *link;
-    mqd_topic_t *topic;       /* NULL for anonymous relay and temporary-node producers */
-    char *tmp_name;           /* producer to a temporary node: its name (owned) */
-    bool mgmt;                /* producer to $management (or $cbs) */
-    bool cbs;                 /* producer to $cbs: requests go to mqd_auth_cbs_handle */
-    bool coord;               /* the transaction coordinator link */
-    uint8_t acl_perm;         /* mqd_perm_t checked on the topic (or $management) at
-                                 attach, 0 = none (a reload checks it again:
-                                 mqd_auth_recheck) */
-    bool fixed_part;          /* T/Partitions/N */
-    uint32_t part;
-    uint32_t sticky_left;     /* round robin: messages left on `part` */
-    mqd_dlist_t tnode;        /* in topic->consumers */
-    uint64_t *browse_next;    /* browser, selective consumer: next offset per partition */
-    uint32_t browse_n;        /* entries in browse_next (partitions when attached) */
-    mqd_read_t *brd;          /* browser: records read ahead from partition brd_part */
-    uint32_t brd_part;
-    size_t brd_i;             /* next record in brd to deliver */
-    /* A consumer with a selector on the shared group scans with browse_next/brd too, and
-       looks at the group's released records from sel_rdi on; per partition, sel_gen is
-       the redelivery list's generation since which sel_looked entries were looked at
-       and none selected (consumer.c). */
-    size_t sel_rdi;
-    uint32_t sel_work;        /* records looked at this loop turn (reset by run_later) */
-    uint64_t *sel_gen;
-    size_t *sel_looked;
-    uint64_t unsettled;       /* consumer: deliveries not yet settled */
-    struct mqd_group *group;  /* consumer: its group (group/) */
-    mqd_dlist_t gnode;        /* in group->members */
-    bool manual;              /* T/ConsumerGroups/G/Partitions/N: owns `part` only */
+    mqd_topic_t *topic;      /* NULL for anonymous relay and temporary-node producers */
+    char *tmp_name;          /* producer to a temporary node: its name (owned) */
+    bool mgmt;               /* producer to $management (or $cbs) */
+    bool cbs;                /* producer to $cbs: requests go to mqd_auth_cbs_handle */
+    bool coord;              /* the transaction coordinator link */
+    uint8_t acl_perm;        /* mqd_perm_t checked on the topic (or $management) at
+                                attach, 0 = none (a reload checks it again:
+                                mqd_auth_recheck) */
+    uint32_t part;           /* producer: T/Partitions/N or the round robin's; consumer:
+                                T/ConsumerGroups/G/Partitions/N */
+    mqd_dlist_t tnode;       /* in topic->consumers */
+    struct mqd_group *group; /* consumer: its group (group/) */
+    mqd_dlist_t gnode;       /* in group->members */
+    bool manual;             /* T/ConsumerGroups/G/Partitions/N: owns `part` only */
     bool has_epoch;
-    int64_t epoch;            /* com.microsoft:epoch */
-    mqd_start_t start;        /* start position from the source filter */
-    uint8_t *start_done;      /* per partition: start position applied */
-    uint32_t start_n;
-    struct mqd_selector *sel; /* property selector, or NULL */
-    char name[96];            /* "peer/link-name" for management */
-    uint8_t *acc;             /* producer: a transfer arriving in several frames */
-    size_t acc_len, acc_cap;
-    /* producer credit (amqp/credit.c): granted since the connection's output generation
-       credit_gen, so not yet shown to the peer; the largest message so far */
-    int credit_unposted;
-    uint64_t credit_gen;
-    uint64_t msg_max;
-    void *repl;               /* MQD_LS_REPL: the replication layer's state of it */
-    bool acks_set;            /* producer: link property mqd:acks given */
-    uint8_t acks;             /* its mqd_acks_t */
-    bool credit_shared;       /* counted among the producers sharing the disk budget */
-    uint64_t credit_reserved; /* its part of that budget (watermark.c) */
+    int64_t epoch; /* com.microsoft:epoch */
+    char name[96]; /* "peer/link-name" for management */
+    void *repl;    /* MQD_LS_REPL: the replication layer's state of it */
+    void *amqp;    /* amqp/'s state of it (mqd_alink_t, amqp/amqp_int.h: credit,
+                      partial transfers, browse and selector positions...);
+                      NULL for MQD_LS_REPL */
 };
 
 struct mqd_conn {
