@@ -10,7 +10,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top" || exit 2
 cfg=$(ls build/config.h config.h 2>/dev/null | head -1)
 [ -n "$cfg" ] || { echo "opaque-check: no config.h (run scripts/setup.sh first)" >&2; exit 2; }
-flags="-Isrc -I$(dirname "$cfg") $(pkg-config --cflags libqpid-proton libevent_core jansson sqlite3 libssl) -D_GNU_SOURCE -DMQD_OPAQUE -fsyntax-only"
+flags="-Isrc -I$(dirname "$cfg") $(pkg-config --cflags libqpid-proton libevent_core jansson sqlite3 libssl) -D_GNU_SOURCE -DMQD_OPAQUE -fsyntax-only -Werror=incompatible-pointer-types -Werror=int-conversion -Werror=implicit-function-declaration"
 [ $# -gt 0 ] || set -- $(ls src/*/*.c | grep -v '^src/\(core\|store\|util\|conf\|meta\|codec\|route\|cluster\|tools\)/')
 bad=0
 for f in "$@"; do

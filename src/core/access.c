@@ -873,14 +873,6 @@ void mqd_conn_set_user(mqd_conn_t *o, const char *v)
 {
     snprintf(o->user, sizeof o->user, "%s", v);
 }
-bool mqd_ls_mgmt(const mqd_lstate_t *o)
-{
-    return o->mgmt;
-}
-const char *mqd_ls_tmp_name(const mqd_lstate_t *o)
-{
-    return o->tmp_name;
-}
 
 /* -- for mgmt/, metrics/, console/ -- */
 void *mqd_srv_console(const mqd_server_t *o)

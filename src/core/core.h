@@ -854,8 +854,6 @@ void mqd_ls_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
 const mqd_dlist_t *mqd_topic_groups_const(const mqd_topic_t *o);
 /* copies v (truncated to fit) */
 void mqd_conn_set_user(mqd_conn_t *o, const char *v);
-bool mqd_ls_mgmt(const mqd_lstate_t *o);
-const char *mqd_ls_tmp_name(const mqd_lstate_t *o);
 /* -- for mgmt/, metrics/, console/ -- */
 void *mqd_srv_console(const mqd_server_t *o);
 void mqd_srv_set_console(mqd_server_t *o, void *v);

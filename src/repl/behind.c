@@ -46,7 +46,7 @@ static int log_start_of(pn_data_t *info, uint64_t *start)
 void mqd_repl_fol_behind(rpart_t *rp, uint32_t leader, pn_data_t *info)
 {
     uint64_t start = 0;
-    mqd_plog_t *log = rp->local->log;
+    mqd_plog_t *log = mqd_part_log(rp->local);
     uint64_t end = mqd_plog_end_offset(log);
     if (log_start_of(info, &start) != 0) {
         MQD_WARN("repl", "%s/%u: below-log-start answer without mqd:log-start: fetching again",

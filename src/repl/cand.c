@@ -43,7 +43,7 @@ void mqd_repl_cand_report(mqd_repl_t *r, uint32_t gone)
         if (rp->role != ROLE_FOLLOWER || rp->ps.leader != gone || !rp->local ||
             !mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, self))
             continue;
-        uint64_t end = mqd_plog_end_offset(rp->local->log);
+        uint64_t end = mqd_plog_end_offset(mqd_part_log(rp->local));
         size_t kl = strlen(r->cand_prefix) + strlen(rp->topic) + 32;
         char *key = malloc(kl), val[96];
         if (!key)

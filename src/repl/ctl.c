@@ -99,7 +99,7 @@ static bool unclean_allowed(mqd_repl_t *r, const char *topic)
 {
     mqd_topic_t *t = mqd_topic_find(r->s, topic);
     if (t)
-        return t->conf.unclean_leader_election;
+        return mqd_topic_conf(t)->unclean_leader_election;
     mqd_topic_conf_t tc;
     mqd_conf_topic(r->conf, topic, &tc);
     return tc.unclean_leader_election;

@@ -41,7 +41,7 @@ static uint32_t last_epoch(mqd_repl_t *r, mqd_plog_t *log)
 static void attach(fol_t *f)
 {
     rpart_t *rp = f->rp;
-    mqd_plog_t *log = rp->local->log;
+    mqd_plog_t *log = mqd_part_log(rp->local);
     pn_connection_t *pc = f->oc ? mqd_outconn_connection(f->oc) : NULL;
     if (!pc || f->link)
         return;
@@ -122,7 +122,7 @@ static void receive(fol_t *f, pn_delivery_t *d)
         mqd_repl_refresh(f->rp);
         return resync(f, d, "records of a newer epoch");
     }
-    mqd_plog_t *log = f->rp->local->log;
+    mqd_plog_t *log = mqd_part_log(f->rp->local);
     if (run.count) {
         uint64_t first;
         int rc = mqd_plog_append_raw(log, run.data, run.len, &first);
@@ -184,7 +184,7 @@ static void truncate_to_leader(fol_t *f, pn_data_t *info)
         }
         pn_data_exit(info);
     }
-    mqd_plog_t *log = f->rp->local->log;
+    mqd_plog_t *log = mqd_part_log(f->rp->local);
     if (seen != 3 || mqd_repl_epoch_end(f->rp->r, log, epoch, &own, &own_largest) != 0) {
         MQD_WARN("repl", "%s/%u: unreadable divergence answer: fetching again", f->rp->topic,
                  f->rp->part);
@@ -305,7 +305,7 @@ void mqd_repl_fol_work(rpart_t *rp, int64_t now_ms)
             connect_leader(f);
         return;
     }
-    uint64_t stable = mqd_plog_stable_offset(rp->local->log);
+    uint64_t stable = mqd_plog_stable_offset(mqd_part_log(rp->local));
     size_t k = 0;
     while (k < f->n_wait && f->wait[k].end <= stable)
         settle(f, f->wait[k++].d, PN_ACCEPTED);

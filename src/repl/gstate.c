@@ -61,7 +61,7 @@ void mqd_repl_group_saved(void *arg, mqd_topic_t *t, uint32_t part, const char *
                           uint64_t floor)
 {
     mqd_repl_t *r = arg;
-    rpart_t *rp = mqd_repl_part_find(r, t->name, part);
+    rpart_t *rp = mqd_repl_part_find(r, mqd_topic_name(t), part);
     if (!rp || rp->role != ROLE_LEADER || !rp->lead || !rp->local || !mqd_repl_may_ack(rp))
         return;
     lead_t *ld = rp->lead;
@@ -104,12 +104,12 @@ static int apply_group(rpart_t *rp, const mqd_raw_rec_t *rec)
     uint8_t blob[12] = {0}; /* cursor.c's blob: floor, 0 done ranges */
     memcpy(blob, &floor, 8);
     mqd_meta_offset_t o = {
-        .topic = p->topic->name, .group = name, .partition = p->id, .offset = floor};
-    int rc = mqd_meta_offsets_commit(s->meta, &o, 1);
+        .topic = mqd_topic_name(mqd_part_topic(p)), .group = name, .partition = mqd_part_id(p), .offset = floor};
+    int rc = mqd_meta_offsets_commit(mqd_srv_meta(s), &o, 1);
     if (rc == 0)
-        rc = mqd_meta_acks_put(s->meta, p->topic->name, name, p->id, blob, sizeof blob);
+        rc = mqd_meta_acks_put(mqd_srv_meta(s), mqd_topic_name(mqd_part_topic(p)), name, mqd_part_id(p), blob, sizeof blob);
     if (rc == 0)
-        mqd_group_follow_floor(p->topic, name, p->id, floor);
+        mqd_group_follow_floor(mqd_part_topic(p), name, mqd_part_id(p), floor);
     return rc;
 }
 
@@ -131,7 +131,7 @@ void mqd_repl_fol_state(rpart_t *rp, const uint8_t *data, size_t len)
     mqd_server_t *s = rp->r->s;
     if (!run_has_state(data, len))
         return;
-    int rc = mqd_meta_begin(s->meta);
+    int rc = mqd_meta_begin(mqd_srv_meta(s));
     if (rc != 0) {
         MQD_WARN("repl", "%s/%u: group offsets or decisions of a run not saved: %s", rp->topic,
                  rp->part, mqd_strerror(rc));
@@ -147,9 +147,9 @@ void mqd_repl_fol_state(rpart_t *rp, const uint8_t *data, size_t len)
             rc = mqd_txn_adopt_commit(s, rec.txn);
     }
     if (rc == 0)
-        rc = mqd_meta_commit(s->meta);
+        rc = mqd_meta_commit(mqd_srv_meta(s));
     else
-        mqd_meta_rollback(s->meta);
+        mqd_meta_rollback(mqd_srv_meta(s));
     if (rc != 0)
         MQD_WARN("repl", "%s/%u: group offsets or decisions of a run not saved: %s", rp->topic,
                  rp->part, mqd_strerror(rc));
@@ -161,5 +161,5 @@ void mqd_repl_lead_state(rpart_t *rp)
 {
     /* the window this node built (at its start, or when it led before) lacks what it
      * fetched since: the next check rebuilds it from this log */
-    mqd_dedup_free(rp->local->topic);
+    mqd_dedup_free(mqd_part_topic(rp->local));
 }

@@ -35,13 +35,13 @@ int mqd_repl_lead_start(rpart_t *rp)
         rflw_t *f = &ld->f[ld->n++];
         *f = (rflw_t){.rp = rp, .id = rp->ps.replicas[i], .caught_ms = now, .probe_ms = now};
     }
-    mqd_plog_set_epoch(rp->local->log, rp->ps.epoch);
+    mqd_plog_set_epoch(mqd_part_log(rp->local), rp->ps.epoch);
     mqd_plog_set_commit_tap(mqd_part_log(rp->local), tap, rp);
     /* what it knew as a follower (never goes back); after a restart nothing is known:
      * records only this node has must not become visible before the followers report */
     ld->hw = mqd_part_hw_set(rp->local) ? mqd_part_hw(rp->local) : 0;
-    if (ld->hw > mqd_plog_stable_offset(rp->local->log))
-        ld->hw = mqd_plog_stable_offset(rp->local->log);
+    if (ld->hw > mqd_plog_stable_offset(mqd_part_log(rp->local)))
+        ld->hw = mqd_plog_stable_offset(mqd_part_log(rp->local));
     rp->lead = ld;
     mqd_repl_lead_state(rp);
     mqd_repl_lead_isr_changed(rp);
@@ -53,12 +53,12 @@ static void drop_link(rflw_t *f)
     if (!f->ls)
         return;
     mqd_lstate_t *ls = f->ls;
-    ls->repl = NULL;
+    mqd_ls_set_repl(ls, NULL);
     f->ls = NULL;
-    if (!(pn_link_state(ls->link) & PN_LOCAL_CLOSED)) {
-        pn_condition_set_name(pn_link_condition(ls->link), "amqp:link:detach-forced");
-        pn_link_close(ls->link);
-        mqd_conn_mark_dirty(ls->conn);
+    if (!(pn_link_state(mqd_ls_link(ls)) & PN_LOCAL_CLOSED)) {
+        pn_condition_set_name(pn_link_condition(mqd_ls_link(ls)), "amqp:link:detach-forced");
+        pn_link_close(mqd_ls_link(ls));
+        mqd_conn_mark_dirty(mqd_ls_conn(ls));
     }
 }
 
@@ -66,11 +66,12 @@ static void drop_link(rflw_t *f)
  * may be cut back by epoch: they are detached to attach again (and be redirected). */
 static void detach_consumers(rpart_t *rp)
 {
-    mqd_topic_t *t = rp->local->topic;
+    mqd_topic_t *t = mqd_part_topic(rp->local);
     size_t n = 0;
-    for (mqd_dlist_t *it = t->consumers.next, *next; it != &t->consumers; it = next) {
+    mqd_dlist_t *head = mqd_topic_consumers(t);
+    for (mqd_dlist_t *it = head->next, *next; it != head; it = next) {
         next = it->next; /* the detach unlinks it */
-        mqd_consumer_detach(MQD_CONTAINER(it, mqd_lstate_t, tnode), "amqp:link:detach-forced",
+        mqd_consumer_detach(mqd_ls_of_tnode(it), "amqp:link:detach-forced",
                             "the partition's leader moved: attach again to be redirected");
         n++;
     }
@@ -110,9 +111,9 @@ static int ship(rflw_t *f, uint64_t stable)
     size_t len = 0;
     uint64_t next = f->next_send;
     if (f->next_send < stable) {
-        int rc = mqd_plog_read_raw(rp->local->log, f->next_send, r->buf, r->cap, &len, &next);
+        int rc = mqd_plog_read_raw(mqd_part_log(rp->local), f->next_send, r->buf, r->cap, &len, &next);
         if (rc == MQD_ETOOBIG && mqd_repl_grow(r, len) == 0)
-            rc = mqd_plog_read_raw(rp->local->log, f->next_send, r->buf, r->cap, &len, &next);
+            rc = mqd_plog_read_raw(mqd_part_log(rp->local), f->next_send, r->buf, r->cap, &len, &next);
         if (rc != 0)
             return rc;
     }
@@ -175,7 +176,7 @@ static void send_run(rflw_t *f, const mqd_repl_run_t *run, uint64_t next)
 {
     uint8_t head[MQD_REPL_HEAD_MAX];
     size_t hl = mqd_repl_run_head(run, head);
-    pn_link_t *l = f->ls->link;
+    pn_link_t *l = mqd_ls_link(f->ls);
     uint64_t tag = f->tag++;
     pn_delivery_t *d = pn_delivery(l, pn_dtag((const char *)&tag, sizeof tag));
     pn_delivery_set_context(d, (void *)(uintptr_t)next);
@@ -189,11 +190,11 @@ static void send_run(rflw_t *f, const mqd_repl_run_t *run, uint64_t next)
 
 static void pump(rflw_t *f)
 {
-    if (!f->ls || (pn_link_state(f->ls->link) & PN_LOCAL_CLOSED))
+    if (!f->ls || (pn_link_state(mqd_ls_link(f->ls)) & PN_LOCAL_CLOSED))
         return;
-    uint64_t stable = mqd_plog_stable_offset(f->rp->local->log);
+    uint64_t stable = mqd_plog_stable_offset(mqd_part_log(f->rp->local));
     bool sent = false;
-    while (pn_link_credit(f->ls->link) > 0 &&
+    while (pn_link_credit(mqd_ls_link(f->ls)) > 0 &&
            (f->next_send < stable || f->hw_sent != f->rp->lead->hw)) {
         int rc = ship(f, stable);
         if (rc != 0) {
@@ -204,7 +205,7 @@ static void pump(rflw_t *f)
         sent = true;
     }
     if (sent)
-        mqd_conn_mark_dirty(f->ls->conn);
+        mqd_conn_mark_dirty(mqd_ls_conn(f->ls));
 }
 
 /* The high watermark over the in-sync set, the quorum end over all replicas. While the
@@ -215,7 +216,7 @@ static void watermark(rpart_t *rp)
     lead_t *ld = rp->lead;
     if (!mqd_repl_may_ack(rp))
         return; /* fenced: settles nothing, whatever followers report */
-    uint64_t stable = mqd_plog_stable_offset(rp->local->log);
+    uint64_t stable = mqd_plog_stable_offset(mqd_part_log(rp->local));
     uint64_t isr_leo[MQD_REPL_MAX_RF], all_leo[MQD_REPL_MAX_RF];
     size_t n_isr = 0;
     for (uint32_t i = 0; i < ld->n; i++) {
@@ -240,7 +241,7 @@ static void watermark(rpart_t *rp)
 static void isr_check(rpart_t *rp, int64_t now)
 {
     lead_t *ld = rp->lead;
-    uint64_t end = mqd_plog_end_offset(rp->local->log);
+    uint64_t end = mqd_plog_end_offset(mqd_part_log(rp->local));
     int64_t lag = (int64_t)rp->r->conf->replica_lag_ms;
     mqd_repl_pstate_t ps = rp->ps;
     bool change = false;
@@ -461,9 +462,9 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     pn_terminus_copy(pn_link_source(l), pn_link_remote_source(l));
     pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
     const char *ru = r->conf->replication_user;
-    if (r->conf->replication_tls && !c->ssl) /* the password and the records in clear */
+    if (r->conf->replication_tls && !mqd_conn_ssl(c)) /* the password and the records in clear */
         return refuse(l, "amqp:unauthorized-access", "replication requires TLS", addr);
-    if (ru && ru[0] && strcmp(c->user, ru) != 0)
+    if (ru && ru[0] && strcmp(mqd_conn_user(c), ru) != 0)
         return refuse(l, "amqp:unauthorized-access", "fetch links are for replication_user only",
                       addr);
     if (read_props(l, &q) != 0)
@@ -478,25 +479,22 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
         return refuse(l, "amqp:unauthorized-access", "that node is not a replica", addr);
     if ((q.seen & 8) && q.epoch != rp->ps.epoch)
         return epoch_mismatch(rp, l, addr, q.epoch);
-    uint64_t start = mqd_plog_start_offset(rp->local->log), epoch_end;
+    uint64_t start = mqd_plog_start_offset(mqd_part_log(rp->local)), epoch_end;
     uint32_t largest;
     if (q.offset < start)
         return behind_start(rp, l, addr, q.offset, start);
-    if (mqd_repl_epoch_end(r, rp->local->log, q.last_epoch, &epoch_end, &largest) != 0)
+    if (mqd_repl_epoch_end(r, mqd_part_log(rp->local), q.last_epoch, &epoch_end, &largest) != 0)
         return refuse(l, "amqp:internal-error", "epoch lookup failed", addr);
     if (q.offset > epoch_end || largest != q.last_epoch)
         return diverged(l, addr, epoch_end, largest);
-    mqd_lstate_t *ls = calloc(1, sizeof *ls);
+    drop_link(f); /* an older link of the same follower (a reconnect) */
+    mqd_lstate_t *ls = mqd_ls_alloc(MQD_LS_REPL, c, l);
     if (!ls)
         return refuse(l, "amqp:resource-limit-exceeded", "out of memory", addr);
-    drop_link(f); /* an older link of the same follower (a reconnect) */
-    ls->kind = MQD_LS_REPL;
-    ls->conn = c;
-    ls->link = l;
-    ls->repl = f;
-    mqd_dlist_init(&ls->tnode);
-    snprintf(ls->name, sizeof ls->name, "%s/%s", c->peer, pn_link_name(l));
-    pn_link_set_context(l, ls);
+    mqd_ls_set_repl(ls, f);
+    char name[160];
+    snprintf(name, sizeof name, "%s/%s", mqd_conn_peer(c), pn_link_name(l));
+    mqd_ls_set_name(ls, name);
     f->ls = ls;
     f->leo = q.offset; /* what it holds now: after a restart it may hold less */
     f->next_send = q.offset;
@@ -511,7 +509,7 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
 
 void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e)
 {
-    rflw_t *f = ls->repl;
+    rflw_t *f = mqd_ls_repl(ls);
     if (!f)
         return;
     if (pn_event_type(e) == PN_DELIVERY) {
@@ -531,8 +529,8 @@ void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e)
 
 void mqd_repl_lead_gone(mqd_repl_t *r, mqd_lstate_t *ls)
 {
-    rflw_t *f = ls->repl;
+    rflw_t *f = mqd_ls_repl(ls);
     if (f && f->ls == ls)
         f->ls = NULL; /* it stays in sync until replica_lag_ms says otherwise */
-    ls->repl = NULL;
+    mqd_ls_set_repl(ls, NULL);
 }

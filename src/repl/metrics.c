@@ -59,7 +59,7 @@ void mqd_repl_metrics(mqd_repl_t *r, struct evbuffer *b)
          "Leader only: records a follower is behind the "
          "leader's log end (its last settled run).");
     for (rpart_t *rp = r->parts; rp; rp = rp->next) {
-        uint64_t end = rp->lead ? mqd_plog_end_offset(rp->local->log) : 0;
+        uint64_t end = rp->lead ? mqd_plog_end_offset(mqd_part_log(rp->local)) : 0;
         for (uint32_t i = 0; rp->lead && i < rp->lead->n; i++) {
             char extra[40];
             snprintf(extra, sizeof extra, ",follower=\"%u\"", rp->lead->f[i].id);

@@ -55,7 +55,7 @@ int mqd_repl_grow(mqd_repl_t *r, size_t need)
 
 uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp)
 {
-    const mqd_topic_conf_t *tc = rp->local ? &rp->local->topic->conf : NULL;
+    const mqd_topic_conf_t *tc = rp->local ? mqd_topic_conf(mqd_part_topic(rp->local)) : NULL;
     uint32_t rf = rp->ps.n_replicas, min = tc ? tc->min_insync_replicas : 0;
     if (min == 0)
         min = rf < 2 ? rf : 2;
@@ -80,20 +80,20 @@ static void topic_registered(void *arg, const mqd_etcd_reply_t *rep)
 static void on_topic_created(void *arg, mqd_topic_t *t)
 {
     mqd_repl_t *r = arg;
-    if (!r->etcd || t->conf.replication_factor <= 1 || t->temporary || t->name[0] == '$')
+    if (!r->etcd || mqd_topic_conf(t)->replication_factor <= 1 || mqd_topic_temporary(t) || mqd_topic_name(t)[0] == '$')
         return;
-    mqd_repl_tdesc_t td = {t->nparts, t->conf.replication_factor, NULL};
-    if (t->overrides)
-        td.config = json_dumps(t->overrides, JSON_COMPACT | JSON_SORT_KEYS);
+    mqd_repl_tdesc_t td = {mqd_topic_nparts(t), mqd_topic_conf(t)->replication_factor, NULL};
+    if (mqd_topic_overrides(t))
+        td.config = json_dumps(mqd_topic_overrides(t), JSON_COMPACT | JSON_SORT_KEYS);
     char *val = mqd_repl_tdesc_json(&td),
-         *key = malloc(strlen(r->topics_prefix) + strlen(t->name) + 1);
+         *key = malloc(strlen(r->topics_prefix) + strlen(mqd_topic_name(t)) + 1);
     free(td.config);
     if (!val || !key) {
         free(val);
         free(key);
         return;
     }
-    sprintf(key, "%s%s", r->topics_prefix, t->name);
+    sprintf(key, "%s%s", r->topics_prefix, mqd_topic_name(t));
     mqd_etcd_cmp_t cmp = {key, strlen(key), MQD_ETCD_CMP_CREATE, 0};
     mqd_etcd_op_t put = {MQD_ETCD_OP_PUT, key, val, strlen(key), strlen(val), 0, false};
     mqd_etcd_txn_t txn = {&cmp, 1, &put, NULL, 1, 0};
@@ -141,9 +141,9 @@ static bool on_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t 
 {
     mqd_repl_t *r = arg;
     if (part >= 0)
-        return redirect_part(r, mqd_repl_part_find(r, t->name, (uint32_t)part), t->name, part, to);
-    for (uint32_t i = 0; i < t->nparts; i++)
-        if (redirect_part(r, mqd_repl_part_find(r, t->name, i), t->name, -1, to))
+        return redirect_part(r, mqd_repl_part_find(r, mqd_topic_name(t), (uint32_t)part), mqd_topic_name(t), part, to);
+    for (uint32_t i = 0; i < mqd_topic_nparts(t); i++)
+        if (redirect_part(r, mqd_repl_part_find(r, mqd_topic_name(t), i), mqd_topic_name(t), -1, to))
             return true;
     return false;
 }
@@ -152,8 +152,8 @@ static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int a
                                  const char **cond)
 {
     mqd_repl_t *r = arg;
-    rpart_t *rp = mqd_repl_part_find(r, t->name, part);
-    if (!rp && t->conf.replication_factor <= 1)
+    rpart_t *rp = mqd_repl_part_find(r, mqd_topic_name(t), part);
+    if (!rp && mqd_topic_conf(t)->replication_factor <= 1)
         return NULL; /* unreplicated: a local topic */
     *cond = "amqp:precondition-failed";
     if (!rp || rp->role != ROLE_LEADER || !rp->local)
@@ -215,9 +215,9 @@ static mqd_part_t *local_replica(mqd_repl_t *r, rpart_t *rp)
             MQD_WARN("repl", "cannot create the replica of %s: %s", rp->topic, mqd_strerror(rc));
             return NULL;
         }
-        MQD_NOTICE("repl", "created replica topic %s (%u partitions)", rp->topic, t->nparts);
+        MQD_NOTICE("repl", "created replica topic %s (%u partitions)", rp->topic, mqd_topic_nparts(t));
     }
-    return rp->part < t->nparts ? &t->parts[rp->part] : NULL;
+    return rp->part < mqd_topic_nparts(t) ? mqd_topic_part(t, rp->part) : NULL;
 }
 
 static void set_role(rpart_t *rp, role_t role)
@@ -619,9 +619,8 @@ int mqd_repl_start(mqd_repl_t *r, mqd_cluster_t *m)
     if (rc != 0)
         return rc;
     /* topics that exist here from before (a restart) are registered if etcd lost them */
-    for (size_t b = 0; b < r->s->topics_cap; b++)
-        for (mqd_topic_t *t = r->s->topics[b]; t; t = t->hnext)
-            on_topic_created(r, t);
+    for (mqd_topic_t *t = mqd_srv_topic_first(r->s); t; t = mqd_srv_topic_next(t))
+        on_topic_created(r, t);
     struct timeval tv = {0, REPL_TICK_MS * 1000};
     event_add(r->ev_tick, &tv);
     return 0;
