@@ -29,10 +29,6 @@ struct event_base *mqd_srv_base(const mqd_server_t *o)
 {
     return o->base;
 }
-void mqd_srv_set_base(mqd_server_t *o, struct event_base *v)
-{
-    o->base = v;
-}
 mqd_read_t *mqd_srv_browse_rd(mqd_server_t *o)
 {
     return &o->browse_rd;
@@ -45,17 +41,9 @@ uint64_t mqd_srv_budget_closes(const mqd_server_t *o)
 {
     return o->budget_closes;
 }
-mqd_dlist_t *mqd_srv_builds(mqd_server_t *o)
-{
-    return &o->builds;
-}
 mqd_conf_t *mqd_srv_conf(const mqd_server_t *o)
 {
     return o->conf;
-}
-void mqd_srv_set_conf(mqd_server_t *o, mqd_conf_t *v)
-{
-    o->conf = v;
 }
 mqd_conf_hooks_t *mqd_srv_conf_hooks(const mqd_server_t *o)
 {
@@ -65,10 +53,6 @@ char *mqd_srv_conf_path(const mqd_server_t *o)
 {
     return o->conf_path;
 }
-void mqd_srv_set_conf_path(mqd_server_t *o, char *v)
-{
-    o->conf_path = v;
-}
 mqd_dlist_t *mqd_srv_conns(mqd_server_t *o)
 {
     return &o->conns;
@@ -77,21 +61,9 @@ uint64_t mqd_srv_conns_accepted(const mqd_server_t *o)
 {
     return o->conns_accepted;
 }
-void mqd_srv_set_conns_accepted(mqd_server_t *o, uint64_t v)
-{
-    o->conns_accepted = v;
-}
 uint64_t mqd_srv_conns_refused(const mqd_server_t *o)
 {
     return o->conns_refused;
-}
-void mqd_srv_set_conns_refused(mqd_server_t *o, uint64_t v)
-{
-    o->conns_refused = v;
-}
-mqd_dlist_t *mqd_srv_dirty(mqd_server_t *o)
-{
-    return &o->dirty;
 }
 mqd_dlist_t *mqd_srv_dispatch_later(mqd_server_t *o)
 {
@@ -101,10 +73,6 @@ mqd_dlist_t *mqd_srv_dispatch_q(mqd_server_t *o)
 {
     return &o->dispatch_q;
 }
-mqd_dlist_t *mqd_srv_drains(mqd_server_t *o)
-{
-    return &o->drains;
-}
 struct event *mqd_srv_ev_handover(const mqd_server_t *o)
 {
     return o->ev_handover;
@@ -113,14 +81,6 @@ void mqd_srv_set_ev_handover(mqd_server_t *o, struct event *v)
 {
     o->ev_handover = v;
 }
-struct event *mqd_srv_ev_later(const mqd_server_t *o)
-{
-    return o->ev_later;
-}
-void mqd_srv_set_ev_later(mqd_server_t *o, struct event *v)
-{
-    o->ev_later = v;
-}
 struct event *mqd_srv_ev_shutdown(const mqd_server_t *o)
 {
     return o->ev_shutdown;
@@ -128,26 +88,6 @@ struct event *mqd_srv_ev_shutdown(const mqd_server_t *o)
 void mqd_srv_set_ev_shutdown(mqd_server_t *o, struct event *v)
 {
     o->ev_shutdown = v;
-}
-struct event *mqd_srv_ev_tick(const mqd_server_t *o)
-{
-    return o->ev_tick;
-}
-void mqd_srv_set_ev_tick(mqd_server_t *o, struct event *v)
-{
-    o->ev_tick = v;
-}
-struct event *mqd_srv_ev_wake(const mqd_server_t *o)
-{
-    return o->ev_wake;
-}
-void mqd_srv_set_ev_wake(mqd_server_t *o, struct event *v)
-{
-    o->ev_wake = v;
-}
-mqd_dlist_t *mqd_srv_graveyard(mqd_server_t *o)
-{
-    return &o->graveyard;
 }
 mqd_hist_t *mqd_srv_h_append_stable(mqd_server_t *o)
 {
@@ -184,10 +124,6 @@ uint64_t mqd_srv_msgs_rejected(const mqd_server_t *o)
 size_t mqd_srv_n_conns(const mqd_server_t *o)
 {
     return o->n_conns;
-}
-void mqd_srv_set_n_conns(mqd_server_t *o, size_t v)
-{
-    o->n_conns = v;
 }
 size_t mqd_srv_n_listeners(const mqd_server_t *o)
 {
@@ -229,14 +165,6 @@ uint64_t mqd_srv_sends_failed(const mqd_server_t *o)
 {
     return o->sends_failed;
 }
-int64_t mqd_srv_started_ms(const mqd_server_t *o)
-{
-    return o->started_ms;
-}
-void mqd_srv_set_started_ms(mqd_server_t *o, int64_t v)
-{
-    o->started_ms = v;
-}
 bool mqd_srv_stopping(const mqd_server_t *o)
 {
     return o->stopping;
@@ -248,10 +176,6 @@ void mqd_srv_set_stopping(mqd_server_t *o, bool v)
 mqd_store_t *mqd_srv_store(const mqd_server_t *o)
 {
     return o->store;
-}
-bool mqd_srv_tick_queued(const mqd_server_t *o)
-{
-    return o->tick_queued;
 }
 void mqd_srv_set_tick_queued(mqd_server_t *o, bool v)
 {
@@ -277,10 +201,6 @@ void mqd_srv_set_txns(mqd_server_t *o, struct mqd_txns *v)
 {
     o->txns = v;
 }
-int mqd_srv_wake_pending(const mqd_server_t *o)
-{
-    return o->wake_pending;
-}
 void *mqd_conn_auth(const mqd_conn_t *o)
 {
     return o->auth;
@@ -289,81 +209,29 @@ void mqd_conn_set_auth(mqd_conn_t *o, void *v)
 {
     o->auth = v;
 }
-mqd_budget_t *mqd_conn_budget(mqd_conn_t *o)
-{
-    return &o->budget;
-}
 uint64_t mqd_conn_bytes_in(const mqd_conn_t *o)
 {
     return o->bytes_in;
-}
-void mqd_conn_set_bytes_in(mqd_conn_t *o, uint64_t v)
-{
-    o->bytes_in = v;
 }
 uint64_t mqd_conn_bytes_out(const mqd_conn_t *o)
 {
     return o->bytes_out;
 }
-void mqd_conn_set_bytes_out(mqd_conn_t *o, uint64_t v)
-{
-    o->bytes_out = v;
-}
 bool mqd_conn_client(const mqd_conn_t *o)
 {
     return o->client;
-}
-void mqd_conn_set_client(mqd_conn_t *o, bool v)
-{
-    o->client = v;
 }
 bool mqd_conn_closed(const mqd_conn_t *o)
 {
     return o->closed;
 }
-void mqd_conn_set_closed(mqd_conn_t *o, bool v)
-{
-    o->closed = v;
-}
-mqd_dlist_t *mqd_conn_dirty_node(mqd_conn_t *o)
-{
-    return &o->dirty_node;
-}
 pn_connection_driver_t *mqd_conn_driver(mqd_conn_t *o)
 {
     return &o->driver;
 }
-struct event *mqd_conn_ev_read(const mqd_conn_t *o)
-{
-    return o->ev_read;
-}
-void mqd_conn_set_ev_read(mqd_conn_t *o, struct event *v)
-{
-    o->ev_read = v;
-}
-struct event *mqd_conn_ev_timer(const mqd_conn_t *o)
-{
-    return o->ev_timer;
-}
-void mqd_conn_set_ev_timer(mqd_conn_t *o, struct event *v)
-{
-    o->ev_timer = v;
-}
-struct event *mqd_conn_ev_write(const mqd_conn_t *o)
-{
-    return o->ev_write;
-}
-void mqd_conn_set_ev_write(mqd_conn_t *o, struct event *v)
-{
-    o->ev_write = v;
-}
 int mqd_conn_fd(const mqd_conn_t *o)
 {
     return o->fd;
-}
-void mqd_conn_set_fd(mqd_conn_t *o, int v)
-{
-    o->fd = v;
 }
 size_t mqd_conn_listener(const mqd_conn_t *o)
 {
@@ -373,41 +241,17 @@ void mqd_conn_set_listener(mqd_conn_t *o, size_t v)
 {
     o->listener = v;
 }
-mqd_dlist_t *mqd_conn_node(mqd_conn_t *o)
-{
-    return &o->node;
-}
 int64_t mqd_conn_opened_ms(const mqd_conn_t *o)
 {
     return o->opened_ms;
-}
-void mqd_conn_set_opened_ms(mqd_conn_t *o, int64_t v)
-{
-    o->opened_ms = v;
-}
-struct mqd_outconn *mqd_conn_out(const mqd_conn_t *o)
-{
-    return o->out;
-}
-void mqd_conn_set_out(mqd_conn_t *o, struct mqd_outconn *v)
-{
-    o->out = v;
 }
 uint64_t mqd_conn_out_gen(const mqd_conn_t *o)
 {
     return o->out_gen;
 }
-void mqd_conn_set_out_gen(mqd_conn_t *o, uint64_t v)
-{
-    o->out_gen = v;
-}
 mqd_fpeek_t *mqd_conn_peek(const mqd_conn_t *o)
 {
     return o->peek;
-}
-void mqd_conn_set_peek(mqd_conn_t *o, mqd_fpeek_t *v)
-{
-    o->peek = v;
 }
 const char *mqd_conn_peer(const mqd_conn_t *o)
 {
@@ -429,21 +273,9 @@ void mqd_conn_set_rbuf_cap(mqd_conn_t *o, size_t v)
 {
     o->rbuf_cap = v;
 }
-int mqd_conn_refs(const mqd_conn_t *o)
-{
-    return o->refs;
-}
-void mqd_conn_set_refs(mqd_conn_t *o, int v)
-{
-    o->refs = v;
-}
 mqd_server_t *mqd_conn_srv(const mqd_conn_t *o)
 {
     return o->srv;
-}
-void mqd_conn_set_srv(mqd_conn_t *o, mqd_server_t *v)
-{
-    o->srv = v;
 }
 struct ssl_st *mqd_conn_ssl(const mqd_conn_t *o)
 {
@@ -453,49 +285,9 @@ void mqd_conn_set_ssl(mqd_conn_t *o, struct ssl_st *v)
 {
     o->ssl = v;
 }
-bool mqd_conn_tls_dead(const mqd_conn_t *o)
-{
-    return o->tls_dead;
-}
-void mqd_conn_set_tls_dead(mqd_conn_t *o, bool v)
-{
-    o->tls_dead = v;
-}
-uint8_t mqd_conn_tls_hdr(const mqd_conn_t *o)
-{
-    return o->tls_hdr;
-}
-void mqd_conn_set_tls_hdr(mqd_conn_t *o, uint8_t v)
-{
-    o->tls_hdr = v;
-}
-bool mqd_conn_tls_rd_wants_wr(const mqd_conn_t *o)
-{
-    return o->tls_rd_wants_wr;
-}
-void mqd_conn_set_tls_rd_wants_wr(mqd_conn_t *o, bool v)
-{
-    o->tls_rd_wants_wr = v;
-}
 const char *mqd_conn_user(const mqd_conn_t *o)
 {
     return o->user;
-}
-bool mqd_conn_want_write(const mqd_conn_t *o)
-{
-    return o->want_write;
-}
-void mqd_conn_set_want_write(mqd_conn_t *o, bool v)
-{
-    o->want_write = v;
-}
-uint64_t mqd_topic_bytes_in(const mqd_topic_t *o)
-{
-    return o->bytes_in;
-}
-uint64_t mqd_topic_bytes_out(const mqd_topic_t *o)
-{
-    return o->bytes_out;
 }
 mqd_topic_conf_t *mqd_topic_conf(mqd_topic_t *o)
 {
@@ -509,49 +301,9 @@ int64_t mqd_topic_created_ms(const mqd_topic_t *o)
 {
     return o->created_ms;
 }
-mqd_dlist_t *mqd_topic_dnode(mqd_topic_t *o)
-{
-    return &o->dnode;
-}
 mqd_dlist_t *mqd_topic_groups(mqd_topic_t *o)
 {
     return &o->groups;
-}
-mqd_dlist_t *mqd_topic_lnode(mqd_topic_t *o)
-{
-    return &o->lnode;
-}
-uint64_t mqd_topic_msgs_dead(const mqd_topic_t *o)
-{
-    return o->msgs_dead;
-}
-void mqd_topic_set_msgs_dead(mqd_topic_t *o, uint64_t v)
-{
-    o->msgs_dead = v;
-}
-uint64_t mqd_topic_msgs_expired(const mqd_topic_t *o)
-{
-    return o->msgs_expired;
-}
-void mqd_topic_set_msgs_expired(mqd_topic_t *o, uint64_t v)
-{
-    o->msgs_expired = v;
-}
-uint64_t mqd_topic_msgs_in(const mqd_topic_t *o)
-{
-    return o->msgs_in;
-}
-uint64_t mqd_topic_msgs_out(const mqd_topic_t *o)
-{
-    return o->msgs_out;
-}
-uint64_t mqd_topic_msgs_rejected(const mqd_topic_t *o)
-{
-    return o->msgs_rejected;
-}
-void mqd_topic_set_msgs_rejected(mqd_topic_t *o, uint64_t v)
-{
-    o->msgs_rejected = v;
 }
 char *mqd_topic_name(const mqd_topic_t *o)
 {
@@ -564,10 +316,6 @@ uint32_t mqd_topic_nparts(const mqd_topic_t *o)
 struct json_t *mqd_topic_overrides(const mqd_topic_t *o)
 {
     return o->overrides;
-}
-mqd_part_t *mqd_topic_parts(const mqd_topic_t *o)
-{
-    return o->parts;
 }
 uint32_t mqd_topic_rr_part(const mqd_topic_t *o)
 {
@@ -617,10 +365,6 @@ mqd_conn_t *mqd_ls_conn(const mqd_lstate_t *o)
 {
     return o->conn;
 }
-void mqd_ls_set_conn(mqd_lstate_t *o, mqd_conn_t *v)
-{
-    o->conn = v;
-}
 int64_t mqd_ls_epoch(const mqd_lstate_t *o)
 {
     return o->epoch;
@@ -653,17 +397,9 @@ mqd_ls_kind_t mqd_ls_kind(const mqd_lstate_t *o)
 {
     return o->kind;
 }
-void mqd_ls_set_kind(mqd_lstate_t *o, mqd_ls_kind_t v)
-{
-    o->kind = v;
-}
 pn_link_t *mqd_ls_link(const mqd_lstate_t *o)
 {
     return o->link;
-}
-void mqd_ls_set_link(mqd_lstate_t *o, pn_link_t *v)
-{
-    o->link = v;
 }
 bool mqd_ls_manual(const mqd_lstate_t *o)
 {
@@ -730,10 +466,6 @@ mqd_topic_t *mqd_srv_topic_next(mqd_topic_t *t)
 mqd_conn_t *mqd_conn_of_node(mqd_dlist_t *n)
 {
     return MQD_CONTAINER(n, mqd_conn_t, node);
-}
-mqd_conn_t *mqd_conn_of_dirty_node(mqd_dlist_t *n)
-{
-    return MQD_CONTAINER(n, mqd_conn_t, dirty_node);
 }
 mqd_lstate_t *mqd_ls_of_tnode(mqd_dlist_t *n)
 {
@@ -920,4 +652,3 @@ const char *mqd_ls_kind_name(const mqd_lstate_t *ls)
     }
 }
 
-/* -- for repl/ -- */

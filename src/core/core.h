@@ -583,36 +583,21 @@ void mqd_srv_set_accept_guard(mqd_server_t *o, struct mqd_accept_guard *v);
 void *mqd_srv_auth(const mqd_server_t *o);
 void mqd_srv_set_auth(mqd_server_t *o, void *v);
 struct event_base *mqd_srv_base(const mqd_server_t *o);
-void mqd_srv_set_base(mqd_server_t *o, struct event_base *v);
 mqd_read_t *mqd_srv_browse_rd(mqd_server_t *o);
 uint64_t mqd_srv_budget_bytes(const mqd_server_t *o);
 uint64_t mqd_srv_budget_closes(const mqd_server_t *o);
-mqd_dlist_t *mqd_srv_builds(mqd_server_t *o);
 mqd_conf_t *mqd_srv_conf(const mqd_server_t *o);
-void mqd_srv_set_conf(mqd_server_t *o, mqd_conf_t *v);
 mqd_conf_hooks_t *mqd_srv_conf_hooks(const mqd_server_t *o);
 char *mqd_srv_conf_path(const mqd_server_t *o);
-void mqd_srv_set_conf_path(mqd_server_t *o, char *v);
 mqd_dlist_t *mqd_srv_conns(mqd_server_t *o);
 uint64_t mqd_srv_conns_accepted(const mqd_server_t *o);
-void mqd_srv_set_conns_accepted(mqd_server_t *o, uint64_t v);
 uint64_t mqd_srv_conns_refused(const mqd_server_t *o);
-void mqd_srv_set_conns_refused(mqd_server_t *o, uint64_t v);
-mqd_dlist_t *mqd_srv_dirty(mqd_server_t *o);
 mqd_dlist_t *mqd_srv_dispatch_later(mqd_server_t *o);
 mqd_dlist_t *mqd_srv_dispatch_q(mqd_server_t *o);
-mqd_dlist_t *mqd_srv_drains(mqd_server_t *o);
 struct event *mqd_srv_ev_handover(const mqd_server_t *o);
 void mqd_srv_set_ev_handover(mqd_server_t *o, struct event *v);
-struct event *mqd_srv_ev_later(const mqd_server_t *o);
-void mqd_srv_set_ev_later(mqd_server_t *o, struct event *v);
 struct event *mqd_srv_ev_shutdown(const mqd_server_t *o);
 void mqd_srv_set_ev_shutdown(mqd_server_t *o, struct event *v);
-struct event *mqd_srv_ev_tick(const mqd_server_t *o);
-void mqd_srv_set_ev_tick(mqd_server_t *o, struct event *v);
-struct event *mqd_srv_ev_wake(const mqd_server_t *o);
-void mqd_srv_set_ev_wake(mqd_server_t *o, struct event *v);
-mqd_dlist_t *mqd_srv_graveyard(mqd_server_t *o);
 mqd_hist_t *mqd_srv_h_append_stable(mqd_server_t *o);
 bool mqd_srv_handover_wait(const mqd_server_t *o);
 void mqd_srv_set_handover_wait(mqd_server_t *o, bool v);
@@ -622,7 +607,6 @@ mqd_meta_t *mqd_srv_meta(const mqd_server_t *o);
 mqd_buf_t *mqd_srv_mgmt_out(mqd_server_t *o);
 uint64_t mqd_srv_msgs_rejected(const mqd_server_t *o);
 size_t mqd_srv_n_conns(const mqd_server_t *o);
-void mqd_srv_set_n_conns(mqd_server_t *o, size_t v);
 size_t mqd_srv_n_listeners(const mqd_server_t *o);
 void mqd_srv_set_n_listeners(mqd_server_t *o, size_t v);
 size_t mqd_srv_n_topics(const mqd_server_t *o);
@@ -633,95 +617,48 @@ void mqd_srv_set_persist_due(mqd_server_t *o, bool v);
 mqd_repl_hooks_t *mqd_srv_repl(mqd_server_t *o);
 mqd_buf_t *mqd_srv_scratch(mqd_server_t *o);
 uint64_t mqd_srv_sends_failed(const mqd_server_t *o);
-int64_t mqd_srv_started_ms(const mqd_server_t *o);
-void mqd_srv_set_started_ms(mqd_server_t *o, int64_t v);
 bool mqd_srv_stopping(const mqd_server_t *o);
 void mqd_srv_set_stopping(mqd_server_t *o, bool v);
 mqd_store_t *mqd_srv_store(const mqd_server_t *o);
-bool mqd_srv_tick_queued(const mqd_server_t *o);
 void mqd_srv_set_tick_queued(mqd_server_t *o, bool v);
 struct mqd_timers *mqd_srv_timers(const mqd_server_t *o);
 uint64_t mqd_srv_tmp_seq(const mqd_server_t *o);
 void mqd_srv_set_tmp_seq(mqd_server_t *o, uint64_t v);
 struct mqd_txns *mqd_srv_txns(const mqd_server_t *o);
 void mqd_srv_set_txns(mqd_server_t *o, struct mqd_txns *v);
-int mqd_srv_wake_pending(const mqd_server_t *o);
 
 /* mqd_conn_t */
 void *mqd_conn_auth(const mqd_conn_t *o);
 void mqd_conn_set_auth(mqd_conn_t *o, void *v);
-mqd_budget_t *mqd_conn_budget(mqd_conn_t *o);
 uint64_t mqd_conn_bytes_in(const mqd_conn_t *o);
-void mqd_conn_set_bytes_in(mqd_conn_t *o, uint64_t v);
 uint64_t mqd_conn_bytes_out(const mqd_conn_t *o);
-void mqd_conn_set_bytes_out(mqd_conn_t *o, uint64_t v);
 bool mqd_conn_client(const mqd_conn_t *o);
-void mqd_conn_set_client(mqd_conn_t *o, bool v);
 bool mqd_conn_closed(const mqd_conn_t *o);
-void mqd_conn_set_closed(mqd_conn_t *o, bool v);
-mqd_dlist_t *mqd_conn_dirty_node(mqd_conn_t *o);
 pn_connection_driver_t *mqd_conn_driver(mqd_conn_t *o);
-struct event *mqd_conn_ev_read(const mqd_conn_t *o);
-void mqd_conn_set_ev_read(mqd_conn_t *o, struct event *v);
-struct event *mqd_conn_ev_timer(const mqd_conn_t *o);
-void mqd_conn_set_ev_timer(mqd_conn_t *o, struct event *v);
-struct event *mqd_conn_ev_write(const mqd_conn_t *o);
-void mqd_conn_set_ev_write(mqd_conn_t *o, struct event *v);
 int mqd_conn_fd(const mqd_conn_t *o);
-void mqd_conn_set_fd(mqd_conn_t *o, int v);
 size_t mqd_conn_listener(const mqd_conn_t *o);
 void mqd_conn_set_listener(mqd_conn_t *o, size_t v);
-mqd_dlist_t *mqd_conn_node(mqd_conn_t *o);
 int64_t mqd_conn_opened_ms(const mqd_conn_t *o);
-void mqd_conn_set_opened_ms(mqd_conn_t *o, int64_t v);
-struct mqd_outconn *mqd_conn_out(const mqd_conn_t *o);
-void mqd_conn_set_out(mqd_conn_t *o, struct mqd_outconn *v);
 uint64_t mqd_conn_out_gen(const mqd_conn_t *o);
-void mqd_conn_set_out_gen(mqd_conn_t *o, uint64_t v);
 mqd_fpeek_t *mqd_conn_peek(const mqd_conn_t *o);
-void mqd_conn_set_peek(mqd_conn_t *o, mqd_fpeek_t *v);
 const char *mqd_conn_peer(const mqd_conn_t *o);
 uint8_t *mqd_conn_rbuf(const mqd_conn_t *o);
 void mqd_conn_set_rbuf(mqd_conn_t *o, uint8_t *v);
 size_t mqd_conn_rbuf_cap(const mqd_conn_t *o);
 void mqd_conn_set_rbuf_cap(mqd_conn_t *o, size_t v);
-int mqd_conn_refs(const mqd_conn_t *o);
-void mqd_conn_set_refs(mqd_conn_t *o, int v);
 mqd_server_t *mqd_conn_srv(const mqd_conn_t *o);
-void mqd_conn_set_srv(mqd_conn_t *o, mqd_server_t *v);
 struct ssl_st *mqd_conn_ssl(const mqd_conn_t *o);
 void mqd_conn_set_ssl(mqd_conn_t *o, struct ssl_st *v);
-bool mqd_conn_tls_dead(const mqd_conn_t *o);
-void mqd_conn_set_tls_dead(mqd_conn_t *o, bool v);
-uint8_t mqd_conn_tls_hdr(const mqd_conn_t *o);
-void mqd_conn_set_tls_hdr(mqd_conn_t *o, uint8_t v);
-bool mqd_conn_tls_rd_wants_wr(const mqd_conn_t *o);
-void mqd_conn_set_tls_rd_wants_wr(mqd_conn_t *o, bool v);
 const char *mqd_conn_user(const mqd_conn_t *o);
-bool mqd_conn_want_write(const mqd_conn_t *o);
-void mqd_conn_set_want_write(mqd_conn_t *o, bool v);
 
 /* mqd_topic_t */
-uint64_t mqd_topic_bytes_in(const mqd_topic_t *o);
-uint64_t mqd_topic_bytes_out(const mqd_topic_t *o);
 mqd_topic_conf_t *mqd_topic_conf(mqd_topic_t *o);
 mqd_dlist_t *mqd_topic_consumers(mqd_topic_t *o);
 int64_t mqd_topic_created_ms(const mqd_topic_t *o);
-mqd_dlist_t *mqd_topic_dnode(mqd_topic_t *o);
 mqd_dlist_t *mqd_topic_groups(mqd_topic_t *o);
-mqd_dlist_t *mqd_topic_lnode(mqd_topic_t *o);
-uint64_t mqd_topic_msgs_dead(const mqd_topic_t *o);
-void mqd_topic_set_msgs_dead(mqd_topic_t *o, uint64_t v);
-uint64_t mqd_topic_msgs_expired(const mqd_topic_t *o);
-void mqd_topic_set_msgs_expired(mqd_topic_t *o, uint64_t v);
-uint64_t mqd_topic_msgs_in(const mqd_topic_t *o);
-uint64_t mqd_topic_msgs_out(const mqd_topic_t *o);
-uint64_t mqd_topic_msgs_rejected(const mqd_topic_t *o);
-void mqd_topic_set_msgs_rejected(mqd_topic_t *o, uint64_t v);
 char *mqd_topic_name(const mqd_topic_t *o);
 uint32_t mqd_topic_nparts(const mqd_topic_t *o);
 struct json_t *mqd_topic_overrides(const mqd_topic_t *o);
-mqd_part_t *mqd_topic_parts(const mqd_topic_t *o);
 uint32_t mqd_topic_rr_part(const mqd_topic_t *o);
 void mqd_topic_set_rr_part(mqd_topic_t *o, uint32_t v);
 mqd_server_t *mqd_topic_srv(const mqd_topic_t *o);
@@ -738,7 +675,6 @@ mqd_topic_t *mqd_part_topic(const mqd_part_t *o);
 uint8_t mqd_ls_acl_perm(const mqd_lstate_t *o);
 void mqd_ls_set_acl_perm(mqd_lstate_t *o, uint8_t v);
 mqd_conn_t *mqd_ls_conn(const mqd_lstate_t *o);
-void mqd_ls_set_conn(mqd_lstate_t *o, mqd_conn_t *v);
 int64_t mqd_ls_epoch(const mqd_lstate_t *o);
 void mqd_ls_set_epoch(mqd_lstate_t *o, int64_t v);
 mqd_dlist_t *mqd_ls_gnode(mqd_lstate_t *o);
@@ -747,9 +683,7 @@ void mqd_ls_set_group(mqd_lstate_t *o, struct mqd_group *v);
 bool mqd_ls_has_epoch(const mqd_lstate_t *o);
 void mqd_ls_set_has_epoch(mqd_lstate_t *o, bool v);
 mqd_ls_kind_t mqd_ls_kind(const mqd_lstate_t *o);
-void mqd_ls_set_kind(mqd_lstate_t *o, mqd_ls_kind_t v);
 pn_link_t *mqd_ls_link(const mqd_lstate_t *o);
-void mqd_ls_set_link(mqd_lstate_t *o, pn_link_t *v);
 bool mqd_ls_manual(const mqd_lstate_t *o);
 void mqd_ls_set_manual(mqd_lstate_t *o, bool v);
 const char *mqd_ls_name(const mqd_lstate_t *o);
@@ -761,8 +695,7 @@ mqd_dlist_t *mqd_ls_tnode(mqd_lstate_t *o);
 mqd_topic_t *mqd_ls_topic(const mqd_lstate_t *o);
 void mqd_ls_set_topic(mqd_lstate_t *o, mqd_topic_t *v);
 
-/* accessors added by the conversion of each subsystem (merged into the lists above
- * when the conversion is done) */
+/* further accessors and model functions, by the subsystem that first needed them */
 /* -- for amqp/ -- */
 /* A zeroed link state of `kind` for link l of c (tnode an empty list; not yet l's
  * context), or NULL without memory. mqd_ls_dealloc frees it once what it owns is freed
@@ -868,24 +801,15 @@ void mqd_topic_stats(const mqd_topic_t *t, mqd_topic_stats_t *out);
 /* What a link is, as management lists it: "coordinator", "cbs", "management",
  * "producer", "consumer", "browser" or "other" (also for ls NULL). */
 const char *mqd_ls_kind_name(const mqd_lstate_t *ls);
-/* -- for repl/ -- */
-
 /* iteration and container-of for the opaque structs */
 mqd_topic_t *mqd_srv_topic_first(mqd_server_t *s);   /* every topic, hash order */
 mqd_topic_t *mqd_srv_topic_next(mqd_topic_t *t);     /* NULL after the last */
 mqd_conn_t *mqd_conn_of_node(mqd_dlist_t *n);        /* n: mqd_srv_conns()'s entries */
-mqd_conn_t *mqd_conn_of_dirty_node(mqd_dlist_t *n);  /* n: mqd_srv_dirty()'s entries */
 mqd_lstate_t *mqd_ls_of_tnode(mqd_dlist_t *n);       /* n: mqd_topic_consumers()'s entries */
 mqd_lstate_t *mqd_ls_of_gnode(mqd_dlist_t *n);       /* n: a group's members */
 mqd_topic_t *mqd_topic_of_dnode(mqd_dlist_t *n);     /* n: mqd_srv_dispatch_q()'s entries */
 mqd_topic_t *mqd_topic_of_lnode(mqd_dlist_t *n);     /* n: mqd_srv_dispatch_later()'s entries */
 mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i); /* &parts[i], i < nparts */
 
-/* Transitional (issue 18): the bodies are visible to everything that does not define
- * MQD_OPAQUE while the subsystems above move to the accessors; scripts/opaque-check.sh
- * compiles a file with MQD_OPAQUE. */
-#ifndef MQD_OPAQUE
-#include "core/core_int.h"
-#endif
 
 #endif

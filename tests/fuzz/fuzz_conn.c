@@ -113,7 +113,7 @@ static bool drain(int fd, out_t *o)
 
 static void spin(void)
 {
-    event_base_loop(srv->base, EVLOOP_NONBLOCK);
+    event_base_loop(mqd_srv_base(srv), EVLOOP_NONBLOCK);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -129,7 +129,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) != 0)
         abort();
-    size_t before = srv->n_conns;
+    size_t before = mqd_srv_n_conns(srv);
     if (mqd_server_adopt(srv, sv[0], "fuzz", SIZE_MAX) != 0)
         abort();
     out_t o = {0};
@@ -154,14 +154,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     shutdown(sv[1], SHUT_WR);
     int64_t t0 = now_ms();
-    while (srv->n_conns > before) {
+    while (mqd_srv_n_conns(srv) > before) {
         spin();
         drain(sv[1], &o);
         if (now_ms() - t0 > HANG_MS) {
             fprintf(stderr, "fuzz_conn: connection still open %d ms after EOF\n", HANG_MS);
             abort();
         }
-        if (srv->n_conns > before)
+        if (mqd_srv_n_conns(srv) > before)
             usleep(100);
     }
     spin(); /* the graveyard: the connection is freed by the next tick */
