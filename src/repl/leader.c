@@ -492,6 +492,7 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     if (!ls)
         return refuse(l, "amqp:resource-limit-exceeded", "out of memory", addr);
     mqd_ls_set_repl(ls, f);
+    pn_link_set_context(l, ls); /* mqd_ls_alloc leaves that to its caller */
     char name[160];
     snprintf(name, sizeof name, "%s/%s", mqd_conn_peer(c), pn_link_name(l));
     mqd_ls_set_name(ls, name);
