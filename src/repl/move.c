@@ -129,6 +129,17 @@ static void handover_one(void *arg, bool written)
     }
 }
 
+/* The first live in-sync replica other than this node, or 0: whom a leader that is
+ * leaving (a clean shutdown, a failed log) hands its partition to. */
+static uint32_t pick_other(const rpart_t *rp)
+{
+    uint32_t self = rp->r->conf->node_id;
+    for (uint32_t i = 0; i < rp->ps.n_isr; i++)
+        if (rp->ps.isr[i] != self && alive(rp->r, rp->ps.isr[i]))
+            return rp->ps.isr[i];
+    return 0;
+}
+
 size_t mqd_repl_move_handover(void *arg, void (*done)(void *done_arg), void *done_arg)
 {
     mqd_repl_t *r = arg;
@@ -143,10 +154,7 @@ size_t mqd_repl_move_handover(void *arg, void (*done)(void *done_arg), void *don
     for (rpart_t *rp = r->parts; rp; rp = rp->next) {
         if (rp->role != ROLE_LEADER || rp->ps.leader != self)
             continue;
-        uint32_t pick = 0;
-        for (uint32_t i = 0; !pick && i < rp->ps.n_isr; i++)
-            if (rp->ps.isr[i] != self && alive(r, rp->ps.isr[i]))
-                pick = rp->ps.isr[i];
+        uint32_t pick = pick_other(rp);
         if (!pick) {
             MQD_NOTICE("repl", "shutdown: %s/%u: no other live in-sync replica to hand over to "
                        "(it fails over when the lease ends)", rp->topic, rp->part);
@@ -188,10 +196,7 @@ void mqd_repl_move_failed_lead(rpart_t *rp)
     uint32_t self = r->conf->node_id;
     if (rp->role != ROLE_LEADER || rp->cas_out || !mqd_plog_failed(mqd_part_log(rp->local)))
         return;
-    uint32_t pick = 0;
-    for (uint32_t i = 0; !pick && i < rp->ps.n_isr; i++)
-        if (rp->ps.isr[i] != self && alive(r, rp->ps.isr[i]))
-            pick = rp->ps.isr[i];
+    uint32_t pick = pick_other(rp);
     if (!pick) {
         if (!rp->fail_logged)
             MQD_WARN("repl",

@@ -44,21 +44,6 @@ SIZE = 16 * 1024
 LEFT = 1 << 20
 
 
-def fill(dirpath, leave):
-    st = os.statvfs(dirpath)
-    want = st.f_bavail * st.f_frsize - leave
-    chunk = b"\0" * (1 << 20)
-    with open(os.path.join(dirpath, "filler"), "wb") as f:
-        while want > 0:
-            n = min(want, len(chunk))
-            try:
-                f.write(chunk[:n])
-                f.flush()
-            except OSError:
-                break
-            want -= n
-
-
 def body(t):
     if os.geteuid() != 0:
         skip("needs root (tmpfs mounts)")
@@ -91,7 +76,7 @@ def body(t):
         mqdtest.send(lb.url, TOPIC, warm)
 
         # (b)
-        fill(mnts[old], LEFT)
+        mqdtest.fill_disk(mnts[old], LEFT)
         msgs = [Message(body="m%03d-" % i + "x" * SIZE, durable=True) for i in range(N)]
         s = mqdtest.TrackingSender(lb.url, TOPIC, msgs)
         mqdtest.run_container(s, 60 * SLOW)

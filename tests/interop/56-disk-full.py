@@ -70,25 +70,6 @@ def write_conf(path, resume):
         f.write("allow_anonymous = on\ndisk_free_limit = 0\npartition_resume_ms = %s\n" % resume)
 
 
-def fill(dirpath, leave):
-    """Writes dirpath/filler until only `leave` bytes are free."""
-    st = os.statvfs(dirpath)
-    free = st.f_bavail * st.f_frsize
-    want = free - leave
-    chunk = b"\0" * (1 << 20)
-    with open(os.path.join(dirpath, "filler"), "wb") as f:
-        while want > 0:
-            n = min(want, len(chunk))
-            try:
-                f.write(chunk[:n])
-                f.flush()
-            except OSError:
-                break
-            want -= n
-    st = os.statvfs(dirpath)
-    log("filled: %d bytes free" % (st.f_bavail * st.f_frsize))
-
-
 def send_batches(b, batches):
     """Event Hubs batches through the rhea helper: the outcomes, or None without node."""
     node = shutil.which("node")
@@ -107,7 +88,7 @@ def batches_phase(b, mnt):
     """4b. Batched sends (message-format 0x80013700) fail the same way, and their inner
     message-ids leave the dedup window too: resent after the resume, every inner message
     is stored exactly once."""
-    fill(mnt, LEFT)
+    mqdtest.fill_disk(mnt, LEFT)
     batches = [[["b-%02d-%d" % (i, k), "b-%02d-%d-" % (i, k) + "z" * (SIZE // 2)] for k in range(4)]
                for i in range(40)]
     out = send_batches(b, batches)
@@ -153,7 +134,7 @@ def body(t):
                                    "--config", "dedup_window_ms=600000")
         check(rc == 0, "create %s: %s" % (TOPIC, err))
         mqdtest.send(b.url, TOPIC, [Message(body="warm-%d" % i) for i in range(5)])
-        fill(mnt, LEFT)
+        mqdtest.fill_disk(mnt, LEFT)
 
         # 1. every send gets an outcome within the bound
         msgs = [Message(id="id-%03d" % i, body="m%03d-" % i + "x" * SIZE) for i in range(N)]
@@ -215,7 +196,7 @@ def body(t):
         write_conf(conf, "0")
         os.kill(b.pid, signal.SIGHUP)
         time.sleep(0.5 * mqdtest.SLOW)
-        fill(mnt, LEFT)
+        mqdtest.fill_disk(mnt, LEFT)
         s2 = Tracking(b.url, TOPIC, [Message(body="n%03d-" % i + "y" * SIZE) for i in range(N)])
         mqdtest.run_container(s2, 60)
         check(s2.accepted + len(s2.outcomes) == N and s2.outcomes,

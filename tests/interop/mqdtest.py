@@ -853,6 +853,25 @@ def receive(url, address, count=None, timeout=60, **kw):
 
 # ---------------------------------------------------------------- partitioning, offsets, filters
 
+def fill_disk(dirpath, leave):
+    """Writes dirpath/filler until only `leave` bytes are free on its file system (a small
+    tmpfs the test mounted): the disk-full tests' way of making the broker's next write fail."""
+    st = os.statvfs(dirpath)
+    want = st.f_bavail * st.f_frsize - leave
+    chunk = b"\0" * (1 << 20)
+    with open(os.path.join(dirpath, "filler"), "wb") as f:
+        while want > 0:
+            n = min(want, len(chunk))
+            try:
+                f.write(chunk[:n])
+                f.flush()
+            except OSError:
+                break
+            want -= n
+    st = os.statvfs(dirpath)
+    log("filled %s: %d bytes free" % (dirpath, st.f_bavail * st.f_frsize))
+
+
 def murmur2(data):
     """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2) as an unsigned 32-bit
     value; bytes or str (UTF-8)."""
