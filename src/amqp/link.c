@@ -601,7 +601,7 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
      * keeps what it wrote) */
     rc = batch_append(c, t, part, &b, msg, &omi, d, presettled);
     if (rc == 0 && !presettled && al->acks_set)
-        mqd_part_pend_tail(pp)->acks = al->acks;
+        mqd_part_pend_set_acks(pp, al->acks);
     if (tc->dedup_window_ms && ((rc == 0 && !presettled) || rc == MQD_EFAILED))
         batch_keys(t, pp, &b, msg, rc == 0 ? d : NULL);
     if (rc != 0)
@@ -658,7 +658,7 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     if (rc == 0 && !presettled) {
         mqd_alink_t *al = mqd_ls_amqp(ls);
         if (al->acks_set)
-            mqd_part_pend_tail(pp)->acks = al->acks;
+            mqd_part_pend_set_acks(pp, al->acks);
         mqd_delivery_hold(d);    /* the partition's pending list settles it when stable */
         if (tc->dedup_window_ms) /* forgotten if the partition fails first (partfail.c) */
             mqd_part_pend_tail(pp)->dedup_key = mqd_dedup_key(msg, &mi);

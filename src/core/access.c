@@ -349,6 +349,14 @@ mqd_pending_t *mqd_part_pend_tail(const mqd_part_t *o)
 {
     return o->pend_tail;
 }
+
+void mqd_part_pend_set_acks(mqd_part_t *o, uint8_t acks)
+{
+    mqd_pending_t *pe = o->pend_tail;
+    o->pend_weak -= pe->acks < MQD_ACKS_ALL;
+    pe->acks = acks;
+    o->pend_weak += pe->acks < MQD_ACKS_ALL;
+}
 mqd_topic_t *mqd_part_topic(const mqd_part_t *o)
 {
     return o->topic;
@@ -488,7 +496,7 @@ mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i)
     return &t->parts[i];
 }
 
-/* -- for amqp/ -- */
+/* -- link state: allocation, amqp's part, flags and names; topic counters -- */
 mqd_lstate_t *mqd_ls_alloc(mqd_ls_kind_t kind, mqd_conn_t *c, pn_link_t *l)
 {
     mqd_lstate_t *ls = calloc(1, sizeof *ls);
@@ -566,7 +574,7 @@ void mqd_topic_count_rejected(mqd_topic_t *t)
     t->msgs_rejected++;
 }
 
-/* -- for server/ -- */
+/* -- server: its store and meta, signal events, refusals -- */
 void mqd_srv_set_meta(mqd_server_t *o, mqd_meta_t *v)
 {
     o->meta = v;
@@ -586,7 +594,7 @@ void mqd_srv_count_refused(mqd_server_t *o, uint64_t n)
     o->conns_refused += n;
 }
 
-/* -- for txn/, group/, auth/ -- */
+/* -- references, detaching, const walks, the login name -- */
 void mqd_conn_ref(mqd_conn_t *c)
 {
     c->refs++;
@@ -606,7 +614,7 @@ void mqd_conn_set_user(mqd_conn_t *o, const char *v)
     snprintf(o->user, sizeof o->user, "%s", v);
 }
 
-/* -- for mgmt/, metrics/, console/ -- */
+/* -- the console and metrics handles; model functions for management and metrics -- */
 void *mqd_srv_console(const mqd_server_t *o)
 {
     return o->console;

@@ -626,6 +626,15 @@ uint64_t mqd_srv_tmp_seq(const mqd_server_t *o);
 void mqd_srv_set_tmp_seq(mqd_server_t *o, uint64_t v);
 struct mqd_txns *mqd_srv_txns(const mqd_server_t *o);
 void mqd_srv_set_txns(mqd_server_t *o, struct mqd_txns *v);
+void mqd_srv_set_meta(mqd_server_t *o, mqd_meta_t *v);
+void mqd_srv_set_store(mqd_server_t *o, mqd_store_t *v);
+#define MQD_SRV_EV_SIG 4
+struct event **mqd_srv_ev_sig(mqd_server_t *o); /* its signal events: ev_sig[MQD_SRV_EV_SIG] */
+void mqd_srv_count_refused(mqd_server_t *o, uint64_t n); /* n connections more refused */
+void *mqd_srv_console(const mqd_server_t *o);
+void mqd_srv_set_console(mqd_server_t *o, void *v);
+void *mqd_srv_metrics(const mqd_server_t *o);
+void mqd_srv_set_metrics(mqd_server_t *o, void *v);
 
 /* mqd_conn_t */
 void *mqd_conn_auth(const mqd_conn_t *o);
@@ -650,6 +659,8 @@ mqd_server_t *mqd_conn_srv(const mqd_conn_t *o);
 struct ssl_st *mqd_conn_ssl(const mqd_conn_t *o);
 void mqd_conn_set_ssl(mqd_conn_t *o, struct ssl_st *v);
 const char *mqd_conn_user(const mqd_conn_t *o);
+void mqd_conn_ref(mqd_conn_t *c); /* takes a reference: mqd_conn_unref lets it go */
+void mqd_conn_set_user(mqd_conn_t *o, const char *v); /* copied, cut to fit */
 
 /* mqd_topic_t */
 mqd_topic_conf_t *mqd_topic_conf(mqd_topic_t *o);
@@ -664,11 +675,28 @@ void mqd_topic_set_rr_part(mqd_topic_t *o, uint32_t v);
 mqd_server_t *mqd_topic_srv(const mqd_topic_t *o);
 bool mqd_topic_temporary(const mqd_topic_t *o);
 void mqd_topic_set_temporary(mqd_topic_t *o, bool v);
+/* mqd_topic_groups for read-only walks (group/'s hooks that get a const topic) */
+const mqd_dlist_t *mqd_topic_groups_const(const mqd_topic_t *o);
+/* A topic's statistics: a delivery of `bytes` to a consumer; a record consumed without
+ * delivery because it expired, was dead-lettered, or a disposition rejected it (or a
+ * send that replication refused). */
+void mqd_topic_count_out(mqd_topic_t *t, size_t bytes);
+void mqd_topic_count_expired(mqd_topic_t *t);
+void mqd_topic_count_dead(mqd_topic_t *t);
+void mqd_topic_count_rejected(mqd_topic_t *t);
+/* A topic's traffic counters, all at once (metrics, management replies). */
+typedef struct mqd_topic_stats {
+    uint64_t msgs_in, bytes_in, msgs_out, bytes_out;
+    uint64_t msgs_expired, msgs_dead, msgs_rejected, msgs_duplicate;
+} mqd_topic_stats_t;
+void mqd_topic_stats(const mqd_topic_t *t, mqd_topic_stats_t *out);
 
 /* mqd_part_t */
 uint32_t mqd_part_id(const mqd_part_t *o);
 mqd_plog_t *mqd_part_log(const mqd_part_t *o);
 mqd_pending_t *mqd_part_pend_tail(const mqd_part_t *o);
+/* The acks level (mqd_acks_t) of the send appended last: a sender's mqd:acks. */
+void mqd_part_pend_set_acks(mqd_part_t *o, uint8_t acks);
 mqd_topic_t *mqd_part_topic(const mqd_part_t *o);
 
 /* mqd_lstate_t */
@@ -694,9 +722,6 @@ void mqd_ls_set_repl(mqd_lstate_t *o, void *v);
 mqd_dlist_t *mqd_ls_tnode(mqd_lstate_t *o);
 mqd_topic_t *mqd_ls_topic(const mqd_lstate_t *o);
 void mqd_ls_set_topic(mqd_lstate_t *o, mqd_topic_t *v);
-
-/* further accessors and model functions, by the subsystem that first needed them */
-/* -- for amqp/ -- */
 /* A zeroed link state of `kind` for link l of c (tnode an empty list; not yet l's
  * context), or NULL without memory. mqd_ls_dealloc frees it once what it owns is freed
  * (amqp's mqd_lstate_free). */
@@ -713,19 +738,22 @@ void mqd_ls_set_mgmt(mqd_lstate_t *o, bool v);
 void mqd_ls_set_name(mqd_lstate_t *o, const char *v); /* copied, cut to the name's room */
 char *mqd_ls_tmp_name(const mqd_lstate_t *o);
 void mqd_ls_set_tmp_name(mqd_lstate_t *o, char *v);
-/* A topic's statistics: a delivery of `bytes` to a consumer; a record consumed without
- * delivery because it expired, was dead-lettered, or a disposition rejected it (or a
- * send that replication refused). */
-void mqd_topic_count_out(mqd_topic_t *t, size_t bytes);
-void mqd_topic_count_expired(mqd_topic_t *t);
-void mqd_topic_count_dead(mqd_topic_t *t);
-void mqd_topic_count_rejected(mqd_topic_t *t);
-/* -- for server/ -- */
-void mqd_srv_set_meta(mqd_server_t *o, mqd_meta_t *v);
-void mqd_srv_set_store(mqd_server_t *o, mqd_store_t *v);
-#define MQD_SRV_EV_SIG 4
-struct event **mqd_srv_ev_sig(mqd_server_t *o); /* its signal events: ev_sig[MQD_SRV_EV_SIG] */
-void mqd_srv_count_refused(mqd_server_t *o, uint64_t n); /* n connections more refused */
+/* Detaches ls with an error through the link_detach hook (amqp/), releasing what it held
+ * (an epoch takeover, an ACL reload); nothing without the hook. */
+void mqd_ls_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
+/* What a link is, as management lists it: "coordinator", "cbs", "management",
+ * "producer", "consumer", "browser" or "other" (also for ls NULL). */
+const char *mqd_ls_kind_name(const mqd_lstate_t *ls);
+
+/* iteration and container-of for the opaque structs */
+mqd_topic_t *mqd_srv_topic_first(mqd_server_t *s);   /* every topic, hash order */
+mqd_topic_t *mqd_srv_topic_next(mqd_topic_t *t);     /* NULL after the last */
+mqd_conn_t *mqd_conn_of_node(mqd_dlist_t *n);        /* n: mqd_srv_conns()'s entries */
+mqd_lstate_t *mqd_ls_of_tnode(mqd_dlist_t *n);       /* n: mqd_topic_consumers()'s entries */
+mqd_lstate_t *mqd_ls_of_gnode(mqd_dlist_t *n);       /* n: a group's members */
+mqd_topic_t *mqd_topic_of_dnode(mqd_dlist_t *n);     /* n: mqd_srv_dispatch_q()'s entries */
+mqd_topic_t *mqd_topic_of_lnode(mqd_dlist_t *n);     /* n: mqd_srv_dispatch_later()'s entries */
+mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i); /* &parts[i], i < nparts */
 
 /* The loop's priorities: three levels, so that I/O shares libevent's default (middle)
  * priority with the listeners' accept events. The tick has that priority too: libevent
@@ -778,38 +806,6 @@ void mqd_conns_flush(mqd_server_t *s);
 void mqd_conns_reap(mqd_server_t *s);
 /* mqd_server_free: closes every accepted connection (then mqd_conns_reap frees them). */
 void mqd_conns_close(mqd_server_t *s);
-/* -- for txn/, group/, auth/ -- */
-void mqd_conn_ref(mqd_conn_t *c); /* takes a reference: mqd_conn_unref lets it go */
-/* Detaches ls with an error through the link_detach hook (amqp/), releasing what it held
- * (an epoch takeover, an ACL reload); nothing without the hook. */
-void mqd_ls_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
-/* mqd_topic_groups for read-only walks (group/'s hooks that get a const topic) */
-const mqd_dlist_t *mqd_topic_groups_const(const mqd_topic_t *o);
-/* copies v (truncated to fit) */
-void mqd_conn_set_user(mqd_conn_t *o, const char *v);
-/* -- for mgmt/, metrics/, console/ -- */
-void *mqd_srv_console(const mqd_server_t *o);
-void mqd_srv_set_console(mqd_server_t *o, void *v);
-void *mqd_srv_metrics(const mqd_server_t *o);
-void mqd_srv_set_metrics(mqd_server_t *o, void *v);
-/* A topic's traffic counters, all at once (metrics, management replies). */
-typedef struct mqd_topic_stats {
-    uint64_t msgs_in, bytes_in, msgs_out, bytes_out;
-    uint64_t msgs_expired, msgs_dead, msgs_rejected, msgs_duplicate;
-} mqd_topic_stats_t;
-void mqd_topic_stats(const mqd_topic_t *t, mqd_topic_stats_t *out);
-/* What a link is, as management lists it: "coordinator", "cbs", "management",
- * "producer", "consumer", "browser" or "other" (also for ls NULL). */
-const char *mqd_ls_kind_name(const mqd_lstate_t *ls);
-/* iteration and container-of for the opaque structs */
-mqd_topic_t *mqd_srv_topic_first(mqd_server_t *s);   /* every topic, hash order */
-mqd_topic_t *mqd_srv_topic_next(mqd_topic_t *t);     /* NULL after the last */
-mqd_conn_t *mqd_conn_of_node(mqd_dlist_t *n);        /* n: mqd_srv_conns()'s entries */
-mqd_lstate_t *mqd_ls_of_tnode(mqd_dlist_t *n);       /* n: mqd_topic_consumers()'s entries */
-mqd_lstate_t *mqd_ls_of_gnode(mqd_dlist_t *n);       /* n: a group's members */
-mqd_topic_t *mqd_topic_of_dnode(mqd_dlist_t *n);     /* n: mqd_srv_dispatch_q()'s entries */
-mqd_topic_t *mqd_topic_of_lnode(mqd_dlist_t *n);     /* n: mqd_srv_dispatch_later()'s entries */
-mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i); /* &parts[i], i < nparts */
 
 
 #endif

@@ -11,6 +11,7 @@ struct mqd_part {
     uint32_t id;
     mqd_plog_t *log;
     mqd_pending_t *pend_head, *pend_tail; /* FIFO by offset */
+    uint32_t pend_weak;                   /* of them with acks below all (part_commit.c) */
     bool failed;                          /* its log failed and the owner knows (partfail.c) */
     int64_t resume_at_ms;                 /* next automatic resume attempt */
     mqd_part_commit_t *commit;            /* its commit point (part_commit.c): use the accessors */

@@ -86,6 +86,7 @@ static size_t fail_pending(mqd_part_t *p)
         mqd_pending_release(s, pe);
     }
     p->pend_tail = NULL;
+    p->pend_weak = 0;
     return n;
 }
 

@@ -476,6 +476,7 @@ static void part_free(mqd_part_t *p)
         free(pe);
     }
     p->pend_tail = NULL;
+    p->pend_weak = 0;
     if (p->failed && p->topic)
         p->topic->srv->parts_failed--; /* a deleted topic's failed partitions go with it */
     p->failed = false;
@@ -604,6 +605,7 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
     pe->batch_keys = NULL;
     pe->n_batch_keys = 0;
     pe->acks = (uint8_t)p->topic->conf.acks; /* a sender's mqd:acks overrides it (link.c) */
+    p->pend_weak += pe->acks < MQD_ACKS_ALL;
     c->refs++;
     if (p->pend_tail)
         p->pend_tail->next = pe;
