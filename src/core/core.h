@@ -295,6 +295,22 @@ typedef struct mqd_repl_hooks {
      * appends): false keeps it failed for now (a leader that shipped records past that
      * offset hands the partition over first; repl/move.c). */
     bool (*may_resume)(void *arg, struct mqd_part *p);
+    /* $management DELETE of a topic (mqctl topic delete, any node): a replicated one goes
+     * from etcd in one txn and then from every replica (repl/topics.c). 0: started, and
+     * done(done_arg, status, desc) runs once etcd answered (204 deleted, 409 it changed
+     * meanwhile, 503 etcd); else an HTTP-style status with the reason in err: 204 done
+     * here at once (a copy the cluster never registered), 404 not a replicated topic (the
+     * caller deletes it as a local one), 409. */
+    int (*topic_delete)(void *arg, const char *name, mqd_repl_done_fn done, void *done_arg,
+                        char *err, size_t errlen);
+    /* $management UPDATE of a replicated topic: overrides_json (a JSON object's text, NULL
+     * for none) merged into its registered settings and its partitions raised to nparts
+     * (0: unchanged), by compare-and-swap in etcd; every replica applies them. 0:
+     * started, done(done_arg, 200 or 404/409/503, desc) once etcd holds them; else a
+     * status with err: 404 not a replicated topic (the caller alters it locally), 400,
+     * 409 (replication_factor cannot change), 503. */
+    int (*topic_alter)(void *arg, const char *name, uint32_t nparts, const char *overrides_json,
+                       mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
     void *arg;
 } mqd_repl_hooks_t;
 
@@ -481,6 +497,9 @@ int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char
  * this node refuses is logged and skipped, the others apply at once (no restart).
  * MQD_EINVAL (nothing changed) when the text is not an object. */
 int mqd_topic_set_overrides(mqd_server_t *s, mqd_topic_t *t, const char *overrides_json);
+/* Grows t to nparts partitions (nothing when it has as many), persisted; its settings are
+ * not looked at again (mqd_topic_alter's are). MQD_ETOOBIG over max_partitions_per_topic. */
+int mqd_topic_grow(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts);
 /* A replicated topic's identity: the id of its registration in etcd (repl/; Kafka's
  * topic ID, KIP-516), kept in meta.db with the topic's row; "" for none. */
 const char *mqd_topic_uid(const mqd_topic_t *t);

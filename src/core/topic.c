@@ -875,6 +875,20 @@ int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char
     return rc;
 }
 
+int mqd_topic_grow(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts)
+{
+    if (nparts <= t->nparts)
+        return 0;
+    if (nparts > s->conf->max_partitions_per_topic)
+        return MQD_ETOOBIG;
+    int rc = topic_grow(t, nparts);
+    char *cj = topic_config_json(t);
+    int rc2 = mqd_meta_topic_put(s->meta, t->name, t->nparts, cj ? cj : "{}");
+    free(cj);
+    MQD_INFO("topic", "grew topic=%s to partitions=%u", t->name, t->nparts);
+    return rc ? rc : rc2;
+}
+
 const char *mqd_topic_uid(const mqd_topic_t *t)
 {
     return t->uid;

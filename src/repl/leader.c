@@ -92,7 +92,7 @@ void mqd_repl_lead_stop(rpart_t *rp)
                                        "replicated: send it again to the new leader");
     if (n)
         MQD_WARN("repl", "%s/%u: stepped down: %zu waiting sends rejected", rp->topic, rp->part, n);
-    if (!rp->r->closing)
+    if (!rp->r->closing && !rp->dropping)
         detach_consumers(rp);
     if (ld)
         mqd_repl_gstate_free(ld);
