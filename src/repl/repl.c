@@ -107,8 +107,8 @@ static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int a
 {
     mqd_repl_t *r = arg;
     rpart_t *rp = mqd_repl_part_find(r, mqd_topic_name(t), part);
-    if (!rp && mqd_topic_conf(t)->replication_factor <= 1)
-        return NULL; /* unreplicated: a local topic */
+    if (!rp && mqd_topic_conf(t)->replication_factor <= 1 && !mqd_topic_uid(t)[0])
+        return NULL; /* unreplicated: a local topic (a replica has its registration's id) */
     *cond = "amqp:precondition-failed";
     if (!rp || rp->role != ROLE_LEADER || !rp->local)
         return "this node is not the partition's leader (no replication state yet, or it "
