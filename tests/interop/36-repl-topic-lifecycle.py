@@ -14,6 +14,9 @@ any node (a real etcd and three real mqd nodes, racks a/b/c, replication_factor 
     Re-created under the same name: a new id, the tombstone gone, its partition state
     carries the new id; every node holds a fresh copy (start 0, end 0); 10 new sends are
     read from offset 0 on the new leader and nothing of the old topic is.
+(a2) r4 (100 sends) is deleted and created again while a follower is down: no tombstone
+    is left, and the returning node finds its copy's identity is not the registered one,
+    deletes it and fetches the new topic (its 10 records, byte-equal at the end).
 (b) alter on a follower: `--config acks=leader --config retention_bytes=1048576` lands in
     the registration and every node's `mqctl --json topic show` reports it; the leader
     applies acks = leader at once (with both followers SIGSTOPped, 20 sends with the
@@ -179,6 +182,42 @@ def case_delete(t, etcd, brokers):
     return L2
 
 
+def case_recreate_while_down(t, etcd, brokers):
+    """r4 deleted and created again while a follower is down: no tombstone is left, the
+    identity tells the returning node that its copy is an older topic."""
+    all_up(etcd, brokers)
+    create(brokers[1], "r4", 1)
+    ps = placed(etcd, "r4", 1)[0]
+    old_id = get_json(etcd.port, "/mqd/topics/r4")["id"]
+    roles_up(brokers, "r4", 0, ps)
+    send_all(brokers[ps["leader"]].url, "r4", 100, "old")
+    K = [i for i in RACKS if i != ps["leader"]][0]
+    wait_for("node %d holds r4" % K, lambda: show(brokers[K], "r4") and
+             show(brokers[K], "r4")["partition_info"][0]["end"] == 100, 10)
+    brokers[K].kill()
+    other = [i for i in RACKS if i != K][0]
+    mqctl_ok(brokers[other], "topic", "delete", "r4")
+    create(brokers[other], "r4", 1)
+    new_id = get_json(etcd.port, "/mqd/topics/r4")["id"]
+    check(new_id != old_id and get_json(etcd.port, "/mqd/deleted/r4") is None,
+          "r4 ids %s -> %s, tombstone %r" % (old_id, new_id, get_json(etcd.port, "/mqd/deleted/r4")))
+    # replication_factor 3 waits for node K (placed at once if its lease still lived, maybe
+    # with K leading: then it fails over)
+    brokers[K].start()
+    ps2 = wait_for("r4 placed and led", lambda: (lambda p: p if p and "r4/0: leader (leader %d, "
+                   "epoch %d)" % (p["leader"], p["epoch"]) in brokers[p["leader"]].log_text()
+                   else None)(get_json(etcd.port, "/mqd/partitions/r4/0")), 20)
+    check(ps2.get("topic_id") == new_id, "r4 state %r, id %s" % (ps2, new_id))
+    send_all(brokers[ps2["leader"]].url, "r4", 10, "new")
+    wait_for("node %d replaces its r4" % K, lambda: (lambda v: v and v["partition_info"][0]["end"] == 10)(
+        show(brokers[K], "r4")), 20)
+    check("is not the registered %s" % new_id in brokers[K].log_text(),
+          "node %d did not log the identity mismatch" % K)
+    log("node %d, down while r4 was deleted and created again: old copy (id %s, 100 records) "
+        "deleted, new one (id %s) fetched" % (K, old_id, new_id))
+    return ps2["leader"]
+
+
 def all_up(etcd, brokers):
     """Every node running (a case that failed half-way may have left one down)."""
     for b in brokers.values():
@@ -295,6 +334,9 @@ def body(t):
     grown = None
     with coll.case("(a) delete from a follower, a node down meanwhile, re-create"):
         r3_leader = case_delete(t, etcd, brokers)
+    r4_leader = None
+    with coll.case("(a2) deleted and created again while a node is down"):
+        r4_leader = case_recreate_while_down(t, etcd, brokers)
     with coll.case("(b) alter the settings on a follower"):
         case_alter(t, etcd, brokers)
     with coll.case("(c) 2 -> 4 partitions under running producers"):
@@ -319,6 +361,8 @@ def body(t):
         log("g3 records per partition %r, byte-equal on 3 nodes" % counts)
         check(counts[2] == 200 and counts[3] == 200, "new partitions hold %r" % counts)
         stopped_logs_equal(brokers, "r3", 0, r3_leader, 10)
+        check(r4_leader, "case (a2) failed")
+        stopped_logs_equal(brokers, "r4", 0, r4_leader, 10)
     coll.finish()
 
 
