@@ -350,6 +350,10 @@ typedef int (*cluster_call_fn)(mqd_mgmt_req_t *r, mqd_repl_done_fn done, void *a
                                size_t errlen, const void *how);
 static bool via_cluster(mqd_mgmt_req_t *r, cluster_call_fn call, const void *how)
 {
+    if (!r->req) { /* mqd_mgmt_call (the console): no AMQP request to answer later */
+        mqd_mgmt_fail(r, 501, "a replicated topic is changed through $management (AMQP) only");
+        return true;
+    }
     cluster_req_t *q = calloc(1, sizeof *q);
     char err[512] = "";
     if (!q) {
