@@ -30,7 +30,10 @@ replication_user = repl (the password is checked as well).
       ISR drops it and stays without it, 100 further sends are accepted by the other two
       and its log keeps the records it had.
 (f) B restarted with replication_cert/replication_key = its own client-only certificate:
-    back in the ISR, and the three logs end byte-equal."""
+    back in the ISR, and the three logs end byte-equal.
+(g) a node certificate is not a client's: with [user peer] cert_cn = mqd-node-1 on every
+    node (and no tls_ca), SASL EXTERNAL with node 1's certificate fails; PLAIN on the
+    same TLS connection works."""
 
 import json
 import os
@@ -143,6 +146,39 @@ class Probe(mqdtest.Client):
         self.done = True
 
 
+class Login(mqdtest.Client):
+    """A TLS connection with cert/key logging in with mechs (user/password for PLAIN): was it
+    opened, or what did the transport say?"""
+
+    def __init__(self, url, ca, cert, key, mechs, user=None, password=None):
+        super().__init__()
+        self.url, self.ca, self.cert, self.key = url, ca, cert, key
+        self.mechs, self.user, self.password = mechs, user, password
+        self.opened = False
+        self.transport_cond = None
+
+    def on_start(self, e):
+        dom = SSLDomain(SSLDomain.MODE_CLIENT)
+        dom.set_trusted_ca_db(self.ca)
+        dom.set_peer_authentication(SSLDomain.VERIFY_PEER)
+        dom.set_credentials(self.cert, self.key, None)
+        kw = {"user": self.user, "password": self.password} if self.user else {}
+        self.connect(e.container, self.url, allowed_mechs=self.mechs, ssl_domain=dom, **kw)
+
+    def on_connection_opened(self, e):
+        self.opened = True
+        self.finish()
+
+    def on_transport_error(self, e):
+        c = e.transport.condition
+        self.transport_cond = (c.name, c.description) if c else ("?", "?")
+
+    def on_transport_closed(self, e):
+        if e.connection is not None:
+            self.closed.add(id(e.connection))
+        self.done = True
+
+
 def lag_of(port, node):
     """The leader's mqd_repl_follower_lag_records for node on r3/0 (None if absent)."""
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10 * SLOW) as r:
@@ -164,6 +200,7 @@ def node_broker(t, etcd, i, pki, auth):
                         replication_ca_file=pki["ca"], replication_peer_verify="on",
                         tls_cert=pki["n%d" % i][0], tls_key=pki["n%d" % i][1],
                         metrics_listen="127.0.0.1:%d" % mport)
+    sets["user.peer.cert_cn"] = "mqd-node-1"
     sets.update(auth)
     b = t.broker("n%d" % i, start=False, sets=sets,
                  args=["--listen", "amqps://127.0.0.1:%d" % tport])
@@ -352,6 +389,16 @@ def body(t):
         n = {i: count_records(v) for i, v in raw.items()}
         log("ISR %r; records per node %r, %d bytes each" % (isr, n, len(raw[leader])))
         check(all(v == N + MORE + LATE for v in n.values()), "records per node %r" % n)
+    with coll.case("(g) a node certificate does not log in with SASL EXTERNAL"):
+        ext = Login(tls_url, pki["ca"], *pki["n1"], "EXTERNAL")
+        mqdtest.run_container(ext, 30)
+        plain = Login(tls_url, pki["ca"], *pki["n1"], "PLAIN", "repl", "s3cret")
+        mqdtest.run_container(plain, 30)
+        log("node 1's certificate: EXTERNAL opened %s (%r); PLAIN opened %s (%r)"
+            % (ext.opened, ext.transport_cond, plain.opened, plain.transport_cond))
+        check(not ext.opened and ext.transport_cond is not None,
+              "EXTERNAL with a node certificate: opened %s %r" % (ext.opened, ext.transport_cond))
+        check(plain.opened, "PLAIN with a node certificate: %r" % (plain.transport_cond,))
     coll.finish()
 
 
