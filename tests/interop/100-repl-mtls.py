@@ -33,12 +33,15 @@ replication_user = repl (the password is checked as well).
     back in the ISR, and the three logs end byte-equal.
 (g) a node certificate is not a client's: with [user peer] cert_cn = mqd-node-1 on every
     node (and no tls_ca), SASL EXTERNAL with node 1's certificate fails; PLAIN on the
-    same TLS connection works."""
+    same TLS connection works.
+(h) SIGHUP on the leader rebuilds its TLS context with the node CAs: the probe of (b) is
+    refused the same way after the reload, and 50 more acks = all sends are accepted."""
 
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -202,7 +205,10 @@ def node_broker(t, etcd, i, pki, auth):
                         metrics_listen="127.0.0.1:%d" % mport)
     sets["user.peer.cert_cn"] = "mqd-node-1"
     sets.update(auth)
-    b = t.broker("n%d" % i, start=False, sets=sets,
+    conf = os.path.join(t.tmpdir, "n%d.conf" % i)  # a file for SIGHUP to reload (h)
+    with open(conf, "w") as f:
+        f.write("log_level = info\n")
+    b = t.broker("n%d" % i, start=False, sets=sets, conf=conf,
                  args=["--listen", "amqps://127.0.0.1:%d" % tport])
     b.tls_port, b.metrics_port = tport, mport
     return b
@@ -399,6 +405,23 @@ def body(t):
         check(not ext.opened and ext.transport_cond is not None,
               "EXTERNAL with a node certificate: opened %s %r" % (ext.opened, ext.transport_cond))
         check(plain.opened, "PLAIN with a node certificate: %r" % (plain.transport_cond,))
+    with coll.case("(h) after a reload of the leader the CN rule still holds"):
+        reloads = L.log_text().count("reloaded: TLS on")
+        os.kill(L.pid, signal.SIGHUP)
+        wait_for("the leader's reload", lambda: L.log_text().count("reloaded: TLS on") > reloads, 10)
+        end = N + MORE + LATE
+        p = Probe(tls_url, {"mqd:node-id": uint(fb), "mqd:fetch-offset": ulong(end)}, pki["ca"],
+                  *pki["n%d" % fa])
+        mqdtest.run_container(p, 30)
+        log("after SIGHUP, node %d's certificate as node %d: %r, %d received" % (fa, fb, p.link_cond,
+                                                                                 p.got))
+        check(p.link_cond is not None and p.link_cond[0] == "amqp:unauthorized-access"
+              and "names CN=mqd-node-%d, not mqd-node-%d" % (fa, fb) in p.link_cond[1]
+              and p.got == 0, "probe after the reload: %r, %d received" % (p.link_cond, p.got))
+        send(L.url, 50, "after-reload")
+        raw = wait_for("the three logs equal", same, 30)
+        check(count_records(raw[leader]) == end + 50, "leader holds %d records"
+              % count_records(raw[leader]))
     coll.finish()
 
 
