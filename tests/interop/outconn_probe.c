@@ -152,7 +152,8 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 static int usage(void)
 {
     fprintf(stderr, "usage: outconn_probe --url U --address A --count N [--user U --password P] "
-                    "[--ca FILE] [--hostname H] [--backoff-min MS] [--backoff-max MS] "
+                    "[--ca FILE] [--cert FILE --key FILE] [--hostname H] [--backoff-min MS] "
+                    "[--backoff-max MS] "
                     "[--seconds S] [--rate N] [--expect-down]\n");
     return 2;
 }
@@ -202,6 +203,8 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--user") == 0) o.user = v;
         else if (strcmp(a, "--password") == 0) o.password = v;
         else if (strcmp(a, "--ca") == 0) o.ca_file = v;
+        else if (strcmp(a, "--cert") == 0) o.cert_file = v;
+        else if (strcmp(a, "--key") == 0) o.key_file = v;
         else if (strcmp(a, "--hostname") == 0) o.hostname = v;
         else if (strcmp(a, "--backoff-min") == 0) o.backoff_min_ms = (uint32_t)atoi(v);
         else if (strcmp(a, "--backoff-max") == 0) o.backoff_max_ms = (uint32_t)atoi(v);
