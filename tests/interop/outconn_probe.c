@@ -197,6 +197,7 @@ int main(int argc, char **argv)
         if (!v)
             return usage();
         i++;
+        /* clang-format off */
         if (strcmp(a, "--url") == 0) o.url = v;
         else if (strcmp(a, "--address") == 0) p.address = v;
         else if (strcmp(a, "--count") == 0) p.count = strtoul(v, NULL, 10);
@@ -211,6 +212,7 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--seconds") == 0) seconds = atof(v);
         else if (strcmp(a, "--rate") == 0) p.rate = strtoul(v, NULL, 10);
         else return usage();
+        /* clang-format on */
     }
     if (!o.url || !p.address || (p.count == 0 && !expect_down))
         return usage();
