@@ -229,6 +229,13 @@ int main(int argc, char **argv)
     int rc = mqd_outconn_new(p.srv, &o, &ops, &p, &p.oc);
     if (rc != 0) {
         printf("setup_error=%d\n", rc);
+        fflush(stdout);
+        mqd_server_free(p.srv); /* and the rest: nothing left for LeakSanitizer */
+        mqd_conf_free(conf);
+        nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        pn_message_free(p.msg);
+        free(p.buf);
+        free(p.accepted);
         return 1;
     }
     struct event *deadline = evtimer_new(mqd_server_base(p.srv), on_deadline, p.srv);
