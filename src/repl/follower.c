@@ -257,6 +257,9 @@ static int connect_leader(fol_t *f)
              tls && n->repl_address[0] ? n->repl_address : n->address);
     snprintf(container, sizeof container, "mqd-node-%" PRIu32, conf->node_id);
     bool auth = conf->replication_user && conf->replication_user[0];
+    /* the certificate that names this node (mqd-node-<id>) to a leader that asks */
+    const char *cert = conf->replication_cert ? conf->replication_cert : conf->tls_cert;
+    const char *key = conf->replication_cert ? conf->replication_key : conf->tls_key;
     mqd_outconn_opts_t o = {.url = f->url,
                             .container = container,
                             .backoff_min_ms = 100,
@@ -264,6 +267,8 @@ static int connect_leader(fol_t *f)
                             .user = auth ? conf->replication_user : NULL,
                             .password = auth ? conf->replication_password : NULL,
                             .ca_file = tls ? conf->replication_ca_file : NULL,
+                            .cert_file = tls ? cert : NULL,
+                            .key_file = tls ? key : NULL,
                             .plain_over_tcp = auth && !tls};
     mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
     return mqd_outconn_new(f->rp->r->s, &o, &ops, f, &f->oc);

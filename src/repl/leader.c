@@ -10,6 +10,7 @@
  * ahead of the data. */
 #include "config.h"
 #include "repl/repl_int.h"
+#include "auth/auth.h"
 
 #include <inttypes.h>
 #include <proton/delivery.h>
@@ -472,6 +473,9 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
                       "a fetch link needs the properties "
                       "mqd:node-id and mqd:fetch-offset",
                       addr);
+    char why[200]; /* replication_peer_verify: the certificate must name the node claimed */
+    if (mqd_auth_repl_peer_check(c, q.node, why, sizeof why) != 0)
+        return refuse(l, "amqp:unauthorized-access", why, addr);
     if (!rp || rp->role != ROLE_LEADER)
         return refuse(l, "amqp:not-found", "this node does not lead that partition", addr);
     rflw_t *f = follower_of(rp, q.node);
