@@ -35,7 +35,8 @@ int mqd_repl_lead_start(rpart_t *rp)
         rflw_t *f = &ld->f[ld->n++];
         *f = (rflw_t){.rp = rp, .id = rp->ps.replicas[i], .caught_ms = now, .probe_ms = now};
     }
-    mqd_plog_set_epoch(mqd_part_log(rp->local), rp->ps.epoch);
+    ld->epoch = rp->ps.epoch;
+    mqd_plog_set_epoch(mqd_part_log(rp->local), ld->epoch);
     mqd_plog_set_commit_tap(mqd_part_log(rp->local), tap, rp);
     /* what it knew as a follower (never goes back); after a restart nothing is known:
      * records only this node has must not become visible before the followers report */
@@ -283,6 +284,23 @@ void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms)
     watermark(rp);
     for (uint32_t i = 0; i < rp->lead->n; i++)
         pump(&rp->lead->f[i]);
+}
+
+/* The state names this node leader again, in another epoch (the controller never writes
+ * that; an operator may): the records appended from now on carry the new epoch, and
+ * the followers' links, attached under the old one, are dropped: they attach again with
+ * the new mqd:epoch (a follower also closes them itself, follower.c). */
+void mqd_repl_lead_epoch(rpart_t *rp)
+{
+    lead_t *ld = rp->lead;
+    if (!ld || ld->epoch == rp->ps.epoch)
+        return;
+    MQD_NOTICE("repl", "%s/%u: still the leader, now in epoch %" PRIu32 " (was %" PRIu32 ")",
+               rp->topic, rp->part, rp->ps.epoch, ld->epoch);
+    ld->epoch = rp->ps.epoch;
+    mqd_plog_set_epoch(mqd_part_log(rp->local), ld->epoch);
+    for (uint32_t i = 0; i < ld->n; i++)
+        drop_link(&ld->f[i]);
 }
 
 void mqd_repl_lead_isr_changed(rpart_t *rp)

@@ -255,9 +255,13 @@ static void apply(mqd_repl_t *r, rpart_t *rp)
                   : rp->ps.leader == self ? ROLE_LEADER
                                           : ROLE_FOLLOWER;
     if (want != rp->role || (want == ROLE_FOLLOWER && rp->fol && rp->fol->leader != rp->ps.leader))
-        set_role(rp, want);
-    else if (want == ROLE_LEADER)
+        set_role(rp, want); /* a new leader: a new connection, attached in the new epoch */
+    else if (want == ROLE_LEADER) {
+        mqd_repl_lead_epoch(rp);
         mqd_repl_lead_isr_changed(rp);
+    } else if (want == ROLE_FOLLOWER) {
+        mqd_repl_fol_epoch(rp); /* the same leader in a new epoch: attach again */
+    }
 }
 
 /* ---- etcd: partitions/<T>/<P> and topics/<T> ---- */
@@ -501,10 +505,8 @@ static void on_refresh(void *arg, const mqd_etcd_reply_t *rep)
     if (rp && rep->rc == 0 && rep->n_kvs == 1) {
         part_kv(o->r, &rep->kvs[0], false); /* a newer leader: steps down here */
         rp->fenced = false;
-        MQD_NOTICE("repl",
-                   "%s/%u: state read again after the lease loss: leader %" PRIu32
-                   ", epoch %" PRIu32,
-                   rp->topic, rp->part, rp->ps.leader, rp->ps.epoch);
+        MQD_NOTICE("repl", "%s/%u: state read again: leader %" PRIu32 ", epoch %" PRIu32, rp->topic,
+                   rp->part, rp->ps.leader, rp->ps.epoch);
     } else if (rp) {
         rp->fenced_retry = true; /* the tick asks again */
     }

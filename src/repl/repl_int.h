@@ -45,6 +45,7 @@ typedef struct lead {
     gfloor_t *g;    /* groups whose offsets it logged, [n_g] */
     size_t n_g;
     uint64_t run_start, run_end; /* the last run of group records appended back to back */
+    uint32_t epoch;              /* the epoch its records are stamped with (mqd_plog_set_epoch) */
 } lead_t;
 
 typedef struct fol {
@@ -59,6 +60,7 @@ typedef struct fol {
     } * wait; /* appended runs waiting to be stable before settling */
     size_t n_wait, cap_wait;
     int64_t attach_at_ms; /* 0: attached or no connection */
+    uint32_t link_epoch;  /* the partition epoch `link` was attached under (its mqd:epoch) */
     uint64_t runs;
 } fol_t;
 
@@ -167,6 +169,9 @@ void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e);
 void mqd_repl_lead_gone(mqd_repl_t *r, mqd_lstate_t *ls);
 void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms); /* HW, pumps; ISR when now_ms */
 void mqd_repl_lead_isr_changed(rpart_t *rp);
+/* rp's state names this node leader in another epoch than it leads in (an operator's
+ * write): its records take the new epoch and its followers attach again under it. */
+void mqd_repl_lead_epoch(rpart_t *rp);
 
 /* gstate.c: group offsets, transaction decisions and the dedup window on failover: the
  * group_saved hook, a follower's appended run, this node taking the lead, lead_stop. */
@@ -180,6 +185,9 @@ void mqd_repl_gstate_free(lead_t *ld);
 int mqd_repl_fol_start(rpart_t *rp);
 void mqd_repl_fol_stop(rpart_t *rp);
 void mqd_repl_fol_work(rpart_t *rp, int64_t now_ms);
+/* rp's state moved to another epoch under the same leader: a fetch link attached under
+ * the old one is closed and attached again with the new mqd:epoch. */
+void mqd_repl_fol_epoch(rpart_t *rp);
 
 /* move.c: leadership moved on purpose — `mqctl cluster elect T P NODE` (the repl hook
  * `elect`), a clean SIGTERM's handover (`handover`) — and /readyz (`ready`). */
