@@ -209,6 +209,8 @@ bool mqd_repl_move_may_resume(void *arg, mqd_part_t *p);
 void mqd_repl_cand_report(mqd_repl_t *r, uint32_t gone);
 bool mqd_repl_cand_ready(rpart_t *rp, int64_t now_ms, uint32_t *pick);
 void mqd_repl_cand_reset(rpart_t *rp);
+/* Deletes every report of topic/part (the controller, once its election is decided). */
+void mqd_repl_cand_clear(mqd_repl_t *r, const char *topic, uint32_t part);
 /* The ev_cand callback: reads again (mqd_repl_ctl_failover) sooner than the tick. */
 void mqd_repl_cand_again(evutil_socket_t fd, short what, void *arg);
 
