@@ -137,7 +137,7 @@ static bool redirect_part(mqd_repl_t *r, rpart_t *rp, const char *topic, int64_t
 /* A link to a partition this node does not lead goes to its leader; one to the whole
  * topic goes to the leader of the first partition not led here (a link spanning
  * partitions of several leaders needs client routing, a later issue). */
-static bool on_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to)
+bool mqd_repl_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to)
 {
     mqd_repl_t *r = arg;
     if (part >= 0)
@@ -591,7 +591,7 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
         return MQD_ENOMEM;
     }
     mqd_repl_hooks_t h = {.topic_created = on_topic_created,
-                          .redirect = on_redirect,
+                          .redirect = mqd_repl_redirect,
                           .send_check = on_send_check,
                           .attach = on_attach,
                           .link_event = on_link_event,

@@ -122,6 +122,10 @@ struct mqd_repl {
 rpart_t *mqd_repl_part_find(mqd_repl_t *r, const char *topic, uint32_t part);
 const mqd_cluster_node_t *mqd_repl_node(mqd_repl_t *r, uint32_t id);
 void mqd_repl_kick(mqd_repl_t *r);
+/* The redirect hook (arg: r): true with *to filled when a link to partition part of t
+ * (-1: the whole topic) belongs on another node, the partition's leader as etcd names it
+ * (false also when that node's address is not known here). */
+bool mqd_repl_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to);
 int mqd_repl_grow(mqd_repl_t *r, size_t need);
 uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp);
 /* May this leader acknowledge now: lease live and not fenced since a lease loss. */
