@@ -113,18 +113,20 @@ static bool alive(mqd_repl_t *r, uint32_t id)
 /* A report's node id (from its key) and log end, if it is one of this failover: made in
  * epoch `epoch` about the departure of the leader key `lrev` (0: this node never saw
  * that key, as a controller started after it went; the epoch alone then). */
-static bool report_of(const mqd_etcd_kv_t *kv, size_t plen, uint32_t epoch, int64_t lrev,
+static bool report_of(rpart_t *rp, const mqd_etcd_kv_t *kv, size_t plen, int64_t lrev,
                       uint32_t *node, uint64_t *end)
 {
     char *e;
     mqd_repl_report_t rep;
     unsigned long id = strtoul(kv->key + plen, &e, 10);
     if (e == kv->key + plen || *e || id == 0 || id > UINT32_MAX ||
-        mqd_repl_report_parse(kv->value, kv->value_len, &rep) != 0 || rep.epoch != epoch)
+        mqd_repl_report_parse(kv->value, kv->value_len, &rep) != 0 || rep.epoch != rp->ps.epoch)
         return false;
     if (lrev && rep.leader_rev && rep.leader_rev != lrev) {
-        MQD_INFO("repl", "%.*s: a report about an earlier departure of the leader: ignored",
-                 (int)kv->key_len, kv->key);
+        if (!rp->cand_stale_logged) /* once per wait, not at every read */
+            MQD_INFO("repl", "%.*s: a report about an earlier departure of the leader: ignored",
+                     (int)kv->key_len, kv->key);
+        rp->cand_stale_logged = true;
         return false;
     }
     *node = (uint32_t)id;
@@ -152,7 +154,7 @@ static void on_read(void *arg, const mqd_etcd_reply_t *rep)
     for (size_t k = 0; k < rep->n_kvs; k++) {
         uint32_t node;
         uint64_t end;
-        if (!report_of(&rep->kvs[k], (size_t)plen, rp->ps.epoch, lrev, &node, &end))
+        if (!report_of(rp, &rep->kvs[k], (size_t)plen, lrev, &node, &end))
             continue;
         for (uint32_t i = 0; i < rp->ps.n_isr && i < MQD_REPL_MAX_RF; i++)
             if (rp->ps.isr[i] == node) {
@@ -251,4 +253,5 @@ void mqd_repl_cand_reset(rpart_t *rp)
     rp->cand_until_ms = 0;
     rp->cand_done = false;
     rp->cand_pick = 0;
+    rp->cand_stale_logged = false;
 }

@@ -93,6 +93,7 @@ struct rpart {
     bool cand_out;         /* a read of the reports in flight */
     bool cand_done;        /* the reports are in (or the wait is over): elect */
     uint32_t cand_pick;    /* the live in-sync replica with the longest log, 0: none */
+    bool cand_stale_logged; /* a report of an earlier departure was ignored (logged once) */
 };
 
 typedef struct rtopic {
