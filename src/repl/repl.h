@@ -80,6 +80,20 @@ char *mqd_repl_tdesc_json(const mqd_repl_tdesc_t *td);
 int mqd_repl_tdesc_parse(const char *json, size_t n, mqd_repl_tdesc_t *out);
 void mqd_repl_tdesc_clear(mqd_repl_tdesc_t *td);
 
+/* A replica's log end for an election by log end (candidates/<T>/<P>/<node>, cand.c),
+ * written when the partition's leader went: the partition epoch it followed, its log end
+ * and leader_rev, the create_revision of the gone leader's node key (each registration
+ * of a node makes a new one; 0: not given, as by older nodes). A report counts only for
+ * that epoch and that key's departure, so one left from an earlier failure of the same
+ * leader in the same epoch (it came back before anyone was elected) is not read again. */
+typedef struct mqd_repl_report {
+    uint32_t epoch;
+    uint64_t end;
+    int64_t leader_rev;
+} mqd_repl_report_t;
+char *mqd_repl_report_json(const mqd_repl_report_t *rep);
+int mqd_repl_report_parse(const char *json, size_t n, mqd_repl_report_t *out);
+
 /* ---- the fetch stream (wire.c) ----
  * One AMQP message per run of records: message annotations x-repl-base (ulong, the first
  * record's offset), x-repl-count (uint, records), x-repl-hw (ulong, the leader's high

@@ -230,13 +230,48 @@ static void test_grec(void **state)
     (void)state;
 }
 
+/* The log-end report of an election (cand.c): round trip, an older node's report without
+ * leader_rev, and malformed ones refused. */
+static void test_report(void **state)
+{
+    mqd_repl_report_t rep = {.epoch = 4, .end = 1050, .leader_rev = 17}, back;
+    char *j = mqd_repl_report_json(&rep);
+    assert_non_null(j);
+    assert_string_equal(j, "{\"end\":1050,\"epoch\":4,\"leader_rev\":17}");
+    assert_int_equal(mqd_repl_report_parse(j, strlen(j), &back), 0);
+    assert_true(back.epoch == 4 && back.end == 1050 && back.leader_rev == 17);
+    free(j);
+    const char *old = "{\"epoch\":2,\"end\":300}";
+    assert_int_equal(mqd_repl_report_parse(old, strlen(old), &back), 0);
+    assert_true(back.epoch == 2 && back.end == 300 && back.leader_rev == 0);
+    rep.leader_rev = 0; /* not known: left out */
+    j = mqd_repl_report_json(&rep);
+    assert_string_equal(j, "{\"end\":1050,\"epoch\":4}");
+    free(j);
+    static const char *const bad[] = {
+        "{\"epoch\":1}",                                /* no end */
+        "{\"end\":5}",                                  /* no epoch */
+        "{\"epoch\":-1,\"end\":5}",                     /* negative epoch */
+        "{\"epoch\":1,\"end\":-5}",                     /* negative end */
+        "{\"epoch\":1,\"end\":5,\"leader_rev\":\"9\"}", /* a string */
+        "{\"epoch\":1,\"end\":5,\"leader_rev\":-9}",    /* negative */
+        "{\"epoch\":1,\"epoch\":2,\"end\":5}",          /* duplicate key */
+        "{\"epoch\":4294967296,\"end\":5}",             /* epoch past 32 bits */
+        "[]",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(mqd_repl_report_parse(bad[i], strlen(bad[i]), &back), MQD_ECORRUPT);
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_place_racks),   cmocka_unit_test(test_place_edges),
         cmocka_unit_test(test_watermarks),    cmocka_unit_test(test_pstate),
         cmocka_unit_test(test_wire),          cmocka_unit_test(test_grec),
-        cmocka_unit_test(test_run_max_epoch),
+        cmocka_unit_test(test_run_max_epoch), cmocka_unit_test(test_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
