@@ -138,8 +138,9 @@ static void receive(fol_t *f, pn_delivery_t *d)
     ssize_t got = size ? pn_link_recv(f->link, (char *)r->buf, size) : 0;
     pn_link_advance(f->link);
     uint32_t newest = 0;
+    bool state = false;
     if (got != (ssize_t)size || mqd_repl_run_parse(r->buf, size, &run) != 0 ||
-        mqd_repl_run_max_epoch(run.data, run.len, &newest) != 0)
+        mqd_repl_run_scan(run.data, run.len, &newest, &state) != 0)
         return resync(f, d, "not a replication run");
     if (f->link_epoch != f->rp->ps.epoch) {
         char why[96];
@@ -169,7 +170,7 @@ static void receive(fol_t *f, pn_delivery_t *d)
         f->runs++;
     }
     mqd_part_set_hw(f->rp->local, run.hw);
-    if (run.count)
+    if (run.count && state)
         mqd_repl_fol_state(f->rp, run.data, run.len);
     if (!run.count && f->n_wait == 0)
         return settle(f, d, PN_ACCEPTED);

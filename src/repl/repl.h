@@ -114,10 +114,13 @@ int mqd_repl_run_encode(const mqd_repl_run_t *run, uint8_t **buf, size_t *cap, s
 /* MQD_ECORRUPT unless the message is exactly those annotations (any order, others
  * ignored) and at most one data section. */
 int mqd_repl_run_parse(const uint8_t *msg, size_t len, mqd_repl_run_t *out);
-/* The largest leader epoch among a run's records (0 for none), walking their length
- * fields only: the CRCs are mqd_plog_append_raw's to check. MQD_ECORRUPT when a record is
- * shorter than its header or runs past len. */
-int mqd_repl_run_max_epoch(const uint8_t *data, size_t len, uint32_t *out);
+/* One walk over a run's records by their length fields only (the CRCs are
+ * mqd_plog_append_raw's to check): *max_epoch the largest leader epoch among them (0 for
+ * none), *has_state whether one is a control record a follower acts on (a group's
+ * committed offset or a transaction's COMMIT: gstate.c; most runs hold none, and then
+ * the follower need not walk them again). MQD_ECORRUPT, outputs untouched, when a record
+ * is shorter than its header or runs past len. */
+int mqd_repl_run_scan(const uint8_t *data, size_t len, uint32_t *max_epoch, bool *has_state);
 
 /* ---- the group-offset control record (gstate.c; parsing is of replicated input) ----
  * Body of a MQD_REC_CTRL_GROUP record: committed offset u64 (little-endian), then the

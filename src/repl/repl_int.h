@@ -182,6 +182,8 @@ void mqd_repl_lead_epoch(rpart_t *rp);
  * group_saved hook, a follower's appended run, this node taking the lead, lead_stop. */
 void mqd_repl_group_saved(void *arg, mqd_topic_t *t, uint32_t part, const char *group,
                           uint64_t floor);
+/* A follower's run (appended) that holds group-offset or COMMIT records
+ * (mqd_repl_run_scan's has_state): saves them to meta.db in one transaction. */
 void mqd_repl_fol_state(rpart_t *rp, const uint8_t *data, size_t len);
 void mqd_repl_lead_state(rpart_t *rp);
 void mqd_repl_gstate_free(lead_t *ld);

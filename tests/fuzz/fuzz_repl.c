@@ -33,7 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort(); /* what parses re-encodes to the same run */
             free(buf);
             uint32_t e = 0; /* the follower's epoch check walks the records: in bounds */
-            (void)mqd_repl_run_max_epoch(run.data, run.len, &e);
+            bool st = false;
+            (void)mqd_repl_run_scan(run.data, run.len, &e, &st);
         }
         break;
     }
