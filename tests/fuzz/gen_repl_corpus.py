@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Writes the seed corpus of fuzz_repl (tests/fuzz/corpus/fuzz_repl): fetch-stream
 messages as a leader encodes them (selector byte 0), partition states (1) and topic
-registrations (2) as mqd writes them to etcd (with and without the identities), group-offset record bodies (3, gstate.c),
-plus a few damaged ones."""
+registrations (2) as mqd writes them to etcd (with and without the identities), group-offset
+record bodies (3, gstate.c), the log-end reports of an election (4, cand.c), plus a few
+damaged ones."""
 import os
 import struct
 import sys
@@ -44,6 +45,9 @@ def main(out):
         "grec-shared": b"\x03" + struct.pack("<Q", 1 << 40) + b"$shared",
         "grec-no-name": b"\x03" + struct.pack("<Q", 60),
         "grec-nul": b"\x03" + struct.pack("<Q", 60) + b"g\x00h",
+        "report": b"\x04" + b'{"end":1050,"epoch":1,"leader_rev":17}',
+        "report-old": b"\x04" + b'{"epoch":3,"end":0}',
+        "report-bad": b"\x04" + b'{"epoch":1,"end":-5,"leader_rev":"17"}',
     }
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
