@@ -144,12 +144,14 @@ void mqd_repl_lead_stop(rpart_t *rp)
         drop_link(&ld->f[i]);
     /* a leader that stepped down settles nothing more, acks = leader included: the new
      * leader may not have these, and this log is cut back to its epoch's end */
-    size_t n = mqd_part_reject_waiting(rp->local, MQD_ACKS_LEADER, "amqp:resource-limit-exceeded",
-                                       "the partition's leader changed before the send was "
-                                       "replicated: send it again to the new leader");
+    size_t n = mqd_part_reject_waiting(
+        rp->local, MQD_ACKS_LEADER, "amqp:resource-limit-exceeded",
+        rp->dropping ? "the topic was deleted before the send was replicated"
+                     : "the partition's leader changed before the send was replicated: send it "
+                       "again to the new leader");
     if (n)
         MQD_WARN("repl", "%s/%u: stepped down: %zu waiting sends rejected", rp->topic, rp->part, n);
-    if (!rp->r->closing)
+    if (!rp->r->closing && !rp->dropping)
         detach_links(rp);
     if (ld)
         mqd_repl_gstate_free(ld);

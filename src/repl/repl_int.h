@@ -85,6 +85,10 @@ struct rpart {
     bool fenced;         /* leader whose lease was lost: acknowledges nothing until its
                             partition key was read again (repl.c refresh) */
     bool fenced_retry;   /* that read failed: the tick asks again */
+    bool seen;           /* in the snapshot being read (repl.c) */
+    bool refused_logged; /* a local topic of its name is not a replica: logged (topics.c) */
+    bool dropping;       /* its topic's copy is being deleted here: receivers are detached
+                            by the deletion ("the topic was deleted"), not as a step-down */
     int64_t handover_ms; /* leader granted to this node's previous run, found at start:
                             not led, handed over (ctl.c) until then; 0: none */
     /* controller, leader gone (cand.c): the in-sync replicas' log ends, read from etcd
@@ -96,11 +100,23 @@ struct rpart {
     bool cand_stale_logged; /* a report of an earlier departure was ignored (logged once) */
 };
 
+/* A topic's registration as etcd holds it (topics/<T>). */
 typedef struct rtopic {
     struct rtopic *next;
     char *name;
     mqd_repl_tdesc_t td;
+    int64_t mod_rev; /* of its key: alter and delete compare on it */
+    bool seen;       /* in the snapshot being read (topics.c) */
 } rtopic_t;
+
+/* A topic name with a job in flight or waiting (topics.c): a registration, a look for
+ * its tombstone, a deletion of this node's copy. */
+typedef struct tname {
+    struct tname *next;
+    char *name;
+    char why[200]; /* a deletion: the reason it logs */
+    bool logged;   /* a deletion waiting for transactions: said once */
+} tname_t;
 
 struct mqd_repl {
     mqd_server_t *s;
@@ -108,9 +124,14 @@ struct mqd_repl {
     mqd_cluster_t *m;
     mqd_etcd_t *etcd;
     char topics_prefix[192], parts_prefix[192], cand_prefix[192];
+    char deleted_prefix[192];
     mqd_etcd_watch_t *w_topics, *w_parts;
     rpart_t *parts;
+    rpart_t *doomed; /* out of `parts` (their key went), freed once no truncation runs */
     rtopic_t *topics;
+    tname_t *regs, *checks, *dels; /* topics.c */
+    bool topics_loaded;            /* the topics/ snapshot arrived */
+    int64_t sweep_ms;              /* topics.c: the next look at this node's copies */
     bool controller, closing;
     bool parts_loaded; /* the partitions/ snapshot arrived (before it: not ready) */
     struct event *ev_tick, *ev_kick;
@@ -139,6 +160,37 @@ int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps);
 typedef void (*mqd_repl_cas_done_fn)(void *arg, bool written);
 int mqd_repl_part_cas_cb(rpart_t *rp, const mqd_repl_pstate_t *ps, mqd_repl_cas_done_fn done,
                          void *done_arg);
+
+/* Stops rp's role and drops every pointer it holds into its local replica (its commit
+ * subscription, the replica itself); the partition state stays. */
+void mqd_repl_unbind(rpart_t *rp);
+/* rp's key went from etcd: unbound and taken out of the table (freed once no truncation
+ * of its log runs, which calls back with rp). */
+void mqd_repl_part_drop(rpart_t *rp);
+void mqd_repl_part_free(rpart_t *rp);
+
+/* topics.c: replicated topics' lifecycle. Every registration carries an identity (a
+ * random 128-bit id, Kafka's topic ID of KIP-516) that the node keeps with its copy
+ * (mqd_topic_uid); a copy whose identity etcd no longer has is deleted here, never
+ * registered again. Delete, alter and add partitions from any node go through etcd. */
+rtopic_t *mqd_repl_topic_find(mqd_repl_t *r, const char *name);
+void mqd_repl_topic_created(void *arg, mqd_topic_t *t); /* the topic_created hook */
+int mqd_repl_topic_delete(void *arg, const char *name, mqd_repl_done_fn done, void *done_arg,
+                          char *err, size_t errlen);
+int mqd_repl_topic_alter(void *arg, const char *name, uint32_t nparts, const char *overrides_json,
+                         mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
+/* The topics/ watch. */
+void mqd_repl_on_topics(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t n,
+                        int64_t rev);
+/* This node's copy of rp's topic for the replica of rp: created from the registration
+ * when it has none, grown to it; NULL while it may not be bound (no registration yet, a
+ * state placed for another registration of that name, an old copy being deleted). */
+mqd_part_t *mqd_repl_topic_replica(mqd_repl_t *r, rpart_t *rp);
+/* A partition key of `name` went: the controller places what the registration lacks. */
+void mqd_repl_topic_parts_gone(mqd_repl_t *r, const char *name);
+/* The tick: deletions waiting, parts waiting to be freed, a periodic look at copies. */
+void mqd_repl_topic_tick(mqd_repl_t *r, int64_t now_ms);
+void mqd_repl_topics_free(mqd_repl_t *r);
 
 /* behind.c: the leader refused the fetch as below its log start (info mqd:log-start):
  * empties rp's replica and restarts it there, then fetches again. */

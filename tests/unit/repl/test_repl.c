@@ -107,7 +107,7 @@ static void test_pstate(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(mqd_repl_pstate_parse(bad[i], strlen(bad[i]), &back), MQD_ECORRUPT);
-    mqd_repl_tdesc_t td = {4, 3, "{\"acks\":\"quorum\"}"}, tb;
+    mqd_repl_tdesc_t td = {4, 3, "{\"acks\":\"quorum\"}", ""}, tb;
     j = mqd_repl_tdesc_json(&td);
     assert_string_equal(
         j, "{\"config\":{\"acks\":\"quorum\"},\"partitions\":4,\"replication_factor\":3}");
@@ -119,6 +119,55 @@ static void test_pstate(void **state)
     free(j);
     const char *t0 = "{\"partitions\":0,\"replication_factor\":3}";
     assert_int_equal(mqd_repl_tdesc_parse(t0, strlen(t0), &tb), MQD_ECORRUPT);
+}
+
+/* The identities (KIP-516's topic IDs): a registration's id and the topic_id of the
+ * partition states placed for it round trip, are left out when empty (an older mqd's
+ * values parse as ""), and anything but 32 lower-case hex digits is refused. */
+static void test_identity(void **state)
+{
+    char id[MQD_REPL_ID_LEN + 1], id2[MQD_REPL_ID_LEN + 1];
+    assert_int_equal(mqd_repl_id_new(id), 0);
+    assert_int_equal(mqd_repl_id_new(id2), 0);
+    assert_true(mqd_repl_id_valid(id, strlen(id)));
+    assert_string_not_equal(id, id2);
+    assert_false(mqd_repl_id_valid("0123456789ABCDEF0123456789abcdef", 32));
+    assert_false(mqd_repl_id_valid("0123456789abcdef0123456789abcde", 31));
+    mqd_repl_tdesc_t td = {2, 3, NULL, ""}, tb;
+    memcpy(td.id, id, sizeof td.id);
+    char *j = mqd_repl_tdesc_json(&td);
+    assert_non_null(strstr(j, id));
+    assert_int_equal(mqd_repl_tdesc_parse(j, strlen(j), &tb), 0);
+    assert_string_equal(tb.id, id);
+    assert_null(tb.config);
+    free(j);
+    const char *old = "{\"config\":{},\"partitions\":1,\"replication_factor\":3}";
+    assert_int_equal(mqd_repl_tdesc_parse(old, strlen(old), &tb), 0);
+    assert_string_equal(tb.id, "");
+    static const char *const bad_td[] = {
+        "{\"id\":\"x\",\"partitions\":1,\"replication_factor\":3}",
+        "{\"id\":7,\"partitions\":1,\"replication_factor\":3}",
+        "{\"id\":\"\",\"partitions\":1,\"replication_factor\":3}",
+        "{\"id\":\"0123456789abcdef0123456789abcdeg\",\"partitions\":1,\"replication_factor\":3}",
+    };
+    for (size_t i = 0; i < sizeof bad_td / sizeof bad_td[0]; i++)
+        assert_int_equal(mqd_repl_tdesc_parse(bad_td[i], strlen(bad_td[i]), &tb), MQD_ECORRUPT);
+
+    mqd_repl_pstate_t ps = {.leader = 1,
+                            .epoch = 1,
+                            .n_replicas = 1,
+                            .n_isr = 1,
+                            .replicas = {1},
+                            .isr = {1}},
+                      back;
+    memcpy(ps.topic_id, id, sizeof ps.topic_id);
+    j = mqd_repl_pstate_json(&ps);
+    assert_non_null(strstr(j, "\"topic_id\""));
+    assert_int_equal(mqd_repl_pstate_parse(j, strlen(j), &back), 0);
+    assert_memory_equal(&ps, &back, sizeof ps);
+    free(j);
+    const char *bad_ps = "{\"leader\":1,\"epoch\":1,\"replicas\":[1],\"isr\":[1],\"topic_id\":1}";
+    assert_int_equal(mqd_repl_pstate_parse(bad_ps, strlen(bad_ps), &back), MQD_ECORRUPT);
 }
 
 static void test_wire(void **state)
@@ -288,8 +337,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_place_racks), cmocka_unit_test(test_place_edges),
         cmocka_unit_test(test_watermarks),  cmocka_unit_test(test_pstate),
-        cmocka_unit_test(test_wire),        cmocka_unit_test(test_grec),
-        cmocka_unit_test(test_run_scan),    cmocka_unit_test(test_report),
+        cmocka_unit_test(test_identity),    cmocka_unit_test(test_wire),
+        cmocka_unit_test(test_grec),        cmocka_unit_test(test_run_scan),
+        cmocka_unit_test(test_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
