@@ -43,7 +43,7 @@ static void attach(fol_t *f)
     rpart_t *rp = f->rp;
     mqd_plog_t *log = mqd_part_log(rp->local);
     pn_connection_t *pc = f->oc ? mqd_outconn_connection(f->oc) : NULL;
-    if (!pc || f->link)
+    if (!pc || f->link || rp->r->stopping)
         return;
     uint64_t end = mqd_plog_end_offset(log);
     if (mqd_plog_stable_offset(log) < end || mqd_plog_truncating(log) || rp->truncating) {
@@ -112,6 +112,21 @@ static void resync(fol_t *f, pn_delivery_t *d, const char *why)
  * again with the new mqd:epoch, so the leader's attach check decides whether it may
  * still ship (leader.c epoch_mismatch). A newer leader never reuses the old link: its
  * node id changes the connection (set_role). */
+void mqd_repl_fol_leave(rpart_t *rp)
+{
+    fol_t *f = rp->fol;
+    if (!f || !f->link)
+        return;
+    pn_condition_t *c = pn_link_condition(f->link);
+    pn_condition_set_name(c, MQD_REPL_LEAVING);
+    pn_condition_set_description(c, "the node is stopping");
+    close_link(f);
+    f->attach_at_ms = 0;
+    mqd_outconn_flush(f->oc);
+    MQD_NOTICE("repl", "%s/%u: stopping: left node %" PRIu32 "'s fetch stream", rp->topic, rp->part,
+               f->leader);
+}
+
 void mqd_repl_fol_epoch(rpart_t *rp)
 {
     fol_t *f = rp->fol;

@@ -314,7 +314,7 @@ static void isr_check(rpart_t *rp, int64_t now)
         f->probe_ms = now;
         bool in = mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, f->id);
         bool fresh = now - f->caught_ms <= lag;
-        bool want = in ? fresh : f->ls && fresh && f->leo >= ld->hw;
+        bool want = f->leaving ? false : in ? fresh : f->ls && fresh && f->leo >= ld->hw;
         if (want)
             ps.isr[ps.n_isr++] = f->id;
         if (want != in) {
@@ -576,6 +576,7 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     snprintf(name, sizeof name, "%s/%s", mqd_conn_peer(c), pn_link_name(l));
     mqd_ls_set_name(ls, name);
     f->ls = ls;
+    f->leaving = false;
     f->leo = q.offset; /* what it holds now: after a restart it may hold less */
     f->next_send = q.offset;
     f->hw_sent = UINT64_MAX; /* tell it the watermark at once */
@@ -610,7 +611,15 @@ void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e)
 void mqd_repl_lead_gone(mqd_repl_t *r, mqd_lstate_t *ls)
 {
     rflw_t *f = mqd_ls_repl(ls);
-    if (f && f->ls == ls)
-        f->ls = NULL; /* it stays in sync until replica_lag_ms says otherwise */
     mqd_ls_set_repl(ls, NULL);
+    if (!f || f->ls != ls)
+        return;
+    f->ls = NULL; /* it stays in sync until replica_lag_ms says otherwise, */
+    const char *cn = pn_condition_get_name(pn_link_remote_condition(mqd_ls_link(ls)));
+    if (!cn || strcmp(cn, MQD_REPL_LEAVING) != 0 || !f->rp->lead)
+        return;
+    f->leaving = true; /* unless its node said it is stopping */
+    MQD_NOTICE("repl", "%s/%u: node %" PRIu32 " is stopping: it leaves the in-sync set now",
+               f->rp->topic, f->rp->part, f->id);
+    mqd_repl_lead_work(f->rp, mqd_now_ms());
 }

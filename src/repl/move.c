@@ -11,7 +11,10 @@
  *   in-sync replica the same way, and leaves the in-sync set in the same write (as
  *   Kafka's controlled shutdown does), so the new leader's high watermark does not wait
  *   for replica_lag_ms to drop the stopping node. Failover after a SIGTERM is then the
- *   time of one etcd write, not of a lease expiry.
+ *   time of one etcd write, not of a lease expiry. The partitions it follows it leaves
+ *   too: it closes each fetch link with MQD_REPL_LEAVING, whose leader takes it out of
+ *   the in-sync set at once, and from then on it follows nothing (a partition it handed
+ *   over would otherwise make it a follower that rejoins the set just before it exits).
  * - /readyz: a node is not ready while one of its replicas is out of the in-sync set
  *   (restarted and catching up) or cutting its log back to the leader's epoch. */
 #include "config.h"
@@ -151,6 +154,10 @@ size_t mqd_repl_move_handover(void *arg, void (*done)(void *done_arg), void *don
     h->arg = done_arg;
     h->left = 1; /* held while starting, so that no answer ends it early */
     size_t started = 0;
+    r->stopping = true;
+    for (rpart_t *rp = r->parts; rp; rp = rp->next)
+        if (rp->role == ROLE_FOLLOWER)
+            mqd_repl_fol_leave(rp);
     for (rpart_t *rp = r->parts; rp; rp = rp->next) {
         if (rp->role != ROLE_LEADER || rp->ps.leader != self)
             continue;

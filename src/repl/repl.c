@@ -164,6 +164,8 @@ static void set_role(rpart_t *rp, role_t role)
         mqd_repl_fol_stop(rp);
     rp->role = ROLE_NONE;
     int rc = 0;
+    if (role == ROLE_FOLLOWER && rp->r->stopping)
+        role = ROLE_NONE; /* a stopping node that handed the lead over does not rejoin */
     if (role == ROLE_LEADER)
         rc = mqd_repl_lead_start(rp);
     else if (role == ROLE_FOLLOWER)

@@ -28,7 +28,15 @@ typedef struct rflw {
     uint64_t probe_end; /* the leader's log end at the previous tick (isr_check) */
     int64_t probe_ms;
     uint64_t tag;
+    bool leaving; /* it closed its link with MQD_REPL_LEAVING (a clean stop): out of the
+                     in-sync set at once, until it attaches again */
 } rflw_t;
+
+/* The condition a follower closes its fetch link with when its node stops cleanly: the
+ * leader takes it out of the in-sync set at once instead of after replica_lag_ms, so
+ * that acks = all sends do not wait for a node that is going (Kafka's controlled
+ * shutdown does the same through its controller). */
+#define MQD_REPL_LEAVING "mqd:repl:leaving"
 
 /* The leader's last logged committed offset of one group (gstate.c). */
 typedef struct gfloor {
@@ -133,6 +141,9 @@ struct mqd_repl {
     bool topics_loaded;            /* the topics/ snapshot arrived */
     int64_t sweep_ms;              /* topics.c: the next look at this node's copies */
     bool controller, closing;
+    /* a clean stop began (mqd_repl_move_handover): this node follows nothing more and
+       its followers left their in-sync sets */
+    bool stopping;
     bool parts_loaded; /* the partitions/ snapshot arrived (before it: not ready) */
     struct event *ev_tick, *ev_kick;
     struct event *ev_cand; /* cand.c: the next read of the log-end reports */
@@ -244,6 +255,9 @@ void mqd_repl_gstate_free(lead_t *ld);
 int mqd_repl_fol_start(rpart_t *rp);
 void mqd_repl_fol_stop(rpart_t *rp);
 void mqd_repl_fol_work(rpart_t *rp, int64_t now_ms);
+/* The node stops cleanly: the fetch link is closed with MQD_REPL_LEAVING (sent at once)
+ * and not attached again. */
+void mqd_repl_fol_leave(rpart_t *rp);
 /* rp's state moved to another epoch under the same leader: a fetch link attached under
  * the old one is closed and attached again with the new mqd:epoch. */
 void mqd_repl_fol_epoch(rpart_t *rp);
