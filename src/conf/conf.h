@@ -158,6 +158,7 @@ typedef struct mqd_conf {
     char *rack;                   /* owned; NULL = none */
     uint32_t lease_ttl_ms;        /* 3000 */
     uint32_t replica_lag_ms;      /* 10000: a follower this far behind leaves the ISR */
+    uint32_t hw_checkpoint_interval_ms;    /* 1000: high watermarks to the data dir */
     char *replication_user;       /* owned; fetch links' user, NULL = not authenticated */
     char *replication_password;   /* owned */
     bool replication_tls;         /* fetch connections over TLS (amqps://), verified */

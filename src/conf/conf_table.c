@@ -417,6 +417,13 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "A follower that has not caught up with its leader's log end for this long leaves the "
      "in-sync set (the leader writes the partition's etcd key); it rejoins once caught up.",
      false},
+    {"hw_checkpoint_interval_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, MIN, "1s", NULL, NULL,
+     G_FIELD(hw_checkpoint_interval_ms), NULL, NULL,
+     "How often each node writes the high watermarks of its replicas, when one changed, to "
+     "data_dir/replication-offset-checkpoint (also at a clean stop). A node that leads after "
+     "its restart before any follower reported starts from it, so consumers see what was "
+     "committed up to the last checkpoint. Reloadable (SIGHUP).",
+     true},
 
     {"replication_user", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
      G_FIELD(replication_user), NULL, NULL,

@@ -463,8 +463,10 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     mqd_repl_t *r = arg;
-    work(r, mqd_now_ms());
+    int64_t now = mqd_now_ms();
+    work(r, now);
     mqd_repl_ctl_failover(r); /* again after a lost race or an offline partition */
+    mqd_repl_hwck_tick(r, now);
 }
 
 static void ctl_gained(void *arg, int64_t create_rev)
@@ -621,6 +623,8 @@ int mqd_repl_start(mqd_repl_t *r, mqd_cluster_t *m)
     /* topics that exist here from before (a restart) are registered if etcd lost them */
     for (mqd_topic_t *t = mqd_srv_topic_first(r->s); t; t = mqd_srv_topic_next(t))
         on_topic_created(r, t);
+    if ((rc = mqd_repl_hwck_start(r)) != 0) /* the watermarks before anything reads */
+        return rc;
     struct timeval tv = {0, REPL_TICK_MS * 1000};
     event_add(r->ev_tick, &tv);
     return 0;
@@ -636,6 +640,7 @@ void mqd_repl_free(mqd_repl_t *r)
     mqd_repl_hooks_t none = {0};
     if (r->s)
         mqd_server_set_repl(r->s, &none);
+    mqd_repl_hwck_stop(r); /* the last watermarks, while the roles still hold them */
     for (rpart_t *rp = r->parts, *next; rp; rp = next) {
         next = rp->next;
         if (rp->role == ROLE_LEADER)

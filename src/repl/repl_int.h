@@ -114,6 +114,7 @@ struct mqd_repl {
     struct event *ev_cand; /* cand.c: the next read of the log-end reports */
     uint8_t *buf; /* raw reads, encodes, receives */
     size_t cap;
+    struct hwck *hwck;   /* hwck.c */
 };
 
 /* repl.c */
@@ -192,6 +193,19 @@ bool mqd_repl_move_ready(void *arg, char *why, size_t whylen);
  * log failed while this node leads it. */
 void mqd_repl_move_failed_lead(rpart_t *rp);
 bool mqd_repl_move_may_resume(void *arg, mqd_part_t *p);
+
+/* hwck.c: the high-watermark checkpoint (data_dir/MQD_REPL_HWCK_FILE). start: reads it (a
+ * damaged file is ignored with a warning), gives every replicated partition on disk the
+ * watermark it may trust from it (mqd_part_set_hw) and starts the writer thread; tick:
+ * every hw_checkpoint_interval_ms the watermarks that changed go to the writer; stop (a
+ * clean stop, before the roles end): the writer joined, the last values written here. */
+int mqd_repl_hwck_start(mqd_repl_t *r);
+void mqd_repl_hwck_tick(mqd_repl_t *r, int64_t now_ms);
+void mqd_repl_hwck_stop(mqd_repl_t *r);
+/* What a checkpoint entry e lets log expose: min(e->hw, the stable offset, where records
+ * of epochs <= e->epoch end), so never above what the log holds after recovery or any
+ * truncation, nor over records written again in a later epoch; 0 on a read error. */
+uint64_t mqd_repl_hwck_trusted(mqd_repl_t *r, mqd_plog_t *log, const mqd_repl_hwck_ent_t *e);
 
 /* cand.c: election by log end. When a leader's node goes, each live in-sync follower of
  * its partitions writes its log end to etcd (report); the controller waits for them

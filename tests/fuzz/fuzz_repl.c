@@ -1,9 +1,9 @@
 /* Fuzz target: what a node reads from others for replication (src/repl): the fetch
  * stream's messages (a follower parses what its leader sent), the partition states and
  * topic registrations under /<cluster>/ in etcd, and the body of a group-offset control
- * record (gstate.c: a follower reads it from its leader's log). The first byte picks
- * the parser. A run
- * that parses must describe bytes inside the input. */
+ * record (gstate.c: a follower reads it from its leader's log), and the high-watermark
+ * checkpoint file (hwck_file.c: read back from the data dir, maybe torn). The first byte
+ * picks the parser. A run that parses must describe bytes inside the input. */
 #include "config.h"
 #include "repl/repl.h"
 #include "fuzz.h"
@@ -17,6 +17,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const uint8_t *d = data + 1;
     size_t n = size - 1;
+    if (data[0] == 4) {
+        mqd_repl_hwck_t ck = {0}, back = {0};
+        if (mqd_repl_hwck_parse((const char *)d, n, &ck) == 0) {
+            char *b;
+            size_t len;
+            if (mqd_repl_hwck_format(&ck, &b, &len) != 0)
+                abort();
+            if (len != n || memcmp(b, d, n) != 0 || mqd_repl_hwck_parse(b, len, &back) != 0 ||
+                back.n != ck.n)
+                abort(); /* what parses is exactly what mqd writes */
+            free(b);
+            mqd_repl_hwck_clear(&back);
+        } else if (ck.n != 0) {
+            abort(); /* refused whole */
+        }
+        mqd_repl_hwck_clear(&ck);
+        return 0;
+    }
     switch (data[0] % 4) {
     case 0: {
         mqd_repl_run_t run;

@@ -2,7 +2,7 @@
 """Writes the seed corpus of fuzz_repl (tests/fuzz/corpus/fuzz_repl): fetch-stream
 messages as a leader encodes them (selector byte 0), partition states (1) and topic
 registrations (2) as mqd writes them to etcd, group-offset record bodies (3, gstate.c),
-plus a few damaged ones."""
+high-watermark checkpoint files (4, hwck_file.c), plus a few damaged ones."""
 import os
 import struct
 import sys
@@ -18,6 +18,23 @@ def run(base, count, hw, data):
     m += sym("x-repl-hw") + b"\x80" + struct.pack(">Q", hw)
     ann = b"\x00\x53\x72\xd1" + struct.pack(">II", len(m) + 4, 6) + m
     return ann + b"\x00\x53\x75\xb0" + struct.pack(">I", len(data)) + data
+
+
+def hwck(lines, count=None, version=1):
+    """A high-watermark checkpoint file (src/repl/hwck_file.c) with a correct CRC32C."""
+    body = ("mqd replication-offset-checkpoint %d\n" % version).encode()
+    body += b"".join(("%s %d %d %d\n" % ln).encode() for ln in lines)
+    n = len(lines) if count is None else count
+    return body + b"end %d %08x\n" % (n, crc32c(body))
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
 
 
 def main(out):
@@ -36,6 +53,12 @@ def main(out):
         "grec-shared": b"\x03" + struct.pack("<Q", 1 << 40) + b"$shared",
         "grec-no-name": b"\x03" + struct.pack("<Q", 60),
         "grec-nul": b"\x03" + struct.pack("<Q", 60) + b"g\x00h",
+        "hwck": b"\x04" + hwck([("orders", 0, 1200, 3), ("orders", 1, 0, 0), ("r3", 0, 500, 2)]),
+        "hwck-empty": b"\x04" + hwck([]),
+        "hwck-torn": b"\x04" + hwck([("orders", 0, 1200, 3), ("r3", 0, 500, 2)])[:-9],
+        "hwck-count": b"\x04" + hwck([("r3", 0, 500, 2)], count=2),
+        "hwck-dup": b"\x04" + hwck([("r3", 0, 500, 2), ("r3", 0, 501, 2)]),
+        "hwck-v2": b"\x04" + hwck([("r3", 0, 500, 2)], version=2),
     }
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
