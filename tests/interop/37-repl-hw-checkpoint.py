@@ -8,8 +8,9 @@ min ISR 2, flush = sync; hw_checkpoint_interval_ms CK = 1 s x MQD_TEST_SLOW.
     line counts its lines) and names ck 0 with a watermark C, 400 <= C <= 500 (everything
     acknowledged more than a checkpoint interval before the kill is in it). Once the dead
     nodes' keys expired, L restarted alone leads (nobody in sync to hand over to: after lease_ttl_ms) and a consumer on it
-    reads exactly C messages, the first C sent, in order, with both followers down (before
-    the checkpoint: none, its watermark started at 0). The followers restarted, a new
+    reads exactly C messages, the first C sent, in order, with both followers down. The
+    control: L killed again and restarted alone without its checkpoint file serves none
+    (its watermark starts at 0, as before the checkpoint). The followers restarted, a new
     consumer reads all 500.
 (b) clean stop: 200 more accepted (700), the followers then L stopped by SIGTERM: L's
     checkpoint (written at the stop) is its log's end, every record (the 700 and the
@@ -113,6 +114,17 @@ def body(t):
         got = read_all(brokers[lead].url, "g1")
         log("read %d with both followers down (checkpoint %d)" % (len(got), c))
         bodies_ok(got, sent, c)
+        # the control: the same restart without the file serves nothing (the watermark
+        # starts at 0, as before the checkpoint existed)
+        brokers[lead].kill()
+        wait_for("node %d's key expired" % lead, lambda: not read_keys(etcd.port, "/mqd/nodes/"),
+                 2 * TTL_MS / 1000 + 5)
+        os.remove(os.path.join(brokers[lead].data_dir, FILE))
+        brokers[lead].start()
+        wait_for("node %d leads alone" % lead, lambda: leads_now(brokers[lead], lead), 20)
+        got = read_all(brokers[lead].url, "g0")
+        log("without the checkpoint file: read %d" % len(got))
+        check(got == [], "read %d without the checkpoint file" % len(got))
         for i in fol:
             brokers[i].start()
         wait_for("ISR of 3 again", lambda: len(get_json(etcd.port, KEY)["isr"]) == 3, 30)
