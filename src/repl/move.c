@@ -12,6 +12,8 @@
  *   Kafka's controlled shutdown does), so the new leader's high watermark does not wait
  *   for replica_lag_ms to drop the stopping node. Failover after a SIGTERM is then the
  *   time of one etcd write, not of a lease expiry.
+ * - Automatic rebalancing (rebal.c) writes the same state through mqd_repl_move_to, from
+ *   the leader itself once its preferred replica holds every record it has.
  * - /readyz: a node is not ready while one of its replicas is out of the in-sync set
  *   (restarted and catching up) or cutting its log back to the leader's epoch. */
 #include "config.h"
@@ -40,6 +42,16 @@ static void next_state(const mqd_repl_pstate_t *ps, uint32_t leader, uint32_t dr
             next->isr[next->n_isr++] = ps->isr[i];
     next->leader = leader;
     next->epoch = ps->epoch + 1;
+}
+
+int mqd_repl_move_to(rpart_t *rp, uint32_t to, uint32_t *epoch)
+{
+    mqd_repl_pstate_t next;
+    next_state(&rp->ps, to, 0, &next);
+    int rc = mqd_repl_part_cas(rp, &next);
+    if (rc == 0)
+        *epoch = next.epoch;
+    return rc;
 }
 
 typedef struct elect_op {

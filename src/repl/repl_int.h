@@ -91,6 +91,11 @@ struct rpart {
     bool cand_out;         /* a read of the reports in flight */
     bool cand_done;        /* the reports are in (or the wait is over): elect */
     uint32_t cand_pick;    /* the live in-sync replica with the longest log, 0: none */
+    /* leader handing the partition back to its preferred replica (rebal.c): sends are
+       refused until that replica holds every record, then the move's CAS is sent */
+    uint32_t xfer_to;      /* 0: no move */
+    uint32_t xfer_epoch;   /* the epoch the move writes, once its CAS was sent (else 0) */
+    int64_t xfer_until_ms; /* the move is given up when not sent by then */
 };
 
 typedef struct rtopic {
@@ -114,6 +119,7 @@ struct mqd_repl {
     struct event *ev_cand; /* cand.c: the next read of the log-end reports */
     uint8_t *buf; /* raw reads, encodes, receives */
     size_t cap;
+    struct rebal *rebal; /* rebal.c */
     struct hwck *hwck;   /* hwck.c */
 };
 
@@ -193,6 +199,23 @@ bool mqd_repl_move_ready(void *arg, char *why, size_t whylen);
  * log failed while this node leads it. */
 void mqd_repl_move_failed_lead(rpart_t *rp);
 bool mqd_repl_move_may_resume(void *arg, mqd_part_t *p);
+
+/* move.c: writes rp's state with `to` leading in epoch + 1, first in the in-sync list
+ * (the rest kept), by CAS (mqd_repl_part_cas): the move of `mqctl cluster elect`. *epoch:
+ * the epoch written. MQD_EAGAIN while another change of rp is in flight. */
+int mqd_repl_move_to(rpart_t *rp, uint32_t to, uint32_t *epoch);
+
+/* rebal.c: automatic preferred-leader rebalancing (auto_leader_rebalance). tick: every
+ * REPL_TICK_MS (the periodic check, nodes' up times); xfer: a leader's move in progress,
+ * from every work() pass while rp->xfer_to is set; moves: how many this node made. */
+int mqd_repl_rebal_new(mqd_repl_t *r);
+void mqd_repl_rebal_free(mqd_repl_t *r);
+void mqd_repl_rebal_tick(mqd_repl_t *r, int64_t now_ms);
+void mqd_repl_rebal_xfer(rpart_t *rp, int64_t now_ms);
+uint64_t mqd_repl_rebal_moves(const mqd_repl_t *r);
+#define REBAL_REFUSAL                                                                              \
+    "this node is handing the partition to its preferred replica (leader rebalance): send "        \
+    "again, to the new leader"
 
 /* hwck.c: the high-watermark checkpoint (data_dir/MQD_REPL_HWCK_FILE). start: reads it (a
  * damaged file is ignored with a warning), gives every replicated partition on disk the
