@@ -57,6 +57,14 @@ size_t mqd_auth_rx_gate(struct mqd_conn *c, const uint8_t *p, size_t n);
  * (amqp:resource-limit-exceeded). */
 void mqd_auth_rx_hold(struct mqd_conn *c, const uint8_t *p, size_t n);
 
+/* replication_peer_verify (mutual TLS between nodes): may connection c carry the fetch
+ * link of node `node_id`? Its client certificate must have verified in the TLS handshake,
+ * chain to a certificate of replication_ca_file and have the subject CN
+ * "mqd-node-<node_id>". 0 when it does, and whenever replication_peer_verify is off;
+ * MQD_ENOENT without a verified client certificate, MQD_EINVAL for one of another CA or
+ * another name; why[len] then says which rule failed (the refusal's description). */
+int mqd_auth_repl_peer_check(struct mqd_conn *c, uint32_t node_id, char *why, size_t len);
+
 /* on_accept: may one more connection come from `host` (max_connections_per_ip)? Logs a
  * refusal. */
 bool mqd_auth_admit_host(struct mqd_server *s, const char *host);

@@ -199,12 +199,24 @@ void mqd_auth_pw_free(mqd_auth_pw_t *p);
 
 #define MQD_AUTH_SECRET_FILE "auth.secret" /* in data_dir: 32 random bytes, mode 0600 */
 
+/* nodecert.c: the certificates that make a node's identity (replication_peer_verify) */
+struct stack_st_X509;
+struct x509_st;
+typedef struct mqd_auth_cas {
+    struct stack_st_X509 *repl;   /* replication_ca_file's certificates, which a fetch
+                                     connection's client certificate must chain to; NULL:
+                                     replication_peer_verify is off */
+    struct stack_st_X509 *client; /* tls_ca's, loaded when repl is: SASL EXTERNAL takes
+                                     only certificates that chain to one of these */
+} mqd_auth_cas_t;
+
 typedef struct mqd_auth {
     struct ssl_ctx_st *ctx; /* amqps:// listeners; NULL without tls_cert. An SSL_CTX is
                                reference counted and each connection's SSL holds one
                                (SSL_new takes it, SSL_free drops it): open connections keep
                                theirs across a reload */
     struct ssl_ctx_st *next_ctx; /* built by the reload check, installed by its apply */
+    mqd_auth_cas_t cas, next_cas; /* ctx's and next_ctx's node CAs (owned) */
     mqd_auth_pool_t *pool;  /* PLAIN password checks */
     unsigned char secret[32]; /* server secret for SCRAM decoys (decoy.c) */
     /* what an unknown user is checked against, so that it costs what a real one does:
@@ -263,6 +275,29 @@ void mqd_auth_conn_free(mqd_auth_conn_t *ac);
 int mqd_auth_tls_peer_cn(const struct mqd_conn *c, char *cn, size_t len);
 /* tls.c: true if c is a TLS connection whose peer presented a certificate that verified. */
 bool mqd_auth_tls_peer_verified(const struct mqd_conn *c);
+/* tls.c: the first subject CN (UTF-8) of cert into cn[len]; MQD_ENOENT for no cert,
+ * MQD_EINVAL as mqd_auth_tls_peer_cn. */
+int mqd_auth_cert_cn(const struct x509_st *cert, char *cn, size_t len);
+
+/* nodecert.c: is replication_peer_verify in force for conf (cluster = etcd,
+ * replication_tls, replication_ca_file)? */
+bool mqd_auth_repl_peer_on(const mqd_conf_t *conf);
+/* nodecert.c: with replication_peer_verify in repl (the running config), adds
+ * replication_ca_file to x's trust store and to the CA names it sends, and loads the
+ * certificates of it and of conf's tls_ca into *out (the caller frees them with
+ * mqd_auth_cas_free). *out zeroed when off. MQD_EINVAL when a file does not load. */
+int mqd_auth_cas_setup(struct ssl_ctx_st *x, const mqd_conf_t *conf, const mqd_conf_t *repl,
+                       mqd_auth_cas_t *out);
+void mqd_auth_cas_free(mqd_auth_cas_t *cas);
+/* nodecert.c: c's verified client certificate makes a client's identity (SASL
+ * EXTERNAL): it verified, and, when node certificates are trusted as well, it chains to
+ * tls_ca. */
+bool mqd_auth_tls_peer_is_client(const struct mqd_conn *c);
+/* nodecert.c, at start: with cluster = etcd and replication_tls, the certificate this
+ * node fetches with (replication_cert, else tls_cert) loads with its key, and names the
+ * node (CN mqd-node-<node_id>). MQD_EINVAL when it does not load, or does not name the
+ * node while this node has replication_peer_verify on (otherwise a warning); logged. */
+int mqd_auth_repl_cert_check(const mqd_conf_t *conf);
 /* tls.c: connections of `user` other than `self` (max_connections_per_user). */
 size_t mqd_auth_user_conns(struct mqd_server *s, const struct mqd_conn *self, const char *user);
 

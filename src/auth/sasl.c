@@ -55,7 +55,7 @@ static const char *s_list(pn_transport_t *t)
     const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(ac->c));
     /* the order is the server's preference: clients such as Proton's take the first
      * they can do */
-    bool cert = ac->tls && mqd_auth_tls_peer_verified(ac->c);
+    bool cert = ac->tls && mqd_auth_tls_peer_is_client(ac->c);
     snprintf(ac->mechs, sizeof ac->mechs, "%s%s%s", cert ? "EXTERNAL " : "", "SCRAM-SHA-256",
              ac->tls || conf->allow_plain_without_tls ? " PLAIN" : "");
     if (conf->allow_anonymous)
@@ -230,7 +230,10 @@ static void external(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *r
 {
     const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(ac->c));
     char cn[256];
-    int rc = ac->tls ? mqd_auth_tls_peer_cn(ac->c, cn, sizeof cn) : MQD_ENOENT;
+    /* a node certificate (replication_ca_file only) names a node, never a user */
+    int rc = ac->tls && mqd_auth_tls_peer_is_client(ac->c)
+                 ? mqd_auth_tls_peer_cn(ac->c, cn, sizeof cn)
+                 : MQD_ENOENT;
     if (rc == MQD_ENOENT)
         return fail(t, ac, "EXTERNAL without a client certificate", "-");
     if (rc != 0 || cn[0] == '\0')

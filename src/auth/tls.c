@@ -79,11 +79,15 @@ static void ctx_defaults(SSL_CTX *x)
     SSL_CTX_set_session_id_context(x, sid, sizeof sid - 1);
 }
 
-/* A server SSL_CTX from conf; *out = NULL when no certificate is configured. */
-static int ctx_build(const mqd_conf_t *conf, SSL_CTX **out)
+/* A server SSL_CTX from conf, and with replication_peer_verify the node CAs of repl (the
+ * running config: those keys are restart-only) in its store and in *cas; *out = NULL
+ * when no certificate is configured. */
+static int ctx_build(const mqd_conf_t *conf, const mqd_conf_t *repl, SSL_CTX **out,
+                     mqd_auth_cas_t *cas)
 {
     char why[256];
     *out = NULL;
+    *cas = (mqd_auth_cas_t){0};
     if (conf->tls_cert == NULL)
         return 0;
     ERR_clear_error();
@@ -114,15 +118,25 @@ static int ctx_build(const mqd_conf_t *conf, SSL_CTX **out)
         what = "tls_ca";
         ok = ctx_set_client_ca(x, conf) == 0;
     }
+    if (ok) {
+        what = "replication_ca_file";
+        ok = mqd_auth_cas_setup(x, conf, repl, cas) == 0;
+    }
     if (!ok) {
-        MQD_ERR("auth", "TLS: %s rejected (cert %s, key %s, ca %s): %s", what, conf->tls_cert,
-                conf->tls_key ? conf->tls_key : "-", conf->tls_ca ? conf->tls_ca : "-",
+        MQD_ERR("auth", "TLS: %s rejected (cert %s, key %s, ca %s, replication_ca_file %s): %s",
+                what, conf->tls_cert, conf->tls_key ? conf->tls_key : "-",
+                conf->tls_ca ? conf->tls_ca : "-",
+                repl->replication_ca_file ? repl->replication_ca_file : "-",
                 ssl_reason(why, sizeof why));
         SSL_CTX_free(x);
         ERR_clear_error();
         return MQD_EINVAL;
     }
-    SSL_CTX_set_verify(x, verify_modes[conf->tls_verify_client], NULL);
+    /* node certificates: asked of every TLS client, as tls_verify_client = optional does */
+    int mode = conf->tls_verify_client;
+    if (cas->repl && mode == MQD_TLS_VERIFY_NONE)
+        mode = MQD_TLS_VERIFY_OPTIONAL;
+    SSL_CTX_set_verify(x, verify_modes[mode], NULL);
     *out = x;
     return 0;
 }
@@ -136,7 +150,8 @@ static int reload_check(void *arg, const mqd_conf_t *cur, const mqd_conf_t *next
     mqd_auth_t *a = mqd_srv_auth(s);
     SSL_CTX_free(a->next_ctx); /* prepared by a reload that failed later */
     a->next_ctx = NULL;
-    if (ctx_build(next, &a->next_ctx) != 0) {
+    mqd_auth_cas_free(&a->next_cas);
+    if (ctx_build(next, cur, &a->next_ctx, &a->next_cas) != 0) {
         snprintf(err, errlen,
                  "%s: tls_cert: the TLS certificate, key or CA does not load "
                  "(see the TLS line above)",
@@ -154,6 +169,9 @@ static void reload_apply(void *arg, const mqd_conf_t *old, const mqd_conf_t *now
     SSL_CTX_free(a->ctx); /* connections using it hold their own reference */
     a->ctx = a->next_ctx;
     a->next_ctx = NULL;
+    mqd_auth_cas_free(&a->cas);
+    a->cas = a->next_cas;
+    a->next_cas = (mqd_auth_cas_t){0};
     /* unknown names now cost what the new users do */
     if (mqd_auth_decoy_setup(a, now) != 0)
         MQD_WARN("auth", "reload: keeping the previous decoy iteration count");
@@ -170,7 +188,9 @@ int mqd_auth_init(mqd_server_t *s)
         return MQD_ENOMEM;
     mqd_srv_set_auth(s, a);
     const mqd_conf_t *conf = mqd_srv_conf(s);
-    int rc = ctx_build(conf, &a->ctx);
+    int rc = ctx_build(conf, conf, &a->ctx, &a->cas);
+    if (rc == 0)
+        rc = mqd_auth_repl_cert_check(conf);
     if (rc == 0)
         rc = mqd_auth_secret_load(conf->data_dir, a->secret);
     if (rc == 0)
@@ -197,6 +217,8 @@ void mqd_auth_free(mqd_server_t *s)
     mqd_auth_pool_free(a->pool); /* releases the connections its jobs hold */
     SSL_CTX_free(a->ctx);
     SSL_CTX_free(a->next_ctx);
+    mqd_auth_cas_free(&a->cas);
+    mqd_auth_cas_free(&a->next_cas);
     free(a);
     mqd_srv_set_auth(s, NULL);
 }
@@ -324,6 +346,13 @@ int mqd_auth_tls_peer_cn(const mqd_conn_t *c, char *cn, size_t len)
     X509 *cert = SSL_get_peer_certificate(mqd_conn_ssl(c));
     X509_free(cert); /* the session keeps its own reference */
 #endif
+    return mqd_auth_cert_cn(cert, cn, len);
+}
+
+int mqd_auth_cert_cn(const X509 *cert, char *cn, size_t len)
+{
+    if (cert == NULL)
+        return MQD_ENOENT;
     /* the first CN, as Proton's pn_ssl_get_remote_subject_subfield took it */
     const X509_NAME *subj = X509_get_subject_name(cert);
     int i = X509_NAME_get_index_by_NID(subj, NID_commonName, -1);

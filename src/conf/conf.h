@@ -166,7 +166,13 @@ typedef struct mqd_conf {
     char *replication_user;       /* owned; fetch links' user, NULL = not authenticated */
     char *replication_password;   /* owned */
     bool replication_tls;         /* fetch connections over TLS (amqps://), verified */
-    char *replication_ca_file;    /* owned; CA that verifies leaders, NULL = the system's */
+    char *replication_ca_file;    /* owned; CA that verifies leaders, NULL = the system's;
+                                     with replication_peer_verify also the followers */
+    char *replication_cert;       /* owned; fetch connections' client certificate, NULL =
+                                     tls_cert */
+    char *replication_key;        /* owned; its key, NULL = tls_key */
+    bool replication_peer_verify; /* leaders accept fetch links only with a client
+                                     certificate naming the node (mqd-node-ID) */
     char *replication_address;    /* owned; HOST:PORT of the TLS listener other nodes fetch
                                      from, NULL = the first amqps:// listener */
     int cluster_line;             /* internal: file line of `cluster = ...`, 0 if not in a file */

@@ -83,6 +83,28 @@ static int validate_repl_tls(const mqd_conf_t *c, const char *src, char *err, si
                    "listen = amqps://HOST:PORT with tls_cert and tls_key)");
 }
 
+/* Mutual TLS between nodes: the leader checks the follower's certificate against
+ * replication_ca_file (never the system store: any public CA would do), and a follower
+ * presents replication_cert or, without it, tls_cert. */
+static int validate_repl_peer(const mqd_conf_t *c, const char *src, char *err, size_t errlen)
+{
+    if ((c->replication_cert == NULL) != (c->replication_key == NULL))
+        return fail_at(err, errlen, c, src,
+                       c->replication_cert ? "replication_key" : "replication_cert",
+                       "replication_cert and replication_key go together (unset both to "
+                       "present tls_cert and tls_key)");
+    if (!c->replication_peer_verify)
+        return 0;
+    if (!c->replication_tls)
+        return fail_at(err, errlen, c, src, "replication_peer_verify",
+                       "on needs replication_tls = on (client certificates are a TLS matter)");
+    if (c->replication_ca_file == NULL)
+        return fail_at(err, errlen, c, src, "replication_peer_verify",
+                       "on needs replication_ca_file: the CA that signs the nodes' "
+                       "certificates (the system trust store never vouches for a node id)");
+    return 0;
+}
+
 int mqd_conf_validate_cluster(const mqd_conf_t *c, const char *src, char *err, size_t errlen)
 {
     if (c->cluster != MQD_CONF_CLUSTER_ETCD)
@@ -97,5 +119,6 @@ int mqd_conf_validate_cluster(const mqd_conf_t *c, const char *src, char *err, s
     if (c->advertised_address == NULL && c->n_listen == 0)
         return fail_at(err, errlen, c, src, "advertised_address",
                        "missing and no listener to take it from");
-    return validate_repl_tls(c, src, err, errlen);
+    int rc = validate_repl_tls(c, src, err, errlen);
+    return rc ? rc : validate_repl_peer(c, src, err, errlen);
 }

@@ -449,7 +449,8 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      G_FIELD(replication_user), NULL, NULL,
      "User (a [user NAME] section on every node) that followers log in as (SASL PLAIN) on "
      "their fetch connections; a leader then refuses $repl/... links from any other user. "
-     "Unset: fetch links are only checked for naming a replica node id. Restart-only.",
+     "Unset: fetch links are only checked for naming a replica node id (and, with "
+     "replication_peer_verify, for a client certificate that names it). Restart-only.",
      false},
     {"replication_password", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
      G_FIELD(replication_password), NULL, NULL,
@@ -468,7 +469,34 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"replication_ca_file", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
      G_FIELD(replication_ca_file), NULL, NULL,
      "PEM file of the CA(s) that verify a leader's certificate when replication_tls is on; "
-     "unset: the system trust store. Restart-only.",
+     "unset: the system trust store. With replication_peer_verify, also the CA(s) the "
+     "followers' client certificates must chain to. Restart-only.",
+     false},
+    {"replication_cert", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
+     G_FIELD(replication_cert), NULL, NULL,
+     "PEM file with the client certificate (and its chain) this node presents on its fetch "
+     "connections when replication_tls is on; its leaders check it with "
+     "replication_peer_verify. Its subject CN must be mqd-node-NODE_ID (for example "
+     "CN=mqd-node-3 for node_id 3). Unset: tls_cert, so one certificate per node can serve "
+     "both ends: the host names in its subjectAltName, the node id in its CN. "
+     "Restart-only.",
+     false},
+    {"replication_key", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
+     G_FIELD(replication_key), NULL, NULL,
+     "PEM file with the private key of replication_cert (unencrypted); needed when "
+     "replication_cert is set. Unset: tls_key. Restart-only.",
+     false},
+    {"replication_peer_verify", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "off", NULL, NULL,
+     G_FIELD(replication_peer_verify), NULL, NULL,
+     "On (mutual TLS between nodes; needs replication_tls and replication_ca_file): the "
+     "amqps:// listeners ask TLS clients for a certificate, and a $repl/... fetch link is "
+     "accepted only on a connection whose client certificate verified against "
+     "replication_ca_file and whose subject CN is mqd-node-ID for the node id the attach "
+     "claims (mqd:node-id); anything else is refused with amqp:unauthorized-access naming "
+     "the rule that failed. A client that presents a certificate chaining to neither tls_ca "
+     "nor replication_ca_file fails the handshake; clients without one are unaffected. "
+     "replication_user, when set, is checked as well. A node with it on refuses to start "
+     "when its own replication_cert does not name its node_id. Restart-only.",
      false},
     {"replication_address", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
      G_FIELD(replication_address), NULL, mqd_conf_check_hostport_or_empty,

@@ -153,6 +153,39 @@ static bool elect(mqd_repl_t *r, const rpart_t *rp, mqd_repl_pstate_t *next, boo
     return true;
 }
 
+typedef struct elected {
+    mqd_repl_t *r;
+    char *topic;
+    uint32_t part;
+} elected_t;
+
+/* The election's CAS was answered: once it holds, the log-end reports it read are spent. */
+static void on_elected(void *arg, bool written)
+{
+    elected_t *o = arg;
+    if (written) /* else r may be gone (the etcd client is being freed) or lost the race */
+        mqd_repl_cand_clear(o->r, o->topic, o->part);
+    free(o->topic);
+    free(o);
+}
+
+static int elect_cas(mqd_repl_t *r, rpart_t *rp, const mqd_repl_pstate_t *next)
+{
+    elected_t *o = calloc(1, sizeof *o);
+    if (!o || !(o->topic = strdup(rp->topic))) {
+        free(o);
+        return mqd_repl_part_cas(rp, next);
+    }
+    o->r = r;
+    o->part = rp->part;
+    int rc = mqd_repl_part_cas_cb(rp, next, on_elected, o);
+    if (rc != 0) {
+        free(o->topic);
+        free(o);
+    }
+    return rc;
+}
+
 void mqd_repl_ctl_failover(mqd_repl_t *r)
 {
     /* a view without this node alive is not loaded yet: every leader would look gone */
@@ -161,6 +194,8 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
     for (rpart_t *rp = r->parts; rp; rp = rp->next) {
         mqd_repl_pstate_t next;
         if (rp->cas_out || rp->mod_rev == 0 || node_alive(r, rp->ps.leader)) {
+            if (rp->cand_until_ms && !rp->cas_out && rp->mod_rev) /* its leader came back */
+                mqd_repl_cand_clear(r, rp->topic, rp->part);
             rp->offline = false;
             mqd_repl_cand_reset(rp);
             continue;
@@ -169,11 +204,13 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
         if (!mqd_repl_cand_ready(rp, mqd_now_ms(), &prefer))
             continue; /* the in-sync replicas' log ends are not all in yet */
         if (!elect(r, rp, &next, true, prefer)) {
-            if (!rp->offline)
+            if (!rp->offline) {
                 MQD_WARN("repl",
                          "controller: %s/%u: leader %" PRIu32 " gone and no live "
                          "in-sync replica: offline",
                          rp->topic, rp->part, rp->ps.leader);
+                mqd_repl_cand_clear(r, rp->topic, rp->part); /* decided: nobody */
+            }
             rp->offline = true;
             mqd_repl_cand_reset(rp); /* a replica that comes back reports again */
             continue;
@@ -183,7 +220,7 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
                    " leads in epoch %" PRIu32,
                    rp->topic, rp->part, rp->ps.leader, next.leader, next.epoch);
         mqd_repl_cand_reset(rp);
-        mqd_repl_part_cas(rp, &next);
+        elect_cas(r, rp, &next);
     }
 }
 

@@ -1,4 +1,5 @@
-/* The values repl keeps in etcd, as JSON (jansson). What is read back is outside input:
+/* The values repl keeps in etcd, as JSON (jansson): partition states, topic registrations
+ * and the candidates' log-end reports. What is read back is outside input:
  * another node, an operator or a corrupted etcd wrote it, so every field is checked. */
 #include "config.h"
 #include "repl/repl.h"
@@ -119,4 +120,37 @@ void mqd_repl_tdesc_clear(mqd_repl_tdesc_t *td)
 {
     free(td->config);
     td->config = NULL;
+}
+
+char *mqd_repl_report_json(const mqd_repl_report_t *rep)
+{
+    json_t *o =
+        json_pack("{s:I,s:I}", "epoch", (json_int_t)rep->epoch, "end", (json_int_t)rep->end);
+    if (o && rep->leader_rev > 0 &&
+        json_object_set_new(o, "leader_rev", json_integer(rep->leader_rev)) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    return s;
+}
+
+int mqd_repl_report_parse(const char *json, size_t n, mqd_repl_report_t *out)
+{
+    json_t *o = json_loadb(json, n, JSON_REJECT_DUPLICATES, NULL);
+    json_t *end = json_object_get(o, "end"), *lr = json_object_get(o, "leader_rev");
+    mqd_repl_report_t rep = {0};
+    bool ok = json_is_object(o) && get_u32(o, "epoch", false, &rep.epoch) && json_is_integer(end) &&
+              json_integer_value(end) >= 0 &&
+              (lr == NULL || (json_is_integer(lr) && json_integer_value(lr) >= 0));
+    if (ok) {
+        rep.end = (uint64_t)json_integer_value(end);
+        rep.leader_rev = lr ? (int64_t)json_integer_value(lr) : 0;
+    }
+    json_decref(o);
+    if (!ok)
+        return MQD_ECORRUPT;
+    *out = rep;
+    return 0;
 }

@@ -137,7 +137,7 @@ static bool redirect_part(mqd_repl_t *r, rpart_t *rp, const char *topic, int64_t
 /* A link to a partition this node does not lead goes to its leader; one to the whole
  * topic goes to the leader of the first partition not led here (a link spanning
  * partitions of several leaders needs client routing, a later issue). */
-static bool on_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to)
+bool mqd_repl_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to)
 {
     mqd_repl_t *r = arg;
     if (part >= 0)
@@ -257,9 +257,13 @@ static void apply(mqd_repl_t *r, rpart_t *rp)
                   : rp->ps.leader == self ? ROLE_LEADER
                                           : ROLE_FOLLOWER;
     if (want != rp->role || (want == ROLE_FOLLOWER && rp->fol && rp->fol->leader != rp->ps.leader))
-        set_role(rp, want);
-    else if (want == ROLE_LEADER)
+        set_role(rp, want); /* a new leader: a new connection, attached in the new epoch */
+    else if (want == ROLE_LEADER) {
+        mqd_repl_lead_epoch(rp);
         mqd_repl_lead_isr_changed(rp);
+    } else if (want == ROLE_FOLLOWER) {
+        mqd_repl_fol_epoch(rp); /* the same leader in a new epoch: attach again */
+    }
 }
 
 /* ---- etcd: partitions/<T>/<P> and topics/<T> ---- */
@@ -508,10 +512,8 @@ static void on_refresh(void *arg, const mqd_etcd_reply_t *rep)
     if (rp && rep->rc == 0 && rep->n_kvs == 1) {
         part_kv(o->r, &rep->kvs[0], false); /* a newer leader: steps down here */
         rp->fenced = false;
-        MQD_NOTICE("repl",
-                   "%s/%u: state read again after the lease loss: leader %" PRIu32
-                   ", epoch %" PRIu32,
-                   rp->topic, rp->part, rp->ps.leader, rp->ps.epoch);
+        MQD_NOTICE("repl", "%s/%u: state read again: leader %" PRIu32 ", epoch %" PRIu32, rp->topic,
+                   rp->part, rp->ps.leader, rp->ps.epoch);
     } else if (rp) {
         rp->fenced_retry = true; /* the tick asks again */
     }
@@ -597,7 +599,7 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
         return MQD_ENOMEM;
     }
     mqd_repl_hooks_t h = {.topic_created = on_topic_created,
-                          .redirect = on_redirect,
+                          .redirect = mqd_repl_redirect,
                           .send_check = on_send_check,
                           .attach = on_attach,
                           .link_event = on_link_event,

@@ -80,6 +80,20 @@ char *mqd_repl_tdesc_json(const mqd_repl_tdesc_t *td);
 int mqd_repl_tdesc_parse(const char *json, size_t n, mqd_repl_tdesc_t *out);
 void mqd_repl_tdesc_clear(mqd_repl_tdesc_t *td);
 
+/* A replica's log end for an election by log end (candidates/<T>/<P>/<node>, cand.c),
+ * written when the partition's leader went: the partition epoch it followed, its log end
+ * and leader_rev, the create_revision of the gone leader's node key (each registration
+ * of a node makes a new one; 0: not given, as by older nodes). A report counts only for
+ * that epoch and that key's departure, so one left from an earlier failure of the same
+ * leader in the same epoch (it came back before anyone was elected) is not read again. */
+typedef struct mqd_repl_report {
+    uint32_t epoch;
+    uint64_t end;
+    int64_t leader_rev;
+} mqd_repl_report_t;
+char *mqd_repl_report_json(const mqd_repl_report_t *rep);
+int mqd_repl_report_parse(const char *json, size_t n, mqd_repl_report_t *out);
+
 /* ---- the fetch stream (wire.c) ----
  * One AMQP message per run of records: message annotations x-repl-base (ulong, the first
  * record's offset), x-repl-count (uint, records), x-repl-hw (ulong, the leader's high
@@ -100,10 +114,13 @@ int mqd_repl_run_encode(const mqd_repl_run_t *run, uint8_t **buf, size_t *cap, s
 /* MQD_ECORRUPT unless the message is exactly those annotations (any order, others
  * ignored) and at most one data section. */
 int mqd_repl_run_parse(const uint8_t *msg, size_t len, mqd_repl_run_t *out);
-/* The largest leader epoch among a run's records (0 for none), walking their length
- * fields only: the CRCs are mqd_plog_append_raw's to check. MQD_ECORRUPT when a record is
- * shorter than its header or runs past len. */
-int mqd_repl_run_max_epoch(const uint8_t *data, size_t len, uint32_t *out);
+/* One walk over a run's records by their length fields only (the CRCs are
+ * mqd_plog_append_raw's to check): *max_epoch the largest leader epoch among them (0 for
+ * none), *has_state whether one is a control record a follower acts on (a group's
+ * committed offset or a transaction's COMMIT: gstate.c; most runs hold none, and then
+ * the follower need not walk them again). MQD_ECORRUPT, outputs untouched, when a record
+ * is shorter than its header or runs past len. */
+int mqd_repl_run_scan(const uint8_t *data, size_t len, uint32_t *max_epoch, bool *has_state);
 
 /* ---- the group-offset control record (gstate.c; parsing is of replicated input) ----
  * Body of a MQD_REC_CTRL_GROUP record: committed offset u64 (little-endian), then the

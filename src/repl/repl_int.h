@@ -45,6 +45,7 @@ typedef struct lead {
     gfloor_t *g;    /* groups whose offsets it logged, [n_g] */
     size_t n_g;
     uint64_t run_start, run_end; /* the last run of group records appended back to back */
+    uint32_t epoch;              /* the epoch its records are stamped with (mqd_plog_set_epoch) */
 } lead_t;
 
 typedef struct fol {
@@ -59,6 +60,7 @@ typedef struct fol {
     } * wait; /* appended runs waiting to be stable before settling */
     size_t n_wait, cap_wait;
     int64_t attach_at_ms; /* 0: attached or no connection */
+    uint32_t link_epoch;  /* the partition epoch `link` was attached under (its mqd:epoch) */
     uint64_t runs;
 } fol_t;
 
@@ -91,6 +93,7 @@ struct rpart {
     bool cand_out;         /* a read of the reports in flight */
     bool cand_done;        /* the reports are in (or the wait is over): elect */
     uint32_t cand_pick;    /* the live in-sync replica with the longest log, 0: none */
+    bool cand_stale_logged; /* a report of an earlier departure was ignored (logged once) */
     /* leader handing the partition back to its preferred replica (rebal.c): sends are
        refused until that replica holds every record, then the move's CAS is sent */
     uint32_t xfer_to;      /* 0: no move */
@@ -127,6 +130,10 @@ struct mqd_repl {
 rpart_t *mqd_repl_part_find(mqd_repl_t *r, const char *topic, uint32_t part);
 const mqd_cluster_node_t *mqd_repl_node(mqd_repl_t *r, uint32_t id);
 void mqd_repl_kick(mqd_repl_t *r);
+/* The redirect hook (arg: r): true with *to filled when a link to partition part of t
+ * (-1: the whole topic) belongs on another node, the partition's leader as etcd names it
+ * (false also when that node's address is not known here). */
+bool mqd_repl_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to);
 int mqd_repl_grow(mqd_repl_t *r, size_t need);
 uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp);
 /* May this leader acknowledge now: lease live and not fenced since a lease loss. */
@@ -174,11 +181,16 @@ void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e);
 void mqd_repl_lead_gone(mqd_repl_t *r, mqd_lstate_t *ls);
 void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms); /* HW, pumps; ISR when now_ms */
 void mqd_repl_lead_isr_changed(rpart_t *rp);
+/* rp's state names this node leader in another epoch than it leads in (an operator's
+ * write): its records take the new epoch and its followers attach again under it. */
+void mqd_repl_lead_epoch(rpart_t *rp);
 
 /* gstate.c: group offsets, transaction decisions and the dedup window on failover: the
  * group_saved hook, a follower's appended run, this node taking the lead, lead_stop. */
 void mqd_repl_group_saved(void *arg, mqd_topic_t *t, uint32_t part, const char *group,
                           uint64_t floor);
+/* A follower's run (appended) that holds group-offset or COMMIT records
+ * (mqd_repl_run_scan's has_state): saves them to meta.db in one transaction. */
 void mqd_repl_fol_state(rpart_t *rp, const uint8_t *data, size_t len);
 void mqd_repl_lead_state(rpart_t *rp);
 void mqd_repl_gstate_free(lead_t *ld);
@@ -187,6 +199,9 @@ void mqd_repl_gstate_free(lead_t *ld);
 int mqd_repl_fol_start(rpart_t *rp);
 void mqd_repl_fol_stop(rpart_t *rp);
 void mqd_repl_fol_work(rpart_t *rp, int64_t now_ms);
+/* rp's state moved to another epoch under the same leader: a fetch link attached under
+ * the old one is closed and attached again with the new mqd:epoch. */
+void mqd_repl_fol_epoch(rpart_t *rp);
 
 /* move.c: leadership moved on purpose — `mqctl cluster elect T P NODE` (the repl hook
  * `elect`), a clean SIGTERM's handover (`handover`) — and /readyz (`ready`). */
@@ -238,6 +253,8 @@ uint64_t mqd_repl_hwck_trusted(mqd_repl_t *r, mqd_plog_t *log, const mqd_repl_hw
 void mqd_repl_cand_report(mqd_repl_t *r, uint32_t gone);
 bool mqd_repl_cand_ready(rpart_t *rp, int64_t now_ms, uint32_t *pick);
 void mqd_repl_cand_reset(rpart_t *rp);
+/* Deletes every report of topic/part (the controller, once its election is decided). */
+void mqd_repl_cand_clear(mqd_repl_t *r, const char *topic, uint32_t part);
 /* The ev_cand callback: reads again (mqd_repl_ctl_failover) sooner than the tick. */
 void mqd_repl_cand_again(evutil_socket_t fd, short what, void *arg);
 

@@ -157,6 +157,23 @@ static void try_connect(mqd_outconn_t *oc)
     event_add(oc->ev_connect, &tv);
 }
 
+/* amqps: the client certificate the peer may ask for (mutual TLS: a leader with
+ * replication_peer_verify names the follower by it). */
+static int tls_client_cert(mqd_outconn_t *oc, const mqd_outconn_opts_t *o)
+{
+    const char *key = o->key_file ? o->key_file : o->cert_file;
+    if (SSL_CTX_use_certificate_chain_file(oc->ctx, o->cert_file) == 1 &&
+        SSL_CTX_use_PrivateKey_file(oc->ctx, key, SSL_FILETYPE_PEM) == 1 &&
+        SSL_CTX_check_private_key(oc->ctx) == 1)
+        return 0;
+    char why[256];
+    ERR_error_string_n(ERR_peek_last_error(), why, sizeof why);
+    MQD_ERR("outconn", "%s: client certificate %s (key %s) does not load: %s", o->url, o->cert_file,
+            key, why);
+    ERR_clear_error();
+    return MQD_EINVAL;
+}
+
 /* amqps: verify the peer against ca_file (the system's store when NULL) unless told not
  * to; TLS 1.2 at least, as on mqd's listeners. */
 static int tls_ctx(mqd_outconn_t *oc, const mqd_outconn_opts_t *o)
@@ -175,7 +192,7 @@ static int tls_ctx(mqd_outconn_t *oc, const mqd_outconn_opts_t *o)
     if (o->no_verify)
         MQD_WARN("outconn", "%s: TLS peer not verified (no_verify)", o->url);
     SSL_CTX_set_verify(oc->ctx, o->no_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
-    return 0;
+    return o->cert_file ? tls_client_cert(oc, o) : 0;
 }
 
 static int parse_url(mqd_outconn_t *oc, const char *url)

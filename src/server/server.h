@@ -42,6 +42,9 @@ typedef struct mqd_outconn_opts {
     const char *password;
     const char *ca_file;    /* amqps: the CA that verifies the peer (NULL: the system's) */
     bool no_verify;         /* amqps: do not verify the peer (tests; logged) */
+    const char *cert_file;  /* amqps: PEM client certificate (and chain) presented when the
+                               peer asks for one; NULL: none */
+    const char *key_file;   /* its PEM private key; NULL: in cert_file */
     const char *hostname;   /* open's hostname, SNI and the name verified; NULL: the URL's */
     const char *container;  /* open's container-id; NULL: "mqd" */
     bool plain_over_tcp;    /* allow PLAIN on amqp:// (the password in clear) */
@@ -63,7 +66,8 @@ typedef struct mqd_outconn_stats {
 } mqd_outconn_stats_t;
 
 /* Starts connecting now (the loop must run for anything to happen). 0 or MQD_EINVAL (a
- * bad URL, PLAIN in clear, an unreadable CA), MQD_ENOMEM. */
+ * bad URL, PLAIN in clear, an unreadable CA, a client certificate or key that does not
+ * load or does not match), MQD_ENOMEM. */
 int mqd_outconn_new(mqd_server_t *s, const mqd_outconn_opts_t *o, const mqd_outconn_ops_t *ops,
                     void *arg, mqd_outconn_t **out);
 /* Closes the connection and stops reconnecting; no callback runs after it. The server

@@ -1,7 +1,8 @@
 /* Fuzz target: what a node reads from others for replication (src/repl): the fetch
  * stream's messages (a follower parses what its leader sent), the partition states and
- * topic registrations under /<cluster>/ in etcd, and the body of a group-offset control
- * record (gstate.c: a follower reads it from its leader's log), and the high-watermark
+ * topic registrations under /<cluster>/ in etcd, the body of a group-offset control
+ * record (gstate.c: a follower reads it from its leader's log), the log-end reports
+ * of an election (cand.c: the controller reads them from etcd) and the high-watermark
  * checkpoint file (hwck_file.c: read back from the data dir, maybe torn). The first byte
  * picks the parser. A run that parses must describe bytes inside the input. */
 #include "config.h"
@@ -17,7 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const uint8_t *d = data + 1;
     size_t n = size - 1;
-    if (data[0] == 4) {
+    switch (data[0] % 6) {
+    case 5: {
         mqd_repl_hwck_t ck = {0}, back = {0};
         if (mqd_repl_hwck_parse((const char *)d, n, &ck) == 0) {
             char *b;
@@ -33,9 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort(); /* refused whole */
         }
         mqd_repl_hwck_clear(&ck);
-        return 0;
+        break;
     }
-    switch (data[0] % 4) {
     case 0: {
         mqd_repl_run_t run;
         if (mqd_repl_run_parse(d, n, &run) == 0) {
@@ -50,7 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort(); /* what parses re-encodes to the same run */
             free(buf);
             uint32_t e = 0; /* the follower's epoch check walks the records: in bounds */
-            (void)mqd_repl_run_max_epoch(run.data, run.len, &e);
+            bool st = false;
+            (void)mqd_repl_run_scan(run.data, run.len, &e, &st);
         }
         break;
     }
@@ -83,6 +85,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (mqd_repl_grec_encode(s, floor, back, sizeof back, &len) != 0 || len != n ||
                 memcmp(back, d, n) != 0)
                 abort(); /* what parses re-encodes to the same bytes */
+        }
+        break;
+    }
+    case 4: {
+        mqd_repl_report_t rep, back;
+        if (mqd_repl_report_parse((const char *)d, n, &rep) == 0) {
+            char *j = mqd_repl_report_json(&rep);
+            if (rep.leader_rev < 0 || !j || mqd_repl_report_parse(j, strlen(j), &back) != 0 ||
+                back.epoch != rep.epoch || back.end != rep.end || back.leader_rev != rep.leader_rev)
+                abort(); /* what parses writes back to the same report */
+            free(j);
         }
         break;
     }

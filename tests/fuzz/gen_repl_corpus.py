@@ -2,7 +2,8 @@
 """Writes the seed corpus of fuzz_repl (tests/fuzz/corpus/fuzz_repl): fetch-stream
 messages as a leader encodes them (selector byte 0), partition states (1) and topic
 registrations (2) as mqd writes them to etcd, group-offset record bodies (3, gstate.c),
-high-watermark checkpoint files (4, hwck_file.c), plus a few damaged ones."""
+the log-end reports of an election (4, cand.c), high-watermark checkpoint files (5,
+hwck_file.c), plus a few damaged ones."""
 import os
 import struct
 import sys
@@ -53,12 +54,15 @@ def main(out):
         "grec-shared": b"\x03" + struct.pack("<Q", 1 << 40) + b"$shared",
         "grec-no-name": b"\x03" + struct.pack("<Q", 60),
         "grec-nul": b"\x03" + struct.pack("<Q", 60) + b"g\x00h",
-        "hwck": b"\x04" + hwck([("orders", 0, 1200, 3), ("orders", 1, 0, 0), ("r3", 0, 500, 2)]),
-        "hwck-empty": b"\x04" + hwck([]),
-        "hwck-torn": b"\x04" + hwck([("orders", 0, 1200, 3), ("r3", 0, 500, 2)])[:-9],
-        "hwck-count": b"\x04" + hwck([("r3", 0, 500, 2)], count=2),
-        "hwck-dup": b"\x04" + hwck([("r3", 0, 500, 2), ("r3", 0, 501, 2)]),
-        "hwck-v2": b"\x04" + hwck([("r3", 0, 500, 2)], version=2),
+        "report": b"\x04" + b'{"end":1050,"epoch":1,"leader_rev":17}',
+        "report-old": b"\x04" + b'{"epoch":3,"end":0}',
+        "report-bad": b"\x04" + b'{"epoch":1,"end":-5,"leader_rev":"17"}',
+        "hwck": b"\x05" + hwck([("orders", 0, 1200, 3), ("orders", 1, 0, 0), ("r3", 0, 500, 2)]),
+        "hwck-empty": b"\x05" + hwck([]),
+        "hwck-torn": b"\x05" + hwck([("orders", 0, 1200, 3), ("r3", 0, 500, 2)])[:-9],
+        "hwck-count": b"\x05" + hwck([("r3", 0, 500, 2)], count=2),
+        "hwck-dup": b"\x05" + hwck([("r3", 0, 500, 2), ("r3", 0, 501, 2)]),
+        "hwck-v2": b"\x05" + hwck([("r3", 0, 500, 2)], version=2),
     }
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:

@@ -19,7 +19,11 @@ Proton:
     in order of first appearance, each accepted one present (duplicates only from sends
     in flight at the kill); the probe opened 2 connections or more.
 (d) the same across a clean restart (SIGTERM): the probe answers the broker's close and
-    reconnects; all 10,000 there, in order of first appearance."""
+    reconnects; all 10,000 there, in order of first appearance.
+(e) a client certificate (the cert_file/key_file options) against a broker with
+    tls_verify_client = required: with carol's certificate and PLAIN 100 messages are
+    accepted and read back; without a certificate the handshake fails and nothing opens;
+    a key that does not match the certificate fails mqd_outconn_new (MQD_EINVAL, logged)."""
 
 import importlib.util
 import os
@@ -192,6 +196,34 @@ def case_clean_restart(t):
           % (len(firsts), n))
 
 
+def case_client_cert(t):
+    d = os.path.join(t.tmpdir, "pki-e")
+    os.makedirs(d)
+    pki = tls20.make_pki(d)
+    b, port, url = tls20.tls_broker(t, "mtls", pki, "tls_verify_client = required\ntls_ca = %s\n"
+                                    % pki["ca.crt"])
+    base = ["--url", url, "--ca", pki["ca.crt"], "--user", "alice", "--password", tls20.PASSWORD,
+            "--backoff-min", "50", "--backoff-max", "400"]
+    rc, kv, _ = run_probe(t, base + ["--cert", pki["carol.crt"], "--key", pki["carol.key"],
+                                     "--address", "oc-e", "--count", "100",
+                                     "--seconds", str(60 * mqdtest.SLOW)], 120 * mqdtest.SLOW)
+    check(rc == 0 and kv["accepted"] == 100 and kv["opened"] == 1, "(e) client certificate: %r" % kv)
+    got = read_bodies(url, "oc-e", 100, ssl_domain=tls20.client_domain(pki, pki["carol.crt"],
+                                                                       pki["carol.key"]),
+                      user="alice", password=tls20.PASSWORD)
+    check(got == ["oc-e-%d" % i for i in range(100)], "(e) read %d bodies back" % len(got))
+    rc, kv, err = run_probe(t, base + ["--address", "oc-e-bad", "--count", "10", "--seconds", "1.5",
+                                       "--expect-down"], 60)
+    log("(e) without a certificate: %r" % kv)
+    check(rc == 0 and kv["opened"] == 0 and kv["connects"] >= 1 and kv["accepted"] == 0,
+          "(e) without a certificate: %r" % kv)
+    rc, kv, err = run_probe(t, base + ["--cert", pki["carol.crt"], "--key", pki["rogue.key"],
+                                       "--address", "oc-e-bad", "--count", "10", "--seconds", "1"],
+                            60)
+    check(rc == 1 and kv.get("setup_error") == "-3" and "does not load" in err,
+          "(e) a key of another certificate: exit %d %r %r" % (rc, kv, err[-300:]))
+
+
 def body(t):
     coll = mqdtest.Collect()
     with coll.case("(a) amqp:// ANONYMOUS"):
@@ -205,6 +237,10 @@ def body(t):
         case_reconnect(t)
     with coll.case("(d) reconnect across a clean restart"):
         case_clean_restart(t)
+    with coll.case("(e) amqps:// with a client certificate"):
+        if not shutil.which("openssl"):
+            skip("openssl CLI not installed")
+        case_client_cert(t)
     coll.finish()
 
 

@@ -152,7 +152,8 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 static int usage(void)
 {
     fprintf(stderr, "usage: outconn_probe --url U --address A --count N [--user U --password P] "
-                    "[--ca FILE] [--hostname H] [--backoff-min MS] [--backoff-max MS] "
+                    "[--ca FILE] [--cert FILE --key FILE] [--hostname H] [--backoff-min MS] "
+                    "[--backoff-max MS] "
                     "[--seconds S] [--rate N] [--expect-down]\n");
     return 2;
 }
@@ -196,18 +197,22 @@ int main(int argc, char **argv)
         if (!v)
             return usage();
         i++;
+        /* clang-format off */
         if (strcmp(a, "--url") == 0) o.url = v;
         else if (strcmp(a, "--address") == 0) p.address = v;
         else if (strcmp(a, "--count") == 0) p.count = strtoul(v, NULL, 10);
         else if (strcmp(a, "--user") == 0) o.user = v;
         else if (strcmp(a, "--password") == 0) o.password = v;
         else if (strcmp(a, "--ca") == 0) o.ca_file = v;
+        else if (strcmp(a, "--cert") == 0) o.cert_file = v;
+        else if (strcmp(a, "--key") == 0) o.key_file = v;
         else if (strcmp(a, "--hostname") == 0) o.hostname = v;
         else if (strcmp(a, "--backoff-min") == 0) o.backoff_min_ms = (uint32_t)atoi(v);
         else if (strcmp(a, "--backoff-max") == 0) o.backoff_max_ms = (uint32_t)atoi(v);
         else if (strcmp(a, "--seconds") == 0) seconds = atof(v);
         else if (strcmp(a, "--rate") == 0) p.rate = strtoul(v, NULL, 10);
         else return usage();
+        /* clang-format on */
     }
     if (!o.url || !p.address || (p.count == 0 && !expect_down))
         return usage();
@@ -224,6 +229,13 @@ int main(int argc, char **argv)
     int rc = mqd_outconn_new(p.srv, &o, &ops, &p, &p.oc);
     if (rc != 0) {
         printf("setup_error=%d\n", rc);
+        fflush(stdout);
+        mqd_server_free(p.srv); /* and the rest: nothing left for LeakSanitizer */
+        mqd_conf_free(conf);
+        nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        pn_message_free(p.msg);
+        free(p.buf);
+        free(p.accepted);
         return 1;
     }
     struct event *deadline = evtimer_new(mqd_server_base(p.srv), on_deadline, p.srv);

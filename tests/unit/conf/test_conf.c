@@ -523,6 +523,54 @@ static void test_validate(void **state)
     mqd_conf_free(c);
 }
 
+/* Node identity (replication_peer_verify): the keys it needs, checked before start. */
+static void test_validate_repl_peer(void **state)
+{
+    fx_t *f = *state;
+    static const char *const base[] = {"cluster=etcd",
+                                       "node_id=3",
+                                       "etcd_endpoints=http://127.0.0.1:2379",
+                                       "listen=amqps://127.0.0.1:5671",
+                                       "tls_cert=/n3.crt",
+                                       "tls_key=/n3.key",
+                                       "replication_peer_verify=on"};
+    static const struct {
+        const char *kv[2];
+        const char *err; /* NULL: valid */
+    } cases[] = {
+        {{NULL},
+         "configuration: replication_peer_verify: on needs replication_tls = on (client "
+         "certificates are a TLS matter)"},
+        {{"replication_tls=on"},
+         "configuration: replication_peer_verify: on needs replication_ca_file: the CA that signs "
+         "the nodes' certificates (the system trust store never vouches for a node id)"},
+        {{"replication_tls=on", "replication_ca_file=/ca.crt"}, NULL},
+        {{"replication_tls=on", "replication_cert=/c3.crt"},
+         "configuration: replication_key: replication_cert and replication_key go together "
+         "(unset both to present tls_cert and tls_key)"},
+        {{"replication_tls=on", "replication_key=/c3.key"},
+         "configuration: replication_cert: replication_cert and replication_key go together "
+         "(unset both to present tls_cert and tls_key)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mqd_conf_t *c;
+        assert_int_equal(mqd_conf_new(&c), 0);
+        for (size_t k = 0; k < sizeof base / sizeof base[0]; k++)
+            assert_int_equal(mqd_conf_set(c, base[k], f->err, sizeof f->err), 0);
+        for (size_t k = 0; k < 2 && cases[i].kv[k]; k++)
+            assert_int_equal(mqd_conf_set(c, cases[i].kv[k], f->err, sizeof f->err), 0);
+        f->err[0] = '\0';
+        int rc = mqd_conf_validate(c, f->err, sizeof f->err);
+        if (cases[i].err == NULL) {
+            assert_int_equal(rc, 0);
+        } else {
+            assert_int_equal(rc, MQD_EINVAL);
+            assert_string_equal(f->err, cases[i].err);
+        }
+        mqd_conf_free(c);
+    }
+}
+
 static void test_restart_needed(void **state)
 {
     fx_t *f = *state;
@@ -806,6 +854,7 @@ int main(void)
         T(test_listen),
         T(test_passwords),
         T(test_validate),
+        T(test_validate_repl_peer),
         T(test_restart_needed),
         T(test_sas_keys),
         T(test_sample_matches_table),

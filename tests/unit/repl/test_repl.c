@@ -164,9 +164,10 @@ static void put_le32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* The follower's epoch check: the largest record epoch of a run, records as stored
- * (len u32 LE counting the bytes after itself, the epoch at byte 24). */
-static void test_run_max_epoch(void **state)
+/* The follower's one walk over a run: the largest record epoch and whether a control
+ * record it acts on is there, records as stored (len u32 LE counting the bytes after
+ * itself, the epoch at byte 24, the flags word, kind in its low byte, at byte 28). */
+static void test_run_scan(void **state)
 {
     static const uint32_t epochs[] = {1, 3, 2};
     static const uint32_t payload[] = {0, 17, 5};
@@ -179,24 +180,41 @@ static void test_run_max_epoch(void **state)
     }
     assert_int_equal(pos, sizeof recs);
     uint32_t e = 99;
-    assert_int_equal(mqd_repl_run_max_epoch(recs, sizeof recs, &e), 0);
+    bool st = true;
+    assert_int_equal(mqd_repl_run_scan(recs, sizeof recs, &e, &st), 0);
     assert_int_equal(e, 3);
-    assert_int_equal(mqd_repl_run_max_epoch(recs, 40, &e), 0); /* the first alone */
+    assert_false(st);                                          /* data records only */
+    assert_int_equal(mqd_repl_run_scan(recs, 40, &e, &st), 0); /* the first alone */
     assert_int_equal(e, 1);
-    assert_int_equal(mqd_repl_run_max_epoch(recs, 0, &e), 0);
+    assert_int_equal(mqd_repl_run_scan(recs, 0, &e, &st), 0);
     assert_int_equal(e, 0);
-    /* every cut inside a record is refused and leaves *out alone */
+    /* a group-offset record (kind 4) in the middle, then a COMMIT marker (kind 1, with
+     * MQD_REC_TXN's bit above the kind byte) alone; an abort marker (kind 2) is not state */
+    put_le32(recs + 40 + 28, MQD_REC_CTRL_GROUP);
+    assert_int_equal(mqd_repl_run_scan(recs, sizeof recs, &e, &st), 0);
+    assert_true(st);
+    put_le32(recs + 40 + 28, 0);
+    put_le32(recs + 28, MQD_REC_CTRL_COMMIT | 0x100u);
+    assert_int_equal(mqd_repl_run_scan(recs, 40, &e, &st), 0);
+    assert_true(st);
+    put_le32(recs + 28, MQD_REC_CTRL_ABORT);
+    assert_int_equal(mqd_repl_run_scan(recs, sizeof recs, &e, &st), 0);
+    assert_false(st);
+    put_le32(recs + 28, 0);
+    /* every cut inside a record is refused and leaves the outputs alone */
     for (size_t cut = 1; cut < sizeof recs; cut++) {
         if (cut == 40 || cut == 97)
             continue; /* record boundaries */
         e = 7;
-        assert_int_equal(mqd_repl_run_max_epoch(recs, cut, &e), MQD_ECORRUPT);
+        st = true;
+        assert_int_equal(mqd_repl_run_scan(recs, cut, &e, &st), MQD_ECORRUPT);
         assert_int_equal(e, 7);
+        assert_true(st);
     }
     put_le32(recs, 35); /* shorter than a header */
-    assert_int_equal(mqd_repl_run_max_epoch(recs, sizeof recs, &e), MQD_ECORRUPT);
+    assert_int_equal(mqd_repl_run_scan(recs, sizeof recs, &e, &st), MQD_ECORRUPT);
     put_le32(recs, UINT32_MAX); /* past the end, and no overflow on the way */
-    assert_int_equal(mqd_repl_run_max_epoch(recs, sizeof recs, &e), MQD_ECORRUPT);
+    assert_int_equal(mqd_repl_run_scan(recs, sizeof recs, &e, &st), MQD_ECORRUPT);
 }
 
 /* The group-offset control record's body: floor LE, then the name. */
@@ -230,13 +248,48 @@ static void test_grec(void **state)
     (void)state;
 }
 
+/* The log-end report of an election (cand.c): round trip, an older node's report without
+ * leader_rev, and malformed ones refused. */
+static void test_report(void **state)
+{
+    mqd_repl_report_t rep = {.epoch = 4, .end = 1050, .leader_rev = 17}, back;
+    char *j = mqd_repl_report_json(&rep);
+    assert_non_null(j);
+    assert_string_equal(j, "{\"end\":1050,\"epoch\":4,\"leader_rev\":17}");
+    assert_int_equal(mqd_repl_report_parse(j, strlen(j), &back), 0);
+    assert_true(back.epoch == 4 && back.end == 1050 && back.leader_rev == 17);
+    free(j);
+    const char *old = "{\"epoch\":2,\"end\":300}";
+    assert_int_equal(mqd_repl_report_parse(old, strlen(old), &back), 0);
+    assert_true(back.epoch == 2 && back.end == 300 && back.leader_rev == 0);
+    rep.leader_rev = 0; /* not known: left out */
+    j = mqd_repl_report_json(&rep);
+    assert_string_equal(j, "{\"end\":1050,\"epoch\":4}");
+    free(j);
+    static const char *const bad[] = {
+        "{\"epoch\":1}",                                /* no end */
+        "{\"end\":5}",                                  /* no epoch */
+        "{\"epoch\":-1,\"end\":5}",                     /* negative epoch */
+        "{\"epoch\":1,\"end\":-5}",                     /* negative end */
+        "{\"epoch\":1,\"end\":5,\"leader_rev\":\"9\"}", /* a string */
+        "{\"epoch\":1,\"end\":5,\"leader_rev\":-9}",    /* negative */
+        "{\"epoch\":1,\"epoch\":2,\"end\":5}",          /* duplicate key */
+        "{\"epoch\":4294967296,\"end\":5}",             /* epoch past 32 bits */
+        "[]",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(mqd_repl_report_parse(bad[i], strlen(bad[i]), &back), MQD_ECORRUPT);
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_place_racks),   cmocka_unit_test(test_place_edges),
-        cmocka_unit_test(test_watermarks),    cmocka_unit_test(test_pstate),
-        cmocka_unit_test(test_wire),          cmocka_unit_test(test_grec),
-        cmocka_unit_test(test_run_max_epoch),
+        cmocka_unit_test(test_place_racks), cmocka_unit_test(test_place_edges),
+        cmocka_unit_test(test_watermarks),  cmocka_unit_test(test_pstate),
+        cmocka_unit_test(test_wire),        cmocka_unit_test(test_grec),
+        cmocka_unit_test(test_run_scan),    cmocka_unit_test(test_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
