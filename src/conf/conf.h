@@ -158,6 +158,11 @@ typedef struct mqd_conf {
     char *rack;                   /* owned; NULL = none */
     uint32_t lease_ttl_ms;        /* 3000 */
     uint32_t replica_lag_ms;      /* 10000: a follower this far behind leaves the ISR */
+    bool auto_leader_rebalance;   /* on: leaders go back to their preferred replica */
+    uint32_t leader_rebalance_interval_ms; /* 300000: how often a leader checks */
+    uint32_t leader_imbalance_percent;     /* 10: a node's share of its preferred
+                                              partitions led elsewhere that moves them */
+    uint32_t hw_checkpoint_interval_ms;    /* 1000: high watermarks to the data dir */
     char *replication_user;       /* owned; fetch links' user, NULL = not authenticated */
     char *replication_password;   /* owned */
     bool replication_tls;         /* fetch connections over TLS (amqps://), verified */

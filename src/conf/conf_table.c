@@ -417,6 +417,33 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "A follower that has not caught up with its leader's log end for this long leaves the "
      "in-sync set (the leader writes the partition's etcd key); it rejoins once caught up.",
      false},
+    {"auto_leader_rebalance", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "on", NULL, NULL,
+     G_FIELD(auto_leader_rebalance), NULL, NULL,
+     "On: every leader_rebalance_interval_ms each leader looks at the nodes whose share of "
+     "their preferred partitions (the first replica as placed) led by another node is above "
+     "leader_imbalance_percent, and hands such a partition it leads back to its preferred "
+     "replica: only to a live in-sync replica that has been up for one interval, after "
+     "pausing its sends until that replica holds every record (epoch + 1, as mqctl cluster "
+     "elect). Off: leaders stay where failover put them. Reloadable (SIGHUP).",
+     true},
+    {"leader_rebalance_interval_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 500, DAY, "5m", NULL, NULL,
+     G_FIELD(leader_rebalance_interval_ms), NULL, NULL,
+     "How often a leader checks for partitions to hand back to their preferred replica "
+     "(auto_leader_rebalance); also how long that replica's node must have been up. "
+     "Reloadable (SIGHUP).",
+     true},
+    {"leader_imbalance_percent", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 100, "10", NULL, NULL,
+     G_FIELD(leader_imbalance_percent), NULL, NULL,
+     "auto_leader_rebalance moves a node's preferred partitions back to it only while more "
+     "than this percentage of them is led by other nodes (0: any one). Reloadable (SIGHUP).",
+     true},
+    {"hw_checkpoint_interval_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, MIN, "1s", NULL, NULL,
+     G_FIELD(hw_checkpoint_interval_ms), NULL, NULL,
+     "How often each node writes the high watermarks of its replicas, when one changed, to "
+     "data_dir/replication-offset-checkpoint (also at a clean stop). A node that leads after "
+     "its restart before any follower reported starts from it, so consumers see what was "
+     "committed up to the last checkpoint. Reloadable (SIGHUP).",
+     true},
 
     {"replication_user", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
      G_FIELD(replication_user), NULL, NULL,

@@ -1,7 +1,8 @@
 /* Replication gauges for /metrics (Prometheus text), per replicated partition this node
  * holds: its role, the high watermark, the in-sync set's size, whether it is
  * under-replicated (leaders only: fewer in sync than replicas) and, on the leader, each
- * follower's lag in records behind the leader's log end. */
+ * follower's lag in records behind the leader's log end; whether the preferred replica
+ * leads, and the count of this node's preferred-leader moves (rebal.c). */
 #include "config.h"
 #include "repl/repl_int.h"
 
@@ -36,6 +37,17 @@ static void head(struct evbuffer *b, const char *name, const char *help)
 
 void mqd_repl_metrics(mqd_repl_t *r, struct evbuffer *b)
 {
+    evbuffer_add_printf(b,
+                        "# HELP mqd_repl_preferred_leader_moves_total Partitions this node "
+                        "handed back to their preferred replica (auto_leader_rebalance).\n"
+                        "# TYPE mqd_repl_preferred_leader_moves_total counter\n"
+                        "mqd_repl_preferred_leader_moves_total %llu\n",
+                        (unsigned long long)mqd_repl_rebal_moves(r));
+    head(b, "mqd_repl_preferred_leader",
+         "1 if the partition's preferred replica (its first, as placed) leads it, else 0.");
+    for (rpart_t *rp = r->parts; rp; rp = rp->next)
+        if (rp->local && rp->ps.n_replicas)
+            gauge(b, "mqd_repl_preferred_leader", rp, NULL, rp->ps.leader == rp->ps.replicas[0]);
     head(b, "mqd_repl_leader", "1 if this node leads the replicated partition, else 0.");
     for (rpart_t *rp = r->parts; rp; rp = rp->next)
         if (rp->local)

@@ -15,6 +15,8 @@
  *   too: it closes each fetch link with MQD_REPL_LEAVING, whose leader takes it out of
  *   the in-sync set at once, and from then on it follows nothing (a partition it handed
  *   over would otherwise make it a follower that rejoins the set just before it exits).
+ * - Automatic rebalancing (rebal.c) writes the same state through mqd_repl_move_to, from
+ *   the leader itself once its preferred replica holds every record it has.
  * - /readyz: a node is not ready while one of its replicas is out of the in-sync set
  *   (restarted and catching up) or cutting its log back to the leader's epoch. */
 #include "config.h"
@@ -43,6 +45,16 @@ static void next_state(const mqd_repl_pstate_t *ps, uint32_t leader, uint32_t dr
             next->isr[next->n_isr++] = ps->isr[i];
     next->leader = leader;
     next->epoch = ps->epoch + 1;
+}
+
+int mqd_repl_move_to(rpart_t *rp, uint32_t to, uint32_t *epoch)
+{
+    mqd_repl_pstate_t next;
+    next_state(&rp->ps, to, 0, &next);
+    int rc = mqd_repl_part_cas(rp, &next);
+    if (rc == 0)
+        *epoch = next.epoch;
+    return rc;
 }
 
 typedef struct elect_op {

@@ -116,6 +116,8 @@ static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int a
     if (!mqd_repl_may_ack(rp))
         return "this node lost its cluster lease: it may no longer lead the partition "
                "(attach again once it is settled)";
+    if (rp->xfer_to)
+        return REBAL_REFUSAL; /* nothing appended while the preferred replica catches up */
     *cond = "amqp:resource-limit-exceeded";
     if (acks == MQD_ACKS_ALL && rp->ps.n_isr < mqd_repl_min_isr(r, rp))
         return "the in-sync set is too small: fewer in-sync replicas than "
@@ -426,6 +428,8 @@ static void work(mqd_repl_t *r, int64_t now_ms)
             mqd_repl_lead_work(rp, now_ms);
         else if (rp->role == ROLE_FOLLOWER)
             mqd_repl_fol_work(rp, now_ms);
+        if (rp->xfer_to)
+            mqd_repl_rebal_xfer(rp, now_ms); /* rebal.c: a hand-back in progress */
     }
 }
 
@@ -441,6 +445,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     work(r, now);
     mqd_repl_topic_tick(r, now); /* topics.c: copies waiting to be deleted, a sweep */
     mqd_repl_ctl_failover(r); /* again after a lost race or an offline partition */
+    mqd_repl_rebal_tick(r, now);
+    mqd_repl_hwck_tick(r, now);
 }
 
 static void ctl_gained(void *arg, int64_t create_rev)
@@ -559,7 +565,8 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
     r->ev_tick = event_new(mqd_server_base(s), -1, EV_PERSIST, on_tick, r);
     r->ev_kick = event_new(mqd_server_base(s), -1, 0, on_kick, r);
     r->ev_cand = evtimer_new(mqd_server_base(s), mqd_repl_cand_again, r);
-    if (!r->ev_tick || !r->ev_kick || !r->ev_cand || mqd_repl_grow(r, REPL_RUN_BYTES + 256) != 0) {
+    if (!r->ev_tick || !r->ev_kick || !r->ev_cand || mqd_repl_grow(r, REPL_RUN_BYTES + 256) != 0 ||
+        mqd_repl_rebal_new(r) != 0) {
         mqd_repl_free(r);
         return MQD_ENOMEM;
     }
@@ -597,6 +604,8 @@ int mqd_repl_start(mqd_repl_t *r, mqd_cluster_t *m)
         return rc;
     /* the topics here from before (a restart) are compared with etcd's registrations once
      * the topics/ snapshot is in (topics.c): registered again only if never deleted */
+    if ((rc = mqd_repl_hwck_start(r)) != 0) /* the watermarks before anything reads */
+        return rc;
     struct timeval tv = {0, REPL_TICK_MS * 1000};
     event_add(r->ev_tick, &tv);
     return 0;
@@ -612,6 +621,8 @@ void mqd_repl_free(mqd_repl_t *r)
     mqd_repl_hooks_t none = {0};
     if (r->s)
         mqd_server_set_repl(r->s, &none);
+    mqd_repl_hwck_stop(r); /* the last watermarks, while the roles still hold them */
+    mqd_repl_rebal_free(r);
     for (rpart_t *rp = r->parts, *next; rp; rp = next) {
         next = rp->next;
         if (rp->role == ROLE_LEADER)

@@ -143,4 +143,43 @@ int mqd_repl_grec_encode(const char *group, uint64_t floor, uint8_t *out, size_t
 int mqd_repl_grec_parse(const uint8_t *b, size_t len, uint64_t *floor, const char **name,
                         size_t *nlen);
 
+/* ---- the high-watermark checkpoint file (hwck_file.c; parsing is of a file that may be
+ * torn or damaged) ----
+ * data_dir/replication-offset-checkpoint, text:
+ *   mqd replication-offset-checkpoint 1
+ *   TOPIC PARTITION HW EPOCH        one line per replica, sorted by topic then partition
+ *   end COUNT CRC32C                COUNT lines above; CRC32C (8 hex digits) of every
+ *                                   byte before this line
+ * EPOCH is the leader epoch of the record at HW - 1 when the line was written (0: none). */
+#define MQD_REPL_HWCK_FILE "replication-offset-checkpoint"
+typedef struct mqd_repl_hwck_ent {
+    char *topic; /* owned by the table */
+    uint32_t part;
+    uint32_t epoch;
+    uint64_t hw;
+} mqd_repl_hwck_ent_t;
+typedef struct mqd_repl_hwck {
+    mqd_repl_hwck_ent_t *e; /* sorted by topic, then partition */
+    size_t n, cap;
+} mqd_repl_hwck_t;
+/* Inserts or updates (topic, part): 1 when that changed the table, 0 when it held the
+ * same, MQD_EINVAL (a topic of 0 or > 255 bytes, or not printable ASCII without spaces),
+ * MQD_ENOMEM. */
+int mqd_repl_hwck_set(mqd_repl_hwck_t *ck, const char *topic, uint32_t part, uint64_t hw,
+                      uint32_t epoch);
+const mqd_repl_hwck_ent_t *mqd_repl_hwck_get(const mqd_repl_hwck_t *ck, const char *topic,
+                                             uint32_t part);
+void mqd_repl_hwck_clear(mqd_repl_hwck_t *ck);
+/* The file's bytes (*out malloc'd, *len bytes). */
+int mqd_repl_hwck_format(const mqd_repl_hwck_t *ck, char **out, size_t *len);
+/* MQD_ECORRUPT unless b[0..n) is exactly such a file (header, well-formed lines with no
+ * repeated replica, the end line's count and CRC); *out (empty before) then holds it. */
+int mqd_repl_hwck_parse(const char *b, size_t n, mqd_repl_hwck_t *out);
+/* Replaces dir/MQD_REPL_HWCK_FILE with buf: a temp file written and fdatasync'ed, renamed
+ * over it, the directory fsync'ed. MQD_EIO / MQD_ENOSPC (the old file stays). */
+int mqd_repl_hwck_write(const char *dir, const char *buf, size_t len);
+/* Reads and parses dir/MQD_REPL_HWCK_FILE: MQD_ENOENT when there is none, MQD_ECORRUPT,
+ * MQD_EIO. */
+int mqd_repl_hwck_read(const char *dir, mqd_repl_hwck_t *out);
+
 #endif

@@ -106,6 +106,11 @@ struct rpart {
     bool cand_done;        /* the reports are in (or the wait is over): elect */
     uint32_t cand_pick;    /* the live in-sync replica with the longest log, 0: none */
     bool cand_stale_logged; /* a report of an earlier departure was ignored (logged once) */
+    /* leader handing the partition back to its preferred replica (rebal.c): sends are
+       refused until that replica holds every record, then the move's CAS is sent */
+    uint32_t xfer_to;      /* 0: no move */
+    uint32_t xfer_epoch;   /* the epoch the move writes, once its CAS was sent (else 0) */
+    int64_t xfer_until_ms; /* the move is given up when not sent by then */
 };
 
 /* A topic's registration as etcd holds it (topics/<T>). */
@@ -149,6 +154,8 @@ struct mqd_repl {
     struct event *ev_cand; /* cand.c: the next read of the log-end reports */
     uint8_t *buf; /* raw reads, encodes, receives */
     size_t cap;
+    struct rebal *rebal; /* rebal.c */
+    struct hwck *hwck;   /* hwck.c */
 };
 
 /* repl.c */
@@ -273,6 +280,36 @@ bool mqd_repl_move_ready(void *arg, char *why, size_t whylen);
  * log failed while this node leads it. */
 void mqd_repl_move_failed_lead(rpart_t *rp);
 bool mqd_repl_move_may_resume(void *arg, mqd_part_t *p);
+
+/* move.c: writes rp's state with `to` leading in epoch + 1, first in the in-sync list
+ * (the rest kept), by CAS (mqd_repl_part_cas): the move of `mqctl cluster elect`. *epoch:
+ * the epoch written. MQD_EAGAIN while another change of rp is in flight. */
+int mqd_repl_move_to(rpart_t *rp, uint32_t to, uint32_t *epoch);
+
+/* rebal.c: automatic preferred-leader rebalancing (auto_leader_rebalance). tick: every
+ * REPL_TICK_MS (the periodic check, nodes' up times); xfer: a leader's move in progress,
+ * from every work() pass while rp->xfer_to is set; moves: how many this node made. */
+int mqd_repl_rebal_new(mqd_repl_t *r);
+void mqd_repl_rebal_free(mqd_repl_t *r);
+void mqd_repl_rebal_tick(mqd_repl_t *r, int64_t now_ms);
+void mqd_repl_rebal_xfer(rpart_t *rp, int64_t now_ms);
+uint64_t mqd_repl_rebal_moves(const mqd_repl_t *r);
+#define REBAL_REFUSAL                                                                              \
+    "this node is handing the partition to its preferred replica (leader rebalance): send "        \
+    "again, to the new leader"
+
+/* hwck.c: the high-watermark checkpoint (data_dir/MQD_REPL_HWCK_FILE). start: reads it (a
+ * damaged file is ignored with a warning), gives every replicated partition on disk the
+ * watermark it may trust from it (mqd_part_set_hw) and starts the writer thread; tick:
+ * every hw_checkpoint_interval_ms the watermarks that changed go to the writer; stop (a
+ * clean stop, before the roles end): the writer joined, the last values written here. */
+int mqd_repl_hwck_start(mqd_repl_t *r);
+void mqd_repl_hwck_tick(mqd_repl_t *r, int64_t now_ms);
+void mqd_repl_hwck_stop(mqd_repl_t *r);
+/* What a checkpoint entry e lets log expose: min(e->hw, the stable offset, where records
+ * of epochs <= e->epoch end), so never above what the log holds after recovery or any
+ * truncation, nor over records written again in a later epoch; 0 on a read error. */
+uint64_t mqd_repl_hwck_trusted(mqd_repl_t *r, mqd_plog_t *log, const mqd_repl_hwck_ent_t *e);
 
 /* cand.c: election by log end. When a leader's node goes, each live in-sync follower of
  * its partitions writes its log end to etcd (report); the controller waits for them

@@ -1,8 +1,9 @@
 /* `mqctl cluster status` ($management READ com.mqd:cluster): this node's view of the
  * cluster as one AMQP map: controller, nodes[] {id, address, rack, alive}, partitions[]
- * {topic, partition, leader, epoch, replicas, isr, high_watermark}. The watermark is the
- * leader's when this node leads the partition, else this replica's own (a lower bound,
- * learned from the fetch stream), -1 when this node holds no replica. */
+ * {topic, partition, leader, preferred_leader (the first replica as placed, to which
+ * auto_leader_rebalance hands it back), epoch, replicas, isr, high_watermark}. The
+ * watermark is the leader's when this node leads the partition, else this replica's own
+ * (a lower bound, learned from the fetch stream), -1 when this node holds no replica. */
 #include "config.h"
 #include "repl/repl_int.h"
 
@@ -65,6 +66,7 @@ static void partitions(mqd_repl_t *r, pn_data_t *d)
         kv_str(d, "topic", rp->topic);
         kv_long(d, "partition", rp->part);
         kv_long(d, "leader", rp->ps.leader);
+        kv_long(d, "preferred_leader", rp->ps.n_replicas ? rp->ps.replicas[0] : 0);
         kv_long(d, "epoch", rp->ps.epoch);
         kv_ids(d, "replicas", rp->ps.replicas, rp->ps.n_replicas);
         kv_ids(d, "isr", rp->ps.isr, rp->ps.n_isr);

@@ -662,16 +662,20 @@ static void show_cluster(json_t *o)
     table_t t = {.ncols = 4, .head = nh};
     size_t i;
     json_t *p;
-    char b[7][64];
+    char b[8][64];
     json_array_foreach(json_object_get(o, "nodes"), i, p)
         table_add(&t, F(p, "id", 0), F(p, "address", 1), F(p, "rack", 2), F(p, "alive", 3));
     table_print(&t);
-    const char *ph[] = {"TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "HIGH_WATERMARK"};
-    table_t u = {.ncols = 7, .head = ph};
+    const char *ph[] = {"TOPIC", "PARTITION", "LEADER", "PREFERRED",
+                        "EPOCH", "REPLICAS",  "ISR",    "HIGH_WATERMARK"};
+    table_t u = {.ncols = 8, .head = ph};
     json_array_foreach(json_object_get(o, "partitions"), i, p)
-        table_add(&u, F(p, "topic", 0), F(p, "partition", 1), F(p, "leader", 2), F(p, "epoch", 3),
-                  ids(json_object_get(p, "replicas"), b[4], sizeof b[4]),
-                  ids(json_object_get(p, "isr"), b[5], sizeof b[5]), F(p, "high_watermark", 6));
+    {
+        table_add(&u, F(p, "topic", 0), F(p, "partition", 1), F(p, "leader", 2),
+                  F(p, "preferred_leader", 3), F(p, "epoch", 4),
+                  ids(json_object_get(p, "replicas"), b[5], sizeof b[5]),
+                  ids(json_object_get(p, "isr"), b[6], sizeof b[6]), F(p, "high_watermark", 7));
+    }
     table_print(&u);
 }
 

@@ -1,10 +1,10 @@
 /* Fuzz target: what a node reads from others for replication (src/repl): the fetch
  * stream's messages (a follower parses what its leader sent), the partition states and
  * topic registrations under /<cluster>/ in etcd, the body of a group-offset control
- * record (gstate.c: a follower reads it from its leader's log) and the log-end reports
- * of an election (cand.c: the controller reads them from etcd). The first byte picks
- * the parser. A run
- * that parses must describe bytes inside the input. */
+ * record (gstate.c: a follower reads it from its leader's log), the log-end reports
+ * of an election (cand.c: the controller reads them from etcd) and the high-watermark
+ * checkpoint file (hwck_file.c: read back from the data dir, maybe torn). The first byte
+ * picks the parser. A run that parses must describe bytes inside the input. */
 #include "config.h"
 #include "repl/repl.h"
 #include "fuzz.h"
@@ -18,7 +18,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const uint8_t *d = data + 1;
     size_t n = size - 1;
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
+    case 5: {
+        mqd_repl_hwck_t ck = {0}, back = {0};
+        if (mqd_repl_hwck_parse((const char *)d, n, &ck) == 0) {
+            char *b;
+            size_t len;
+            if (mqd_repl_hwck_format(&ck, &b, &len) != 0)
+                abort();
+            if (len != n || memcmp(b, d, n) != 0 || mqd_repl_hwck_parse(b, len, &back) != 0 ||
+                back.n != ck.n)
+                abort(); /* what parses is exactly what mqd writes */
+            free(b);
+            mqd_repl_hwck_clear(&back);
+        } else if (ck.n != 0) {
+            abort(); /* refused whole */
+        }
+        mqd_repl_hwck_clear(&ck);
+        break;
+    }
     case 0: {
         mqd_repl_run_t run;
         if (mqd_repl_run_parse(d, n, &run) == 0) {

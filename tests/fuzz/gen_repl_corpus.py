@@ -2,8 +2,8 @@
 """Writes the seed corpus of fuzz_repl (tests/fuzz/corpus/fuzz_repl): fetch-stream
 messages as a leader encodes them (selector byte 0), partition states (1) and topic
 registrations (2) as mqd writes them to etcd (with and without the identities), group-offset
-record bodies (3, gstate.c), the log-end reports of an election (4, cand.c), plus a few
-damaged ones."""
+record bodies (3, gstate.c), the log-end reports of an election (4, cand.c),
+high-watermark checkpoint files (5, hwck_file.c), plus a few damaged ones."""
 import os
 import struct
 import sys
@@ -19,6 +19,23 @@ def run(base, count, hw, data):
     m += sym("x-repl-hw") + b"\x80" + struct.pack(">Q", hw)
     ann = b"\x00\x53\x72\xd1" + struct.pack(">II", len(m) + 4, 6) + m
     return ann + b"\x00\x53\x75\xb0" + struct.pack(">I", len(data)) + data
+
+
+def hwck(lines, count=None, version=1):
+    """A high-watermark checkpoint file (src/repl/hwck_file.c) with a correct CRC32C."""
+    body = ("mqd replication-offset-checkpoint %d\n" % version).encode()
+    body += b"".join(("%s %d %d %d\n" % ln).encode() for ln in lines)
+    n = len(lines) if count is None else count
+    return body + b"end %d %08x\n" % (n, crc32c(body))
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
 
 
 def main(out):
@@ -48,6 +65,12 @@ def main(out):
         "report": b"\x04" + b'{"end":1050,"epoch":1,"leader_rev":17}',
         "report-old": b"\x04" + b'{"epoch":3,"end":0}',
         "report-bad": b"\x04" + b'{"epoch":1,"end":-5,"leader_rev":"17"}',
+        "hwck": b"\x05" + hwck([("orders", 0, 1200, 3), ("orders", 1, 0, 0), ("r3", 0, 500, 2)]),
+        "hwck-empty": b"\x05" + hwck([]),
+        "hwck-torn": b"\x05" + hwck([("orders", 0, 1200, 3), ("r3", 0, 500, 2)])[:-9],
+        "hwck-count": b"\x05" + hwck([("r3", 0, 500, 2)], count=2),
+        "hwck-dup": b"\x05" + hwck([("r3", 0, 500, 2), ("r3", 0, 501, 2)]),
+        "hwck-v2": b"\x05" + hwck([("r3", 0, 500, 2)], version=2),
     }
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
