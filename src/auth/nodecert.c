@@ -20,6 +20,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NODE_CN_MAX 32 /* "mqd-node-4294967295" */
@@ -116,6 +117,67 @@ bool mqd_auth_tls_peer_is_client(const mqd_conn_t *c)
     const mqd_auth_t *a = mqd_srv_auth(mqd_conn_srv(c));
     /* with node certificates in the store, only tls_ca's make a client's identity */
     return a == NULL || a->cas.repl == NULL || chain_has(mqd_conn_ssl(c), a->cas.client);
+}
+
+bool mqd_auth_tls_peer_is_node(const mqd_conn_t *c)
+{
+    const mqd_auth_t *a = mqd_srv_auth(mqd_conn_srv(c));
+    return a != NULL && a->cas.repl != NULL && mqd_auth_tls_peer_verified(c) &&
+           chain_has(mqd_conn_ssl(c), a->cas.repl);
+}
+
+int mqd_auth_node_cn_id(const char *cn, uint32_t *id)
+{
+    static const char prefix[] = "mqd-node-";
+    char *end, again[NODE_CN_MAX];
+    if (strncmp(cn, prefix, sizeof prefix - 1) != 0)
+        return MQD_EINVAL;
+    const char *num = cn + sizeof prefix - 1;
+    if (*num < '0' || *num > '9')
+        return MQD_EINVAL;
+    unsigned long long v = strtoull(num, &end, 10);
+    if (*end != '\0' || v > UINT32_MAX)
+        return MQD_EINVAL;
+    node_cn((uint32_t)v, again, sizeof again);
+    if (strcmp(again, cn) != 0) /* "mqd-node-03": not how any node names itself */
+        return MQD_EINVAL;
+    *id = (uint32_t)v;
+    return 0;
+}
+
+int mqd_auth_node_login(const char *cn, const char *authzid, size_t len, uint32_t *id, char *why,
+                        size_t whylen)
+{
+    uint32_t n;
+    if (mqd_auth_node_cn_id(cn, &n) != 0) {
+        snprintf(why, whylen,
+                 "a certificate of replication_ca_file names a node (CN mqd-node-<id>), never "
+                 "a user");
+        return MQD_EINVAL;
+    }
+    /* Proton's EXTERNAL client sends the connection's authorization or nothing */
+    if (len > 0 && (len != strlen(cn) || memcmp(authzid, cn, len) != 0)) {
+        snprintf(why, whylen, "authorization identity differs from the certificate's node %s", cn);
+        return MQD_EINVAL;
+    }
+    *id = n;
+    return 0;
+}
+
+bool mqd_auth_conn_is_node(const mqd_conn_t *c)
+{
+    const mqd_auth_conn_t *ac = mqd_conn_auth(c);
+    return ac != NULL && ac->node;
+}
+
+const char *mqd_auth_node_attach_denied(const mqd_conn_t *c, bool sender, const char *source)
+{
+    if (!mqd_auth_conn_is_node(c))
+        return NULL;
+    if (sender && source != NULL && strncmp(source, "$repl/", 6) == 0)
+        return NULL;
+    return "a node connection (SASL EXTERNAL with a node certificate) carries $repl/ fetch "
+           "links only";
 }
 
 int mqd_auth_repl_peer_check(mqd_conn_t *c, uint32_t node_id, char *why, size_t len)

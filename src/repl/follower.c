@@ -257,6 +257,8 @@ static int connect_leader(fol_t *f)
              tls && n->repl_address[0] ? n->repl_address : n->address);
     snprintf(container, sizeof container, "mqd-node-%" PRIu32, conf->node_id);
     bool auth = conf->replication_user && conf->replication_user[0];
+    /* node identity: the certificate alone logs this node in (SASL EXTERNAL, no password) */
+    bool peer = tls && conf->replication_peer_verify && conf->replication_ca_file;
     /* the certificate that names this node (mqd-node-<id>) to a leader that asks */
     const char *cert = conf->replication_cert ? conf->replication_cert : conf->tls_cert;
     const char *key = conf->replication_cert ? conf->replication_key : conf->tls_key;
@@ -266,6 +268,8 @@ static int connect_leader(fol_t *f)
                             .backoff_max_ms = 2000,
                             .user = auth ? conf->replication_user : NULL,
                             .password = auth ? conf->replication_password : NULL,
+                            .sasl_external = peer && !auth,
+                            .authzid = peer && !auth ? container : NULL,
                             .ca_file = tls ? conf->replication_ca_file : NULL,
                             .cert_file = tls ? cert : NULL,
                             .key_file = tls ? key : NULL,
