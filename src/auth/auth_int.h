@@ -310,8 +310,9 @@ int mqd_auth_node_cn_id(const char *cn, uint32_t *id);
 int mqd_auth_node_login(const char *cn, const char *authzid, size_t len, uint32_t *id, char *why,
                         size_t whylen);
 /* nodecert.c, at start: with cluster = etcd and replication_tls, the certificate this
- * node fetches with (replication_cert, else tls_cert) loads with its key, and names the
- * node (CN mqd-node-<node_id>). MQD_EINVAL when it does not load, or does not name the
+ * node fetches with (replication_cert, else tls_cert) loads with its key, and both it and
+ * the server certificate its followers check (tls_cert) name the node (CN
+ * mqd-node-<node_id>). MQD_EINVAL when the first does not load, or one does not name the
  * node while this node has replication_peer_verify on (otherwise a warning); logged. */
 int mqd_auth_repl_cert_check(const mqd_conf_t *conf);
 /* tls.c: connections of `user` other than `self` (max_connections_per_user). */

@@ -217,10 +217,48 @@ int mqd_auth_repl_peer_check(mqd_conn_t *c, uint32_t node_id, char *why, size_t 
     return 0;
 }
 
-/* The certificate this node fetches with: it must load, and a node that checks its
- * followers' names (replication_peer_verify) must itself carry its own, or its leaders
- * would refuse it on every attach; a node without the check only warns (its leaders may
- * have it on: a rolling change). */
+/* Does the certificate of conf's key `key` (its CN in cn[len]) name this node? A node
+ * that checks names itself (replication_peer_verify) must carry its own, or its peers
+ * would refuse it on every connection: MQD_EINVAL; a node without the check only warns
+ * (its peers may have it on: a rolling change). */
+static int names_node(const mqd_conf_t *conf, const char *key, const char *path, const X509 *cert,
+                      const char *refused_by)
+{
+    char want[NODE_CN_MAX], cn[256];
+    node_cn(conf->node_id, want, sizeof want);
+    if (mqd_auth_cert_cn(cert, cn, sizeof cn) != 0)
+        snprintf(cn, sizeof cn, "(none)");
+    if (strcmp(cn, want) == 0)
+        return 0;
+    char why[512];
+    snprintf(why, sizeof why, "%s: %s names CN=%.64s, not %s (node_id %" PRIu32 "): %s", key, path,
+             cn, want, conf->node_id, refused_by);
+    if (conf->replication_peer_verify) {
+        MQD_ERR("auth", "%s", why);
+        return MQD_EINVAL;
+    }
+    MQD_WARN("auth", "%s", why);
+    return 0;
+}
+
+/* The server certificate followers check with replication_peer_verify: the listeners'
+ * tls_cert (it loaded already: ctx_build). */
+static int server_cert_check(const mqd_conf_t *conf)
+{
+    BIO *b = BIO_new_file(conf->tls_cert, "r");
+    X509 *x = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+    BIO_free(b);
+    ERR_clear_error();
+    int rc = x ? names_node(conf, "tls_cert", conf->tls_cert, x,
+                            "followers with replication_peer_verify = on refuse to fetch from "
+                            "this node when it leads")
+               : MQD_EINVAL;
+    X509_free(x);
+    return rc;
+}
+
+/* The certificate this node fetches with must load, and with the server certificate
+ * name this node. */
 int mqd_auth_repl_cert_check(const mqd_conf_t *conf)
 {
     if (conf->cluster != MQD_CONF_CLUSTER_ETCD || !conf->replication_tls)
@@ -230,7 +268,7 @@ int mqd_auth_repl_cert_check(const mqd_conf_t *conf)
     const char *pkey = conf->replication_cert ? conf->replication_key : conf->tls_key;
     if (cert == NULL)
         return 0; /* no amqps:// listener: conf refused that already */
-    char want[NODE_CN_MAX], cn[256], why[256];
+    char why[256];
     int rc = MQD_EINVAL;
     ERR_clear_error();
     SSL_CTX *x = SSL_CTX_new(TLS_client_method());
@@ -244,22 +282,14 @@ int mqd_auth_repl_cert_check(const mqd_conf_t *conf)
                 key, cert, pkey ? pkey : cert, why);
         goto out;
     }
-    node_cn(conf->node_id, want, sizeof want);
-    if (mqd_auth_cert_cn(SSL_CTX_get0_certificate(x), cn, sizeof cn) != 0)
-        snprintf(cn, sizeof cn, "(none)");
-    rc = 0;
-    if (strcmp(cn, want) == 0)
-        goto out;
-    snprintf(why, sizeof why,
-             "%s: %s names CN=%.64s, not %s (node_id %" PRIu32
-             "): leaders with replication_peer_verify = on refuse this node's fetch links",
-             key, cert, cn, want, conf->node_id);
-    if (conf->replication_peer_verify) {
-        MQD_ERR("auth", "%s", why);
-        rc = MQD_EINVAL;
-    } else {
-        MQD_WARN("auth", "%s", why);
-    }
+    rc = names_node(conf, key, cert, SSL_CTX_get0_certificate(x),
+                    conf->replication_cert
+                        ? "leaders with replication_peer_verify = on refuse this node's fetch "
+                          "links"
+                        : "leaders with replication_peer_verify = on refuse this node's fetch "
+                          "links, and followers with it refuse to fetch from it");
+    if (rc == 0 && conf->replication_cert != NULL && conf->tls_cert != NULL)
+        rc = server_cert_check(conf);
 out:
     SSL_CTX_free(x);
     ERR_clear_error();

@@ -31,8 +31,11 @@ certificates alone, SASL EXTERNAL).
       starts, its log says why the leader refuses it (CN=mqd-node-9, not mqd-node-B), etcd's
       ISR drops it and stays without it, 100 further sends are accepted by the other two
       and its log keeps the records it had.
-(f) B restarted with replication_cert/replication_key = its own client-only certificate:
-    back in the ISR, and the three logs end byte-equal.
+(f) B with its own client-only certificate as replication_cert but follower A's certificate
+    as tls_cert (the server certificate its followers would check) refuses to start,
+    naming tls_cert and the CN; restarted with replication_cert/replication_key = its own
+    client-only certificate and its own tls_cert: back in the ISR, and the three logs end
+    byte-equal.
 (g) a node certificate is not a client's: with [user peer] cert_cn = mqd-node-1 and [user
     alice] cert_cn = alice on every node (and no tls_ca), SASL EXTERNAL with node 1's
     certificate logs in as the node, not as peer: a sender it attaches is refused with
@@ -49,7 +52,14 @@ certificates alone, SASL EXTERNAL).
     log end opens; a fetch link as B is refused by the CN rule; a sender to the topic, a
     receiver from it, a sender to $management and a receiver from $management are each
     refused with amqp:unauthorized-access; nothing is stored (the leader's log unchanged),
-    and afterwards A is in the ISR and 100 more sends are accepted."""
+    and afterwards A is in the ISR and 100 more sends are accepted.
+(k) a follower pointed at a node that is not the leader: the test rewrites the leader's
+    etcd key (same lease) so that its repl_address is follower A's TLS listener (a
+    certificate for the right host, CN mqd-node-A) and restarts follower B: B refuses the
+    handshake ("the peer's certificate names CN=mqd-node-A, not mqd-node-L") on every
+    attempt, never logs in at A nor attaches, leaves the ISR, and keeps its records while
+    the other two take 100 more; with the key restored and B restarted, ISR 3 and the
+    three logs byte-equal."""
 
 import json
 import os
@@ -63,8 +73,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, Props, Sender, cluster_sets, count_records,  # noqa: E402
-                        get_json, partition_bytes, read_keys, wait_for)
+from mqdcluster import (Etcd, Props, Sender, b64, cluster_sets, count_records,  # noqa: E402
+                        get_json, partition_bytes, post, read_keys, wait_for)
 from mqdtest import SLOW, check, fail, log, skip  # noqa: E402
 from proton import SSLDomain, uint, ulong  # noqa: E402
 
@@ -508,6 +518,12 @@ def body(t):
         B.stop()
         B.sets = dict(B.sets, replication_cert=own[0], replication_key=own[1],
                       replication_peer_verify="on")
+        # its own client certificate, but the server certificate of another node
+        out = refused_start(B, dict(B.sets, tls_cert=pki["n%d" % fa][0],
+                                    tls_key=pki["n%d" % fa][1]),
+                            "peer verify on and a server certificate of another node")
+        check("tls_cert" in out and "CN=mqd-node-%d, not mqd-node-%d" % (fa, fb) in out and
+              "refuse to fetch from this node" in out, "the error does not say why: %r" % out[-400:])
         B.start()
         isr = wait_for("ISR 3 again", lambda: (lambda p: p["isr"] if p and len(p["isr"]) == 3
                                                else None)(partition(etcd)), 30)
@@ -571,7 +587,7 @@ def isr3(etcd):
 
 
 def certificates_alone(t, coll, etcd, brokers, pki, total):
-    """(i)-(j): the nodes without replication_user: SASL EXTERNAL."""
+    """(i)-(k): the nodes without replication_user: SASL EXTERNAL, both ends checked."""
     with coll.case("(i) no replication_user: followers log in by certificate (SASL EXTERNAL)"):
         for b in brokers.values():
             b.stop()
@@ -645,6 +661,55 @@ def certificates_alone(t, coll, etcd, brokers, pki, total):
                                                         for i, v in raw.items()}))
         check(count_records(raw[leader]) == total, "leader holds %d records, want %d"
               % (count_records(raw[leader]), total))
+    with coll.case("(k) node %d pointed at node %d, which is not the leader %d: never fetches"
+                   % (fb, fa, leader)):
+        key = "/mqd/nodes/%d" % leader
+        value, lease, _ = read_keys(etcd.port, key)[key]
+        doc = json.loads(value)
+        doc["repl_address"] = "127.0.0.1:%d" % A.tls_port
+        post(etcd.port, "/v3/kv/put", {"key": b64(key), "value": b64(json.dumps(doc)),
+                                       "lease": str(lease)})
+        a_fails = A.log_text().count("TLS handshake failed")
+        B.stop()
+        before = count_records(partition_bytes(B, "r3", 0))
+        B.start()
+        why = "the peer's certificate names CN=mqd-node-%d, not mqd-node-%d" % (fa, leader)
+        wait_for("node %d's log saying why" % fb, lambda: why in current_log(B), 30)
+        isr = wait_for("etcd's ISR without node %d" % fb, lambda: (
+            lambda p: p["isr"] if p and fb not in p["isr"] else None)(partition(etcd)), 30)
+        log("ISR without node %d: %r" % (fb, isr))
+        send(L.url, LATE, "wrong-leader")
+        time.sleep(LAG_MS / 1000.0 + 1.0 * SLOW)  # time to catch up, were it able to
+        p = partition(etcd)
+        refused = current_log(B).count(why)
+        retries = current_log(B).count("next attempt in")
+        after = count_records(partition_bytes(B, "r3", 0))
+        lead_n = count_records(partition_bytes(L, "r3", 0))
+        a_logins = A.log_text().count("node=mqd-node-%d" % fb)
+        a_fails = A.log_text().count("TLS handshake failed") - a_fails
+        log("node %d: %d refusals logged, %d retries; %d records before, %d after; leader %d; "
+            "ISR %r; on node %d: %d handshakes failed, %d logins of node %d"
+            % (fb, refused, retries, before, after, lead_n, p["isr"], fa, a_fails, a_logins, fb))
+        for ln in [x for x in current_log(B).splitlines() if why in x][:2] + [
+                x for x in A.log_text().splitlines() if "TLS handshake failed" in x][-1:]:
+            log("  " + ln)
+        check(fb not in p["isr"] and len(p["isr"]) == 2, "ISR %r" % p["isr"])
+        check(after == before and lead_n == total + LATE,
+              "records: node %d %d -> %d, leader %d" % (fb, before, after, lead_n))
+        check(refused >= 2 and a_fails >= 2, "%d refusals logged, %d failed handshakes on node %d"
+              % (refused, a_fails, fa))
+        check(a_logins == 0 and "fetching from node" not in current_log(B),
+              "node %d logged in at node %d (%d) or attached" % (fb, fa, a_logins))
+        total += LATE
+        post(etcd.port, "/v3/kv/put", {"key": b64(key), "value": b64(value.decode()),
+                                       "lease": str(lease)})
+        B.stop()
+        B.start()
+        isr = wait_for("ISR 3 again", lambda: isr3(etcd), 30)["isr"]
+        raw = wait_for("the three logs equal", lambda: same_logs(brokers, leader), 30)
+        n = {i: count_records(v) for i, v in raw.items()}
+        log("key restored: ISR %r; records per node %r, %d bytes each" % (isr, n, len(raw[leader])))
+        check(all(v == total for v in n.values()), "records per node %r, want %d" % (n, total))
 
 
 if __name__ == "__main__":
