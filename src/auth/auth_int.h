@@ -311,10 +311,15 @@ int mqd_auth_node_login(const char *cn, const char *authzid, size_t len, uint32_
                         size_t whylen);
 /* nodecert.c, at start: with cluster = etcd and replication_tls, the certificate this
  * node fetches with (replication_cert, else tls_cert) loads with its key, and both it and
- * the server certificate its followers check (tls_cert) name the node (CN
- * mqd-node-<node_id>). MQD_EINVAL when the first does not load, or one does not name the
- * node while this node has replication_peer_verify on (otherwise a warning); logged. */
-int mqd_auth_repl_cert_check(const mqd_conf_t *conf);
+ * the server certificate its followers check (tls_cert, in `server`, the listeners'
+ * context) name the node (CN mqd-node-<node_id>). MQD_EINVAL when the first does not
+ * load, or one does not name the node while this node has replication_peer_verify on
+ * (otherwise a warning); logged. */
+int mqd_auth_repl_cert_check(const mqd_conf_t *conf, struct ssl_ctx_st *server);
+/* nodecert.c: the same for the server certificate of x (read from path) alone, with repl's
+ * (the running config's) node_id and replication keys: at start, and on every reload
+ * (a certificate replaced in place that names another node refuses the reload). */
+int mqd_auth_repl_server_cert_check(const mqd_conf_t *repl, struct ssl_ctx_st *x, const char *path);
 /* tls.c: connections of `user` other than `self` (max_connections_per_user). */
 size_t mqd_auth_user_conns(struct mqd_server *s, const struct mqd_conn *self, const char *user);
 

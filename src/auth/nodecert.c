@@ -217,10 +217,10 @@ int mqd_auth_repl_peer_check(mqd_conn_t *c, uint32_t node_id, char *why, size_t 
     return 0;
 }
 
-/* Does the certificate of conf's key `key` (its CN in cn[len]) name this node? A node
- * that checks names itself (replication_peer_verify) must carry its own, or its peers
- * would refuse it on every connection: MQD_EINVAL; a node without the check only warns
- * (its peers may have it on: a rolling change). */
+/* Does the certificate of conf's key `key` name this node? A node that checks names
+ * itself (replication_peer_verify) must carry its own, or its peers would refuse it on
+ * every connection: MQD_EINVAL; a node without the check only warns (its peers may have
+ * it on: a rolling change). */
 static int names_node(const mqd_conf_t *conf, const char *key, const char *path, const X509 *cert,
                       const char *refused_by)
 {
@@ -241,25 +241,18 @@ static int names_node(const mqd_conf_t *conf, const char *key, const char *path,
     return 0;
 }
 
-/* The server certificate followers check with replication_peer_verify: the listeners'
- * tls_cert (it loaded already: ctx_build). */
-static int server_cert_check(const mqd_conf_t *conf)
+int mqd_auth_repl_server_cert_check(const mqd_conf_t *repl, SSL_CTX *x, const char *path)
 {
-    BIO *b = BIO_new_file(conf->tls_cert, "r");
-    X509 *x = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
-    BIO_free(b);
-    ERR_clear_error();
-    int rc = x ? names_node(conf, "tls_cert", conf->tls_cert, x,
-                            "followers with replication_peer_verify = on refuse to fetch from "
-                            "this node when it leads")
-               : MQD_EINVAL;
-    X509_free(x);
-    return rc;
+    if (repl->cluster != MQD_CONF_CLUSTER_ETCD || !repl->replication_tls || x == NULL)
+        return 0;
+    return names_node(repl, "tls_cert", path, SSL_CTX_get0_certificate(x),
+                      "followers with replication_peer_verify = on refuse to fetch from this "
+                      "node when it leads");
 }
 
 /* The certificate this node fetches with must load, and with the server certificate
  * name this node. */
-int mqd_auth_repl_cert_check(const mqd_conf_t *conf)
+int mqd_auth_repl_cert_check(const mqd_conf_t *conf, SSL_CTX *server)
 {
     if (conf->cluster != MQD_CONF_CLUSTER_ETCD || !conf->replication_tls)
         return 0;
@@ -288,8 +281,8 @@ int mqd_auth_repl_cert_check(const mqd_conf_t *conf)
                           "links"
                         : "leaders with replication_peer_verify = on refuse this node's fetch "
                           "links, and followers with it refuse to fetch from it");
-    if (rc == 0 && conf->replication_cert != NULL && conf->tls_cert != NULL)
-        rc = server_cert_check(conf);
+    if (rc == 0 && conf->replication_cert != NULL)
+        rc = mqd_auth_repl_server_cert_check(conf, server, conf->tls_cert);
 out:
     SSL_CTX_free(x);
     ERR_clear_error();

@@ -158,6 +158,12 @@ static int reload_check(void *arg, const mqd_conf_t *cur, const mqd_conf_t *next
                  next->path ? next->path : "configuration");
         return MQD_EINVAL;
     }
+    /* followers with replication_peer_verify check the leader's name in it */
+    if (mqd_auth_repl_server_cert_check(cur, a->next_ctx, next->tls_cert) != 0) {
+        snprintf(err, errlen, "%s: tls_cert: %s does not name this node (see the auth line above)",
+                 next->path ? next->path : "configuration", next->tls_cert);
+        return MQD_EINVAL;
+    }
     return 0;
 }
 
@@ -190,7 +196,7 @@ int mqd_auth_init(mqd_server_t *s)
     const mqd_conf_t *conf = mqd_srv_conf(s);
     int rc = ctx_build(conf, conf, &a->ctx, &a->cas);
     if (rc == 0)
-        rc = mqd_auth_repl_cert_check(conf);
+        rc = mqd_auth_repl_cert_check(conf, a->ctx);
     if (rc == 0)
         rc = mqd_auth_secret_load(conf->data_dir, a->secret);
     if (rc == 0)

@@ -59,13 +59,18 @@ certificates alone, SASL EXTERNAL).
     handshake ("the peer's certificate names CN=mqd-node-A, not mqd-node-L") on every
     attempt, never logs in at A nor attaches, leaves the ISR, and keeps its records while
     the other two take 100 more; with the key restored and B restarted, ISR 3 and the
-    three logs byte-equal."""
+    three logs byte-equal.
+(l) the leader's tls_cert and tls_key files overwritten with follower A's and a SIGHUP: the
+    reload is refused naming tls_cert and CN=mqd-node-A, the listener still serves the
+    leader's own certificate; files restored, the next SIGHUP reloads and 50 more sends
+    are accepted."""
 
 import json
 import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -587,7 +592,7 @@ def isr3(etcd):
 
 
 def certificates_alone(t, coll, etcd, brokers, pki, total):
-    """(i)-(k): the nodes without replication_user: SASL EXTERNAL, both ends checked."""
+    """(i)-(l): the nodes without replication_user: SASL EXTERNAL, both ends checked."""
     with coll.case("(i) no replication_user: followers log in by certificate (SASL EXTERNAL)"):
         for b in brokers.values():
             b.stop()
@@ -710,6 +715,36 @@ def certificates_alone(t, coll, etcd, brokers, pki, total):
         n = {i: count_records(v) for i, v in raw.items()}
         log("key restored: ISR %r; records per node %r, %d bytes each" % (isr, n, len(raw[leader])))
         check(all(v == total for v in n.values()), "records per node %r, want %d" % (n, total))
+    with coll.case("(l) a tls_cert replaced in place by another node's refuses the reload"):
+        cert, key = pki["n%d" % leader]
+        saved = {p: open(p, "rb").read() for p in (cert, key)}
+        served = ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate(("127.0.0.1", L.tls_port)))
+        for src, dst in zip(pki["n%d" % fa], (cert, key)):
+            shutil.copyfile(src, dst)
+        failed = current_log(L).count("reload failed")
+        os.kill(L.pid, signal.SIGHUP)
+        wait_for("the leader's refused reload",
+                 lambda: current_log(L).count("reload failed") > failed, 10)
+        line = [x for x in current_log(L).splitlines() if "names CN=mqd-node-%d, not mqd-node-%d"
+                % (fa, leader) in x]
+        after = ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate(("127.0.0.1", L.tls_port)))
+        log("reload with node %d's certificate in node %d's files: %s; the listener still "
+            "serves node %d's: %s" % (fa, leader, line[-1] if line else None, leader,
+                                      after == served))
+        check(line and "tls_cert" in line[-1] and after == served,
+              "reload: %r, same certificate served %s" % (line, after == served))
+        for p, data in saved.items():
+            with open(p, "wb") as f:
+                f.write(data)
+        reloads = current_log(L).count("reloaded: TLS on")
+        os.kill(L.pid, signal.SIGHUP)
+        wait_for("the leader's reload", lambda: current_log(L).count("reloaded: TLS on") > reloads,
+                 10)
+        send(L.url, 50, "after-cert-reload")
+        total += 50
+        raw = wait_for("the three logs equal", lambda: same_logs(brokers, leader), 30)
+        check(count_records(raw[leader]) == total, "leader holds %d records, want %d"
+              % (count_records(raw[leader]), total))
 
 
 if __name__ == "__main__":
