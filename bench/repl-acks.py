@@ -51,7 +51,16 @@ def bench(url, address, count, window, pid):
         raise SystemExit("no RESULT line from mqd-bench:\n" + out)
     kv = dict(f.split("=", 1) for f in m.group(0).split()[1:] if "=" in f)
     num = lambda k: float(kv[k]) if re.match(r"^[0-9.]+$", kv.get(k, "")) else None  # noqa: E731
-    return num("msgs_per_s"), (num("p50_ms"), num("p99_ms")), out
+    client_s = (num("client_cpu_pct") or 0) / 100 * (num("secs") or 0)
+    return num("msgs_per_s"), (num("p50_ms"), num("p99_ms")), out, client_s
+
+
+def machine():
+    """(busy, idle, steal) jiffies of the whole machine (/proc/stat's cpu line)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (v + [0] * 8)[:8]
+    return user + nice + system + irq + softirq, idle + iowait, steal
 
 
 def cpu_s(pid):
@@ -117,6 +126,7 @@ def main():
         warm(t.tmpdir, a.warm)
     res = {p: [] for p in PROFILES}
     cpu = {p: [] for p in PROFILES}
+    allcpu = {p: [] for p in PROFILES}
     try:
         etcd = Etcd(t)
         etcd.start()
@@ -141,9 +151,16 @@ def main():
                 others = [n for n in nodes.values() if n is not b] if p != "single" else []
                 t0 = [cpu_threads(n.proc.pid) for n in [b] + others]
                 c0 = [cpu_s(b.proc.pid)] + [cpu_s(n.proc.pid) for n in others]
-                v, (p50, p99), _ = bench(b.url, topic, a.count, a.window, b.proc.pid)
+                # everything this bench runs: the four brokers, etcd, and (below) the client
+                everyone = [single.proc.pid, etcd.proc.pid] + [n.proc.pid for n in nodes.values()]
+                e0, m0 = sum(cpu_s(x) for x in everyone), machine()
+                v, (p50, p99), _, client_s = bench(b.url, topic, a.count, a.window, b.proc.pid)
+                e1, m1 = sum(cpu_s(x) for x in everyone), machine()
                 c1 = [cpu_s(b.proc.pid)] + [cpu_s(n.proc.pid) for n in others]
                 us = [(y - x) * 1e6 / a.count for x, y in zip(c0, c1)]
+                busy, idle, steal = (y - x for x, y in zip(m0, m1))
+                allcpu[p].append(((e1 - e0 + client_s) * 1e6 / a.count, busy / max(1, busy + idle),
+                                  steal / max(1, busy + idle + steal)))
                 t1 = [cpu_threads(n.proc.pid) for n in [b] + others]
                 if os.environ.get("THREADS"):
                     for i, (x, y) in enumerate(zip(t0, t1)):
@@ -177,6 +194,21 @@ def main():
     for p in [p for p in PROFILES if cpu[p]]:
         lines.append("| %s | %.1f | %.1f |" % (p, statistics.median(x[0] for x in cpu[p]),
                                                statistics.median(x[1] for x in cpu[p])))
+    # What bounds the ratio on this machine: when the machine is busy all the time, a
+    # profile cannot go faster than its CPUs / (CPU per message of everything it runs).
+    ncpu = os.cpu_count()
+    lines += ["", "The whole machine (%d CPUs): CPU per message of every process of the run (the four brokers, etcd and the client), "
+              "the machine's busy share over the run, and the rate that CPU allows if the machine were busy all the time "
+              "(%d x 1,000,000 us / (us per message)):" % (ncpu, ncpu), "",
+              "| profile | all processes us/msg | machine busy | steal | CPU-bound ceiling msg/s | achieved / ceiling |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for p in [p for p in PROFILES if allcpu[p]]:
+        tot = statistics.median(x[0] for x in allcpu[p])
+        ceil = ncpu * 1e6 / tot
+        lines.append("| %s | %.1f | %.0f %% | %.1f %% | %.0f | %.2f |" % (
+            p, tot, 100 * statistics.median(x[1] for x in allcpu[p]),
+            100 * statistics.median(x[2] for x in allcpu[p]), ceil,
+            statistics.median(x[0] for x in res[p]) / ceil))
     table = "\n".join(lines)
     print(table)
     if a.out:

@@ -15,6 +15,10 @@ size_t mqd_consumer_pump(mqd_lstate_t *ls);
 void mqd_lstate_free(mqd_lstate_t *ls);
 /* Detaches a consumer link with an error (epoch takeover), releasing what it held. */
 void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
+/* link.c: detaches an attached producer or consumer link with amqp:link:redirect naming
+ * `to` (its info as an attach refused by mqd_link_redirect has it), releasing what it
+ * held: a leader that stepped down sends its clients to the new one. */
+void mqd_link_detach_redirect(mqd_lstate_t *ls, const mqd_redirect_t *to);
 /* link.c: gives producers their credit back once the watermarks clear (periodic). */
 void mqd_producers_refill(mqd_server_t *s);
 /* dispatch.c: delivers to the consumers of every topic queued by mqd_topic_dispatch_soon

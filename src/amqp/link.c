@@ -16,8 +16,8 @@
 #define STICKY_BURST 64
 
 /* AMQP 1.0 2.8.17: amqp:link:redirect with the leader in the info map (network-host,
- * port, address), as Artemis and Service Bus send it. */
-void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to)
+ * port, address), as Artemis and Service Bus send it: the condition l is closed with. */
+static void redirect_condition(pn_link_t *l, const mqd_redirect_t *to)
 {
     pn_condition_t *c = pn_link_condition(l);
     char desc[400];
@@ -36,9 +36,23 @@ void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to)
     pn_data_put_symbol(info, pn_bytes(7, "address"));
     pn_data_put_string(info, pn_bytes(strlen(to->address), to->address));
     pn_data_exit(info);
+}
+
+void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to)
+{
+    redirect_condition(l, to);
     pn_link_open(l);
     pn_link_close(l);
     MQD_INFO("link", "redirected attach to %s:%u", to->host, (unsigned)to->port);
+}
+
+void mqd_link_detach_redirect(mqd_lstate_t *ls, const mqd_redirect_t *to)
+{
+    char desc[400];
+    redirect_condition(mqd_ls_link(ls), to); /* the info; name and text again below */
+    snprintf(desc, sizeof desc, "%s",
+             pn_condition_get_description(pn_link_condition(mqd_ls_link(ls))));
+    mqd_consumer_detach(ls, "amqp:link:redirect", desc);
 }
 
 /* The sender's link property mqd:acks (leader | quorum | all), if it gave one. */

@@ -121,6 +121,7 @@ typedef struct mqd_cluster_node {
     char repl_address[256]; /* HOST:PORT of its TLS listener for fetches; "" = address */
     char rack[64];
     int64_t started_ms; /* wall clock of the node's start */
+    int64_t create_rev; /* its key's create_revision: new at each registration (etcd) */
     bool alive;         /* its key is present (its lease lives) */
 } mqd_cluster_node_t;
 

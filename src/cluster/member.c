@@ -381,6 +381,7 @@ static void node_up(mqd_cluster_t *m, const mqd_etcd_kv_t *kv)
     if (slot == NULL)
         return;
     bool was = slot->alive;
+    nd.create_rev = kv->create_revision;
     *slot = nd;
     if (!was && m->cbs.node_joined)
         m->cbs.node_joined(m->cbs.arg, slot);

@@ -493,7 +493,7 @@ mqd_topic_t *mqd_topic_of_lnode(mqd_dlist_t *n)
 }
 mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i)
 {
-    return &t->parts[i];
+    return t->parts[i];
 }
 
 /* -- link state: allocation, amqp's part, flags and names; topic counters -- */

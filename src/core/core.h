@@ -295,6 +295,22 @@ typedef struct mqd_repl_hooks {
      * appends): false keeps it failed for now (a leader that shipped records past that
      * offset hands the partition over first; repl/move.c). */
     bool (*may_resume)(void *arg, struct mqd_part *p);
+    /* $management DELETE of a topic (mqctl topic delete, any node): a replicated one goes
+     * from etcd in one txn and then from every replica (repl/topics.c). 0: started, and
+     * done(done_arg, status, desc) runs once etcd answered (204 deleted, 409 it changed
+     * meanwhile, 503 etcd); else an HTTP-style status with the reason in err: 204 done
+     * here at once (a copy the cluster never registered), 404 not a replicated topic (the
+     * caller deletes it as a local one), 409. */
+    int (*topic_delete)(void *arg, const char *name, mqd_repl_done_fn done, void *done_arg,
+                        char *err, size_t errlen);
+    /* $management UPDATE of a replicated topic: overrides_json (a JSON object's text, NULL
+     * for none) merged into its registered settings and its partitions raised to nparts
+     * (0: unchanged), by compare-and-swap in etcd; every replica applies them. 0:
+     * started, done(done_arg, 200 or 404/409/503, desc) once etcd holds them; else a
+     * status with err: 404 not a replicated topic (the caller alters it locally), 400,
+     * 409 (replication_factor cannot change), 503. */
+    int (*topic_alter)(void *arg, const char *name, uint32_t nparts, const char *overrides_json,
+                       mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
     void *arg;
 } mqd_repl_hooks_t;
 
@@ -475,6 +491,19 @@ void mqd_topic_builds_cancel(mqd_server_t *s);
 /* Management: grows the partition count (0 = keep; fewer = MQD_EINVAL) and merges
  * `overrides_json` (NULL = none) into the topic's overrides; persists both. */
 int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char *overrides_json);
+/* Replaces t's management overrides with overrides_json (a JSON object's text; NULL or
+ * "{}": none) and persists them: the cluster's registration is the truth for a
+ * replicated topic (repl/). Each setting goes through the config parser on its own: one
+ * this node refuses is logged and skipped, the others apply at once (no restart).
+ * MQD_EINVAL (nothing changed) when the text is not an object. */
+int mqd_topic_set_overrides(mqd_server_t *s, mqd_topic_t *t, const char *overrides_json);
+/* Grows t to nparts partitions (nothing when it has as many), persisted; its settings are
+ * not looked at again (mqd_topic_alter's are). MQD_ETOOBIG over max_partitions_per_topic. */
+int mqd_topic_grow(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts);
+/* A replicated topic's identity: the id of its registration in etcd (repl/; Kafka's
+ * topic ID, KIP-516), kept in meta.db with the topic's row; "" for none. */
+const char *mqd_topic_uid(const mqd_topic_t *t);
+int mqd_topic_set_uid(mqd_topic_t *t, const char *uid); /* at most 39 characters */
 /* Appends one record with flags/txn (txn/ control records: data NULL, len 0). */
 int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t flags, uint64_t txn,
                        mqd_conn_t *c, pn_delivery_t *dlv, uint64_t *offset_out);
@@ -753,7 +782,7 @@ mqd_lstate_t *mqd_ls_of_tnode(mqd_dlist_t *n);       /* n: mqd_topic_consumers()
 mqd_lstate_t *mqd_ls_of_gnode(mqd_dlist_t *n);       /* n: a group's members */
 mqd_topic_t *mqd_topic_of_dnode(mqd_dlist_t *n);     /* n: mqd_srv_dispatch_q()'s entries */
 mqd_topic_t *mqd_topic_of_lnode(mqd_dlist_t *n);     /* n: mqd_srv_dispatch_later()'s entries */
-mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i); /* &parts[i], i < nparts */
+mqd_part_t *mqd_topic_part(mqd_topic_t *t, uint32_t i); /* i < nparts; never moves */
 
 /* The loop's priorities: three levels, so that I/O shares libevent's default (middle)
  * priority with the listeners' accept events. The tick has that priority too: libevent

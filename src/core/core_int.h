@@ -30,7 +30,7 @@ struct mqd_topic {
     mqd_server_t *srv;
     char *name;
     uint32_t nparts;
-    mqd_part_t *parts;
+    mqd_part_t **parts;        /* [nparts], each allocated alone: they never move */
     mqd_topic_conf_t conf;     /* effective settings (conf.name not owned) */
     bool temporary;            /* dynamic reply-to node: deleted when its link goes */
     mqd_dlist_t consumers;     /* mqd_lstate_t.tnode of consuming links (and browsers) */
@@ -41,6 +41,7 @@ struct mqd_topic {
     uint64_t msgs_expired, msgs_dead, msgs_rejected, msgs_duplicate;
     struct mqd_dedup *dedup;   /* dedup.c: message-ids seen within dedup_window_ms */
     int64_t created_ms;
+    char uid[40];              /* replicated: its registration's identity (repl/), or "" */
     struct json_t *overrides;  /* settings changed through management (owned), or NULL */
     mqd_dlist_t dnode;         /* in server->dispatch_q when queued */
     mqd_dlist_t lnode;         /* in server->dispatch_later when queued */

@@ -164,7 +164,7 @@ static void rebuild(mqd_topic_t *t, int64_t now)
     int rc = 0;
     mqd_read_init(&rd);
     for (uint32_t i = 0; i < t->nparts && rc == 0; i++)
-        rc = rebuild_part(t, &t->parts[i], since, &rd, &scanned);
+        rc = rebuild_part(t, t->parts[i], since, &rd, &scanned);
     mqd_read_free(&rd);
     if (rc != 0)
         MQD_WARN("dedup", "topic=%s: rebuilding the window from the log failed: %s", t->name,

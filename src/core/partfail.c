@@ -160,7 +160,7 @@ void mqd_topics_resume_failed(mqd_server_t *s)
     for (size_t i = 0; i < s->topics_cap; i++) {
         for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext) {
             for (uint32_t k = 0; k < t->nparts; k++) {
-                mqd_part_t *p = &t->parts[k];
+                mqd_part_t *p = t->parts[k];
                 if (!p->failed || now < p->resume_at_ms || mqd_plog_resuming(p->log) ||
                     !disk_full(mqd_plog_fail_errno(p->log)))
                     continue;

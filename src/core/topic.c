@@ -125,11 +125,10 @@ static void store_name(const char *name, char *out, size_t outlen)
 
 static mqd_topic_build_t *build_find(mqd_server_t *s, const char *name);
 
-static int part_open(mqd_topic_t *t, uint32_t id)
+static int part_open(mqd_topic_t *t, mqd_part_t *p, uint32_t id)
 {
     char sname[3 * MQD_NAME_MAX + 1];
     store_name(t->name, sname, sizeof sname);
-    mqd_part_t *p = &t->parts[id];
     p->topic = t;
     p->id = id;
     /* the commit point first: a partition whose log is open counts (topic_grow) and is
@@ -149,23 +148,26 @@ static int part_open(mqd_topic_t *t, uint32_t id)
     return 0;
 }
 
+/* The partitions are allocated one by one and t->parts holds pointers to them: growing
+ * a topic moves no partition, so what others hold (the replication layer's replica, the
+ * store's stable callback) stays valid across `mqctl topic alter --partitions`. */
 static int topic_grow(mqd_topic_t *t, uint32_t nparts)
 {
     if (nparts <= t->nparts)
         return 0;
-    mqd_part_t *np = realloc(t->parts, nparts * sizeof *np);
+    mqd_part_t **np = realloc(t->parts, nparts * sizeof *np);
     if (!np)
         return MQD_ENOMEM;
     t->parts = np;
-    memset(&np[t->nparts], 0, (nparts - t->nparts) * sizeof *np);
-    /* realloc moved the partitions: the store callbacks must follow */
-    for (uint32_t i = 0; i < t->nparts; i++)
-        mqd_plog_set_stable_cb(np[i].log, on_stable, &np[i]);
     for (uint32_t i = t->nparts; i < nparts; i++) {
-        int rc = part_open(t, i);
-        t->nparts = i + (np[i].log ? 1 : 0);
-        if (rc != 0)
+        mqd_part_t *p = calloc(1, sizeof *p);
+        int rc = p ? part_open(t, p, i) : MQD_ENOMEM;
+        if (rc != 0) {
+            free(p);
             return rc;
+        }
+        np[i] = p;
+        t->nparts = i + 1;
     }
     return t->srv->ops.groups_grow ? t->srv->ops.groups_grow(t) : 0;
 }
@@ -227,14 +229,15 @@ static void topic_set_conf(mqd_topic_t *t)
     json_t *v;
     /* one by one: a value stored by an older version that the config parser now refuses
      * (tighter bounds) costs that setting, not all of the topic's */
+    char err[256];
     json_object_foreach(t->overrides, key, v) {
-        if (apply_one(&t->conf, key, v) != 0)
-            MQD_WARN("topic", "%s: stored setting %s ignored: not a valid value for it now",
-                     t->name, key);
+        if (mqd_topic_setting_apply(&t->conf, key, v, err, sizeof err) != 0)
+            MQD_WARN("topic", "%s: setting %s ignored: not a valid value for it here (%s)", t->name,
+                     key, err);
     }
     t->conf.log.retention_consumed = t->conf.retention_consumed;
     for (uint32_t i = 0; i < t->nparts; i++)
-        mqd_plog_set_config(t->parts[i].log, &t->conf.log);
+        mqd_plog_set_config(t->parts[i]->log, &t->conf.log);
 }
 
 static char *topic_config_json(const mqd_topic_t *t)
@@ -345,11 +348,14 @@ static int load_one(const mqd_meta_topic_t *mt, void *arg)
         }
     }
     int rc = topic_create(s, mt->name, mt->partitions ? mt->partitions : 1, false, ov, &t);
-    if (rc != 0)
+    if (rc != 0) {
         MQD_ERR("topic", "cannot open topic %s: %s", mt->name, mqd_strerror(rc));
-    else if (mt->created_ms)
+        return rc;
+    }
+    if (mt->created_ms)
         t->created_ms = mt->created_ms;
-    return rc;
+    snprintf(t->uid, sizeof t->uid, "%s", mt->uid);
+    return 0;
 }
 
 /* Temporary reply nodes are not in meta.db: the ones a crash left on disk go now. */
@@ -377,8 +383,8 @@ static uint64_t topic_messages(const mqd_topic_t *t)
 {
     uint64_t n = 0;
     for (uint32_t i = 0; i < t->nparts; i++) {
-        uint64_t end = mqd_part_visible_end(&t->parts[i], MQD_READ_UNCOMMITTED);
-        uint64_t start = mqd_plog_start_offset(t->parts[i].log);
+        uint64_t end = mqd_part_visible_end(t->parts[i], MQD_READ_UNCOMMITTED);
+        uint64_t start = mqd_plog_start_offset(t->parts[i]->log);
         n += end > start ? end - start : 0; /* a replicated watermark may lag the start */
     }
     return n;
@@ -503,8 +509,10 @@ static void topic_free(mqd_topic_t *t)
 {
     if (t->srv->ops.groups_free)
         t->srv->ops.groups_free(t);
-    for (uint32_t i = 0; i < t->nparts; i++)
-        part_free(&t->parts[i]);
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        part_free(t->parts[i]);
+        free(t->parts[i]);
+    }
     free(t->parts);
     free(t->name);
     mqd_dedup_free(t);
@@ -643,7 +651,7 @@ void mqd_topic_dispatch_later(mqd_topic_t *t)
  * behind retention_bytes/retention_ms resumes at the new start. */
 static uint64_t keep_from(const mqd_topic_t *t, uint32_t i)
 {
-    uint64_t low = mqd_part_lso(&t->parts[i]);
+    uint64_t low = mqd_part_lso(t->parts[i]);
     if (!t->conf.retention_consumed)
         return low;
     uint64_t floor = UINT64_MAX;
@@ -659,7 +667,7 @@ void mqd_topics_retain(mqd_server_t *s)
     for (size_t i = 0; i < s->topics_cap; i++) {
         for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext) {
             for (uint32_t k = 0; k < t->nparts; k++) {
-                int n = mqd_plog_retain(t->parts[k].log, keep_from(t, k), now);
+                int n = mqd_plog_retain(t->parts[k]->log, keep_from(t, k), now);
                 if (n > 0)
                     MQD_INFO("topic", "retention removed %d segment(s) of %s/%u", n, t->name, k);
             }
@@ -864,5 +872,56 @@ int mqd_topic_alter(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts, const char
     if (rc == 0)
         rc = rc2;
     MQD_INFO("topic", "altered topic=%s partitions=%u", t->name, t->nparts);
+    return rc;
+}
+
+int mqd_topic_grow(mqd_server_t *s, mqd_topic_t *t, uint32_t nparts)
+{
+    if (nparts <= t->nparts)
+        return 0;
+    if (nparts > s->conf->max_partitions_per_topic)
+        return MQD_ETOOBIG;
+    int rc = topic_grow(t, nparts);
+    char *cj = topic_config_json(t);
+    int rc2 = mqd_meta_topic_put(s->meta, t->name, t->nparts, cj ? cj : "{}");
+    free(cj);
+    MQD_INFO("topic", "grew topic=%s to partitions=%u", t->name, t->nparts);
+    return rc ? rc : rc2;
+}
+
+const char *mqd_topic_uid(const mqd_topic_t *t)
+{
+    return t->uid;
+}
+
+int mqd_topic_set_uid(mqd_topic_t *t, const char *uid)
+{
+    if (strlen(uid) >= sizeof t->uid)
+        return MQD_EINVAL;
+    int rc = mqd_meta_topic_set_uid(t->srv->meta, t->name, uid);
+    if (rc == 0)
+        snprintf(t->uid, sizeof t->uid, "%s", uid);
+    return rc;
+}
+
+int mqd_topic_set_overrides(mqd_server_t *s, mqd_topic_t *t, const char *overrides_json)
+{
+    json_t *ov = overrides_json && *overrides_json ? json_loads(overrides_json, 0, NULL) : NULL;
+    if (overrides_json && *overrides_json && !json_is_object(ov)) {
+        json_decref(ov);
+        return MQD_EINVAL;
+    }
+    if (ov && json_object_size(ov) == 0) {
+        json_decref(ov);
+        ov = NULL;
+    }
+    json_decref(t->overrides);
+    t->overrides = ov;
+    topic_set_conf(t); /* one by one: what this node refuses is logged and skipped */
+    char *cj = topic_config_json(t);
+    int rc = mqd_meta_topic_put(s->meta, t->name, t->nparts, cj ? cj : "{}");
+    free(cj);
+    MQD_INFO("topic", "topic=%s: settings replaced (%s)", t->name,
+             overrides_json && *overrides_json ? overrides_json : "{}");
     return rc;
 }

@@ -200,7 +200,7 @@ static void census_step(evutil_socket_t fd, short what, void *arg)
     for (size_t i = 0; i < s->topics_cap && !more; i++)
         for (mqd_topic_t *t = s->topics[i]; t && !more; t = t->hnext)
             for (uint32_t k = 0; k < t->nparts && !more; k++)
-                more = !census_part(cs, &t->parts[k], until);
+                more = !census_part(cs, t->parts[k], until);
     if (more) {
         struct timeval next = {0, 1000}; /* a poll for I/O between slices */
         event_add(cs->ev, &next);
@@ -280,8 +280,8 @@ void mqd_topics_census_save(mqd_server_t *s)
     for (size_t i = 0; rc == 0 && i < s->topics_cap; i++)
         for (mqd_topic_t *t = s->topics[i]; rc == 0 && t; t = t->hnext)
             for (uint32_t k = 0; rc == 0 && !t->temporary && k < t->nparts; k++)
-                if (mqd_part_count_exact(&t->parts[k])) {
-                    rc = census_save_one(s, &t->parts[k]);
+                if (mqd_part_count_exact(t->parts[k])) {
+                    rc = census_save_one(s, t->parts[k]);
                     saved += rc == 0;
                 }
     if (rc != 0 || mqd_meta_commit(s->meta) != 0) {
@@ -304,5 +304,5 @@ static void census_forget_part(mqd_server_t *s, const mqd_part_t *p)
 void mqd_topic_census_forget(mqd_server_t *s, const mqd_topic_t *t)
 {
     for (uint32_t k = 0; k < t->nparts; k++)
-        census_forget_part(s, &t->parts[k]);
+        census_forget_part(s, t->parts[k]);
 }

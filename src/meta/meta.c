@@ -25,9 +25,12 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_TOPIC_UPDATE] = "UPDATE topics SET partitions = ?2,"
                         " config_json = coalesce(?3, config_json) WHERE name = ?1",
     [ST_PART_INSERT] = "INSERT OR IGNORE INTO partitions (topic, id) VALUES (?1, ?2)",
-    [ST_TOPIC_GET] = "SELECT name, partitions, created_ms, config_json FROM topics WHERE name = ?1",
-    [ST_TOPIC_LIST] = "SELECT name, partitions, created_ms, config_json FROM topics ORDER BY name",
+    [ST_TOPIC_GET] = "SELECT name, partitions, created_ms, config_json, uid FROM topics"
+                     " WHERE name = ?1",
+    [ST_TOPIC_LIST] = "SELECT name, partitions, created_ms, config_json, uid FROM topics"
+                      " ORDER BY name",
     [ST_TOPIC_DELETE] = "DELETE FROM topics WHERE name = ?1",
+    [ST_TOPIC_UID] = "UPDATE topics SET uid = ?2 WHERE name = ?1",
     [ST_OFFSETS_DEL_TOPIC] = "DELETE FROM group_offsets WHERE topic = ?1",
     [ST_ACKS_DEL_TOPIC] = "DELETE FROM group_acks WHERE topic = ?1",
     [ST_EPOCHS_DEL_TOPIC] = "DELETE FROM leader_epochs WHERE topic = ?1",
@@ -406,8 +409,10 @@ static int topic_from_row(sqlite3_stmt *s, mqd_meta_topic_t *t)
 {
     const char *name = (const char *)sqlite3_column_text(s, 0);
     const char *cfg = (const char *)sqlite3_column_text(s, 3);
+    const char *uid = (const char *)sqlite3_column_text(s, 4);
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name ? name : "");
+    snprintf(t->uid, sizeof t->uid, "%s", uid ? uid : "");
     t->partitions = (uint32_t)sqlite3_column_int64(s, 1);
     t->created_ms = sqlite3_column_int64(s, 2);
     if (cfg != NULL && (t->config_json = strdup(cfg)) == NULL)
@@ -447,6 +452,24 @@ int mqd_meta_topic_list(mqd_meta_t *m, mqd_meta_topic_cb cb, void *arg)
         }
     }
     return rc;
+}
+
+int mqd_meta_topic_set_uid(mqd_meta_t *m, const char *name, const char *uid)
+{
+    bool own = false;
+    if (name == NULL || uid == NULL || strlen(uid) >= sizeof(((mqd_meta_topic_t *)0)->uid))
+        return MQD_EINVAL;
+    int rc = wbegin(m, &own);
+    if (rc != 0)
+        return rc;
+    sqlite3_stmt *s = stmt(m, ST_TOPIC_UID);
+    if (!b_text(s, 1, name) || !b_text(s, 2, uid))
+        rc = bind_fail(m, s, "topic uid bind");
+    else
+        rc = step_done(m, s, "topic uid");
+    bool existed = rc == 0 && sqlite3_changes(m->db) > 0;
+    rc = wend(m, own, rc);
+    return rc == 0 && !existed ? MQD_ENOENT : rc;
 }
 
 /* Runs a DELETE bound to (topic[, group]). */

@@ -44,6 +44,7 @@ typedef struct mqd_meta_topic {
     int64_t created_ms;
     char *config_json; /* may be NULL. After mqd_meta_topic_get the caller owns it (free());
                           in a mqd_meta_topic_list callback it is borrowed until cb returns */
+    char uid[40];      /* a replicated topic's identity (mqd_meta_topic_set_uid), or "" */
 } mqd_meta_topic_t;
 
 /* Inserts or updates (partition count may only grow: MQD_EINVAL otherwise). Adds the
@@ -51,6 +52,9 @@ typedef struct mqd_meta_topic {
  * config; created_ms is set on insert only. */
 int mqd_meta_topic_put(mqd_meta_t *m, const char *name, uint32_t partitions, const char *config_json);
 int mqd_meta_topic_get(mqd_meta_t *m, const char *name, mqd_meta_topic_t *out); /* MQD_ENOENT */
+/* Sets the identity of a topic's row (at most 39 characters; "" for none): MQD_ENOENT
+ * when there is no row. */
+int mqd_meta_topic_set_uid(mqd_meta_t *m, const char *name, const char *uid);
 /* Deletes the topic and its partitions, groups' offsets, ack ranges and epochs, in one
  * transaction. MQD_ENOENT if the topic row did not exist (orphan rows are still removed). */
 int mqd_meta_topic_delete(mqd_meta_t *m, const char *name);

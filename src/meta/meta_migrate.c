@@ -52,6 +52,10 @@ static const char *const migrations[] = {
     "CREATE TABLE kv ("
     "  key TEXT PRIMARY KEY NOT NULL,"
     "  value TEXT NOT NULL) WITHOUT ROWID;",
+    /* 2: a replicated topic's identity (the id of its registration in etcd, as Kafka's
+     * topic IDs of KIP-516): '' for a topic never registered, or registered by an mqd
+     * that wrote none. It goes with the row, so a deleted topic's id goes too. */
+    "ALTER TABLE topics ADD COLUMN uid TEXT NOT NULL DEFAULT '';",
 };
 
 int meta_schema_latest(void)

@@ -99,6 +99,11 @@ static void put_effective_config(pn_data_t *d, mqd_topic_t *t)
     mqd_mgmt_kv_long(d, "dedup_window_ms", c->dedup_window_ms);
     mqd_mgmt_kv_long(d, "index_interval_bytes", (int64_t)c->log.index_interval_bytes);
     mqd_mgmt_kv_bool(d, "dead_letter", c->dead_letter);
+    static const char *const acks[] = {"leader", "quorum", "all"}; /* mqd_acks_t */
+    mqd_mgmt_kv_str(d, "acks", (size_t)c->acks < MQD_ARRAY_LEN(acks) ? acks[c->acks] : "?");
+    mqd_mgmt_kv_long(d, "replication_factor", c->replication_factor);
+    mqd_mgmt_kv_long(d, "min_insync_replicas", c->min_insync_replicas);
+    mqd_mgmt_kv_bool(d, "unclean_leader_election", c->unclean_leader_election);
     pn_data_exit(d);
 }
 
@@ -322,25 +327,117 @@ static int topic_read(mqd_mgmt_req_t *r)
     return 200;
 }
 
+/* A replicated topic's UPDATE or DELETE went through etcd (repl/topics.c): answered once
+ * etcd has it, with the topic as this node now holds it when it has a copy. */
+typedef struct cluster_req {
+    mqd_mgmt_later_t *l;
+    mqd_server_t *s;
+    char name[MQD_NAME_MAX + 1];
+} cluster_req_t;
+
+static void cluster_done(void *arg, int status, const char *desc)
+{
+    cluster_req_t *q = arg;
+    mqd_topic_t *t = status == 200 ? mqd_topic_find(q->s, q->name) : NULL;
+    mqd_mgmt_finish(q->l, status, desc, t ? put_created : NULL, t);
+    free(q);
+}
+
+/* The request goes to the replication layer's hook (topic_alter or topic_delete, called
+ * by `call`): true when it took it (r holds the answer, or it is deferred); false (r
+ * untouched) when the topic is not replicated and the caller handles it locally. */
+typedef int (*cluster_call_fn)(mqd_mgmt_req_t *r, mqd_repl_done_fn done, void *arg, char *err,
+                               size_t errlen, const void *how);
+static bool via_cluster(mqd_mgmt_req_t *r, cluster_call_fn call, const void *how)
+{
+    if (!r->req) { /* mqd_mgmt_call (the console): no AMQP request to answer later */
+        mqd_mgmt_fail(r, 501, "a replicated topic is changed through $management (AMQP) only");
+        return true;
+    }
+    cluster_req_t *q = calloc(1, sizeof *q);
+    char err[512] = "";
+    if (!q) {
+        mqd_mgmt_fail(r, 500, "out of memory");
+        return true;
+    }
+    q->s = r->s;
+    snprintf(q->name, sizeof q->name, "%s", r->name);
+    if (!(q->l = mqd_mgmt_defer(r))) {
+        free(q);
+        mqd_mgmt_fail(r, 500, "out of memory");
+        return true;
+    }
+    int st = call(r, cluster_done, q, err, sizeof err, how);
+    if (st == 0)
+        return true;
+    mqd_mgmt_later_free(q->l);
+    free(q);
+    r->deferred = false;
+    if (st == 404)
+        return false;
+    if (st < 300) {
+        snprintf(r->desc, sizeof r->desc, "%s", err);
+        r->status = st;
+        if (st == 200 && mqd_topic_find(r->s, r->name))
+            put_topic(r->out, mqd_topic_find(r->s, r->name));
+        return true;
+    }
+    mqd_mgmt_fail(r, st, "%s", err);
+    return true;
+}
+
+typedef struct alter_args {
+    uint32_t nparts;
+    const char *ov;
+} alter_args_t;
+
+static int call_alter(mqd_mgmt_req_t *r, mqd_repl_done_fn done, void *arg, char *err, size_t errlen,
+                      const void *how)
+{
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(r->s);
+    const alter_args_t *a = how;
+    return repl->topic_alter(repl->arg, r->name, a->nparts, a->ov, done, arg, err, errlen);
+}
+
+static int call_delete(mqd_mgmt_req_t *r, mqd_repl_done_fn done, void *arg, char *err,
+                       size_t errlen, const void *how)
+{
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(r->s);
+    MQD_UNUSED(how);
+    return repl->topic_delete(repl->arg, r->name, done, arg, err, errlen);
+}
+
+/* In a cluster a replicated topic (or one this node has no copy of) is the cluster's: a
+ * request about it goes through etcd and reaches every replica. */
+static bool cluster_topic(mqd_mgmt_req_t *r, mqd_topic_t *t)
+{
+    return !t || (!mqd_topic_temporary(t) &&
+                  (mqd_topic_conf(t)->replication_factor > 1 || mqd_topic_uid(t)[0]));
+}
+
 static int topic_update(mqd_mgmt_req_t *r)
 {
     uint32_t nparts;
-    mqd_topic_t *t = named_topic(r);
-    if (!t)
-        return r->status;
+    if (!r->name || !*r->name)
+        return mqd_mgmt_fail(r, 400, "application property 'name' is required");
+    mqd_topic_t *t = mqd_topic_find(r->s, r->name);
     if (!partitions_arg(r, &nparts))
         return r->status;
-    uint32_t now = mqd_topic_nparts(t);
+    uint32_t now = t ? mqd_topic_nparts(t) : 0;
     if (nparts && nparts < now)
         return mqd_mgmt_fail(r, 400, "partitions can only grow (now %u)", now);
-    /* growing moves the partition array the replication layer points into */
-    if (nparts > now && mqd_srv_repl(r->s)->topic_created &&
-        mqd_topic_conf(t)->replication_factor > 1)
-        return mqd_mgmt_fail(r, 409, "topic '%s' is replicated: adding partitions in a "
-                             "cluster is not supported yet", r->name);
     char *ov;
     if (!overrides_of(r, &ov))
         return r->status;
+    alter_args_t a = {nparts, ov};
+    if (mqd_srv_repl(r->s)->topic_alter && cluster_topic(r, t) && via_cluster(r, call_alter, &a)) {
+        free(ov);
+        return r->deferred ? 0 : r->status;
+    }
+    if (!(t = named_topic(r))) {
+        free(ov);
+        return r->status;
+    }
     int rc = mqd_topic_alter(r->s, t, nparts, ov);
     free(ov);
     if (rc == MQD_EINVAL)
@@ -370,18 +467,21 @@ static size_t topic_links(mqd_server_t *s, const mqd_topic_t *t)
 
 static int topic_delete(mqd_mgmt_req_t *r)
 {
-    mqd_topic_t *t = named_topic(r);
-    if (!t)
-        return r->status;
-    /* the replication layer keeps pointers to its replicas' partitions, and deleting a
-     * replicated topic in the whole cluster is not built (docs/replication.md) */
-    if (mqd_srv_repl(r->s)->topic_created && mqd_topic_conf(t)->replication_factor > 1)
-        return mqd_mgmt_fail(r, 409, "topic '%s' is replicated: deleting it in a cluster is "
-                             "not supported yet", r->name);
-    /* a transaction keeps pointers to the topics it touched until it is decided */
-    size_t n = mqd_txns_topic_refs(r->s, t);
+    if (!r->name || !*r->name)
+        return mqd_mgmt_fail(r, 400, "application property 'name' is required");
+    mqd_topic_t *t = mqd_topic_find(r->s, r->name);
+    /* a transaction keeps pointers to the topics it touched until it is decided (one on
+     * another node's copy holds only that copy back: repl/topics.c) */
+    size_t n = t ? mqd_txns_topic_refs(r->s, t) : 0;
     if (n)
         return mqd_mgmt_fail(r, 409, "topic '%s' has %zu unfinished transactions", r->name, n);
+    /* a replicated topic goes from etcd and then from every replica, whose replication
+     * layer lets go of the partitions before they are freed */
+    if (mqd_srv_repl(r->s)->topic_delete && cluster_topic(r, t) &&
+        via_cluster(r, call_delete, NULL))
+        return r->deferred ? 0 : r->status;
+    if (!(t = named_topic(r)))
+        return r->status;
     /* live links are detached with amqp:link:detach-forced (topic.c), as RabbitMQ and
      * Artemis do for a queue deleted under its consumers */
     n = topic_links(r->s, t);

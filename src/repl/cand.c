@@ -13,14 +13,19 @@
  * /<cluster>/candidates/<T>/<P>/<node id> = {"epoch": E, "end": log end}. The controller
  * reads the partition's reports (once a tick) until every live in-sync replica reported
  * for the current epoch or CAND_WAIT_MS passed, and prefers the longest log (ties: the
- * in-sync order). Without reports it elects as before. One key per replica and
- * partition, overwritten at the next failover; a stale one names an older epoch and is
- * ignored. */
+ * in-sync order). Without reports it elects as before.
+ *
+ * The controller deletes a partition's reports once the election they served is decided:
+ * after the CAS of the new state succeeded, when it finds no live in-sync replica
+ * (offline), or when the leader's key came back before anyone was elected. A report that
+ * outlives that (written late, or a delete that failed) cannot count in another election:
+ * it names the epoch it was made in (every election raises it) and the create_revision
+ * of the gone leader's node key (a leader that comes back in the same epoch registers a
+ * new key), and the controller takes only reports that match both. */
 #include "config.h"
 #include "repl/repl_int.h"
 
 #include <inttypes.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +41,13 @@ static void on_put(void *arg, const mqd_etcd_reply_t *rep)
     free(key);
 }
 
+/* The create_revision of node id's key as this node last saw it (0: unknown). */
+static int64_t key_rev(mqd_repl_t *r, uint32_t id)
+{
+    const mqd_cluster_node_t *n = mqd_repl_node(r, id);
+    return n ? n->create_rev : 0;
+}
+
 void mqd_repl_cand_report(mqd_repl_t *r, uint32_t gone)
 {
     uint32_t self = r->conf->node_id;
@@ -43,18 +55,47 @@ void mqd_repl_cand_report(mqd_repl_t *r, uint32_t gone)
         if (rp->role != ROLE_FOLLOWER || rp->ps.leader != gone || !rp->local ||
             !mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, self))
             continue;
-        uint64_t end = mqd_plog_end_offset(mqd_part_log(rp->local));
+        mqd_repl_report_t rep = {.epoch = rp->ps.epoch,
+                                 .end = mqd_plog_end_offset(mqd_part_log(rp->local)),
+                                 .leader_rev = key_rev(r, gone)};
         size_t kl = strlen(r->cand_prefix) + strlen(rp->topic) + 32;
-        char *key = malloc(kl), val[96];
-        if (!key)
+        char *key = malloc(kl), *val = mqd_repl_report_json(&rep);
+        if (!key || !val) {
+            free(key);
+            free(val);
             continue;
+        }
         snprintf(key, kl, "%s%s/%u/%" PRIu32, r->cand_prefix, rp->topic, rp->part, self);
-        snprintf(val, sizeof val, "{\"epoch\":%" PRIu32 ",\"end\":%" PRIu64 "}", rp->ps.epoch, end);
-        MQD_INFO("repl", "%s/%u: leader %" PRIu32 " gone: reporting log end %" PRIu64 " (epoch %" PRIu32 ")",
-                 rp->topic, rp->part, gone, end, rp->ps.epoch);
+        MQD_INFO("repl",
+                 "%s/%u: leader %" PRIu32 " gone: reporting log end %" PRIu64 " (epoch %" PRIu32
+                 ")",
+                 rp->topic, rp->part, gone, rep.end, rp->ps.epoch);
         if (mqd_etcd_put(r->etcd, key, strlen(key), val, strlen(val), 0, on_put, key) != 0)
             free(key);
+        free(val);
     }
+}
+
+static void on_cleared(void *arg, const mqd_etcd_reply_t *rep)
+{
+    char *pfx = arg;
+    if (rep->rc != 0)
+        MQD_WARN("repl", "controller: %s*: log-end reports not deleted (%s)", pfx,
+                 rep->error ? rep->error : mqd_strerror(rep->rc));
+    else if (rep->deleted > 0)
+        MQD_INFO("repl", "controller: %s*: %" PRId64 " log-end reports deleted", pfx, rep->deleted);
+    free(pfx);
+}
+
+void mqd_repl_cand_clear(mqd_repl_t *r, const char *topic, uint32_t part)
+{
+    size_t kl = strlen(r->cand_prefix) + strlen(topic) + 16;
+    char *pfx = malloc(kl);
+    if (!pfx)
+        return;
+    snprintf(pfx, kl, "%s%s/%u/", r->cand_prefix, topic, part);
+    if (mqd_etcd_delete(r->etcd, pfx, strlen(pfx), true, on_cleared, pfx) != 0)
+        free(pfx);
 }
 
 typedef struct cand_read {
@@ -69,24 +110,28 @@ static bool alive(mqd_repl_t *r, uint32_t id)
     return n && n->alive;
 }
 
-/* A report's node id (from its key) and log end, if it is for epoch `epoch`. */
-static bool report_of(const mqd_etcd_kv_t *kv, size_t plen, uint32_t epoch, uint32_t *node,
-                      uint64_t *end)
+/* A report's node id (from its key) and log end, if it is one of this failover: made in
+ * epoch `epoch` about the departure of the leader key `lrev` (0: this node never saw
+ * that key, as a controller started after it went; the epoch alone then). */
+static bool report_of(rpart_t *rp, const mqd_etcd_kv_t *kv, size_t plen, int64_t lrev,
+                      uint32_t *node, uint64_t *end)
 {
     char *e;
+    mqd_repl_report_t rep;
     unsigned long id = strtoul(kv->key + plen, &e, 10);
-    if (e == kv->key + plen || *e || id == 0 || id > UINT32_MAX)
+    if (e == kv->key + plen || *e || id == 0 || id > UINT32_MAX ||
+        mqd_repl_report_parse(kv->value, kv->value_len, &rep) != 0 || rep.epoch != rp->ps.epoch)
         return false;
-    json_t *o = json_loadb(kv->value, kv->value_len, 0, NULL);
-    json_t *je = json_object_get(o, "epoch"), *jn = json_object_get(o, "end");
-    bool ok = json_is_integer(je) && json_is_integer(jn) && json_integer_value(je) == epoch &&
-              json_integer_value(jn) >= 0;
-    if (ok) {
-        *node = (uint32_t)id;
-        *end = (uint64_t)json_integer_value(jn);
+    if (lrev && rep.leader_rev && rep.leader_rev != lrev) {
+        if (!rp->cand_stale_logged) /* once per wait, not at every read */
+            MQD_INFO("repl", "%.*s: a report about an earlier departure of the leader: ignored",
+                     (int)kv->key_len, kv->key);
+        rp->cand_stale_logged = true;
+        return false;
     }
-    json_decref(o);
-    return ok;
+    *node = (uint32_t)id;
+    *end = rep.end;
+    return true;
 }
 
 static void on_read(void *arg, const mqd_etcd_reply_t *rep)
@@ -105,10 +150,11 @@ static void on_read(void *arg, const mqd_etcd_reply_t *rep)
     int plen = snprintf(pfx, sizeof pfx, "%s%s/%u/", r->cand_prefix, rp->topic, rp->part);
     uint64_t ends[MQD_REPL_MAX_RF] = {0};
     bool got[MQD_REPL_MAX_RF] = {false};
+    int64_t lrev = key_rev(r, rp->ps.leader);
     for (size_t k = 0; k < rep->n_kvs; k++) {
         uint32_t node;
         uint64_t end;
-        if (!report_of(&rep->kvs[k], (size_t)plen, rp->ps.epoch, &node, &end))
+        if (!report_of(rp, &rep->kvs[k], (size_t)plen, lrev, &node, &end))
             continue;
         for (uint32_t i = 0; i < rp->ps.n_isr && i < MQD_REPL_MAX_RF; i++)
             if (rp->ps.isr[i] == node) {
@@ -207,4 +253,5 @@ void mqd_repl_cand_reset(rpart_t *rp)
     rp->cand_until_ms = 0;
     rp->cand_done = false;
     rp->cand_pick = 0;
+    rp->cand_stale_logged = false;
 }

@@ -22,10 +22,12 @@ static void on_created(void *arg, const mqd_etcd_reply_t *rep)
     free(key); /* lost the race: the watch brings the other one */
 }
 
-static int create_part(mqd_repl_t *r, const char *topic, uint32_t p, const uint32_t *replicas,
-                       uint32_t rf)
+static int create_part(mqd_repl_t *r, const rtopic_t *t, uint32_t p, const uint32_t *replicas)
 {
+    const char *topic = t->name;
+    uint32_t rf = t->td.rf;
     mqd_repl_pstate_t ps = {.leader = replicas[0], .epoch = 1, .n_replicas = rf, .n_isr = rf};
+    memcpy(ps.topic_id, t->td.id, sizeof ps.topic_id); /* placed for this registration */
     memcpy(ps.replicas, replicas, rf * sizeof *replicas);
     memcpy(ps.isr, replicas, rf * sizeof *replicas);
     size_t kl = strlen(r->parts_prefix) + strlen(topic) + 16;
@@ -36,12 +38,23 @@ static int create_part(mqd_repl_t *r, const char *topic, uint32_t p, const uint3
         return MQD_ENOMEM;
     }
     snprintf(key, kl, "%s%s/%" PRIu32, r->parts_prefix, topic, p);
-    mqd_etcd_cmp_t cmp = {key, strlen(key), MQD_ETCD_CMP_CREATE, 0};
+    char *tkey = malloc(strlen(r->topics_prefix) + strlen(topic) + 1);
+    if (!tkey) {
+        free(key);
+        free(val);
+        return MQD_ENOMEM;
+    }
+    sprintf(tkey, "%s%s", r->topics_prefix, topic);
+    /* and only while the registration is the one placed: a topic deleted (or altered)
+     * meanwhile gets no partition key from a controller that had not seen it yet */
+    mqd_etcd_cmp_t cmp[] = {{key, strlen(key), MQD_ETCD_CMP_CREATE, 0},
+                            {tkey, strlen(tkey), MQD_ETCD_CMP_MOD, t->mod_rev}};
     mqd_etcd_op_t put = {MQD_ETCD_OP_PUT, key, val, strlen(key), strlen(val), 0, false};
-    mqd_etcd_txn_t txn = {&cmp, 1, &put, NULL, 1, 0};
+    mqd_etcd_txn_t txn = {cmp, 2, &put, NULL, 1, 0};
     int rc = mqd_etcd_txn(r->etcd, &txn, on_created, key);
     if (rc != 0)
         free(key);
+    free(tkey);
     free(val);
     return rc;
 }
@@ -54,11 +67,22 @@ static uint32_t name_hash(const char *s)
     return h;
 }
 
+/* A partition of t without a state of this registration: a new topic's, one added by
+ * `topic alter --partitions`, or one whose state of an older registration of the name has
+ * not left yet (its create then fails, and the key's delete brings it here again). */
+static bool unplaced(mqd_repl_t *r, const rtopic_t *t, uint32_t p)
+{
+    const rpart_t *rp = mqd_repl_part_find(r, t->name, p);
+    return !rp || (rp->ps.topic_id[0] && strcmp(rp->ps.topic_id, t->td.id) != 0);
+}
+
+/* Places the partitions of t that have no state: only those, so that existing partitions
+ * keep their replicas and leaders when a topic grows. */
 void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t)
 {
     uint32_t missing = 0;
     for (uint32_t p = 0; p < t->td.partitions; p++)
-        missing += mqd_repl_part_find(r, t->name, p) == NULL;
+        missing += unplaced(r, t, p);
     if (missing == 0)
         return;
     const mqd_cluster_view_t *v = mqd_cluster_view(r->m);
@@ -77,8 +101,8 @@ void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t)
                  "when enough join",
                  t->name, t->td.rf, n);
     for (uint32_t p = 0; rc == 0 && p < t->td.partitions; p++)
-        if (!mqd_repl_part_find(r, t->name, p))
-            rc = create_part(r, t->name, p, out + (size_t)p * t->td.rf, t->td.rf);
+        if (unplaced(r, t, p))
+            rc = create_part(r, t, p, out + (size_t)p * t->td.rf);
     free(c);
     free(out);
 }
@@ -153,6 +177,39 @@ static bool elect(mqd_repl_t *r, const rpart_t *rp, mqd_repl_pstate_t *next, boo
     return true;
 }
 
+typedef struct elected {
+    mqd_repl_t *r;
+    char *topic;
+    uint32_t part;
+} elected_t;
+
+/* The election's CAS was answered: once it holds, the log-end reports it read are spent. */
+static void on_elected(void *arg, bool written)
+{
+    elected_t *o = arg;
+    if (written) /* else r may be gone (the etcd client is being freed) or lost the race */
+        mqd_repl_cand_clear(o->r, o->topic, o->part);
+    free(o->topic);
+    free(o);
+}
+
+static int elect_cas(mqd_repl_t *r, rpart_t *rp, const mqd_repl_pstate_t *next)
+{
+    elected_t *o = calloc(1, sizeof *o);
+    if (!o || !(o->topic = strdup(rp->topic))) {
+        free(o);
+        return mqd_repl_part_cas(rp, next);
+    }
+    o->r = r;
+    o->part = rp->part;
+    int rc = mqd_repl_part_cas_cb(rp, next, on_elected, o);
+    if (rc != 0) {
+        free(o->topic);
+        free(o);
+    }
+    return rc;
+}
+
 void mqd_repl_ctl_failover(mqd_repl_t *r)
 {
     /* a view without this node alive is not loaded yet: every leader would look gone */
@@ -161,6 +218,8 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
     for (rpart_t *rp = r->parts; rp; rp = rp->next) {
         mqd_repl_pstate_t next;
         if (rp->cas_out || rp->mod_rev == 0 || node_alive(r, rp->ps.leader)) {
+            if (rp->cand_until_ms && !rp->cas_out && rp->mod_rev) /* its leader came back */
+                mqd_repl_cand_clear(r, rp->topic, rp->part);
             rp->offline = false;
             mqd_repl_cand_reset(rp);
             continue;
@@ -169,11 +228,13 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
         if (!mqd_repl_cand_ready(rp, mqd_now_ms(), &prefer))
             continue; /* the in-sync replicas' log ends are not all in yet */
         if (!elect(r, rp, &next, true, prefer)) {
-            if (!rp->offline)
+            if (!rp->offline) {
                 MQD_WARN("repl",
                          "controller: %s/%u: leader %" PRIu32 " gone and no live "
                          "in-sync replica: offline",
                          rp->topic, rp->part, rp->ps.leader);
+                mqd_repl_cand_clear(r, rp->topic, rp->part); /* decided: nobody */
+            }
             rp->offline = true;
             mqd_repl_cand_reset(rp); /* a replica that comes back reports again */
             continue;
@@ -183,7 +244,7 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
                    " leads in epoch %" PRIu32,
                    rp->topic, rp->part, rp->ps.leader, next.leader, next.epoch);
         mqd_repl_cand_reset(rp);
-        mqd_repl_part_cas(rp, &next);
+        elect_cas(r, rp, &next);
     }
 }
 

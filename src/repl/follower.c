@@ -71,6 +71,7 @@ static void attach(fol_t *f)
     pn_data_exit(p);
     pn_link_open(f->link);
     pn_link_flow(f->link, REPL_CREDIT);
+    f->link_epoch = rp->ps.epoch;
     f->attach_at_ms = 0;
     mqd_outconn_flush(f->oc);
     MQD_INFO("repl", "%s/%u: fetching from node %" PRIu32 " at %" PRIu64, rp->topic, rp->part,
@@ -85,17 +86,44 @@ static void settle(fol_t *f, pn_delivery_t *d, uint64_t outcome)
         pn_link_flow(f->link, 1);
 }
 
-/* A run that cannot be appended (a gap, a damaged record, a failed log): detach and fetch
- * again from this node's end after a pause. */
+/* Closes the fetch link and its session. The runs it appended and has not settled yet
+ * are never settled on it: the next attach reports this log's end instead. */
+static void close_link(fol_t *f)
+{
+    pn_link_close(f->link);
+    pn_session_close(pn_link_session(f->link));
+    f->link = NULL;
+    f->n_wait = 0;
+}
+
+/* A run that cannot be appended (a gap, a damaged record, a failed log, a link of another
+ * epoch): detach and fetch again from this node's end after a pause. */
 static void resync(fol_t *f, pn_delivery_t *d, const char *why)
 {
     MQD_WARN("repl", "%s/%u: run from node %" PRIu32 " not appended (%s): fetching again",
              f->rp->topic, f->rp->part, f->leader, why);
     settle(f, d, PN_REJECTED);
-    pn_link_close(f->link);
-    f->link = NULL;
-    f->n_wait = 0;
+    close_link(f);
     f->attach_at_ms = mqd_now_ms() + REPL_REATTACH_MS;
+}
+
+/* Runs are taken only on a link attached under the epoch this node follows now: one
+ * attached under an older state (the same leader in a newer epoch) is closed and attached
+ * again with the new mqd:epoch, so the leader's attach check decides whether it may
+ * still ship (leader.c epoch_mismatch). A newer leader never reuses the old link: its
+ * node id changes the connection (set_role). */
+void mqd_repl_fol_epoch(rpart_t *rp)
+{
+    fol_t *f = rp->fol;
+    if (!f || !f->link || f->link_epoch == rp->ps.epoch)
+        return;
+    MQD_NOTICE("repl",
+               "%s/%u: the partition is in epoch %" PRIu32 " now: closing the fetch link "
+               "attached in epoch %" PRIu32 " and attaching again",
+               rp->topic, rp->part, rp->ps.epoch, f->link_epoch);
+    close_link(f);
+    attach(f);
+    mqd_outconn_flush(f->oc);
 }
 
 static void receive(fol_t *f, pn_delivery_t *d)
@@ -110,9 +138,17 @@ static void receive(fol_t *f, pn_delivery_t *d)
     ssize_t got = size ? pn_link_recv(f->link, (char *)r->buf, size) : 0;
     pn_link_advance(f->link);
     uint32_t newest = 0;
+    bool state = false;
     if (got != (ssize_t)size || mqd_repl_run_parse(r->buf, size, &run) != 0 ||
-        mqd_repl_run_max_epoch(run.data, run.len, &newest) != 0)
+        mqd_repl_run_scan(run.data, run.len, &newest, &state) != 0)
         return resync(f, d, "not a replication run");
+    if (f->link_epoch != f->rp->ps.epoch) {
+        char why[96];
+        snprintf(why, sizeof why,
+                 "link attached in epoch %" PRIu32 ", the partition is in %" PRIu32, f->link_epoch,
+                 f->rp->ps.epoch);
+        return resync(f, d, why);
+    }
     if (newest > f->rp->ps.epoch) {
         /* a leader of an epoch this node has not seen: not appended before etcd says so */
         MQD_WARN("repl",
@@ -134,7 +170,7 @@ static void receive(fol_t *f, pn_delivery_t *d)
         f->runs++;
     }
     mqd_part_set_hw(f->rp->local, run.hw);
-    if (run.count)
+    if (run.count && state)
         mqd_repl_fol_state(f->rp, run.data, run.len);
     if (!run.count && f->n_wait == 0)
         return settle(f, d, PN_ACCEPTED);
@@ -215,10 +251,7 @@ static void on_event(mqd_outconn_t *oc, pn_event_t *e, void *arg)
                  f->rp->part, f->leader, pn_condition_get_name(c) ?: "-",
                  pn_condition_get_description(c) ?: "-");
         const char *cn = pn_condition_get_name(c);
-        pn_link_close(l);
-        pn_session_close(pn_link_session(l));
-        f->link = NULL;
-        f->n_wait = 0;
+        close_link(f);
         f->attach_at_ms = mqd_now_ms() + REPL_REATTACH_MS;
         if (cn && strcmp(cn, "mqd:repl:diverged") == 0)
             truncate_to_leader(f, pn_condition_info(c));

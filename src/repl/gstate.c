@@ -103,34 +103,22 @@ static int apply_group(rpart_t *rp, const mqd_raw_rec_t *rec)
     name[nlen] = '\0';
     uint8_t blob[12] = {0}; /* cursor.c's blob: floor, 0 done ranges */
     memcpy(blob, &floor, 8);
-    mqd_meta_offset_t o = {
-        .topic = mqd_topic_name(mqd_part_topic(p)), .group = name, .partition = mqd_part_id(p), .offset = floor};
+    mqd_meta_offset_t o = {.topic = mqd_topic_name(mqd_part_topic(p)),
+                           .group = name,
+                           .partition = mqd_part_id(p),
+                           .offset = floor};
     int rc = mqd_meta_offsets_commit(mqd_srv_meta(s), &o, 1);
     if (rc == 0)
-        rc = mqd_meta_acks_put(mqd_srv_meta(s), mqd_topic_name(mqd_part_topic(p)), name, mqd_part_id(p), blob, sizeof blob);
+        rc = mqd_meta_acks_put(mqd_srv_meta(s), mqd_topic_name(mqd_part_topic(p)), name,
+                               mqd_part_id(p), blob, sizeof blob);
     if (rc == 0)
         mqd_group_follow_floor(mqd_part_topic(p), name, mqd_part_id(p), floor);
     return rc;
 }
 
-/* Does the run hold a record this node must act on? (Most runs hold none: no SQLite.) */
-static bool run_has_state(const uint8_t *data, size_t len)
-{
-    size_t pos = 0;
-    mqd_raw_rec_t rec;
-    while (mqd_store_raw_next(data, len, &pos, &rec) == 1) {
-        uint32_t kind = rec.flags & MQD_REC_KIND_MASK;
-        if (kind == MQD_REC_CTRL_GROUP || kind == MQD_REC_CTRL_COMMIT)
-            return true;
-    }
-    return false;
-}
-
 void mqd_repl_fol_state(rpart_t *rp, const uint8_t *data, size_t len)
 {
     mqd_server_t *s = rp->r->s;
-    if (!run_has_state(data, len))
-        return;
     int rc = mqd_meta_begin(mqd_srv_meta(s));
     if (rc != 0) {
         MQD_WARN("repl", "%s/%u: group offsets or decisions of a run not saved: %s", rp->topic,

@@ -14,6 +14,7 @@
 
 #include <inttypes.h>
 #include <proton/delivery.h>
+#include <proton/terminus.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,8 @@ int mqd_repl_lead_start(rpart_t *rp)
         rflw_t *f = &ld->f[ld->n++];
         *f = (rflw_t){.rp = rp, .id = rp->ps.replicas[i], .caught_ms = now, .probe_ms = now};
     }
-    mqd_plog_set_epoch(mqd_part_log(rp->local), rp->ps.epoch);
+    ld->epoch = rp->ps.epoch;
+    mqd_plog_set_epoch(mqd_part_log(rp->local), ld->epoch);
     mqd_plog_set_commit_tap(mqd_part_log(rp->local), tap, rp);
     /* what it knew as a follower (never goes back); after a restart nothing is known:
      * records only this node has must not become visible before the followers report */
@@ -63,21 +65,75 @@ static void drop_link(rflw_t *f)
     }
 }
 
-/* Receivers of the topic read up to a watermark this node no longer moves, and its log
- * may be cut back by epoch: they are detached to attach again (and be redirected). */
-static void detach_consumers(rpart_t *rp)
+/* The partition a producer or consumer link of the topic is bound to, -1 for the whole
+ * topic (a consumer of a group, a sender to the topic's address). */
+static int64_t link_part(mqd_lstate_t *ls)
+{
+    if (mqd_ls_kind(ls) != MQD_LS_PRODUCER) /* manual: T/ConsumerGroups/G/Partitions/P */
+        return mqd_ls_manual(ls) ? (int64_t)mqd_ls_part(ls) : -1;
+    const char *addr = pn_terminus_get_address(pn_link_target(mqd_ls_link(ls)));
+    mqd_addr_t a;
+    if (addr && mqd_addr_parse(addr, strlen(addr), &a) == 0 && a.kind == MQD_ADDR_PARTITION)
+        return (int64_t)a.partition;
+    return -1;
+}
+
+/* Detaches a link of rp's topic that rp's move concerns (bound to rp or to the whole
+ * topic): with amqp:link:redirect to where an attach would now be sent (the same answer
+ * as the attach-time redirect: mqd_repl_redirect), else detach-forced. Returns 1 when
+ * redirected, 0 when forced, -1 when the link stays (bound to another partition). */
+static int move_link(rpart_t *rp, mqd_lstate_t *ls)
+{
+    int64_t part = link_part(ls);
+    mqd_redirect_t to;
+    if (part >= 0 && part != (int64_t)rp->part)
+        return -1;
+    if (mqd_repl_redirect(rp->r, mqd_part_topic(rp->local), part, &to)) {
+        mqd_link_detach_redirect(ls, &to);
+        return 1;
+    }
+    mqd_consumer_detach(ls, "amqp:link:detach-forced",
+                        "the partition's leader moved: attach again to be redirected");
+    return 0;
+}
+
+/* A leader that stepped down settles no more sends, and its receivers read up to a
+ * watermark it no longer moves from a log that may be cut back by epoch. Kafka clients
+ * get NOT_LEADER and refresh their metadata at once; here the topic's producer and
+ * consumer links bound to this partition (or to the whole topic) are detached with
+ * amqp:link:redirect naming the new leader, so a client moves without asking every node.
+ * While the new leader is not known here (no address yet) they are detached with
+ * amqp:link:detach-forced: they attach again and are redirected or refused then. A link
+ * bound to a partition still led here stays. */
+static void detach_links(rpart_t *rp)
 {
     mqd_topic_t *t = mqd_part_topic(rp->local);
-    size_t n = 0;
+    mqd_server_t *s = rp->r->s;
+    size_t moved[2] = {0, 0};
     mqd_dlist_t *head = mqd_topic_consumers(t);
     for (mqd_dlist_t *it = head->next, *next; it != head; it = next) {
         next = it->next; /* the detach unlinks it */
-        mqd_consumer_detach(mqd_ls_of_tnode(it), "amqp:link:detach-forced",
-                            "the partition's leader moved: attach again to be redirected");
-        n++;
+        int rc = move_link(rp, mqd_ls_of_tnode(it));
+        if (rc >= 0)
+            moved[rc]++;
     }
-    if (n)
-        MQD_NOTICE("repl", "%s/%u: stepped down: %zu receivers detached", rp->topic, rp->part, n);
+    head = mqd_srv_conns(s);
+    for (mqd_dlist_t *it = head->next; it != head; it = it->next) {
+        pn_connection_t *pc = mqd_conn_driver(mqd_conn_of_node(it))->connection;
+        for (pn_link_t *l = pn_link_head(pc, 0); l; l = pn_link_next(l, 0)) {
+            mqd_lstate_t *ls = pn_link_get_context(l);
+            if (ls && mqd_ls_kind(ls) == MQD_LS_PRODUCER && mqd_ls_topic(ls) == t) {
+                int rc = move_link(rp, ls);
+                if (rc >= 0)
+                    moved[rc]++;
+            }
+        }
+    }
+    if (moved[0] + moved[1])
+        MQD_NOTICE("repl",
+                   "%s/%u: stepped down: %zu links detached with a redirect to node %" PRIu32
+                   ", %zu forced (the new leader's address is not known here)",
+                   rp->topic, rp->part, moved[1], rp->ps.leader, moved[0]);
 }
 
 void mqd_repl_lead_stop(rpart_t *rp)
@@ -88,13 +144,15 @@ void mqd_repl_lead_stop(rpart_t *rp)
         drop_link(&ld->f[i]);
     /* a leader that stepped down settles nothing more, acks = leader included: the new
      * leader may not have these, and this log is cut back to its epoch's end */
-    size_t n = mqd_part_reject_waiting(rp->local, MQD_ACKS_LEADER, "amqp:resource-limit-exceeded",
-                                       "the partition's leader changed before the send was "
-                                       "replicated: send it again to the new leader");
+    size_t n = mqd_part_reject_waiting(
+        rp->local, MQD_ACKS_LEADER, "amqp:resource-limit-exceeded",
+        rp->dropping ? "the topic was deleted before the send was replicated"
+                     : "the partition's leader changed before the send was replicated: send it "
+                       "again to the new leader");
     if (n)
         MQD_WARN("repl", "%s/%u: stepped down: %zu waiting sends rejected", rp->topic, rp->part, n);
-    if (!rp->r->closing)
-        detach_consumers(rp);
+    if (!rp->r->closing && !rp->dropping)
+        detach_links(rp);
     if (ld)
         mqd_repl_gstate_free(ld);
     free(ld);
@@ -284,6 +342,23 @@ void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms)
     watermark(rp);
     for (uint32_t i = 0; i < rp->lead->n; i++)
         pump(&rp->lead->f[i]);
+}
+
+/* The state names this node leader again, in another epoch (the controller never writes
+ * that; an operator may): the records appended from now on carry the new epoch, and
+ * the followers' links, attached under the old one, are dropped: they attach again with
+ * the new mqd:epoch (a follower also closes them itself, follower.c). */
+void mqd_repl_lead_epoch(rpart_t *rp)
+{
+    lead_t *ld = rp->lead;
+    if (!ld || ld->epoch == rp->ps.epoch)
+        return;
+    MQD_NOTICE("repl", "%s/%u: still the leader, now in epoch %" PRIu32 " (was %" PRIu32 ")",
+               rp->topic, rp->part, rp->ps.epoch, ld->epoch);
+    ld->epoch = rp->ps.epoch;
+    mqd_plog_set_epoch(mqd_part_log(rp->local), ld->epoch);
+    for (uint32_t i = 0; i < ld->n; i++)
+        drop_link(&ld->f[i]);
 }
 
 void mqd_repl_lead_isr_changed(rpart_t *rp)

@@ -18,14 +18,6 @@ rpart_t *mqd_repl_part_find(mqd_repl_t *r, const char *topic, uint32_t part)
     return NULL;
 }
 
-static rtopic_t *topic_find(mqd_repl_t *r, const char *name)
-{
-    for (rtopic_t *t = r->topics; t; t = t->next)
-        if (strcmp(t->name, name) == 0)
-            return t;
-    return NULL;
-}
-
 const mqd_cluster_node_t *mqd_repl_node(mqd_repl_t *r, uint32_t id)
 {
     const mqd_cluster_view_t *v = r->m ? mqd_cluster_view(r->m) : NULL;
@@ -64,44 +56,6 @@ uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp)
 
 /* ---- the broker's hooks ---- */
 
-static void topic_registered(void *arg, const mqd_etcd_reply_t *rep)
-{
-    char *key = arg;
-    if (rep->rc != 0)
-        MQD_WARN("repl", "%s: not registered in etcd (%s)", key,
-                 rep->error ? rep->error : mqd_strerror(rep->rc));
-    else if (rep->succeeded)
-        MQD_NOTICE("repl", "%s registered", key);
-    free(key);
-}
-
-/* A replicated topic made here goes to etcd (create if absent: a replica creating its
- * copy, or a restart, changes nothing); the controller places it from there. */
-static void on_topic_created(void *arg, mqd_topic_t *t)
-{
-    mqd_repl_t *r = arg;
-    if (!r->etcd || mqd_topic_conf(t)->replication_factor <= 1 || mqd_topic_temporary(t) || mqd_topic_name(t)[0] == '$')
-        return;
-    mqd_repl_tdesc_t td = {mqd_topic_nparts(t), mqd_topic_conf(t)->replication_factor, NULL};
-    if (mqd_topic_overrides(t))
-        td.config = json_dumps(mqd_topic_overrides(t), JSON_COMPACT | JSON_SORT_KEYS);
-    char *val = mqd_repl_tdesc_json(&td),
-         *key = malloc(strlen(r->topics_prefix) + strlen(mqd_topic_name(t)) + 1);
-    free(td.config);
-    if (!val || !key) {
-        free(val);
-        free(key);
-        return;
-    }
-    sprintf(key, "%s%s", r->topics_prefix, mqd_topic_name(t));
-    mqd_etcd_cmp_t cmp = {key, strlen(key), MQD_ETCD_CMP_CREATE, 0};
-    mqd_etcd_op_t put = {MQD_ETCD_OP_PUT, key, val, strlen(key), strlen(val), 0, false};
-    mqd_etcd_txn_t txn = {&cmp, 1, &put, NULL, 1, 0};
-    if (mqd_etcd_txn(r->etcd, &txn, topic_registered, key) != 0)
-        free(key);
-    free(val);
-}
-
 static bool split_hostport(const char *a, mqd_redirect_t *to)
 {
     const char *colon = strrchr(a, ':');
@@ -137,7 +91,7 @@ static bool redirect_part(mqd_repl_t *r, rpart_t *rp, const char *topic, int64_t
 /* A link to a partition this node does not lead goes to its leader; one to the whole
  * topic goes to the leader of the first partition not led here (a link spanning
  * partitions of several leaders needs client routing, a later issue). */
-static bool on_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to)
+bool mqd_repl_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to)
 {
     mqd_repl_t *r = arg;
     if (part >= 0)
@@ -153,8 +107,8 @@ static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int a
 {
     mqd_repl_t *r = arg;
     rpart_t *rp = mqd_repl_part_find(r, mqd_topic_name(t), part);
-    if (!rp && mqd_topic_conf(t)->replication_factor <= 1)
-        return NULL; /* unreplicated: a local topic */
+    if (!rp && mqd_topic_conf(t)->replication_factor <= 1 && !mqd_topic_uid(t)[0])
+        return NULL; /* unreplicated: a local topic (a replica has its registration's id) */
     *cond = "amqp:precondition-failed";
     if (!rp || rp->role != ROLE_LEADER || !rp->local)
         return "this node is not the partition's leader (no replication state yet, or it "
@@ -202,24 +156,6 @@ static void on_commit(mqd_part_t *p, uint64_t visible_end, void *arg)
     mqd_repl_kick(rp->r); /* not from inside the commit point's walk */
 }
 
-/* This node's copy of rp, created from the topic's registration when it has none. */
-static mqd_part_t *local_replica(mqd_repl_t *r, rpart_t *rp)
-{
-    mqd_topic_t *t = mqd_topic_find(r->s, rp->topic);
-    if (!t) {
-        rtopic_t *rt = topic_find(r, rp->topic);
-        if (!rt)
-            return NULL; /* its topics/ key has not arrived yet: the next tick */
-        int rc = mqd_topic_create(r->s, rp->topic, rt->td.partitions, rt->td.config, &t);
-        if (rc != 0) {
-            MQD_WARN("repl", "cannot create the replica of %s: %s", rp->topic, mqd_strerror(rc));
-            return NULL;
-        }
-        MQD_NOTICE("repl", "created replica topic %s (%u partitions)", rp->topic, mqd_topic_nparts(t));
-    }
-    return rp->part < mqd_topic_nparts(t) ? mqd_topic_part(t, rp->part) : NULL;
-}
-
 static void set_role(rpart_t *rp, role_t role)
 {
     if (rp->role == ROLE_LEADER)
@@ -248,16 +184,21 @@ static void apply(mqd_repl_t *r, rpart_t *rp)
     bool member = mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas, self);
     if (rp->ps.leader != self)
         rp->handover_ms = 0;
-    if (member && !rp->local && (rp->local = local_replica(r, rp)) != NULL && !rp->subscribed)
+    if (member && !rp->local && (rp->local = mqd_repl_topic_replica(r, rp)) != NULL &&
+        !rp->subscribed)
         rp->subscribed = mqd_part_commit_subscribe(rp->local, on_commit, rp) == 0;
     role_t want = !member || !rp->local   ? ROLE_NONE
                   : rp->handover_ms       ? ROLE_NONE
                   : rp->ps.leader == self ? ROLE_LEADER
                                           : ROLE_FOLLOWER;
     if (want != rp->role || (want == ROLE_FOLLOWER && rp->fol && rp->fol->leader != rp->ps.leader))
-        set_role(rp, want);
-    else if (want == ROLE_LEADER)
+        set_role(rp, want); /* a new leader: a new connection, attached in the new epoch */
+    else if (want == ROLE_LEADER) {
+        mqd_repl_lead_epoch(rp);
         mqd_repl_lead_isr_changed(rp);
+    } else if (want == ROLE_FOLLOWER) {
+        mqd_repl_fol_epoch(rp); /* the same leader in a new epoch: attach again */
+    }
 }
 
 /* ---- etcd: partitions/<T>/<P> and topics/<T> ---- */
@@ -301,57 +242,88 @@ static void part_kv(mqd_repl_t *r, const mqd_etcd_kv_t *kv, bool at_start)
         return; /* older than what a CAS answer told us */
     rp->ps = ps;
     rp->mod_rev = kv->mod_revision;
+    rp->seen = true;
     if (at_start && rp->role == ROLE_NONE && ps.leader == r->conf->node_id && ps.n_isr > 1)
         rp->handover_ms = mqd_now_ms() + (int64_t)r->conf->lease_ttl_ms; /* ctl.c */
     apply(r, rp);
 }
 
+void mqd_repl_unbind(rpart_t *rp)
+{
+    if (rp->role != ROLE_NONE)
+        set_role(rp, ROLE_NONE); /* fetch links, the outbound connection, the commit tap */
+    if (rp->subscribed && rp->local)
+        mqd_part_commit_unsubscribe(rp->local, on_commit, rp);
+    rp->subscribed = false;
+    rp->local = NULL;
+    rp->handover_ms = 0;
+}
+
+void mqd_repl_part_free(rpart_t *rp)
+{
+    free(rp->topic);
+    free(rp->key);
+    free(rp);
+}
+
+void mqd_repl_part_drop(rpart_t *rp)
+{
+    mqd_repl_t *r = rp->r;
+    rp->dropping = true; /* its topic goes too (topics.c), detaching its receivers */
+    mqd_repl_unbind(rp);
+    for (rpart_t **pp = &r->parts; *pp; pp = &(*pp)->next)
+        if (*pp == rp) {
+            *pp = rp->next;
+            break;
+        }
+    if (rp->truncating) { /* its callback comes with rp: freed by the tick after it */
+        rp->next = r->doomed;
+        r->doomed = rp;
+    } else {
+        mqd_repl_part_free(rp);
+    }
+}
+
+/* The partition key `key` went (its topic was deleted). */
+static void part_gone(mqd_repl_t *r, const mqd_etcd_kv_t *kv)
+{
+    for (rpart_t *rp = r->parts; rp; rp = rp->next) {
+        if (strcmp(rp->key, kv->key) != 0)
+            continue;
+        char *topic = strdup(rp->topic);
+        MQD_INFO("repl", "%s/%u: its state left etcd (epoch %" PRIu32 ")", rp->topic, rp->part,
+                 rp->ps.epoch);
+        mqd_repl_part_drop(rp);
+        if (topic)
+            mqd_repl_topic_parts_gone(r, topic);
+        free(topic);
+        return;
+    }
+}
+
 static void on_parts(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t n, int64_t rev)
 {
     mqd_repl_t *r = arg;
+    if (ev == MQD_ETCD_EV_SNAPSHOT)
+        for (rpart_t *rp = r->parts; rp; rp = rp->next)
+            rp->seen = false;
     for (size_t i = 0; i < n; i++) {
         if (ev == MQD_ETCD_EV_DELETE)
-            MQD_WARN("repl",
-                     "%s deleted: topic deletion in a cluster is not built; the "
-                     "replica keeps its last state",
-                     kvs[i].key);
+            part_gone(r, &kvs[i]);
         else
             part_kv(r, &kvs[i], ev == MQD_ETCD_EV_SNAPSHOT);
     }
-    if (ev == MQD_ETCD_EV_SNAPSHOT)
-        r->parts_loaded = true;
-}
-
-static void topic_kv(mqd_repl_t *r, const mqd_etcd_kv_t *kv)
-{
-    const char *name = kv->key + strlen(r->topics_prefix);
-    mqd_repl_tdesc_t td;
-    if (kv->key_len <= strlen(r->topics_prefix) || strlen(name) > MQD_NAME_MAX ||
-        mqd_repl_tdesc_parse(kv->value, kv->value_len, &td) != 0) {
-        MQD_WARN("repl", "%s: not a topic registration: ignored", kv->key);
+    if (ev != MQD_ETCD_EV_SNAPSHOT)
         return;
+    /* a snapshot read again after a compaction: a key it lacks went meanwhile */
+    for (rpart_t *rp = r->parts, *next; rp; rp = next) {
+        next = rp->next;
+        if (!rp->seen) {
+            MQD_INFO("repl", "%s/%u: its state left etcd", rp->topic, rp->part);
+            mqd_repl_part_drop(rp);
+        }
     }
-    rtopic_t *t = topic_find(r, name);
-    if (!t && (!(t = calloc(1, sizeof *t)) || !(t->name = strdup(name)))) {
-        free(t);
-        mqd_repl_tdesc_clear(&td);
-        return;
-    }
-    if (t->name && !topic_find(r, name)) {
-        t->next = r->topics;
-        r->topics = t;
-    }
-    mqd_repl_tdesc_clear(&t->td);
-    t->td = td;
-    if (r->controller)
-        mqd_repl_ctl_topic(r, t);
-}
-
-static void on_topics(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t n, int64_t rev)
-{
-    mqd_repl_t *r = arg;
-    for (size_t i = 0; ev != MQD_ETCD_EV_DELETE && i < n; i++)
-        topic_kv(r, &kvs[i]);
+    r->parts_loaded = true;
 }
 
 typedef struct cas_op {
@@ -463,7 +435,9 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     mqd_repl_t *r = arg;
-    work(r, mqd_now_ms());
+    int64_t now = mqd_now_ms();
+    work(r, now);
+    mqd_repl_topic_tick(r, now); /* topics.c: copies waiting to be deleted, a sweep */
     mqd_repl_ctl_failover(r); /* again after a lost race or an offline partition */
 }
 
@@ -501,10 +475,8 @@ static void on_refresh(void *arg, const mqd_etcd_reply_t *rep)
     if (rp && rep->rc == 0 && rep->n_kvs == 1) {
         part_kv(o->r, &rep->kvs[0], false); /* a newer leader: steps down here */
         rp->fenced = false;
-        MQD_NOTICE("repl",
-                   "%s/%u: state read again after the lease loss: leader %" PRIu32
-                   ", epoch %" PRIu32,
-                   rp->topic, rp->part, rp->ps.leader, rp->ps.epoch);
+        MQD_NOTICE("repl", "%s/%u: state read again: leader %" PRIu32 ", epoch %" PRIu32, rp->topic,
+                   rp->part, rp->ps.leader, rp->ps.epoch);
     } else if (rp) {
         rp->fenced_retry = true; /* the tick asks again */
     }
@@ -581,6 +553,7 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
     snprintf(r->topics_prefix, sizeof r->topics_prefix, "/%s/topics/", name);
     snprintf(r->parts_prefix, sizeof r->parts_prefix, "/%s/partitions/", name);
     snprintf(r->cand_prefix, sizeof r->cand_prefix, "/%s/candidates/", name);
+    snprintf(r->deleted_prefix, sizeof r->deleted_prefix, "/%s/deleted/", name);
     r->ev_tick = event_new(mqd_server_base(s), -1, EV_PERSIST, on_tick, r);
     r->ev_kick = event_new(mqd_server_base(s), -1, 0, on_kick, r);
     r->ev_cand = evtimer_new(mqd_server_base(s), mqd_repl_cand_again, r);
@@ -588,8 +561,10 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
         mqd_repl_free(r);
         return MQD_ENOMEM;
     }
-    mqd_repl_hooks_t h = {.topic_created = on_topic_created,
-                          .redirect = on_redirect,
+    mqd_repl_hooks_t h = {.topic_created = mqd_repl_topic_created,
+                          .topic_delete = mqd_repl_topic_delete,
+                          .topic_alter = mqd_repl_topic_alter,
+                          .redirect = mqd_repl_redirect,
                           .send_check = on_send_check,
                           .attach = on_attach,
                           .link_event = on_link_event,
@@ -612,15 +587,14 @@ int mqd_repl_start(mqd_repl_t *r, mqd_cluster_t *m)
     r->m = m;
     r->etcd = mqd_cluster_etcd(m);
     int rc = mqd_etcd_watch_new(r->etcd, r->topics_prefix, strlen(r->topics_prefix), true, 0,
-                                on_topics, r, &r->w_topics);
+                                mqd_repl_on_topics, r, &r->w_topics);
     if (rc == 0)
         rc = mqd_etcd_watch_new(r->etcd, r->parts_prefix, strlen(r->parts_prefix), true, 0,
                                 on_parts, r, &r->w_parts);
     if (rc != 0)
         return rc;
-    /* topics that exist here from before (a restart) are registered if etcd lost them */
-    for (mqd_topic_t *t = mqd_srv_topic_first(r->s); t; t = mqd_srv_topic_next(t))
-        on_topic_created(r, t);
+    /* the topics here from before (a restart) are compared with etcd's registrations once
+     * the topics/ snapshot is in (topics.c): registered again only if never deleted */
     struct timeval tv = {0, REPL_TICK_MS * 1000};
     event_add(r->ev_tick, &tv);
     return 0;
@@ -644,16 +618,9 @@ void mqd_repl_free(mqd_repl_t *r)
             mqd_repl_fol_stop(rp);
         if (rp->subscribed)
             mqd_part_commit_unsubscribe(rp->local, on_commit, rp);
-        free(rp->topic);
-        free(rp->key);
-        free(rp);
+        mqd_repl_part_free(rp);
     }
-    for (rtopic_t *t = r->topics, *next; t; t = next) {
-        next = t->next;
-        mqd_repl_tdesc_clear(&t->td);
-        free(t->name);
-        free(t);
-    }
+    mqd_repl_topics_free(r);
     mqd_etcd_watch_free(r->w_topics);
     mqd_etcd_watch_free(r->w_parts);
     if (r->ev_tick)

@@ -59,26 +59,52 @@ uint64_t mqd_repl_hw(uint64_t leader_end, const uint64_t *leo, size_t n);
 uint64_t mqd_repl_quorum_end(uint64_t leader_end, const uint64_t *leo, size_t n, uint32_t rf);
 
 /* ---- the etcd values (pstate.c; parsing is of outside input) ---- */
+/* A topic's identity: 32 lower-case hex digits (128 random bits) written by the node that
+ * registers it; "" for a registration of an mqd that wrote none. */
+#define MQD_REPL_ID_LEN 32
 typedef struct mqd_repl_pstate {
     uint32_t leader;
     uint32_t epoch;
     uint32_t replicas[MQD_REPL_MAX_RF];
     uint32_t isr[MQD_REPL_MAX_RF];
     uint32_t n_replicas, n_isr;
+    char topic_id[MQD_REPL_ID_LEN + 1]; /* the registration it was placed for, or "" */
 } mqd_repl_pstate_t;
 char *mqd_repl_pstate_json(const mqd_repl_pstate_t *ps); /* malloc'd, NULL: no memory */
 /* MQD_ECORRUPT unless: an object with leader (a replica), epoch, 1..16 distinct
- * replicas, and an isr of replicas that holds the leader. */
+ * replicas, an isr of replicas that holds the leader, and topic_id, when present, an
+ * identity (mqd_repl_id_valid). */
 int mqd_repl_pstate_parse(const char *json, size_t n, mqd_repl_pstate_t *out);
 bool mqd_repl_pstate_has(const uint32_t *v, uint32_t n, uint32_t id);
 
 typedef struct mqd_repl_tdesc {
     uint32_t partitions, rf;
-    char *config; /* the topic's overrides as JSON text (malloc'd), or NULL */
+    char *config;                 /* the topic's overrides as JSON text (malloc'd), or NULL */
+    char id[MQD_REPL_ID_LEN + 1]; /* its identity, or "" (written by an older mqd) */
 } mqd_repl_tdesc_t;
 char *mqd_repl_tdesc_json(const mqd_repl_tdesc_t *td);
+/* MQD_ECORRUPT unless: an object with partitions 1..65536, replication_factor 1..16, a
+ * config object if any, and id, when present, an identity. */
 int mqd_repl_tdesc_parse(const char *json, size_t n, mqd_repl_tdesc_t *out);
 void mqd_repl_tdesc_clear(mqd_repl_tdesc_t *td);
+/* 32 lower-case hex digits. */
+bool mqd_repl_id_valid(const char *s, size_t n);
+/* A new identity from the system's random source into out (MQD_REPL_ID_LEN + 1). */
+int mqd_repl_id_new(char *out);
+
+/* A replica's log end for an election by log end (candidates/<T>/<P>/<node>, cand.c),
+ * written when the partition's leader went: the partition epoch it followed, its log end
+ * and leader_rev, the create_revision of the gone leader's node key (each registration
+ * of a node makes a new one; 0: not given, as by older nodes). A report counts only for
+ * that epoch and that key's departure, so one left from an earlier failure of the same
+ * leader in the same epoch (it came back before anyone was elected) is not read again. */
+typedef struct mqd_repl_report {
+    uint32_t epoch;
+    uint64_t end;
+    int64_t leader_rev;
+} mqd_repl_report_t;
+char *mqd_repl_report_json(const mqd_repl_report_t *rep);
+int mqd_repl_report_parse(const char *json, size_t n, mqd_repl_report_t *out);
 
 /* ---- the fetch stream (wire.c) ----
  * One AMQP message per run of records: message annotations x-repl-base (ulong, the first
@@ -100,10 +126,13 @@ int mqd_repl_run_encode(const mqd_repl_run_t *run, uint8_t **buf, size_t *cap, s
 /* MQD_ECORRUPT unless the message is exactly those annotations (any order, others
  * ignored) and at most one data section. */
 int mqd_repl_run_parse(const uint8_t *msg, size_t len, mqd_repl_run_t *out);
-/* The largest leader epoch among a run's records (0 for none), walking their length
- * fields only: the CRCs are mqd_plog_append_raw's to check. MQD_ECORRUPT when a record is
- * shorter than its header or runs past len. */
-int mqd_repl_run_max_epoch(const uint8_t *data, size_t len, uint32_t *out);
+/* One walk over a run's records by their length fields only (the CRCs are
+ * mqd_plog_append_raw's to check): *max_epoch the largest leader epoch among them (0 for
+ * none), *has_state whether one is a control record a follower acts on (a group's
+ * committed offset or a transaction's COMMIT: gstate.c; most runs hold none, and then
+ * the follower need not walk them again). MQD_ECORRUPT, outputs untouched, when a record
+ * is shorter than its header or runs past len. */
+int mqd_repl_run_scan(const uint8_t *data, size_t len, uint32_t *max_epoch, bool *has_state);
 
 /* ---- the group-offset control record (gstate.c; parsing is of replicated input) ----
  * Body of a MQD_REC_CTRL_GROUP record: committed offset u64 (little-endian), then the

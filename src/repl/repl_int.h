@@ -45,6 +45,7 @@ typedef struct lead {
     gfloor_t *g;    /* groups whose offsets it logged, [n_g] */
     size_t n_g;
     uint64_t run_start, run_end; /* the last run of group records appended back to back */
+    uint32_t epoch;              /* the epoch its records are stamped with (mqd_plog_set_epoch) */
 } lead_t;
 
 typedef struct fol {
@@ -59,6 +60,7 @@ typedef struct fol {
     } * wait; /* appended runs waiting to be stable before settling */
     size_t n_wait, cap_wait;
     int64_t attach_at_ms; /* 0: attached or no connection */
+    uint32_t link_epoch;  /* the partition epoch `link` was attached under (its mqd:epoch) */
     uint64_t runs;
 } fol_t;
 
@@ -83,6 +85,10 @@ struct rpart {
     bool fenced;         /* leader whose lease was lost: acknowledges nothing until its
                             partition key was read again (repl.c refresh) */
     bool fenced_retry;   /* that read failed: the tick asks again */
+    bool seen;           /* in the snapshot being read (repl.c) */
+    bool refused_logged; /* a local topic of its name is not a replica: logged (topics.c) */
+    bool dropping;       /* its topic's copy is being deleted here: receivers are detached
+                            by the deletion ("the topic was deleted"), not as a step-down */
     int64_t handover_ms; /* leader granted to this node's previous run, found at start:
                             not led, handed over (ctl.c) until then; 0: none */
     /* controller, leader gone (cand.c): the in-sync replicas' log ends, read from etcd
@@ -91,13 +97,26 @@ struct rpart {
     bool cand_out;         /* a read of the reports in flight */
     bool cand_done;        /* the reports are in (or the wait is over): elect */
     uint32_t cand_pick;    /* the live in-sync replica with the longest log, 0: none */
+    bool cand_stale_logged; /* a report of an earlier departure was ignored (logged once) */
 };
 
+/* A topic's registration as etcd holds it (topics/<T>). */
 typedef struct rtopic {
     struct rtopic *next;
     char *name;
     mqd_repl_tdesc_t td;
+    int64_t mod_rev; /* of its key: alter and delete compare on it */
+    bool seen;       /* in the snapshot being read (topics.c) */
 } rtopic_t;
+
+/* A topic name with a job in flight or waiting (topics.c): a registration, a look for
+ * its tombstone, a deletion of this node's copy. */
+typedef struct tname {
+    struct tname *next;
+    char *name;
+    char why[200]; /* a deletion: the reason it logs */
+    bool logged;   /* a deletion waiting for transactions: said once */
+} tname_t;
 
 struct mqd_repl {
     mqd_server_t *s;
@@ -105,9 +124,14 @@ struct mqd_repl {
     mqd_cluster_t *m;
     mqd_etcd_t *etcd;
     char topics_prefix[192], parts_prefix[192], cand_prefix[192];
+    char deleted_prefix[192];
     mqd_etcd_watch_t *w_topics, *w_parts;
     rpart_t *parts;
+    rpart_t *doomed; /* out of `parts` (their key went), freed once no truncation runs */
     rtopic_t *topics;
+    tname_t *regs, *checks, *dels; /* topics.c */
+    bool topics_loaded;            /* the topics/ snapshot arrived */
+    int64_t sweep_ms;              /* topics.c: the next look at this node's copies */
     bool controller, closing;
     bool parts_loaded; /* the partitions/ snapshot arrived (before it: not ready) */
     struct event *ev_tick, *ev_kick;
@@ -120,6 +144,10 @@ struct mqd_repl {
 rpart_t *mqd_repl_part_find(mqd_repl_t *r, const char *topic, uint32_t part);
 const mqd_cluster_node_t *mqd_repl_node(mqd_repl_t *r, uint32_t id);
 void mqd_repl_kick(mqd_repl_t *r);
+/* The redirect hook (arg: r): true with *to filled when a link to partition part of t
+ * (-1: the whole topic) belongs on another node, the partition's leader as etcd names it
+ * (false also when that node's address is not known here). */
+bool mqd_repl_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to);
 int mqd_repl_grow(mqd_repl_t *r, size_t need);
 uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp);
 /* May this leader acknowledge now: lease live and not fenced since a lease loss. */
@@ -132,6 +160,37 @@ int mqd_repl_part_cas(rpart_t *rp, const mqd_repl_pstate_t *ps);
 typedef void (*mqd_repl_cas_done_fn)(void *arg, bool written);
 int mqd_repl_part_cas_cb(rpart_t *rp, const mqd_repl_pstate_t *ps, mqd_repl_cas_done_fn done,
                          void *done_arg);
+
+/* Stops rp's role and drops every pointer it holds into its local replica (its commit
+ * subscription, the replica itself); the partition state stays. */
+void mqd_repl_unbind(rpart_t *rp);
+/* rp's key went from etcd: unbound and taken out of the table (freed once no truncation
+ * of its log runs, which calls back with rp). */
+void mqd_repl_part_drop(rpart_t *rp);
+void mqd_repl_part_free(rpart_t *rp);
+
+/* topics.c: replicated topics' lifecycle. Every registration carries an identity (a
+ * random 128-bit id, Kafka's topic ID of KIP-516) that the node keeps with its copy
+ * (mqd_topic_uid); a copy whose identity etcd no longer has is deleted here, never
+ * registered again. Delete, alter and add partitions from any node go through etcd. */
+rtopic_t *mqd_repl_topic_find(mqd_repl_t *r, const char *name);
+void mqd_repl_topic_created(void *arg, mqd_topic_t *t); /* the topic_created hook */
+int mqd_repl_topic_delete(void *arg, const char *name, mqd_repl_done_fn done, void *done_arg,
+                          char *err, size_t errlen);
+int mqd_repl_topic_alter(void *arg, const char *name, uint32_t nparts, const char *overrides_json,
+                         mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
+/* The topics/ watch. */
+void mqd_repl_on_topics(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t n,
+                        int64_t rev);
+/* This node's copy of rp's topic for the replica of rp: created from the registration
+ * when it has none, grown to it; NULL while it may not be bound (no registration yet, a
+ * state placed for another registration of that name, an old copy being deleted). */
+mqd_part_t *mqd_repl_topic_replica(mqd_repl_t *r, rpart_t *rp);
+/* A partition key of `name` went: the controller places what the registration lacks. */
+void mqd_repl_topic_parts_gone(mqd_repl_t *r, const char *name);
+/* The tick: deletions waiting, parts waiting to be freed, a periodic look at copies. */
+void mqd_repl_topic_tick(mqd_repl_t *r, int64_t now_ms);
+void mqd_repl_topics_free(mqd_repl_t *r);
 
 /* behind.c: the leader refused the fetch as below its log start (info mqd:log-start):
  * empties rp's replica and restarts it there, then fetches again. */
@@ -167,11 +226,16 @@ void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e);
 void mqd_repl_lead_gone(mqd_repl_t *r, mqd_lstate_t *ls);
 void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms); /* HW, pumps; ISR when now_ms */
 void mqd_repl_lead_isr_changed(rpart_t *rp);
+/* rp's state names this node leader in another epoch than it leads in (an operator's
+ * write): its records take the new epoch and its followers attach again under it. */
+void mqd_repl_lead_epoch(rpart_t *rp);
 
 /* gstate.c: group offsets, transaction decisions and the dedup window on failover: the
  * group_saved hook, a follower's appended run, this node taking the lead, lead_stop. */
 void mqd_repl_group_saved(void *arg, mqd_topic_t *t, uint32_t part, const char *group,
                           uint64_t floor);
+/* A follower's run (appended) that holds group-offset or COMMIT records
+ * (mqd_repl_run_scan's has_state): saves them to meta.db in one transaction. */
 void mqd_repl_fol_state(rpart_t *rp, const uint8_t *data, size_t len);
 void mqd_repl_lead_state(rpart_t *rp);
 void mqd_repl_gstate_free(lead_t *ld);
@@ -180,6 +244,9 @@ void mqd_repl_gstate_free(lead_t *ld);
 int mqd_repl_fol_start(rpart_t *rp);
 void mqd_repl_fol_stop(rpart_t *rp);
 void mqd_repl_fol_work(rpart_t *rp, int64_t now_ms);
+/* rp's state moved to another epoch under the same leader: a fetch link attached under
+ * the old one is closed and attached again with the new mqd:epoch. */
+void mqd_repl_fol_epoch(rpart_t *rp);
 
 /* move.c: leadership moved on purpose — `mqctl cluster elect T P NODE` (the repl hook
  * `elect`), a clean SIGTERM's handover (`handover`) — and /readyz (`ready`). */
@@ -201,6 +268,8 @@ bool mqd_repl_move_may_resume(void *arg, mqd_part_t *p);
 void mqd_repl_cand_report(mqd_repl_t *r, uint32_t gone);
 bool mqd_repl_cand_ready(rpart_t *rp, int64_t now_ms, uint32_t *pick);
 void mqd_repl_cand_reset(rpart_t *rp);
+/* Deletes every report of topic/part (the controller, once its election is decided). */
+void mqd_repl_cand_clear(mqd_repl_t *r, const char *topic, uint32_t part);
 /* The ev_cand callback: reads again (mqd_repl_ctl_failover) sooner than the tick. */
 void mqd_repl_cand_again(evutil_socket_t fd, short what, void *arg);
 

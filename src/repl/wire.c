@@ -197,10 +197,12 @@ static uint32_t le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-int mqd_repl_run_max_epoch(const uint8_t *data, size_t len, uint32_t *out)
+int mqd_repl_run_scan(const uint8_t *data, size_t len, uint32_t *max_epoch, bool *has_state)
 {
-    enum { HDR = 40, EPOCH_AT = 24 }; /* MQD_STORE_RAW_HDR; after len, crc, offset, ts */
+    /* MQD_STORE_RAW_HDR; the epoch and flags words after len, crc, offset, ts */
+    enum { HDR = MQD_STORE_RAW_HDR, EPOCH_AT = 24, FLAGS_AT = 28 };
     uint32_t max = 0;
+    bool state = false;
     size_t pos = 0;
     while (pos < len) {
         if (len - pos < HDR)
@@ -208,10 +210,13 @@ int mqd_repl_run_max_epoch(const uint8_t *data, size_t len, uint32_t *out)
         size_t n = (size_t)le32(data + pos) + 4;
         if (n < HDR || n > len - pos)
             return MQD_ECORRUPT;
-        uint32_t e = le32(data + pos + EPOCH_AT);
+        uint32_t e = le32(data + pos + EPOCH_AT),
+                 kind = le32(data + pos + FLAGS_AT) & MQD_REC_KIND_MASK;
         max = e > max ? e : max;
+        state |= kind == MQD_REC_CTRL_GROUP || kind == MQD_REC_CTRL_COMMIT;
         pos += n;
     }
-    *out = max;
+    *max_epoch = max;
+    *has_state = state;
     return 0;
 }

@@ -51,7 +51,7 @@ static void usage(FILE *f)
           "(the options in brackets may also come after the command)\n"
           "commands:\n"
           "  topic create NAME [--partitions N] [--config KEY=VALUE]...\n"
-          "  topic list | describe NAME | delete NAME\n"
+          "  topic list | describe NAME | show NAME | delete NAME\n"
           "  topic alter NAME [--partitions N] [--config KEY=VALUE]...\n"
           "  topic resume NAME[/PARTITION]   (a partition failed by a full disk or an I/O error)\n"
           "  group list [TOPIC] | describe TOPIC GROUP | delete TOPIC GROUP\n"
@@ -824,6 +824,7 @@ static const cmd_t cmds[] = {
     {"topic", "create", 1, 1, "CREATE", T_TOPIC, build_topic_opts, show_topic, NULL},
     {"topic", "list", 0, 0, "QUERY", T_TOPIC, build_name, show_topics, NULL},
     {"topic", "describe", 1, 1, "READ", T_TOPIC, build_name, show_topic, NULL},
+    {"topic", "show", 1, 1, "READ", T_TOPIC, build_name, show_topic, NULL}, /* the same */
     {"topic", "alter", 1, 1, "UPDATE", T_TOPIC, build_topic_opts, show_topic, NULL},
     {"topic", "delete", 1, 1, "DELETE", T_TOPIC, build_name, NULL, "deleted topic %s"},
     {"topic", "resume", 1, 1, "RESUME", T_TOPIC, build_resume, show_topic, NULL},

@@ -1,7 +1,8 @@
 /* Fuzz target: what a node reads from others for replication (src/repl): the fetch
  * stream's messages (a follower parses what its leader sent), the partition states and
- * topic registrations under /<cluster>/ in etcd, and the body of a group-offset control
- * record (gstate.c: a follower reads it from its leader's log). The first byte picks
+ * topic registrations under /<cluster>/ in etcd, the body of a group-offset control
+ * record (gstate.c: a follower reads it from its leader's log) and the log-end reports
+ * of an election (cand.c: the controller reads them from etcd). The first byte picks
  * the parser. A run
  * that parses must describe bytes inside the input. */
 #include "config.h"
@@ -17,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const uint8_t *d = data + 1;
     size_t n = size - 1;
-    switch (data[0] % 4) {
+    switch (data[0] % 5) {
     case 0: {
         mqd_repl_run_t run;
         if (mqd_repl_run_parse(d, n, &run) == 0) {
@@ -32,7 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort(); /* what parses re-encodes to the same run */
             free(buf);
             uint32_t e = 0; /* the follower's epoch check walks the records: in bounds */
-            (void)mqd_repl_run_max_epoch(run.data, run.len, &e);
+            bool st = false;
+            (void)mqd_repl_run_scan(run.data, run.len, &e, &st);
         }
         break;
     }
@@ -68,12 +70,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         break;
     }
+    case 4: {
+        mqd_repl_report_t rep, back;
+        if (mqd_repl_report_parse((const char *)d, n, &rep) == 0) {
+            char *j = mqd_repl_report_json(&rep);
+            if (rep.leader_rev < 0 || !j || mqd_repl_report_parse(j, strlen(j), &back) != 0 ||
+                back.epoch != rep.epoch || back.end != rep.end || back.leader_rev != rep.leader_rev)
+                abort(); /* what parses writes back to the same report */
+            free(j);
+        }
+        break;
+    }
     default: {
         mqd_repl_tdesc_t td;
         if (mqd_repl_tdesc_parse((const char *)d, n, &td) == 0) {
-            if (td.partitions == 0 || td.rf == 0 || td.rf > MQD_REPL_MAX_RF)
+            if (td.partitions == 0 || td.rf == 0 || td.rf > MQD_REPL_MAX_RF ||
+                (td.id[0] && !mqd_repl_id_valid(td.id, strlen(td.id))))
                 abort();
-            free(mqd_repl_tdesc_json(&td));
+            char *j = mqd_repl_tdesc_json(&td);
+            mqd_repl_tdesc_t back;
+            if (!j || mqd_repl_tdesc_parse(j, strlen(j), &back) != 0 ||
+                back.partitions != td.partitions || back.rf != td.rf ||
+                strcmp(back.id, td.id) != 0 || (back.config == NULL) != (td.config == NULL))
+                abort(); /* what parses writes back to the same registration */
+            mqd_repl_tdesc_clear(&back);
+            free(j);
             mqd_repl_tdesc_clear(&td);
         }
         break;

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Writes the seed corpus of fuzz_repl (tests/fuzz/corpus/fuzz_repl): fetch-stream
 messages as a leader encodes them (selector byte 0), partition states (1) and topic
-registrations (2) as mqd writes them to etcd, group-offset record bodies (3, gstate.c),
-plus a few damaged ones."""
+registrations (2) as mqd writes them to etcd (with and without the identities), group-offset
+record bodies (3, gstate.c), the log-end reports of an election (4, cand.c), plus a few
+damaged ones."""
 import os
 import struct
 import sys
@@ -32,10 +33,21 @@ def main(out):
         "pstate-bad": b"\x01" + b'{"leader":3,"epoch":1,"replicas":[1,2],"isr":[3]}',
         "tdesc": b"\x02" + b'{"config":{"acks":"quorum"},"partitions":1,"replication_factor":3}',
         "tdesc-bad": b"\x02" + b'{"partitions":"1","replication_factor":3}',
+        "pstate-id": b"\x01" + b'{"leader":1,"epoch":2,"replicas":[1,2],"isr":[1],'
+                                b'"topic_id":"0f1e2d3c4b5a69788796a5b4c3d2e1f0"}',
+        "pstate-id-bad": b"\x01" + b'{"leader":1,"epoch":2,"replicas":[1,2],"isr":[1],'
+                                    b'"topic_id":"0F1E2D3C4B5A69788796A5B4C3D2E1F0"}',
+        "tdesc-id": b"\x02" + b'{"config":{},"id":"00112233445566778899aabbccddeeff",'
+                               b'"partitions":2,"replication_factor":3}',
+        "tdesc-id-bad": b"\x02" + b'{"id":["00112233445566778899aabbccddeeff"],'
+                                   b'"partitions":2,"replication_factor":3}',
         "grec": b"\x03" + struct.pack("<Q", 60) + b"g",
         "grec-shared": b"\x03" + struct.pack("<Q", 1 << 40) + b"$shared",
         "grec-no-name": b"\x03" + struct.pack("<Q", 60),
         "grec-nul": b"\x03" + struct.pack("<Q", 60) + b"g\x00h",
+        "report": b"\x04" + b'{"end":1050,"epoch":1,"leader_rev":17}',
+        "report-old": b"\x04" + b'{"epoch":3,"end":0}',
+        "report-bad": b"\x04" + b'{"epoch":1,"end":-5,"leader_rev":"17"}',
     }
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:

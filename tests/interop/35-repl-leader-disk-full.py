@@ -70,6 +70,8 @@ def body(t):
         old = ps["leader"]
         lb = nodes[old]
         log("leader %d, epoch %d" % (old, ps["epoch"]))
+        # etcd's first state already lists an ISR of 3: wait for the node to take the role
+        wait_for("node %d leads" % old, lambda: "r3/0: leader (leader %d, epoch 1)" % old in lb.log_text(), 20)
 
         # (a)
         warm = [Message(body="warm-%d" % i, durable=True) for i in range(100)]

@@ -20,9 +20,10 @@ real mqd nodes (node_id 1..3, racks a/b/c) on loopback, each with its own data d
     connections; an anonymous receiver on $repl/r3/0 is refused with
     amqp:unauthorized-access (with a follower's node id in its properties, and without),
     receiving nothing.
-(i) `mqctl topic delete r3` and `topic alter r3 --partitions 2` are refused (exit 4,
-    409 "replicated") on the leader and a follower: the topic and its replicas stay (the
-    byte comparison of (e) follows).
+(i) `mqctl topic alter r3 --config replication_factor=2` is refused (exit 4, 409:
+    reassigning replicas is not built) on the leader and a follower: the topic and its
+    replicas stay (the byte comparison of (e) follows). Deleting and growing a replicated
+    topic are test 36's.
 (g) `mqctl --json cluster status` on each node: the controller etcd names, 3 live nodes
     with their racks and addresses, r3/0 with the leader, epoch 1, replicas and isr etcd
     holds; the leader's high_watermark is 2,000 (a follower's between 0 and 2,000)."""
@@ -185,12 +186,13 @@ def body(t):
         text = L.log_text()
         check(all("user=repl container=mqd-node-%d" % f in text for f in followers),
               "the followers did not log in as repl")
-    with coll.case("(i) deleting or growing a replicated topic is refused (409)"):
+    with coll.case("(i) changing a replicated topic's replication_factor is refused (409)"):
         for b in (L, brokers[followers[0]]):
-            rc, out, err = mqdtest.mqctl(b.url, "topic", "delete", "r3")
-            check(rc == 4 and "replicated" in err, "topic delete: %d %s" % (rc, err))
-            rc, out, err = mqdtest.mqctl(b.url, "topic", "alter", "r3", "--partitions", "2")
-            check(rc == 4 and "replicated" in err, "topic alter: %d %s" % (rc, err))
+            rc, out, err = mqdtest.mqctl(b.url, "topic", "alter", "r3", "--config",
+                                         "replication_factor=2")
+            check(rc == 4 and "reassign" in err, "topic alter: %d %s" % (rc, err))
+        check(get_json(etcd.port, "/mqd/topics/r3")["replication_factor"] == 3,
+              "registration %r" % get_json(etcd.port, "/mqd/topics/r3"))
     with coll.case("(d) consumers on the leader read the %d in order" % N):
         r = Receiver(L.url, "r3/ConsumerGroups/g/Partitions/0", N)
         mqdtest.run_container(r, 60)

@@ -9,7 +9,8 @@ replication_factor 3, acks = all.
     of the ISR, and the two followers start again.
 (c) the controller (one of the restarted nodes) elects a new leader N from the in-sync
     set within 2 x lease_ttl_ms + 6 s of L's kill: etcd's partition key names N (one of the two followers), epoch 2, and the dead L
-    is out of the ISR. A send to the other follower is redirected to N.
+    is out of the ISR. A send to the other follower is redirected to N. The followers'
+    log-end reports (/mqd/candidates/r3/0/<node>) are gone from etcd once N is elected.
 (d) 100 sends to N with acks = all: all accepted (ISR of 2 = min_insync_replicas).
 (e) L restarts: it sees it no longer leads, attaches with its last epoch 1 at offset 1,050,
     is told epoch 1 ends at 1,000 on N and truncates its log to 1,000 (its log says so),
@@ -100,6 +101,14 @@ def body(t):
         check(r.link_cond and r.link_cond[0] == "amqp:link:redirect" and
               int({str(k): v for k, v in r.link_cond[2].items()}.get("port", 0)) == N.port,
               "redirect from node %d: %r" % (other, r.link_cond))
+        # the election by log end is decided: its reports are deleted (cand.c)
+        wait_for("no log-end report of r3/0 left in etcd",
+                 lambda: not read_keys(etcd.port, "/mqd/candidates/r3/0/"), 5)
+        lines = [ln for b in brokers.values() for ln in b.log_text().splitlines()]
+        reported = [ln for ln in lines if "r3/0: leader %d gone: reporting log end" % old in ln]
+        cleared = [ln for ln in lines if "/mqd/candidates/r3/0/*: " in ln and "reports deleted" in ln]
+        log("reports written: %d; deleted: %r" % (len(reported), cleared))
+        check(not reported or cleared, "%d reports written, no controller logged deleting them" % len(reported))
     with coll.case("(d) 100 accepted by the new leader"):
         wait_for("the other follower fetching from N", lambda: "fetches from" in N.log_text(), 10)
         s = send(N.url, 100, "n")

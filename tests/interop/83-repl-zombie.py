@@ -11,7 +11,8 @@ with replication_factor 3 and acks = all.
     acknowledges none of them (0 accepted, all 50 rejected). Two guards hold here: its
     lease ran out by its own clock (it is fenced until it reads its partition's state
     again), and the watch event of epoch 2 waiting in its etcd socket makes it step down
-    (in the runs so far that event came first: the rejections say "not the leader"); (g)
+    (in the runs so far that event came first: the sender's link is detached with
+    amqp:link:redirect naming N and its 50 transfers are neither settled nor stored); (g)
     takes the watch away and shows the first guard alone.
 (d) L steps down: its log shows it follows N in epoch 2, and it rejoins the ISR (etcd
     lists all 3 again).
@@ -21,8 +22,8 @@ with replication_factor 3 and acks = all.
     another leader is elected in epoch 3 within 2 x lease_ttl_ms + 6 s; 50 sends with
     mqd:acks = leader to N, which never saw epoch 3, are all rejected ("lost its cluster
     lease"), 0 accepted. Healed, N follows in epoch 3 and the ISR is 3 again; a receiver
-    that had read the 600 from N is detached with amqp:link:detach-forced when N steps
-    down (it attaches again to be redirected).
+    that had read the 600 from N is detached with amqp:link:redirect naming the new
+    leader's port when N steps down.
 (f) all stopped: the three logs are equal byte for byte (600 records each)."""
 
 import os
@@ -158,7 +159,8 @@ def body(t):
         wait_for("ISR of 3", lambda: sorted(get_json(etcd.port, KEY)["isr"]) == [1, 2, 3], 30)
         rt.join(20 * SLOW)
         check(not rt.is_alive() and rcv.link_cond is not None and
-              rcv.link_cond[0] == "amqp:link:detach-forced",
+              rcv.link_cond[0] == "amqp:link:redirect" and
+              int({str(k): v for k, v in rcv.link_cond[2].items()}.get("port", 0)) == brokers[ps3["leader"]].port,
               "the receiver on N after it stepped down: %r (read %d)" % (rcv.link_cond, len(rcv.bodies)))
         check(len(rcv.bodies) == 600, "the receiver read %d" % len(rcv.bodies))
     with coll.case("(f) the logs are equal byte for byte"):

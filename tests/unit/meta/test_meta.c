@@ -178,6 +178,53 @@ static void test_topics(void **state)
     assert_null(t.config_json);
 }
 
+/* A replicated topic's identity: kept with its row, read back by get and list, gone with
+ * the row; a database of schema 1 (made before the column) gets it as '' on open. */
+static void test_topic_uid(void **state)
+{
+    fx_t *f = *state;
+    mqd_meta_topic_t t;
+    assert_int_equal(mqd_meta_topic_set_uid(f->m, "r3", "0123"), MQD_ENOENT);
+    assert_int_equal(mqd_meta_topic_put(f->m, "r3", 2, NULL), 0);
+    assert_int_equal(mqd_meta_topic_get(f->m, "r3", &t), 0);
+    assert_string_equal(t.uid, "");
+    assert_int_equal(mqd_meta_topic_set_uid(f->m, "r3", "0123456789abcdef0123456789abcdef"), 0);
+    assert_int_equal(mqd_meta_topic_set_uid(f->m, "r3", "0123456789abcdef0123456789abcdef01234567"),
+                     MQD_EINVAL);
+    assert_int_equal(mqd_meta_topic_put(f->m, "r3", 3, "{}"), 0); /* a grow keeps it */
+    reopen(f);
+    assert_int_equal(mqd_meta_topic_get(f->m, "r3", &t), 0);
+    assert_string_equal(t.uid, "0123456789abcdef0123456789abcdef");
+    assert_int_equal(t.partitions, 3);
+    free(t.config_json);
+    assert_int_equal(mqd_meta_topic_delete(f->m, "r3"), 0);
+    assert_int_equal(mqd_meta_topic_put(f->m, "r3", 1, NULL), 0);
+    assert_int_equal(mqd_meta_topic_get(f->m, "r3", &t), 0);
+    assert_string_equal(t.uid, ""); /* a new topic of the old name has none */
+
+    /* schema 1 as an older mqd left it: the migration adds the column */
+    mqd_meta_close(f->m);
+    f->m = NULL;
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "PRAGMA foreign_keys = OFF; CREATE TABLE t2 (name TEXT "
+                                  "PRIMARY KEY NOT NULL, partitions INTEGER NOT NULL, "
+                                  "created_ms INTEGER NOT NULL, config_json TEXT); "
+                                  "INSERT INTO t2 SELECT name, partitions, created_ms, "
+                                  "config_json FROM topics; DROP TABLE topics; "
+                                  "ALTER TABLE t2 RENAME TO topics; PRAGMA user_version = 1",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(mqd_meta_open(f->path, &f->m), 0);
+    assert_int_equal(raw_int(f->path, "PRAGMA user_version"), mqd_meta_schema_version(f->m));
+    assert_true(mqd_meta_schema_version(f->m) >= 2);
+    assert_int_equal(mqd_meta_topic_get(f->m, "r3", &t), 0);
+    assert_string_equal(t.uid, "");
+    assert_int_equal(t.partitions, 1);
+}
+
 struct sum {
     size_t n;
     uint64_t total;
@@ -461,6 +508,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_migrations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_topics, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_topic_uid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_offsets_batched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_acks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epochs, setup, teardown),

@@ -107,7 +107,7 @@ static void test_pstate(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(mqd_repl_pstate_parse(bad[i], strlen(bad[i]), &back), MQD_ECORRUPT);
-    mqd_repl_tdesc_t td = {4, 3, "{\"acks\":\"quorum\"}"}, tb;
+    mqd_repl_tdesc_t td = {4, 3, "{\"acks\":\"quorum\"}", ""}, tb;
     j = mqd_repl_tdesc_json(&td);
     assert_string_equal(
         j, "{\"config\":{\"acks\":\"quorum\"},\"partitions\":4,\"replication_factor\":3}");
@@ -119,6 +119,55 @@ static void test_pstate(void **state)
     free(j);
     const char *t0 = "{\"partitions\":0,\"replication_factor\":3}";
     assert_int_equal(mqd_repl_tdesc_parse(t0, strlen(t0), &tb), MQD_ECORRUPT);
+}
+
+/* The identities (KIP-516's topic IDs): a registration's id and the topic_id of the
+ * partition states placed for it round trip, are left out when empty (an older mqd's
+ * values parse as ""), and anything but 32 lower-case hex digits is refused. */
+static void test_identity(void **state)
+{
+    char id[MQD_REPL_ID_LEN + 1], id2[MQD_REPL_ID_LEN + 1];
+    assert_int_equal(mqd_repl_id_new(id), 0);
+    assert_int_equal(mqd_repl_id_new(id2), 0);
+    assert_true(mqd_repl_id_valid(id, strlen(id)));
+    assert_string_not_equal(id, id2);
+    assert_false(mqd_repl_id_valid("0123456789ABCDEF0123456789abcdef", 32));
+    assert_false(mqd_repl_id_valid("0123456789abcdef0123456789abcde", 31));
+    mqd_repl_tdesc_t td = {2, 3, NULL, ""}, tb;
+    memcpy(td.id, id, sizeof td.id);
+    char *j = mqd_repl_tdesc_json(&td);
+    assert_non_null(strstr(j, id));
+    assert_int_equal(mqd_repl_tdesc_parse(j, strlen(j), &tb), 0);
+    assert_string_equal(tb.id, id);
+    assert_null(tb.config);
+    free(j);
+    const char *old = "{\"config\":{},\"partitions\":1,\"replication_factor\":3}";
+    assert_int_equal(mqd_repl_tdesc_parse(old, strlen(old), &tb), 0);
+    assert_string_equal(tb.id, "");
+    static const char *const bad_td[] = {
+        "{\"id\":\"x\",\"partitions\":1,\"replication_factor\":3}",
+        "{\"id\":7,\"partitions\":1,\"replication_factor\":3}",
+        "{\"id\":\"\",\"partitions\":1,\"replication_factor\":3}",
+        "{\"id\":\"0123456789abcdef0123456789abcdeg\",\"partitions\":1,\"replication_factor\":3}",
+    };
+    for (size_t i = 0; i < sizeof bad_td / sizeof bad_td[0]; i++)
+        assert_int_equal(mqd_repl_tdesc_parse(bad_td[i], strlen(bad_td[i]), &tb), MQD_ECORRUPT);
+
+    mqd_repl_pstate_t ps = {.leader = 1,
+                            .epoch = 1,
+                            .n_replicas = 1,
+                            .n_isr = 1,
+                            .replicas = {1},
+                            .isr = {1}},
+                      back;
+    memcpy(ps.topic_id, id, sizeof ps.topic_id);
+    j = mqd_repl_pstate_json(&ps);
+    assert_non_null(strstr(j, "\"topic_id\""));
+    assert_int_equal(mqd_repl_pstate_parse(j, strlen(j), &back), 0);
+    assert_memory_equal(&ps, &back, sizeof ps);
+    free(j);
+    const char *bad_ps = "{\"leader\":1,\"epoch\":1,\"replicas\":[1],\"isr\":[1],\"topic_id\":1}";
+    assert_int_equal(mqd_repl_pstate_parse(bad_ps, strlen(bad_ps), &back), MQD_ECORRUPT);
 }
 
 static void test_wire(void **state)
@@ -164,9 +213,10 @@ static void put_le32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* The follower's epoch check: the largest record epoch of a run, records as stored
- * (len u32 LE counting the bytes after itself, the epoch at byte 24). */
-static void test_run_max_epoch(void **state)
+/* The follower's one walk over a run: the largest record epoch and whether a control
+ * record it acts on is there, records as stored (len u32 LE counting the bytes after
+ * itself, the epoch at byte 24, the flags word, kind in its low byte, at byte 28). */
+static void test_run_scan(void **state)
 {
     static const uint32_t epochs[] = {1, 3, 2};
     static const uint32_t payload[] = {0, 17, 5};
@@ -179,24 +229,41 @@ static void test_run_max_epoch(void **state)
     }
     assert_int_equal(pos, sizeof recs);
     uint32_t e = 99;
-    assert_int_equal(mqd_repl_run_max_epoch(recs, sizeof recs, &e), 0);
+    bool st = true;
+    assert_int_equal(mqd_repl_run_scan(recs, sizeof recs, &e, &st), 0);
     assert_int_equal(e, 3);
-    assert_int_equal(mqd_repl_run_max_epoch(recs, 40, &e), 0); /* the first alone */
+    assert_false(st);                                          /* data records only */
+    assert_int_equal(mqd_repl_run_scan(recs, 40, &e, &st), 0); /* the first alone */
     assert_int_equal(e, 1);
-    assert_int_equal(mqd_repl_run_max_epoch(recs, 0, &e), 0);
+    assert_int_equal(mqd_repl_run_scan(recs, 0, &e, &st), 0);
     assert_int_equal(e, 0);
-    /* every cut inside a record is refused and leaves *out alone */
+    /* a group-offset record (kind 4) in the middle, then a COMMIT marker (kind 1, with
+     * MQD_REC_TXN's bit above the kind byte) alone; an abort marker (kind 2) is not state */
+    put_le32(recs + 40 + 28, MQD_REC_CTRL_GROUP);
+    assert_int_equal(mqd_repl_run_scan(recs, sizeof recs, &e, &st), 0);
+    assert_true(st);
+    put_le32(recs + 40 + 28, 0);
+    put_le32(recs + 28, MQD_REC_CTRL_COMMIT | 0x100u);
+    assert_int_equal(mqd_repl_run_scan(recs, 40, &e, &st), 0);
+    assert_true(st);
+    put_le32(recs + 28, MQD_REC_CTRL_ABORT);
+    assert_int_equal(mqd_repl_run_scan(recs, sizeof recs, &e, &st), 0);
+    assert_false(st);
+    put_le32(recs + 28, 0);
+    /* every cut inside a record is refused and leaves the outputs alone */
     for (size_t cut = 1; cut < sizeof recs; cut++) {
         if (cut == 40 || cut == 97)
             continue; /* record boundaries */
         e = 7;
-        assert_int_equal(mqd_repl_run_max_epoch(recs, cut, &e), MQD_ECORRUPT);
+        st = true;
+        assert_int_equal(mqd_repl_run_scan(recs, cut, &e, &st), MQD_ECORRUPT);
         assert_int_equal(e, 7);
+        assert_true(st);
     }
     put_le32(recs, 35); /* shorter than a header */
-    assert_int_equal(mqd_repl_run_max_epoch(recs, sizeof recs, &e), MQD_ECORRUPT);
+    assert_int_equal(mqd_repl_run_scan(recs, sizeof recs, &e, &st), MQD_ECORRUPT);
     put_le32(recs, UINT32_MAX); /* past the end, and no overflow on the way */
-    assert_int_equal(mqd_repl_run_max_epoch(recs, sizeof recs, &e), MQD_ECORRUPT);
+    assert_int_equal(mqd_repl_run_scan(recs, sizeof recs, &e, &st), MQD_ECORRUPT);
 }
 
 /* The group-offset control record's body: floor LE, then the name. */
@@ -230,13 +297,49 @@ static void test_grec(void **state)
     (void)state;
 }
 
+/* The log-end report of an election (cand.c): round trip, an older node's report without
+ * leader_rev, and malformed ones refused. */
+static void test_report(void **state)
+{
+    mqd_repl_report_t rep = {.epoch = 4, .end = 1050, .leader_rev = 17}, back;
+    char *j = mqd_repl_report_json(&rep);
+    assert_non_null(j);
+    assert_string_equal(j, "{\"end\":1050,\"epoch\":4,\"leader_rev\":17}");
+    assert_int_equal(mqd_repl_report_parse(j, strlen(j), &back), 0);
+    assert_true(back.epoch == 4 && back.end == 1050 && back.leader_rev == 17);
+    free(j);
+    const char *old = "{\"epoch\":2,\"end\":300}";
+    assert_int_equal(mqd_repl_report_parse(old, strlen(old), &back), 0);
+    assert_true(back.epoch == 2 && back.end == 300 && back.leader_rev == 0);
+    rep.leader_rev = 0; /* not known: left out */
+    j = mqd_repl_report_json(&rep);
+    assert_string_equal(j, "{\"end\":1050,\"epoch\":4}");
+    free(j);
+    static const char *const bad[] = {
+        "{\"epoch\":1}",                                /* no end */
+        "{\"end\":5}",                                  /* no epoch */
+        "{\"epoch\":-1,\"end\":5}",                     /* negative epoch */
+        "{\"epoch\":1,\"end\":-5}",                     /* negative end */
+        "{\"epoch\":1,\"end\":5,\"leader_rev\":\"9\"}", /* a string */
+        "{\"epoch\":1,\"end\":5,\"leader_rev\":-9}",    /* negative */
+        "{\"epoch\":1,\"epoch\":2,\"end\":5}",          /* duplicate key */
+        "{\"epoch\":4294967296,\"end\":5}",             /* epoch past 32 bits */
+        "[]",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(mqd_repl_report_parse(bad[i], strlen(bad[i]), &back), MQD_ECORRUPT);
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_place_racks),   cmocka_unit_test(test_place_edges),
-        cmocka_unit_test(test_watermarks),    cmocka_unit_test(test_pstate),
-        cmocka_unit_test(test_wire),          cmocka_unit_test(test_grec),
-        cmocka_unit_test(test_run_max_epoch),
+        cmocka_unit_test(test_place_racks), cmocka_unit_test(test_place_edges),
+        cmocka_unit_test(test_watermarks),  cmocka_unit_test(test_pstate),
+        cmocka_unit_test(test_identity),    cmocka_unit_test(test_wire),
+        cmocka_unit_test(test_grec),        cmocka_unit_test(test_run_scan),
+        cmocka_unit_test(test_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,8 @@
  *   - a replicated high watermark bounds the visible end and what a cursor delivers
  *     (exactly hw - floor records), a rise notifies the subscribers once, in the order
  *     they subscribed, a repeat or a fall does not, and a stable advance no longer moves
- *     the watermark. */
+ *     the watermark;
+ *   - a grow moves no partition; replaced overrides and the identity persist. */
 #include "config.h"
 #include "server/server_int.h"
 #include "server/server.h"
@@ -76,7 +77,7 @@ static void group_position(mqd_topic_t *t, const char *g, uint64_t *committed, u
 static void test_visible_end_and_seek(void **state)
 {
     fx_t *f = *state;
-    mqd_part_t *p = &f->t->parts[0];
+    mqd_part_t *p = f->t->parts[0];
     append_unsynced(p, 3);
     assert_int_equal(mqd_plog_end_offset(p->log), 3);
     assert_int_equal(mqd_part_visible_end(p, MQD_READ_UNCOMMITTED), 0);
@@ -117,7 +118,7 @@ static void test_visible_end_and_seek(void **state)
 static void test_read_committed_lso(void **state)
 {
     fx_t *f = *state;
-    mqd_part_t *p = &f->t->parts[0];
+    mqd_part_t *p = f->t->parts[0];
     append_unsynced(p, 6);
     sync_all(f, p);
     /* an open transaction whose first record here is offset 4 (as txn.c sets it) */
@@ -163,7 +164,7 @@ static void sub_b(mqd_part_t *p, uint64_t visible_end, void *arg)
 static void test_high_watermark(void **state)
 {
     fx_t *f = *state;
-    mqd_part_t *p = &f->t->parts[0];
+    mqd_part_t *p = f->t->parts[0];
     seen_t seen = {0};
     assert_int_equal(mqd_part_commit_subscribe(p, sub_a, &seen), 0);
     assert_int_equal(mqd_part_commit_subscribe(p, sub_b, &seen), 0);
@@ -216,6 +217,55 @@ static void test_high_watermark(void **state)
     mqd_part_commit_unsubscribe(p, sub_b, &seen);
 }
 
+/* Growing a topic moves none of its partitions (the replication layer keeps pointers to
+ * them across `mqctl topic alter --partitions`): the same addresses after 1 -> 64, the
+ * old partition's subscriber and stable callback still fire, the new ones take appends.
+ * Replaced overrides apply at once (a refused value is skipped, the rest kept) and, with
+ * the topic's identity, are in meta.db after a reopen. */
+static void test_grow_keeps_partitions(void **state)
+{
+    fx_t *f = *state;
+    mqd_part_t *p0 = mqd_topic_part(f->t, 0);
+    seen_t seen = {0};
+    assert_int_equal(mqd_part_commit_subscribe(p0, sub_a, &seen), 0);
+    assert_int_equal(mqd_topic_alter(f->s, f->t, 64, NULL), 0);
+    assert_int_equal(mqd_topic_nparts(f->t), 64);
+    assert_ptr_equal(mqd_topic_part(f->t, 0), p0);
+    mqd_part_t *p63 = mqd_topic_part(f->t, 63);
+    assert_int_equal(mqd_topic_alter(f->s, f->t, 65, NULL), 0);
+    assert_ptr_equal(mqd_topic_part(f->t, 0), p0);
+    assert_ptr_equal(mqd_topic_part(f->t, 63), p63);
+    append_unsynced(p0, 3);
+    sync_all(f, p0);
+    assert_int_equal(seen.n, 1);
+    assert_int_equal(seen.last, 3);
+    append_unsynced(p63, 2);
+    sync_all(f, p63);
+    assert_int_equal(mqd_part_visible_end(p63, MQD_READ_UNCOMMITTED), 2);
+    mqd_part_commit_unsubscribe(p0, sub_a, &seen);
+
+    assert_int_equal(mqd_topic_set_overrides(f->s, f->t, "[1]"), MQD_EINVAL);
+    assert_int_equal(
+        mqd_topic_set_overrides(f->s, f->t, "{\"acks\":\"quorum\",\"retention_bytes\":\"lots\"}"),
+        0);
+    assert_int_equal(f->t->conf.acks, MQD_ACKS_QUORUM);
+    assert_int_equal(f->t->conf.log.retention_bytes, 0); /* refused here: the default */
+    assert_int_equal(mqd_topic_set_overrides(f->s, f->t, "{\"retention_bytes\":65536}"), 0);
+    assert_int_equal(f->t->conf.acks, MQD_ACKS_ALL); /* replaced, not merged */
+    assert_int_equal(f->t->conf.log.retention_bytes, 65536);
+    assert_string_equal(mqd_topic_uid(f->t), "");
+    assert_int_equal(mqd_topic_set_uid(f->t, "00112233445566778899aabbccddeeff"), 0);
+
+    fx_server_close(f->s);
+    f->s = fx_server_open(f->dir, FX_SETTINGS);
+    f->t = mqd_topic_find(f->s, "vc");
+    assert_non_null(f->t);
+    assert_int_equal(mqd_topic_nparts(f->t), 65);
+    assert_string_equal(mqd_topic_uid(f->t), "00112233445566778899aabbccddeeff");
+    assert_int_equal(f->t->conf.log.retention_bytes, 65536);
+    assert_int_equal(mqd_plog_end_offset(mqd_topic_part(f->t, 0)->log), 3);
+}
+
 static int setup(void **state)
 {
     fx_t *f = calloc(1, sizeof *f);
@@ -244,6 +294,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_visible_end_and_seek, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_committed_lso, setup, teardown),
         cmocka_unit_test_setup_teardown(test_high_watermark, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grow_keeps_partitions, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,29 +67,30 @@ static void populate(const char *dir)
     for (int k = 0; k < NTXN; k++) {
         for (int j = 0; j < PER_TXN; j++) {
             snprintf(body, sizeof body, "txn %d record %d %0100d", k, j, 0);
-            last = append(&t->parts[0], MQD_REC_DATA | MQD_REC_TXN, TXN0 + k, body);
+            last = append(t->parts[0], MQD_REC_DATA | MQD_REC_TXN, TXN0 + k, body);
         }
         snprintf(body, sizeof body, "plain after txn %d", k);
-        append(&t->parts[0], MQD_REC_DATA, 0, body);
+        append(t->parts[0], MQD_REC_DATA, 0, body);
         if (k == 3) {
-            append(&t->parts[0], MQD_REC_DATA | MQD_REC_TXN, TXN_ABORTED, "aborted, never visible");
-            append(&t->parts[0], MQD_REC_CTRL_ABORT, TXN_ABORTED, "");
+            append(t->parts[0], MQD_REC_DATA | MQD_REC_TXN, TXN_ABORTED, "aborted, never visible");
+            append(t->parts[0], MQD_REC_CTRL_ABORT, TXN_ABORTED, "");
         }
-        uint64_t mark = append(&t->parts[0], MQD_REC_CTRL_COMMIT, TXN0 + k, "");
+        uint64_t mark = append(t->parts[0], MQD_REC_CTRL_COMMIT, TXN0 + k, "");
         /* one flush batch per transaction: segments roll between batches */
-        assert_int_equal(mqd_plog_wait_stable(t->parts[0].log, mark + 1), 0);
+        assert_int_equal(mqd_plog_wait_stable(t->parts[0]->log, mark + 1), 0);
         snprintf(pj, sizeof pj, "{\"topic\":\"tp\",\"partition\":0,\"last\":%llu}", (unsigned long long)last);
         put_committed(s, TXN0 + k, pj);
     }
-    uint64_t l0 = append(&t->parts[0], MQD_REC_DATA | MQD_REC_TXN, TXN_WIDE, "wide p0");
-    uint64_t l1 = append(&t->parts[1], MQD_REC_DATA | MQD_REC_TXN, TXN_WIDE, "wide p1");
+    uint64_t l0 = append(t->parts[0], MQD_REC_DATA | MQD_REC_TXN, TXN_WIDE, "wide p0");
+    uint64_t l1 = append(t->parts[1], MQD_REC_DATA | MQD_REC_TXN, TXN_WIDE, "wide p1");
     snprintf(pj, sizeof pj, "{\"topic\":\"tp\",\"partition\":0,\"last\":%llu},"
              "{\"topic\":\"tp\",\"partition\":1,\"last\":%llu}", (unsigned long long)l0, (unsigned long long)l1);
     put_committed(s, TXN_WIDE, pj);
     put_committed(s, TXN_ACKS, "");
     assert_int_equal(mqd_meta_txn_put(s->meta, TXN_STALE, MQD_TXN_OPEN, "{}"), 0);
     for (int i = 0; i < 2; i++)
-        assert_int_equal(mqd_plog_wait_stable(t->parts[i].log, mqd_plog_end_offset(t->parts[i].log)), 0);
+        assert_int_equal(
+            mqd_plog_wait_stable(t->parts[i]->log, mqd_plog_end_offset(t->parts[i]->log)), 0);
     fx_server_close(s);
 }
 
@@ -105,9 +106,10 @@ static char *visible(mqd_server_t *s)
     mqd_read_t rd;
     mqd_read_init(&rd);
     for (uint32_t i = 0; i < t->nparts; i++) {
-        uint64_t from = mqd_plog_start_offset(t->parts[i].log);
+        uint64_t from = mqd_plog_start_offset(t->parts[i]->log);
         for (;;) {
-            assert_int_equal(mqd_plog_read(t->parts[i].log, from, UINT64_MAX, 1000, 1 << 20, &rd), 0);
+            assert_int_equal(mqd_plog_read(t->parts[i]->log, from, UINT64_MAX, 1000, 1 << 20, &rd),
+                             0);
             if (rd.n == 0)
                 break;
             for (size_t k = 0; k < rd.n; k++) {
@@ -157,7 +159,7 @@ static void test_prune_after_retention(void **state)
     assert_null(strstr(before, "aborted"));
 
     mqd_topics_retain(s); /* retention_bytes = 8 KiB: the old segments of partition 0 go */
-    uint64_t start = mqd_plog_start_offset(t->parts[0].log);
+    uint64_t start = mqd_plog_start_offset(t->parts[0]->log);
     assert_true(start > 0);
     char *retained = visible(s);
     assert_null(strstr(retained, "txn 0 record 0"));
