@@ -843,6 +843,10 @@ static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
         return mqd_link_refuse(
             l, "amqp:not-implemented",
             "resuming link '%.200s' (an attach with unsettled state) is not supported", name);
+    const char *node = mqd_auth_node_attach_denied(
+        c, pn_link_is_sender(l), pn_terminus_get_address(pn_link_remote_source(l)));
+    if (node)
+        return mqd_link_refuse(l, "amqp:unauthorized-access", "%s", node);
     mqd_link_steal(c, l);
     if (pn_link_is_receiver(l))
         producer_attach(c, l);

@@ -64,6 +64,13 @@ void mqd_auth_rx_hold(struct mqd_conn *c, const uint8_t *p, size_t n);
  * MQD_ENOENT without a verified client certificate, MQD_EINVAL for one of another CA or
  * another name; why[len] then says which rule failed (the refusal's description). */
 int mqd_auth_repl_peer_check(struct mqd_conn *c, uint32_t node_id, char *why, size_t len);
+/* Did c log in as a node (SASL EXTERNAL with a node certificate, replication_peer_verify)?
+ * Such a connection is no user's: it may carry $repl/ fetch links and nothing else. */
+bool mqd_auth_conn_is_node(const struct mqd_conn *c);
+/* At every attach (amqp, before anything else): NULL when c may attach this link, else
+ * the refusal's description (amqp:unauthorized-access). A node connection may attach only
+ * links on which mqd sends (`sender`) from a source `$repl/...`. */
+const char *mqd_auth_node_attach_denied(const struct mqd_conn *c, bool sender, const char *source);
 
 /* on_accept: may one more connection come from `host` (max_connections_per_ip)? Logs a
  * refusal. */

@@ -241,6 +241,10 @@ typedef struct mqd_auth_conn {
     bool tls;              /* on an amqps:// listener (c->ssl set; its handshake is over
                               before SASL starts: Proton only sees plaintext) */
     bool anonymous;        /* logged in with SASL ANONYMOUS */
+    bool node;             /* logged in with SASL EXTERNAL as node node_id by a node
+                              certificate (nodecert.c): $repl/ fetch links only, never a
+                              user of the config */
+    uint32_t node_id;
     struct event *ev_hs;   /* handshake timeout; a no-op once the peer has opened */
     struct event *ev_close; /* recheck.c: cuts off a revoked peer that ignores the close */
     mqd_scram_t *scram;    /* during a SCRAM exchange */
@@ -293,11 +297,29 @@ void mqd_auth_cas_free(mqd_auth_cas_t *cas);
  * EXTERNAL): it verified, and, when node certificates are trusted as well, it chains to
  * tls_ca. */
 bool mqd_auth_tls_peer_is_client(const struct mqd_conn *c);
+/* nodecert.c: with replication_peer_verify, c's verified client certificate chains to
+ * replication_ca_file (it may name a node: SASL EXTERNAL in the node role). */
+bool mqd_auth_tls_peer_is_node(const struct mqd_conn *c);
+/* nodecert.c: the node id a subject CN names by the naming rule: "mqd-node-" and the
+ * decimal id exactly as the node writes it (no sign, no leading zero), else MQD_EINVAL. */
+int mqd_auth_node_cn_id(const char *cn, uint32_t *id);
+/* nodecert.c: the SASL EXTERNAL login of a node certificate (cn, chaining to
+ * replication_ca_file) with the authorization identity authzid[0..len) (empty, or the
+ * CN itself). 0 and *id; MQD_EINVAL when cn does not name a node or authzid names
+ * someone else, why[whylen] then says so. */
+int mqd_auth_node_login(const char *cn, const char *authzid, size_t len, uint32_t *id, char *why,
+                        size_t whylen);
 /* nodecert.c, at start: with cluster = etcd and replication_tls, the certificate this
- * node fetches with (replication_cert, else tls_cert) loads with its key, and names the
- * node (CN mqd-node-<node_id>). MQD_EINVAL when it does not load, or does not name the
- * node while this node has replication_peer_verify on (otherwise a warning); logged. */
-int mqd_auth_repl_cert_check(const mqd_conf_t *conf);
+ * node fetches with (replication_cert, else tls_cert) loads with its key, and both it and
+ * the server certificate its followers check (tls_cert, in `server`, the listeners'
+ * context) name the node (CN mqd-node-<node_id>). MQD_EINVAL when the first does not
+ * load, or one does not name the node while this node has replication_peer_verify on
+ * (otherwise a warning); logged. */
+int mqd_auth_repl_cert_check(const mqd_conf_t *conf, struct ssl_ctx_st *server);
+/* nodecert.c: the same for the server certificate of x (read from path) alone, with repl's
+ * (the running config's) node_id and replication keys: at start, and on every reload
+ * (a certificate replaced in place that names another node refuses the reload). */
+int mqd_auth_repl_server_cert_check(const mqd_conf_t *repl, struct ssl_ctx_st *x, const char *path);
 /* tls.c: connections of `user` other than `self` (max_connections_per_user). */
 size_t mqd_auth_user_conns(struct mqd_server *s, const struct mqd_conn *self, const char *user);
 

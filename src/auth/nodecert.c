@@ -20,6 +20,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NODE_CN_MAX 32 /* "mqd-node-4294967295" */
@@ -118,6 +119,67 @@ bool mqd_auth_tls_peer_is_client(const mqd_conn_t *c)
     return a == NULL || a->cas.repl == NULL || chain_has(mqd_conn_ssl(c), a->cas.client);
 }
 
+bool mqd_auth_tls_peer_is_node(const mqd_conn_t *c)
+{
+    const mqd_auth_t *a = mqd_srv_auth(mqd_conn_srv(c));
+    return a != NULL && a->cas.repl != NULL && mqd_auth_tls_peer_verified(c) &&
+           chain_has(mqd_conn_ssl(c), a->cas.repl);
+}
+
+int mqd_auth_node_cn_id(const char *cn, uint32_t *id)
+{
+    static const char prefix[] = "mqd-node-";
+    char *end, again[NODE_CN_MAX];
+    if (strncmp(cn, prefix, sizeof prefix - 1) != 0)
+        return MQD_EINVAL;
+    const char *num = cn + sizeof prefix - 1;
+    if (*num < '0' || *num > '9')
+        return MQD_EINVAL;
+    unsigned long long v = strtoull(num, &end, 10);
+    if (*end != '\0' || v > UINT32_MAX)
+        return MQD_EINVAL;
+    node_cn((uint32_t)v, again, sizeof again);
+    if (strcmp(again, cn) != 0) /* "mqd-node-03": not how any node names itself */
+        return MQD_EINVAL;
+    *id = (uint32_t)v;
+    return 0;
+}
+
+int mqd_auth_node_login(const char *cn, const char *authzid, size_t len, uint32_t *id, char *why,
+                        size_t whylen)
+{
+    uint32_t n;
+    if (mqd_auth_node_cn_id(cn, &n) != 0) {
+        snprintf(why, whylen,
+                 "a certificate of replication_ca_file names a node (CN mqd-node-<id>), never "
+                 "a user");
+        return MQD_EINVAL;
+    }
+    /* Proton's EXTERNAL client sends the connection's authorization or nothing */
+    if (len > 0 && (len != strlen(cn) || memcmp(authzid, cn, len) != 0)) {
+        snprintf(why, whylen, "authorization identity differs from the certificate's node %s", cn);
+        return MQD_EINVAL;
+    }
+    *id = n;
+    return 0;
+}
+
+bool mqd_auth_conn_is_node(const mqd_conn_t *c)
+{
+    const mqd_auth_conn_t *ac = mqd_conn_auth(c);
+    return ac != NULL && ac->node;
+}
+
+const char *mqd_auth_node_attach_denied(const mqd_conn_t *c, bool sender, const char *source)
+{
+    if (!mqd_auth_conn_is_node(c))
+        return NULL;
+    if (sender && source != NULL && strncmp(source, "$repl/", 6) == 0)
+        return NULL;
+    return "a node connection (SASL EXTERNAL with a node certificate) carries $repl/ fetch "
+           "links only";
+}
+
 int mqd_auth_repl_peer_check(mqd_conn_t *c, uint32_t node_id, char *why, size_t len)
 {
     mqd_server_t *s = mqd_conn_srv(c);
@@ -155,11 +217,42 @@ int mqd_auth_repl_peer_check(mqd_conn_t *c, uint32_t node_id, char *why, size_t 
     return 0;
 }
 
-/* The certificate this node fetches with: it must load, and a node that checks its
- * followers' names (replication_peer_verify) must itself carry its own, or its leaders
- * would refuse it on every attach; a node without the check only warns (its leaders may
- * have it on: a rolling change). */
-int mqd_auth_repl_cert_check(const mqd_conf_t *conf)
+/* Does the certificate of conf's key `key` name this node? A node that checks names
+ * itself (replication_peer_verify) must carry its own, or its peers would refuse it on
+ * every connection: MQD_EINVAL; a node without the check only warns (its peers may have
+ * it on: a rolling change). */
+static int names_node(const mqd_conf_t *conf, const char *key, const char *path, const X509 *cert,
+                      const char *refused_by)
+{
+    char want[NODE_CN_MAX], cn[256];
+    node_cn(conf->node_id, want, sizeof want);
+    if (mqd_auth_cert_cn(cert, cn, sizeof cn) != 0)
+        snprintf(cn, sizeof cn, "(none)");
+    if (strcmp(cn, want) == 0)
+        return 0;
+    char why[512];
+    snprintf(why, sizeof why, "%s: %s names CN=%.64s, not %s (node_id %" PRIu32 "): %s", key, path,
+             cn, want, conf->node_id, refused_by);
+    if (conf->replication_peer_verify) {
+        MQD_ERR("auth", "%s", why);
+        return MQD_EINVAL;
+    }
+    MQD_WARN("auth", "%s", why);
+    return 0;
+}
+
+int mqd_auth_repl_server_cert_check(const mqd_conf_t *repl, SSL_CTX *x, const char *path)
+{
+    if (repl->cluster != MQD_CONF_CLUSTER_ETCD || !repl->replication_tls || x == NULL)
+        return 0;
+    return names_node(repl, "tls_cert", path, SSL_CTX_get0_certificate(x),
+                      "followers with replication_peer_verify = on refuse to fetch from this "
+                      "node when it leads");
+}
+
+/* The certificate this node fetches with must load, and with the server certificate
+ * name this node. */
+int mqd_auth_repl_cert_check(const mqd_conf_t *conf, SSL_CTX *server)
 {
     if (conf->cluster != MQD_CONF_CLUSTER_ETCD || !conf->replication_tls)
         return 0;
@@ -168,7 +261,7 @@ int mqd_auth_repl_cert_check(const mqd_conf_t *conf)
     const char *pkey = conf->replication_cert ? conf->replication_key : conf->tls_key;
     if (cert == NULL)
         return 0; /* no amqps:// listener: conf refused that already */
-    char want[NODE_CN_MAX], cn[256], why[256];
+    char why[256];
     int rc = MQD_EINVAL;
     ERR_clear_error();
     SSL_CTX *x = SSL_CTX_new(TLS_client_method());
@@ -182,22 +275,14 @@ int mqd_auth_repl_cert_check(const mqd_conf_t *conf)
                 key, cert, pkey ? pkey : cert, why);
         goto out;
     }
-    node_cn(conf->node_id, want, sizeof want);
-    if (mqd_auth_cert_cn(SSL_CTX_get0_certificate(x), cn, sizeof cn) != 0)
-        snprintf(cn, sizeof cn, "(none)");
-    rc = 0;
-    if (strcmp(cn, want) == 0)
-        goto out;
-    snprintf(why, sizeof why,
-             "%s: %s names CN=%.64s, not %s (node_id %" PRIu32
-             "): leaders with replication_peer_verify = on refuse this node's fetch links",
-             key, cert, cn, want, conf->node_id);
-    if (conf->replication_peer_verify) {
-        MQD_ERR("auth", "%s", why);
-        rc = MQD_EINVAL;
-    } else {
-        MQD_WARN("auth", "%s", why);
-    }
+    rc = names_node(conf, key, cert, SSL_CTX_get0_certificate(x),
+                    conf->replication_cert
+                        ? "leaders with replication_peer_verify = on refuse this node's fetch "
+                          "links"
+                        : "leaders with replication_peer_verify = on refuse this node's fetch "
+                          "links, and followers with it refuse to fetch from it");
+    if (rc == 0 && conf->replication_cert != NULL)
+        rc = mqd_auth_repl_server_cert_check(conf, server, conf->tls_cert);
 out:
     SSL_CTX_free(x);
     ERR_clear_error();

@@ -114,7 +114,8 @@ void mqd_auth_recheck(mqd_server_t *s, const mqd_user_conf_t *old_users, size_t 
         if (mqd_conn_closed(c) || (pn_connection_state(drv->connection) & PN_LOCAL_CLOSED))
             continue;
         const char *user = mqd_conn_user(c);
-        bool named = user[0] != '\0' && !(ac && ac->anonymous) &&
+        /* a node connection's name is its certificate's (restart-only CAs), no user's */
+        bool named = user[0] != '\0' && !(ac && (ac->anonymous || ac->node)) &&
                      pn_transport_is_authenticated(drv->transport);
         const char *why = named ? user_revoked(mqd_srv_conf(s), old_users, n_old, user) : NULL;
         if (why != NULL) {

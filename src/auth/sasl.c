@@ -55,7 +55,7 @@ static const char *s_list(pn_transport_t *t)
     const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(ac->c));
     /* the order is the server's preference: clients such as Proton's take the first
      * they can do */
-    bool cert = ac->tls && mqd_auth_tls_peer_is_client(ac->c);
+    bool cert = ac->tls && (mqd_auth_tls_peer_is_client(ac->c) || mqd_auth_tls_peer_is_node(ac->c));
     snprintf(ac->mechs, sizeof ac->mechs, "%s%s%s", cert ? "EXTERNAL " : "", "SCRAM-SHA-256",
              ac->tls || conf->allow_plain_without_tls ? " PLAIN" : "");
     if (conf->allow_anonymous)
@@ -225,19 +225,47 @@ static void plain(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv
     plain_submit(t, ac, p);
 }
 
-/* EXTERNAL: the verified client certificate's subject CN names the user. */
+/* EXTERNAL in the node role: a certificate of replication_ca_file named mqd-node-<id>
+ * logs in as that node, never as a user (no [user], no connection limit of one): the
+ * connection may carry that node's $repl/ fetch links and nothing else
+ * (mqd_auth_node_attach_denied; the leader checks the id the attach claims). */
+static void node_login(pn_transport_t *t, mqd_auth_conn_t *ac, const char *cn,
+                       const pn_bytes_t *recv)
+{
+    char why[200];
+    uint32_t id;
+    if (mqd_auth_node_login(cn, recv ? recv->start : NULL, recv ? recv->size : 0, &id, why,
+                            sizeof why) != 0)
+        return fail(t, ac, why, cn);
+    mqd_conn_t *c = ac->c;
+    mqd_conn_set_user(c, cn);
+    ac->node = true;
+    ac->node_id = id;
+    ac->outcome = true;
+    pnx_sasl_set_succeeded(t, mqd_conn_user(c), NULL);
+    pnx_sasl_set_desired_state(t, SASL_POSTED_OUTCOME);
+    MQD_INFO("auth", "SASL EXTERNAL peer=%s node=%s: a node connection ($repl/ fetch links only)",
+             mqd_conn_peer(c), cn);
+}
+
+/* EXTERNAL: the verified client certificate's subject CN names the user, or, for a
+ * certificate of replication_ca_file, the node. */
 static void external(pn_transport_t *t, mqd_auth_conn_t *ac, const pn_bytes_t *recv)
 {
     const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(ac->c));
     char cn[256];
-    /* a node certificate (replication_ca_file only) names a node, never a user */
-    int rc = ac->tls && mqd_auth_tls_peer_is_client(ac->c)
-                 ? mqd_auth_tls_peer_cn(ac->c, cn, sizeof cn)
-                 : MQD_ENOENT;
+    bool client = ac->tls && mqd_auth_tls_peer_is_client(ac->c);
+    bool node = ac->tls && mqd_auth_tls_peer_is_node(ac->c);
+    int rc = client || node ? mqd_auth_tls_peer_cn(ac->c, cn, sizeof cn) : MQD_ENOENT;
+    uint32_t id;
     if (rc == MQD_ENOENT)
         return fail(t, ac, "EXTERNAL without a client certificate", "-");
     if (rc != 0 || cn[0] == '\0')
         return fail(t, ac, "client certificate has no subject CN", "-");
+    /* the naming rule first: a node certificate names a node, never a user, even from a
+     * CA that tls_ca trusts as well */
+    if (node && (mqd_auth_node_cn_id(cn, &id) == 0 || !client))
+        return node_login(t, ac, cn, recv);
     const mqd_user_conf_t *u = NULL;
     for (size_t i = 0; i < conf->n_users && !u; i++)
         if (conf->users[i].cert_cn && strcmp(conf->users[i].cert_cn, cn) == 0)

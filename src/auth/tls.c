@@ -158,6 +158,12 @@ static int reload_check(void *arg, const mqd_conf_t *cur, const mqd_conf_t *next
                  next->path ? next->path : "configuration");
         return MQD_EINVAL;
     }
+    /* followers with replication_peer_verify check the leader's name in it */
+    if (mqd_auth_repl_server_cert_check(cur, a->next_ctx, next->tls_cert) != 0) {
+        snprintf(err, errlen, "%s: tls_cert: %s does not name this node (see the auth line above)",
+                 next->path ? next->path : "configuration", next->tls_cert);
+        return MQD_EINVAL;
+    }
     return 0;
 }
 
@@ -190,7 +196,7 @@ int mqd_auth_init(mqd_server_t *s)
     const mqd_conf_t *conf = mqd_srv_conf(s);
     int rc = ctx_build(conf, conf, &a->ctx, &a->cas);
     if (rc == 0)
-        rc = mqd_auth_repl_cert_check(conf);
+        rc = mqd_auth_repl_cert_check(conf, a->ctx);
     if (rc == 0)
         rc = mqd_auth_secret_load(conf->data_dir, a->secret);
     if (rc == 0)
@@ -376,7 +382,8 @@ size_t mqd_auth_user_conns(mqd_server_t *s, const mqd_conn_t *self, const char *
     mqd_dlist_t *conns = mqd_srv_conns(s);
     for (mqd_dlist_t *p = conns->next; p != conns; p = p->next) {
         const mqd_conn_t *o = mqd_conn_of_node(p);
-        if (o != self && !mqd_conn_closed(o) && strcmp(mqd_conn_user(o), user) == 0)
+        if (o != self && !mqd_conn_closed(o) && !mqd_auth_conn_is_node(o) &&
+            strcmp(mqd_conn_user(o), user) == 0)
             n++;
     }
     return n;
@@ -409,6 +416,8 @@ static const char *denied(mqd_conn_t *c, mqd_perm_t perm, const char *address)
     const char *user = mqd_conn_user(c);
     bool anonymous = user[0] == '\0' || (ac && ac->anonymous);
     const mqd_user_conf_t *u = NULL;
+    if (ac && ac->node) /* its name is the node's, whatever [user] has that name */
+        return "a node connection: $repl/ fetch links only";
     if (user[0] == '\0' && !conf->allow_anonymous)
         return "not authenticated";
     if (!anonymous && !pn_transport_is_authenticated(mqd_conn_driver(c)->transport))

@@ -204,7 +204,9 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"tls_cert", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL, G_FIELD(tls_cert), NULL,
      NULL,
      "PEM file with the server certificate (and its chain) for amqps:// listeners. Reloaded "
-     "on SIGHUP: new connections use the new certificate, open ones keep theirs.",
+     "on SIGHUP: new connections use the new certificate, open ones keep theirs. In a "
+     "cluster with replication_peer_verify it is also the certificate followers check "
+     "this node by: its subject CN must be mqd-node-NODE_ID (checked at start and reload).",
      true},
     {"tls_key", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL, G_FIELD(tls_key), NULL, NULL,
      "PEM file with the private key of tls_cert (unencrypted; keep it readable by mqd only).",
@@ -448,9 +450,11 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"replication_user", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
      G_FIELD(replication_user), NULL, NULL,
      "User (a [user NAME] section on every node) that followers log in as (SASL PLAIN) on "
-     "their fetch connections; a leader then refuses $repl/... links from any other user. "
-     "Unset: fetch links are only checked for naming a replica node id (and, with "
-     "replication_peer_verify, for a client certificate that names it). Restart-only.",
+     "their fetch connections; a leader then refuses $repl/... links from any other login "
+     "(a certificate login of a node included). Unset: followers log in by certificate "
+     "(SASL EXTERNAL) with replication_peer_verify, else anonymously (the leader needs "
+     "allow_anonymous), and fetch links are only checked for naming a replica node id (and, "
+     "with replication_peer_verify, for a client certificate that names it). Restart-only.",
      false},
     {"replication_password", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
      G_FIELD(replication_password), NULL, NULL,
@@ -461,7 +465,8 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      G_FIELD(replication_tls), NULL, NULL,
      "On: followers fetch from their leader over TLS (amqps:// to the leader's "
      "replication_address), verify its certificate against replication_ca_file with the "
-     "address's host as the name, then log in (replication_user, SASL PLAIN inside TLS); a "
+     "address's host as the name, then log in (replication_user with SASL PLAIN inside TLS; "
+     "without it SASL EXTERNAL with replication_peer_verify, else ANONYMOUS); a "
      "leader refuses $repl/... links that arrive on a connection without TLS "
      "(amqp:unauthorized-access). Needs an amqps:// listener (tls_cert, tls_key) on every "
      "node. Restart-only.",
@@ -495,8 +500,12 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "claims (mqd:node-id); anything else is refused with amqp:unauthorized-access naming "
      "the rule that failed. A client that presents a certificate chaining to neither tls_ca "
      "nor replication_ca_file fails the handshake; clients without one are unaffected. "
-     "replication_user, when set, is checked as well. A node with it on refuses to start "
-     "when its own replication_cert does not name its node_id. Restart-only.",
+     "replication_user, when set, is checked as well; unset, followers log in by certificate "
+     "alone (SASL EXTERNAL), and such a node connection may carry $repl/... fetch links and "
+     "nothing else. Followers also check that the leader's server certificate (its "
+     "tls_cert) names the leader etcd names (CN mqd-node-LEADER_ID), and refuse and retry "
+     "otherwise. A node with it on refuses to start when its own replication_cert or "
+     "tls_cert does not name its node_id (and a reload, for tls_cert). Restart-only.",
      false},
     {"replication_address", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,
      G_FIELD(replication_address), NULL, mqd_conf_check_hostport_or_empty,

@@ -297,7 +297,7 @@ static int connect_leader(fol_t *f)
     const mqd_cluster_node_t *n = mqd_repl_node(f->rp->r, f->leader);
     if (!n || !n->alive || !n->address[0])
         return MQD_ENOENT; /* not known yet: the tick tries again */
-    char container[64];
+    char container[64], leader_cn[64];
     const mqd_conf_t *conf = f->rp->r->conf;
     bool tls = conf->replication_tls;
     /* with TLS, the name verified is the host of the address the leader registered */
@@ -305,6 +305,11 @@ static int connect_leader(fol_t *f)
              tls && n->repl_address[0] ? n->repl_address : n->address);
     snprintf(container, sizeof container, "mqd-node-%" PRIu32, conf->node_id);
     bool auth = conf->replication_user && conf->replication_user[0];
+    /* node identity both ways: the certificate alone logs this node in (SASL EXTERNAL, no
+     * password), and the server there must be the leader etcd names, not just a host of
+     * the right name (another node, or a stranger with a certificate for that address) */
+    bool peer = tls && conf->replication_peer_verify && conf->replication_ca_file;
+    snprintf(leader_cn, sizeof leader_cn, "mqd-node-%" PRIu32, f->leader);
     /* the certificate that names this node (mqd-node-<id>) to a leader that asks */
     const char *cert = conf->replication_cert ? conf->replication_cert : conf->tls_cert;
     const char *key = conf->replication_cert ? conf->replication_key : conf->tls_key;
@@ -314,9 +319,12 @@ static int connect_leader(fol_t *f)
                             .backoff_max_ms = 2000,
                             .user = auth ? conf->replication_user : NULL,
                             .password = auth ? conf->replication_password : NULL,
+                            .sasl_external = peer && !auth,
+                            .authzid = peer && !auth ? container : NULL,
                             .ca_file = tls ? conf->replication_ca_file : NULL,
                             .cert_file = tls ? cert : NULL,
                             .key_file = tls ? key : NULL,
+                            .peer_cn = peer ? leader_cn : NULL,
                             .plain_over_tcp = auth && !tls};
     mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
     return mqd_outconn_new(f->rp->r->s, &o, &ops, f, &f->oc);

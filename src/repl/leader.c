@@ -540,7 +540,8 @@ void mqd_repl_lead_attach(mqd_repl_t *r, mqd_conn_t *c, pn_link_t *l, const char
     const char *ru = r->conf->replication_user;
     if (r->conf->replication_tls && !mqd_conn_ssl(c)) /* the password and the records in clear */
         return refuse(l, "amqp:unauthorized-access", "replication requires TLS", addr);
-    if (ru && ru[0] && strcmp(mqd_conn_user(c), ru) != 0)
+    /* a node login (SASL EXTERNAL) is no user's, whatever its name */
+    if (ru && ru[0] && (mqd_auth_conn_is_node(c) || strcmp(mqd_conn_user(c), ru) != 0))
         return refuse(l, "amqp:unauthorized-access", "fetch links are for replication_user only",
                       addr);
     if (read_props(l, &q) != 0)

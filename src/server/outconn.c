@@ -18,6 +18,7 @@
 #include <netdb.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <proton/connection.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,10 @@ struct mqd_outconn {
     char host[256], port[16];
     bool tls;
     char *user, *password, *container, *hostname;
-    bool plain_over_tcp;
+    char *authzid; /* EXTERNAL (sasl_external) */
+    char *peer_cn; /* the CN the peer's certificate must have, or NULL */
+    bool plain_over_tcp, sasl_external;
+    char refused[200]; /* why verify_peer refused the last handshake, until it ends */
     SSL_CTX *ctx; /* amqps: the client context (CA, verification) */
     mqd_outconn_ops_t ops;
     void *arg;
@@ -104,8 +108,12 @@ static void connected(mqd_outconn_t *oc)
     }
     char peer[300];
     snprintf(peer, sizeof peer, "%s:%s (outbound)", oc->host, oc->port);
-    mqd_outconn_opts_t id = {.user = oc->user, .password = oc->password,
-                             .container = oc->container, .hostname = oc->hostname,
+    mqd_outconn_opts_t id = {.user = oc->user,
+                             .password = oc->password,
+                             .sasl_external = oc->sasl_external,
+                             .authzid = oc->authzid,
+                             .container = oc->container,
+                             .hostname = oc->hostname,
                              .plain_over_tcp = oc->plain_over_tcp};
     oc->st.connects++;
     /* the connection owns fd and ssl from here, failure included */
@@ -174,8 +182,40 @@ static int tls_client_cert(mqd_outconn_t *oc, const mqd_outconn_opts_t *o)
     return MQD_EINVAL;
 }
 
+/* The first subject CN of cert into cn[len]: false if there is none, it does not fit or
+ * it holds a NUL. */
+static bool cert_cn(X509 *cert, char *cn, size_t len)
+{
+    int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, (int)len);
+    ERR_clear_error();
+    return n >= 0 && (size_t)n < len - 1 && strlen(cn) == (size_t)n;
+}
+
+/* The handshake's verification of the peer (SSL_CTX_set_cert_verify_callback): OpenSSL's
+ * own (chain, dates, purpose, the host name) and then peer_cn, the name of the node
+ * expected there. A refusal fails the handshake before anything of ours is sent (no SASL
+ * response, no attach), and names the CN found. */
+static int verify_peer(X509_STORE_CTX *x, void *arg)
+{
+    mqd_outconn_t *oc = arg;
+    int ok = X509_verify_cert(x);
+    if (ok <= 0 || oc->peer_cn == NULL)
+        return ok;
+    char cn[256];
+    if (!cert_cn(X509_STORE_CTX_get0_cert(x), cn, sizeof cn))
+        snprintf(cn, sizeof cn, "(none)");
+    if (strcmp(cn, oc->peer_cn) == 0)
+        return ok;
+    snprintf(oc->refused, sizeof oc->refused, "the peer's certificate names CN=%.64s, not %s", cn,
+             oc->peer_cn);
+    MQD_WARN("outconn", "%s:%s: %s: not the peer expected there, handshake refused", oc->host,
+             oc->port, oc->refused);
+    X509_STORE_CTX_set_error(x, X509_V_ERR_APPLICATION_VERIFICATION);
+    return 0;
+}
+
 /* amqps: verify the peer against ca_file (the system's store when NULL) unless told not
- * to; TLS 1.2 at least, as on mqd's listeners. */
+ * to, and its CN against peer_cn; TLS 1.2 at least, as on mqd's listeners. */
 static int tls_ctx(mqd_outconn_t *oc, const mqd_outconn_opts_t *o)
 {
     oc->ctx = SSL_CTX_new(TLS_client_method());
@@ -192,6 +232,8 @@ static int tls_ctx(mqd_outconn_t *oc, const mqd_outconn_opts_t *o)
     if (o->no_verify)
         MQD_WARN("outconn", "%s: TLS peer not verified (no_verify)", o->url);
     SSL_CTX_set_verify(oc->ctx, o->no_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
+    if (o->peer_cn)
+        SSL_CTX_set_cert_verify_callback(oc->ctx, verify_peer, oc);
     return o->cert_file ? tls_client_cert(oc, o) : 0;
 }
 
@@ -250,6 +292,9 @@ int mqd_outconn_new(mqd_server_t *s, const mqd_outconn_opts_t *o, const mqd_outc
     oc->container = strdup(o->container ? o->container : "mqd");
     oc->hostname = strdup(o->hostname ? o->hostname : oc->host);
     oc->plain_over_tcp = o->plain_over_tcp;
+    oc->sasl_external = o->sasl_external;
+    oc->authzid = dup_or_null(o->authzid);
+    oc->peer_cn = dup_or_null(o->peer_cn);
     oc->backoff_min = o->backoff_min_ms ? o->backoff_min_ms : 100;
     oc->backoff_max = o->backoff_max_ms > oc->backoff_min ? o->backoff_max_ms : 30000;
     if (oc->backoff_max < oc->backoff_min)
@@ -257,8 +302,20 @@ int mqd_outconn_new(mqd_server_t *s, const mqd_outconn_opts_t *o, const mqd_outc
     oc->backoff = oc->backoff_min;
     rc = MQD_ENOMEM;
     if (!oc->container || !oc->hostname || (o->user && !oc->user) ||
-        (o->password && !oc->password))
+        (o->password && !oc->password) || (o->authzid && !oc->authzid) ||
+        (o->peer_cn && !oc->peer_cn))
         goto fail;
+    if (oc->sasl_external && (!oc->tls || !o->cert_file || oc->user)) {
+        MQD_ERR("outconn", "%s: SASL EXTERNAL needs amqps://, a client certificate and no user",
+                o->url);
+        rc = MQD_EINVAL;
+        goto fail;
+    }
+    if (oc->peer_cn && (!oc->tls || o->no_verify)) {
+        MQD_ERR("outconn", "%s: peer_cn is checked on verified amqps:// only", o->url);
+        rc = MQD_EINVAL;
+        goto fail;
+    }
     if (oc->user && !oc->tls && !oc->plain_over_tcp) {
         MQD_ERR("outconn", "%s: PLAIN would send the password in clear (use amqps:// or "
                 "plain_over_tcp)", o->url);
@@ -303,6 +360,8 @@ static void outconn_free(mqd_outconn_t *oc, bool now)
     }
     free(oc->container);
     free(oc->hostname);
+    free(oc->authzid);
+    free(oc->peer_cn);
     free(oc);
 }
 
@@ -346,6 +405,12 @@ void mqd_outconn_event(mqd_outconn_t *oc, pn_event_t *e)
  * freed later). */
 void mqd_outconn_closed(mqd_outconn_t *oc, const char *why)
 {
+    char buf[400];
+    if (oc->refused[0]) { /* the handshake's "certificate verify failed": say which check */
+        snprintf(buf, sizeof buf, "%s (%s)", why, oc->refused);
+        oc->refused[0] = '\0';
+        why = buf;
+    }
     oc->conn = NULL;
     if (!mqd_srv_stopping(oc->srv) && !evtimer_pending(oc->ev_retry, NULL))
         schedule_retry(oc, why);

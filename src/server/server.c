@@ -72,10 +72,12 @@ int mqd_server_adopt(mqd_server_t *s, int fd, const char *peer, size_t listener)
     return 0;
 }
 
-/* A client transport: SASL PLAIN or ANONYMOUS (Proton's own client side; mqd's SASL
- * plugin is the server's), the open sent at once. Proton cannot see the TLS mqd runs in
- * front of it, so it would refuse PLAIN as insecure: allowed when TLS is on, or when the
- * owner said so for a plain socket (plain_over_tcp, checked by mqd_outconn_new). */
+/* A client transport: SASL PLAIN, EXTERNAL (ANONYMOUS when not offered) or ANONYMOUS
+ * (Proton's own client side, which prefers EXTERNAL; mqd's SASL plugin is the server's),
+ * the open sent at once. Proton cannot see the TLS mqd runs
+ * in front of it, so it would refuse PLAIN as insecure: allowed when TLS is on, or when the
+ * owner said so for a plain socket (plain_over_tcp, checked by mqd_outconn_new). Proton's
+ * EXTERNAL client sends the connection's authorization as its authzid (none: empty). */
 static int conn_setup_client(mqd_conn_t *c, const mqd_outconn_opts_t *id)
 {
     pn_connection_driver_t *d = mqd_conn_driver(c);
@@ -84,7 +86,11 @@ static int conn_setup_client(mqd_conn_t *c, const mqd_outconn_opts_t *id)
     pn_transport_t *t = d->transport;
     transport_limits(t, mqd_srv_conf(mqd_conn_srv(c)));
     pn_sasl_t *sasl = pn_sasl(t);
-    pn_sasl_allowed_mechs(sasl, id->user ? "PLAIN" : "ANONYMOUS");
+    /* EXTERNAL when the peer offers it (it asked for and verified our certificate), else
+     * ANONYMOUS as before: a leader without replication_peer_verify, a rolling change */
+    pn_sasl_allowed_mechs(sasl, id->user            ? "PLAIN"
+                                : id->sasl_external ? "EXTERNAL ANONYMOUS"
+                                                    : "ANONYMOUS");
     pn_sasl_set_allow_insecure_mechs(sasl, mqd_conn_ssl(c) != NULL || id->plain_over_tcp);
     pn_connection_t *pc = d->connection;
     pn_connection_set_context(pc, c);
@@ -94,6 +100,8 @@ static int conn_setup_client(mqd_conn_t *c, const mqd_outconn_opts_t *id)
         pn_connection_set_user(pc, id->user);
         pn_connection_set_password(pc, id->password ? id->password : "");
     }
+    if (id->sasl_external && id->authzid)
+        pn_connection_set_authorization(pc, id->authzid);
     if (pn_connection_driver_bind(d) != 0)
         return MQD_EINVAL;
     pn_connection_open(pc);
@@ -103,7 +111,8 @@ static int conn_setup_client(mqd_conn_t *c, const mqd_outconn_opts_t *id)
 mqd_conn_t *mqd_server_adopt_out(mqd_server_t *s, int fd, const char *peer, mqd_outconn_t *oc,
                                  SSL *ssl, const mqd_outconn_opts_t *id)
 {
-    mqd_conn_t *c = mqd_conn_new_out(s, fd, peer, oc, ssl, id->user ? id->user : "anonymous");
+    const char *who = id->user ? id->user : id->sasl_external ? "external" : "anonymous";
+    mqd_conn_t *c = mqd_conn_new_out(s, fd, peer, oc, ssl, who);
     if (!c)
         return NULL;
     int rc = conn_setup_client(c, id);

@@ -38,13 +38,22 @@ typedef struct mqd_outconn mqd_outconn_t;
 
 typedef struct mqd_outconn_opts {
     const char *url;        /* amqp://host[:5672] or amqps://host[:5671] ([v6] too) */
-    const char *user;       /* SASL PLAIN with password; NULL: ANONYMOUS */
+    const char *user;       /* SASL PLAIN with password; NULL: ANONYMOUS (or EXTERNAL) */
     const char *password;
+    bool sasl_external;     /* amqps with cert_file, no user: SASL EXTERNAL (the client
+                               certificate is the identity; a leader with
+                               replication_peer_verify takes a node certificate so), or
+                               ANONYMOUS when the peer does not offer EXTERNAL */
+    const char *authzid;    /* EXTERNAL's authorization identity; NULL: none (empty) */
     const char *ca_file;    /* amqps: the CA that verifies the peer (NULL: the system's) */
     bool no_verify;         /* amqps: do not verify the peer (tests; logged) */
     const char *cert_file;  /* amqps: PEM client certificate (and chain) presented when the
                                peer asks for one; NULL: none */
     const char *key_file;   /* its PEM private key; NULL: in cert_file */
+    const char *peer_cn;    /* amqps, verified: the subject CN the peer's certificate must
+                               have besides the host name (a follower's check of its leader,
+                               mqd-node-<id>); a mismatch fails the handshake, is logged and
+                               retried with the backoff; NULL: not checked */
     const char *hostname;   /* open's hostname, SNI and the name verified; NULL: the URL's */
     const char *container;  /* open's container-id; NULL: "mqd" */
     bool plain_over_tcp;    /* allow PLAIN on amqp:// (the password in clear) */
@@ -67,7 +76,8 @@ typedef struct mqd_outconn_stats {
 
 /* Starts connecting now (the loop must run for anything to happen). 0 or MQD_EINVAL (a
  * bad URL, PLAIN in clear, an unreadable CA, a client certificate or key that does not
- * load or does not match), MQD_ENOMEM. */
+ * load or does not match, EXTERNAL without TLS and a certificate or with a user, peer_cn
+ * without verified TLS), MQD_ENOMEM. */
 int mqd_outconn_new(mqd_server_t *s, const mqd_outconn_opts_t *o, const mqd_outconn_ops_t *ops,
                     void *arg, mqd_outconn_t **out);
 /* Closes the connection and stops reconnecting; no callback runs after it. The server

@@ -4,9 +4,11 @@ three real mqd nodes on loopback, each with a plain listener (clients, mqctl) an
 amqps:// listener. The test makes its PKI with the openssl command: a CA, one certificate
 per node (CN mqd-node-<id>, SAN IP:127.0.0.1: the same file is the node's server and
 client certificate, replication_cert unset), client-only certificates (CN mqd-node-<id>,
-extendedKeyUsage clientAuth), one named mqd-node-9 and one of another CA. Every node has
-replication_tls = on, replication_ca_file = the CA, replication_peer_verify = on and
-replication_user = repl (the password is checked as well).
+extendedKeyUsage clientAuth), one named mqd-node-9, one named alice and one of another CA.
+Every node has replication_tls = on, replication_ca_file = the CA, replication_peer_verify
+= on and, up to (h), replication_user = repl (the password is checked as well: (a) is the
+case of PLAIN + replication_user with the certificates); from (i) on none (the
+certificates alone, SASL EXTERNAL).
 
 (z) replication_peer_verify = on without replication_ca_file: mqd refuses to start and
     names the key.
@@ -29,19 +31,46 @@ replication_user = repl (the password is checked as well).
       starts, its log says why the leader refuses it (CN=mqd-node-9, not mqd-node-B), etcd's
       ISR drops it and stays without it, 100 further sends are accepted by the other two
       and its log keeps the records it had.
-(f) B restarted with replication_cert/replication_key = its own client-only certificate:
-    back in the ISR, and the three logs end byte-equal.
-(g) a node certificate is not a client's: with [user peer] cert_cn = mqd-node-1 on every
-    node (and no tls_ca), SASL EXTERNAL with node 1's certificate fails; PLAIN on the
-    same TLS connection works.
+(f) B with its own client-only certificate as replication_cert but follower A's certificate
+    as tls_cert (the server certificate its followers would check) refuses to start,
+    naming tls_cert and the CN; restarted with replication_cert/replication_key = its own
+    client-only certificate and its own tls_cert: back in the ISR, and the three logs end
+    byte-equal.
+(g) a node certificate is not a client's: with [user peer] cert_cn = mqd-node-1 and [user
+    alice] cert_cn = alice on every node (and no tls_ca), SASL EXTERNAL with node 1's
+    certificate logs in as the node, not as peer: a sender it attaches is refused with
+    amqp:unauthorized-access; EXTERNAL with alice's certificate (same CA, not a node's
+    name) fails ("never a user" in the leader's log); PLAIN as repl on node 1's certificate
+    opens and may send.
 (h) SIGHUP on the leader rebuilds its TLS context with the node CAs: the probe of (b) is
-    refused the same way after the reload, and 50 more acks = all sends are accepted."""
+    refused the same way after the reload, and 50 more acks = all sends are accepted.
+(i) the three nodes restarted without replication_user / replication_password: the
+    followers log in with SASL EXTERNAL (the leader lists their fetch connections as
+    EXTERNAL, user mqd-node-<id>, TLS), ISR 3, 1,000 more acks = all sends accepted, the
+    three logs byte-equal.
+(j) a client with follower A's node certificate, SASL EXTERNAL: a fetch link as A at A's
+    log end opens; a fetch link as B is refused by the CN rule; a sender to the topic, a
+    receiver from it, a sender to $management and a receiver from $management are each
+    refused with amqp:unauthorized-access; nothing is stored (the leader's log unchanged),
+    and afterwards A is in the ISR and 100 more sends are accepted.
+(k) a follower pointed at a node that is not the leader: the test rewrites the leader's
+    etcd key (same lease) so that its repl_address is follower A's TLS listener (a
+    certificate for the right host, CN mqd-node-A) and restarts follower B: B refuses the
+    handshake ("the peer's certificate names CN=mqd-node-A, not mqd-node-L") on every
+    attempt, never logs in at A nor attaches, leaves the ISR, and keeps its records while
+    the other two take 100 more; with the key restored and B restarted, ISR 3 and the
+    three logs byte-equal.
+(l) the leader's tls_cert and tls_key files overwritten with follower A's and a SIGHUP: the
+    reload is refused naming tls_cert and CN=mqd-node-A, the listener still serves the
+    leader's own certificate; files restored, the next SIGHUP reloads and 50 more sends
+    are accepted."""
 
 import json
 import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -49,8 +78,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, Props, Sender, cluster_sets, count_records,  # noqa: E402
-                        get_json, partition_bytes, read_keys, wait_for)
+from mqdcluster import (Etcd, Props, Sender, b64, cluster_sets, count_records,  # noqa: E402
+                        get_json, partition_bytes, post, read_keys, wait_for)
 from mqdtest import SLOW, check, fail, log, skip  # noqa: E402
 from proton import SSLDomain, uint, ulong  # noqa: E402
 
@@ -151,14 +180,16 @@ class Probe(mqdtest.Client):
 
 class Login(mqdtest.Client):
     """A TLS connection with cert/key logging in with mechs (user/password for PLAIN): was it
-    opened, or what did the transport say?"""
+    opened, or what did the transport say? With send_to, once open it attaches a sender
+    there: link_cond is its refusal, or "opened"."""
 
-    def __init__(self, url, ca, cert, key, mechs, user=None, password=None):
+    def __init__(self, url, ca, cert, key, mechs, user=None, password=None, send_to=None):
         super().__init__()
         self.url, self.ca, self.cert, self.key = url, ca, cert, key
         self.mechs, self.user, self.password = mechs, user, password
+        self.send_to = send_to
         self.opened = False
-        self.transport_cond = None
+        self.transport_cond = self.link_cond = None
 
     def on_start(self, e):
         dom = SSLDomain(SSLDomain.MODE_CLIENT)
@@ -170,6 +201,18 @@ class Login(mqdtest.Client):
 
     def on_connection_opened(self, e):
         self.opened = True
+        if self.send_to is None:
+            self.finish()
+        else:
+            e.container.create_sender(e.connection, self.send_to)
+
+    def on_link_opened(self, e):
+        self.link_cond = "opened"
+        self.finish()
+
+    def on_link_error(self, e):
+        c = e.link.remote_condition
+        self.link_cond = (c.name, c.description) if c else (None, None)
         self.finish()
 
     def on_transport_error(self, e):
@@ -180,6 +223,97 @@ class Login(mqdtest.Client):
         if e.connection is not None:
             self.closed.add(id(e.connection))
         self.done = True
+
+
+class NodeClient(mqdtest.Client):
+    """A TLS connection with a node certificate logging in with SASL EXTERNAL (Proton's
+    client: an empty authzid). Once open: a fetch link with fetch_props; once the leader
+    answered it (a first run, or a refusal), the links of `others` ((name, is_sender,
+    address, props)); done when each of those was refused, or 1 s after they were
+    attached. links[name]: the link's first refusal (name, description), else "opened"
+    once the peer attached it; fetched: the runs the fetch link received."""
+
+    def __init__(self, url, ca, cert, key, fetch_props, others):
+        super().__init__()
+        self.url, self.ca, self.cert, self.key = url, ca, cert, key
+        self.fetch_props, self.others = fetch_props, others
+        self.opened = False
+        self.transport_cond = None
+        self.links = {}
+        self.fetched = 0
+        self.started_others = False
+
+    def on_start(self, e):
+        dom = SSLDomain(SSLDomain.MODE_CLIENT)
+        dom.set_trusted_ca_db(self.ca)
+        dom.set_peer_authentication(SSLDomain.VERIFY_PEER)
+        dom.set_credentials(self.cert, self.key, None)
+        self.connect(e.container, self.url, allowed_mechs="EXTERNAL", ssl_domain=dom)
+
+    def on_connection_opened(self, e):
+        self.opened = True
+        e.container.create_receiver(e.connection, "$repl/r3/0", name="fetch",
+                                    options=[Props(self.fetch_props)])
+
+    def _others(self, e):
+        if self.started_others:
+            return
+        self.started_others = True
+        for name, is_sender, addr, props in self.others:
+            opts = [Props(props)] if props else None
+            if is_sender:
+                e.container.create_sender(e.connection, addr, name=name, options=opts)
+            else:
+                e.container.create_receiver(e.connection, addr, name=name, options=opts)
+        e.container.schedule(1.0 * SLOW, self)
+
+    def _check_done(self):
+        if self.started_others and all(isinstance(self.links.get(n), tuple)
+                                       for n, _, _, _ in self.others):
+            self.finish()
+
+    def on_timer_task(self, e):
+        self.finish()
+
+    def on_link_opened(self, e):
+        self.links.setdefault(e.link.name, "opened")
+
+    def on_message(self, e):
+        if e.link.name == "fetch":
+            self.fetched += 1
+            self._others(e)
+
+    def on_link_error(self, e):
+        c = e.link.remote_condition
+        if not isinstance(self.links.get(e.link.name), tuple):
+            self.links[e.link.name] = (c.name, c.description) if c else (None, None)
+        if e.link.name == "fetch":
+            self._others(e)
+        self._check_done()
+
+    def on_transport_error(self, e):
+        c = e.transport.condition
+        self.transport_cond = (c.name, c.description) if c else ("?", "?")
+
+    def on_transport_closed(self, e):
+        if e.connection is not None:
+            self.closed.add(id(e.connection))
+        self.done = True
+
+    def status(self):
+        return "opened %s, links %r, fetched %d, transport %r" % (
+            self.opened, self.links, self.fetched, self.transport_cond)
+
+
+def log_end(raw):
+    """(end offset, epoch of the last record) of a partition's raw records (0, 0 if empty):
+    what a follower holding them puts in its fetch attach."""
+    pos, end, epoch = 0, 0, 0
+    while pos + 32 <= len(raw):
+        end = int.from_bytes(raw[pos + 8:pos + 16], "little") + 1
+        epoch = int.from_bytes(raw[pos + 24:pos + 28], "little")
+        pos += 4 + int.from_bytes(raw[pos:pos + 4], "little")
+    return end, epoch
 
 
 def lag_of(port, node):
@@ -204,6 +338,7 @@ def node_broker(t, etcd, i, pki, auth):
                         tls_cert=pki["n%d" % i][0], tls_key=pki["n%d" % i][1],
                         metrics_listen="127.0.0.1:%d" % mport)
     sets["user.peer.cert_cn"] = "mqd-node-1"
+    sets["user.alice.cert_cn"] = "alice"
     sets.update(auth)
     conf = os.path.join(t.tmpdir, "n%d.conf" % i)  # a file for SIGHUP to reload (h)
     with open(conf, "w") as f:
@@ -388,6 +523,12 @@ def body(t):
         B.stop()
         B.sets = dict(B.sets, replication_cert=own[0], replication_key=own[1],
                       replication_peer_verify="on")
+        # its own client certificate, but the server certificate of another node
+        out = refused_start(B, dict(B.sets, tls_cert=pki["n%d" % fa][0],
+                                    tls_key=pki["n%d" % fa][1]),
+                            "peer verify on and a server certificate of another node")
+        check("tls_cert" in out and "CN=mqd-node-%d, not mqd-node-%d" % (fa, fb) in out and
+              "refuse to fetch from this node" in out, "the error does not say why: %r" % out[-400:])
         B.start()
         isr = wait_for("ISR 3 again", lambda: (lambda p: p["isr"] if p and len(p["isr"]) == 3
                                                else None)(partition(etcd)), 30)
@@ -395,16 +536,30 @@ def body(t):
         n = {i: count_records(v) for i, v in raw.items()}
         log("ISR %r; records per node %r, %d bytes each" % (isr, n, len(raw[leader])))
         check(all(v == N + MORE + LATE for v in n.values()), "records per node %r" % n)
-    with coll.case("(g) a node certificate does not log in with SASL EXTERNAL"):
-        ext = Login(tls_url, pki["ca"], *pki["n1"], "EXTERNAL")
+    with coll.case("(g) a node certificate logs in with SASL EXTERNAL as a node, never a user"):
+        ext = Login(tls_url, pki["ca"], *pki["n1"], "EXTERNAL", send_to="r3")
         mqdtest.run_container(ext, 30)
-        plain = Login(tls_url, pki["ca"], *pki["n1"], "PLAIN", "repl", "s3cret")
+        alice = make_cert(d, "alice", "alice", "ca", CLIENT_EXT)
+        refusals = L.log_text().count("never a user")
+        ali = Login(tls_url, pki["ca"], *alice, "EXTERNAL")
+        mqdtest.run_container(ali, 30)
+        plain = Login(tls_url, pki["ca"], *pki["n1"], "PLAIN", "repl", "s3cret", send_to="r3")
         mqdtest.run_container(plain, 30)
-        log("node 1's certificate: EXTERNAL opened %s (%r); PLAIN opened %s (%r)"
-            % (ext.opened, ext.transport_cond, plain.opened, plain.transport_cond))
-        check(not ext.opened and ext.transport_cond is not None,
-              "EXTERNAL with a node certificate: opened %s %r" % (ext.opened, ext.transport_cond))
-        check(plain.opened, "PLAIN with a node certificate: %r" % (plain.transport_cond,))
+        log("node 1's certificate: EXTERNAL opened %s, its sender %r; alice's (same CA): "
+            "EXTERNAL opened %s (%r); PLAIN opened %s, its sender %r"
+            % (ext.opened, ext.link_cond, ali.opened, ali.transport_cond, plain.opened,
+               plain.link_cond))
+        check(ext.opened and ext.link_cond is not None and
+              ext.link_cond[0] == "amqp:unauthorized-access" and "node connection" in
+              ext.link_cond[1], "EXTERNAL with a node certificate: opened %s, sender %r"
+              % (ext.opened, ext.link_cond))
+        check(not ali.opened and ali.transport_cond is not None,
+              "EXTERNAL with alice's certificate: opened %s %r" % (ali.opened, ali.transport_cond))
+        wait_for("the leader's SASL refusal of alice",
+                 lambda: L.log_text().count("never a user") > refusals, 5)
+        check(plain.opened and plain.link_cond == "opened",
+              "PLAIN with a node certificate: %r, sender %r" % (plain.transport_cond,
+                                                               plain.link_cond))
     with coll.case("(h) after a reload of the leader the CN rule still holds"):
         reloads = L.log_text().count("reloaded: TLS on")
         os.kill(L.pid, signal.SIGHUP)
@@ -422,7 +577,174 @@ def body(t):
         raw = wait_for("the three logs equal", same, 30)
         check(count_records(raw[leader]) == end + 50, "leader holds %d records"
               % count_records(raw[leader]))
+    certificates_alone(t, coll, etcd, brokers, pki, end + 50)
     coll.finish()
+
+
+def same_logs(brokers, leader):
+    raw = {i: partition_bytes(b, "r3", 0) for i, b in brokers.items()}
+    return raw if all(v == raw[leader] for v in raw.values()) else None
+
+
+def isr3(etcd):
+    p = partition(etcd)
+    return p if p and len(p["isr"]) == 3 else None
+
+
+def certificates_alone(t, coll, etcd, brokers, pki, total):
+    """(i)-(l): the nodes without replication_user: SASL EXTERNAL, both ends checked."""
+    with coll.case("(i) no replication_user: followers log in by certificate (SASL EXTERNAL)"):
+        for b in brokers.values():
+            b.stop()
+        for b in brokers.values():
+            b.sets = {k: v for k, v in b.sets.items()
+                      if k not in ("replication_user", "replication_password")}
+            b.start()
+        wait_for("3 nodes in etcd", lambda: len(read_keys(etcd.port, "/mqd/nodes/")) == 3, 20)
+
+        def settled():  # a restarted leader may hand the partition over (epoch + 1) first
+            p = partition(etcd)
+            lead = brokers[p["leader"]] if p else None
+            return p if lead and all("node %d fetches from" % f in current_log(lead)
+                                     for f in brokers if f != p["leader"]) else None
+        leader = wait_for("a leader both followers fetch from", settled, 30)["leader"]
+        L = brokers[leader]
+        fol = [i for i in sorted(brokers) if i != leader]
+        send(L.url, N, "ext")
+        total += N
+        ps = wait_for("ISR 3", lambda: isr3(etcd), 10)
+        rc, out, err = mqdtest.mqctl(L.url, "--json", "connection", "list")
+        check(rc == 0, "connection list: %d %s" % (rc, err))
+        peers = [c for c in json.loads(out) if str(c.get("user", "")).startswith("mqd-node-")]
+        log("leader %d, ISR %r, epoch %d; fetch connections: %r" % (
+            leader, ps["isr"], ps["epoch"], [(c.get("user"), c.get("sasl_mechanism"),
+                                              c.get("tls_version")) for c in peers]))
+        check(sorted(c["user"] for c in peers) == ["mqd-node-%d" % f for f in fol] and
+              all(c["tls"] is True and c["sasl_mechanism"] == "EXTERNAL" for c in peers),
+              "fetch connections %r" % peers)
+        logins = current_log(L).count("SASL EXTERNAL peer=")
+        check(all("node=mqd-node-%d: a node connection" % f in current_log(L) for f in fol),
+              "the leader logged no node login of %r" % fol)
+        raw = wait_for("the three logs equal", lambda: same_logs(brokers, leader), 30)
+        n = {i: count_records(v) for i, v in raw.items()}
+        log("%d node logins on the leader; records per node %r, %d bytes each"
+            % (logins, n, len(raw[leader])))
+        check(all(v == total for v in n.values()), "records per node %r, want %d" % (n, total))
+    fa, fb = fol
+    A, B = brokers[fa], brokers[fb]
+    tls_url = "amqps://127.0.0.1:%d" % L.tls_port
+    with coll.case("(j) a node certificate's connection carries fetch links only"):
+        before = partition_bytes(L, "r3", 0)
+        end, last_epoch = log_end(partition_bytes(A, "r3", 0))
+        ep = partition(etcd)["epoch"]
+        own = {"mqd:node-id": uint(fa), "mqd:fetch-offset": ulong(end),
+               "mqd:last-epoch": uint(last_epoch), "mqd:epoch": uint(ep)}
+        other = dict(own, **{"mqd:node-id": uint(fb)})
+        others = [("as-b", False, "$repl/r3/0", other), ("send", True, "r3", None),
+                  ("recv", False, "r3", None), ("mgmt-send", True, "$management", None),
+                  ("mgmt-recv", False, "$management", None)]
+        p = NodeClient(tls_url, pki["ca"], *pki["n%d" % fa], own, others)
+        mqdtest.run_container(p, 30)
+        log("node %d's certificate, SASL EXTERNAL: %s" % (fa, p.status()))
+        check(p.opened and p.fetched >= 1 and (
+            p.links.get("fetch") == "opened" or p.links["fetch"][0] == "amqp:link:detach-forced"),
+            "the fetch link as node %d: %r, %d runs" % (fa, p.links.get("fetch"), p.fetched))
+        check(p.links.get("as-b") == (
+            "amqp:unauthorized-access", "replication_peer_verify: the client certificate names "
+            "CN=mqd-node-%d, not mqd-node-%d (the attach's mqd:node-id %d)" % (fa, fb, fb)),
+            "the fetch link as node %d: %r" % (fb, p.links.get("as-b")))
+        for name in ("send", "recv", "mgmt-send", "mgmt-recv"):
+            got = p.links.get(name)
+            check(isinstance(got, tuple) and got[0] == "amqp:unauthorized-access" and
+                  "fetch links only" in got[1], "%s on a node connection: %r" % (name, got))
+        check(partition_bytes(L, "r3", 0) == before, "the leader's log changed")
+        ps = wait_for("ISR 3", lambda: isr3(etcd), 10)
+        send(L.url, LATE, "after-node-probe")
+        total += LATE
+        raw = wait_for("the three logs equal", lambda: same_logs(brokers, leader), 30)
+        log("ISR %r; records per node %r" % (ps["isr"], {i: count_records(v)
+                                                        for i, v in raw.items()}))
+        check(count_records(raw[leader]) == total, "leader holds %d records, want %d"
+              % (count_records(raw[leader]), total))
+    with coll.case("(k) node %d pointed at node %d, which is not the leader %d: never fetches"
+                   % (fb, fa, leader)):
+        key = "/mqd/nodes/%d" % leader
+        value, lease, _ = read_keys(etcd.port, key)[key]
+        doc = json.loads(value)
+        doc["repl_address"] = "127.0.0.1:%d" % A.tls_port
+        post(etcd.port, "/v3/kv/put", {"key": b64(key), "value": b64(json.dumps(doc)),
+                                       "lease": str(lease)})
+        a_fails = A.log_text().count("TLS handshake failed")
+        B.stop()
+        before = count_records(partition_bytes(B, "r3", 0))
+        B.start()
+        why = "the peer's certificate names CN=mqd-node-%d, not mqd-node-%d" % (fa, leader)
+        wait_for("node %d's log saying why" % fb, lambda: why in current_log(B), 30)
+        isr = wait_for("etcd's ISR without node %d" % fb, lambda: (
+            lambda p: p["isr"] if p and fb not in p["isr"] else None)(partition(etcd)), 30)
+        log("ISR without node %d: %r" % (fb, isr))
+        send(L.url, LATE, "wrong-leader")
+        time.sleep(LAG_MS / 1000.0 + 1.0 * SLOW)  # time to catch up, were it able to
+        p = partition(etcd)
+        refused = current_log(B).count(why)
+        retries = current_log(B).count("next attempt in")
+        after = count_records(partition_bytes(B, "r3", 0))
+        lead_n = count_records(partition_bytes(L, "r3", 0))
+        a_logins = A.log_text().count("node=mqd-node-%d" % fb)
+        a_fails = A.log_text().count("TLS handshake failed") - a_fails
+        log("node %d: %d refusals logged, %d retries; %d records before, %d after; leader %d; "
+            "ISR %r; on node %d: %d handshakes failed, %d logins of node %d"
+            % (fb, refused, retries, before, after, lead_n, p["isr"], fa, a_fails, a_logins, fb))
+        for ln in [x for x in current_log(B).splitlines() if why in x][:2] + [
+                x for x in A.log_text().splitlines() if "TLS handshake failed" in x][-1:]:
+            log("  " + ln)
+        check(fb not in p["isr"] and len(p["isr"]) == 2, "ISR %r" % p["isr"])
+        check(after == before and lead_n == total + LATE,
+              "records: node %d %d -> %d, leader %d" % (fb, before, after, lead_n))
+        check(refused >= 2 and a_fails >= 2, "%d refusals logged, %d failed handshakes on node %d"
+              % (refused, a_fails, fa))
+        check(a_logins == 0 and "fetching from node" not in current_log(B),
+              "node %d logged in at node %d (%d) or attached" % (fb, fa, a_logins))
+        total += LATE
+        post(etcd.port, "/v3/kv/put", {"key": b64(key), "value": b64(value.decode()),
+                                       "lease": str(lease)})
+        B.stop()
+        B.start()
+        isr = wait_for("ISR 3 again", lambda: isr3(etcd), 30)["isr"]
+        raw = wait_for("the three logs equal", lambda: same_logs(brokers, leader), 30)
+        n = {i: count_records(v) for i, v in raw.items()}
+        log("key restored: ISR %r; records per node %r, %d bytes each" % (isr, n, len(raw[leader])))
+        check(all(v == total for v in n.values()), "records per node %r, want %d" % (n, total))
+    with coll.case("(l) a tls_cert replaced in place by another node's refuses the reload"):
+        cert, key = pki["n%d" % leader]
+        saved = {p: open(p, "rb").read() for p in (cert, key)}
+        served = ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate(("127.0.0.1", L.tls_port)))
+        for src, dst in zip(pki["n%d" % fa], (cert, key)):
+            shutil.copyfile(src, dst)
+        failed = current_log(L).count("reload failed")
+        os.kill(L.pid, signal.SIGHUP)
+        wait_for("the leader's refused reload",
+                 lambda: current_log(L).count("reload failed") > failed, 10)
+        line = [x for x in current_log(L).splitlines() if "names CN=mqd-node-%d, not mqd-node-%d"
+                % (fa, leader) in x]
+        after = ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate(("127.0.0.1", L.tls_port)))
+        log("reload with node %d's certificate in node %d's files: %s; the listener still "
+            "serves node %d's: %s" % (fa, leader, line[-1] if line else None, leader,
+                                      after == served))
+        check(line and "tls_cert" in line[-1] and after == served,
+              "reload: %r, same certificate served %s" % (line, after == served))
+        for p, data in saved.items():
+            with open(p, "wb") as f:
+                f.write(data)
+        reloads = current_log(L).count("reloaded: TLS on")
+        os.kill(L.pid, signal.SIGHUP)
+        wait_for("the leader's reload", lambda: current_log(L).count("reloaded: TLS on") > reloads,
+                 10)
+        send(L.url, 50, "after-cert-reload")
+        total += 50
+        raw = wait_for("the three logs equal", lambda: same_logs(brokers, leader), 30)
+        check(count_records(raw[leader]) == total, "leader holds %d records, want %d"
+              % (count_records(raw[leader]), total))
 
 
 if __name__ == "__main__":

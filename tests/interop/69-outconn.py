@@ -23,7 +23,15 @@ Proton:
 (e) a client certificate (the cert_file/key_file options) against a broker with
     tls_verify_client = required: with carol's certificate and PLAIN 100 messages are
     accepted and read back; without a certificate the handshake fails and nothing opens;
-    a key that does not match the certificate fails mqd_outconn_new (MQD_EINVAL, logged)."""
+    a key that does not match the certificate fails mqd_outconn_new (MQD_EINVAL, logged).
+(f) SASL EXTERNAL (sasl_external, as a follower logs in with replication_peer_verify and no
+    replication_user) and the peer's CN (peer_cn): with carol's certificate against a
+    broker with tls_ca, 100 messages are accepted, one EXTERNAL login as carol; an authzid
+    of another user is refused at SASL and nothing opens; a peer_cn the server's
+    certificate does not carry (mqd-node-9, it says localhost) fails the handshake on
+    every attempt before any SASL exchange, the probe's last error naming both CNs; a
+    broker that asks for no certificate (so offers no EXTERNAL) with allow_anonymous = on
+    is logged into with ANONYMOUS instead, 100 accepted."""
 
 import importlib.util
 import os
@@ -224,6 +232,48 @@ def case_client_cert(t):
           "(e) a key of another certificate: exit %d %r %r" % (rc, kv, err[-300:]))
 
 
+def case_external(t):
+    d = os.path.join(t.tmpdir, "pki-f")
+    os.makedirs(d)
+    pki = tls20.make_pki(d)
+    b, port, url = tls20.tls_broker(t, "ext", pki, "tls_verify_client = optional\ntls_ca = %s\n"
+                                    % pki["ca.crt"])
+    base = ["--url", url, "--ca", pki["ca.crt"], "--cert", pki["carol.crt"], "--key",
+            pki["carol.key"], "--external", "--backoff-min", "50", "--backoff-max", "400"]
+    rc, kv, _ = run_probe(t, base + ["--peer-cn", "localhost", "--address", "oc-f", "--count",
+                                     "100", "--seconds", str(60 * mqdtest.SLOW)],
+                          120 * mqdtest.SLOW)
+    logins = len(re.findall(r"SASL EXTERNAL peer=\S+ user=carol", b.log_text()))
+    log("(f) EXTERNAL, peer CN localhost: %r; %d EXTERNAL logins as carol" % (kv, logins))
+    check(rc == 0 and kv["accepted"] == 100 and kv["opened"] == 1 and logins == 1,
+          "(f) EXTERNAL as carol: %r, %d logins" % (kv, logins))
+    got = read_bodies(url, "oc-f", 100, ssl_domain=tls20.client_domain(pki, pki["carol.crt"],
+                                                                       pki["carol.key"]),
+                      user="alice", password=tls20.PASSWORD)
+    check(got == ["oc-f-%d" % i for i in range(100)], "(f) read %d bodies back" % len(got))
+    rc, kv, _ = run_probe(t, base + ["--authzid", "alice", "--address", "oc-f-bad", "--count", "10",
+                                     "--seconds", "1.5", "--expect-down"], 60)
+    log("(f) EXTERNAL with authzid alice: %r" % kv)
+    check(rc == 0 and kv["opened"] == 0 and kv["accepted"] == 0 and
+          "authorization identity differs" in b.log_text(), "(f) authzid alice: %r" % kv)
+    seen = b.log_text().count("SASL")
+    rc, kv, _ = run_probe(t, base + ["--peer-cn", "mqd-node-9", "--address", "oc-f-bad", "--count",
+                                     "10", "--seconds", "1.5", "--expect-down"], 60)
+    log("(f) peer CN mqd-node-9 wanted: %r" % kv)
+    check(rc == 0 and kv["opened"] == 0 and kv["connects"] >= 2 and
+          "names CN=localhost, not mqd-node-9" in kv["last_error"] and
+          b.log_text().count("SASL") == seen,
+          "(f) peer CN mismatch: %r (SASL lines %d -> %d)" % (kv, seen, b.log_text().count("SASL")))
+    # a peer that offers no EXTERNAL (asks for no certificate): ANONYMOUS, if it allows that
+    b2, port2, url2 = tls20.tls_broker(t, "noext", pki, "allow_anonymous = on\n")
+    rc, kv, _ = run_probe(t, [a if a != url else url2 for a in base] +
+                          ["--address", "oc-f2", "--count", "100",
+                           "--seconds", str(60 * mqdtest.SLOW)], 120 * mqdtest.SLOW)
+    anon = len(re.findall(r"SASL ANONYMOUS peer=\S+ user=anonymous", b2.log_text()))
+    log("(f) EXTERNAL not offered: %r; %d ANONYMOUS logins" % (kv, anon))
+    check(rc == 0 and kv["accepted"] == 100 and anon == 1, "(f) fallback: %r" % kv)
+
+
 def body(t):
     coll = mqdtest.Collect()
     with coll.case("(a) amqp:// ANONYMOUS"):
@@ -241,6 +291,10 @@ def body(t):
         if not shutil.which("openssl"):
             skip("openssl CLI not installed")
         case_client_cert(t)
+    with coll.case("(f) amqps:// SASL EXTERNAL, the peer's CN"):
+        if not shutil.which("openssl"):
+            skip("openssl CLI not installed")
+        case_external(t)
     coll.finish()
 
 

@@ -4,6 +4,7 @@
  * next one. Driven by tests/interop/69-outconn.py, which checks the other broker.
  *
  *   outconn_probe --url U --address A --count N [--user U --password P] [--ca FILE]
+ *                 [--cert FILE --key FILE] [--external] [--authzid Z] [--peer-cn CN]
  *                 [--hostname H] [--backoff-min MS] [--backoff-max MS] [--seconds S]
  *                 [--rate MSGS_PER_S] [--expect-down]
  *
@@ -152,7 +153,8 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 static int usage(void)
 {
     fprintf(stderr, "usage: outconn_probe --url U --address A --count N [--user U --password P] "
-                    "[--ca FILE] [--cert FILE --key FILE] [--hostname H] [--backoff-min MS] "
+                    "[--ca FILE] [--cert FILE --key FILE] [--external] [--authzid Z] "
+                    "[--peer-cn CN] [--hostname H] [--backoff-min MS] "
                     "[--backoff-max MS] "
                     "[--seconds S] [--rate N] [--expect-down]\n");
     return 2;
@@ -194,6 +196,10 @@ int main(int argc, char **argv)
             expect_down = true;
             continue;
         }
+        if (strcmp(a, "--external") == 0) {
+            o.sasl_external = true;
+            continue;
+        }
         if (!v)
             return usage();
         i++;
@@ -206,6 +212,8 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--ca") == 0) o.ca_file = v;
         else if (strcmp(a, "--cert") == 0) o.cert_file = v;
         else if (strcmp(a, "--key") == 0) o.key_file = v;
+        else if (strcmp(a, "--authzid") == 0) o.authzid = v;
+        else if (strcmp(a, "--peer-cn") == 0) o.peer_cn = v;
         else if (strcmp(a, "--hostname") == 0) o.hostname = v;
         else if (strcmp(a, "--backoff-min") == 0) o.backoff_min_ms = (uint32_t)atoi(v);
         else if (strcmp(a, "--backoff-max") == 0) o.backoff_max_ms = (uint32_t)atoi(v);

@@ -1,6 +1,7 @@
 /* auth unit tests: SCRAM-SHA-256 against RFC 7677's example exchange, SCRAM failure
  * cases, ACL glob/group/first-match logic, the security config keys ([acl] lines,
- * scram_sha256, TLS validation), unknown-user decoys and the login pool. */
+ * scram_sha256, TLS validation), unknown-user decoys, the login pool and the node naming
+ * rule of SASL EXTERNAL. */
 #include "config.h"
 #include "auth/auth_int.h"
 #include "conf/conf_int.h"
@@ -462,14 +463,63 @@ static void test_pool_fair(void **state)
     event_base_free(base);
 }
 
+/* The node naming rule as SASL EXTERNAL reads it (nodecert.c): "mqd-node-" and the id as
+ * a node writes it, nothing else; the authzid empty or the CN itself. */
+static void test_node_cn(void **state)
+{
+    (void)state;
+    uint32_t id = 7;
+    assert_int_equal(mqd_auth_node_cn_id("mqd-node-3", &id), 0);
+    assert_int_equal(id, 3);
+    assert_int_equal(mqd_auth_node_cn_id("mqd-node-0", &id), 0);
+    assert_int_equal(id, 0);
+    assert_int_equal(mqd_auth_node_cn_id("mqd-node-4294967295", &id), 0);
+    assert_int_equal(id, 4294967295u);
+    static const char *const bad[] = {
+        "mqd-node-",
+        "mqd-node-03",
+        "mqd-node-+3",
+        "mqd-node- 3",
+        "mqd-node-3 ",
+        "mqd-node-3x",
+        "MQD-NODE-3",
+        "mqd-node--3",
+        "xmqd-node-3",
+        "mqd-node",
+        "alice",
+        "mqd-node-0x10",
+        "",
+        "mqd-node-4294967296",
+        "mqd-node-99999999999999999999",
+    };
+    for (size_t i = 0; i < MQD_ARRAY_LEN(bad); i++) {
+        id = 7;
+        assert_int_equal(mqd_auth_node_cn_id(bad[i], &id), MQD_EINVAL);
+        assert_int_equal(id, 7); /* written only on success */
+    }
+    char why[200] = "";
+    assert_int_equal(mqd_auth_node_login("mqd-node-12", NULL, 0, &id, why, sizeof why), 0);
+    assert_int_equal(id, 12);
+    assert_int_equal(mqd_auth_node_login("mqd-node-12", "mqd-node-12", 11, &id, why, sizeof why),
+                     0);
+    assert_int_equal(mqd_auth_node_login("mqd-node-12", "mqd-node-1", 10, &id, why, sizeof why),
+                     MQD_EINVAL);
+    assert_non_null(strstr(why, "authorization identity"));
+    assert_int_equal(mqd_auth_node_login("mqd-node-12", "mqd-node-123", 12, &id, why, sizeof why),
+                     MQD_EINVAL);
+    assert_int_equal(mqd_auth_node_login("peer", NULL, 0, &id, why, sizeof why), MQD_EINVAL);
+    assert_non_null(strstr(why, "never a user"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_scram_rfc7677),   cmocka_unit_test(test_scram_stored_form),
-        cmocka_unit_test(test_scram_failures),  cmocka_unit_test(test_acl_match),
-        cmocka_unit_test(test_acl_rules),       cmocka_unit_test(test_security_keys),
-        cmocka_unit_test(test_scram_decoy),     cmocka_unit_test(test_decoy_setup),
-        cmocka_unit_test(test_pool),            cmocka_unit_test(test_pool_fair),
+        cmocka_unit_test(test_scram_rfc7677),  cmocka_unit_test(test_scram_stored_form),
+        cmocka_unit_test(test_scram_failures), cmocka_unit_test(test_acl_match),
+        cmocka_unit_test(test_acl_rules),      cmocka_unit_test(test_security_keys),
+        cmocka_unit_test(test_scram_decoy),    cmocka_unit_test(test_decoy_setup),
+        cmocka_unit_test(test_pool),           cmocka_unit_test(test_pool_fair),
+        cmocka_unit_test(test_node_cn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
