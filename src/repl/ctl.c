@@ -251,14 +251,24 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
 /* A node that finds itself leader in the state it reads at start was granted that by its
  * previous run: with flush = async a power cut may have taken an unsynced tail that the
  * followers hold and acknowledged, and leading again in the same epoch would make them
- * truncate it away (test 96 (b)). So it hands over as if it had gone: never uncleanly. */
+ * truncate it away (test 96 (b)). So it hands over as if it had gone: never uncleanly.
+ * Unlike a leader that went, it stays in the in-sync set, after the new leader: right
+ * after a crash of every node the others' keys still look alive until their leases end,
+ * and the one it hands over to may be dead; when that key expires the controller then
+ * elects this node again instead of leaving the partition offline, with the only live
+ * copy of its records, until that dead node returns (test 37 (a)). Staying is safe: as
+ * a follower it truncates by epoch and catches up like any other, and a leader drops it
+ * after replica_lag_ms if it does not. */
 int mqd_repl_ctl_handover(mqd_repl_t *r, rpart_t *rp)
 {
     mqd_repl_pstate_t next;
+    uint32_t self = r->conf->node_id;
     if (rp->cas_out)
         return 0;
-    if (!node_alive(r, r->conf->node_id) || !elect(r, rp, &next, false, 0))
+    if (!node_alive(r, self) || !elect(r, rp, &next, false, 0))
         return MQD_EAGAIN;
+    if (!mqd_repl_pstate_has(next.isr, next.n_isr, self))
+        next.isr[next.n_isr++] = self;
     MQD_NOTICE("repl",
                "%s/%u: led by this node before its restart: node %" PRIu32
                " leads in epoch %" PRIu32 " while it catches up",
