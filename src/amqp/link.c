@@ -151,7 +151,7 @@ static bool may_create_quiet(mqd_conn_t *c, const char *topic)
 {
     mqd_server_t *s = mqd_conn_srv(c);
     return mqd_srv_conf(s)->auto_create_topics && strncmp(topic, "$tmp.", 5) != 0 &&
-           mqd_auth_may(c, MQD_PERM_CREATE, topic);
+           mqd_auth_may(c, MQD_PERM_CREATE, topic) && mqd_topic_may_create_now(c, topic);
 }
 
 bool mqd_create_forbidden(mqd_conn_t *c, const char *topic)
@@ -293,8 +293,11 @@ static bool relay_route(mqd_conn_t *c, const char *topic, int64_t part, mqd_topi
     if (!rh->route)
         return false;
     *cond = "amqp:not-found";
+    bool created = false;
     int how = rh->route(rh->arg, topic, t, part, !t && may_create_quiet(c, topic), false, &to, cond,
-                        desc, desclen);
+                        desc, desclen, &created);
+    if (created)
+        mqd_topic_charge_create(c, topic);
     if (how == MQD_ROUTE_REDIRECT) {
         *cond = "amqp:precondition-failed";
         snprintf(desc, desclen, "topic '%.200s' is served by %.200s:%u: send it there", topic,
@@ -876,8 +879,11 @@ int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part,
     char err[512] = "";
     if (!rh->route)
         return MQD_ROUTE_HERE;
+    bool created = false;
     int how = rh->route(rh->arg, topic, t, part, !t && may_create_quiet(c, topic), true, &to, &cond,
-                        err, sizeof err);
+                        err, sizeof err, &created);
+    if (created)
+        mqd_topic_charge_create(c, topic);
     if (how == MQD_ROUTE_REDIRECT)
         mqd_link_redirect(l, &to);
     else if (how == MQD_ROUTE_REFUSE)

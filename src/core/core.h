@@ -265,9 +265,11 @@ typedef struct mqd_repl_hooks {
      * with amqp:link:redirect), MQD_ROUTE_WAIT (leave the attach unanswered: repl calls
      * mqd_amqp_attach_again for the name once it knows more, e.g. when its registration
      * in etcd was answered; never when !may_wait) or MQD_ROUTE_REFUSE (*cond and the
-     * reason in err). */
+     * reason in err). *created: this call started the name's registration (the caller
+     * counts the create against the link's connection). */
     int (*route)(void *arg, const char *name, struct mqd_topic *t, int64_t part, bool may_create,
-                 bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen);
+                 bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen,
+                 bool *created);
     /* A send with `acks` (mqd_acks_t) to partition part of t: NULL to go on, else the
      * reason to reject it (a static text) and *cond its AMQP error condition. */
     const char *(*send_check)(void *arg, struct mqd_topic *t, uint32_t part, int acks,
@@ -332,7 +334,9 @@ typedef struct mqd_repl_hooks {
      * into the map d is inside (keys "replication_factor", "id", "home" and "placement": a
      * list of maps {partition, leader, epoch, replicas, isr}) and, when this node has no
      * copy (t NULL), also "name", "partitions", "overrides" and "local" false; false
-     * (nothing written) when the name is not registered. */
+     * (nothing more written) when the name is not registered. A copy here that is not the
+     * cluster's topic of its name (never registered: kept, not served) gets "quarantined"
+     * true. */
     bool (*topic_describe)(void *arg, const char *name, struct mqd_topic *t, pn_data_t *d);
     /* Calls fn(fn_arg, name) for every topic registered in the cluster. */
     void (*topic_names)(void *arg, void (*fn)(void *fn_arg, const char *name), void *fn_arg);
@@ -460,6 +464,11 @@ bool mqd_topic_limit_reached(mqd_server_t *s, const char *name);
  * against c's max_topics_per_connection. MQD_EAGAIN when a limit refuses the creation
  * (the caller answers amqp:resource-limit-exceeded), MQD_ENOENT when !create and none. */
 int mqd_topic_get_as(mqd_conn_t *c, const char *name, bool create, mqd_topic_t **out);
+/* In a cluster a link's create is a registration in etcd first (repl): whether c may
+ * create `name` now under both limits (nothing logged, nothing counted), and the create
+ * counted against c once repl started it. */
+bool mqd_topic_may_create_now(mqd_conn_t *c, const char *name);
+void mqd_topic_charge_create(mqd_conn_t *c, const char *name);
 
 /* topic.c */
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts, mqd_topic_t **out);

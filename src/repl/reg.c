@@ -513,7 +513,8 @@ static verdict_t with_copy(mqd_repl_t *r, const rtopic_t *rt, mqd_topic_t *t, in
 }
 
 int mqd_repl_route(void *arg, const char *name, mqd_topic_t *t, int64_t part, bool may_create,
-                   bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen)
+                   bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen,
+                   bool *created)
 {
     mqd_repl_t *r = arg;
     if (!r->etcd || !mqd_repl_cluster_name(name) || (t && mqd_topic_temporary(t)))
@@ -534,7 +535,7 @@ int mqd_repl_route(void *arg, const char *name, mqd_topic_t *t, int64_t part, bo
     else if (w && w->retry_ms > mqd_now_ms())
         v.why = w->why;
     else if (reg_new(r, name, 0, NULL, NULL, NULL) == 0)
-        v.why = "it is being registered in the cluster";
+        v.why = "it is being registered in the cluster", *created = true;
     else
         v.why = "etcd could not be asked to register it";
     if (v.how != MQD_ROUTE_WAIT)

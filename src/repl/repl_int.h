@@ -250,7 +250,8 @@ void mqd_repl_topic_register(mqd_repl_t *r, mqd_topic_t *t);
 char *mqd_repl_topic_config(const rtopic_t *rt);
 /* The hooks route, topic_create, topic_describe and topic_names (core.h). */
 int mqd_repl_route(void *arg, const char *name, mqd_topic_t *t, int64_t part, bool may_create,
-                   bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen);
+                   bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen,
+                   bool *created);
 int mqd_repl_topic_create(void *arg, const char *name, uint32_t nparts, const char *overrides_json,
                           mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
 bool mqd_repl_topic_describe(void *arg, const char *name, mqd_topic_t *t, pn_data_t *d);

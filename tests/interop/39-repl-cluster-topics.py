@@ -12,6 +12,8 @@ node 4 that first runs alone).
     from node 2 reads every accepted message once, in order, and a sender that follows it
     from node 3 gets 50 more accepted; `mqctl --json topic list` and `topic show` on
     node 2 list orders with its placement (leader 1, not held there).
+(a2) node 2 has max_topics_per_connection 2: one connection attaching senders to three
+    new names at once gets two registered and the third refused (that limit named).
 (b) two nodes auto-create one name at the same time (nodes 1 and 2, ROUNDS names): etcd
     holds one registration and one partition state per name, the two clients each follow
     a redirect when they get one, every message either client had accepted is read from
@@ -277,6 +279,46 @@ class Racer(mqdtest.Client):
         return repr(self.lanes)
 
 
+class ManySenders(mqdtest.Client):
+    """One connection, one sender per address attached at once; per address the link's
+    refusal (condition, description) or None once it opened."""
+
+    def __init__(self, url, addresses):
+        super().__init__()
+        self.url, self.addresses = url, addresses
+        self.result = {}
+
+    def on_start(self, e):
+        c = self.connect(e.container, self.url)
+        for a in self.addresses:
+            e.container.create_sender(c, a)
+
+    def _one(self, link, cond):
+        self.result[link.target.address] = cond
+        if len(self.result) == len(self.addresses):
+            self.finish()
+
+    def on_link_opened(self, e):
+        self._one(e.link, None)
+
+    def on_link_error(self, e):
+        c = e.link.remote_condition
+        self._one(e.link, (c.name, c.description) if c else (None, None))
+
+
+def case_quota(etcd, brokers):
+    """max_topics_per_connection (2 on node 2) counts a cluster create: the registration."""
+    names = ["quota%d" % k for k in range(3)]
+    c = ManySenders(brokers[2].url, names)
+    mqdtest.run_container(c, 30)
+    refused = [n for n in names if c.result.get(n)]
+    log("(a2) one connection to node 2 attaching 3 new names: %r" % c.result)
+    check(len(refused) == 1 and c.result[refused[0]][0] == "amqp:resource-limit-exceeded" and
+          "max_topics_per_connection" in c.result[refused[0]][1], "refusals %r" % c.result)
+    check(registration(etcd, refused[0]) is None and all(
+        registration(etcd, n) for n in names if n not in refused), "registrations")
+
+
 def case_race(etcd, brokers):
     lost = 0
     for k in range(ROUNDS):
@@ -424,10 +466,13 @@ def body(t):
         skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
     etcd = Etcd(t)
     etcd.start()
-    brokers = start_nodes(t, etcd, RACKS, lambda i: {"default_replication_factor": 3} if i == 3 else {})
+    brokers = start_nodes(t, etcd, RACKS, lambda i: {"default_replication_factor": 3} if i == 3 else
+                          {"max_topics_per_connection": 2} if i == 2 else {})
     coll = mqdtest.Collect()
     with coll.case("(a) auto-create on node 1, redirects from nodes 2 and 3"):
         case_autocreate(etcd, brokers)
+    with coll.case("(a2) a connection's creates count against max_topics_per_connection"):
+        case_quota(etcd, brokers)
     with coll.case("(b) two nodes auto-create one name at once"):
         case_race(etcd, brokers)
     with coll.case("(c) default_replication_factor = 3"):
