@@ -91,8 +91,9 @@ void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t)
         return;
     if (t->td.rf == 1 && t->td.home) {
         if (!node_alive(r, t->td.home)) {
-            MQD_WARN("repl",
-                     "controller: topic %s: %u partitions wait for its node %" PRIu32 " (down)",
+            MQD_INFO("repl",
+                     "controller: topic %s: %u partitions wait for its node %" PRIu32
+                     " (not up in this node's view)",
                      t->name, missing, t->td.home);
             return;
         }

@@ -585,8 +585,8 @@ static void lease_lost(void *arg)
 {
     mqd_repl_t *r = arg;
     for (rpart_t *rp = r->parts; rp; rp = rp->next) {
-        if (rp->role != ROLE_LEADER)
-            continue;
+        if (rp->role != ROLE_LEADER || rp->ps.n_replicas == 1)
+            continue; /* one replica: nobody else can have been elected (mqd_repl_may_ack) */
         rp->fenced = true;
         MQD_WARN("repl",
                  "%s/%u: lease lost: acknowledging nothing until the partition's "

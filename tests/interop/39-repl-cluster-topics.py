@@ -34,7 +34,13 @@ node 4 that first runs alone).
     create legacy` on node 2 registers it with node 2 as its home, and 10 sends through
     node 4 (redirected) land there and are read back, nothing of the old one. Deleting
     the cluster's `orders` (node 3) then lets node 4 register its own orders in its place:
-    node 1's copy goes and a receiver on node 4 reads node 4's 30 messages."""
+    node 1's copy goes and a receiver on node 4 reads node 4's 30 messages; legacy grown to
+    3 partitions from node 4: all placed on node 2.
+(f) node 2 (legacy's only replica) SIGKILLed: once its key expired a sender to legacy on
+    node 1 is refused "offline: its only replica, node 2, is down"; restarted, it leads
+    legacy again in epoch 1 (node 1 redirects there) and serves its records.
+(g) etcd SIGKILLed: 20 sends to an RF-1 topic on its node 0.5 s later and again after 2.5
+    lease TTLs are all accepted (one replica: no fence), and read back once etcd is back."""
 
 import json
 import os
@@ -44,8 +50,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, Receiver, Sender, cluster_sets, get_json, read_keys,  # noqa: E402
-                        start_nodes, wait_for)
+from mqdcluster import (TTL_MS, Etcd, Receiver, Sender, cluster_sets, get_json,  # noqa: E402
+                        read_keys, start_nodes, wait_for)
 from mqdtest import SLOW, check, log, skip  # noqa: E402
 
 N = 200
@@ -461,6 +467,52 @@ def case_delete_recreate(etcd, brokers):
         % td["id"])
 
 
+def case_offline(etcd, brokers):
+    b2 = brokers[2]
+    b2.kill()
+    t0 = time.monotonic()
+    wait_for("node 2's key gone", lambda: "/mqd/nodes/2" not in read_keys(etcd.port, "/mqd/nodes/"), 15)
+    gone = time.monotonic() - t0
+    x = Sender(brokers[1].url, "legacy", 1, "x")
+    mqdtest.run_container(x, 30)
+    check(x.link_cond and x.link_cond[0] == "amqp:resource-limit-exceeded" and
+          "only replica, node 2, is down" in x.link_cond[1], "legacy with node 2 down: %r" % (x.link_cond,))
+    log("(f) node 2 SIGKILLed: its key went %.1f s later; a sender to legacy on node 1: %r"
+        % (gone, x.link_cond[1]))
+    b2.start()
+    wait_for("node 2 back in etcd", lambda: "/mqd/nodes/2" in read_keys(etcd.port, "/mqd/nodes/"), 15)
+    x, path = follow(brokers, lambda url: Sender(url, "legacy", 1, "back"), 1)
+    check(path == [1, 2] and x.accepted == 1, "legacy after node 2's restart: %r %s" % (path, x.status()))
+    check(state(etcd, "legacy")["epoch"] == 1 and state(etcd, "legacy")["leader"] == 2,
+          "legacy's state %r" % state(etcd, "legacy"))
+    r = Receiver(b2.url, "legacy/ConsumerGroups/g3", 11)
+    mqdtest.run_container(r, 60)
+    check(sorted(r.bodies) == sorted(["new-%d" % k for k in range(10)] + ["back-0"]), "read %r" % r.bodies)
+    log("(f) node 2 restarted: leads legacy again in epoch 1, its 10 records and 1 more read")
+
+
+def case_etcd_away(etcd, brokers):
+    td = registration(etcd, "race0")
+    home = brokers[td["home"]]
+    etcd.kill()
+    outcomes = []
+    for k, pause in enumerate((0.5, 2.5 * TTL_MS / 1000.0)):
+        time.sleep(pause * SLOW)
+        x = Sender(home.url, "race0", 20, "away%d" % k)
+        mqdtest.run_container(x, 60)
+        outcomes.append((x.accepted, len(x.rejected), x.link_cond))
+    etcd.start()
+    log("(g) etcd SIGKILLed: 20 sends to RF-1 race0 on its node 0.5 s and %.1f s later: %r"
+        % (0.5 + 2.5 * TTL_MS / 1000.0, outcomes))
+    check(all(o == (20, 0, None) for o in outcomes), "sends while etcd was away: %r" % outcomes)
+    wait_for("the nodes back in etcd", lambda: len(read_keys(etcd.port, "/mqd/nodes/")) == 4, 30)
+    r = Receiver(home.url, "race0/ConsumerGroups/g4", 120)
+    mqdtest.run_container(r, 60)
+    check(len(r.bodies) == 120 and sum(b.startswith("away") for b in r.bodies) == 40,
+          "race0 holds %d, %d sent while etcd was away" % (len(r.bodies),
+                                                          sum(b.startswith("away") for b in r.bodies)))
+
+
 def body(t):
     if shutil.which("etcd") is None:
         skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
@@ -481,9 +533,16 @@ def body(t):
     with coll.case("(d) a node with single-node topics joins"):
         case_upgrade(t, etcd, brokers)
         upgraded = True
+    recreated = False
     with coll.case("(e) delete and re-create an RF-1 topic from another node"):
         check(upgraded, "case (d) failed")
         case_delete_recreate(etcd, brokers)
+        recreated = True
+    with coll.case("(f) an RF-1 topic's node down: offline; back: it leads again"):
+        check(recreated, "case (e) failed")
+        case_offline(etcd, brokers)
+    with coll.case("(g) RF-1 topics take sends while etcd is away"):
+        case_etcd_away(etcd, brokers)
     coll.finish()
 
 
