@@ -319,10 +319,15 @@ static int reg_send(mqd_repl_t *r, const char *name, const mqd_repl_tdesc_t *td,
     return rc;
 }
 
+/* A copy with an identity was registered before (etcd lost it): it keeps its
+ * replication_factor. One without was never registered (single-node data, an older RF-1
+ * topic): it becomes a topic of replication_factor 1 on this node whatever the node's
+ * config says now, since a controller's placement could make another, empty, replica its
+ * leader and this one truncate its records to that. */
 void mqd_repl_topic_register(mqd_repl_t *r, mqd_topic_t *t)
 {
     const char *name = mqd_topic_name(t);
-    uint32_t rf = mqd_topic_conf(t)->replication_factor;
+    uint32_t rf = mqd_topic_uid(t)[0] ? mqd_topic_conf(t)->replication_factor : 1;
     mqd_repl_tdesc_t td = {mqd_topic_nparts(t), rf, NULL, "", rf == 1 ? r->conf->node_id : 0};
     if (mqd_repl_tn_find(r->regs, name) || !r->etcd)
         return;

@@ -383,6 +383,13 @@ static void unregistered_copy(mqd_repl_t *r, const rtopic_t *rt, mqd_topic_t *t)
         }
         return;
     }
+    /* not a replica of anything: a watermark the checkpoint seeded at start (its
+       settings may say replication_factor > 1) would only hide its records from describe */
+    for (uint32_t i = 0; i < mqd_topic_nparts(t); i++) {
+        mqd_part_t *p = mqd_topic_part(t, i);
+        if (mqd_part_hw_set(p))
+            mqd_part_set_hw(p, mqd_plog_stable_offset(mqd_part_log(p)));
+    }
     tname_t *q = mqd_repl_tn_add(&r->quars, name);
     if (!q || q->logged)
         return;

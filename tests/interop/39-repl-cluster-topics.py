@@ -24,8 +24,8 @@ node 4 that first runs alone).
     auto-creates `auto3` on node 3 gets replication_factor 3 too and its sends accepted.
 (d) upgrade: node 4 runs alone first (cluster = none) with `legacy` (100 messages),
     `orders` (30 of its own) and a declared, empty `decl` (node 1 auto-created the
-    cluster's `decl`); then it joins the cluster: it registers legacy with itself as its
-    only replica and leader (nodes 1-3 redirect to it, a receiver there reads the 100),
+    cluster's `decl`); then it joins the cluster (its config now says replication_factor
+    3 for every topic): it registers legacy with itself as its only replica and leader (nodes 1-3 redirect to it, a receiver there reads the 100),
     its empty decl gives way to the cluster's (copy deleted, links redirected to node 1),
     and its own orders is kept (30 records on disk) but not served (logged loudly, links
     to orders on node 4 go to node 1, `topic show` says quarantined).
@@ -388,7 +388,10 @@ def case_upgrade(t, etcd, brokers):
     b4.stop()
     x, _ = follow(brokers, lambda url: Sender(url, "decl", 5, "d"), 1)
     check(x.accepted == 5, "decl on node 1: %s" % x.status())
-    b4.sets = dict(cluster_sets(etcd, 4, "d"), **{"topic.decl.partitions": "1"})
+    # with replication_factor 3 for every topic in its config now: its own topics from
+    # before still become RF-1 topics on it (a placement elsewhere would truncate them)
+    b4.sets = dict(cluster_sets(etcd, 4, "d"), **{"topic.decl.partitions": "1",
+                                                  "replication_factor": "3"})
     b4.start()
     brokers[4] = b4
     td = wait_for("legacy registered by node 4", lambda: registration(etcd, "legacy"), 15)
