@@ -501,12 +501,12 @@ static void ids_of(json_t *a, char *buf, size_t len)
 static void show_placement(json_t *o)
 {
     json_t *pl = json_object_get(o, "placement"), *v;
+    if (json_is_true(json_object_get(o, "quarantined")))
+        printf("this node's copy is not the cluster's topic of that name: kept, not served\n");
     if (!pl)
         return;
     if (json_is_false(json_object_get(o, "local")))
         printf("not held on this node (served by the leaders below)\n");
-    if (json_is_true(json_object_get(o, "quarantined")))
-        printf("this node's copy is not the cluster's topic of that name: kept, not served\n");
     const char *head[] = {"PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR"};
     table_t t = {.ncols = 5, .head = head};
     size_t i;

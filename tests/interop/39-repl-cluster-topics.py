@@ -425,6 +425,8 @@ def case_upgrade(t, etcd, brokers):
           % (x.link_cond, x.bodies))
     sh = show(b4, "orders")
     check(sh and sh.get("quarantined") is True and sh["messages"] == 30, "topic show on node 4: %r" % sh)
+    txt = mqctl_ok(b4, "topic", "describe", "orders")
+    check("kept, not served" in txt, "describe on node 4: %r" % txt)
     log("(d) node 4's empty decl gave way, its own orders (30) is kept, not served")
 
 
