@@ -78,7 +78,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, Props, Sender, b64, cluster_sets, count_records,  # noqa: E402
+from mqdcluster import (repl_user_sets, Etcd, Props, Sender, b64, cluster_sets, count_records,  # noqa: E402
                         get_json, partition_bytes, post, read_keys, wait_for)
 from mqdtest import SLOW, check, fail, log, skip  # noqa: E402
 from proton import SSLDomain, uint, ulong  # noqa: E402
@@ -117,18 +117,6 @@ SERVER_EXT = "subjectAltName=IP:127.0.0.1"
 CLIENT_EXT = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth"
 
 
-def repl_user_sets():
-    """A [user repl] (mqd-passwd) that followers log in as (as tests 80 and 99)."""
-    passwd = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
-    if not os.access(passwd, os.X_OK):
-        skip("mqd-passwd not built")
-    r = subprocess.run([passwd, "--plain", "--iterations", "1000", "repl"], input=b"s3cret\n",
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
-    h = [ln.split("=", 1)[1].strip() for ln in r.stdout.decode().splitlines()
-         if ln.startswith("password_hash")]
-    return {"user.repl.password_hash": h[0], "replication_user": "repl",
-            "replication_password": "s3cret"}
 
 
 class Probe(mqdtest.Client):

@@ -35,7 +35,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, cluster_sets, get_json, read_keys, stopped_logs_equal,  # noqa: E402
+from mqdcluster import (repl_user_sets, Etcd, cluster_sets, get_json, read_keys, stopped_logs_equal,  # noqa: E402
                         wait_for)
 from mqdcrash import Consumer, Producer, drain  # noqa: E402
 from mqdtest import SLOW, check, log, skip  # noqa: E402
@@ -47,16 +47,6 @@ TOPIC = "rb"
 KEYS = ["/mqd/partitions/%s/%d" % (TOPIC, p) for p in range(NPARTS)]
 
 
-def repl_user_sets():
-    import subprocess
-    passwd = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
-    if not os.access(passwd, os.X_OK):
-        skip("mqd-passwd not built")
-    r = subprocess.run([passwd, "--plain", "--iterations", "1000", "repl"], input=b"s3cret\n",
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
-    h = [ln.split("=", 1)[1].strip() for ln in r.stdout.decode().splitlines() if ln.startswith("password_hash")]
-    return {"user.repl.password_hash": h[0], "replication_user": "repl", "replication_password": "s3cret"}
 
 
 def states(etcd):

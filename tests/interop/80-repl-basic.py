@@ -31,13 +31,12 @@ real mqd nodes (node_id 1..3, racks a/b/c) on loopback, each with its own data d
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, Props, Receiver, Sender, cluster_sets, count_records,  # noqa: E402
+from mqdcluster import (repl_user_sets, Etcd, Props, Receiver, Sender, cluster_sets, count_records,  # noqa: E402
                         get_json, partition_bytes, read_keys, wait_for)
 from mqdtest import check, log, skip  # noqa: E402
 from proton import uint, ulong  # noqa: E402
@@ -46,16 +45,6 @@ N = 2000
 RACKS = {1: "a", 2: "b", 3: "c"}
 
 
-def repl_user_sets():
-    """A [user repl] (mqd-passwd) that followers log in as: replication_user / _password."""
-    passwd = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
-    if not os.access(passwd, os.X_OK):
-        skip("mqd-passwd not built")
-    r = subprocess.run([passwd, "--plain", "--iterations", "1000", "repl"], input=b"s3cret\n",
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
-    h = [ln.split("=", 1)[1].strip() for ln in r.stdout.decode().splitlines() if ln.startswith("password_hash")]
-    return {"user.repl.password_hash": h[0], "replication_user": "repl", "replication_password": "s3cret"}
 
 
 def start_cluster(t, etcd, **extra):

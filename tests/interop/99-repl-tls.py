@@ -36,7 +36,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (Etcd, Props, Sender, cluster_sets, count_records,  # noqa: E402
+from mqdcluster import (repl_user_sets, Etcd, Props, Sender, cluster_sets, count_records,  # noqa: E402
                         get_json, partition_bytes, read_keys, wait_for)
 from mqdtest import SLOW, check, fail, log, skip  # noqa: E402
 from proton import SSLDomain, uint, ulong  # noqa: E402
@@ -70,18 +70,6 @@ def make_pki(d):
     return {k: os.path.join(d, k) for k in ("ca.crt", "wrong-ca.crt")}
 
 
-def repl_user_sets():
-    """A [user repl] (mqd-passwd) that followers log in as (as test 80)."""
-    passwd = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
-    if not os.access(passwd, os.X_OK):
-        skip("mqd-passwd not built")
-    r = subprocess.run([passwd, "--plain", "--iterations", "1000", "repl"], input=b"s3cret\n",
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
-    h = [ln.split("=", 1)[1].strip() for ln in r.stdout.decode().splitlines()
-         if ln.startswith("password_hash")]
-    return {"user.repl.password_hash": h[0], "replication_user": "repl",
-            "replication_password": "s3cret"}
 
 
 class PlainFetch(mqdtest.Client):

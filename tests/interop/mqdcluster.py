@@ -115,6 +115,21 @@ def cluster_sets(etcd, node_id, rack, **extra):
     return s
 
 
+def repl_user_sets():
+    """The settings of a [user repl] (its mqd-passwd hash) that followers log in as with
+    SASL PLAIN: replication_user repl, replication_password s3cret (tests 38, 80, 99, 100)."""
+    passwd = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
+    if not os.access(passwd, os.X_OK):
+        mqdtest.skip("mqd-passwd not built")
+    r = subprocess.run([passwd, "--plain", "--iterations", "1000", "repl"], input=b"s3cret\n",
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    mqdtest.check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
+    h = [ln.split("=", 1)[1].strip() for ln in r.stdout.decode().splitlines()
+         if ln.startswith("password_hash")]
+    return {"user.repl.password_hash": h[0], "replication_user": "repl",
+            "replication_password": "s3cret"}
+
+
 def start_nodes(t, etcd, racks, sets_of=lambda i: {}, via=None):
     """One broker per rack (node i with cluster_sets plus sets_of(i), reaching etcd
     through via[i] when given, else etcd itself), started; returned once every node is
