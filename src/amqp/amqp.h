@@ -19,6 +19,10 @@ void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
  * `to` (its info as an attach refused by mqd_link_redirect has it), releasing what it
  * held: a leader that stepped down sends its clients to the new one. */
 void mqd_link_detach_redirect(mqd_lstate_t *ls, const mqd_redirect_t *to);
+/* link.c: runs again the attach of every link that waits for the cluster to decide
+ * where topic `topic` is (mqd_repl_hooks_t route answered MQD_ROUTE_WAIT: unanswered, no
+ * link state); each is answered now or waits again. Returns how many it found. */
+size_t mqd_amqp_attach_again(mqd_server_t *s, const char *topic);
 /* link.c: gives producers their credit back once the watermarks clear (periodic). */
 void mqd_producers_refill(mqd_server_t *s);
 /* dispatch.c: delivers to the consumers of every topic queued by mqd_topic_dispatch_soon

@@ -48,6 +48,11 @@ typedef struct mqd_alink {
 
 /* Refuses the attach with amqp:link:redirect naming `to` (AMQP 1.0 2.8.17). */
 void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to);
+/* In a cluster, where a link to partition part (-1: the whole topic) of `topic` belongs
+ * (the repl hook `route`; t: this node's copy or NULL): MQD_ROUTE_HERE to go on; after
+ * MQD_ROUTE_REDIRECT or _REFUSE l was answered; after MQD_ROUTE_WAIT it is left unanswered,
+ * with no link state, until mqd_amqp_attach_again runs its attach again. */
+int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part, mqd_topic_t *t);
 /* Allocates a link state and makes it the link's context. */
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind);
 

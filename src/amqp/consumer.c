@@ -383,6 +383,11 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
         mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to receive from '%s'", addr);
         return MQD_EINVAL;
     }
+    *t = mqd_topic_find(mqd_conn_srv(c), a->topic);
+    int how = mqd_link_route(c, l, a->topic,
+                             a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition : -1, *t);
+    if (how != MQD_ROUTE_HERE)
+        return MQD_EAGAIN; /* refused, redirected, or waiting for the cluster */
     bool create = mqd_may_create(c, a->topic);
     int trc = mqd_topic_get_as(c, a->topic, create, t);
     if (trc == MQD_ENOENT && mqd_create_forbidden(c, a->topic)) {
@@ -396,14 +401,6 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
     if (a->kind == MQD_ADDR_GROUP_PARTITION && a->partition >= mqd_topic_nparts(*t)) {
         mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
         return MQD_ENOENT;
-    }
-    mqd_redirect_t to;
-    mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
-    if (rh->redirect &&
-        rh->redirect(rh->arg, *t, a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition : -1,
-                     &to)) {
-        mqd_link_redirect(l, &to);
-        return MQD_EAGAIN;
     }
     if (a->kind != MQD_ADDR_TOPIC && strcmp(a->group, MQD_SHARED_GROUP) == 0) {
         mqd_link_refuse(l, "amqp:resource-locked", "group $shared is in shared mode: '%s'", addr);

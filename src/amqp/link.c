@@ -145,6 +145,15 @@ bool mqd_may_create(mqd_conn_t *c, const char *topic)
     return mqd_topic_find(s, topic) || mqd_auth_allowed(c, MQD_PERM_CREATE, topic);
 }
 
+/* mqd_may_create for a topic this node has no copy of, without logging a refusal (the
+ * cluster's route hook asks before the create itself is tried). */
+static bool may_create_quiet(mqd_conn_t *c, const char *topic)
+{
+    mqd_server_t *s = mqd_conn_srv(c);
+    return mqd_srv_conf(s)->auto_create_topics && strncmp(topic, "$tmp.", 5) != 0 &&
+           mqd_auth_may(c, MQD_PERM_CREATE, topic) && mqd_topic_may_create_now(c, topic);
+}
+
 bool mqd_create_forbidden(mqd_conn_t *c, const char *topic)
 {
     mqd_server_t *s = mqd_conn_srv(c);
@@ -213,8 +222,16 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'",
                                    addr);
         mqd_ls_set_acl_perm(ls, MQD_PERM_SEND);
+        mqd_topic_t *t = mqd_topic_find(s, a.topic);
+        int how = mqd_link_route(c, l, a.topic,
+                                 a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t);
+        if (how == MQD_ROUTE_WAIT) { /* attached again (mqd_amqp_attach_again) */
+            pn_link_set_context(l, NULL);
+            return mqd_lstate_free(ls);
+        }
+        if (how != MQD_ROUTE_HERE)
+            return; /* refused or redirected */
         bool create = mqd_may_create(c, a.topic);
-        mqd_topic_t *t;
         int trc = mqd_topic_get_as(c, a.topic, create, &t);
         if (trc == MQD_ENOENT && mqd_create_forbidden(c, a.topic))
             return mqd_link_refuse(l, "amqp:unauthorized-access", MQD_CREATE_FORBIDDEN, a.topic);
@@ -223,11 +240,6 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
                                    a.topic);
         if (a.kind == MQD_ADDR_PARTITION && a.partition >= mqd_topic_nparts(t))
             return mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
-        mqd_redirect_t to;
-        mqd_repl_hooks_t *rh = mqd_srv_repl(s);
-        if (rh->redirect &&
-            rh->redirect(rh->arg, t, a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, &to))
-            return mqd_link_redirect(l, &to);
         if (link_acks(l, &al->acks_set, &al->acks) != 0)
             return mqd_link_refuse(l, "amqp:invalid-field",
                                    "link property mqd:acks must be leader, quorum or all%s", "");
@@ -271,9 +283,33 @@ static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t
     return mqd_ls_part(ls) % nparts;
 }
 
+/* A relayed message to a topic this node has no copy of, in a cluster: where it is (or
+ * that it is being registered) in *desc, with its condition; false: go on here. */
+static bool relay_route(mqd_conn_t *c, const char *topic, int64_t part, mqd_topic_t *t,
+                        const char **cond, char *desc, size_t desclen)
+{
+    mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
+    mqd_redirect_t to;
+    if (!rh->route)
+        return false;
+    *cond = "amqp:not-found";
+    bool created = false;
+    int how = rh->route(rh->arg, topic, t, part, !t && may_create_quiet(c, topic), false, &to, cond,
+                        desc, desclen, &created);
+    if (created)
+        mqd_topic_charge_create(c, topic);
+    if (how == MQD_ROUTE_REDIRECT) {
+        *cond = "amqp:precondition-failed";
+        snprintf(desc, desclen, "topic '%.200s' is served by %.200s:%u: send it there", topic,
+                 to.host, (unsigned)to.port);
+    }
+    return how != MQD_ROUTE_HERE;
+}
+
 /* Anonymous relay: the topic named by the message's `to`. */
 static mqd_topic_t *relay_topic(mqd_conn_t *c, const uint8_t *p, const mqd_msg_info_t *mi,
-                                uint32_t *fixed, bool *has_fixed, int *why)
+                                uint32_t *fixed, bool *has_fixed, int *why, const char **cond,
+                                char *desc, size_t desclen)
 {
     mqd_addr_t a;
     *has_fixed = false;
@@ -282,7 +318,12 @@ static mqd_topic_t *relay_topic(mqd_conn_t *c, const uint8_t *p, const mqd_msg_i
         return NULL;
     if (a.kind != MQD_ADDR_TOPIC && a.kind != MQD_ADDR_PARTITION)
         return NULL;
-    mqd_topic_t *t;
+    mqd_topic_t *t = mqd_topic_find(mqd_conn_srv(c), a.topic);
+    if (!t && relay_route(c, a.topic, a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t,
+                          cond, desc, desclen)) {
+        *why = MQD_ESTATE; /* desc says why */
+        return NULL;
+    }
     bool create = mqd_may_create(c, a.topic);
     int rc = mqd_topic_get_as(c, a.topic, create, &t);
     if (rc == MQD_ENOENT && mqd_create_forbidden(c, a.topic)) {
@@ -389,12 +430,16 @@ static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
     const char *tmp_name = mqd_ls_tmp_name(ls);
     *has_fixed = false;
     int why = MQD_ENOENT;
+    const char *cond = "amqp:not-found";
+    char desc[512] = "";
     if (tmp_name)
         t = mqd_topic_find(mqd_conn_srv(c), tmp_name);
     else if (!t)
-        t = relay_topic(c, msg, mi, fixed, has_fixed, &why);
+        t = relay_topic(c, msg, mi, fixed, has_fixed, &why, &cond, desc, sizeof desc);
     if (!t) {
-        if (!presettled && why == MQD_EAGAIN)
+        if (!presettled && why == MQD_ESTATE)
+            mqd_delivery_reject(d, cond, desc);
+        else if (!presettled && why == MQD_EAGAIN)
             mqd_delivery_reject(d, "amqp:resource-limit-exceeded",
                                 "topic limit reached (max_topics, max_topics_per_connection): "
                                 "the address in `to` is not created");
@@ -824,6 +869,61 @@ static void connection_open(mqd_conn_t *c, pn_connection_t *pc)
     const char *user = mqd_conn_user(c);
     MQD_INFO("conn", "open peer=%s user=%s container=%s", mqd_conn_peer(c),
              user[0] ? user : "anonymous", pn_connection_remote_container(pc) ?: "-");
+}
+
+int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part, mqd_topic_t *t)
+{
+    mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
+    mqd_redirect_t to;
+    const char *cond = "amqp:not-found";
+    char err[512] = "";
+    if (!rh->route)
+        return MQD_ROUTE_HERE;
+    bool created = false;
+    int how = rh->route(rh->arg, topic, t, part, !t && may_create_quiet(c, topic), true, &to, &cond,
+                        err, sizeof err, &created);
+    if (created)
+        mqd_topic_charge_create(c, topic);
+    if (how == MQD_ROUTE_REDIRECT)
+        mqd_link_redirect(l, &to);
+    else if (how == MQD_ROUTE_REFUSE)
+        mqd_link_refuse(l, cond, "%s", err);
+    else if (how == MQD_ROUTE_WAIT)
+        MQD_DEBUG("link", "attach of %s to %s waits for the cluster", pn_link_name(l), topic);
+    return how;
+}
+
+size_t mqd_amqp_attach_again(mqd_server_t *s, const char *topic)
+{
+    size_t n = 0;
+    const pn_state_t parked = PN_LOCAL_UNINIT | PN_REMOTE_ACTIVE;
+    mqd_dlist_t *conns = mqd_srv_conns(s);
+    for (mqd_dlist_t *cn = conns->next; cn != conns; cn = cn->next) {
+        mqd_conn_t *c = mqd_conn_of_node(cn);
+        bool touched = false;
+        if (mqd_conn_client(c) || mqd_conn_closed(c))
+            continue; /* outbound connections' links are their owner's */
+        pn_connection_t *pc = mqd_conn_driver(c)->connection;
+        for (pn_link_t *l = pn_link_head(pc, parked), *next; l; l = next) {
+            next = pn_link_next(l, parked);
+            pn_terminus_t *tm =
+                pn_link_is_receiver(l) ? pn_link_remote_target(l) : pn_link_remote_source(l);
+            const char *addr = pn_terminus_get_address(tm);
+            mqd_addr_t a;
+            if (pn_link_get_context(l) || !addr || mqd_addr_parse(addr, strlen(addr), &a) != 0 ||
+                strcmp(a.topic, topic) != 0)
+                continue;
+            if (pn_link_is_receiver(l))
+                producer_attach(c, l);
+            else
+                mqd_consumer_attach(c, l);
+            touched = true;
+            n++;
+        }
+        if (touched)
+            mqd_conn_mark_dirty(c);
+    }
+    return n;
 }
 
 static void link_remote_open(mqd_conn_t *c, pn_link_t *l)

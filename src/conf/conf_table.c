@@ -392,10 +392,12 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     /* ---- replication (issue 19; src/repl/): cluster = etcd only ---- */
     {"replication_factor", MQD_CT_UINT, MQD_CS_BOTH, 1, 16, "1", NULL, NULL,
      T_FIELD(replication_factor), NULL, NULL,
-     "Copies of each partition of the topic in a cluster (cluster = etcd). 1: the topic "
-     "stays on the node that created it, unreplicated. More: the topic is registered in "
-     "etcd and the controller places the copies on distinct racks where possible. Fixed "
-     "when the topic is created.",
+     "Copies of each partition of the topic in a cluster (cluster = etcd). Every topic of "
+     "a cluster is registered in etcd: with 1 its partitions are on the node that created "
+     "it (the only replica and leader), with more the controller places the copies on "
+     "distinct racks where possible. Fixed when the topic is created; a topic created "
+     "without it (no management setting, no [topic] section, not in the global part) gets "
+     "default_replication_factor.",
      false},
     {"acks", MQD_CT_ENUM, MQD_CS_BOTH, 0, 0, "all", NULL, NULL, T_FIELD(acks), acks_names, NULL,
      "A replicated send is accepted once: leader: the leader's log holds it (its flush "
@@ -419,6 +421,13 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "A follower that has not caught up with its leader's log end for this long leaves the "
      "in-sync set (the leader writes the partition's etcd key); it rejoins once caught up.",
      false},
+    {"default_replication_factor", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 16, "1", NULL, NULL,
+     G_FIELD(default_replication_factor), NULL, NULL,
+     "replication_factor of a topic created in a cluster without one: by a link that names "
+     "a new address (auto_create_topics) or by management without the setting (Kafka's "
+     "default.replication.factor). A value above the live nodes waits for them, as any "
+     "placement does. Reloadable (SIGHUP).",
+     true},
     {"auto_leader_rebalance", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "on", NULL, NULL,
      G_FIELD(auto_leader_rebalance), NULL, NULL,
      "On: every leader_rebalance_interval_ms each leader looks at the nodes whose share of "

@@ -253,12 +253,23 @@ typedef struct mqd_redirect {
     char address[512];
 } mqd_redirect_t;
 typedef void (*mqd_repl_done_fn)(void *arg, int status, const char *desc);
+enum { MQD_ROUTE_HERE = 0, MQD_ROUTE_REDIRECT, MQD_ROUTE_WAIT, MQD_ROUTE_REFUSE };
 typedef struct mqd_repl_hooks {
     /* A topic was created on this node (management, auto-create, a replica). */
     void (*topic_created)(void *arg, struct mqd_topic *t);
-    /* A link to partition `part` of t (-1: the whole topic) is attaching: true when this
-     * node must refuse it with amqp:link:redirect to *to (filled). */
-    bool (*redirect)(void *arg, struct mqd_topic *t, int64_t part, mqd_redirect_t *to);
+    /* A link to partition `part` (-1: the whole topic) of topic `name` is attaching, or a
+     * message of the anonymous relay names it (may_wait false); t is this node's copy,
+     * NULL when it has none; may_create: the link could create it (auto_create_topics and
+     * the `create` right). Returns MQD_ROUTE_HERE to go on (with t NULL: create it, or
+     * refuse it as not found, as on a single node), MQD_ROUTE_REDIRECT (*to filled: refuse
+     * with amqp:link:redirect), MQD_ROUTE_WAIT (leave the attach unanswered: repl calls
+     * mqd_amqp_attach_again for the name once it knows more, e.g. when its registration
+     * in etcd was answered; never when !may_wait) or MQD_ROUTE_REFUSE (*cond and the
+     * reason in err). *created: this call started the name's registration (the caller
+     * counts the create against the link's connection). */
+    int (*route)(void *arg, const char *name, struct mqd_topic *t, int64_t part, bool may_create,
+                 bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen,
+                 bool *created);
     /* A send with `acks` (mqd_acks_t) to partition part of t: NULL to go on, else the
      * reason to reject it (a static text) and *cond its AMQP error condition. */
     const char *(*send_check)(void *arg, struct mqd_topic *t, uint32_t part, int acks,
@@ -311,6 +322,24 @@ typedef struct mqd_repl_hooks {
      * 409 (replication_factor cannot change), 503. */
     int (*topic_alter)(void *arg, const char *name, uint32_t nparts, const char *overrides_json,
                        mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
+    /* $management CREATE (mqctl topic create) in a cluster: the name is registered in etcd
+     * (create if absent) before any node holds it; this node makes its copy when it is a
+     * replica (always with replication_factor 1: the creating node holds those). 0:
+     * started, done(done_arg, 201 or 409/503, desc) once etcd answered; else a status
+     * with err: 404 not a cluster topic (the caller creates it locally), 400, 409 (the
+     * name is registered, or being registered), 503. */
+    int (*topic_create)(void *arg, const char *name, uint32_t nparts, const char *overrides_json,
+                        mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
+    /* $management READ and QUERY of topics: writes what the cluster holds of topic `name`
+     * into the map d is inside (keys "replication_factor", "id", "home" and "placement": a
+     * list of maps {partition, leader, epoch, replicas, isr}) and, when this node has no
+     * copy (t NULL), also "name", "partitions", "overrides" and "local" false; false
+     * (nothing more written) when the name is not registered. A copy here that is not the
+     * cluster's topic of its name (never registered: kept, not served) gets "quarantined"
+     * true. */
+    bool (*topic_describe)(void *arg, const char *name, struct mqd_topic *t, pn_data_t *d);
+    /* Calls fn(fn_arg, name) for every topic registered in the cluster. */
+    void (*topic_names)(void *arg, void (*fn)(void *fn_arg, const char *name), void *fn_arg);
     void *arg;
 } mqd_repl_hooks_t;
 
@@ -435,6 +464,11 @@ bool mqd_topic_limit_reached(mqd_server_t *s, const char *name);
  * against c's max_topics_per_connection. MQD_EAGAIN when a limit refuses the creation
  * (the caller answers amqp:resource-limit-exceeded), MQD_ENOENT when !create and none. */
 int mqd_topic_get_as(mqd_conn_t *c, const char *name, bool create, mqd_topic_t **out);
+/* In a cluster a link's create is a registration in etcd first (repl): whether c may
+ * create `name` now under both limits (nothing logged, nothing counted), and the create
+ * counted against c once repl started it. */
+bool mqd_topic_may_create_now(mqd_conn_t *c, const char *name);
+void mqd_topic_charge_create(mqd_conn_t *c, const char *name);
 
 /* topic.c */
 int mqd_topic_get(mqd_server_t *s, const char *name, bool create, uint32_t create_parts, mqd_topic_t **out);

@@ -56,3 +56,18 @@ int mqd_topic_get_as(mqd_conn_t *c, const char *name, bool create, mqd_topic_t *
         c->topics_created++;
     return rc;
 }
+
+bool mqd_topic_may_create_now(mqd_conn_t *c, const char *name)
+{
+    mqd_server_t *s = c->srv;
+    uint32_t max = s->conf->max_topics, per = s->conf->max_topics_per_connection;
+    if (strncmp(name, "$tmp.", 5) == 0)
+        return true;
+    return !(max && s->n_topics >= max) && !(per && c->topics_created >= per);
+}
+
+void mqd_topic_charge_create(mqd_conn_t *c, const char *name)
+{
+    if (strncmp(name, "$tmp.", 5) != 0)
+        c->topics_created++;
+}

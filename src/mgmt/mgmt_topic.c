@@ -208,7 +208,29 @@ static void put_topic(pn_data_t *d, mqd_topic_t *t)
     mqd_mgmt_kv_long(d, "bytes_in", (int64_t)st.bytes_in);
     mqd_mgmt_kv_long(d, "messages_out", (int64_t)st.msgs_out);
     mqd_mgmt_kv_long(d, "bytes_out", (int64_t)st.bytes_out);
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(mqd_topic_srv(t));
+    if (repl->topic_describe) /* a cluster: its placement */
+        repl->topic_describe(repl->arg, mqd_topic_name(t), t, d);
     pn_data_exit(d);
+}
+
+/* A topic the cluster registered that this node holds no copy of: what etcd says (its
+ * partitions' leaders, replicas and in-sync sets); false (nothing written) when there is
+ * none of that name. */
+static bool put_registered(mqd_server_t *s, pn_data_t *d, const char *name)
+{
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(s);
+    pn_data_t *m = repl->topic_describe ? pn_data(16) : NULL;
+    if (!m)
+        return false;
+    pn_data_put_map(m);
+    pn_data_enter(m);
+    bool ok = repl->topic_describe(repl->arg, name, NULL, m);
+    pn_data_exit(m);
+    if (ok)
+        ok = pn_data_append(d, m) == 0;
+    pn_data_free(m);
+    return ok;
 }
 
 /* The named, non-temporary topic, or NULL after setting a 400/404 status. */
@@ -274,6 +296,23 @@ static void on_built(void *arg, int rc, mqd_topic_t *t)
     mqd_mgmt_finish(l, mqd_mgmt_status_of(rc), desc, NULL, NULL);
 }
 
+typedef int (*cluster_call_fn)(mqd_mgmt_req_t *r, mqd_repl_done_fn done, void *arg, char *err,
+                               size_t errlen, const void *how);
+static bool via_cluster(mqd_mgmt_req_t *r, cluster_call_fn call, const void *how);
+
+typedef struct alter_args {
+    uint32_t nparts;
+    const char *ov;
+} alter_args_t;
+
+static int call_create(mqd_mgmt_req_t *r, mqd_repl_done_fn done, void *arg, char *err,
+                       size_t errlen, const void *how)
+{
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(r->s);
+    const alter_args_t *a = how;
+    return repl->topic_create(repl->arg, r->name, a->nparts, a->ov, done, arg, err, errlen);
+}
+
 static int topic_create(mqd_mgmt_req_t *r)
 {
     uint32_t nparts;
@@ -284,6 +323,12 @@ static int topic_create(mqd_mgmt_req_t *r)
     char *ov;
     if (!overrides_of(r, &ov))
         return r->status;
+    /* in a cluster the name is registered in etcd first: any node then answers for it */
+    alter_args_t ca = {nparts, ov};
+    if (mqd_srv_repl(r->s)->topic_create && via_cluster(r, call_create, &ca)) {
+        free(ov);
+        return r->deferred ? 0 : r->status;
+    }
     mqd_topic_t *t = NULL;
     int rc;
     mqd_mgmt_later_t *l = nparts > SYNC_PARTITIONS ? mqd_mgmt_defer(r) : NULL;
@@ -320,8 +365,10 @@ static int topic_create(mqd_mgmt_req_t *r)
 
 static int topic_read(mqd_mgmt_req_t *r)
 {
-    mqd_topic_t *t = named_topic(r);
-    if (!t)
+    mqd_topic_t *t = r->name && *r->name ? mqd_topic_find(r->s, r->name) : NULL;
+    if (!t && r->name && *r->name && put_registered(r->s, r->out, r->name))
+        return 200; /* the cluster's, held by other nodes */
+    if (!(t = named_topic(r)))
         return r->status;
     put_topic(r->out, t);
     return 200;
@@ -335,19 +382,28 @@ typedef struct cluster_req {
     char name[MQD_NAME_MAX + 1];
 } cluster_req_t;
 
+static void put_registered_of(pn_data_t *d, void *arg)
+{
+    cluster_req_t *q = arg;
+    put_registered(q->s, d, q->name);
+}
+
 static void cluster_done(void *arg, int status, const char *desc)
 {
     cluster_req_t *q = arg;
-    mqd_topic_t *t = status == 200 ? mqd_topic_find(q->s, q->name) : NULL;
-    mqd_mgmt_finish(q->l, status, desc, t ? put_created : NULL, t);
+    bool ok = status == 200 || status == 201;
+    mqd_topic_t *t = ok ? mqd_topic_find(q->s, q->name) : NULL;
+    if (t || !ok)
+        mqd_mgmt_finish(q->l, status, desc, t ? put_created : NULL, t);
+    else /* registered, placed on other nodes: what etcd holds */
+        mqd_mgmt_finish(q->l, status, desc, put_registered_of, q);
     free(q);
 }
 
-/* The request goes to the replication layer's hook (topic_alter or topic_delete, called
- * by `call`): true when it took it (r holds the answer, or it is deferred); false (r
- * untouched) when the topic is not replicated and the caller handles it locally. */
-typedef int (*cluster_call_fn)(mqd_mgmt_req_t *r, mqd_repl_done_fn done, void *arg, char *err,
-                               size_t errlen, const void *how);
+/* The request goes to the replication layer's hook (topic_create, topic_alter or
+ * topic_delete, called by `call`): true when it took it (r holds the answer, or it is
+ * deferred); false (r untouched) when the topic is not the cluster's and the caller
+ * handles it locally. */
 static bool via_cluster(mqd_mgmt_req_t *r, cluster_call_fn call, const void *how)
 {
     if (!r->req) { /* mqd_mgmt_call (the console): no AMQP request to answer later */
@@ -386,11 +442,6 @@ static bool via_cluster(mqd_mgmt_req_t *r, cluster_call_fn call, const void *how
     return true;
 }
 
-typedef struct alter_args {
-    uint32_t nparts;
-    const char *ov;
-} alter_args_t;
-
 static int call_alter(mqd_mgmt_req_t *r, mqd_repl_done_fn done, void *arg, char *err, size_t errlen,
                       const void *how)
 {
@@ -407,12 +458,13 @@ static int call_delete(mqd_mgmt_req_t *r, mqd_repl_done_fn done, void *arg, char
     return repl->topic_delete(repl->arg, r->name, done, arg, err, errlen);
 }
 
-/* In a cluster a replicated topic (or one this node has no copy of) is the cluster's: a
- * request about it goes through etcd and reaches every replica. */
+/* In a cluster a topic is the cluster's: a request about it goes through etcd and
+ * reaches every replica (the hook answers 404 for a node's own, e.g. a dead-letter topic,
+ * which the caller then handles here). */
 static bool cluster_topic(mqd_mgmt_req_t *r, mqd_topic_t *t)
 {
-    return !t || (!mqd_topic_temporary(t) &&
-                  (mqd_topic_conf(t)->replication_factor > 1 || mqd_topic_uid(t)[0]));
+    MQD_UNUSED(r);
+    return !t || !mqd_topic_temporary(t);
 }
 
 static int topic_update(mqd_mgmt_req_t *r)
@@ -517,30 +569,67 @@ static int topic_resume(mqd_mgmt_req_t *r)
     return 202;
 }
 
-static int cmp_topic(const void *a, const void *b)
+/* A topic to list: this node's copy, or (t NULL) a name the cluster registered. */
+typedef struct listed {
+    const char *name;
+    mqd_topic_t *t;
+} listed_t;
+
+typedef struct list_acc {
+    mqd_server_t *s;
+    listed_t *v;
+    size_t n, cap;
+    bool failed;
+} list_acc_t;
+
+static void list_add(list_acc_t *a, const char *name, mqd_topic_t *t)
 {
-    return strcmp(mqd_topic_name(*(mqd_topic_t *const *)a),
-                  mqd_topic_name(*(mqd_topic_t *const *)b));
+    listed_t *nv = mqd_array_grow(a->v, &a->cap, a->n, sizeof *nv, 64);
+    if (!nv) {
+        a->failed = true;
+        return;
+    }
+    a->v = nv;
+    a->v[a->n++] = (listed_t){name, t};
+}
+
+static void list_registered(void *arg, const char *name)
+{
+    list_acc_t *a = arg;
+    if (!mqd_topic_find(a->s, name)) /* copies here are listed as this node's */
+        list_add(a, name, NULL);
+}
+
+static int cmp_listed(const void *a, const void *b)
+{
+    return strcmp(((const listed_t *)a)->name, ((const listed_t *)b)->name);
 }
 
 static int topic_query(mqd_mgmt_req_t *r)
 {
     mqd_server_t *s = r->s;
-    size_t n_topics = mqd_srv_n_topics(s);
-    mqd_topic_t **v = calloc(n_topics + 1, sizeof *v);
-    if (!v)
-        return mqd_mgmt_fail(r, 500, "out of memory");
-    size_t n = 0;
-    for (mqd_topic_t *t = mqd_srv_topic_first(s); t && n < n_topics; t = mqd_srv_topic_next(t))
+    list_acc_t a = {.s = s};
+    for (mqd_topic_t *t = mqd_srv_topic_first(s); t; t = mqd_srv_topic_next(t))
         if (!mqd_topic_temporary(t))
-            v[n++] = t;
-    qsort(v, n, sizeof *v, cmp_topic);
+            list_add(&a, mqd_topic_name(t), t);
+    const mqd_repl_hooks_t *repl = mqd_srv_repl(s);
+    if (repl->topic_names)
+        repl->topic_names(repl->arg, list_registered, &a);
+    if (a.failed) {
+        free(a.v);
+        return mqd_mgmt_fail(r, 500, "out of memory");
+    }
+    if (a.n)
+        qsort(a.v, a.n, sizeof *a.v, cmp_listed);
     pn_data_put_list(r->out);
     pn_data_enter(r->out);
-    for (size_t i = 0; i < n; i++)
-        put_topic(r->out, v[i]);
+    for (size_t i = 0; i < a.n; i++)
+        if (a.v[i].t)
+            put_topic(r->out, a.v[i].t);
+        else
+            put_registered(s, r->out, a.v[i].name);
     pn_data_exit(r->out);
-    free(v);
+    free(a.v);
     return 200;
 }
 

@@ -76,8 +76,12 @@ static bool unplaced(mqd_repl_t *r, const rtopic_t *t, uint32_t p)
     return !rp || (rp->ps.topic_id[0] && strcmp(rp->ps.topic_id, t->td.id) != 0);
 }
 
+static bool node_alive(mqd_repl_t *r, uint32_t id);
+
 /* Places the partitions of t that have no state: only those, so that existing partitions
- * keep their replicas and leaders when a topic grows. */
+ * keep their replicas and leaders when a topic grows. A topic of replication_factor 1 with
+ * a home (reg.c) has every partition there, the ones a grow adds too; while its home is
+ * down they wait for it (its records are there). */
 void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t)
 {
     uint32_t missing = 0;
@@ -85,6 +89,19 @@ void mqd_repl_ctl_topic(mqd_repl_t *r, rtopic_t *t)
         missing += unplaced(r, t, p);
     if (missing == 0)
         return;
+    if (t->td.rf == 1 && t->td.home) {
+        if (!node_alive(r, t->td.home)) {
+            MQD_INFO("repl",
+                     "controller: topic %s: %u partitions wait for its node %" PRIu32
+                     " (not up in this node's view)",
+                     t->name, missing, t->td.home);
+            return;
+        }
+        for (uint32_t p = 0; p < t->td.partitions; p++)
+            if (unplaced(r, t, p) && create_part(r, t, p, &t->td.home) != 0)
+                break;
+        return;
+    }
     const mqd_cluster_view_t *v = mqd_cluster_view(r->m);
     mqd_repl_cand_t *c = calloc(v->n_nodes ? v->n_nodes : 1, sizeof *c);
     uint32_t *out = calloc((size_t)t->td.partitions * t->td.rf, sizeof *out);
@@ -222,6 +239,17 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
                 mqd_repl_cand_clear(r, rp->topic, rp->part);
             rp->offline = false;
             mqd_repl_cand_reset(rp);
+            continue;
+        }
+        if (rp->ps.n_replicas == 1) {
+            /* its only replica is down: nobody to elect, nothing to ask etcd; it leads
+               again, in the same epoch, when it returns */
+            if (!rp->offline)
+                MQD_INFO("repl",
+                         "controller: %s/%u: its only replica, node %" PRIu32
+                         ", is gone: offline until it returns",
+                         rp->topic, rp->part, rp->ps.leader);
+            rp->offline = true;
             continue;
         }
         uint32_t prefer;

@@ -64,6 +64,8 @@ void mqd_repl_group_saved(void *arg, mqd_topic_t *t, uint32_t part, const char *
     rpart_t *rp = mqd_repl_part_find(r, mqd_topic_name(t), part);
     if (!rp || rp->role != ROLE_LEADER || !rp->lead || !rp->local || !mqd_repl_may_ack(rp))
         return;
+    if (rp->ps.n_replicas == 1)
+        return; /* no other replica will ever lead it: meta.db's floor is the only one */
     lead_t *ld = rp->lead;
     gfloor_t *g = gfloor_get(ld, group);
     if (!g || (g->known && g->logged == floor) || only_own_records(ld, g, floor))

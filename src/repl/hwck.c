@@ -121,7 +121,7 @@ static void collect_one(mqd_repl_t *r, struct hwck *h, rpart_t *rp)
 static void collect(mqd_repl_t *r)
 {
     for (rpart_t *rp = r->parts; rp; rp = rp->next)
-        if (rp->local)
+        if (rp->local && rp->ps.n_replicas > 1) /* one replica: the stable offset is all */
             collect_one(r, r->hwck, rp);
 }
 

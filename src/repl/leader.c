@@ -276,6 +276,11 @@ static void watermark(rpart_t *rp)
     if (!mqd_repl_may_ack(rp))
         return; /* fenced: settles nothing, whatever followers report */
     uint64_t stable = mqd_plog_stable_offset(mqd_part_log(rp->local));
+    if (rp->ps.n_replicas == 1 && !mqd_part_hw_set(rp->local)) {
+        ld->hw = stable; /* the only replica: its commit point follows the stable offset, as a
+                            single node's does (settled at once, no kick per commit) */
+        return;
+    }
     uint64_t isr_leo[MQD_REPL_MAX_RF], all_leo[MQD_REPL_MAX_RF];
     size_t n_isr = 0;
     for (uint32_t i = 0; i < ld->n; i++) {

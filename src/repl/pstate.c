@@ -133,7 +133,8 @@ char *mqd_repl_tdesc_json(const mqd_repl_tdesc_t *td)
     }
     json_t *o = json_pack("{s:I,s:I,s:o}", "partitions", (json_int_t)td->partitions,
                           "replication_factor", (json_int_t)td->rf, "config", cfg);
-    if (o && td->id[0] && json_object_set_new(o, "id", json_string(td->id)) != 0) {
+    if (o && ((td->id[0] && json_object_set_new(o, "id", json_string(td->id)) != 0) ||
+              (td->home && json_object_set_new(o, "home", json_integer(td->home)) != 0))) {
         json_decref(o);
         return NULL;
     }
@@ -150,7 +151,8 @@ int mqd_repl_tdesc_parse(const char *json, size_t n, mqd_repl_tdesc_t *out)
     bool ok = json_is_object(o) && get_u32(o, "partitions", true, &td.partitions) &&
               td.partitions <= 65536 && get_u32(o, "replication_factor", true, &td.rf) &&
               td.rf <= MQD_REPL_MAX_RF && (cfg == NULL || json_is_object(cfg)) &&
-              get_id(o, "id", td.id);
+              get_id(o, "id", td.id) &&
+              (!json_object_get(o, "home") || (get_u32(o, "home", true, &td.home) && td.rf == 1));
     if (ok && cfg && json_object_size(cfg) > 0 &&
         !(td.config = json_dumps(cfg, JSON_COMPACT | JSON_SORT_KEYS)))
         ok = false;

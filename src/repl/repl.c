@@ -10,9 +10,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The partitions by (topic, partition): every send asks (send_check), and in a cluster
+ * every topic's partitions are here. */
+static size_t part_hash(const mqd_repl_t *r, const char *topic, uint32_t part)
+{
+    uint32_t h = 2166136261u ^ part;
+    while (*topic)
+        h = (h ^ (uint8_t)*topic++) * 16777619u;
+    return h & (r->idx_cap - 1);
+}
+
+static int idx_grow(mqd_repl_t *r)
+{
+    size_t cap = r->idx_cap ? r->idx_cap * 2 : 256;
+    rpart_t **nb = calloc(cap, sizeof *nb);
+    if (!nb)
+        return MQD_ENOMEM;
+    free(r->idx);
+    r->idx = nb;
+    r->idx_cap = cap;
+    for (rpart_t *rp = r->parts; rp; rp = rp->next) {
+        size_t b = part_hash(r, rp->topic, rp->part);
+        rp->hnext = r->idx[b];
+        r->idx[b] = rp;
+    }
+    return 0;
+}
+
+static void idx_del(mqd_repl_t *r, rpart_t *rp)
+{
+    if (!r->idx_cap)
+        return;
+    for (rpart_t **pp = &r->idx[part_hash(r, rp->topic, rp->part)]; *pp; pp = &(*pp)->hnext)
+        if (*pp == rp) {
+            *pp = rp->hnext;
+            return;
+        }
+}
+
 rpart_t *mqd_repl_part_find(mqd_repl_t *r, const char *topic, uint32_t part)
 {
-    for (rpart_t *rp = r->parts; rp; rp = rp->next)
+    if (!r->idx_cap)
+        return NULL;
+    for (rpart_t *rp = r->idx[part_hash(r, topic, part)]; rp; rp = rp->hnext)
         if (rp->part == part && strcmp(rp->topic, topic) == 0)
             return rp;
     return NULL;
@@ -56,7 +96,7 @@ uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp)
 
 /* ---- the broker's hooks ---- */
 
-static bool split_hostport(const char *a, mqd_redirect_t *to)
+bool mqd_repl_split_hostport(const char *a, mqd_redirect_t *to)
 {
     const char *colon = strrchr(a, ':');
     if (!colon || colon == a)
@@ -79,7 +119,7 @@ static bool redirect_part(mqd_repl_t *r, rpart_t *rp, const char *topic, int64_t
     if (!rp || rp->ps.leader == r->conf->node_id)
         return false;
     const mqd_cluster_node_t *n = mqd_repl_node(r, rp->ps.leader);
-    if (!n || !split_hostport(n->address, to))
+    if (!n || !mqd_repl_split_hostport(n->address, to))
         return false; /* leader unknown here: sends are refused (send_check) */
     if (part >= 0)
         snprintf(to->address, sizeof to->address, "%s/Partitions/%" PRId64, topic, part);
@@ -107,8 +147,8 @@ static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int a
 {
     mqd_repl_t *r = arg;
     rpart_t *rp = mqd_repl_part_find(r, mqd_topic_name(t), part);
-    if (!rp && mqd_topic_conf(t)->replication_factor <= 1 && !mqd_topic_uid(t)[0])
-        return NULL; /* unreplicated: a local topic (a replica has its registration's id) */
+    if (!rp && (mqd_topic_temporary(t) || !mqd_repl_cluster_name(mqd_topic_name(t))))
+        return NULL; /* a node's own topic: a reply node, a dead-letter topic */
     *cond = "amqp:precondition-failed";
     if (!rp || rp->role != ROLE_LEADER || !rp->local)
         return "this node is not the partition's leader (no replication state yet, or it "
@@ -188,8 +228,10 @@ static void apply(mqd_repl_t *r, rpart_t *rp)
     bool member = mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas, self);
     if (rp->ps.leader != self)
         rp->handover_ms = 0;
+    /* a partition with one replica needs no word of its commits: no follower to ship
+       them to, no watermark to move (leader.c) */
     if (member && !rp->local && (rp->local = mqd_repl_topic_replica(r, rp)) != NULL &&
-        !rp->subscribed)
+        !rp->subscribed && rp->ps.n_replicas > 1)
         rp->subscribed = mqd_part_commit_subscribe(rp->local, on_commit, rp) == 0;
     role_t want = !member || !rp->local   ? ROLE_NONE
                   : rp->handover_ms       ? ROLE_NONE
@@ -212,6 +254,8 @@ static rpart_t *part_get(mqd_repl_t *r, const char *topic, uint32_t part, const 
     rpart_t *rp = mqd_repl_part_find(r, topic, part);
     if (rp)
         return rp;
+    if ((r->n_parts + 1) * 2 > r->idx_cap && idx_grow(r) != 0)
+        return NULL;
     if (!(rp = calloc(1, sizeof *rp)) || !(rp->topic = strdup(topic)) || !(rp->key = strdup(key))) {
         if (rp)
             free(rp->topic);
@@ -222,6 +266,10 @@ static rpart_t *part_get(mqd_repl_t *r, const char *topic, uint32_t part, const 
     rp->part = part;
     rp->next = r->parts;
     r->parts = rp;
+    size_t b = part_hash(r, topic, part);
+    rp->hnext = r->idx[b];
+    r->idx[b] = rp;
+    r->n_parts++;
     return rp;
 }
 
@@ -250,6 +298,12 @@ static void part_kv(mqd_repl_t *r, const mqd_etcd_kv_t *kv, bool at_start)
     if (at_start && rp->role == ROLE_NONE && ps.leader == r->conf->node_id && ps.n_isr > 1)
         rp->handover_ms = mqd_now_ms() + (int64_t)r->conf->lease_ttl_ms; /* ctl.c */
     apply(r, rp);
+    mqd_repl_wake(r, rp->topic); /* links waiting for its placement (reg.c) */
+}
+
+void mqd_repl_part_put(mqd_repl_t *r, const mqd_etcd_kv_t *kv)
+{
+    part_kv(r, kv, false);
 }
 
 void mqd_repl_unbind(rpart_t *rp)
@@ -275,6 +329,8 @@ void mqd_repl_part_drop(rpart_t *rp)
     mqd_repl_t *r = rp->r;
     rp->dropping = true; /* its topic goes too (topics.c), detaching its receivers */
     mqd_repl_unbind(rp);
+    idx_del(r, rp);
+    r->n_parts--;
     for (rpart_t **pp = &r->parts; *pp; pp = &(*pp)->next)
         if (*pp == rp) {
             *pp = rp->next;
@@ -327,7 +383,13 @@ static void on_parts(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size
             mqd_repl_part_drop(rp);
         }
     }
+    bool first = !r->parts_loaded;
     r->parts_loaded = true;
+    /* copies never registered are judged against the placements (topics.c) */
+    for (mqd_topic_t *t = mqd_srv_topic_first(r->s); first && r->topics_loaded && t;
+         t = mqd_srv_topic_next(t))
+        if (!mqd_topic_uid(t)[0])
+            mqd_repl_topic_reconcile(r, t);
 }
 
 typedef struct cas_op {
@@ -444,6 +506,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     int64_t now = mqd_now_ms();
     work(r, now);
     mqd_repl_topic_tick(r, now); /* topics.c: copies waiting to be deleted, a sweep */
+    mqd_repl_waits_tick(r, now); /* reg.c: links waiting for the cluster */
     mqd_repl_ctl_failover(r); /* again after a lost race or an offline partition */
     mqd_repl_rebal_tick(r, now);
     mqd_repl_hwck_tick(r, now);
@@ -463,8 +526,13 @@ static void node_left(void *arg, uint32_t id)
     mqd_repl_ctl_failover(arg);
 }
 
+/* A partition whose only replica is this node needs no fence: no other node can be
+ * elected for it, so it goes on acknowledging while etcd is away, as a node's own topic
+ * did before every topic was the cluster's. */
 bool mqd_repl_may_ack(const rpart_t *rp)
 {
+    if (rp->ps.n_replicas == 1 && rp->ps.replicas[0] == rp->r->conf->node_id)
+        return true;
     return !rp->fenced && (!rp->r->m || mqd_cluster_lease_live(rp->r->m));
 }
 
@@ -517,8 +585,8 @@ static void lease_lost(void *arg)
 {
     mqd_repl_t *r = arg;
     for (rpart_t *rp = r->parts; rp; rp = rp->next) {
-        if (rp->role != ROLE_LEADER)
-            continue;
+        if (rp->role != ROLE_LEADER || rp->ps.n_replicas == 1)
+            continue; /* one replica: nobody else can have been elected (mqd_repl_may_ack) */
         rp->fenced = true;
         MQD_WARN("repl",
                  "%s/%u: lease lost: acknowledging nothing until the partition's "
@@ -566,14 +634,17 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
     r->ev_kick = event_new(mqd_server_base(s), -1, 0, on_kick, r);
     r->ev_cand = evtimer_new(mqd_server_base(s), mqd_repl_cand_again, r);
     if (!r->ev_tick || !r->ev_kick || !r->ev_cand || mqd_repl_grow(r, REPL_RUN_BYTES + 256) != 0 ||
-        mqd_repl_rebal_new(r) != 0) {
+        mqd_repl_rebal_new(r) != 0 || mqd_repl_waits_new(r) != 0 || idx_grow(r) != 0) {
         mqd_repl_free(r);
         return MQD_ENOMEM;
     }
     mqd_repl_hooks_t h = {.topic_created = mqd_repl_topic_created,
                           .topic_delete = mqd_repl_topic_delete,
                           .topic_alter = mqd_repl_topic_alter,
-                          .redirect = mqd_repl_redirect,
+                          .route = mqd_repl_route,
+                          .topic_create = mqd_repl_topic_create,
+                          .topic_describe = mqd_repl_topic_describe,
+                          .topic_names = mqd_repl_topic_names,
                           .send_check = on_send_check,
                           .attach = on_attach,
                           .link_event = on_link_event,
@@ -634,6 +705,8 @@ void mqd_repl_free(mqd_repl_t *r)
         mqd_repl_part_free(rp);
     }
     mqd_repl_topics_free(r);
+    mqd_repl_waits_free(r);
+    free(r->idx);
     mqd_etcd_watch_free(r->w_topics);
     mqd_etcd_watch_free(r->w_parts);
     if (r->ev_tick)

@@ -81,10 +81,13 @@ typedef struct mqd_repl_tdesc {
     uint32_t partitions, rf;
     char *config;                 /* the topic's overrides as JSON text (malloc'd), or NULL */
     char id[MQD_REPL_ID_LEN + 1]; /* its identity, or "" (written by an older mqd) */
+    uint32_t home; /* replication_factor 1: the node every partition is placed on (the one
+                      that created the topic), 0: none (the controller spreads them) */
 } mqd_repl_tdesc_t;
 char *mqd_repl_tdesc_json(const mqd_repl_tdesc_t *td);
 /* MQD_ECORRUPT unless: an object with partitions 1..65536, replication_factor 1..16, a
- * config object if any, and id, when present, an identity. */
+ * config object if any, id, when present, an identity, and home, when present, a node id
+ * (> 0) of a topic with replication_factor 1. */
 int mqd_repl_tdesc_parse(const char *json, size_t n, mqd_repl_tdesc_t *out);
 void mqd_repl_tdesc_clear(mqd_repl_tdesc_t *td);
 /* 32 lower-case hex digits. */

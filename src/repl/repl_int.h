@@ -75,6 +75,7 @@ typedef struct fol {
 struct rpart {
     mqd_repl_t *r;
     rpart_t *next;
+    rpart_t *hnext; /* repl.c's index by (topic, partition) */
     char *topic;
     uint32_t part;
     char *key;
@@ -127,9 +128,18 @@ typedef struct rtopic {
 typedef struct tname {
     struct tname *next;
     char *name;
-    char why[200]; /* a deletion: the reason it logs */
-    bool logged;   /* a deletion waiting for transactions: said once */
+    char why[200]; /* a deletion: the reason it logs; a wait: what it waits for */
+    bool logged;   /* a deletion waiting for transactions, a quarantine: said once */
+    /* a wait (reg.c): links to the name left unanswered until the cluster decides */
+    int64_t until_ms; /* given up then: the links are refused */
+    int64_t retry_ms; /* a registration that failed is tried again from then */
+    bool woken;       /* their attaches run again at the next ev_wake */
+    bool expired;
 } tname_t;
+tname_t *mqd_repl_tn_find(tname_t *l, const char *name);
+tname_t *mqd_repl_tn_add(tname_t **l, const char *name); /* the one there, or a new one */
+void mqd_repl_tn_del(tname_t **l, const char *name);
+void mqd_repl_tn_free(tname_t **l);
 
 struct mqd_repl {
     mqd_server_t *s;
@@ -140,9 +150,15 @@ struct mqd_repl {
     char deleted_prefix[192];
     mqd_etcd_watch_t *w_topics, *w_parts;
     rpart_t *parts;
+    rpart_t **idx; /* parts by (topic, partition): idx_cap buckets, n_parts entries */
+    size_t idx_cap, n_parts;
     rpart_t *doomed; /* out of `parts` (their key went), freed once no truncation runs */
     rtopic_t *topics;
     tname_t *regs, *checks, *dels; /* topics.c */
+    tname_t *quars;        /* copies never registered whose name is another topic's: not served */
+    tname_t *waits;        /* reg.c: names with attaches waiting for the cluster */
+    struct event *ev_wake; /* reg.c: runs the woken waits' attaches again */
+    int64_t wake_all_ms;   /* reg.c: the next time every wait is tried again */
     bool topics_loaded;            /* the topics/ snapshot arrived */
     int64_t sweep_ms;              /* topics.c: the next look at this node's copies */
     bool controller, closing;
@@ -166,6 +182,8 @@ void mqd_repl_kick(mqd_repl_t *r);
  * (-1: the whole topic) belongs on another node, the partition's leader as etcd names it
  * (false also when that node's address is not known here). */
 bool mqd_repl_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to);
+/* "HOST:PORT" / "[V6]:PORT" into to's host and port. */
+bool mqd_repl_split_hostport(const char *a, mqd_redirect_t *to);
 int mqd_repl_grow(mqd_repl_t *r, size_t need);
 uint32_t mqd_repl_min_isr(const mqd_repl_t *r, const rpart_t *rp);
 /* May this leader acknowledge now: lease live and not fenced since a lease loss. */
@@ -200,6 +218,15 @@ int mqd_repl_topic_alter(void *arg, const char *name, uint32_t nparts, const cha
 /* The topics/ watch. */
 void mqd_repl_on_topics(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_t n,
                         int64_t rev);
+/* A registration read (the watch, or an answer that holds it): kept, placed by the
+ * controller, applied to this node's copy at once when `now`. */
+void mqd_repl_topic_put(mqd_repl_t *r, const mqd_etcd_kv_t *kv, bool now);
+/* Brings this node's copy t in line with etcd (the registration's settings and size,
+ * deleted as an older topic of the name, registered, or quarantined: see topics.c). */
+void mqd_repl_topic_reconcile(mqd_repl_t *r, mqd_topic_t *t);
+/* This node's copy of `name` was never registered and the name is another topic's: kept,
+ * not served. */
+bool mqd_repl_topic_quarantined(mqd_repl_t *r, const char *name);
 /* This node's copy of rp's topic for the replica of rp: created from the registration
  * when it has none, grown to it; NULL while it may not be bound (no registration yet, a
  * state placed for another registration of that name, an old copy being deleted). */
@@ -209,6 +236,36 @@ void mqd_repl_topic_parts_gone(mqd_repl_t *r, const char *name);
 /* The tick: deletions waiting, parts waiting to be freed, a periodic look at copies. */
 void mqd_repl_topic_tick(mqd_repl_t *r, int64_t now_ms);
 void mqd_repl_topics_free(mqd_repl_t *r);
+
+/* reg.c: topics' registrations in etcd, and where a link to a topic goes.
+ * In a cluster every topic is registered (Kafka's topics are cluster metadata): a name
+ * that is not `$...` (temporary reply nodes, $management) and not a dead-letter topic
+ * T/$DeadLetterQueue (kept on the node that dead-letters, as before). */
+bool mqd_repl_cluster_name(const char *name);
+/* Registers this node's copy t (create if absent, under its identity or a new one; its
+ * partitions placed on this node in the same txn when its replication_factor is 1). */
+void mqd_repl_topic_register(mqd_repl_t *r, mqd_topic_t *t);
+/* The registered settings with replication_factor = the registration's (malloc'd JSON
+ * text, NULL for none or no memory): a copy's settings then say what the cluster holds. */
+char *mqd_repl_topic_config(const rtopic_t *rt);
+/* The hooks route, topic_create, topic_describe and topic_names (core.h). */
+int mqd_repl_route(void *arg, const char *name, mqd_topic_t *t, int64_t part, bool may_create,
+                   bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen,
+                   bool *created);
+int mqd_repl_topic_create(void *arg, const char *name, uint32_t nparts, const char *overrides_json,
+                          mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
+bool mqd_repl_topic_describe(void *arg, const char *name, mqd_topic_t *t, pn_data_t *d);
+void mqd_repl_topic_names(void *arg, void (*fn)(void *fn_arg, const char *name), void *fn_arg);
+/* Links waiting for `name` attach again soon (its registration, placement or copy moved). */
+void mqd_repl_wake(mqd_repl_t *r, const char *name);
+int mqd_repl_waits_new(mqd_repl_t *r);
+/* The tick: waits past their time are given up (their links refused), and every wait is
+ * tried again once a second (a leader's address learnt, a node back). */
+void mqd_repl_waits_tick(mqd_repl_t *r, int64_t now_ms);
+void mqd_repl_waits_free(mqd_repl_t *r);
+
+/* repl.c: a partition state read (the watch, or an answer that holds it). */
+void mqd_repl_part_put(mqd_repl_t *r, const mqd_etcd_kv_t *kv);
 
 /* behind.c: the leader refused the fetch as below its log start (info mqd:log-start):
  * empties rp's replica and restarts it there, then fetches again. */

@@ -7,6 +7,7 @@
 #include "config.h"
 #include "repl/repl_int.h"
 
+#include <jansson.h>
 #include <string.h>
 
 static void key(pn_data_t *d, const char *k)
@@ -89,4 +90,77 @@ void mqd_repl_status(mqd_repl_t *r, pn_data_t *d)
         nodes(r, d);
     partitions(r, d);
     pn_data_exit(d);
+}
+
+/* ---- topics as the cluster holds them ($management READ / QUERY of topics) ---- */
+
+static void placement(mqd_repl_t *r, const rtopic_t *rt, pn_data_t *d)
+{
+    key(d, "placement");
+    pn_data_put_list(d);
+    pn_data_enter(d);
+    for (uint32_t p = 0; p < rt->td.partitions; p++) {
+        const rpart_t *rp = mqd_repl_part_find(r, rt->name, p);
+        if (rp && rp->ps.topic_id[0] && strcmp(rp->ps.topic_id, rt->td.id) != 0)
+            rp = NULL; /* another registration's: this one is not placed yet */
+        pn_data_put_map(d);
+        pn_data_enter(d);
+        kv_long(d, "partition", p);
+        kv_long(d, "leader", rp ? rp->ps.leader : 0); /* 0: not placed yet */
+        kv_long(d, "epoch", rp ? rp->ps.epoch : 0);
+        kv_ids(d, "replicas", rp ? rp->ps.replicas : NULL, rp ? rp->ps.n_replicas : 0);
+        kv_ids(d, "isr", rp ? rp->ps.isr : NULL, rp ? rp->ps.n_isr : 0);
+        pn_data_exit(d);
+    }
+    pn_data_exit(d);
+}
+
+bool mqd_repl_topic_describe(void *arg, const char *name, mqd_topic_t *t, pn_data_t *d)
+{
+    mqd_repl_t *r = arg;
+    const rtopic_t *rt = mqd_repl_topic_find(r, name);
+    if (t && mqd_repl_topic_quarantined(r, name)) {
+        key(d, "quarantined");
+        pn_data_put_bool(d, true); /* never registered, the name is another topic's */
+    }
+    if (!rt || (t && strcmp(mqd_topic_uid(t), rt->td.id) != 0))
+        return false;
+    if (!t) {
+        kv_str(d, "name", rt->name);
+        kv_long(d, "partitions", rt->td.partitions);
+        key(d, "local");
+        pn_data_put_bool(d, false);
+        key(d, "overrides");
+        pn_data_put_map(d);
+        pn_data_enter(d);
+        json_t *cfg = rt->td.config ? json_loads(rt->td.config, 0, NULL) : NULL;
+        const char *k;
+        json_t *v;
+        json_object_foreach(cfg, k, v)
+        {
+            key(d, k);
+            if (json_is_integer(v))
+                pn_data_put_long(d, json_integer_value(v));
+            else if (json_is_boolean(v))
+                pn_data_put_bool(d, json_is_true(v));
+            else if (json_is_string(v))
+                pn_data_put_string(d, pn_bytes(json_string_length(v), json_string_value(v)));
+            else
+                pn_data_put_null(d);
+        }
+        json_decref(cfg);
+        pn_data_exit(d);
+    }
+    kv_long(d, "replication_factor", rt->td.rf);
+    kv_str(d, "id", rt->td.id);
+    kv_long(d, "home", rt->td.home);
+    placement(r, rt, d);
+    return true;
+}
+
+void mqd_repl_topic_names(void *arg, void (*fn)(void *fn_arg, const char *name), void *fn_arg)
+{
+    mqd_repl_t *r = arg;
+    for (const rtopic_t *rt = r->topics; rt; rt = rt->next)
+        fn(fn_arg, rt->name);
 }

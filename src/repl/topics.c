@@ -44,7 +44,7 @@
 
 /* ---- names with a job ---- */
 
-static tname_t *tn_find(tname_t *l, const char *name)
+tname_t *mqd_repl_tn_find(tname_t *l, const char *name)
 {
     for (; l; l = l->next)
         if (strcmp(l->name, name) == 0)
@@ -52,9 +52,9 @@ static tname_t *tn_find(tname_t *l, const char *name)
     return NULL;
 }
 
-static tname_t *tn_add(tname_t **l, const char *name)
+tname_t *mqd_repl_tn_add(tname_t **l, const char *name)
 {
-    tname_t *n = tn_find(*l, name);
+    tname_t *n = mqd_repl_tn_find(*l, name);
     if (n)
         return n;
     if (!(n = calloc(1, sizeof *n)) || !(n->name = strdup(name))) {
@@ -66,7 +66,7 @@ static tname_t *tn_add(tname_t **l, const char *name)
     return n;
 }
 
-static void tn_del(tname_t **l, const char *name)
+void mqd_repl_tn_del(tname_t **l, const char *name)
 {
     for (tname_t **pp = l; *pp; pp = &(*pp)->next) {
         tname_t *n = *pp;
@@ -79,7 +79,7 @@ static void tn_del(tname_t **l, const char *name)
     }
 }
 
-static void tn_free(tname_t **l)
+void mqd_repl_tn_free(tname_t **l)
 {
     while (*l) {
         tname_t *n = *l;
@@ -113,15 +113,12 @@ static char *key_of(const char *prefix, const char *name, const char *tail)
     return k;
 }
 
-/* A topic whose identity the cluster decides: replicated here, or registered before. A
- * topic this node's settings leave unreplicated and that never had an identity is a
- * local one and never touched (nor bound as a replica). */
+/* A topic whose identity the cluster decides: in a cluster every topic but temporary
+ * reply nodes, `$` names and dead-letter topics (mqd_repl_cluster_name), whatever its
+ * replication_factor. */
 static bool clustered(const mqd_topic_t *t)
 {
-    mqd_topic_t *m = (mqd_topic_t *)t;
-    if (mqd_topic_temporary(t) || mqd_topic_name(t)[0] == '$')
-        return false;
-    return mqd_topic_conf(m)->replication_factor > 1 || mqd_topic_uid(t)[0];
+    return !mqd_topic_temporary(t) && mqd_repl_cluster_name(mqd_topic_name(t));
 }
 
 /* ---- deleting this node's copy ---- */
@@ -179,9 +176,9 @@ static void doom(mqd_repl_t *r, const char *name, const char *fmt, ...)
  * once nothing points into it (dels_run). */
 static void doom(mqd_repl_t *r, const char *name, const char *fmt, ...)
 {
-    if (tn_find(r->dels, name))
+    if (mqd_repl_tn_find(r->dels, name))
         return;
-    tname_t *d = tn_add(&r->dels, name);
+    tname_t *d = mqd_repl_tn_add(&r->dels, name);
     if (!d)
         return; /* out of memory: the sweep tries again */
     va_list ap;
@@ -199,105 +196,19 @@ static void doom(mqd_repl_t *r, const char *name, const char *fmt, ...)
     /* the copy itself goes in dels_run, never here: callers may be walking the topics */
 }
 
-static void reconcile(mqd_repl_t *r, mqd_topic_t *t);
-
-/* ---- registration ---- */
-
-typedef struct reg_op {
-    mqd_repl_t *r;
-    char *name;
-    char id[MQD_REPL_ID_LEN + 1];
-} reg_op_t;
-
-static void on_registered(void *arg, const mqd_etcd_reply_t *rep)
-{
-    reg_op_t *o = arg;
-    mqd_repl_t *r = o->r;
-    mqd_repl_tdesc_t td;
-    if (rep->rc == MQD_ESTATE || r->closing)
-        goto out; /* r is being freed */
-    tn_del(&r->regs, o->name);
-    if (rep->rc != 0) {
-        MQD_WARN("repl", "topic %s: not registered in etcd (%s): tried again", o->name,
-                 rep->error ? rep->error : mqd_strerror(rep->rc));
-    } else if (rep->succeeded) {
-        MQD_NOTICE("repl", "topic %s registered (id %s)", o->name, o->id);
-    } else if (rep->n_kvs == 1 &&
-               mqd_repl_tdesc_parse(rep->kvs[0].value, rep->kvs[0].value_len, &td) == 0) {
-        /* another node registered the name first: this copy is a replica of that one */
-        mqd_topic_t *t = mqd_topic_find(r->s, o->name);
-        if (t && strcmp(mqd_topic_uid(t), o->id) == 0 && strcmp(o->id, td.id) != 0 &&
-            mqd_topic_set_uid(t, td.id) == 0)
-            MQD_NOTICE("repl",
-                       "topic %s: registered by another node first: this copy takes its "
-                       "identity %s",
-                       o->name, td.id[0] ? td.id : "(none)");
-        mqd_repl_tdesc_clear(&td);
-        if (t && r->topics_loaded)
-            reconcile(r, t); /* the registered settings and size */
-    }
-out:
-    free(o->name);
-    free(o);
-}
-
-/* Registers t (create if absent) under its identity, a new one if it has none; the same
- * txn removes a tombstone of the name. */
-static void topic_register(mqd_repl_t *r, mqd_topic_t *t)
-{
-    const char *name = mqd_topic_name(t);
-    mqd_repl_tdesc_t td = {mqd_topic_nparts(t), mqd_topic_conf(t)->replication_factor, NULL, ""};
-    if (tn_find(r->regs, name) || !r->etcd)
-        return;
-    if (mqd_topic_uid(t)[0]) {
-        snprintf(td.id, sizeof td.id, "%s", mqd_topic_uid(t));
-    } else if (mqd_repl_id_new(td.id) != 0 || mqd_topic_set_uid(t, td.id) != 0) {
-        MQD_WARN("repl", "topic %s: no identity could be kept for it: not registered", name);
-        return;
-    }
-    if (mqd_topic_overrides(t) && json_object_size(mqd_topic_overrides(t)))
-        td.config = json_dumps(mqd_topic_overrides(t), JSON_COMPACT | JSON_SORT_KEYS);
-    char *val = mqd_repl_tdesc_json(&td), *key = key_of(r->topics_prefix, name, ""),
-         *dkey = key_of(r->deleted_prefix, name, "");
-    reg_op_t *o = calloc(1, sizeof *o);
-    free(td.config);
-    if (val && key && dkey && o && (o->name = strdup(name))) {
-        o->r = r;
-        memcpy(o->id, td.id, sizeof o->id);
-        mqd_etcd_cmp_t cmp = {key, strlen(key), MQD_ETCD_CMP_CREATE, 0};
-        mqd_etcd_op_t ok[] = {{MQD_ETCD_OP_PUT, key, val, strlen(key), strlen(val), 0, false},
-                              {MQD_ETCD_OP_DELETE, dkey, NULL, strlen(dkey), 0, 0, false}};
-        mqd_etcd_op_t get = {MQD_ETCD_OP_RANGE, key, NULL, strlen(key), 0, 0, false};
-        mqd_etcd_txn_t txn = {&cmp, 1, ok, &get, 2, 1};
-        if (mqd_etcd_txn(r->etcd, &txn, on_registered, o) == 0) {
-            tn_add(&r->regs, name);
-            o = NULL;
-        }
-    }
-    if (o)
-        free(o->name);
-    free(o);
-    free(val);
-    free(key);
-    free(dkey);
-}
+/* ---- registration (reg.c registers; this is the hook) ---- */
 
 void mqd_repl_topic_created(void *arg, mqd_topic_t *t)
 {
     mqd_repl_t *r = arg;
     const char *name = mqd_topic_name(t);
-    if (!r->etcd || mqd_topic_temporary(t) || name[0] == '$')
+    if (!r->etcd || !clustered(t))
         return;
-    rtopic_t *rt = mqd_repl_topic_find(r, name);
-    bool repl = mqd_topic_conf(t)->replication_factor > 1;
-    if (rt && repl) {
-        /* a replica made from the registration, or a create of a registered name */
-        if (strcmp(mqd_topic_uid(t), rt->td.id) != 0 && mqd_topic_set_uid(t, rt->td.id) != 0)
-            MQD_WARN("repl", "topic %s: its identity could not be kept", name);
-        return;
-    }
-    if (repl && r->topics_loaded) /* before the topics/ snapshot the reconciliation does it */
-        topic_register(r, t);
+    mqd_repl_wake(r, name); /* links waiting for a copy here */
+    if (mqd_repl_topic_find(r, name))
+        return;           /* a replica made from the registration: its maker keeps the identity */
+    if (r->topics_loaded) /* before the topics/ snapshot the reconciliation does it */
+        mqd_repl_topic_register(r, t);
 }
 
 /* ---- this node's copies against etcd ---- */
@@ -307,7 +218,7 @@ static void apply_registration(mqd_repl_t *r, const rtopic_t *rt, mqd_topic_t *t
 {
     json_t *ov = mqd_topic_overrides(t);
     char *have = ov && json_object_size(ov) ? json_dumps(ov, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    const char *want = rt->td.config;
+    char *want = mqd_repl_topic_config(rt);
     bool same = have ? want && strcmp(have, want) == 0 : want == NULL;
     free(have);
     if (!same) {
@@ -318,6 +229,7 @@ static void apply_registration(mqd_repl_t *r, const rtopic_t *rt, mqd_topic_t *t
             if (rp->role == ROLE_LEADER && strcmp(rp->topic, rt->name) == 0)
                 mqd_repl_lead_isr_changed(rp); /* min_insync_replicas may have moved */
     }
+    free(want);
     uint32_t had = mqd_topic_nparts(t);
     if (rt->td.partitions > had) {
         int rc = mqd_topic_grow(r->s, t, rt->td.partitions);
@@ -332,6 +244,23 @@ typedef struct chk_op {
     char *name;
 } chk_op_t;
 
+/* Whether the tombstone kv says that copy t was deleted: a copy with an identity was
+ * registered, so any tombstone of the name (its own or a later topic's, which could only
+ * be registered once t's was gone) means it went. A copy without one was never
+ * registered, unless an mqd from before identities registered it (only topics with a
+ * replication_factor above 1, whose tombstones have no id): a tombstone of another topic
+ * of that name says nothing about it. */
+static bool tomb_is_of(mqd_repl_t *r, mqd_topic_t *t, const mqd_etcd_kv_t *kv)
+{
+    if (mqd_topic_uid(t)[0])
+        return true;
+    json_t *o = json_loadb(kv->value, kv->value_len, 0, NULL);
+    json_t *id = json_object_get(o, "id");
+    bool legacy = !json_is_string(id) || json_string_length(id) == 0;
+    json_decref(o);
+    return legacy && mqd_topic_conf(t)->replication_factor > 1;
+}
+
 /* The tombstone look of a copy etcd has no registration of. */
 static void on_tomb(void *arg, const mqd_etcd_reply_t *rep)
 {
@@ -339,20 +268,29 @@ static void on_tomb(void *arg, const mqd_etcd_reply_t *rep)
     mqd_repl_t *r = o->r;
     if (rep->rc == MQD_ESTATE || r->closing)
         goto out;
-    tn_del(&r->checks, o->name);
+    mqd_repl_tn_del(&r->checks, o->name);
     mqd_topic_t *t = mqd_topic_find(r->s, o->name);
     if (rep->rc != 0 || !t || !clustered(t) || mqd_repl_topic_find(r, o->name) ||
-        tn_find(r->dels, o->name) || tn_find(r->regs, o->name))
+        mqd_repl_tn_find(r->dels, o->name) || mqd_repl_tn_find(r->regs, o->name))
         goto out; /* etcd did not answer (the sweep asks again), or things moved on */
-    if (rep->n_kvs > 0) {
+    if (rep->n_kvs > 0 && tomb_is_of(r, t, &rep->kvs[0])) {
         doom(r, o->name, "deleted in the cluster while this node was away (tombstone %.*s)",
              (int)(rep->kvs[0].value_len > 120 ? 120 : rep->kvs[0].value_len), rep->kvs[0].value);
-    } else {
+    } else if (mqd_topic_uid(t)[0]) {
         MQD_WARN("repl",
                  "topic %s: held here, registered nowhere and never deleted (etcd lost "
                  "it?): registering it again",
                  o->name);
-        topic_register(r, t);
+        mqd_repl_topic_register(r, t);
+    } else {
+        /* a topic of this node's own from before it was a cluster topic: single-node
+         * data, replication_factor 1 of an older mqd, a [topic] section */
+        MQD_NOTICE("repl",
+                   "topic %s: held here and not registered in the cluster: registering it "
+                   "with this node as its only replica%s",
+                   o->name,
+                   rep->n_kvs > 0 ? " (the tombstone of the name is another topic's)" : "");
+        mqd_repl_topic_register(r, t);
     }
 out:
     free(o->name);
@@ -361,7 +299,7 @@ out:
 
 static void tomb_check(mqd_repl_t *r, const char *name)
 {
-    if (tn_find(r->checks, name) || !r->etcd)
+    if (mqd_repl_tn_find(r->checks, name) || !r->etcd)
         return;
     chk_op_t *o = calloc(1, sizeof *o);
     char *key = key_of(r->deleted_prefix, name, "");
@@ -369,7 +307,7 @@ static void tomb_check(mqd_repl_t *r, const char *name)
         o->r = r;
     if (o && key && (o->name = strdup(name)) &&
         mqd_etcd_range(r->etcd, key, strlen(key), false, on_tomb, o) == 0) {
-        tn_add(&r->checks, name);
+        mqd_repl_tn_add(&r->checks, name);
         o = NULL;
     }
     if (o)
@@ -378,46 +316,149 @@ static void tomb_check(mqd_repl_t *r, const char *name)
     free(key);
 }
 
+/* Every partition of rt placed (for this registration) with this node as its only
+ * replica: a topic of replication_factor 1 made here. */
+static bool placed_only_here(mqd_repl_t *r, const rtopic_t *rt)
+{
+    uint32_t self = r->conf->node_id;
+    if (rt->td.rf != 1)
+        return false;
+    if (rt->td.home)
+        return rt->td.home == self;
+    for (uint32_t p = 0; p < rt->td.partitions; p++) {
+        const rpart_t *rp = mqd_repl_part_find(r, rt->name, p);
+        if (!rp || (rp->ps.topic_id[0] && strcmp(rp->ps.topic_id, rt->td.id) != 0) ||
+            rp->ps.n_replicas != 1 || rp->ps.replicas[0] != self)
+            return false;
+    }
+    return true;
+}
+
+/* A replica of some partition of rt is placed on this node. */
+static bool replica_here(mqd_repl_t *r, const rtopic_t *rt)
+{
+    for (uint32_t p = 0; p < rt->td.partitions; p++) {
+        const rpart_t *rp = mqd_repl_part_find(r, rt->name, p);
+        if (rp && mqd_repl_pstate_has(rp->ps.replicas, rp->ps.n_replicas, r->conf->node_id))
+            return true;
+    }
+    return false;
+}
+
+static uint64_t records_ever(mqd_topic_t *t)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < mqd_topic_nparts(t); i++)
+        n += mqd_plog_end_offset(mqd_part_log(mqd_topic_part(t, i)));
+    return n;
+}
+
+/* A copy that was never registered (no identity: single-node data, a topic of
+ * replication_factor 1 from an mqd before cluster topics, a [topic] section) whose name
+ * the cluster has registered as another topic. Its records are never deleted here: an
+ * empty copy gives way, one of this node's own replication_factor 1 topic whose identity
+ * meta.db lost takes it back, and any other is kept but not served (quarantined, logged
+ * with what the operator can do). */
+static void unregistered_copy(mqd_repl_t *r, const rtopic_t *rt, mqd_topic_t *t)
+{
+    const char *name = rt->name;
+    uint64_t n = records_ever(t);
+    if (mqd_topic_conf(t)->replication_factor > 1 && replica_here(r, rt))
+        return doom(r, name,
+                    "it has no identity and this node is a replica of the registered "
+                    "%s: fetched afresh from its leader",
+                    rt->td.id);
+    if (n == 0)
+        return doom(r, name,
+                    "an empty copy that was never registered: the cluster's topic of "
+                    "that name (id %s) is used",
+                    rt->td.id);
+    if (placed_only_here(r, rt)) {
+        if (mqd_topic_set_uid(t, rt->td.id) == 0) {
+            MQD_NOTICE("repl",
+                       "topic %s: this node is the only replica of the registered %s and "
+                       "its copy had lost its identity: taken back",
+                       name, rt->td.id);
+            apply_registration(r, rt, t);
+        }
+        return;
+    }
+    /* not a replica of anything: a watermark the checkpoint seeded at start (its
+       settings may say replication_factor > 1) would only hide its records from describe */
+    for (uint32_t i = 0; i < mqd_topic_nparts(t); i++) {
+        mqd_part_t *p = mqd_topic_part(t, i);
+        if (mqd_part_hw_set(p))
+            mqd_part_set_hw(p, mqd_plog_stable_offset(mqd_part_log(p)));
+    }
+    tname_t *q = mqd_repl_tn_add(&r->quars, name);
+    if (!q || q->logged)
+        return;
+    q->logged = true;
+    MQD_ERR("repl",
+            "topic %s: this node holds %" PRIu64 " records of a topic %s that was never "
+            "registered in the cluster, and the cluster's topic of that name (id %s, "
+            "replication_factor %u) is another one: this copy is KEPT BUT NOT SERVED (links to "
+            "%s here go to the cluster's topic). To keep its records, either delete the "
+            "cluster's topic (`mqctl topic delete %s` on any node: this copy is then "
+            "registered in its place), or start this node once with cluster = none, where it "
+            "is served as before, read the records out and delete it there",
+            name, n, name, rt->td.id, rt->td.rf, name, name);
+}
+
 /* Brings this node's copy t in line with etcd: the registration's settings and size when
  * it is the registered topic, deleted when it is an older one, and looked up in the
  * tombstones when etcd has no registration of the name. */
-static void reconcile(mqd_repl_t *r, mqd_topic_t *t)
+void mqd_repl_topic_reconcile(mqd_repl_t *r, mqd_topic_t *t)
 {
     const char *name = mqd_topic_name(t);
-    if (!clustered(t) || tn_find(r->dels, name) || tn_find(r->regs, name))
+    if (!clustered(t) || mqd_repl_tn_find(r->dels, name) || mqd_repl_tn_find(r->regs, name))
         return;
     rtopic_t *rt = mqd_repl_topic_find(r, name);
+    if (!rt || strcmp(mqd_topic_uid(t), rt->td.id) == 0)
+        mqd_repl_tn_del(&r->quars, name);
     if (!rt)
         return tomb_check(r, name);
     if (strcmp(mqd_topic_uid(t), rt->td.id) == 0)
         return apply_registration(r, rt, t);
+    if (!mqd_topic_uid(t)[0] && r->parts_loaded) /* else: the partitions' snapshot runs it */
+        return unregistered_copy(r, rt, t);
+    if (!mqd_topic_uid(t)[0])
+        return;
     doom(r, name,
          "its identity %s is not the registered %s: an older topic of that name, deleted "
          "in the cluster",
-         mqd_topic_uid(t)[0] ? mqd_topic_uid(t) : "(none)", rt->td.id[0] ? rt->td.id : "(none)");
+         mqd_topic_uid(t), rt->td.id[0] ? rt->td.id : "(none)");
+}
+
+bool mqd_repl_topic_quarantined(mqd_repl_t *r, const char *name)
+{
+    return mqd_repl_tn_find(r->quars, name) != NULL;
 }
 
 mqd_part_t *mqd_repl_topic_replica(mqd_repl_t *r, rpart_t *rp)
 {
     rtopic_t *rt = mqd_repl_topic_find(r, rp->topic);
-    if (!rt || tn_find(r->dels, rp->topic))
+    if (!rt || mqd_repl_tn_find(r->dels, rp->topic))
         return NULL; /* its registration has not arrived, or the old copy is on its way out */
     if (rp->ps.topic_id[0] && strcmp(rp->ps.topic_id, rt->td.id) != 0)
         return NULL; /* placed for another registration of the name: its key goes soon */
     mqd_topic_t *t = mqd_topic_find(r->s, rp->topic);
     if (t && strcmp(mqd_topic_uid(t), rt->td.id) != 0) {
-        if (!clustered(t) && !rp->refused_logged)
-            MQD_WARN("repl",
-                     "%s/%u: this node's topic %s is not replicated here (its settings): "
-                     "not a replica of the registered one",
-                     rp->topic, rp->part, rp->topic);
+        if (!rp->refused_logged)
+            MQD_INFO("repl",
+                     "%s/%u: this node's copy of %s is not the registered topic (identity %s): "
+                     "not a replica of it",
+                     rp->topic, rp->part, rp->topic,
+                     mqd_topic_uid(t)[0] ? mqd_topic_uid(t) : "(none)");
         rp->refused_logged = true;
-        if (clustered(t) && r->topics_loaded)
-            reconcile(r, t);
+        if (r->topics_loaded)
+            mqd_repl_topic_reconcile(r, t);
         return NULL;
     }
     if (!t) {
-        int rc = mqd_topic_create(r->s, rp->topic, rt->td.partitions, rt->td.config, &t);
+        char *cfg = mqd_repl_topic_config(rt);
+        int rc = mqd_topic_create(r->s, rp->topic, rt->td.partitions, cfg, &t);
+        free(cfg);
         if (rc != 0) {
             MQD_WARN("repl", "cannot create the replica of %s: %s", rp->topic, mqd_strerror(rc));
             return NULL;
@@ -434,7 +475,7 @@ mqd_part_t *mqd_repl_topic_replica(mqd_repl_t *r, rpart_t *rp)
 
 /* ---- the topics/ watch ---- */
 
-static void topic_put(mqd_repl_t *r, const mqd_etcd_kv_t *kv, bool now)
+void mqd_repl_topic_put(mqd_repl_t *r, const mqd_etcd_kv_t *kv, bool now)
 {
     const char *name = kv->key + strlen(r->topics_prefix);
     mqd_repl_tdesc_t td;
@@ -465,8 +506,9 @@ static void topic_put(mqd_repl_t *r, const mqd_etcd_kv_t *kv, bool now)
         mqd_repl_ctl_topic(r, t);
     mqd_topic_t *lt = mqd_topic_find(r->s, name);
     if (now && lt)
-        reconcile(r, lt);
+        mqd_repl_topic_reconcile(r, lt);
     mqd_repl_kick(r); /* partitions waiting for this registration bind */
+    mqd_repl_wake(r, name); /* links waiting for it */
 }
 
 /* The registration of `name` (identity id) is gone from etcd. */
@@ -484,7 +526,7 @@ static void topic_gone(mqd_repl_t *r, const char *name, const char *id)
     if (t && clustered(t) && strcmp(mqd_topic_uid(t), id) == 0)
         doom(r, name, "deleted in the cluster");
     else if (t && r->topics_loaded)
-        reconcile(r, t);
+        mqd_repl_topic_reconcile(r, t);
     dels_run(r);
 }
 
@@ -497,7 +539,7 @@ void mqd_repl_on_topics(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, s
             t->seen = false;
     for (size_t i = 0; i < n; i++) {
         if (ev != MQD_ETCD_EV_DELETE) {
-            topic_put(r, &kvs[i], ev == MQD_ETCD_EV_PUT && r->topics_loaded);
+            mqd_repl_topic_put(r, &kvs[i], ev == MQD_ETCD_EV_PUT && r->topics_loaded);
             continue;
         }
         const char *name = kvs[i].key + strlen(r->topics_prefix);
@@ -524,7 +566,7 @@ void mqd_repl_on_topics(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, s
     }
     r->topics_loaded = true;
     for (mqd_topic_t *t = mqd_srv_topic_first(r->s); t; t = mqd_srv_topic_next(t))
-        reconcile(r, t);
+        mqd_repl_topic_reconcile(r, t);
     dels_run(r);
 }
 
@@ -647,7 +689,7 @@ int mqd_repl_topic_delete(void *arg, const char *name, mqd_repl_done_fn done, vo
     mqd_repl_t *r = arg;
     rtopic_t *rt = mqd_repl_topic_find(r, name);
     mqd_topic_t *t = mqd_topic_find(r->s, name);
-    if (tn_find(r->dels, name)) {
+    if (mqd_repl_tn_find(r->dels, name)) {
         snprintf(err, errlen, "topic %s is being deleted on this node", name);
         return 204;
     }
@@ -764,7 +806,8 @@ static void on_altered(void *arg, const mqd_etcd_reply_t *rep)
         if (key) {
             kv.key = key;
             kv.key_len = strlen(key);
-            topic_put(r, &kv, true); /* this node applies it now; the watch brings the same */
+            mqd_repl_topic_put(r, &kv,
+                               true); /* this node applies it now; the watch brings the same */
         }
         free(key);
         status = 200;
@@ -788,7 +831,7 @@ static void on_altered(void *arg, const mqd_etcd_reply_t *rep)
                  o->name);
     } else {
         mqd_repl_tdesc_clear(&td);
-        topic_put(r, &rep->kvs[0], true); /* another alter won: merge into its result */
+        mqd_repl_topic_put(r, &rep->kvs[0], true); /* another alter won: merge into its result */
         rtopic_t *rt = mqd_repl_topic_find(r, o->name);
         status = 409;
         snprintf(desc, sizeof desc,
@@ -811,7 +854,7 @@ int mqd_repl_topic_alter(void *arg, const char *name, uint32_t nparts, const cha
         snprintf(err, errlen, "topic %s is not a replicated topic", name);
         return 404;
     }
-    if (tn_find(r->dels, name)) {
+    if (mqd_repl_tn_find(r->dels, name)) {
         snprintf(err, errlen, "topic %s is being deleted on this node", name);
         return 409;
     }
@@ -870,7 +913,7 @@ void mqd_repl_topic_tick(mqd_repl_t *r, int64_t now_ms)
         return;
     r->sweep_ms = now_ms + SWEEP_MS; /* registrations that failed, copies left behind */
     for (mqd_topic_t *t = mqd_srv_topic_first(r->s); t; t = mqd_srv_topic_next(t))
-        reconcile(r, t);
+        mqd_repl_topic_reconcile(r, t);
 }
 
 void mqd_repl_topics_free(mqd_repl_t *r)
@@ -885,7 +928,8 @@ void mqd_repl_topics_free(mqd_repl_t *r)
         r->doomed = rp->next;
         mqd_repl_part_free(rp);
     }
-    tn_free(&r->regs);
-    tn_free(&r->checks);
-    tn_free(&r->dels);
+    mqd_repl_tn_free(&r->regs);
+    mqd_repl_tn_free(&r->checks);
+    mqd_repl_tn_free(&r->dels);
+    mqd_repl_tn_free(&r->quars);
 }

@@ -446,18 +446,80 @@ static const char *fld(json_t *o, const char *k, char *buf, size_t len)
 
 #define F(o, k, i) fld(o, k, b[i], sizeof b[i])
 
+/* A cluster topic's leaders, partition by partition ("1,1,2"; 0: not placed yet). */
+static void leaders_of(json_t *o, char *buf, size_t len)
+{
+    size_t i, at = 0;
+    json_t *p;
+    buf[0] = '\0';
+    json_array_foreach(json_object_get(o, "placement"), i, p)
+    {
+        int n = snprintf(buf + at, len - at, "%s%lld", i ? "," : "",
+                         (long long)json_integer_value(json_object_get(p, "leader")));
+        if (n < 0 || (size_t)n >= len - at) {
+            snprintf(buf + (len > 4 ? len - 4 : 0), len > 4 ? 4 : len, "...");
+            return;
+        }
+        at += (size_t)n;
+    }
+}
+
 static void show_topics(json_t *v)
 {
-    const char *head[] = {"NAME", "PARTITIONS", "MESSAGES", "GROUPS", "SIZE_BYTES"};
-    table_t t = {.ncols = 5, .head = head};
+    const char *head[] = {"NAME", "PARTITIONS", "MESSAGES", "GROUPS", "SIZE_BYTES", "LEADERS"};
     size_t i;
     json_t *o;
-    char b[5][32];
+    bool cluster = false; /* the LEADERS column only in a cluster */
+    json_array_foreach(v, i, o) cluster = cluster || json_object_get(o, "placement");
+    table_t t = {.ncols = cluster ? 6 : 5, .head = head};
+    char b[6][64];
     json_array_foreach(v, i, o) {
         snprintf(b[3], sizeof b[3], "%zu", json_array_size(json_object_get(o, "groups")));
+        leaders_of(o, b[5], sizeof b[5]);
         table_add(&t, F(o, "name", 0), F(o, "partitions", 1), F(o, "messages", 2), b[3],
-                  F(o, "size_bytes", 4));
+                  F(o, "size_bytes", 4), b[5][0] ? b[5] : "-");
     }
+    table_print(&t);
+}
+
+static void ids_of(json_t *a, char *buf, size_t len)
+{
+    size_t i, at = 0;
+    json_t *e;
+    buf[0] = '\0';
+    json_array_foreach(a, i, e)
+    {
+        int n =
+            snprintf(buf + at, len - at, "%s%lld", i ? "," : "", (long long)json_integer_value(e));
+        if (n < 0 || (size_t)n >= len - at)
+            return;
+        at += (size_t)n;
+    }
+}
+
+/* A cluster topic's partitions as etcd places them, and whether this node holds it. */
+static void show_placement(json_t *o)
+{
+    json_t *pl = json_object_get(o, "placement"), *v;
+    if (json_is_true(json_object_get(o, "quarantined")))
+        printf("this node's copy is not the cluster's topic of that name: kept, not served\n");
+    if (!pl)
+        return;
+    if (json_is_false(json_object_get(o, "local")))
+        printf("not held on this node (served by the leaders below)\n");
+    const char *head[] = {"PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR"};
+    table_t t = {.ncols = 5, .head = head};
+    size_t i;
+    char c[5][96];
+    json_array_foreach(pl, i, v)
+    {
+        ids_of(json_object_get(v, "replicas"), c[3], sizeof c[3]);
+        ids_of(json_object_get(v, "isr"), c[4], sizeof c[4]);
+        table_add(&t, fld(v, "partition", c[0], 32), fld(v, "leader", c[1], 32),
+                  fld(v, "epoch", c[2], 32), c[3][0] ? c[3] : "-", c[4][0] ? c[4] : "-");
+    }
+    printf("replication_factor %s  id %s\n", fld(o, "replication_factor", c[0], 32),
+           fld(o, "id", c[1], 96));
     table_print(&t);
 }
 
@@ -515,6 +577,7 @@ static void show_topic(json_t *o)
         if (why && *why)
             printf("partition %s: %s\n", fld(v, "partition", c[0], 32), why);
     }
+    show_placement(o);
 }
 
 static void show_groups(json_t *v)

@@ -103,13 +103,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mqd_repl_tdesc_t td;
         if (mqd_repl_tdesc_parse((const char *)d, n, &td) == 0) {
             if (td.partitions == 0 || td.rf == 0 || td.rf > MQD_REPL_MAX_RF ||
-                (td.id[0] && !mqd_repl_id_valid(td.id, strlen(td.id))))
+                (td.id[0] && !mqd_repl_id_valid(td.id, strlen(td.id))) || (td.home && td.rf != 1))
                 abort();
             char *j = mqd_repl_tdesc_json(&td);
             mqd_repl_tdesc_t back;
             if (!j || mqd_repl_tdesc_parse(j, strlen(j), &back) != 0 ||
                 back.partitions != td.partitions || back.rf != td.rf ||
-                strcmp(back.id, td.id) != 0 || (back.config == NULL) != (td.config == NULL))
+                strcmp(back.id, td.id) != 0 || back.home != td.home ||
+                (back.config == NULL) != (td.config == NULL))
                 abort(); /* what parses writes back to the same registration */
             mqd_repl_tdesc_clear(&back);
             free(j);

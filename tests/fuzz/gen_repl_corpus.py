@@ -58,6 +58,10 @@ def main(out):
                                b'"partitions":2,"replication_factor":3}',
         "tdesc-id-bad": b"\x02" + b'{"id":["00112233445566778899aabbccddeeff"],'
                                    b'"partitions":2,"replication_factor":3}',
+        "tdesc-home": b"\x02" + b'{"config":{"replication_factor":1},"home":2,'
+                                 b'"id":"00112233445566778899aabbccddeeff","partitions":3,'
+                                 b'"replication_factor":1}',
+        "tdesc-home-rf3": b"\x02" + b'{"home":2,"partitions":3,"replication_factor":3}',
         "grec": b"\x03" + struct.pack("<Q", 60) + b"g",
         "grec-shared": b"\x03" + struct.pack("<Q", 1 << 40) + b"$shared",
         "grec-no-name": b"\x03" + struct.pack("<Q", 60),
