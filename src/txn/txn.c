@@ -792,7 +792,16 @@ static void markers(mqd_txns_t *x, mqd_txn_t *t, uint32_t kind)
     for (size_t i = 0; i < t->n_parts; i++) {
         mqd_part_t *p = tp(&t->parts[i]);
         lso_drop(x, t, &t->parts[i]);
-        mqd_part_append_ex(p, NULL, 0, kind, t->id, NULL, NULL, &t->parts[i].marker);
+        int rc = mqd_part_append_ex(p, NULL, 0, kind, t->id, NULL, NULL, &t->parts[i].marker);
+        if (rc != 0) {
+            /* the decision stays in meta.db; a replicated partition's followers never see
+               it, so markers_replicated() never announces it (UINT64_MAX is never below a
+               visible end) and the discharge ends "outcome unknown" at txn_timeout */
+            t->parts[i].marker = UINT64_MAX;
+            MQD_WARN("txn", "txn=%llx: %s marker not appended to %s/%u: %s",
+                     (unsigned long long)t->id, kind == MQD_REC_CTRL_COMMIT ? "COMMIT" : "ABORT",
+                     mqd_topic_name(mqd_part_topic(p)), mqd_part_id(p), mqd_strerror(rc));
+        }
         mqd_topic_dispatch_soon(mqd_part_topic(p));
     }
 }
