@@ -568,8 +568,11 @@ static void dead_letter(mqd_topic_t *t, uint32_t part, const mqd_rec_t *rec,
                          .dlq_reason = reason,
                          .dlq_origin = origin};
     mqd_buf_t *out = mqd_srv_scratch(s);
-    if (mqd_msg_annotate(rec->data, rec->len, mi, &ann, out) == 0)
-        mqd_part_append(mqd_topic_part(dlq, 0), out->p, out->len, NULL, NULL, NULL);
+    int rc = mqd_msg_annotate(rec->data, rec->len, mi, &ann, out);
+    if (rc == 0)
+        rc = mqd_part_append(mqd_topic_part(dlq, 0), out->p, out->len, NULL, NULL, NULL);
+    if (rc != 0) /* the record stays in its own log: lost to the dead-letter topic only */
+        MQD_WARN("amqp", "%s: not dead-lettered to %s: %s", origin, name, mqd_strerror(rc));
 }
 
 /* A stored record's sections: the cheap scan (the record was checked on its way in and
