@@ -72,3 +72,16 @@ bool mqd_acl_check(const mqd_acl_rule_t *rules, size_t n, bool acl_present, cons
     }
     return false;
 }
+
+bool mqd_acl_grants_any(const mqd_acl_rule_t *rules, size_t n, bool acl_present, const char *user,
+                        const char *groups, unsigned perm)
+{
+    if (!acl_present)
+        return true;
+    for (size_t i = 0; i < n; i++) {
+        const mqd_acl_rule_t *r = &rules[i];
+        if (r->allow && (r->perms & perm) == perm && who_matches(r->who, user, groups))
+            return true;
+    }
+    return false;
+}

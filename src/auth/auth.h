@@ -91,12 +91,20 @@ int mqd_auth_cbs_handle(struct mqd_conn *c, const uint8_t *req, size_t len, stru
 bool mqd_auth_allowed(struct mqd_conn *c, mqd_perm_t perm, const char *address);
 /* The same decision without logging a refusal (for a right that is only noted). */
 bool mqd_auth_may(struct mqd_conn *c, mqd_perm_t perm, const char *address);
+/* May the connection's user do `perm` on some address: an [acl] rule that allows it to
+ * this user (or no [acl]) and, with sas_required, an unexpired SAS token whose key has
+ * the right? For a listing, whose rows are then filtered by mqd_auth_may (management
+ * QUERY: whoever holds `monitor` nowhere is refused rather than shown an empty list).
+ * Never logs. */
+bool mqd_auth_may_anywhere(struct mqd_conn *c, mqd_perm_t perm);
 
 /* May the configured user `user` (NULL or "" = anonymous) do `perm` on `address`, by
  * the [acl] rules alone? For a login that is not an AMQP connection (the web console):
  * false for a name the config no longer has. */
 bool mqd_auth_user_may(struct mqd_server *s, const char *user, mqd_perm_t perm,
                        const char *address);
+/* mqd_auth_may_anywhere for such a login: some [acl] rule allows `perm` to `user`. */
+bool mqd_auth_user_may_anywhere(struct mqd_server *s, const char *user, mqd_perm_t perm);
 
 /* SCRAM-SHA-256 for a login that is not an AMQP connection (the web console), with the
  * SASL path's code and credentials (scram.c): the password never leaves the client, so

@@ -71,6 +71,11 @@ bool mqd_acl_in_groups(const char *groups, const char *group);
  * (acl_present false) everything is allowed. */
 bool mqd_acl_check(const mqd_acl_rule_t *rules, size_t n, bool acl_present, const char *user,
                    const char *groups, unsigned perm, const char *address);
+/* Does some rule of rules[0..n) allow `perm` to `user` on some address (a deny before it
+ * may still shadow it on every address: this answers "might", for a listing that is
+ * then filtered by mqd_acl_check)? True without an ACL. */
+bool mqd_acl_grants_any(const mqd_acl_rule_t *rules, size_t n, bool acl_present, const char *user,
+                        const char *groups, unsigned perm);
 
 /* ---- gate.c: the SASL-phase framer (pure; tests/fuzz/fuzz_gate.c) ---- */
 
@@ -115,6 +120,11 @@ int mqd_sas_verify(const mqd_sas_token_t *t, const char *key, size_t keylen);
 /* Does a token for `token_hub` ("" = every hub) signed by a key of `scope` (NULL or "*" =
  * every hub) cover `topic` (a topic name; "T/$DeadLetterQueue" counts as T)? */
 bool mqd_sas_covers(const char *token_hub, const char *scope, const char *topic);
+/* Does a token for `token_hub` signed by a key of `scope` cover every hub, and with them the
+ * node as a whole (node-wide management: connections, users, config, reload)? Only a
+ * namespace-wide token ("" hub: an audience without a path) of an unscoped key (NULL or
+ * "*") does. */
+bool mqd_sas_covers_all(const char *token_hub, const char *scope);
 
 /* A $cbs request: application properties operation, type, name; body an amqp-value
  * string (the token). Fields too long for their buffer count as absent. */
@@ -266,8 +276,14 @@ void mqd_auth_warn_unreachable(const struct mqd_server *s);
 /* cbs.c: frees ac->cbs (from mqd_auth_conn_free). */
 void mqd_auth_cbs_free(mqd_auth_conn_t *ac);
 /* cbs.c: why c's SAS tokens do not allow perm on address, or NULL (also when
- * sas_required is off, and for `create`, which only the [acl] governs). */
+ * sas_required is off, and for `create`, which only the [acl] governs). address is a
+ * topic (covered by a token for its hub within its key's scope), or NULL or
+ * "$management": the node as a whole, which only a token covering every hub covers
+ * (mqd_sas_covers_all), so that a key scoped to one hub never manages the others. */
 const char *mqd_auth_sas_denied(struct mqd_conn *c, mqd_perm_t perm, const char *address);
+/* cbs.c: the same for "some address": NULL when c keeps an unexpired token whose key has
+ * the right perm needs (or sas_required is off). */
+const char *mqd_auth_sas_denied_anywhere(struct mqd_conn *c, mqd_perm_t perm);
 /* recheck.c: detaches every link of c whose attach-time check fails now ("why" as its
  * description); returns how many. */
 size_t mqd_auth_recheck_links(struct mqd_conn *c, const char *why);

@@ -242,7 +242,18 @@ static unsigned right_for(mqd_perm_t perm)
     }
 }
 
-const char *mqd_auth_sas_denied(mqd_conn_t *c, mqd_perm_t perm, const char *address)
+/* What a token must cover: an address (a topic; NULL or "$management" = the node as a
+ * whole), or anywhere. */
+static bool tok_covers(const cbs_tok_t *t, const char *address, bool anywhere)
+{
+    if (anywhere)
+        return true;
+    if (address == NULL || strcmp(address, "$management") == 0)
+        return mqd_sas_covers_all(t->hub, t->scope);
+    return mqd_sas_covers(t->hub, t->scope, address);
+}
+
+static const char *sas_denied(mqd_conn_t *c, mqd_perm_t perm, const char *address, bool anywhere)
 {
     unsigned need = right_for(perm);
     if (need == 0 || !mqd_conf_sas_effective(mqd_srv_conf(mqd_conn_srv(c))))
@@ -250,12 +261,23 @@ const char *mqd_auth_sas_denied(mqd_conn_t *c, mqd_perm_t perm, const char *addr
     const mqd_auth_conn_t *ac = mqd_conn_auth(c);
     const mqd_cbs_conn_t *cc = ac ? ac->cbs : NULL;
     int64_t now = (int64_t)time(NULL);
-    bool mgmt = address == NULL || strcmp(address, "$management") == 0;
     for (size_t i = 0; cc != NULL && i < cc->n; i++) {
         const cbs_tok_t *t = &cc->tok[i];
-        if (t->se > now && (t->rights & need) &&
-            (mgmt || mqd_sas_covers(t->hub, t->scope, address)))
+        if (t->se > now && (t->rights & need) && tok_covers(t, address, anywhere))
             return NULL;
     }
+    if (!anywhere && (address == NULL || strcmp(address, "$management") == 0))
+        return "no valid SAS token covering every hub (a namespace-wide token of an "
+               "unscoped key) with this right";
     return "no valid SAS token ($cbs put-token) for this address and right";
+}
+
+const char *mqd_auth_sas_denied(mqd_conn_t *c, mqd_perm_t perm, const char *address)
+{
+    return sas_denied(c, perm, address, false);
+}
+
+const char *mqd_auth_sas_denied_anywhere(mqd_conn_t *c, mqd_perm_t perm)
+{
+    return sas_denied(c, perm, NULL, true);
 }

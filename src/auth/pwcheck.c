@@ -21,6 +21,17 @@ bool mqd_auth_user_may(struct mqd_server *s, const char *user, mqd_perm_t perm, 
                          u ? u->groups : NULL, perm, address);
 }
 
+bool mqd_auth_user_may_anywhere(struct mqd_server *s, const char *user, mqd_perm_t perm)
+{
+    const mqd_conf_t *conf = mqd_srv_conf(s);
+    const mqd_user_conf_t *u = NULL;
+    bool anonymous = !user || !*user;
+    if (!anonymous && (u = mqd_conf_user(conf, user)) == NULL)
+        return false;
+    return mqd_acl_grants_any(conf->acl, conf->n_acl, conf->acl_present, anonymous ? NULL : user,
+                              u ? u->groups : NULL, perm);
+}
+
 typedef struct pw_job {
     mqd_auth_pw_t pw; /* first: the shared check (pwjob.c) */
     mqd_auth_pw_done_fn done;

@@ -177,6 +177,11 @@ bool mqd_sas_covers(const char *token_hub, const char *scope, const char *topic)
     return strlen(token_hub) == n && strncmp(token_hub, topic, n) == 0;
 }
 
+bool mqd_sas_covers_all(const char *token_hub, const char *scope)
+{
+    return token_hub[0] == '\0' && (scope == NULL || strcmp(scope, "*") == 0);
+}
+
 /* ---- the $cbs put-token request ---- */
 
 static bool copy_bytes(pn_bytes_t b, char *out, size_t len)

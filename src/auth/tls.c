@@ -408,26 +408,47 @@ bool mqd_auth_admit_host(mqd_server_t *s, const char *host)
     return false;
 }
 
+/* Why c's login cannot have any right at all, or NULL; *user and *groups are what the
+ * [acl] rules match (NULL: anonymous, no groups). */
+static const char *login_denied(mqd_conn_t *c, const char **user, const char **groups)
+{
+    const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(c));
+    mqd_auth_conn_t *ac = mqd_conn_auth(c);
+    const char *name = mqd_conn_user(c);
+    bool anonymous = name[0] == '\0' || (ac && ac->anonymous);
+    const mqd_user_conf_t *u = NULL;
+    if (ac && ac->node) /* its name is the node's, whatever [user] has that name */
+        return "a node connection: $repl/ fetch links only";
+    if (name[0] == '\0' && !conf->allow_anonymous)
+        return "not authenticated";
+    if (!anonymous && !pn_transport_is_authenticated(mqd_conn_driver(c)->transport))
+        return "not authenticated";
+    if (!anonymous && (u = mqd_conf_user(conf, name)) == NULL)
+        return "user no longer configured";
+    *user = anonymous ? NULL : name;
+    *groups = u ? u->groups : NULL;
+    return NULL;
+}
+
 /* Why c may not do perm on address, or NULL. */
 static const char *denied(mqd_conn_t *c, mqd_perm_t perm, const char *address)
 {
     const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(c));
-    mqd_auth_conn_t *ac = mqd_conn_auth(c);
-    const char *user = mqd_conn_user(c);
-    bool anonymous = user[0] == '\0' || (ac && ac->anonymous);
-    const mqd_user_conf_t *u = NULL;
-    if (ac && ac->node) /* its name is the node's, whatever [user] has that name */
-        return "a node connection: $repl/ fetch links only";
-    if (user[0] == '\0' && !conf->allow_anonymous)
-        return "not authenticated";
-    if (!anonymous && !pn_transport_is_authenticated(mqd_conn_driver(c)->transport))
-        return "not authenticated";
-    if (!anonymous && (u = mqd_conf_user(conf, user)) == NULL)
-        return "user no longer configured";
-    if (!mqd_acl_check(conf->acl, conf->n_acl, conf->acl_present, anonymous ? NULL : user,
-                       u ? u->groups : NULL, perm, address))
+    const char *user, *groups, *why = login_denied(c, &user, &groups);
+    if (why)
+        return why;
+    if (!mqd_acl_check(conf->acl, conf->n_acl, conf->acl_present, user, groups, perm, address))
         return "ACL";
     return mqd_auth_sas_denied(c, perm, address); /* both must allow (docs/security.md) */
+}
+
+bool mqd_auth_may_anywhere(mqd_conn_t *c, mqd_perm_t perm)
+{
+    const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(c));
+    const char *user, *groups;
+    return login_denied(c, &user, &groups) == NULL &&
+           mqd_acl_grants_any(conf->acl, conf->n_acl, conf->acl_present, user, groups, perm) &&
+           mqd_auth_sas_denied_anywhere(c, perm) == NULL;
 }
 
 bool mqd_auth_may(mqd_conn_t *c, mqd_perm_t perm, const char *address)
