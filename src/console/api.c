@@ -46,6 +46,8 @@ static int mgmt(call_t *c, const char *type, const char *op, json_t *args, json_
     json_t *reply = NULL;
     int st = mqd_mgmt_call(c->k->srv, c->ss->user, type, op, args, &reply, desc, sizeof desc);
     json_decref(args);
+    if (st == 401) /* a right this user lacks on that topic: 401 would mean "log in" here */
+        st = 403;
     if (st >= 300) {
         json_decref(reply);
         mqd_console_reply_error(c->req, st, desc);

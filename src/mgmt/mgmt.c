@@ -368,15 +368,15 @@ static int cluster_elect(mqd_mgmt_req_t *r)
 /* ---------------------------------------------------------------- dispatch */
 
 static const mqd_mgmt_op_t broker_ops[] = {
-    {MQD_MGMT_T_BROKER, "READ", broker_read},
-    {MQD_MGMT_T_BROKER, "RELOAD", broker_reload},
-    {MQD_MGMT_T_CONN, "QUERY", conn_query},
-    {MQD_MGMT_T_CONN, "DELETE", conn_close},
-    {MQD_MGMT_T_CONN, "CLOSE", conn_close},
-    {MQD_MGMT_T_TOPIC, "PEEK", mqd_mgmt_topic_peek},
-    {MQD_MGMT_T_LINK, "QUERY", link_query},
-    {MQD_MGMT_T_CLUSTER, "READ", cluster_read},
-    {MQD_MGMT_T_CLUSTER, "ELECT", cluster_elect},
+    {MQD_MGMT_T_BROKER, "READ", broker_read, MQD_MGMT_NODE_READ},
+    {MQD_MGMT_T_BROKER, "RELOAD", broker_reload, MQD_MGMT_NODE_MANAGE},
+    {MQD_MGMT_T_CONN, "QUERY", conn_query, MQD_MGMT_NODE_READ},
+    {MQD_MGMT_T_CONN, "DELETE", conn_close, MQD_MGMT_NODE_MANAGE},
+    {MQD_MGMT_T_CONN, "CLOSE", conn_close, MQD_MGMT_NODE_MANAGE},
+    {MQD_MGMT_T_TOPIC, "PEEK", mqd_mgmt_topic_peek, MQD_MGMT_TOPIC_PEEK},
+    {MQD_MGMT_T_LINK, "QUERY", link_query, MQD_MGMT_NODE_READ},
+    {MQD_MGMT_T_CLUSTER, "READ", cluster_read, MQD_MGMT_NODE_READ},
+    {MQD_MGMT_T_CLUSTER, "ELECT", cluster_elect, MQD_MGMT_NODE_MANAGE},
 };
 
 static const mqd_mgmt_op_t *const op_tables[] = {broker_ops, mqd_mgmt_topic_ops, mqd_mgmt_group_ops,
@@ -395,26 +395,6 @@ static const mqd_mgmt_op_t *op_find(const char *type, const char *op)
                 return &op_tables[t][i];
     }
     return NULL;
-}
-
-/* Event Hubs clients query runtime information with only `listen` rights, so the two
- * READs need receive permission on the hub, as do the ownership claims of a checkpoint
- * store. Reads (READ, QUERY) are allowed with `monitor`, the web console's read-only
- * right, and PEEK with `monitor` and `browse` on the topic; everything else needs
- * `manage`. */
-static bool allowed(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
-{
-    if (strcmp(op->type, MQD_MGMT_T_OWNERSHIP) == 0)
-        return true; /* its handlers check `receive` on the topic they name */
-    if (strncmp(op->type, "com.microsoft:", 14) == 0 && r->name &&
-        mqd_auth_allowed(r->c, MQD_PERM_RECEIVE, r->name))
-        return true;
-    bool read = strcmp(op->op, "READ") == 0 || strcmp(op->op, "QUERY") == 0;
-    bool peek = strcmp(op->op, "PEEK") == 0;
-    if ((read || peek) && mqd_auth_may(r->c, MQD_PERM_MONITOR, "$management") &&
-        (!peek || (r->name && mqd_auth_allowed(r->c, MQD_PERM_BROWSE, r->name))))
-        return true;
-    return mqd_auth_allowed(r->c, MQD_PERM_MANAGE, "$management");
 }
 
 static void call_op(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
@@ -444,8 +424,8 @@ static void run_request(mqd_mgmt_req_t *r)
         mqd_mgmt_fail(r, 501, "operation %s is not implemented for type %s", r->op, r->type);
         return;
     }
-    if (!allowed(r, op)) {
-        mqd_mgmt_fail(r, 401, "not allowed to manage");
+    /* every check below reads names as C strings */
+    if (mqd_mgmt_check_strings(r) != 0 || mqd_mgmt_authorize(r, op) != 0) {
         if (mqd_mgmt_audited(r->op))
             mqd_mgmt_audit(r); /* refused attempts belong in the trail too */
         return;
@@ -469,8 +449,10 @@ int mqd_mgmt_call(struct mqd_server *s, const char *actor, const char *type, con
         mqd_mgmt_fail(&r, 500, "out of memory");
     else if (!o || strcmp(op, "CREATE") == 0) /* CREATE may answer later: AMQP only */
         mqd_mgmt_fail(&r, 501, "operation %s is not implemented for type %s", op, type);
-    else
+    else if (mqd_mgmt_check_strings(&r) == 0 && mqd_mgmt_authorize(&r, o) == 0)
         call_op(&r, o);
+    else if (mqd_mgmt_audited(op))
+        mqd_mgmt_audit(&r); /* a refusal: the trail has it, as on AMQP */
     if (r.out && r.status < 300) {
         pn_data_rewind(r.out);
         if (pn_data_next(r.out))

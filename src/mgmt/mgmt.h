@@ -12,9 +12,9 @@
 struct mqd_server;
 struct mqd_conn;
 
-/* Handles one encoded request `req[0..len)` from connection `c` (whose user has been
- * checked for the `manage` permission by the caller only if the request needs it: the
- * handler calls mqd_auth_allowed itself per operation). Writes the complete encoded
+/* Handles one encoded request `req[0..len)` from connection `c`, authorized against the
+ * entity it names with c's rights (mgmt_access.c: the [acl] and c's SAS tokens; a
+ * refusal is status 401). Writes the complete encoded
  * reply message into `out` (properties: to = request reply-to, correlation-id = request
  * message-id or its correlation-id; application-properties: statusCode and status-code,
  * statusDescription and status-description). Returns 0 when `out` holds a reply to send,
@@ -23,10 +23,10 @@ int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req
                     mqd_buf_t *out);
 
 /* Runs one operation for a caller that is not an AMQP connection (the web console,
- * src/console/) and has checked its caller's rights itself: the same handlers as
- * mqd_mgmt_handle, whose reply body is converted with mqd_mgmt_data_to_json, as mqctl
+ * src/console/): the same handlers as mqd_mgmt_handle, authorized the same way with the
+ * [acl] rules of the configured user `actor` (NULL or "" = anonymous), whose reply body is converted with mqd_mgmt_data_to_json, as mqctl
  * --json does. `args` (borrowed; a JSON object) are the request's application
- * properties (`name`, `to`, `partition`, ...); `actor` names the caller in the log.
+ * properties (`name`, `to`, `partition`, ...); `actor` also names the caller in the log.
  * *reply gets the reply body (new reference; NULL when the reply has none) and desc its
  * status description. Returns the status code (200, 204, 404, ...); 501 for operations
  * that answer later (topic CREATE) or do not exist. */

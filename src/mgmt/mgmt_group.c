@@ -20,19 +20,31 @@ static int group_ref(mqd_mgmt_req_t *r, gref_t *g, bool need_group)
 {
     const char *tp = mqd_mgmt_arg_str(r, "topic"), *gp = mqd_mgmt_arg_str(r, "group");
     const char *slash = r->name ? strrchr(r->name, '/') : NULL;
-    g->topic[0] = g->group[0] = '\0';
-    if (tp)
-        snprintf(g->topic, sizeof g->topic, "%s", tp);
-    else if (r->name && slash && need_group)
-        snprintf(g->topic, sizeof g->topic, "%.*s", (int)(slash - r->name), r->name);
-    else if (r->name)
-        snprintf(g->topic, sizeof g->topic, "%s", r->name);
-    if (gp)
-        snprintf(g->group, sizeof g->group, "%s", gp);
-    else if (slash && !tp)
-        snprintf(g->group, sizeof g->group, "%s", slash + 1);
+    const char *topic = tp, *group = gp;
+    size_t tl = tp ? strlen(tp) : 0, gl = gp ? strlen(gp) : 0;
+    if (!tp && r->name) {
+        topic = r->name;
+        tl = slash && need_group ? (size_t)(slash - r->name) : strlen(r->name);
+    }
+    if (!gp && slash && !tp) {
+        group = slash + 1;
+        gl = strlen(group);
+    }
+    if (tl > MQD_NAME_MAX || gl > MQD_NAME_MAX) /* a cut name could be another topic's */
+        return mqd_mgmt_fail(r, 400, "topic or group name longer than %d bytes", MQD_NAME_MAX);
+    snprintf(g->topic, sizeof g->topic, "%.*s", (int)tl, topic ? topic : "");
+    snprintf(g->group, sizeof g->group, "%.*s", (int)gl, group ? group : "");
     if (need_group && (!g->topic[0] || !g->group[0]))
         return mqd_mgmt_fail(r, 400, "name \"TOPIC/GROUP\" (or properties topic and group) required");
+    return 0;
+}
+
+int mqd_mgmt_group_topic(mqd_mgmt_req_t *r, bool need_group, char *topic, size_t len)
+{
+    gref_t g;
+    if (group_ref(r, &g, need_group) != 0)
+        return r->status;
+    snprintf(topic, len, "%s", g.topic);
     return 0;
 }
 
@@ -86,7 +98,8 @@ static int query_one(const char *group, mqd_group_mode_t mode, size_t members, v
 static int group_query(mqd_mgmt_req_t *r)
 {
     gref_t g;
-    group_ref(r, &g, false);
+    if (group_ref(r, &g, false) != 0)
+        return r->status;
     qctx_t q = {.d = r->out};
     if (g.topic[0] && !(q.t = find_topic(r, g.topic)))
         return r->status;
@@ -96,7 +109,7 @@ static int group_query(mqd_mgmt_req_t *r)
         mqd_group_list(q.t, query_one, &q);
     } else {
         for (mqd_topic_t *t = mqd_srv_topic_first(r->s); t; t = mqd_srv_topic_next(t))
-            if (!mqd_topic_temporary(t)) {
+            if (!mqd_topic_temporary(t) && mqd_mgmt_may_read(r, mqd_topic_name(t))) {
                 q.t = t;
                 mqd_group_list(t, query_one, &q);
             }
@@ -273,10 +286,10 @@ static int group_commit(mqd_mgmt_req_t *r)
 }
 
 const mqd_mgmt_op_t mqd_mgmt_group_ops[] = {
-    {MQD_MGMT_T_GROUP, "COMMIT", group_commit},
-    {MQD_MGMT_T_GROUP, "QUERY", group_query},
-    {MQD_MGMT_T_GROUP, "READ", group_read},
-    {MQD_MGMT_T_GROUP, "RESET", group_reset},
-    {MQD_MGMT_T_GROUP, "DELETE", group_delete},
+    {MQD_MGMT_T_GROUP, "COMMIT", group_commit, MQD_MGMT_GROUP_MANAGE},
+    {MQD_MGMT_T_GROUP, "QUERY", group_query, MQD_MGMT_GROUP_LIST},
+    {MQD_MGMT_T_GROUP, "READ", group_read, MQD_MGMT_GROUP_READ},
+    {MQD_MGMT_T_GROUP, "RESET", group_reset, MQD_MGMT_GROUP_MANAGE},
+    {MQD_MGMT_T_GROUP, "DELETE", group_delete, MQD_MGMT_GROUP_MANAGE},
 };
 const size_t mqd_mgmt_n_group_ops = MQD_ARRAY_LEN(mqd_mgmt_group_ops);

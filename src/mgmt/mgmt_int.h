@@ -57,12 +57,48 @@ void mqd_mgmt_finish(mqd_mgmt_later_t *l, int status, const char *desc,
 /* Frees l without an answer (shutdown). */
 void mqd_mgmt_later_free(mqd_mgmt_later_t *l);
 
-/* A handler fills r->out and returns the status code (or calls mqd_mgmt_fail). */
+/* What an operation needs of its caller, by the entity it names (mgmt_access.c). */
+typedef enum mqd_mgmt_need {
+    MQD_MGMT_NODE_READ,    /* the node as a whole: monitor or manage on $management */
+    MQD_MGMT_NODE_MANAGE,  /* manage on $management */
+    MQD_MGMT_TOPIC_READ,   /* name = a topic: monitor or manage on it */
+    MQD_MGMT_TOPIC_MANAGE, /* manage on it */
+    MQD_MGMT_TOPIC_CREATE, /* a valid topic name (else 400, whoever asks) and manage on it */
+    MQD_MGMT_TOPIC_PEEK,   /* monitor or manage, and browse, on it */
+    MQD_MGMT_HUB_READ,     /* the Event Hubs READs: receive, monitor or manage on it */
+    MQD_MGMT_GROUP_READ,   /* a group: monitor or manage on its topic */
+    MQD_MGMT_GROUP_MANAGE, /* manage on its topic */
+    MQD_MGMT_GROUP_LIST,   /* one topic's groups as GROUP_READ, every topic's as LIST */
+    MQD_MGMT_LIST,         /* a listing: its handler shows only rows mqd_mgmt_may_read */
+    MQD_MGMT_SELF,         /* its handler checks (ownership: receive on the topic) */
+} mqd_mgmt_need_t;
+
+/* A handler fills r->out and returns the status code (or calls mqd_mgmt_fail). It runs
+ * only once mqd_mgmt_authorize allowed `need`. */
 typedef struct mqd_mgmt_op {
     const char *type;
     const char *op;
     int (*fn)(mqd_mgmt_req_t *r);
+    mqd_mgmt_need_t need;
 } mqd_mgmt_op_t;
+
+/* mgmt_access.c: 0 when r's caller may run op on what r names, else the status set in r
+ * (401 not allowed, 400 when r does not name what op needs). Decided on the names alone,
+ * before anything is looked up. */
+int mqd_mgmt_authorize(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op);
+/* mgmt_access.c: may r's caller see topic (monitor or manage on it)? For the rows of a
+ * listing; never logs. */
+bool mqd_mgmt_may_read(mqd_mgmt_req_t *r, const char *topic);
+/* mgmt_access.c: why `name` cannot be a topic that management creates (the address
+ * grammar's topic name, src/route; not $tmp.*), or NULL. A NUL byte never gets this far
+ * (mqd_mgmt_check_strings). */
+const char *mqd_mgmt_bad_topic_name(const char *name);
+/* mgmt_access.c: 0, or 400 when a string of r's properties or body holds a NUL byte. */
+int mqd_mgmt_check_strings(mqd_mgmt_req_t *r);
+/* mgmt_group.c: the topic a consumer-group request names (name "TOPIC/GROUP", or the
+ * properties topic and group; with need_group false, as QUERY reads it, "" when none)
+ * into topic[len]; 0, or the 400 set in r. */
+int mqd_mgmt_group_topic(mqd_mgmt_req_t *r, bool need_group, char *topic, size_t len);
 
 extern const mqd_mgmt_op_t mqd_mgmt_topic_ops[];
 extern const size_t mqd_mgmt_n_topic_ops;

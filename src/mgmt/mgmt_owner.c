@@ -185,7 +185,7 @@ static int owner_claim(mqd_mgmt_req_t *r)
 }
 
 const mqd_mgmt_op_t mqd_mgmt_owner_ops[] = {
-    {MQD_MGMT_T_OWNERSHIP, "QUERY", owner_query},
-    {MQD_MGMT_T_OWNERSHIP, "CLAIM", owner_claim},
+    {MQD_MGMT_T_OWNERSHIP, "QUERY", owner_query, MQD_MGMT_SELF},
+    {MQD_MGMT_T_OWNERSHIP, "CLAIM", owner_claim, MQD_MGMT_SELF},
 };
 const size_t mqd_mgmt_n_owner_ops = MQD_ARRAY_LEN(mqd_mgmt_owner_ops);

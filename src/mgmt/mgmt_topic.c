@@ -316,8 +316,11 @@ static int call_create(mqd_mgmt_req_t *r, mqd_repl_done_fn done, void *arg, char
 static int topic_create(mqd_mgmt_req_t *r)
 {
     uint32_t nparts;
+    const char *why;
     if (!r->name || !*r->name)
         return mqd_mgmt_fail(r, 400, "application property 'name' is required");
+    if ((why = mqd_mgmt_bad_topic_name(r->name)))
+        return mqd_mgmt_fail(r, 400, "invalid topic name '%.100s': %s", r->name, why);
     if (!partitions_arg(r, &nparts))
         return r->status;
     char *ov;
@@ -577,6 +580,7 @@ typedef struct listed {
 
 typedef struct list_acc {
     mqd_server_t *s;
+    mqd_mgmt_req_t *r; /* who asks: only the topics it may read are listed */
     listed_t *v;
     size_t n, cap;
     bool failed;
@@ -596,7 +600,8 @@ static void list_add(list_acc_t *a, const char *name, mqd_topic_t *t)
 static void list_registered(void *arg, const char *name)
 {
     list_acc_t *a = arg;
-    if (!mqd_topic_find(a->s, name)) /* copies here are listed as this node's */
+    /* copies here are listed as this node's */
+    if (!mqd_topic_find(a->s, name) && mqd_mgmt_may_read(a->r, name))
         list_add(a, name, NULL);
 }
 
@@ -608,9 +613,9 @@ static int cmp_listed(const void *a, const void *b)
 static int topic_query(mqd_mgmt_req_t *r)
 {
     mqd_server_t *s = r->s;
-    list_acc_t a = {.s = s};
+    list_acc_t a = {.s = s, .r = r};
     for (mqd_topic_t *t = mqd_srv_topic_first(s); t; t = mqd_srv_topic_next(t))
-        if (!mqd_topic_temporary(t))
+        if (!mqd_topic_temporary(t) && mqd_mgmt_may_read(r, mqd_topic_name(t)))
             list_add(&a, mqd_topic_name(t), t);
     const mqd_repl_hooks_t *repl = mqd_srv_repl(s);
     if (repl->topic_names)
@@ -694,13 +699,13 @@ static int partition_read(mqd_mgmt_req_t *r)
 }
 
 const mqd_mgmt_op_t mqd_mgmt_topic_ops[] = {
-    {MQD_MGMT_T_TOPIC, "CREATE", topic_create},
-    {MQD_MGMT_T_TOPIC, "READ", topic_read},
-    {MQD_MGMT_T_TOPIC, "UPDATE", topic_update},
-    {MQD_MGMT_T_TOPIC, "DELETE", topic_delete},
-    {MQD_MGMT_T_TOPIC, "QUERY", topic_query},
-    {MQD_MGMT_T_TOPIC, "RESUME", topic_resume},
-    {MQD_MGMT_T_EVENTHUB, "READ", eventhub_read},
-    {MQD_MGMT_T_PARTITION, "READ", partition_read},
+    {MQD_MGMT_T_TOPIC, "CREATE", topic_create, MQD_MGMT_TOPIC_CREATE},
+    {MQD_MGMT_T_TOPIC, "READ", topic_read, MQD_MGMT_TOPIC_READ},
+    {MQD_MGMT_T_TOPIC, "UPDATE", topic_update, MQD_MGMT_TOPIC_MANAGE},
+    {MQD_MGMT_T_TOPIC, "DELETE", topic_delete, MQD_MGMT_TOPIC_MANAGE},
+    {MQD_MGMT_T_TOPIC, "QUERY", topic_query, MQD_MGMT_LIST},
+    {MQD_MGMT_T_TOPIC, "RESUME", topic_resume, MQD_MGMT_TOPIC_MANAGE},
+    {MQD_MGMT_T_EVENTHUB, "READ", eventhub_read, MQD_MGMT_HUB_READ},
+    {MQD_MGMT_T_PARTITION, "READ", partition_read, MQD_MGMT_HUB_READ},
 };
 const size_t mqd_mgmt_n_topic_ops = MQD_ARRAY_LEN(mqd_mgmt_topic_ops);

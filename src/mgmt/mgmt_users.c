@@ -55,7 +55,7 @@ static int acl_query(mqd_mgmt_req_t *r)
 }
 
 const mqd_mgmt_op_t mqd_mgmt_user_ops[] = {
-    {MQD_MGMT_T_USER, "QUERY", user_query},
-    {MQD_MGMT_T_ACL, "QUERY", acl_query},
+    {MQD_MGMT_T_USER, "QUERY", user_query, MQD_MGMT_NODE_READ},
+    {MQD_MGMT_T_ACL, "QUERY", acl_query, MQD_MGMT_NODE_READ},
 };
 const size_t mqd_mgmt_n_user_ops = MQD_ARRAY_LEN(mqd_mgmt_user_ops);

@@ -14,7 +14,8 @@
 // - an empty transfer to $cbs is rejected with amqp:not-found and $cbs answers on;
 // - $cbs is never a topic: no topics/$cbs nor cbs-* reply topic on disk, and a send to
 //   `$cbs` through the anonymous relay is rejected; management CREATE of $cbs, $CBS and
-//   $management answers 400 (and of an ordinary name 201, with the SAS manage right).
+//   $management answers 400 (and of an ordinary name 201, with the SAS manage right of
+//   a namespace-wide token; with a token for another hub 401).
 // Exit 0 pass, 1 fail, 77 skip.
 'use strict';
 const path = require('path');
@@ -206,9 +207,18 @@ async function main(port) {
   check(!topics.some((t) => t.toLowerCase() === '$cbs' || t.startsWith('cbs-')), 'a $cbs topic exists: ' + JSON.stringify(topics));
   check(topics.includes(HUB), 'hub topic missing: ' + JSON.stringify(topics));
 
-  // no management CREATE makes a reserved name (conn2's root token has `manage`)
+  // conn2's root token is for the hub eh75: it manages that hub only (issue 32 point 2)
   const mg = cbsClient(conn2, 'm', '$management');
   await mg.ready;
+  const other = await mg.request({ operation: 'CREATE', type: 'com.mqd:topic', name: 'eh75c' }, { partitions: 1 });
+  const otherSt = other.application_properties && other.application_properties.statusCode;
+  log('CREATE eh75c with a token for eh75: ' + otherSt);
+  check(otherSt === 401, 'a token for hub eh75 created another hub: ' + otherSt);
+  // a namespace-wide token (no path) of the unscoped root key covers every hub
+  const ns = 'sb://127.0.0.1:' + port;
+  r = await cbs2.put(ns, token(ns, 'root', KEYS.root, now() + 600));
+  check(r.status === 200, 'namespace-wide root token: ' + r.status + ' ' + r.desc);
+  // no management CREATE makes a reserved name
   const created = {};
   for (const name of ['$cbs', '$CBS', '$management', 'eh75b']) {
     const m = await mg.request({ operation: 'CREATE', type: 'com.mqd:topic', name }, { partitions: 1 });
