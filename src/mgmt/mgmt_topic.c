@@ -250,8 +250,8 @@ static mqd_topic_t *named_topic(mqd_mgmt_req_t *r)
 }
 
 /* The request's partition count (0: none given), or false after setting a 400 status:
- * more than max_partitions_per_topic is refused before any work (creating partitions
- * blocks the loop). */
+ * a count given must be 1..max_partitions_per_topic (0 used to mean the default, and
+ * more is refused before any work: creating partitions blocks the loop). */
 static bool partitions_arg(mqd_mgmt_req_t *r, uint32_t *out)
 {
     int64_t n = 0;
@@ -259,11 +259,16 @@ static bool partitions_arg(mqd_mgmt_req_t *r, uint32_t *out)
     json_t *v = r->body ? json_object_get(r->body, "partitions") : NULL;
     if (!v)
         v = json_object_get(r->props, "partitions");
-    if (v && !mqd_mgmt_arg_int(r, "partitions", &n)) {
-        mqd_mgmt_fail(r, 400, "partitions must be an integer in 1..%u", max);
+    if (!v) {
+        *out = 0;
+        return true;
+    }
+    if (!mqd_mgmt_arg_int(r, "partitions", &n) || n < 1) {
+        mqd_mgmt_fail(r, 400, "partitions must be an integer in 1..%u (max_partitions_per_topic)",
+                      max);
         return false;
     }
-    if (n < 0 || n > (int64_t)max) {
+    if (n > (int64_t)max) {
         mqd_mgmt_fail(r, 400,
                       "partitions %" PRId64 " is over the limit max_partitions_per_topic = %u", n,
                       max);
