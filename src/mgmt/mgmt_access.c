@@ -59,9 +59,11 @@ static int refuse(mqd_mgmt_req_t *r, const char *what, const char *topic)
 {
     if (topic)
         return mqd_mgmt_fail(r, 401, "not allowed to %s '%.200s'", what, topic);
-    return mqd_mgmt_fail(r, 401, "not allowed to %s: a node-wide operation needs the right on "
-                                 "$management (with SAS: a token of an unscoped key for every "
-                                 "hub)", what);
+    return mqd_mgmt_fail(r, 401,
+                         "not allowed to %s: a node-wide operation needs the right on "
+                         "$management (with SAS: a token of an unscoped key for every "
+                         "hub)",
+                         what);
 }
 
 /* The topic a topic operation names; NULL after a 400. */
@@ -96,17 +98,16 @@ static int check_topic(mqd_mgmt_req_t *r, mqd_mgmt_need_t need, const char *t)
         if ((why = mqd_mgmt_bad_topic_name(t)))
             return mqd_mgmt_fail(r, 400, "invalid topic name '%.100s': %s", t, why);
         return may(r, MQD_PERM_MANAGE, t, false) ? 0 : refuse(r, "create", t);
-    case MQD_MGMT_TOPIC_READ:
-        return may_read(r, t, false) ? 0 : refuse(r, "read", t);
+    case MQD_MGMT_TOPIC_READ: return may_read(r, t, false) ? 0 : refuse(r, "read", t);
     case MQD_MGMT_TOPIC_MANAGE:
         return may(r, MQD_PERM_MANAGE, t, false) ? 0 : refuse(r, "manage", t);
     case MQD_MGMT_TOPIC_PEEK:
         return may_read(r, t, false) && may(r, MQD_PERM_BROWSE, t, false) ? 0
                                                                           : refuse(r, "peek at", t);
     case MQD_MGMT_HUB_READ:
-        return may(r, MQD_PERM_RECEIVE, t, true) || may_read(r, t, false) ? 0 : refuse(r, "read", t);
-    default:
-        return refuse(r, "do this on", t);
+        return may(r, MQD_PERM_RECEIVE, t, true) || may_read(r, t, false) ? 0
+                                                                          : refuse(r, "read", t);
+    default: return refuse(r, "do this on", t);
     }
 }
 
@@ -128,18 +129,14 @@ int mqd_mgmt_authorize(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
 {
     const char *t;
     switch (op->need) {
-    case MQD_MGMT_SELF:
-        return 0; /* its handler checks the right on the topic it names */
-    case MQD_MGMT_NODE_READ:
-        return may_read(r, NODE, false) ? 0 : refuse(r, "read this", NULL);
+    case MQD_MGMT_SELF: return 0; /* its handler checks the right on the topic it names */
+    case MQD_MGMT_NODE_READ: return may_read(r, NODE, false) ? 0 : refuse(r, "read this", NULL);
     case MQD_MGMT_NODE_MANAGE:
         return may(r, MQD_PERM_MANAGE, NODE, false) ? 0 : refuse(r, "manage", NULL);
-    case MQD_MGMT_LIST:
-        return may_list(r) ? 0 : refuse(r, "list topics", NULL);
+    case MQD_MGMT_LIST: return may_list(r) ? 0 : refuse(r, "list topics", NULL);
     case MQD_MGMT_GROUP_READ:
     case MQD_MGMT_GROUP_MANAGE:
-    case MQD_MGMT_GROUP_LIST:
-        return check_group(r, op->need);
+    case MQD_MGMT_GROUP_LIST: return check_group(r, op->need);
     default:
         if (!(t = topic_named(r)))
             return r->status;
@@ -159,7 +156,8 @@ static const json_t *nul_string(const json_t *v, const char **key, int depth)
     if (json_is_string(v))
         return memchr(json_string_value(v), '\0', json_string_length(v)) ? v : NULL;
     if (json_is_object(v))
-        json_object_foreach((json_t *)v, k, e) {
+        json_object_foreach((json_t *)v, k, e)
+        {
             const char *inner = k;
             if (nul_string(e, &inner, depth + 1)) {
                 *key = inner;
@@ -167,7 +165,8 @@ static const json_t *nul_string(const json_t *v, const char **key, int depth)
             }
         }
     if (json_is_array(v))
-        json_array_foreach(v, i, e) {
+        json_array_foreach(v, i, e)
+        {
             if (nul_string(e, key, depth + 1))
                 return e;
         }
@@ -178,8 +177,9 @@ int mqd_mgmt_check_strings(mqd_mgmt_req_t *r)
 {
     const char *key = "?";
     if (nul_string(r->props, &key, 0) || (r->body && nul_string(r->body, &key, 0)))
-        return mqd_mgmt_fail(r, 400, "'%.100s' holds a NUL byte: names and values are text "
-                                     "without NUL",
+        return mqd_mgmt_fail(r, 400,
+                             "'%.100s' holds a NUL byte: names and values are text "
+                             "without NUL",
                              key);
     return 0;
 }

@@ -189,6 +189,26 @@ static int load_text(const char *text, mqd_conf_t **out, char *err, size_t errle
     return 0;
 }
 
+/* What a SAS token covers (issue 32 point 2): its hub under its key's scope; the node
+ * as a whole only a namespace-wide token of an unscoped key. */
+static void test_sas_covers(void **state)
+{
+    (void)state;
+    assert_true(mqd_sas_covers("hubA", "hubA", "hubA"));
+    assert_true(mqd_sas_covers("hubA", "hubA", "hubA/$DeadLetterQueue"));
+    assert_false(mqd_sas_covers("hubA", "hubA", "hubB"));
+    assert_false(mqd_sas_covers("hubA", "hubA", "hubAB"));
+    assert_false(mqd_sas_covers("", "hubA", "hubB"));
+    assert_true(mqd_sas_covers("", "*", "hubB"));
+    assert_true(mqd_sas_covers("", NULL, "hubB"));
+    assert_false(mqd_sas_covers("hubA", "*", "hubB"));
+    assert_true(mqd_sas_covers_all("", NULL));
+    assert_true(mqd_sas_covers_all("", "*"));
+    assert_false(mqd_sas_covers_all("", "hubA"));
+    assert_false(mqd_sas_covers_all("hubA", "*"));
+    assert_false(mqd_sas_covers_all("*", "*"));
+}
+
 static void test_acl_rules(void **state)
 {
     (void)state;
@@ -218,6 +238,14 @@ static void test_acl_rules(void **state)
     /* no [acl] at all: allowed; an empty [acl]: denied */
     assert_true(mqd_acl_check(NULL, 0, false, "x", NULL, MQD_PERM_SEND, "t"));
     assert_false(mqd_acl_check(NULL, 0, true, "x", NULL, MQD_PERM_SEND, "t"));
+    /* "somewhere" (a listing's gate): an allow rule with the right for that user */
+    assert_true(mqd_acl_grants_any(r, n, true, "bob", NULL, MQD_PERM_SEND));
+    assert_false(mqd_acl_grants_any(r, n, true, "bob", NULL, MQD_PERM_MANAGE));
+    assert_true(mqd_acl_grants_any(r, n, true, "alice", "ops", MQD_PERM_MONITOR));
+    assert_true(mqd_acl_grants_any(r, n, true, NULL, NULL, MQD_PERM_BROWSE));
+    assert_false(mqd_acl_grants_any(r, n, true, NULL, NULL, MQD_PERM_MONITOR));
+    assert_true(mqd_acl_grants_any(NULL, 0, false, "x", NULL, MQD_PERM_MANAGE));
+    assert_false(mqd_acl_grants_any(NULL, 0, true, "x", NULL, MQD_PERM_MANAGE));
     mqd_conf_free(c);
 
     static const struct {
@@ -519,7 +547,7 @@ int main(void)
         cmocka_unit_test(test_acl_rules),      cmocka_unit_test(test_security_keys),
         cmocka_unit_test(test_scram_decoy),    cmocka_unit_test(test_decoy_setup),
         cmocka_unit_test(test_pool),           cmocka_unit_test(test_pool_fair),
-        cmocka_unit_test(test_node_cn),
+        cmocka_unit_test(test_node_cn),        cmocka_unit_test(test_sas_covers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
