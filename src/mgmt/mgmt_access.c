@@ -46,13 +46,17 @@ bool mqd_mgmt_may_read(mqd_mgmt_req_t *r, const char *topic)
 
 /* A listing is refused (rather than shown empty) to whoever holds `monitor` and
  * `manage` nowhere: a producer asking for the topic list learns it has no right. */
-static bool may_list(mqd_mgmt_req_t *r)
+static int check_list(mqd_mgmt_req_t *r, const char *what)
 {
+    bool ok;
     if (!r->c)
-        return mqd_auth_user_may_anywhere(r->s, r->actor, MQD_PERM_MONITOR) ||
-               mqd_auth_user_may_anywhere(r->s, r->actor, MQD_PERM_MANAGE);
-    return mqd_auth_may_anywhere(r->c, MQD_PERM_MONITOR) ||
-           mqd_auth_may_anywhere(r->c, MQD_PERM_MANAGE);
+        ok = mqd_auth_user_may_anywhere(r->s, r->actor, MQD_PERM_MONITOR) ||
+             mqd_auth_user_may_anywhere(r->s, r->actor, MQD_PERM_MANAGE);
+    else
+        ok = mqd_auth_may_anywhere(r->c, MQD_PERM_MONITOR) ||
+             mqd_auth_may_anywhere(r->c, MQD_PERM_MANAGE);
+    return ok ? 0
+              : mqd_mgmt_fail(r, 401, "not allowed to list %s: no monitor or manage right", what);
 }
 
 static int refuse(mqd_mgmt_req_t *r, const char *what, const char *topic)
@@ -119,7 +123,7 @@ static int check_group(mqd_mgmt_req_t *r, mqd_mgmt_need_t need)
     if (mqd_mgmt_group_topic(r, !listing, topic, sizeof topic) != 0)
         return r->status;
     if (listing && !topic[0]) /* every topic's groups: filtered by the handler */
-        return may_list(r) ? 0 : refuse(r, "list consumer groups", NULL);
+        return check_list(r, "consumer groups");
     if (need == MQD_MGMT_GROUP_MANAGE)
         return check_topic(r, MQD_MGMT_TOPIC_MANAGE, topic);
     return check_topic(r, MQD_MGMT_TOPIC_READ, topic);
@@ -133,7 +137,7 @@ int mqd_mgmt_authorize(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
     case MQD_MGMT_NODE_READ: return may_read(r, NODE, false) ? 0 : refuse(r, "read this", NULL);
     case MQD_MGMT_NODE_MANAGE:
         return may(r, MQD_PERM_MANAGE, NODE, false) ? 0 : refuse(r, "manage", NULL);
-    case MQD_MGMT_LIST: return may_list(r) ? 0 : refuse(r, "list topics", NULL);
+    case MQD_MGMT_LIST: return check_list(r, "topics");
     case MQD_MGMT_GROUP_READ:
     case MQD_MGMT_GROUP_MANAGE:
     case MQD_MGMT_GROUP_LIST: return check_group(r, op->need);
