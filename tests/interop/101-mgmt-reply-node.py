@@ -27,6 +27,7 @@ admin took 4 of them (6 left, lag 6).
   to one rejected. mqctl (dynamic reply-to) works throughout.
 - 7d: two connections each attach a $management receiver with the same link name and
   target `shared-reply`; each gets exactly its own 4 replies, the other none.
+- a reply that comes later (CREATE of 32 partitions) reaches the reply node: 201.
 
 Broker 2 (Event Hubs style): sas_required = on, SASL ANONYMOUS, topic `secret` (2
 partitions) written through a client holding a `manage` SAS token ($cbs put-token, 200),
@@ -305,6 +306,14 @@ def acl_cases(coll, t):
         nothing_on(m2.r, "connection 2's reply receiver after its 4 replies")
         c1.close()
         c2.close()
+
+    with coll.case("a late reply (CREATE of 32 partitions, answered later) reaches the reply node"):
+        c = connect(b.url, "admin")
+        mc = ReplyClient(c, name="eh-late", target="late-reply")
+        st, ap, body = mc.call({"operation": "CREATE", "type": "com.mqd:topic", "name": "orders.big"},
+                               {"partitions": 32})
+        check(st == 201 and body["partitions"] == 32, "CREATE orders.big: %r %r" % (ap, body))
+        c.close()
 
     with coll.case("secret's queue consumer gets exactly the 6 it did not take"):
         rest = drain_queue(admin, "secret", 6)
