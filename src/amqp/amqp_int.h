@@ -83,6 +83,19 @@ void mqd_credit_free(mqd_lstate_t *ls);
  * the older link with amqp:link:stolen (AMQP 1.0 2.6.1). */
 void mqd_link_steal(mqd_conn_t *c, pn_link_t *l);
 
+/* reply.c: reply nodes, the temporary nodes of `$management` and `$cbs` replies (see
+ * there and docs/security.md, "Reply nodes").
+ * mqd_reply_attach: the node a receiver from `$management` or `$cbs` reads (made if
+ * needed): its connection's node for its target address (for `$cbs` with none: its
+ * link name). 0, or l is refused.
+ * mqd_reply_resolve: the node a reply to `to[0..len)` goes to, into name[namelen]: c's
+ * node for that reply address, else c's dynamic node of that address. MQD_ENOENT when
+ * c has neither: the request is refused, not run.
+ * mqd_reply_may_read: false for another connection's temporary node (`$tmp.`). */
+int mqd_reply_attach(mqd_conn_t *c, pn_link_t *l, bool cbs, mqd_topic_t **out);
+int mqd_reply_resolve(mqd_conn_t *c, const char *to, size_t len, char *name, size_t namelen);
+bool mqd_reply_may_read(mqd_conn_t *c, const char *topic);
+
 /* consumer.c */
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l);
 void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d);

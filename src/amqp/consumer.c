@@ -97,33 +97,10 @@ static int dynamic_topic(mqd_conn_t *c, pn_terminus_t *src, mqd_topic_t **out)
     int rc = mqd_topic_get(s, name, true, 1, out);
     if (rc == 0) {
         mqd_topic_set_temporary(*out, true);
+        mqd_topic_set_owner(*out, mqd_conn_serial(c)); /* read by this connection only */
         pn_terminus_set_address(src, name);
     }
     return rc;
-}
-
-/* A receiver from `$management` or `$cbs`: its replies arrive at a node named by its
- * target (for $cbs always a temporary one). The Event Hubs SDKs' $cbs receiver has no
- * target address: its link name is the requests' reply-to. */
-static int management_reply_node(mqd_conn_t *c, pn_link_t *l, bool cbs, mqd_topic_t **out)
-{
-    const char *taddr = pn_terminus_get_address(pn_link_remote_target(l));
-    if (cbs && (!taddr || !*taddr))
-        taddr = pn_link_name(l);
-    if (!taddr || !*taddr) {
-        mqd_link_refuse(l, "amqp:invalid-field", "a $management receiver needs a target address%s",
-                        "");
-        return MQD_EINVAL;
-    }
-    char name[MQD_NAME_MAX + 1];
-    (cbs ? mqd_reply_tmp_name : mqd_reply_topic_name)(taddr, strlen(taddr), name, sizeof name);
-    if (mqd_topic_get(mqd_conn_srv(c), name, true, 1, out) != 0) {
-        mqd_link_refuse(l, "amqp:internal-error", "cannot create the reply node for '%s'", taddr);
-        return MQD_EIO;
-    }
-    if (strncmp(name, "$tmp.", 5) == 0)
-        mqd_topic_set_temporary(*out, true);
-    return 0;
 }
 
 static bool sym_eq(pn_bytes_t b, const char *s)
@@ -375,8 +352,15 @@ static void apply_start(mqd_lstate_t *ls)
 static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool browse,
                           mqd_topic_t **t, mqd_addr_t *a)
 {
-    if (mqd_addr_parse(addr, strlen(addr), a) != 0 || a->kind == MQD_ADDR_PARTITION) {
+    /* $management and $cbs in another spelling (a URL) name no topic either */
+    if (mqd_addr_parse(addr, strlen(addr), a) != 0 || a->kind == MQD_ADDR_PARTITION ||
+        a->kind == MQD_ADDR_MANAGEMENT || a->kind == MQD_ADDR_CBS) {
         mqd_link_refuse(l, "amqp:not-found", "cannot receive from address '%s'", addr);
+        return MQD_EINVAL;
+    }
+    if (!mqd_reply_may_read(c, a->topic)) {
+        mqd_link_refuse(l, "amqp:unauthorized-access",
+                        "'%s' is another connection's temporary node", addr);
         return MQD_EINVAL;
     }
     if (!mqd_auth_allowed(c, browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE, a->topic)) {
@@ -449,7 +433,7 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:not-found", "not a cluster node: '%s'", addr);
         return rh->attach(rh->arg, c, l, addr); /* a follower's fetch */
     } else if (strcasecmp(addr, "$management") == 0 || strcasecmp(addr, "$cbs") == 0) {
-        if (management_reply_node(c, l, strcasecmp(addr, "$cbs") == 0, &t) != 0)
+        if (mqd_reply_attach(c, l, strcasecmp(addr, "$cbs") == 0, &t) != 0)
             return;
     } else if (resolve_source(c, l, addr, browse, &t, &a) != 0) {
         return;
@@ -459,9 +443,9 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
     mqd_alink_t *al = mqd_ls_amqp(ls);
     mqd_ls_set_topic(ls, t);
-    /* what resolve_source checked (not dynamic or $management reply nodes) */
-    if (!mqd_topic_temporary(t) && !(addr && strcasecmp(addr, "$management") == 0) &&
-        !(addr && strcasecmp(addr, "$cbs") == 0))
+    /* what resolve_source checked (a temporary node is the connection's own: dynamic, or
+       the reply node of a $management / $cbs receiver) */
+    if (!mqd_topic_temporary(t))
         mqd_ls_set_acl_perm(ls, browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE);
     bool manual = a.kind == MQD_ADDR_GROUP_PARTITION;
     mqd_ls_set_manual(ls, manual);

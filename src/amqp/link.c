@@ -218,6 +218,9 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
                 mqd_ls_set_acl_perm(ls, MQD_PERM_MANAGE); /* a reload that takes it detaches */
             goto open;
         }
+        if (mqd_reply_node_is(a.topic)) /* mqd's replies only (reply.c) */
+            return mqd_link_refuse(l, "amqp:unauthorized-access",
+                                   "'%s' is a reply node: only mqd writes into it", addr);
         if (!mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'",
                                    addr);
@@ -318,6 +321,12 @@ static mqd_topic_t *relay_topic(mqd_conn_t *c, const uint8_t *p, const mqd_msg_i
         return NULL;
     if (a.kind != MQD_ADDR_TOPIC && a.kind != MQD_ADDR_PARTITION)
         return NULL;
+    if (mqd_reply_node_is(a.topic)) { /* mqd's replies only (reply.c) */
+        *why = MQD_ESTATE;
+        *cond = "amqp:unauthorized-access";
+        snprintf(desc, desclen, "the address in `to` is a reply node: only mqd writes into it");
+        return NULL;
+    }
     mqd_topic_t *t = mqd_topic_find(mqd_conn_srv(c), a.topic);
     if (!t && relay_route(c, a.topic, a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t,
                           cond, desc, desclen)) {
@@ -391,31 +400,38 @@ static void message_too_big(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
     MQD_INFO("link", "detached producer peer=%s: %s", mqd_conn_peer(c), why);
 }
 
-/* Stores one complete message; returns after queuing its settlement. */
-/* A request to $management: the reply is appended to the reply-to node. */
+/* A request to $management or $cbs: run only when its reply-to names a reply node of this
+ * connection (reply.c), the reply then appended to that node. */
 static void management_request(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d,
                                const uint8_t *msg, size_t size, bool presettled)
 {
     mqd_server_t *s = mqd_conn_srv(c);
     mqd_buf_t *out = mqd_srv_mgmt_out(s);
     mqd_msg_info_t mi;
+    char node[MQD_NAME_MAX + 1], why[320] = "management request needs a reply-to with a receiver";
     bool cbs = mqd_ls_cbs(ls);
-    int rc = cbs ? mqd_auth_cbs_handle(c, msg, size, out) : mqd_mgmt_handle(s, c, msg, size, out);
-    if (rc == 0 && out->len > 0 && mqd_msg_scan(out->p, out->len, &mi) == 0 && mi.to.len > 0) {
-        char name[MQD_NAME_MAX + 1];
-        (cbs ? mqd_reply_tmp_name : mqd_reply_topic_name)((const char *)out->p + mi.to.off,
-                                                          mi.to.len, name, sizeof name);
-        mqd_topic_t *t = mqd_topic_find(s, name);
-        if (t)
-            rc = mqd_part_append(mqd_topic_part(t, 0), out->p, out->len, c, NULL, NULL);
-        else
-            rc = MQD_ENOENT;
+    int rc = MQD_EINVAL;
+    if (mqd_msg_scan(msg, size, &mi) == 0 && mi.reply_to.len > 0) {
+        const char *to = (const char *)msg + mi.reply_to.off;
+        rc = mqd_reply_resolve(c, to, mi.reply_to.len, node, sizeof node);
+        if (rc != 0)
+            snprintf(why, sizeof why,
+                     "no receiver of this connection reads reply-to '%.*s': attach one from "
+                     "$management with that target, or a dynamic one",
+                     (int)(mi.reply_to.len > 200 ? 200 : mi.reply_to.len), to);
+    }
+    if (rc == 0)
+        rc = cbs ? mqd_auth_cbs_handle(c, msg, size, out)
+                 : mqd_mgmt_handle(s, c, msg, size, node, out);
+    if (rc == 0 && out->len > 0) {
+        mqd_topic_t *t = mqd_topic_find(s, node);
+        rc =
+            t ? mqd_part_append(mqd_topic_part(t, 0), out->p, out->len, c, NULL, NULL) : MQD_ENOENT;
     }
     if (presettled)
         return;
     if (rc != 0)
-        return mqd_delivery_reject(d, "amqp:not-found",
-                                   "management request needs a reply-to with a receiver");
+        return mqd_delivery_reject(d, "amqp:not-found", why);
     pn_delivery_update(d, PN_ACCEPTED);
     pn_delivery_settle(d);
 }
@@ -669,6 +685,7 @@ out:
     free(b.v);
 }
 
+/* Stores one complete message; returns after queuing its settlement. */
 static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                           size_t size, bool presettled, uint32_t format)
 {

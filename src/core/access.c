@@ -257,6 +257,10 @@ const char *mqd_conn_peer(const mqd_conn_t *o)
 {
     return o->peer;
 }
+uint64_t mqd_conn_serial(const mqd_conn_t *o)
+{
+    return o->serial;
+}
 uint8_t *mqd_conn_rbuf(const mqd_conn_t *o)
 {
     return o->rbuf;
@@ -336,6 +340,14 @@ bool mqd_topic_temporary(const mqd_topic_t *o)
 void mqd_topic_set_temporary(mqd_topic_t *o, bool v)
 {
     o->temporary = v;
+}
+uint64_t mqd_topic_owner(const mqd_topic_t *o)
+{
+    return o->owner;
+}
+void mqd_topic_set_owner(mqd_topic_t *o, uint64_t v)
+{
+    o->owner = v;
 }
 uint32_t mqd_part_id(const mqd_part_t *o)
 {

@@ -563,6 +563,7 @@ mqd_conn_t *mqd_conn_new(mqd_server_t *s, int fd, const char *peer)
     c->srv = s;
     c->fd = fd;
     c->refs = 1;
+    c->serial = ++s->conn_serial;
     c->opened_ms = mqd_now_ms();
     mqd_dlist_init(&c->node);
     mqd_dlist_init(&c->dirty_node);

@@ -714,6 +714,8 @@ int64_t mqd_conn_opened_ms(const mqd_conn_t *o);
 uint64_t mqd_conn_out_gen(const mqd_conn_t *o);
 mqd_fpeek_t *mqd_conn_peek(const mqd_conn_t *o);
 const char *mqd_conn_peer(const mqd_conn_t *o);
+/* Unique among the process's connections, never 0 (amqp/reply.c: its temporary nodes). */
+uint64_t mqd_conn_serial(const mqd_conn_t *o);
 uint8_t *mqd_conn_rbuf(const mqd_conn_t *o);
 void mqd_conn_set_rbuf(mqd_conn_t *o, uint8_t *v);
 size_t mqd_conn_rbuf_cap(const mqd_conn_t *o);
@@ -738,6 +740,9 @@ void mqd_topic_set_rr_part(mqd_topic_t *o, uint32_t v);
 mqd_server_t *mqd_topic_srv(const mqd_topic_t *o);
 bool mqd_topic_temporary(const mqd_topic_t *o);
 void mqd_topic_set_temporary(mqd_topic_t *o, bool v);
+/* A temporary node's owner: the mqd_conn_serial of the connection whose node it is. */
+uint64_t mqd_topic_owner(const mqd_topic_t *o);
+void mqd_topic_set_owner(mqd_topic_t *o, uint64_t v);
 /* mqd_topic_groups for read-only walks (group/'s hooks that get a const topic) */
 const mqd_dlist_t *mqd_topic_groups_const(const mqd_topic_t *o);
 /* A topic's statistics: a delivery of `bytes` to a consumer; a record consumed without

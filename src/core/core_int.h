@@ -33,6 +33,8 @@ struct mqd_topic {
     mqd_part_t **parts;        /* [nparts], each allocated alone: they never move */
     mqd_topic_conf_t conf;     /* effective settings (conf.name not owned) */
     bool temporary;            /* dynamic reply-to node: deleted when its link goes */
+    uint64_t owner;            /* temporary: the mqd_conn_serial of the connection whose
+                                  node it is (the only one that may read it) */
     mqd_dlist_t consumers;     /* mqd_lstate_t.tnode of consuming links (and browsers) */
     mqd_dlist_t groups;        /* mqd_group_t.node */
     uint32_t rr_part;          /* partition round robin for dispatch */
@@ -94,6 +96,8 @@ struct mqd_conn {
     int64_t opened_ms;       /* wall clock at accept */
     uint64_t bytes_in, bytes_out; /* AMQP bytes (after TLS) into and out of its driver */
     char user[128];
+    uint64_t serial;         /* unique in this process (from 1): names and owns the
+                                connection's temporary nodes (amqp/reply.c) */
     /* The frame peek that tells the delivery path each transfer's message-format (owned).
        It is the on/off switch: set at accept where rx_feed sees plaintext (plain
        listeners; on TLS listeners Proton decrypts), NULL elsewhere. */
@@ -167,6 +171,7 @@ struct mqd_server {
     uint64_t sends_failed;   /* sends rejected because their partition failed */
     int64_t started_ms;      /* wall clock at start */
     uint64_t tmp_seq;
+    uint64_t conn_serial;    /* the last mqd_conn_t.serial given */
     char *conf_path;
     mqd_conf_hooks_t *conf_hooks; /* reload: the subsystems' check/apply hooks (conf_swap.c) */
     struct mqd_accept_guard *accept_guard; /* accept_guard.c: EMFILE on accept */

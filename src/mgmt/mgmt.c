@@ -559,6 +559,7 @@ static int build_reply(mqd_mgmt_req_t *r, const uint8_t *req, const mqd_msg_info
 
 struct mqd_mgmt_later {
     struct mqd_server *s;
+    char node[MQD_NAME_MAX + 1]; /* the reply node the request's connection had */
     size_t len;
     uint8_t req[]; /* the request message */
 };
@@ -569,6 +570,7 @@ mqd_mgmt_later_t *mqd_mgmt_defer(mqd_mgmt_req_t *r)
     if (!l)
         return NULL;
     l->s = r->s;
+    snprintf(l->node, sizeof l->node, "%s", r->reply_node ? r->reply_node : "");
     l->len = r->req_len;
     memcpy(l->req, r->req, r->req_len);
     r->deferred = true;
@@ -580,17 +582,14 @@ void mqd_mgmt_later_free(mqd_mgmt_later_t *l)
     free(l);
 }
 
-/* Appends a reply to its `to` node (a receiver's reply node, found by name). */
-static void deliver_reply(struct mqd_server *s, const mqd_buf_t *out)
+/* Appends a late reply to the reply node its request was accepted for, if it is still
+ * there: a temporary node of the requesting connection (its name is never reused). */
+static void deliver_reply(struct mqd_server *s, const char *node, const mqd_buf_t *out)
 {
-    mqd_msg_info_t mi;
-    char name[MQD_NAME_MAX + 1];
-    if (mqd_msg_scan(out->p, out->len, &mi) != 0 || mi.to.len == 0)
-        return;
-    mqd_reply_topic_name((const char *)out->p + mi.to.off, mi.to.len, name, sizeof name);
-    mqd_topic_t *t = mqd_topic_find(s, name);
-    if (!t || mqd_part_append(mqd_topic_part(t, 0), out->p, out->len, NULL, NULL, NULL) != 0)
-        MQD_INFO("mgmt", "a late reply found no reply node %s", name);
+    mqd_topic_t *t = mqd_topic_find(s, node);
+    if (!t || !mqd_topic_temporary(t) ||
+        mqd_part_append(mqd_topic_part(t, 0), out->p, out->len, NULL, NULL, NULL) != 0)
+        MQD_INFO("mgmt", "a late reply found no reply node %s", node);
 }
 
 void mqd_mgmt_finish(mqd_mgmt_later_t *l, int status, const char *desc,
@@ -605,7 +604,7 @@ void mqd_mgmt_finish(mqd_mgmt_later_t *l, int status, const char *desc,
         if (fill && status < 300)
             fill(r.out, arg);
         if (build_reply(&r, l->req, &mi, m, &out) == 0)
-            deliver_reply(l->s, &out);
+            deliver_reply(l->s, l->node, &out);
     }
     if (m)
         pn_message_free(m);
@@ -614,7 +613,7 @@ void mqd_mgmt_finish(mqd_mgmt_later_t *l, int status, const char *desc,
 }
 
 int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req, size_t len,
-                    mqd_buf_t *out)
+                    const char *reply_node, mqd_buf_t *out)
 {
     mqd_msg_info_t mi;
     if (mqd_msg_scan(req, len, &mi) != 0 || mi.reply_to.len == 0)
@@ -622,7 +621,12 @@ int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req
     pn_message_t *m = pn_message();
     if (!m)
         return MQD_ENOMEM;
-    mqd_mgmt_req_t r = {.s = s, .c = c, .out = pn_message_body(m), .req = req, .req_len = len};
+    mqd_mgmt_req_t r = {.s = s,
+                        .c = c,
+                        .out = pn_message_body(m),
+                        .req = req,
+                        .req_len = len,
+                        .reply_node = reply_node};
     if (len > MGMT_MAX_REQUEST)
         mqd_mgmt_fail(&r, 400, "request larger than %d bytes", MGMT_MAX_REQUEST);
     else if (decode_request(req, len, &mi, &r.props, &r.body) != 0)

@@ -17,10 +17,13 @@ struct mqd_conn;
  * refusal is status 401). Writes the complete encoded
  * reply message into `out` (properties: to = request reply-to, correlation-id = request
  * message-id or its correlation-id; application-properties: statusCode and status-code,
- * statusDescription and status-description). Returns 0 when `out` holds a reply to send,
- * or a negative MQD_E* when the request cannot be answered at all (no reply-to). */
+ * statusDescription and status-description). Returns 0 when `out` holds a reply to send
+ * (out->len 0: the reply comes later), or a negative MQD_E* when the request cannot be
+ * answered at all (no reply-to). `reply_node` (borrowed, copied for a later reply) is the
+ * temporary node the caller puts the reply into (amqp/reply.c): a reply that comes later
+ * goes there, if it still exists. */
 int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req, size_t len,
-                    mqd_buf_t *out);
+                    const char *reply_node, mqd_buf_t *out);
 
 /* Runs one operation for a caller that is not an AMQP connection (the web console,
  * src/console/): the same handlers as mqd_mgmt_handle, authorized the same way with the

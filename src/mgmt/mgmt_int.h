@@ -41,6 +41,7 @@ typedef struct mqd_mgmt_req {
     int status;
     char desc[256];    /* statusDescription; empty = the status's standard text */
     const uint8_t *req; /* the request message (borrowed; for mqd_mgmt_defer) */
+    const char *reply_node; /* where its reply goes (borrowed; for mqd_mgmt_defer) */
     size_t req_len;
     bool deferred; /* the handler answers later (mqd_mgmt_finish): no reply now */
     const char *actor; /* who asks, for the log, when c is NULL (mqd_mgmt_call) */

@@ -255,26 +255,19 @@ uint32_t mqd_route_key_partition(const void *key, size_t len, uint32_t nparts)
     return (mqd_murmur2(key, len) & 0x7fffffffu) % nparts;
 }
 
-/* The node that holds replies for `addr`: the topic itself when `addr` is an address,
- * else a temporary node named after it (management clients such as the Event Hubs SDKs
- * attach their reply receiver as source `$management` with target "<name>" and send
- * reply-to "<name>"). */
-void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen)
-{
-    mqd_addr_t a;
-    if (mqd_addr_parse(addr, len, &a) == 0 && a.kind == MQD_ADDR_TOPIC) {
-        snprintf(out, outlen, "%s", a.topic);
-        return;
-    }
-    mqd_reply_tmp_name(addr, len, out, outlen);
-}
-
-/* $cbs replies always go to a temporary node: the SDKs' "cbs-<uuid>" reply addresses
- * would otherwise become a durable topic per connection. */
-void mqd_reply_tmp_name(const char *addr, size_t len, char *out, size_t outlen)
+/* FNV-1a of the reply address: the node's name must be a topic name whatever the address
+ * holds (a URL, a '/', a long name); a collision can only join two reply addresses of the
+ * same connection. */
+void mqd_reply_node_name(uint64_t conn, const char *addr, size_t len, char *out, size_t outlen)
 {
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < len; i++)
         h = (h ^ (uint8_t)addr[i]) * 1099511628211ull;
-    snprintf(out, outlen, "$tmp.r.%016llx", (unsigned long long)h);
+    snprintf(out, outlen, MQD_REPLY_NODE_PREFIX "%llx.%016llx", (unsigned long long)conn,
+             (unsigned long long)h);
+}
+
+bool mqd_reply_node_is(const char *name)
+{
+    return strncmp(name, MQD_REPLY_NODE_PREFIX, sizeof MQD_REPLY_NODE_PREFIX - 1) == 0;
 }

@@ -38,10 +38,15 @@ uint32_t mqd_murmur2(const void *data, size_t len);
  * nparts == 0 returns 0. */
 uint32_t mqd_route_key_partition(const void *key, size_t len, uint32_t nparts);
 
-/* The node that holds replies sent to `addr`: the topic itself when `addr` is an
- * address, else its temporary node (mqd_reply_tmp_name). */
-void mqd_reply_topic_name(const char *addr, size_t len, char *out, size_t outlen);
-/* The temporary node ("$tmp.r.HASH") for `addr`, whatever it looks like ($cbs replies). */
-void mqd_reply_tmp_name(const char *addr, size_t len, char *out, size_t outlen);
+/* The temporary node that holds mqd's replies to the `$management` or `$cbs` requests of
+ * connection `conn` (its mqd_conn_serial) whose reply-to is addr[0..len) (the target, or
+ * the link name, of the receiver that reads them): "$tmp.r.<conn>.<hash>". The connection
+ * is in the name, so two connections that use the same reply address never share a node,
+ * and a reply address that names a topic names no topic (docs/security.md, "Reply
+ * nodes"). */
+#define MQD_REPLY_NODE_PREFIX "$tmp.r."
+void mqd_reply_node_name(uint64_t conn, const char *addr, size_t len, char *out, size_t outlen);
+/* Is `name` such a node (only mqd writes into one)? */
+bool mqd_reply_node_is(const char *name);
 
 #endif

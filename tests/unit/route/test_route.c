@@ -208,6 +208,29 @@ static void test_partition_choice(void **state)
     assert_int_not_equal(mqd_murmur2("abcd", 4), mqd_murmur2("abcde", 5));
 }
 
+/* A reply node is named by its connection and its reply address, is a valid temporary
+ * topic name whatever the address holds, and never the topic the address names. */
+static void test_reply_node_name(void **state)
+{
+    (void)state;
+    char a[MQD_NAME_MAX + 1], b[MQD_NAME_MAX + 1], c[MQD_NAME_MAX + 1];
+    mqd_reply_node_name(1, "secret", 6, a, sizeof a);
+    mqd_reply_node_name(2, "secret", 6, b, sizeof b);
+    mqd_reply_node_name(1, "secret", 6, c, sizeof c);
+    assert_string_equal(a, c);
+    assert_string_not_equal(a, b); /* two connections, one reply address: two nodes */
+    assert_true(mqd_reply_node_is(a) && mqd_reply_node_is(b));
+    assert_true(strncmp(a, "$tmp.r.1.", 9) == 0 && strncmp(b, "$tmp.r.2.", 9) == 0);
+    mqd_reply_node_name(1, "secreT", 6, c, sizeof c);
+    assert_string_not_equal(a, c);
+    assert_true(mqd_topic_name_valid(a, strlen(a)));
+    const char *odd = "amqps://host/a b/\n\x01" "$management";
+    mqd_reply_node_name(UINT64_MAX, odd, strlen(odd), c, sizeof c);
+    assert_true(mqd_topic_name_valid(c, strlen(c)));
+    assert_false(mqd_reply_node_is("secret"));
+    assert_false(mqd_reply_node_is("$tmp.1.2")); /* a dynamic node */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -221,6 +244,7 @@ int main(void)
         cmocka_unit_test(test_topic_name_valid),
         cmocka_unit_test(test_murmur2_kafka_vectors),
         cmocka_unit_test(test_partition_choice),
+        cmocka_unit_test(test_reply_node_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
