@@ -336,6 +336,11 @@ def sas_cases(coll, t):
     cbs = ReplyClient(owner, node="$cbs", name="cbs-owner")
     st, ap, _ = put_token(cbs, aud, sas_token(aud, "root", key, int(time.time()) + 3600))
     check(st == 200, "put-token: %r" % ap)
+    # a namespace-wide token too: a READ of a name that is not `secret` (brandnew2 below)
+    # must be answered 404, not the 401 of a token that covers one hub only
+    ns = "sb://127.0.0.1:%d" % b.port
+    st, ap, _ = put_token(cbs, ns, sas_token(ns, "root", key, int(time.time()) + 3600))
+    check(st == 200, "namespace-wide put-token: %r" % ap)
     took = fill_secret(owner)
     mgmt = ReplyClient(owner, name="owner-mgmt", target="owner-mgmt")
 
