@@ -608,7 +608,7 @@ static void deliver_reply(struct mqd_server *s, const mqd_buf_t *out)
     mqd_reply_topic_name((const char *)out->p + mi.to.off, mi.to.len, name, sizeof name);
     mqd_topic_t *t = mqd_topic_find(s, name);
     if (!t || mqd_part_append(mqd_topic_part(t, 0), out->p, out->len, NULL, NULL, NULL) != 0)
-        MQD_INFO("mgmt", "a late reply found no reply node %s", name);
+        MQD_INFO_RL("mgmt", "a late reply found no reply node %s", name);
 }
 
 void mqd_mgmt_finish(mqd_mgmt_later_t *l, int status, const char *desc,
