@@ -237,7 +237,8 @@ size_t mqd_conf_restart_needed(const mqd_conf_t *old, const mqd_conf_t *nw, char
 /* ---- reload (conf_swap.c) ----
  * Subsystems register hooks; mqd_conf_reload reads the file into a new config,
  * validates it as at start, refuses it if it drops every user or every [acl] rule of
- * the running one (mqd_conf_guard), runs the check hooks, and only when all pass swaps it in:
+ * the running one (mqd_conf_guard), runs the check hooks, and only when all pass swaps
+ * it in:
  * restart-only keys keep their running values (named in the report), the rest takes
  * the file's, and the apply hooks run. On failure nothing changes. */
 typedef struct mqd_conf_hooks mqd_conf_hooks_t;

@@ -1,8 +1,8 @@
 /* SIGHUP reload as one swap: the file is read into a new config and validated as at
  * start; one that drops every user or every [acl] rule is refused as a file cut short
- * (conf_guard.c); the subsystems' check hooks see it; only then do the keys that need a restart
- * get their running values back (carried over, not applied), the contents of the two
- * configs change places, and the apply hooks of what changed run. Any failure before
+ * (conf_guard.c); the subsystems' check hooks see it; only then do the keys that need a
+ * restart get their running values back (carried over, not applied), the contents of the
+ * two configs change places, and the apply hooks of what changed run. Any failure before
  * the swap leaves the running config untouched, byte for byte.
  *
  * The swap exchanges contents, not pointers: the running mqd_conf_t keeps its address
