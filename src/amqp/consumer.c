@@ -556,7 +556,7 @@ static void dead_letter(mqd_topic_t *t, uint32_t part, const mqd_rec_t *rec,
     if (rc == 0)
         rc = mqd_part_append(mqd_topic_part(dlq, 0), out->p, out->len, NULL, NULL, NULL);
     if (rc != 0) /* the record stays in its own log: lost to the dead-letter topic only */
-        MQD_WARN("amqp", "%s: not dead-lettered to %s: %s", origin, name, mqd_strerror(rc));
+        MQD_WARN_RL("amqp", "%s: not dead-lettered to %s: %s", origin, name, mqd_strerror(rc));
 }
 
 /* A stored record's sections: the cheap scan (the record was checked on its way in and
@@ -667,8 +667,8 @@ static int scan_or_warn(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, mqd_
 {
     if (scan_record(ls, rec, mi) == 0)
         return 0;
-    MQD_WARN("link", "skipping unparseable record %s/%u@%llu", mqd_topic_name(mqd_ls_topic(ls)), i,
-             (unsigned long long)rec->offset);
+    MQD_WARN_RL("link", "skipping unparseable record %s/%u@%llu", mqd_topic_name(mqd_ls_topic(ls)),
+                i, (unsigned long long)rec->offset);
     return 1;
 }
 

@@ -478,7 +478,7 @@ static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
 
 static void append_failed(mqd_topic_t *t, uint32_t part, pn_delivery_t *d, bool presettled, int rc)
 {
-    MQD_WARN("link", "append to %s/%u failed: %s", mqd_topic_name(t), part, mqd_strerror(rc));
+    MQD_WARN_RL("link", "append to %s/%u failed: %s", mqd_topic_name(t), part, mqd_strerror(rc));
     char desc[512];
     if (!presettled && rc == MQD_EFAILED) /* the partition failed: say why (partfail.c) */
         mqd_delivery_reject(d, mqd_part_fail_condition(mqd_topic_part(t, part), desc, sizeof desc),
@@ -741,8 +741,8 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     }
     if (rc == 0 && txn && (rc = mqd_txn_add_send(txn, pp, off)) != 0) {
         /* the pending send owns d now: the transaction fails at its discharge instead */
-        MQD_WARN("link", "transactional send to %s/%u not staged: %s", mqd_topic_name(t), part,
-                 mqd_strerror(rc));
+        MQD_WARN_RL("link", "transactional send to %s/%u not staged: %s", mqd_topic_name(t), part,
+                    mqd_strerror(rc));
         return;
     }
     if (rc == MQD_EFAILED && tc->dedup_window_ms)

@@ -217,8 +217,8 @@ int mqd_auth_cbs_handle(mqd_conn_t *c, const uint8_t *req, size_t len, mqd_buf_t
         goto out;
     int status = put_token(c, &r, desc, sizeof desc);
     if (status >= 300)
-        MQD_NOTICE("auth", "$cbs put-token refused peer=%s audience=%s: %d %s", mqd_conn_peer(c),
-                   r.has_name ? r.name : "-", status, desc);
+        MQD_NOTICE_RL("auth", "$cbs put-token refused peer=%s audience=%s: %d %s", mqd_conn_peer(c),
+                      r.has_name ? r.name : "-", status, desc);
     else
         MQD_INFO("auth", "$cbs put-token peer=%s audience=%s: %d", mqd_conn_peer(c), r.name,
                  status);

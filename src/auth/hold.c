@@ -44,8 +44,8 @@ void mqd_auth_rx_hold(mqd_conn_t *c, const uint8_t *p, size_t n)
 {
     mqd_auth_conn_t *ac = mqd_conn_auth(c);
     if (ac->held_len + n > HOLD_MAX) {
-        MQD_NOTICE("auth", "peer=%s sent more than %u bytes during a login check: closing",
-                   mqd_conn_peer(c), HOLD_MAX);
+        MQD_NOTICE_RL("auth", "peer=%s sent more than %u bytes during a login check: closing",
+                      mqd_conn_peer(c), HOLD_MAX);
         return close_conn(c, "amqp:resource-limit-exceeded",
                           "too much input before the SASL outcome");
     }

@@ -273,8 +273,8 @@ static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg)
         return;
     }
     const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(c));
-    MQD_NOTICE("auth", "handshake timeout peer=%s (no AMQP open within %ums)", mqd_conn_peer(c),
-               ac->tls ? conf->tls_handshake_timeout_ms : conf->handshake_timeout_ms);
+    MQD_NOTICE_RL("auth", "handshake timeout peer=%s (no AMQP open within %ums)", mqd_conn_peer(c),
+                  ac->tls ? conf->tls_handshake_timeout_ms : conf->handshake_timeout_ms);
     conn_abort(c, "amqp:resource-limit-exceeded", "handshake timeout");
 }
 
@@ -404,7 +404,7 @@ bool mqd_auth_admit_host(mqd_server_t *s, const char *host)
     }
     if (n < max)
         return true;
-    MQD_WARN("conn", "refused %s: max_connections_per_ip (%u) reached", host, max);
+    MQD_WARN_RL("conn", "refused %s: max_connections_per_ip (%u) reached", host, max);
     return false;
 }
 
@@ -462,7 +462,7 @@ bool mqd_auth_allowed(mqd_conn_t *c, mqd_perm_t perm, const char *address)
     if (why == NULL)
         return true;
     const char *user = mqd_conn_user(c);
-    MQD_NOTICE("auth", "denied peer=%s user=%s %s %s: %s", mqd_conn_peer(c), user[0] ? user : "-",
-               perm_name(perm), address ? address : "-", why);
+    MQD_NOTICE_RL("auth", "denied peer=%s user=%s %s %s: %s", mqd_conn_peer(c),
+                  user[0] ? user : "-", perm_name(perm), address ? address : "-", why);
     return false;
 }

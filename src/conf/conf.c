@@ -343,6 +343,8 @@ static int parse_section(parse_t *ps, char *text)
         return rc == MQD_EINVAL
                    ? fail(ps->err, ps->errlen, "%s:%d: %s: %s", ps->file, ps->line, label, why)
                    : rc;
+    if (ps->sec.kind == MQD_CS_ACL)
+        ps->c->acl_line = ps->line;
     char *dup = strdup(label);
     char **grown = dup ? realloc(ps->seen, (ps->n_seen + 1) * sizeof *grown) : NULL;
     if (grown == NULL) {
@@ -513,6 +515,8 @@ int mqd_conf_load_file(mqd_conf_t *c, const char *path, char *err, size_t errlen
         rc = fail(err, errlen, "%s: read error", path);
     if (rc == 0 && ps.listen_seen)
         c->listen_source = SRC_FILE;
+    if (rc == 0)
+        c->file_lines = ps.line;
     if (rc == 0) {
         char *dup = strdup(path);
         if (dup == NULL)

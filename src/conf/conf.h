@@ -99,6 +99,8 @@ typedef struct mqd_conf {
     uint32_t idle_timeout_ms;     /* 60000; 0 = off */
     bool allow_anonymous;         /* built-in default on (loopback-only listener);
                                      the installed etc/mqd.conf turns it off */
+    bool allow_no_users;          /* off: a file that drops every user is refused
+                                     (conf_guard.c) */
     uint32_t max_connections;     /* 10000 */
     uint32_t max_sessions;        /* per connection, 64 */
     uint32_t max_links_per_session; /* 1024 */
@@ -147,6 +149,9 @@ typedef struct mqd_conf {
     mqd_acl_rule_t *acl;          /* owned array: the [acl] section in order */
     size_t n_acl;
     bool acl_present;             /* an [acl] section exists (even an empty one: deny all) */
+    int acl_line;                 /* internal: file line of `[acl]`, 0 if none */
+    int file_lines;               /* internal: lines the file had (0: empty or no file); the
+                                     guard's messages say where it ends */
     int listen_source;            /* internal: who set `listen` (0 built-in, 1 file, 2 command
                                      line); a new source's first listen replaces the list */
     /* cluster (src/cluster/, issue 19); restart-only */
@@ -231,7 +236,9 @@ size_t mqd_conf_restart_needed(const mqd_conf_t *old, const mqd_conf_t *nw, char
 
 /* ---- reload (conf_swap.c) ----
  * Subsystems register hooks; mqd_conf_reload reads the file into a new config,
- * validates it as at start, runs the check hooks, and only when all pass swaps it in:
+ * validates it as at start, refuses it if it drops every user or every [acl] rule of
+ * the running one (mqd_conf_guard), runs the check hooks, and only when all pass swaps
+ * it in:
  * restart-only keys keep their running values (named in the report), the rest takes
  * the file's, and the apply hooks run. On failure nothing changes. */
 typedef struct mqd_conf_hooks mqd_conf_hooks_t;
@@ -266,6 +273,29 @@ int mqd_conf_reload(mqd_conf_t *running, const char *path, const mqd_conf_hooks_
                     mqd_conf_reload_report_t *rep);
 /* Cross-field checks after everything is loaded. */
 int mqd_conf_validate(const mqd_conf_t *c, char *err, size_t errlen);
+
+/* ---- the truncation guard (conf_guard.c) ----
+ * A config file cut short (an empty file, or one cut before its [user NAME] sections or
+ * its [acl]) parses as a valid config that lets everyone in or nobody. So a config that
+ * has no user while the previous one had some (unless allow_no_users = on), or no [acl]
+ * rule while the previous one had some (unless the file says `allow * all *` or
+ * `deny * all *` itself), is refused: by mqd_conf_reload against the running config, and
+ * at start against the census the server keeps in meta.db from its last run. */
+typedef struct mqd_conf_census {
+    uint32_t users;    /* [user NAME] sections */
+    int64_t acl_rules; /* [acl] rules; -1: no [acl] section (every client may do everything) */
+} mqd_conf_census_t;
+#define MQD_CONF_CENSUS_KEY "conf.access" /* the meta.db key the server keeps it under */
+void mqd_conf_census(const mqd_conf_t *c, mqd_conf_census_t *out);
+/* "users=N acl=M" (M -1: no [acl] section) into buf (>= 48), and back; MQD_EINVAL when
+ * s is not that. */
+void mqd_conf_census_format(const mqd_conf_census_t *k, char *buf, size_t len);
+int mqd_conf_census_parse(const char *s, mqd_conf_census_t *out);
+/* 0, or MQD_EINVAL with "FILE:LINE: key: reason" in err (what was dropped, that the file
+ * may be cut short, and how to say it on purpose). prev_what names where prev comes from
+ * ("the running config", "the last run on DIR"). */
+int mqd_conf_guard(const mqd_conf_census_t *prev, const char *prev_what, const mqd_conf_t *next,
+                   char *err, size_t errlen);
 
 /* The effective settings for `topic`: its section over the defaults. Writes into *out
  * (out->name borrowed from the section or NULL; do not free). */

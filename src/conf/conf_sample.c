@@ -115,7 +115,10 @@ int mqd_conf_write_sample(FILE *f)
          "PATTERN`: WHO is a user, @GROUP (a user's groups key) or * (anyone, anonymous "
          "included); PERMS is all or a comma-separated list of send, receive, browse, manage, "
          "create and monitor (read-only web console and API: docs/console.md); PATTERN is a topic name where * matches any run of characters (orders, "
-         "orders.*, logs/*, *). Reloadable (SIGHUP). For example:");
+         "orders.*, logs/*, *). Reloadable (SIGHUP). A config that drops every rule while the "
+         "previous one had some is refused as a file cut short (see allow_no_users): to allow "
+         "everything on purpose, keep the section with the rule `allow * all *`. For "
+         "example:");
     fputs("#\n# [acl]\n# allow @ops all *\n# allow alice send,receive orders.*\n"
           "# deny * all *\n",
           f);

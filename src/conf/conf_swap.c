@@ -1,7 +1,8 @@
 /* SIGHUP reload as one swap: the file is read into a new config and validated as at
- * start; the subsystems' check hooks see it; only then do the keys that need a restart
- * get their running values back (carried over, not applied), the contents of the two
- * configs change places, and the apply hooks of what changed run. Any failure before
+ * start; one that drops every user or every [acl] rule is refused as a file cut short
+ * (conf_guard.c); the subsystems' check hooks see it; only then do the keys that need a
+ * restart get their running values back (carried over, not applied), the contents of the
+ * two configs change places, and the apply hooks of what changed run. Any failure before
  * the swap leaves the running config untouched, byte for byte.
  *
  * The swap exchanges contents, not pointers: the running mqd_conf_t keeps its address
@@ -162,6 +163,11 @@ int mqd_conf_reload(mqd_conf_t *running, const char *path, const mqd_conf_hooks_
     int rc = build(running, path, &nc, rep->err, sizeof rep->err);
     if (rc != 0)
         return rc;
+    /* a file cut short drops every user or every [acl] rule (conf_guard.c) */
+    mqd_conf_census_t was;
+    mqd_conf_census(running, &was);
+    if ((rc = mqd_conf_guard(&was, "the running config", nc, rep->err, sizeof rep->err)) != 0)
+        goto out;
     rep->n_restart = mqd_conf_restart_needed(running, nc, rep->restart, sizeof rep->restart);
     for (size_t i = 0; i < mqd_conf_nrows; i++) {
         const mqd_conf_row_t *r = &mqd_conf_rows[i];

@@ -107,6 +107,18 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "default is on for a loopback development broker; an installed broker turns it off and "
      "lists users in [user NAME] sections: `mqd-passwd alice >> /etc/mqd.conf` adds one.",
      false},
+    {"allow_no_users", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "off", NULL, NULL,
+     G_FIELD(allow_no_users), NULL, NULL,
+     "on: this file has no [user NAME] section on purpose. A file cut short (emptied, or "
+     "cut before its users or its [acl]) still parses, as a config that lets every client "
+     "in or none; so a config that drops every user while the previous one had some is "
+     "refused, naming the file's last line: a reload keeps the running config, a start "
+     "fails (the previous config is then the one of the last start or reload on "
+     "data_dir). A config that drops every [acl] rule is refused the same way: to allow "
+     "everything on purpose, write an [acl] section with the rule `allow * all *` (to deny "
+     "everything, `deny * all *`). A broker that never had users or rules on its data_dir "
+     "(a development or anonymous-only one) needs neither. Reloadable (SIGHUP).",
+     true},
     {"max_connections", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 1000000, "10000", NULL, NULL,
      G_FIELD(max_connections), NULL, NULL, "Connections accepted at once; more are refused.",
      false},

@@ -61,11 +61,11 @@ static void budget_close(mqd_conn_t *c, const char *why)
         }
     }
     pn_connection_close(c->driver.connection);
-    MQD_NOTICE("conn",
-               "closing peer=%s: %s (%llu bytes charged: %u sessions, %u links, %llu "
-               "partial, %llu output)",
-               c->peer, why, (unsigned long long)b->bytes, b->sessions, b->links,
-               (unsigned long long)b->partial, (unsigned long long)b->output);
+    MQD_NOTICE_RL("conn",
+                  "closing peer=%s: %s (%llu bytes charged: %u sessions, %u links, %llu "
+                  "partial, %llu output)",
+                  c->peer, why, (unsigned long long)b->bytes, b->sessions, b->links,
+                  (unsigned long long)b->partial, (unsigned long long)b->output);
     pn_connection_driver_read_close(&c->driver);
     mqd_conn_mark_dirty(c);
 }

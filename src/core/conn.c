@@ -235,7 +235,8 @@ static void rx_refuse(mqd_conn_t *c)
     if (!cond)
         return;
     if (!pn_connection_driver_read_closed(&c->driver)) {
-        MQD_NOTICE("conn", "peer=%s refused: %s: %s", c->peer, cond, why ? why : "no frame peek");
+        MQD_NOTICE_RL("conn", "peer=%s refused: %s: %s", c->peer, cond,
+                      why ? why : "no frame peek");
         conn_handle_events(c);
         pn_connection_t *pc = c->driver.connection;
         pn_condition_t *tc = pn_transport_condition(c->driver.transport);
@@ -363,7 +364,7 @@ static void tls_fail(mqd_conn_t *c, const char *when, int err)
         snprintf(why, sizeof why, "SSL error %d", err);
     ERR_clear_error();
     c->tls_dead = true;
-    MQD_NOTICE("conn", "TLS %s failed peer=%s: %s", when, c->peer, why);
+    MQD_NOTICE_RL("conn", "TLS %s failed peer=%s: %s", when, c->peer, why);
     pn_condition_t *cond = pn_transport_condition(c->driver.transport);
     if (!pn_condition_is_set(cond))
         pn_condition_format(cond, "amqp:connection:framing-error", "TLS %s: %s", when, why);
@@ -398,8 +399,8 @@ static bool tls_header_done(mqd_conn_t *c)
         /* another AMQP header (plain or SASL): name the one spoken here, then close */
         if (c->tls_hdr + k >= 4 && send(c->fd, hdr, sizeof hdr, MSG_NOSIGNAL) < 0)
             MQD_DEBUG("conn", "%s: header answer: %s", c->peer, strerror(errno));
-        MQD_NOTICE("conn", "peer=%s on a TLS listener sent neither TLS nor the AMQP TLS header",
-                   c->peer);
+        MQD_NOTICE_RL("conn", "peer=%s on a TLS listener sent neither TLS nor the AMQP TLS header",
+                      c->peer);
         pn_condition_format(pn_transport_condition(c->driver.transport),
                             "amqp:connection:framing-error", "not TLS");
         pn_connection_driver_close(&c->driver);
@@ -415,7 +416,8 @@ static bool tls_header_done(mqd_conn_t *c)
     c->tls_hdr = TLS_HDR_DONE;
     /* the first bytes mqd writes: the socket's empty buffer takes them */
     if (send(c->fd, hdr, sizeof hdr, MSG_NOSIGNAL) != (ssize_t)sizeof hdr)
-        MQD_WARN("conn", "%s: could not answer the AMQP TLS header: %s", c->peer, strerror(errno));
+        MQD_WARN_RL("conn", "%s: could not answer the AMQP TLS header: %s", c->peer,
+                    strerror(errno));
     return true;
 }
 

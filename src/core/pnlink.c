@@ -20,7 +20,7 @@ void mqd_link_refuse(pn_link_t *l, const char *cond, const char *fmt, const char
     pn_condition_set_description(c, desc);
     pn_link_open(l);
     pn_link_close(l);
-    MQD_INFO("link", "refused attach: %s: %s", cond, desc);
+    MQD_INFO_RL("link", "refused attach: %s: %s", cond, desc);
 }
 
 void mqd_delivery_reject(pn_delivery_t *d, const char *cond, const char *desc)

@@ -589,7 +589,7 @@ static void deliver_reply(struct mqd_server *s, const char *node, const mqd_buf_
     mqd_topic_t *t = mqd_topic_find(s, node);
     if (!t || !mqd_topic_temporary(t) ||
         mqd_part_append(mqd_topic_part(t, 0), out->p, out->len, NULL, NULL, NULL) != 0)
-        MQD_INFO("mgmt", "a late reply found no reply node %s", node);
+        MQD_INFO_RL("mgmt", "a late reply found no reply node %s", node);
 }
 
 void mqd_mgmt_finish(mqd_mgmt_later_t *l, int status, const char *desc,

@@ -39,7 +39,8 @@ typedef struct mqd_mgmt_req {
     const char *name;  /* may be NULL */
     pn_data_t *out;    /* reply body (the reply message's; borrowed) */
     int status;
-    char desc[256];    /* statusDescription; empty = the status's standard text */
+    char desc[640];    /* statusDescription; empty = the status's standard text (a
+                          reload's refusal quotes a 512-byte reason) */
     const uint8_t *req; /* the request message (borrowed; for mqd_mgmt_defer) */
     const char *reply_node; /* where its reply goes (borrowed; for mqd_mgmt_defer) */
     size_t req_len;

@@ -267,6 +267,45 @@ static void apply_log_level(void *arg, const mqd_conf_t *old, const mqd_conf_t *
                names[now->log_level % 5]);
 }
 
+/* Keeps what the running config grants (users, [acl] rules) in meta.db, for the next
+ * start's truncation guard. */
+static void census_save(mqd_server_t *s, const mqd_conf_t *conf)
+{
+    char v[64];
+    mqd_conf_census_t k;
+    mqd_conf_census(conf, &k);
+    mqd_conf_census_format(&k, v, sizeof v);
+    if (mqd_meta_kv_put(mqd_srv_meta(s), MQD_CONF_CENSUS_KEY, v) != 0)
+        MQD_WARN("server", "cannot keep the config's census (%s) in meta.db: the next start "
+                           "cannot tell a config file cut short", v);
+}
+
+/* The truncation guard at start (conf/conf_guard.c): a config that drops every user or
+ * every [acl] rule of the last start or reload on this data dir is refused, as a reload
+ * would refuse it. A data dir without a census (new, or older than the guard) starts. */
+static int census_check(mqd_server_t *s, const mqd_conf_t *conf)
+{
+    char *v = NULL, err[1024], what[4200];
+    mqd_conf_census_t prev;
+    int rc = mqd_meta_kv_get(mqd_srv_meta(s), MQD_CONF_CENSUS_KEY, &v);
+    if (rc == 0 && mqd_conf_census_parse(v, &prev) == 0) {
+        snprintf(what, sizeof what, "the config of the last start or reload on %s",
+                 conf->data_dir);
+        if ((rc = mqd_conf_guard(&prev, what, conf, err, sizeof err)) != 0)
+            MQD_ERR("server", "refusing to start: %s", err);
+    } else if (rc != MQD_ENOENT) {
+        MQD_WARN("server", "meta.db %s: unreadable (%s): the config is not compared with the "
+                           "last run's", MQD_CONF_CENSUS_KEY, rc ? mqd_strerror(rc) : v);
+        rc = 0;
+    } else {
+        rc = 0;
+    }
+    free(v);
+    if (rc == 0)
+        census_save(s, conf);
+    return rc;
+}
+
 /* core reaches the subsystems above it only through these (core/core.h) */
 static void fill_core_ops(mqd_core_ops_t *ops)
 {
@@ -316,7 +355,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     mqd_meta_t *meta = NULL;
     rc = mqd_meta_open(path, &meta);
     mqd_srv_set_meta(s, meta);
-    if (rc != 0)
+    if (rc != 0 || (rc = census_check(s, conf)) != 0)
         goto err;
     mqd_store_t *store = NULL;
     rc = mqd_store_open_ex(conf->data_dir, conf->flush_threads, mqd_core_server_wake, s, &store);
@@ -424,6 +463,7 @@ int mqd_server_reload(mqd_server_t *s, char *err, size_t errlen)
             snprintf(err, errlen, "%s", rep.err);
         return rc;
     }
+    census_save(s, mqd_srv_conf(s));
     if (rep.n_restart > 0)
         MQD_WARN("server", "reload: %s: needs restart, not applied", rep.restart);
     MQD_NOTICE("server", "reloaded %s: %zu reloadable keys changed, %zu apply hooks run", conf_path,

@@ -260,8 +260,8 @@ static void note_sync(mqd_plog_t *log, uint64_t t0)
         x->slow++;
     pthread_mutex_unlock(&log->st->mu);
     if (secs * 1000 > MQD_STORE_SLOW_FSYNC_MS)
-        MQD_WARN("store", "slow fsync topic=%s partition=%u ms=%.0f", log->topic, log->partition,
-                 secs * 1000);
+        MQD_WARN_RL("store", "slow fsync topic=%s partition=%u ms=%.0f", log->topic, log->partition,
+                    secs * 1000);
 }
 
 /* flush_sync = syncfs: one syncfs (every dirty page and the journal of the file system,

@@ -35,6 +35,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (mqd_conf_load_file(c, tmp_path, err, sizeof err) == 0) {
         (void)mqd_conf_validate(c, err, sizeof err);
+        /* the truncation guard against a previous config with users and rules (the
+         * mutations cut files short) */
+        mqd_conf_census_t prev = {3, 5};
+        (void)mqd_conf_guard(&prev, "the previous config", c, err, sizeof err);
         for (size_t i = 0; i < c->n_topics; i++)
             mqd_conf_topic(c, c->topics[i].name, &t);
     }
