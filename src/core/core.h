@@ -844,6 +844,31 @@ void mqd_core_server_free(mqd_server_t *s);
  * store's completions on the loop and queues the tick. */
 void mqd_core_server_wake(void *arg);
 
+/* fdroom.c: the descriptors connections may take under RLIMIT_NOFILE (its soft limit
+ * when the server was made: s->nofile). The store keeps its share for partition files
+ * (max_open_files, at most half of the limit) and MQD_FD_SPARE more for files mqd opens
+ * for a moment; connections, AMQP and the web console's alike, get the rest, and those
+ * that have not finished their handshake handshake_fd_percent of that. Without a limit
+ * every field is 0 and every descriptor is admitted. */
+#define MQD_FD_SPARE 32
+typedef struct mqd_fd_budget {
+    uint64_t nofile;     /* the limit; 0: none */
+    uint64_t head;       /* partition files the store may still open (its share less its open ones) */
+    uint64_t conns;      /* descriptors connections may hold: nofile less the store's share,
+                            the spare and mqd's own (mqd_fd_note_base) */
+    uint64_t handshakes; /* of those, connections still in their handshake (at least 1) */
+} mqd_fd_budget_t;
+/* RLIMIT_NOFILE's soft limit now (0: unlimited). */
+uint64_t mqd_fd_nofile_now(void);
+/* Notes how many descriptors mqd holds itself (log, SQLite, the loop's, listeners):
+ * server/ calls it once its listeners are open. */
+void mqd_fd_note_base(mqd_server_t *s);
+void mqd_fd_budget(mqd_server_t *s, mqd_fd_budget_t *out);
+/* May a just-accepted connection keep descriptor fd? False when keeping it would leave
+ * fewer than the store's headroom plus MQD_FD_SPARE (the caller closes it). *b: the
+ * budget it was judged by, for the caller's log line. */
+bool mqd_fd_admit(mqd_server_t *s, int fd, mqd_fd_budget_t *b);
+
 /* conn.c: a connection's transport (socket, TLS, Proton driver, events, teardown).
  * mqd_conn_new: a connection over fd, which it owns from now on (closed on failure too:
  * then NULL), named `peer` in logs; non-blocking, with its frame peek; its Proton
