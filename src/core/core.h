@@ -606,7 +606,14 @@ const char *mqd_topic_get_desc(int rc);
  * free), else MQD_ENOSPC: a topic created into a full disk could take no sends. */
 #define MQD_TOPIC_MIN_FREE (1u << 20)
 int mqd_topic_room(mqd_server_t *s);
-/* Periodic: resumes disk-full partitions every partition_resume_ms while there is room. */
+/* Which failures of a partition log resume by themselves (partition_resume_ms), by the
+ * errno that failed it: ROOM (ENOSPC, EDQUOT) once the disk has room, RESOURCE (EMFILE,
+ * ENFILE, ENOMEM: a transient lack of descriptors or kernel memory) once a descriptor
+ * can be had, NEVER for the rest (EIO and every other error wait for mqctl). */
+typedef enum { MQD_PART_RETRY_NEVER, MQD_PART_RETRY_ROOM, MQD_PART_RETRY_RESOURCE } mqd_part_retry_t;
+mqd_part_retry_t mqd_part_fail_retry(int err);
+/* Periodic: resumes, every partition_resume_ms, the failed partitions whose failure
+ * retries (mqd_part_fail_retry) while its condition holds. */
 void mqd_topics_resume_failed(mqd_server_t *s);
 void mqd_topic_dispatch_soon(mqd_topic_t *t);
 /* A consumer of t used its work budget for this loop turn (consumer.c, sel_work): t is
