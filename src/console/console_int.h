@@ -67,6 +67,7 @@ typedef struct mqd_console_login mqd_console_login_t;
 typedef struct mqd_console_xchg {
     bool used;
     char id[MQD_CONSOLE_TOKEN_HEX + 1];
+    char host[MQD_CONSOLE_HOST_MAX]; /* the address that started it (auth_queue_per_ip) */
     struct mqd_scram *st; /* owned (mqd_auth_scram_free) */
     uint64_t started_ms;  /* monotonic; an exchange lives 30 s */
 } mqd_console_xchg_t;
@@ -99,7 +100,7 @@ typedef struct mqd_console {
     int64_t pause_since_ms;          /* 0: accepting; else when the pauses began */
     uint64_t pauses;                 /* since then */
     int pause_errno;
-    mqd_console_quiet_t q_refused, q_deadline;
+    mqd_console_quiet_t q_refused, q_deadline, q_scram;
 } mqd_console_t;
 
 /* Random hex into out (MQD_CONSOLE_TOKEN_HEX + 1); MQD_EIO if the RNG fails. */
