@@ -277,10 +277,10 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      G_FIELD(handshake_fd_percent), NULL, NULL,
      "Connections that have not finished their handshake may hold at most this percentage "
      "of the descriptors connections may use (RLIMIT_NOFILE less what is kept for "
-     "partition files and a spare of 32); the rest stays for connections that logged in. "
-     "At the limit a new connection closes the oldest unfinished handshake, so clients "
-     "from other addresses still get in while many addresses stall theirs. 100: no "
-     "reserve. Ignored without a descriptor limit.",
+     "partition files, a spare of 32 and mqd's own); the rest stays for connections that "
+     "logged in. At the limit a new connection closes the oldest unfinished handshake of "
+     "the address that has the most, so a client from another address still gets in while "
+     "many addresses stall theirs. 100: no reserve. Ignored without a descriptor limit.",
      true},
     {"handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "10s", NULL, NULL,
      G_FIELD(handshake_timeout_ms), NULL, NULL,
