@@ -130,8 +130,8 @@ static void note(mqd_auth_t *a, int why, const char *host, uint64_t limit)
         return;
     if (why == R_EVICTED)
         MQD_WARN("conn",
-                 "%s: %llu connections still in their handshake hold their share of "
-                 "descriptors: the oldest closed for %s (%llu since the last report)",
+                 "%s: %llu connections in their handshake hold their share of "
+                 "descriptors: closed the oldest of %s's (%llu closed since the last report)",
                  why_text[why], (unsigned long long)limit, host,
                  (unsigned long long)a->admit_quiet[why]);
     else if (why == R_SHARE)
