@@ -293,8 +293,10 @@ def body(t):
         st.close_all()
         check(not cl.failures, "the real client failed: %r" % cl.failures[:3])
         check(cl.ok["plain"] >= 3 and cl.ok["tls"] >= 3, "real client round trips: %r" % cl.ok)
-        # at a time: their share, and those closed to make room that mqd is closing
-        check(st.most_now <= share + share // 4 + 8, "mqd had %d unfinished handshakes at "
+        # at a time: their share, those closed to make room that mqd is still closing (a
+        # quarter of it, then only first handshakes of an address), and those refused at
+        # accept that mqd is closing: well below the descriptors connections may use
+        check(st.most_now <= share + share // 2 + 16, "mqd had %d unfinished handshakes at "
               "once (their share: %d)" % (st.most_now, share))
         check(st.closed > 0, "no stalled handshake was closed to make room")
         text = b.log_text()
