@@ -60,7 +60,8 @@ const char *mqd_part_fail_condition(const mqd_part_t *p, char *desc, size_t n)
                  "message-id, deduplicated)",
                  disk_full(err) ? "disk full" : (err ? strerror(err) : "I/O error"), p->topic->name,
                  p->id);
-        return disk_full(err) ? "amqp:resource-limit-exceeded" : "amqp:internal-error";
+        return disk_full(err) || transient(err) ? "amqp:resource-limit-exceeded"
+                                                : "amqp:internal-error";
     }
     if (disk_full(err)) {
         snprintf(desc, n,
