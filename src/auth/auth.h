@@ -72,8 +72,10 @@ bool mqd_auth_conn_is_node(const struct mqd_conn *c);
  * links on which mqd sends (`sender`) from a source `$repl/...`. */
 const char *mqd_auth_node_attach_denied(const struct mqd_conn *c, bool sender, const char *source);
 
-/* on_accept: may one more connection come from `host` (max_connections_per_ip)? Logs a
- * refusal. */
+/* on_accept: may one more connection come from `host` (max_connections_per_ip,
+ * max_handshakes_per_ip)? With connections in their handshake holding their share of
+ * descriptors (handshake_fd_percent), the oldest of them is closed to make room (admit.c).
+ * Logs refusals, once a second. */
 bool mqd_auth_admit_host(struct mqd_server *s, const char *host);
 
 struct mqd_buf;

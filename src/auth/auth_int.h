@@ -234,6 +234,10 @@ typedef struct mqd_auth {
        iteration count real users have (decoy.c, set at init and on reload) */
     char decoy_hash[MQD_AUTH_DECOY_HASH_MAX];
     uint32_t decoy_scram_iterations;
+    /* admit.c: refusals at accept, logged once a second per reason */
+#define MQD_AUTH_ADMIT_REASONS 4
+    int64_t admit_logged_ms[MQD_AUTH_ADMIT_REASONS];
+    uint64_t admit_quiet[MQD_AUTH_ADMIT_REASONS];
 } mqd_auth_t;
 
 /* hold.c: after a PLAIN check's outcome is set: feeds the input held meanwhile to Proton
@@ -287,6 +291,8 @@ const char *mqd_auth_sas_denied_anywhere(struct mqd_conn *c, mqd_perm_t perm);
 /* recheck.c: detaches every link of c whose attach-time check fails now ("why" as its
  * description); returns how many. */
 size_t mqd_auth_recheck_links(struct mqd_conn *c, const char *why);
+/* tls.c: closes c's transport with the error condition name/why (its end is the tick's). */
+void mqd_auth_conn_abort(struct mqd_conn *c, const char *name, const char *why);
 /* tls.c: frees per-connection state (from the plugin's free callback). */
 void mqd_auth_conn_free(mqd_auth_conn_t *ac);
 /* tls.c: the subject CN (UTF-8) of c's verified client certificate into cn[len]. 0;

@@ -231,7 +231,7 @@ void mqd_auth_free(mqd_server_t *s)
 
 /* ---- per connection ---- */
 
-static void conn_abort(mqd_conn_t *c, const char *name, const char *why)
+void mqd_auth_conn_abort(mqd_conn_t *c, const char *name, const char *why)
 {
     pn_connection_driver_t *drv = mqd_conn_driver(c);
     pn_condition_t *cond = pn_transport_condition(drv->transport);
@@ -254,7 +254,7 @@ bool mqd_auth_conn_opened(mqd_conn_t *c)
     if (mqd_conn_closed(c) || !opened_unauthenticated(c))
         return true;
     MQD_NOTICE("auth", "peer=%s sent AMQP open before completing SASL: closing", mqd_conn_peer(c));
-    conn_abort(c, "amqp:unauthorized-access", "open before SASL completed");
+    mqd_auth_conn_abort(c, "amqp:unauthorized-access", "open before SASL completed");
     return false;
 }
 
@@ -275,7 +275,7 @@ static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg)
     const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(c));
     MQD_NOTICE_RL("auth", "handshake timeout peer=%s (no AMQP open within %ums)", mqd_conn_peer(c),
                   ac->tls ? conf->tls_handshake_timeout_ms : conf->handshake_timeout_ms);
-    conn_abort(c, "amqp:resource-limit-exceeded", "handshake timeout");
+    mqd_auth_conn_abort(c, "amqp:resource-limit-exceeded", "handshake timeout");
 }
 
 int mqd_auth_conn_setup(mqd_conn_t *c, size_t listener)
@@ -387,25 +387,6 @@ size_t mqd_auth_user_conns(mqd_server_t *s, const mqd_conn_t *self, const char *
             n++;
     }
     return n;
-}
-
-bool mqd_auth_admit_host(mqd_server_t *s, const char *host)
-{
-    uint32_t max = mqd_srv_conf(s)->max_connections_per_ip;
-    if (max == 0)
-        return true;
-    size_t hl = strlen(host), n = 0;
-    mqd_dlist_t *conns = mqd_srv_conns(s);
-    for (mqd_dlist_t *p = conns->next; p != conns; p = p->next) {
-        const mqd_conn_t *o = mqd_conn_of_node(p);
-        const char *peer = mqd_conn_peer(o); /* "HOST:PORT" */
-        if (!mqd_conn_closed(o) && strncmp(peer, host, hl) == 0 && peer[hl] == ':')
-            n++;
-    }
-    if (n < max)
-        return true;
-    MQD_WARN_RL("conn", "refused %s: max_connections_per_ip (%u) reached", host, max);
-    return false;
 }
 
 /* Why c's login cannot have any right at all, or NULL; *user and *groups are what the

@@ -115,6 +115,10 @@ typedef struct mqd_conf {
     char *metrics_listen;         /* owned; NULL = off */
     char *console_listen;         /* owned; NULL = off (src/console/) */
     uint32_t console_session_idle_ms; /* 30 min */
+    uint32_t console_max_connections;        /* HTTP connections at once, 128 */
+    uint32_t console_max_connections_per_ip; /* the same per source address, 16; 0 = unlimited */
+    uint32_t console_header_timeout_ms;      /* a request's line and headers, 10 s */
+    uint32_t console_body_timeout_ms;        /* its body after the headers, 10 s */
     mqd_topic_conf_t topic_defaults;
     mqd_topic_conf_t *topics;     /* owned array of [topic NAME] sections */
     size_t n_topics;
@@ -130,6 +134,8 @@ typedef struct mqd_conf {
     bool allow_plain_without_tls; /* built-in on; installed etc/mqd.conf off */
     uint32_t max_connections_per_user; /* 0 = unlimited */
     uint32_t max_connections_per_ip;   /* 0 = unlimited */
+    uint32_t max_handshakes_per_ip;    /* connections before their AMQP open, 64; 0 = unlimited */
+    uint32_t handshake_fd_percent;     /* of the connections' descriptors, 50; 100 = no reserve */
     uint32_t handshake_timeout_ms;     /* plain listeners, 10 s */
     uint32_t tls_handshake_timeout_ms; /* TLS listeners, 5 s */
     uint32_t shutdown_grace_ms;        /* SIGTERM: clients answer the forced close within, 2 s */
@@ -140,7 +146,7 @@ typedef struct mqd_conf {
     uint32_t max_unsettled_per_link;   /* deliveries a consumer link may hold; 0 = unlimited */
     uint64_t memory_high_watermark;    /* RSS above which producers get no credit; 0 = off */
     uint64_t disk_free_limit;          /* free bytes on data_dir below which the same; 64 MiB */
-    uint32_t partition_resume_ms;      /* a disk-full partition retries a resume this often; 0 = manual */
+    uint32_t partition_resume_ms;      /* a disk-full or EMFILE partition's resume retries; 0 = manual */
     uint64_t max_connection_memory;    /* budget.c: one connection's charge, 64 MiB; 0 = off */
     uint64_t max_memory;               /* budget.c: all connections' charges, 1 GiB; 0 = off */
     mqd_sas_key_conf_t *sas_keys; /* owned array of [sas_key NAME] sections */

@@ -211,6 +211,28 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"console_session_idle_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 10 * SEC, DAY, "30m", NULL, NULL,
      G_FIELD(console_session_idle_ms), NULL, NULL,
      "A web console session unused for this long is logged out.", true},
+    {"console_max_connections", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 100000, "128", NULL, NULL,
+     G_FIELD(console_max_connections), NULL, NULL,
+     "HTTP connections the web console holds at once; more are closed on accept. Like AMQP "
+     "connections, they never take the descriptors kept for partition files (max_open_files), "
+     "and they never hold more than a quarter of the descriptors connections may use, "
+     "whatever this says: AMQP clients keep the rest.",
+     true},
+    {"console_max_connections_per_ip", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 100000, "16", NULL, NULL,
+     G_FIELD(console_max_connections_per_ip), NULL, NULL,
+     "The same per source address, so that one address cannot take them all (a browser "
+     "opens up to 6; raise it behind a reverse proxy, whose connections all come from one "
+     "address). 0: unlimited.",
+     true},
+    {"console_header_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "10s", NULL, NULL,
+     G_FIELD(console_header_timeout_ms), NULL, NULL,
+     "A console connection must send a request's line and headers within this time of "
+     "being accepted (or of the first byte of its next request on a kept-alive connection), "
+     "however steadily bytes arrive; otherwise it is closed.",
+     true},
+    {"console_body_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "10s", NULL, NULL,
+     G_FIELD(console_body_timeout_ms), NULL, NULL,
+     "The same for the request's body, from the end of its headers.", true},
 
     /* ---- security: TLS, SASL policy, limits (reloadable: auth re-reads them on SIGHUP) ---- */
     {"tls_cert", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL, G_FIELD(tls_cert), NULL,
@@ -256,6 +278,21 @@ const mqd_conf_row_t mqd_conf_rows[] = {
     {"max_connections_per_ip", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1000000, "0", NULL, NULL,
      G_FIELD(max_connections_per_ip), NULL, NULL,
      "Connections from one source address at once; more are closed on accept. 0: unlimited.",
+     true},
+    {"max_handshakes_per_ip", MQD_CT_UINT, MQD_CS_GLOBAL, 0, 1000000, "64", NULL, NULL,
+     G_FIELD(max_handshakes_per_ip), NULL, NULL,
+     "Connections from one source address that have not finished their handshake (TLS, "
+     "SASL and the AMQP open) at once; more are closed on accept, so that one address "
+     "cannot hold every descriptor with logins it never finishes. 0: unlimited.",
+     true},
+    {"handshake_fd_percent", MQD_CT_UINT, MQD_CS_GLOBAL, 1, 100, "50", NULL, NULL,
+     G_FIELD(handshake_fd_percent), NULL, NULL,
+     "Connections that have not finished their handshake may hold at most this percentage "
+     "of the descriptors connections may use (RLIMIT_NOFILE less what is kept for "
+     "partition files, a spare of 32 and mqd's own); the rest stays for connections that "
+     "logged in. At the limit a new connection closes the oldest unfinished handshake of "
+     "the address that has the most, so a client from another address still gets in while "
+     "many addresses stall theirs. 100: no reserve. Ignored without a descriptor limit.",
      true},
     {"handshake_timeout_ms", MQD_CT_DURATION, MQD_CS_GLOBAL, 100, HOUR, "10s", NULL, NULL,
      G_FIELD(handshake_timeout_ms), NULL, NULL,
@@ -339,8 +376,11 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "ENOSPC) refuses sends, and every send it had not made durable was rejected with "
      "amqp:resource-limit-exceeded. This often, once the free space is above "
      "disk_free_limit + max_message_size, mqd truncates it to its last durable record, writes and syncs a "
-     "probe block, and resumes it if that worked. 0: only `mqctl topic resume` does. "
-     "Partitions failed by other I/O errors always wait for mqctl.",
+     "probe block, and resumes it if that worked. The same for a partition failed by a "
+     "transient lack of resources (EMFILE, ENFILE, ENOMEM: no descriptor for a segment or "
+     "index file at a roll), once a descriptor can be had; its sends were rejected with "
+     "amqp:resource-limit-exceeded too. 0: only `mqctl topic resume` does. "
+     "Partitions failed by other I/O errors (EIO above all) always wait for mqctl.",
      true},
 
     /* ---- topics: global part = defaults for every topic, [topic NAME] overrides ---- */

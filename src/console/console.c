@@ -197,6 +197,7 @@ static void on_api(mqd_console_t *k, struct evhttp_request *req, const char **se
 static void on_request(struct evhttp_request *req, void *arg)
 {
     mqd_console_t *k = arg;
+    mqd_console_conn_request(k, req); /* its deadlines end here */
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
     const char *segs[MAX_SEGS];
@@ -240,11 +241,14 @@ int mqd_console_start(struct mqd_server *s)
     evhttp_set_max_body_size(k->http, MAX_BODY);
     evhttp_set_max_headers_size(k->http, 16384);
     evhttp_set_gencb(k->http, on_request, k);
-    if (evhttp_bind_socket(k->http, host, port) != 0) {
-        MQD_ERR("console", "console_listen %s: cannot bind", hp);
+    int rc = mqd_console_conns_start(k, host, port);
+    if (rc != 0) {
+        MQD_ERR("console", "console_listen %s: %s", hp,
+                rc == MQD_EIO ? "cannot bind" : mqd_strerror(rc));
         evhttp_free(k->http);
+        mqd_console_conns_free(k);
         free(k);
-        return MQD_EIO;
+        return rc;
     }
     mqd_srv_set_console(s, k);
     MQD_NOTICE("console", "web console on http://%s/ui/", hp);
@@ -257,6 +261,7 @@ void mqd_console_stop(struct mqd_server *s)
     if (!k)
         return;
     evhttp_free(k->http); /* closes connections: pending logins lose their request */
+    mqd_console_conns_free(k);
     mqd_console_logins_drop(k);
     mqd_console_scram_drop(k);
     OPENSSL_cleanse(k->sess, sizeof k->sess);

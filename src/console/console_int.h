@@ -8,6 +8,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+struct event;
+struct evconnlistener;
 struct evhttp;
 struct evhttp_request;
 struct mqd_server;
@@ -31,6 +33,19 @@ int mqd_console_path_split(const char *path, const char **segs, int max, char *b
 /* True when s is exactly MQD_CONSOLE_TOKEN_HEX lowercase hex digits. */
 bool mqd_console_token_ok(const char *s);
 
+/* Where a request's head (its line and headers) ends, fed the bytes as they arrive:
+ * at the first empty line after a non-empty one, with lines ended by CRLF or a bare LF
+ * as evhttp reads them (conn.c's header deadline). Leading empty lines are skipped. */
+typedef struct mqd_console_head {
+    bool bol;       /* at the start of a line */
+    bool cr;        /* a CR at the start of this line */
+    bool seen_line; /* a non-empty line came */
+} mqd_console_head_t;
+/* Starts a head (a new request). */
+void mqd_console_head_reset(mqd_console_head_t *h);
+/* Feeds p[0..n): true once the head has ended within them (the rest is the body). */
+bool mqd_console_head_scan(mqd_console_head_t *h, const char *p, size_t n);
+
 /* ---- session.c ---- */
 
 #define MQD_CONSOLE_SESSIONS 256 /* at once; the least recently used goes when full */
@@ -47,12 +62,26 @@ typedef struct mqd_console_login mqd_console_login_t;
 
 #define MQD_CONSOLE_SCRAMS 64 /* SCRAM exchanges between their two requests, at once */
 
+#define MQD_CONSOLE_HOST_MAX 48 /* an address as text (INET6_ADDRSTRLEN, rounded up) */
+
 typedef struct mqd_console_xchg {
     bool used;
     char id[MQD_CONSOLE_TOKEN_HEX + 1];
+    char host[MQD_CONSOLE_HOST_MAX]; /* the address that started it (auth_queue_per_ip) */
     struct mqd_scram *st; /* owned (mqd_auth_scram_free) */
     uint64_t started_ms;  /* monotonic; an exchange lives 30 s */
 } mqd_console_xchg_t;
+
+typedef struct mqd_console_conn mqd_console_conn_t;
+
+/* Log lines of a kind that may repeat at every connection: one a second, with a count. */
+typedef struct mqd_console_quiet {
+    int64_t logged_ms;
+    uint64_t n; /* since the last line */
+} mqd_console_quiet_t;
+/* conn.c: counts one more; true when it is to be logged now (then q->n says how many
+ * came since the last line, this one included, and the caller zeroes it). */
+bool mqd_console_quiet_due(mqd_console_quiet_t *q);
 
 typedef struct mqd_console {
     struct mqd_server *srv;
@@ -60,6 +89,18 @@ typedef struct mqd_console {
     mqd_console_sess_t sess[MQD_CONSOLE_SESSIONS];
     mqd_console_login_t *logins; /* password checks on the pool (login.c) */
     mqd_console_xchg_t xchg[MQD_CONSOLE_SCRAMS]; /* scram.c */
+    /* conn.c: the HTTP connections, bounded and timed */
+    struct evconnlistener *listener; /* evhttp's (it frees it) */
+    struct event *ev_admit;          /* admits what was accepted (conn.c) */
+    struct event *ev_watch;          /* every CONSOLE_WATCH_MS: resumes a paused listener */
+    mqd_console_conn_t *fresh;       /* accepted, not yet admitted */
+    mqd_console_conn_t *conns;       /* admitted */
+    size_t n_conns;
+    bool paused;                     /* the listener is off after accept() failed */
+    int64_t pause_since_ms;          /* 0: accepting; else when the pauses began */
+    uint64_t pauses;                 /* since then */
+    int pause_errno;
+    mqd_console_quiet_t q_refused, q_deadline, q_scram;
 } mqd_console_t;
 
 /* Random hex into out (MQD_CONSOLE_TOKEN_HEX + 1); MQD_EIO if the RNG fails. */
@@ -71,6 +112,33 @@ mqd_console_sess_t *mqd_console_sess_new(mqd_console_t *k, const char *user);
 /* The live session the request's cookie names (idle ones expire here), or NULL. */
 mqd_console_sess_t *mqd_console_sess_of(mqd_console_t *k, struct evhttp_request *req);
 void mqd_console_sess_end(mqd_console_sess_t *ss);
+
+/* ---- conn.c: the HTTP connections ----
+ * Every connection evhttp accepts gets a record here (evhttp_set_bevcb: the console
+ * makes its bufferevent) and is admitted in a deferred pass: closed at once past
+ * console_max_connections, console_max_connections_per_ip or the descriptors kept for
+ * partition files (core's mqd_fd_admit). Its request's head must arrive within
+ * console_header_timeout_ms of the accept (or of the next request's first byte) and the
+ * body within console_body_timeout_ms of the head, however steadily bytes trickle in:
+ * the input is watched as it arrives (mqd_console_head_scan). accept() failing for lack
+ * of descriptors pauses the listener instead of spinning on it. */
+
+/* Sets up the listener on host:port (bound by the caller's evhttp) and the connection
+ * hooks. 0, MQD_EIO when it cannot bind, MQD_ENOMEM. */
+int mqd_console_conns_start(mqd_console_t *k, const char *host, uint16_t port);
+/* After evhttp_free (which closed every connection): frees what is left. */
+void mqd_console_conns_free(mqd_console_t *k);
+/* The request's connection has delivered a whole request (console.c's handler): no
+ * deadline until its next request begins. */
+void mqd_console_conn_request(mqd_console_t *k, struct evhttp_request *req);
+/* The record of req's connection, or NULL (not one the console admitted). */
+mqd_console_conn_t *mqd_console_conn_of(mqd_console_t *k, struct evhttp_request *req);
+/* The client's address of kc (text), never NULL. */
+const char *mqd_console_conn_host(const mqd_console_conn_t *kc);
+/* login.c: l is checking a password for kc's connection (NULL: no more); when the
+ * connection closes first, mqd_console_login_conn_gone(l) is called. */
+void mqd_console_conn_set_login(mqd_console_conn_t *kc, mqd_console_login_t *l);
+void mqd_console_login_conn_gone(mqd_console_login_t *l);
 
 /* ---- console.c: replies ---- */
 

@@ -18,6 +18,7 @@ struct mqd_console_login {
     mqd_console_t *k;                /* NULL once the console stopped */
     struct evhttp_request *req;      /* NULL once its connection closed */
     struct evhttp_connection *evcon; /* its connection (compared only, never used after close) */
+    mqd_console_conn_t *kc;          /* its record (conn.c); NULL once the connection closed */
     char host[48];                   /* the client's address, for auth_queue_per_ip */
     char user[256];
     char peer[64];
@@ -34,12 +35,11 @@ static void unlink_login(mqd_console_login_t *l)
         }
 }
 
-static void on_conn_close(struct evhttp_connection *evcon, void *arg)
+void mqd_console_login_conn_gone(mqd_console_login_t *l)
 {
-    MQD_UNUSED(evcon);
-    mqd_console_login_t *l = arg;
     l->req = NULL;
     l->evcon = NULL;
+    l->kc = NULL;
 }
 
 /* Why a new login from evcon/host must wait, or NULL: one at a time per connection (the
@@ -102,8 +102,8 @@ static void on_checked(void *arg, int rc)
     struct evhttp_request *req = l->req;
     mqd_console_t *k = l->k;
     unlink_login(l);
-    if (req)
-        evhttp_connection_set_closecb(evhttp_request_get_connection(req), NULL, NULL);
+    if (l->kc)
+        mqd_console_conn_set_login(l->kc, NULL);
     if (!req || !k)
         goto out;
     if (rc != 0) {
@@ -139,8 +139,9 @@ void mqd_console_login(mqd_console_t *k, struct evhttp_request *req)
     }
     evhttp_connection_get_peer(evcon, &host, &port);
     const char *why = busy(k, evcon, host ? host : "");
-    if (why) {
-        mqd_console_reply_error(req, 503, why);
+    mqd_console_conn_t *kc = mqd_console_conn_of(k, req);
+    if (why || !kc) { /* no record: one the console could not track (out of memory) */
+        mqd_console_reply_error(req, 503, why ? why : "try again");
         goto out;
     }
     if (!(l = calloc(1, sizeof *l))) {
@@ -162,7 +163,8 @@ void mqd_console_login(mqd_console_t *k, struct evhttp_request *req)
     }
     l->next = k->logins;
     k->logins = l;
-    evhttp_connection_set_closecb(evcon, on_conn_close, l);
+    l->kc = kc;
+    mqd_console_conn_set_login(kc, l); /* its close tells l (conn.c) */
 out:
     if (pw)
         OPENSSL_cleanse((char *)pw, strlen(pw));
@@ -189,6 +191,7 @@ void mqd_console_logins_drop(mqd_console_t *k)
         l->k = NULL;
         l->req = NULL;
         l->evcon = NULL;
+        l->kc = NULL;
     }
     k->logins = NULL;
 }

@@ -109,3 +109,27 @@ bool mqd_console_token_ok(const char *s)
             return false;
     return i == MQD_CONSOLE_TOKEN_HEX;
 }
+
+bool mqd_console_head_scan(mqd_console_head_t *h, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        if (ch == '\n') {
+            if (h->bol && h->seen_line)
+                return true; /* an empty line ends the head */
+            h->bol = true;
+            h->cr = false;
+        } else if (ch == '\r' && h->bol && !h->cr) {
+            h->cr = true; /* maybe "\r\n": still an empty line */
+        } else {
+            h->bol = h->cr = false;
+            h->seen_line = true;
+        }
+    }
+    return false;
+}
+
+void mqd_console_head_reset(mqd_console_head_t *h)
+{
+    *h = (mqd_console_head_t){.bol = true};
+}

@@ -1,7 +1,10 @@
 /* Console login with SCRAM-SHA-256 (RFC 5802, 7677) over two requests: the browser
  * derives the proof with Web Crypto, so the password never crosses the network and no
  * TLS is needed, as for SASL SCRAM on AMQP. The exchange between the two requests is
- * held under a random id for at most XCHG_MS. */
+ * held under a random id for at most XCHG_MS, in one of MQD_CONSOLE_SCRAMS slots; one
+ * client address holds at most auth_queue_per_ip of them (issue 32 point 7b: one client
+ * with no credentials starting exchanges it never finished held all 64 and locked every
+ * admin out). */
 #include "config.h"
 #include "auth/auth.h"
 #include "console/console_int.h"
@@ -9,6 +12,7 @@
 
 #include <event2/http.h>
 #include <openssl/crypto.h>
+#include <stdio.h>
 #include <string.h>
 
 #define XCHG_MS 30000
@@ -20,10 +24,12 @@ static void xchg_end(mqd_console_xchg_t *x)
     x->used = false;
 }
 
-/* A free slot (expired ones are freed on the way), or NULL when all are in use. */
-static mqd_console_xchg_t *xchg_slot(mqd_console_t *k)
+/* A free slot for an exchange from host (expired ones are freed on the way), or NULL
+ * and *why when all are in use, or host holds auth_queue_per_ip of them. */
+static mqd_console_xchg_t *xchg_slot(mqd_console_t *k, const char *host, const char **why)
 {
     uint64_t now = mqd_console_now_ms();
+    uint32_t per_ip = mqd_srv_conf(k->srv)->auth_queue_per_ip, same = 0;
     mqd_console_xchg_t *free_one = NULL;
     for (size_t i = 0; i < MQD_CONSOLE_SCRAMS; i++) {
         mqd_console_xchg_t *x = &k->xchg[i];
@@ -31,8 +37,12 @@ static mqd_console_xchg_t *xchg_slot(mqd_console_t *k)
             xchg_end(x);
         if (!x->used && !free_one)
             free_one = x;
+        same += x->used && strcmp(x->host, host) == 0;
     }
-    return free_one;
+    *why = same >= per_ip ? "auth_queue_per_ip reached: too many logins from this address at once"
+           : !free_one    ? "too many logins at once"
+                          : NULL;
+    return *why ? NULL : free_one;
 }
 
 static mqd_console_xchg_t *xchg_find(mqd_console_t *k, const char *id)
@@ -56,9 +66,21 @@ static mqd_console_xchg_t *xchg_find(mqd_console_t *k, const char *id)
 static void first(mqd_console_t *k, struct evhttp_request *req, const char *msg)
 {
     char out[MQD_AUTH_SCRAM_MAX + 1];
-    mqd_console_xchg_t *x = xchg_slot(k);
-    if (!x)
-        return mqd_console_reply_error(req, 503, "too many logins at once");
+    char *host = NULL;
+    ev_uint16_t port = 0;
+    const char *why = NULL;
+    evhttp_connection_get_peer(evhttp_request_get_connection(req), &host, &port);
+    mqd_console_xchg_t *x = xchg_slot(k, host ? host : "", &why);
+    if (!x) {
+        if (mqd_console_quiet_due(&k->q_scram)) {
+            MQD_NOTICE("console",
+                       "SCRAM login refused peer=%s: %s (%llu refused since the last "
+                       "report)",
+                       host ? host : "?", why, (unsigned long long)k->q_scram.n);
+            k->q_scram.n = 0;
+        }
+        return mqd_console_reply_error(req, 503, why);
+    }
     int rc = mqd_auth_scram_start(k->srv, msg, strlen(msg), out, &x->st);
     if (rc != 0)
         return mqd_console_reply_error(req, 400, "malformed SCRAM client-first-message");
@@ -68,6 +90,7 @@ static void first(mqd_console_t *k, struct evhttp_request *req, const char *msg)
     }
     x->used = true;
     x->started_ms = mqd_console_now_ms();
+    snprintf(x->host, sizeof x->host, "%s", host ? host : "");
     mqd_console_reply_json(req, 200,
                            json_pack("{s:s, s:s}", "exchange", x->id, "server_first", out));
 }

@@ -606,7 +606,14 @@ const char *mqd_topic_get_desc(int rc);
  * free), else MQD_ENOSPC: a topic created into a full disk could take no sends. */
 #define MQD_TOPIC_MIN_FREE (1u << 20)
 int mqd_topic_room(mqd_server_t *s);
-/* Periodic: resumes disk-full partitions every partition_resume_ms while there is room. */
+/* Which failures of a partition log resume by themselves (partition_resume_ms), by the
+ * errno that failed it: ROOM (ENOSPC, EDQUOT) once the disk has room, RESOURCE (EMFILE,
+ * ENFILE, ENOMEM: a transient lack of descriptors or kernel memory) once a descriptor
+ * can be had, NEVER for the rest (EIO and every other error wait for mqctl). */
+typedef enum { MQD_PART_RETRY_NEVER, MQD_PART_RETRY_ROOM, MQD_PART_RETRY_RESOURCE } mqd_part_retry_t;
+mqd_part_retry_t mqd_part_fail_retry(int err);
+/* Periodic: resumes, every partition_resume_ms, the failed partitions whose failure
+ * retries (mqd_part_fail_retry) while its condition holds. */
 void mqd_topics_resume_failed(mqd_server_t *s);
 void mqd_topic_dispatch_soon(mqd_topic_t *t);
 /* A consumer of t used its work budget for this loop turn (consumer.c, sel_work): t is
@@ -848,6 +855,31 @@ void mqd_core_server_free(mqd_server_t *s);
 /* The store's wake callback (its flusher thread; arg: the server): ev_wake runs the
  * store's completions on the loop and queues the tick. */
 void mqd_core_server_wake(void *arg);
+
+/* fdroom.c: the descriptors connections may take under RLIMIT_NOFILE (its soft limit
+ * when the server was made: s->nofile). The store keeps its share for partition files
+ * (max_open_files, at most half of the limit) and MQD_FD_SPARE more for files mqd opens
+ * for a moment; connections, AMQP and the web console's alike, get the rest, and those
+ * that have not finished their handshake handshake_fd_percent of that. Without a limit
+ * every field is 0 and every descriptor is admitted. */
+#define MQD_FD_SPARE 32
+typedef struct mqd_fd_budget {
+    uint64_t nofile;     /* the limit; 0: none */
+    uint64_t head;       /* partition files the store may still open (its share less its open ones) */
+    uint64_t conns;      /* descriptors connections may hold: nofile less the store's share,
+                            the spare and mqd's own (mqd_fd_note_base) */
+    uint64_t handshakes; /* of those, connections still in their handshake (at least 1) */
+} mqd_fd_budget_t;
+/* RLIMIT_NOFILE's soft limit now (0: unlimited). */
+uint64_t mqd_fd_nofile_now(void);
+/* Notes how many descriptors mqd holds itself (log, SQLite, the loop's, listeners):
+ * server/ calls it once its listeners are open. */
+void mqd_fd_note_base(mqd_server_t *s);
+void mqd_fd_budget(mqd_server_t *s, mqd_fd_budget_t *out);
+/* May a just-accepted connection keep descriptor fd? False when keeping it would leave
+ * fewer than the store's headroom plus MQD_FD_SPARE (the caller closes it). *b: the
+ * budget it was judged by, for the caller's log line. */
+bool mqd_fd_admit(mqd_server_t *s, int fd, mqd_fd_budget_t *b);
 
 /* conn.c: a connection's transport (socket, TLS, Proton driver, events, teardown).
  * mqd_conn_new: a connection over fd, which it owns from now on (closed on failure too:

@@ -175,6 +175,8 @@ struct mqd_server {
     char *conf_path;
     mqd_conf_hooks_t *conf_hooks; /* reload: the subsystems' check/apply hooks (conf_swap.c) */
     struct mqd_accept_guard *accept_guard; /* accept_guard.c: EMFILE on accept */
+    uint64_t nofile;         /* RLIMIT_NOFILE's soft limit when made; 0: none (fdroom.c) */
+    uint64_t fd_base;        /* descriptors mqd itself held once its listeners were open */
     struct mqd_census *census; /* topic_count.c: counting markers in logs opened at start */
     mqd_repl_hooks_t repl;   /* src/repl/'s hooks (above); all NULL on a single node */
     mqd_core_ops_t ops;      /* the subsystems above core, as core calls them */

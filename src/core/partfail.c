@@ -9,22 +9,43 @@
  * full ..." (ENOSPC / EDQUOT), else amqp:internal-error naming the I/O error.
  *
  * Resume: automatically every partition_resume_ms for disk-full failures once the free
- * space is above disk_free_limit + max_message_size; `mqctl topic resume T` at any time and for any
- * failure (mgmt_topic.c). The store does the truncation and the probe (store/resume.c).
+ * space is above disk_free_limit + max_message_size, and for failures by a transient
+ * lack of resources (issue 32 point 5: EMFILE, ENFILE or ENOMEM from the open of an
+ * index or segment file at a roll) once a descriptor can be had; `mqctl topic resume T`
+ * at any time and for any failure (mgmt_topic.c). Any other error (EIO above all: after
+ * a failed write-back the kernel may have dropped the data) waits for an operator. The
+ * store does the truncation to the last durable record and the probe (store/resume.c),
+ * so a resume never makes anything durable that was not, whatever failed.
  */
 #include "config.h"
 #include "core/core.h"
 #include "core/core_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <proton/disposition.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 static bool disk_full(int err)
 {
     return err == ENOSPC || err == EDQUOT;
+}
+
+/* Out of descriptors or kernel memory: nothing was written wrong, the same call works
+ * once the resource is back. Never EIO. */
+static bool transient(int err)
+{
+    return err == EMFILE || err == ENFILE || err == ENOMEM;
+}
+
+mqd_part_retry_t mqd_part_fail_retry(int err)
+{
+    return disk_full(err)   ? MQD_PART_RETRY_ROOM
+           : transient(err) ? MQD_PART_RETRY_RESOURCE
+                            : MQD_PART_RETRY_NEVER;
 }
 
 const char *mqd_part_fail_condition(const mqd_part_t *p, char *desc, size_t n)
@@ -39,7 +60,8 @@ const char *mqd_part_fail_condition(const mqd_part_t *p, char *desc, size_t n)
                  "message-id, deduplicated)",
                  disk_full(err) ? "disk full" : (err ? strerror(err) : "I/O error"), p->topic->name,
                  p->id);
-        return disk_full(err) ? "amqp:resource-limit-exceeded" : "amqp:internal-error";
+        return disk_full(err) || transient(err) ? "amqp:resource-limit-exceeded"
+                                                : "amqp:internal-error";
     }
     if (disk_full(err)) {
         snprintf(desc, n,
@@ -47,6 +69,14 @@ const char *mqd_part_fail_condition(const mqd_part_t *p, char *desc, size_t n)
                  "sends until it resumes (free space; it retries by itself, or: mqctl topic "
                  "resume %s)",
                  p->topic->name, p->id, p->topic->name);
+        return "amqp:resource-limit-exceeded";
+    }
+    if (transient(err)) {
+        snprintf(desc, n,
+                 "%s on partition %s/%u: this message was not stored; the partition "
+                 "refuses sends until it resumes by itself, once the resource is back "
+                 "(or: mqctl topic resume %s); send it again",
+                 strerror(err), p->topic->name, p->id, p->topic->name);
         return "amqp:resource-limit-exceeded";
     }
     snprintf(desc, n,
@@ -151,18 +181,48 @@ int mqd_topic_room(mqd_server_t *s)
     return MQD_ENOSPC;
 }
 
+/* Can a partition failed for lack of descriptors try again: is one to be had? (A resume
+ * opens a checkpoint file and its directory; without a descriptor it would only fail
+ * again and log it, every partition_resume_ms for every such partition.) */
+static bool descriptor_free(void)
+{
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    close(fd);
+    return true;
+}
+
+/* Whether p's failure is one to retry now (its kind's condition, checked once a pass:
+ * *room and *fds are -1 until then). */
+static bool retry_now(mqd_server_t *s, const mqd_part_t *p, int *room_ok, int *fds_ok)
+{
+    switch (mqd_part_fail_retry(mqd_plog_fail_errno(p->log))) {
+    case MQD_PART_RETRY_ROOM:
+        if (*room_ok < 0)
+            *room_ok = room(s);
+        return *room_ok;
+    case MQD_PART_RETRY_RESOURCE:
+        if (*fds_ok < 0)
+            *fds_ok = descriptor_free();
+        return *fds_ok;
+    default: return false;
+    }
+}
+
 void mqd_topics_resume_failed(mqd_server_t *s)
 {
     uint32_t every = s->conf->partition_resume_ms;
-    if (s->parts_failed == 0 || every == 0 || !room(s))
+    if (s->parts_failed == 0 || every == 0)
         return;
     int64_t now = mqd_now_ms();
+    int room_ok = -1, fds_ok = -1;
     for (size_t i = 0; i < s->topics_cap; i++) {
         for (mqd_topic_t *t = s->topics[i]; t; t = t->hnext) {
             for (uint32_t k = 0; k < t->nparts; k++) {
                 mqd_part_t *p = t->parts[k];
                 if (!p->failed || now < p->resume_at_ms || mqd_plog_resuming(p->log) ||
-                    !disk_full(mqd_plog_fail_errno(p->log)))
+                    !retry_now(s, p, &room_ok, &fds_ok))
                     continue;
                 p->resume_at_ms = now + every;
                 mqd_part_resume(p);

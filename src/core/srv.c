@@ -15,6 +15,7 @@ mqd_server_t *mqd_core_server_alloc(mqd_conf_t *conf, const char *conf_path)
         return NULL;
     s->conf = conf;
     s->started_ms = mqd_now_ms();
+    s->nofile = mqd_fd_nofile_now();
     s->conf_path = conf_path ? strdup(conf_path) : NULL;
     mqd_dlist_init(&s->conns);
     mqd_dlist_init(&s->dirty);

@@ -15,14 +15,11 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define ACCEPT_PAUSE_MS 100
 #define SHED_MAX 256 /* connections closed per callback: the backlog is 512 */
-#define ACCEPT_SPARE 32 /* descriptors connections never take: SQLite, index and checkpoint
-                         * files, directory fsyncs, cold-read duplicates, warm-up threads */
 
 struct mqd_accept_guard {
     mqd_server_t *s;
@@ -30,7 +27,6 @@ struct mqd_accept_guard {
     struct event *resume;   /* re-enables paused listeners */
     bool paused;
     uint64_t shed;          /* connections closed at accept */
-    uint64_t nofile;        /* RLIMIT_NOFILE soft limit at start (0: unlimited) */
     int64_t logged_ms;      /* last log line */
     uint64_t quiet;         /* failures since it */
 };
@@ -57,9 +53,6 @@ int mqd_accept_guard_init(mqd_server_t *s)
     if (!g)
         return MQD_ENOMEM;
     g->s = s;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        g->nofile = rl.rlim_cur;
     g->reserve = take_reserve();
     g->resume = evtimer_new(mqd_srv_base(s), on_resume, g);
     if (g->reserve < 0 || !g->resume) {
@@ -86,30 +79,23 @@ void mqd_accept_guard_free(mqd_server_t *s)
     mqd_srv_set_accept_guard(s, NULL);
 }
 
-/* Descriptors are handed out lowest first, so an accepted fd numbered k means k are in
- * use: admitting it must leave the store its headroom (up to its cap, at most half of
- * the limit) plus ACCEPT_SPARE. Without this, connections took every descriptor and the
- * next segment roll failed its partition. */
+/* The budget is core's (fdroom.c): connections never take the store's headroom. */
 bool mqd_accept_admit(mqd_server_t *s, int fd)
 {
     struct mqd_accept_guard *g = mqd_srv_accept_guard(s);
-    if (!g || !g->nofile)
-        return true;
-    mqd_store_fd_stats_t fs;
-    mqd_store_fd_stats(mqd_srv_store(s), &fs);
-    uint64_t half = g->nofile > 64 ? (g->nofile - 64) / 2 : 0;
-    uint64_t room = fs.cap < half ? fs.cap : half;
-    uint64_t head = room > fs.open ? room - fs.open : 0;
-    if ((uint64_t)fd + head + ACCEPT_SPARE < g->nofile)
+    mqd_fd_budget_t b;
+    if (!g || mqd_fd_admit(s, fd, &b))
         return true;
     g->shed++;
     int64_t now = mqd_now_ms();
     g->quiet++;
     if (now - g->logged_ms >= 1000) {
-        MQD_WARN("conn", "refused: descriptor %d of %llu, %llu kept for partition files and "
+        MQD_WARN("conn",
+                 "refused: descriptor %d of %llu, %llu kept for partition files and "
                  "%d spare (%llu refused since the last report; see max_open_files and "
-                 "RLIMIT_NOFILE)", fd, (unsigned long long)g->nofile, (unsigned long long)head,
-                 ACCEPT_SPARE, (unsigned long long)g->quiet);
+                 "RLIMIT_NOFILE)",
+                 fd, (unsigned long long)b.nofile, (unsigned long long)b.head, MQD_FD_SPARE,
+                 (unsigned long long)g->quiet);
         g->logged_ms = now;
         g->quiet = 0;
     }

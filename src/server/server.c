@@ -393,6 +393,7 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
     for (size_t i = 0; i < conf->n_listen; i++)
         if ((rc = listen_one(s, conf->listen[i])) != 0)
             goto err;
+    mqd_fd_note_base(s); /* what connections may use is what is left (core/fdroom.c) */
     static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
     _Static_assert(MQD_ARRAY_LEN(sigs) <= MQD_SRV_EV_SIG, "a signal event each");
     struct event **ev_sig = mqd_srv_ev_sig(s);

@@ -87,15 +87,24 @@ int seg_create(mqd_plog_t *log, uint64_t base, seg_t **out)
     if (!s)
         return MQD_ENOMEM;
     int rc = seg_open_files(log, s, 1);
+    bool made = rc == 0; /* the .log is ours (O_EXCL) */
     /* Empty index files from the start, so every segment always has its three files. */
     if (rc == 0)
         rc = seg_index_write(log, s, 1, 0);
     if (rc == 0)
         rc = store_fsync_dir(log->st, log->dir);
     if (rc != 0) {
+        int err = errno;
         MQD_ERR("store", "%s: cannot create segment %" PRIu64 ": %s", log->dir, base,
-                strerror(errno));
+                strerror(err));
+        /* A roll that failed for want of a descriptor (EMFILE at the index files or the
+         * directory fsync) is tried again with the same base after a resume: the empty
+         * files it left would fail that O_EXCL for good. Nothing in them was ever
+         * acknowledged. */
+        if (made)
+            seg_unlink(log, s);
         seg_free(s);
+        errno = err;
         return rc;
     }
     s->created_ms = mqd_now_ms();

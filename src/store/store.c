@@ -498,8 +498,9 @@ static int flush_log_batches(mqd_plog_t *log, int64_t now)
 static void flush_log_rest(mqd_plog_t *log, int64_t now, int stopping)
 {
     mqd_plog_config_t c = log->cfg;
-    if (__atomic_exchange_n(&log->dir_dirty, 0, __ATOMIC_ACQ_REL))
-        store_fsync_dir(log->st, log->dir);
+    if (__atomic_exchange_n(&log->dir_dirty, 0, __ATOMIC_ACQ_REL) &&
+        store_fsync_dir(log->st, log->dir) != 0)
+        __atomic_store_n(&log->dir_dirty, 1, __ATOMIC_RELEASE); /* EMFILE: again next visit */
     if (__atomic_load_n(&log->trunc_req, __ATOMIC_ACQUIRE))
         store_do_truncate(log);
     if (__atomic_load_n(&log->resume_req, __ATOMIC_ACQUIRE))

@@ -1,6 +1,7 @@
 /* fuzz_console: the web console's own parsers of request text (src/console/parse.c):
  * Cookie headers, request paths (percent-decoding, segment rules) and tokens. The input
- * is split at the first NUL: a cookie name (short) and the text, which goes to all three. */
+ * is split at the first NUL: a cookie name (short) and the text, which goes to all three;
+ * the whole input also goes to the request head scanner, at once and byte by byte. */
 #include "config.h"
 #include "console/console_int.h"
 #include "fuzz.h"
@@ -36,6 +37,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (segs[i] < buf || segs[i] >= buf + sizeof buf || !*segs[i])
             abort(); /* each segment inside buf and never empty */
     (void)mqd_console_token_ok(hdr);
+    /* the head scanner: fed whole and byte by byte, it must agree */
+    mqd_console_head_t whole, bytes;
+    mqd_console_head_reset(&whole);
+    mqd_console_head_reset(&bytes);
+    bool w = mqd_console_head_scan(&whole, (const char *)data, size), b = false;
+    for (size_t i = 0; i < size && !b; i++)
+        b = mqd_console_head_scan(&bytes, (const char *)data + i, 1);
+    if (w != b)
+        abort();
     free(text);
     return 0;
 }

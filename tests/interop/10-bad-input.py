@@ -55,8 +55,9 @@ class RawAmqp:
     """A proton Transport driven over our own socket, so that after a clean SASL +
     open exchange we can write arbitrary bytes and still decode what mqd sends back."""
 
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    def __init__(self, port, source=None):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5,
+                                             source_address=(source, 0) if source else None)
         self.t = Transport()
         self.c = Connection()
         self.c.container = "raw-client"

@@ -56,14 +56,16 @@ def console_broker(t, extra="", name="mqd", plain=True):
 class Http:
     """One console user agent: a cookie jar of one cookie, the CSRF token from login."""
 
-    def __init__(self, port):
+    def __init__(self, port, source=None):
         self.port = port
+        self.source = source  # a loopback address to connect from (None: the default)
         self.cookie = None
         self.csrf = None
         self.last_headers = {}
 
     def request(self, method, path, body=None, headers=None, raw=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30 * mqdtest.SLOW)
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30 * mqdtest.SLOW,
+                                       source_address=(self.source, 0) if self.source else None)
         h = {"Accept": "application/json"}
         if self.cookie:
             h["Cookie"] = "mqd_session=" + self.cookie

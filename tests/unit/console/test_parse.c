@@ -1,7 +1,8 @@
 /* The console's parsers: the session cookie is found among others and only when its
  * value is cookie-octets that fit; paths split at '/', percent-decoded per segment
  * (so %2F stays inside a topic name), with %00, "." and ".." and empty segments refused;
- * tokens are exactly 64 lowercase hex digits. */
+ * tokens are exactly 64 lowercase hex digits; a request's head ends at its first empty
+ * line, fed in any pieces. */
 #include "config.h"
 #include "console/console_int.h"
 
@@ -85,12 +86,59 @@ static void test_token(void **state)
     assert_false(mqd_console_token_ok(""));
 }
 
+/* Feeds s one byte at a time (the way a slow client sends it); the index of the byte
+ * that ended the head, or -1. */
+static int head_end_bytewise(const char *s)
+{
+    mqd_console_head_t h;
+    mqd_console_head_reset(&h);
+    for (size_t i = 0; s[i]; i++)
+        if (mqd_console_head_scan(&h, s + i, 1))
+            return (int)i;
+    return -1;
+}
+
+static bool head_ends(const char *s)
+{
+    mqd_console_head_t h;
+    mqd_console_head_reset(&h);
+    return mqd_console_head_scan(&h, s, strlen(s));
+}
+
+static void test_head(void **state)
+{
+    (void)state;
+    /* CRLF and bare LF lines, as evhttp reads them */
+    assert_true(head_ends("GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
+    assert_true(head_ends("GET / HTTP/1.1\nHost: a\n\n"));
+    assert_true(head_ends("GET / HTTP/1.0\r\n\r\n"));
+    assert_true(head_ends("GET / HTTP/1.1\r\nHost: a\n\r\n"));
+    /* not yet: a line still open, a lone CR, an empty start (skipped) */
+    assert_false(head_ends("GET / HTTP/1.1\r\nHost: a\r\n"));
+    assert_false(head_ends("GET / HTTP/1.1\r\nHost: a\r\n\r"));
+    assert_false(head_ends("\r\n\r\n\n"));
+    assert_false(head_ends("GET / HTTP/1.1\r\nX: \r\r\n"));
+    /* the byte that ends it, fed one at a time as a slow client sends */
+    assert_int_equal(head_end_bytewise("GET / HTTP/1.1\r\nHost: a\r\n\r\nBODY"), 26);
+    assert_int_equal(head_end_bytewise("\r\nGET / HTTP/1.1\n\n"), 17);
+    assert_int_equal(head_end_bytewise("POST / HTTP/1.1\r\nContent-Length: 2\r\n"), -1);
+    /* in two pieces split inside the CRLF CRLF */
+    mqd_console_head_t h;
+    mqd_console_head_reset(&h);
+    assert_false(mqd_console_head_scan(&h, "GET / HTTP/1.1\r\n\r", 17));
+    assert_true(mqd_console_head_scan(&h, "\n", 1));
+    /* a reset starts the next request's head */
+    mqd_console_head_reset(&h);
+    assert_false(mqd_console_head_scan(&h, "\r\n", 2));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cookie),
         cmocka_unit_test(test_path),
         cmocka_unit_test(test_token),
+        cmocka_unit_test(test_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

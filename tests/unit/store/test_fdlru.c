@@ -1,12 +1,14 @@
 /* The cap on open segment descriptors (fdlru.c): more partitions than descriptors, a
  * long log read through, an unsynced tail that must stay open, truncation of a closed
- * log. Real files under /tmp, real descriptors counted in /proc/self/fd. */
+ * log, a roll that finds no descriptor. Real files under /tmp, real descriptors counted in
+ * /proc/self/fd. */
 #include "config.h"
 #include "store/store.h"
 #include "store/store_int.h"
 #include "util/util.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -272,6 +274,84 @@ static void test_truncate_closed_log(void **state)
     assert_int_equal(read_check(log, 0, UINT64_MAX, SEED, 400, 64, 1 << 20), 150);
 }
 
+/* The lowest free descriptor: with RLIMIT_NOFILE at it, nothing more can be opened. */
+static int lowest_free_fd(void)
+{
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    close(fd);
+    return fd;
+}
+
+/* Waits (bounded) until the flusher finished a resume, then runs the callbacks. */
+static void wait_resumed(fx_t *f, mqd_plog_t *log)
+{
+    for (int i = 0; i < 10000 && mqd_plog_resuming(log); i++)
+        usleep(1000);
+    assert_false(mqd_plog_resuming(log));
+    mqd_store_dispatch(f->st);
+}
+
+/* Appends until a roll is due and fails it with descriptors short (nofile = the lowest
+ * free descriptor + extra): the log fails with EMFILE, nothing unsynced is reported
+ * stable; the limit back, a resume works and the same roll (same base) succeeds. */
+static void roll_at_emfile(fx_t *f, mqd_plog_t *log, int extra, uint64_t *n)
+{
+    char pdir[600];
+    snprintf(pdir, sizeof pdir, "%s/topics/roll/0", f->dir);
+    int segs = count_files(pdir, "log");
+    lower_nofile(f, (rlim_t)(lowest_free_fd() + extra));
+    /* in two commits: the second may find the log failed already */
+    int rc = append_n(f->st, log, 40, 20, SEED, 400, 0, 0);
+    assert_true(rc == 0 || rc == MQD_EFAILED);
+    assert_int_equal(mqd_plog_wait_stable(log, mqd_plog_end_offset(log)), MQD_EFAILED);
+    setrlimit(RLIMIT_NOFILE, &f->rl0);
+    assert_true(mqd_plog_failed(log));
+    assert_int_equal(mqd_plog_fail_errno(log), EMFILE);
+    uint64_t kept = mqd_plog_durable_offset(log);
+    assert_true(kept >= *n && kept < *n + 40);
+    /* a segment create that failed half way left no file that would fail its retry */
+    assert_int_equal(count_files(pdir, "log"), segs);
+    assert_int_equal(mqd_plog_resume(log), 0);
+    wait_resumed(f, log);
+    assert_false(mqd_plog_failed(log));
+    assert_int_equal(mqd_plog_end_offset(log), kept);
+    *n = kept;
+    assert_int_equal(append_n(f->st, log, 40, 20, SEED, 400, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(log, *n + 40), 0);
+    *n += 40;
+    assert_true(count_files(pdir, "log") > segs); /* the roll happened */
+}
+
+/* A segment roll that finds no free descriptor (issue 32 point 5): at the index sync of
+ * the old segment (none free), and at the new segment's index files after its .log was
+ * created (one free). Each time the log fails with EMFILE and a resume brings it back;
+ * before, the second left an empty .log behind and every later roll failed with EEXIST.
+ * Every record is read back at the end, also after a reopen. */
+static void test_roll_at_emfile(void **state)
+{
+    fx_t *f = *state;
+    mqd_plog_config_t cfg;
+    mqd_plog_config_default(&cfg);
+    cfg.segment_bytes = 8192;
+    mqd_plog_t *log;
+    assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    assert_int_equal(mqd_store_log_open(f->st, "roll", 0, &cfg, &log), 0);
+    uint64_t n = 40;
+    assert_int_equal(append_n(f->st, log, n, 20, SEED, 400, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(log, n), 0);
+    roll_at_emfile(f, log, 0, &n);
+    roll_at_emfile(f, log, 1, &n);
+    /* the records' payloads follow their offsets: those cut by a failure were written
+     * again with the same offsets, so the whole log reads back as one stream */
+    assert_int_equal(read_check(log, 0, UINT64_MAX, SEED, 400, 64, 1 << 20), (long)n);
+    mqd_store_close(f->st);
+    assert_int_equal(mqd_store_open(f->dir, NULL, NULL, &f->st), 0);
+    assert_int_equal(mqd_store_log_open(f->st, "roll", 0, &cfg, &log), 0);
+    assert_int_equal(mqd_plog_end_offset(log), n);
+    assert_int_equal(read_check(log, 0, UINT64_MAX, SEED, 400, 64, 1 << 20), (long)n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +360,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unsynced_tail_stays_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_over_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_closed_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_roll_at_emfile, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
