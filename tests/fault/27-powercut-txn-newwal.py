@@ -293,8 +293,8 @@ def run_clients(t, b, st, rnd, rng):
         mqdtest.fail("the clients were not ready within 30 s")
     delay = rng.uniform(1.0, 3.0)
     time.sleep(delay)
-    pend = b.fs.stats()["pending"]
     b.kill()
+    pend = b.fs.stats()["pending"]  # read with nothing changing it (mqd is dead)
     for p in procs:
         try:
             p.wait(timeout=30 * mqdtest.SLOW)
