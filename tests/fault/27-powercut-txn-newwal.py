@@ -87,9 +87,11 @@ def client(url, tag):
 # ------------------------------------------------------------------ checker side
 
 def browse(url, addresses, selectors=None, idle=1.5, timeout=600):
-    """{address: [(offset, Message)]} browsed (copy) until idle; selectors[address] is
-    an optional start filter."""
+    """{address: [(offset, Message)]} browsed (copy) until `idle` seconds (times
+    MQD_TEST_SLOW) pass without a message; selectors[address] is an optional start
+    filter."""
     from proton.reactor import Copy, Selector
+    idle *= mqdtest.SLOW
 
     class H(mqdtest.Client):
         def __init__(self):

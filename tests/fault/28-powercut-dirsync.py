@@ -71,6 +71,7 @@ def pending(b, step):
 
 def browse(url, address, idle=1.0):
     from proton.reactor import Copy
+    idle *= mqdtest.SLOW
     got = []
 
     class H(mqdtest.Client):
