@@ -89,6 +89,14 @@ void mqd_srv_set_ev_shutdown(mqd_server_t *o, struct event *v)
 {
     o->ev_shutdown = v;
 }
+uint64_t mqd_srv_group_commit_failures(const mqd_server_t *o)
+{
+    return o->group_commit_failures;
+}
+void mqd_srv_count_group_commit_failure(mqd_server_t *o)
+{
+    o->group_commit_failures++;
+}
 mqd_hist_t *mqd_srv_h_append_stable(mqd_server_t *o)
 {
     return &o->h_append_stable;

@@ -668,6 +668,8 @@ struct event *mqd_srv_ev_handover(const mqd_server_t *o);
 void mqd_srv_set_ev_handover(mqd_server_t *o, struct event *v);
 struct event *mqd_srv_ev_shutdown(const mqd_server_t *o);
 void mqd_srv_set_ev_shutdown(mqd_server_t *o, struct event *v);
+uint64_t mqd_srv_group_commit_failures(const mqd_server_t *o);
+void mqd_srv_count_group_commit_failure(mqd_server_t *o);
 mqd_hist_t *mqd_srv_h_append_stable(mqd_server_t *o);
 bool mqd_srv_handover_wait(const mqd_server_t *o);
 void mqd_srv_set_handover_wait(mqd_server_t *o, bool v);

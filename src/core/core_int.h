@@ -169,6 +169,7 @@ struct mqd_server {
     bool persist_due;        /* the 1 s timer asks the tick to persist group state */
     size_t parts_failed;     /* partitions whose log failed (partfail.c) */
     uint64_t sends_failed;   /* sends rejected because their partition failed */
+    uint64_t group_commit_failures; /* group offset writes to meta.db that failed (group/) */
     int64_t started_ms;      /* wall clock at start */
     uint64_t tmp_seq;
     uint64_t conn_serial;    /* the last mqd_conn_t.serial given */

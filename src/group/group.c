@@ -324,6 +324,8 @@ int mqd_group_reset(mqd_topic_t *t, const char *group, mqd_reset_t how, int64_t 
         rc = mqd_meta_commit(meta);
     else
         mqd_meta_rollback(meta);
+    if (rc != 0)
+        group_save_failed(g, rc, "reset");
     MQD_INFO("group", "reset topic=%s group=%s how=%d rc=%d", mqd_topic_name(t), g->name, (int)how,
              rc);
     return rc;
@@ -371,6 +373,8 @@ int mqd_group_commit(mqd_topic_t *t, const char *group, uint32_t partition, uint
         rc = mqd_meta_commit(meta);
     else
         mqd_meta_rollback(meta);
+    if (rc != 0)
+        group_save_failed(g, rc, "commit");
     MQD_DEBUG("group", "commit topic=%s group=%s partition=%u offset=%llu rc=%d", mqd_topic_name(t),
               g->name, partition, (unsigned long long)g->cur[partition].floor, rc);
     return rc;

@@ -44,7 +44,15 @@ struct mqd_group {
     mqd_dlist_t members;       /* mqd_lstate_t.gnode */
     size_t n_members;
     bool active;               /* has had members or stored offsets: counts for retention */
+    bool persisting;           /* persist.c: has state in the batch being committed */
+    uint32_t save_failures;    /* persist.c: batches in a row that failed to save it */
+    int64_t save_retry_ms;     /* persist.c: ... and when the next may try (backoff) */
     mqd_dlist_t node;          /* in topic->groups */
 };
+
+/* persist.c: a write of g's offsets to meta.db failed (rc) in `what` ("persist",
+ * "commit", "reset"): counted (mqd_group_offset_commit_failures_total) and logged with the
+ * group and topic. */
+void group_save_failed(mqd_group_t *g, int rc, const char *what);
 
 #endif

@@ -154,6 +154,48 @@ static int wbegin(mqd_meta_t *m, bool *own)
     return rc;
 }
 
+/* ---- the WAL's name ----
+ * A commit is in the WAL, and the WAL is a file of its own: after a power cut it is there
+ * only if its directory entry was durable, else every commit in it is gone. SQLite syncs
+ * the directory only as a side effect of its first sync of a WAL it opened (a build with
+ * SQLITE_DISABLE_DIRSYNC never does), and never for the database file itself. So mqd
+ * fsyncs the directory itself: at open (meta.db and the WAL SQLite just opened or
+ * created), and whenever a commit meets a WAL inode it has not done it for (a WAL made
+ * after the open), before that commit counts as durable. */
+
+static int sync_dir(const mqd_meta_t *m)
+{
+    if (mqd_fsync_dir(m->dir_path) == 0)
+        return 0;
+    MQD_ERR("meta", "fsync of the directory %s: %s", m->dir_path, strerror(errno));
+    return MQD_EIO;
+}
+
+/* The WAL that is inode (dev, ino) has a durable name once this returns 0 (*named: the
+ * one this thread last made so). */
+static int wal_named(const mqd_meta_t *m, meta_wal_name_t *named, dev_t dev, ino_t ino)
+{
+    if (named->known && named->ino == ino && named->dev == dev)
+        return 0;
+    int rc = sync_dir(m);
+    if (rc == 0)
+        *named = (meta_wal_name_t){.known = true, .dev = dev, .ino = ino};
+    return rc;
+}
+
+/* After a commit with synchronous = FULL (SQLite synced the WAL's data): its name too. */
+static int wal_named_path(const mqd_meta_t *m, meta_wal_name_t *named)
+{
+    struct stat sb;
+    if (stat(m->wal_path, &sb) != 0) {
+        if (errno == ENOENT)
+            return 0; /* not in WAL mode (yet): the commit went to meta.db itself */
+        MQD_ERR("meta", "%s: %s", m->wal_path, strerror(errno));
+        return MQD_EIO;
+    }
+    return wal_named(m, named, sb.st_dev, sb.st_ino);
+}
+
 static int wend(mqd_meta_t *m, bool own, int rc)
 {
     if (!own)
@@ -162,7 +204,8 @@ static int wend(mqd_meta_t *m, bool own, int rc)
         rc = step_done(m, stmt(m, ST_COMMIT), "commit");
         if (rc == 0) {
             m->txn_count++;
-            return 0;
+            /* a nosync commit is durable only after mqd_meta_wal_sync, which does this */
+            return m->nosync ? 0 : wal_named_path(m, &m->named_loop);
         }
     }
     if (!sqlite3_get_autocommit(m->db))
@@ -201,6 +244,34 @@ static int prepare_all(mqd_meta_t *m)
     return 0;
 }
 
+/* The directory holding path (malloc'd): "." for a bare file name, "/" for a file in /. */
+static char *dir_of(const char *path)
+{
+    const char *sl = strrchr(path, '/');
+    if (!sl)
+        return strdup(".");
+    size_t n = sl == path ? 1 : (size_t)(sl - path);
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, path, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* At open, right after the directory's fsync: the WAL there now (if SQLite made one) has
+ * a durable name, for the handle's thread and for mqd_meta_wal_sync's (which starts
+ * later: the thread that runs it is created after the open returns). */
+static int wal_opened(mqd_meta_t *m)
+{
+    struct stat sb;
+    if (stat(m->wal_path, &sb) != 0)
+        return errno == ENOENT ? 0 : MQD_EIO;
+    m->named_loop = (meta_wal_name_t){.known = true, .dev = sb.st_dev, .ino = sb.st_ino};
+    m->named_sync = m->named_loop;
+    return 0;
+}
+
 int mqd_meta_open(const char *path, mqd_meta_t **out)
 {
     mqd_meta_t *m = calloc(1, sizeof *m);
@@ -209,7 +280,7 @@ int mqd_meta_open(const char *path, mqd_meta_t **out)
         goto fail;
     m->wal_fd = -1;
     size_t pl = strlen(path) + 5;
-    if (!(m->wal_path = malloc(pl)))
+    if (!(m->wal_path = malloc(pl)) || !(m->dir_path = dir_of(path)))
         goto fail;
     snprintf(m->wal_path, pl, "%s-wal", path);
     if (sqlite3_open_v2(path, &m->db,
@@ -224,6 +295,12 @@ int mqd_meta_open(const char *path, mqd_meta_t **out)
         rc = meta_migrate(m);
     if (rc == 0)
         rc = prepare_all(m);
+    /* meta.db may be new, and so may the WAL (SQLite deletes it at a clean close and
+     * makes a new one at open): their names, before anything in them is acknowledged */
+    if (rc == 0)
+        rc = sync_dir(m);
+    if (rc == 0)
+        rc = wal_opened(m);
     if (rc != 0)
         goto fail;
     *out = m;
@@ -248,6 +325,7 @@ void mqd_meta_close(mqd_meta_t *m)
     if (m->wal_fd >= 0)
         close(m->wal_fd);
     free(m->wal_path);
+    free(m->dir_path);
     free(m);
 }
 
@@ -342,7 +420,8 @@ int mqd_meta_wal_sync(mqd_meta_t *m)
         MQD_ERR("meta", "fdatasync %s: %s", m->wal_path, strerror(errno));
         return MQD_EIO;
     }
-    return 0;
+    /* a WAL new to this handle (made after the open): its name, before its commits count */
+    return wal_named(m, &m->named_sync, m->wal_dev, m->wal_ino);
 }
 
 /* ---- topics ---- */

@@ -7,6 +7,13 @@
 #include <sqlite3.h>
 #include <sys/types.h>
 
+/* A WAL file by identity: its name was made durable while it was this inode. */
+typedef struct meta_wal_name {
+    bool known;
+    dev_t dev;
+    ino_t ino;
+} meta_wal_name_t;
+
 /* Every statement the handle uses, prepared once at open (SQL text in meta.c). */
 enum meta_stmt {
     ST_BEGIN,
@@ -54,6 +61,11 @@ struct mqd_meta {
     int wal_fd;
     dev_t wal_dev;
     ino_t wal_ino;
+    char *dir_path; /* the directory holding meta.db and its WAL */
+    /* The WAL whose name (directory entry) this handle made durable by an fsync of
+     * dir_path: one for the handle's thread (commits with synchronous = FULL), one for
+     * mqd_meta_wal_sync's, so that neither reads what the other writes. */
+    meta_wal_name_t named_loop, named_sync;
 };
 
 /* Logs sqlite3_errmsg with `what` and returns MQD_EDB. */

@@ -297,6 +297,11 @@ static void put_broker(struct evbuffer *b, mqd_server_t *s)
          "before they were durable.");
     evbuffer_add_printf(b, "mqd_sends_failed_total %llu\n",
                         (unsigned long long)mqd_srv_sends_failed(s));
+    head(b, "mqd_group_offset_commit_failures_total", "counter",
+         "Writes of consumer-group offsets to meta.db that failed (disk full, I/O error), one "
+         "per group and attempt; logged with the group and topic.");
+    evbuffer_add_printf(b, "mqd_group_offset_commit_failures_total %llu\n",
+                        (unsigned long long)mqd_srv_group_commit_failures(s));
     head(b, "mqd_topics", "gauge", "Topics (temporary reply nodes excluded).");
     evbuffer_add_printf(b, "mqd_topics %zu\n", topics);
     put_hist(b, "mqd_append_stable_seconds", "Time from append to stable (settlement) of a send.",

@@ -557,13 +557,16 @@ int ckpt_write(mqd_plog_t *log, uint64_t base, uint64_t pos, uint64_t off, int s
     if (!sync) {
         /* A hint, overwritten in place: whatever of it reaches the disk (this one, an
          * older one, or a torn one that fails its CRC) only moves where the recovery
-         * scan starts, and it names bytes already fdatasync'd. */
-        int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0)
+         * scan starts, and it names bytes already fdatasync'd. The first one of a log
+         * is written the synced way below: a file mqd creates gets a durable name. */
+        int fd = open(p, O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            int rc = log->st->io.pwrite(fd, b, sizeof b, 0) == (ssize_t)sizeof b ? 0 : MQD_EIO;
+            close(fd);
+            return rc;
+        }
+        if (errno != ENOENT)
             return MQD_EIO;
-        int rc = log->st->io.pwrite(fd, b, sizeof b, 0) == (ssize_t)sizeof b ? 0 : MQD_EIO;
-        close(fd);
-        return rc;
     }
     snprintf(tmp, sizeof tmp, "%s/" CKPT_NAME ".tmp", log->dir);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

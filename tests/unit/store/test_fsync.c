@@ -471,8 +471,10 @@ static void test_unclean_reopen_syncs(void **state)
 }
 
 /* The periodic checkpoint of a busy log is a hint written in place without a sync (a
- * lost or torn one only lengthens the next recovery's scan); a clean close still writes
- * it durably, so the next open is clean. */
+ * lost or torn one only lengthens the next recovery's scan), once the file exists: the
+ * first one makes a new file, so it is written the synced way (temp, fdatasync, rename,
+ * directory fsync: its name is durable). A clean close still writes it durably, so the
+ * next open is clean. */
 static uint64_t ckpt_off(const char *path)
 {
     uint8_t b[36];
@@ -492,9 +494,18 @@ static void test_periodic_ckpt_is_a_hint(void **state)
     char p[4096];
     snprintf(p, sizeof p, "%s/topics/t/0/recovery.ckpt", f->dir);
     fx_open(f);
-    assert_int_equal(append_n(f->st, f->log, 20, 5, SEED, 100, 0, 0), 0);
+    assert_int_equal(append_n(f->st, f->log, 10, 5, SEED, 100, 0, 0), 0);
+    assert_int_equal(mqd_plog_wait_stable(f->log, 10), 0);
+    counting_io(f->st); /* from here on: the timed pass's first checkpoint only */
+    for (int i = 0; i < 400 && ckpt_off(p) != 10; i++)
+        usleep(10 * 1000);
+    assert_int_equal(ckpt_off(p), 10);
+    usleep(50 * 1000);
+    assert_true(n_sync >= 1);  /* a new file: written synced... */
+    assert_true(n_fsync >= 1); /* ...and its name */
+    assert_int_equal(append_n(f->st, f->log, 10, 5, SEED, 100, 0, 0), 0);
     assert_int_equal(mqd_plog_wait_stable(f->log, 20), 0);
-    counting_io(f->st); /* from here on: the timed pass's checkpoint only */
+    counting_io(f->st); /* from here on: the timed pass's next checkpoint only */
     for (int i = 0; i < 400 && ckpt_off(p) != 20; i++)
         usleep(10 * 1000);
     assert_int_equal(ckpt_off(p), 20);
