@@ -15,10 +15,19 @@ Before the fix a node served a consumer that reached it while it did not lead:
 and when the new leader's group-offset record reached such a follower, the member's
 cursor moved back and the same offsets came again on the same link.
 
+First both followers are restarted once while the group member reads on the leader, so
+that every node holds the group in memory (loaded from the offsets the leader's records
+gave its meta.db), as after any restart: that is what made the new leader log the group's
+offset soon after it took over, and the follower serving the member move its cursor back.
 (a) 3 rounds: L SIGKILLed and started at once; the browser and the group member are sent
     to L as soon as its port listens (their attaches reach it while it loads its state
     and before its hand-over: checked in at least one round from its log and the
-    connections' open times); then the ISR of 3 again and the member reading again.
+    connections' open times); once L logged its role, a second member of gc reads slowly
+    on the new leader for 2.5 s x SLOW (refused amqp:resource-locked if the first one is
+    there already), so that the new leader logs group offsets below what L gave the first
+    member, and they reach L (before the fix they moved the cursor of the member L served
+    back: the same offsets again on its link); then the ISR of 3 again and the member
+    reading from the leader again.
 (b) 2 rounds: all three SIGKILLed; once their keys have left etcd, the two that did not
     lead start (the first one's view lacks the leader's key) and both clients are sent
     to the first; the old leader starts 2 s x SLOW later.
@@ -28,8 +37,8 @@ cursor moved back and the same offsets came again on the same link.
       another role while a member was attached;
     - every message either consumer got came from a node that led r3/0 then (its role
       lines; a step-down 2 s x SLOW before the client read it is allowed);
-    - on each of the group member's links the offsets grow.
-(d) drained: the browser and the group member got every accepted seq (0 lost); the
+    - on each link of the group's members the offsets grow.
+(d) drained: the browser and the group's members got every accepted seq (0 lost); the
     replicas are byte-equal below the high watermark (mqdcrash.check_end)."""
 
 import os
@@ -76,9 +85,55 @@ def first_line_time(path, needle):
     return None
 
 
-def restart_round(r, etcd, brokers, clients):
-    """(a): kills the leader, starts it at once, aims the clients at it. Returns whether a
-    client's connection opened before the node's first role line of this run."""
+class Visitor(mqdtest.Client):
+    """A second member of group gc on one node for `secs` x SLOW seconds (it follows
+    nothing) that reads slowly, one message every 0.25 s, and accepts each: the group's
+    committed offset then moves slowly on that node. `deliveries` as GroupConsumer's (its
+    link named `tag`), `link_cond` the condition it was refused or detached with."""
+
+    class _Flow:
+        def __init__(self, v):
+            self.v = v
+
+        def on_timer_task(self, e):
+            if not self.v.done and self.v.rcv is not None:
+                self.v.rcv.flow(1)
+
+    def __init__(self, brokers, node, secs, tag):
+        super().__init__(prefetch=0)
+        self.url, self.node, self.secs, self.tag = brokers[node].url, node, secs, tag
+        self.deliveries = []
+        self.link_cond = None
+        self.rcv = None
+
+    def on_start(self, e):
+        c = self.connect(e.container, self.url)
+        self.rcv = e.container.create_receiver(c, "%s/ConsumerGroups/gc/Partitions/0" % TOPIC)
+        self.rcv.flow(1)
+        e.container.schedule(self.secs * SLOW, self)
+
+    def on_timer_task(self, e):
+        self.finish()
+
+    def on_message(self, e):
+        off = int(mqdtest.ann(e.message, "x-opt-offset", "-1"))
+        self.deliveries.append((self.tag, self.node, off, e.message.body, time.time()))
+        e.container.schedule(0.25, Visitor._Flow(self))
+
+    def on_link_error(self, e):
+        c = e.link.remote_condition
+        self.link_cond = c.name if c else None
+        self.finish()
+
+    def got(self):
+        return [(n, t, "%s, offset %d" % (k, o)) for k, n, o, _, t in self.deliveries]
+
+
+def restart_round(r, etcd, brokers, clients, visitors):
+    """(a): kills the leader, starts it at once, aims the clients at it; once it handed the
+    lead over, a second member of the group reads on the new leader for 2.5 s (the new
+    leader then logs the group's offsets, which reach the restarted node). Returns whether
+    a client's connection opened before the node's first role line of this run."""
     ps = get_json(etcd.port, KEY)
     lead = ps["leader"]
     b = brokers[lead]
@@ -87,6 +142,13 @@ def restart_round(r, etcd, brokers, clients):
     b.start()
     for c in clients:
         c.goto(b.port)
+    wait_for("node %d's first role line" % lead, lambda: first_line_time(b.logs[-1], "repl: %s/0: " % TOPIC), 20)
+    nl = get_json(etcd.port, KEY)["leader"]
+    v = Visitor(brokers, nl, 2.5, "visitor a%d" % r)
+    mqdtest.run_container(v, 30)
+    visitors.append(v)
+    log("round a%d: a second member of gc on node %d got %d messages%s" % (
+        r, nl, len(v.deliveries), ", refused: %s" % v.link_cond if v.link_cond else ""))
     settle(etcd, clients[-1], "round a%d" % r)
     path = b.logs[-1]
     role_t = first_line_time(path, "repl: %s/0: " % TOPIC)
@@ -135,29 +197,43 @@ def body(t):
     gc = GroupConsumer(etcd, KEY, ports, TOPIC).start_thread()
     coll = mqdtest.Collect()
     early = 0
+    visitors = []
     try:
         settle(etcd, gc, "the start")
+        # every node holds group gc in memory, as after any restart (its meta.db has it from
+        # the leader's offset records): the condition for the issue's offsets going back
+        lead = get_json(etcd.port, KEY)["leader"]
+        for i in sorted(RACKS):
+            if i != lead:
+                time.sleep(2.5 * SLOW)  # the leader logs the group's offset (1 s persist)
+                brokers[i].restart()
+                settle(etcd, gc, "node %d's restart" % i)
+        time.sleep(2.5 * SLOW)  # and the restarted followers follow a newer one
         with coll.case("(a) the leader restarted at once, the clients sent to it"):
             for r in range(1, ROUNDS_A + 1):
-                early += restart_round(r, etcd, brokers, [cons, gc])
+                early += restart_round(r, etcd, brokers, [cons, gc], visitors)
             check(early >= 1, "no client reached the restarted leader before its first role line "
                   "in %d rounds: the window was not tested" % ROUNDS_A)
         with coll.case("(b) all three killed, the followers started first, the clients sent to one"):
             for r in range(1, ROUNDS_B + 1):
                 all_round(r, etcd, brokers, [cons, gc])
         ps = wait_for("ISR of 3 at the end", lambda: settled_state(etcd), 30)
-        want = drain(prod, cons, etcd, gc)
+        want = drain(prod, cons, etcd)
+        group_got = lambda: set(list(gc.bodies)).union(*[{d[3] for d in v.deliveries} for v in visitors])
+        wait_for("the group's members have every accepted seq (%s)" % gc.status(),
+                 lambda: want <= group_got(), 30)
+        gc.stop()
     finally:
         for c in (prod, cons, gc):
             c.stop_flag.set()
     log("%s; %s; %s" % (prod.status(), cons.status(), gc.status()))
     with coll.case("(d) 0 accepted seqs lost; replicas byte-equal below the HW"):
-        check(want <= gc.bodies, "the group member misses %d accepted seqs" % len(want - gc.bodies))
+        check(want <= group_got(), "the group misses %d accepted seqs" % len(want - group_got()))
         check_end(brokers, ps, cons, want)  # stops the nodes: their logs are whole below
     bad, timelines = scan_nodes(brokers, TOPIC)
-    got = cons.got() + gc.got()
+    got = cons.got() + gc.got() + [x for v in visitors for x in v.got()]
     late = delivery_violations(timelines, got, 2 * SLOW)
-    back = link_order_violations(gc.deliveries)
+    back = link_order_violations(list(gc.deliveries) + [d for v in visitors for d in v.deliveries])
     log("(c): %d messages to the clients (%d to the group member on %d links), %d role lines; "
         "log violations %d, messages not from the leader %d, offsets backwards on a link %d"
         % (len(got), len(gc.deliveries), gc.links, sum(len(v) for v in timelines.values()),
