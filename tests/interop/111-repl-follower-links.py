@@ -22,7 +22,9 @@ offset soon after it took over, and the follower serving the member move its cur
 (a) 3 rounds: L SIGKILLed and started at once; the browser and the group member are sent
     to L as soon as its port listens (their attaches reach it while it loads its state
     and before its hand-over: checked in at least one round from its log and the
-    connections' open times); once L logged its role, a second member of gc reads slowly
+    connections' open times) and are answered with amqp:link:redirect to the new leader
+    once L handed over (each client that reached it then followed a redirect; before the
+    fix they were served there); once L logged its role, a second member of gc reads slowly
     on the new leader for 2.5 s x SLOW (refused amqp:resource-locked if the first one is
     there already), so that the new leader logs group offsets below what L gave the first
     member, and they reach L (before the fix they moved the cursor of the member L served
@@ -137,6 +139,7 @@ def restart_round(r, etcd, brokers, clients, visitors):
     ps = get_json(etcd.port, KEY)
     lead = ps["leader"]
     b = brokers[lead]
+    red0 = [c.redirects for c in clients]
     t0 = time.time()
     b.kill()
     b.start()
@@ -153,13 +156,18 @@ def restart_round(r, etcd, brokers, clients, visitors):
     path = b.logs[-1]
     role_t = first_line_time(path, "repl: %s/0: " % TOPIC)
     opens = [t for c in clients for n, t in list(c.opens) if n == lead and t > t0]
-    early = role_t is not None and any(t < role_t for t in opens)
+    reached = [c for c in clients if role_t is not None and
+               any(n == lead and t0 < t < role_t for n, t in list(c.opens))]
+    early = bool(reached)
+    redirected = all(c.redirects > n for c, n in zip(clients, red0) if c in reached)
     ps2 = get_json(etcd.port, KEY)
     log("round a%d: node %d killed and started (epoch %d -> leader %d in epoch %d); its first role "
-        "line %.3f s after the kill; the clients' connections opened there after %s s%s"
+        "line %.3f s after the kill; the clients' connections opened there after %s s%s; the "
+        "ones that did were redirected since: %s"
         % (r, lead, ps["epoch"], ps2["leader"], ps2["epoch"], (role_t or t0) - t0,
-           " ".join("%.3f" % (t - t0) for t in opens), " (before its role: in the window)" if early else ""))
-    return early
+           " ".join("%.3f" % (t - t0) for t in opens), " (before its role: in the window)" if early else "",
+           redirected))
+    return early, redirected
 
 
 def all_round(r, etcd, brokers, clients):
@@ -196,7 +204,6 @@ def body(t):
     cons = Consumer(etcd, KEY, ports, TOPIC).start_thread()
     gc = GroupConsumer(etcd, KEY, ports, TOPIC).start_thread()
     coll = mqdtest.Collect()
-    early = 0
     visitors = []
     try:
         settle(etcd, gc, "the start")
@@ -210,10 +217,12 @@ def body(t):
                 settle(etcd, gc, "node %d's restart" % i)
         time.sleep(2.5 * SLOW)  # and the restarted followers follow a newer one
         with coll.case("(a) the leader restarted at once, the clients sent to it"):
-            for r in range(1, ROUNDS_A + 1):
-                early += restart_round(r, etcd, brokers, [cons, gc], visitors)
+            rounds = [restart_round(r, etcd, brokers, [cons, gc], visitors) for r in range(1, ROUNDS_A + 1)]
+            early = sum(e for e, _ in rounds)
             check(early >= 1, "no client reached the restarted leader before its first role line "
                   "in %d rounds: the window was not tested" % ROUNDS_A)
+            check(all(red for e, red in rounds if e), "a client that reached the restarted leader "
+                  "before its hand-over was not redirected from it: %r" % rounds)
         with coll.case("(b) all three killed, the followers started first, the clients sent to one"):
             for r in range(1, ROUNDS_B + 1):
                 all_round(r, etcd, brokers, [cons, gc])
