@@ -547,6 +547,11 @@ def drain(prod, cons, etcd, group=None):
     prod.paused = True
     wait_for("the producer's sends all settled (%s)" % prod.status(),
              lambda: prod.unsettled() == 0, 30)
+    # a send its thread began just before the pause can show up after that check (seen
+    # once in 38 under ASan: accepted and read, but not in `want`): look again later
+    time.sleep(0.3 * SLOW)
+    wait_for("the producer's sends all settled (%s)" % prod.status(),
+             lambda: prod.unsettled() == 0, 30)
     want = set("%s-%d" % (prod.prefix, s) for s in list(prod.acked))
     wait_for("the consumer has every accepted seq (%s)" % cons.status(),
              lambda: want <= set(list(cons.seen.values())), 30)
