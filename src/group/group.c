@@ -429,15 +429,36 @@ const uint64_t *mqd_cursor_redeliver(const mqd_cursor_t *cur, size_t *n, uint64_
     return cur->redeliver.v;
 }
 
+bool mqd_group_follow_moves(bool live, uint64_t inflight, uint64_t next_read, uint64_t floor)
+{
+    if (inflight > 0)
+        return false; /* records out on a link: their settlement keeps the bookkeeping */
+    return !live || floor >= next_read;
+}
+
+/* A link of the group reads partition i here: its owner or the member it goes to next
+ * (exclusive groups), any member (the shared group takes any partition). */
+static bool live_at(const mqd_group_t *g, uint32_t i)
+{
+    if (g->mode == MQD_GROUP_SHARED)
+        return g->n_members > 0;
+    return g->owner[i] != NULL || g->target[i] != NULL;
+}
+
 void mqd_group_follow_floor(mqd_topic_t *t, const char *name, uint32_t i, uint64_t floor)
 {
-    mqd_dlist_t *gs = mqd_topic_groups(t);
-    for (mqd_dlist_t *n = gs->next; n != gs; n = n->next) {
-        mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
-        if (strcasecmp(g->name, name) != 0)
-            continue;
-        if (i < g->ncur && g->cur[i].inflight == 0)
-            mqd_cursor_seek(&g->cur[i], mqd_topic_part(t, i), floor);
+    mqd_group_t *g = group_find(t, name);
+    if (!g || i >= g->ncur)
         return;
-    }
+    mqd_cursor_t *cur = &g->cur[i];
+    bool live = live_at(g, i);
+    bool moves = mqd_group_follow_moves(live, cur->inflight, cur->next_read, floor);
+    if (live) /* a follower serves no link (repl/serve.c): this is a bug */
+        MQD_WARN("group",
+                 "topic=%s group=%s partition=%u: committed offset %llu from the partition's "
+                 "leader while a link reads it here at %llu: %s",
+                 mqd_topic_name(t), g->name, i, (unsigned long long)floor,
+                 (unsigned long long)cur->next_read, moves ? "moved forward" : "kept");
+    if (moves)
+        mqd_cursor_seek(cur, mqd_topic_part(t, i), floor);
 }

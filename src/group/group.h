@@ -113,9 +113,19 @@ void mqd_group_settled(mqd_group_t *g, uint32_t i);
 int mqd_groups_load(mqd_topic_t *t);
 void mqd_groups_save(mqd_topic_t *t);             /* dirty cursors, in the caller's txn */
 /* A replica's leader logged `floor` as group `name`'s committed offset of partition i
- * (src/repl): the group's cursor here, if it has one with nothing in flight, moves there
- * (a node that stepped down keeps its groups; their members were detached). */
+ * (src/repl): the group's cursor here, if it has one, moves there when
+ * mqd_group_follow_moves says so (a node that stepped down keeps its groups; their
+ * members were detached). A link reading it here is logged as a warning: only the leader
+ * serves a partition's links (repl/serve.c). */
 void mqd_group_follow_floor(mqd_topic_t *t, const char *name, uint32_t i, uint64_t floor);
+/* The rule (pure): does a cursor with `inflight` records out, that has delivered every
+ * offset below next_read, move to the leader's committed offset `floor`? With no link
+ * reading it here (!live) it does, either way: the leader's offset is the group's
+ * position for a partition this node follows (the cursor then agrees with meta.db, which
+ * the follower wrote it to, and with what a restart loads). A live link must never get an
+ * offset again that it had (offsets backwards on one link): forward only, to at least
+ * next_read. Never while records are in flight: their settlements keep the bookkeeping. */
+bool mqd_group_follow_moves(bool live, uint64_t inflight, uint64_t next_read, uint64_t floor);
 /* persist.c: writes every dirty group position of every topic in one SQLite
  * transaction (force: even when the last persist was recent). */
 void mqd_topics_persist(mqd_server_t *s, bool force);

@@ -4,7 +4,8 @@
  *    partition (the 1 s persist, a detach, a transaction's decision) and it changed, it
  *    appends a MQD_REC_CTRL_GROUP record (body: floor u64 LE, then the group's name);
  *    a follower that appends one writes that floor to its own meta.db (offset and an ack
- *    blob with no ranges) and moves its in-memory cursor of the group, if it has one;
+ *    blob with no ranges) and moves its in-memory cursor of the group, if it has one
+ *    (with no link reading it: a follower serves none, serve.c);
  *  - transactions: a follower that appends a COMMIT marker adopts the decision
  *    (mqd_txn_adopt_commit); records of a transaction with no marker stay invisible on
  *    a new leader (the committed set decides, and nothing here is open): rolled back;
@@ -86,8 +87,8 @@ void mqd_repl_group_saved(void *arg, mqd_topic_t *t, uint32_t part, const char *
 /* ---------------------------------------------------------------- follower */
 
 /* The leader's floor for group of this partition, into meta.db (caller's transaction)
- * and the group's cursor here if it has one and nothing in flight (a node that stepped
- * down keeps its groups; their members were detached). */
+ * and the group's cursor here if it has one (mqd_group_follow_floor: never behind what a
+ * link reading it got, though a follower serves none: serve.c). */
 static int apply_group(rpart_t *rp, const mqd_raw_rec_t *rec)
 {
     mqd_part_t *p = rp->local;

@@ -80,20 +80,23 @@ static int64_t link_part(mqd_lstate_t *ls)
 
 /* Detaches a link of rp's topic that rp's move concerns (bound to rp or to the whole
  * topic): with amqp:link:redirect to where an attach would now be sent (the same answer
- * as the attach-time redirect: mqd_repl_redirect), else detach-forced. Returns 1 when
+ * as the attach-time redirect: mqd_repl_where), else detach-forced. Returns 1 when
  * redirected, 0 when forced, -1 when the link stays (bound to another partition). */
 static int move_link(rpart_t *rp, mqd_lstate_t *ls)
 {
     int64_t part = link_part(ls);
     mqd_redirect_t to;
+    const char *why = NULL;
     if (part >= 0 && part != (int64_t)rp->part)
         return -1;
-    if (mqd_repl_redirect(rp->r, mqd_part_topic(rp->local), part, &to)) {
+    if (mqd_repl_where(rp->r, mqd_part_topic(rp->local), part, &to, &why) ==
+        MQD_REPL_SERVE_REDIRECT) {
         mqd_link_detach_redirect(ls, &to);
         return 1;
     }
     mqd_consumer_detach(ls, "amqp:link:detach-forced",
-                        "the partition's leader moved: attach again to be redirected");
+                        "this node does not lead the partition (its leader moved, or is not "
+                        "known here yet): attach again to be redirected");
     return 0;
 }
 
@@ -103,9 +106,10 @@ static int move_link(rpart_t *rp, mqd_lstate_t *ls)
  * consumer links bound to this partition (or to the whole topic) are detached with
  * amqp:link:redirect naming the new leader, so a client moves without asking every node.
  * While the new leader is not known here (no address yet) they are detached with
- * amqp:link:detach-forced: they attach again and are redirected or refused then. A link
- * bound to a partition still led here stays. */
-static void detach_links(rpart_t *rp)
+ * amqp:link:detach-forced: they attach again and are redirected or wait then. A link
+ * bound to a partition still led here stays. The same holds for a node that never led
+ * (serve.c: no link is served there; this catches any that was). */
+void mqd_repl_detach_links(rpart_t *rp)
 {
     mqd_topic_t *t = mqd_part_topic(rp->local);
     mqd_server_t *s = rp->r->s;
@@ -131,9 +135,10 @@ static void detach_links(rpart_t *rp)
     }
     if (moved[0] + moved[1])
         MQD_NOTICE("repl",
-                   "%s/%u: stepped down: %zu links detached with a redirect to node %" PRIu32
+                   "%s/%u: %s: %zu links detached with a redirect to node %" PRIu32
                    ", %zu forced (the new leader's address is not known here)",
-                   rp->topic, rp->part, moved[1], rp->ps.leader, moved[0]);
+                   rp->topic, rp->part, rp->role == ROLE_LEADER ? "stepped down" : "not its leader",
+                   moved[1], rp->ps.leader, moved[0]);
 }
 
 void mqd_repl_lead_stop(rpart_t *rp)
@@ -152,7 +157,7 @@ void mqd_repl_lead_stop(rpart_t *rp)
     if (n)
         MQD_WARN("repl", "%s/%u: stepped down: %zu waiting sends rejected", rp->topic, rp->part, n);
     if (!rp->r->closing && !rp->dropping)
-        detach_links(rp);
+        mqd_repl_detach_links(rp);
     if (ld)
         mqd_repl_gstate_free(ld);
     free(ld);

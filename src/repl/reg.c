@@ -11,6 +11,10 @@
  *   a link to the whole topic has one leader (no client routing yet) and a copy from
  *   before (single-node data) is registered the same way. More replicas: the controller
  *   places them (ctl.c), as before.
+ * - A link to a topic this node has a copy of is served here only while this node leads
+ *   the partitions it names (serve.c): else amqp:link:redirect to their leader, or, while
+ *   no leader is known here (state not read, its address not in the view, a restarted
+ *   leader before its hand-over), the attach waits as below.
  * - A link naming a topic this node has no copy of (sender, receiver): registered
  *   elsewhere -> amqp:link:redirect to the partition's leader; registered and being placed,
  *   or being registered -> the attach is left unanswered (route answers MQD_ROUTE_WAIT)
@@ -499,9 +503,14 @@ static verdict_t with_copy(mqd_repl_t *r, const rtopic_t *rt, mqd_topic_t *t, in
                            mqd_redirect_t *to, const char **cond, char *err, size_t errlen)
 {
     const char *name = mqd_topic_name(t);
-    if (rt && strcmp(mqd_topic_uid(t), rt->td.id) == 0)
-        return (verdict_t){mqd_repl_redirect(r, t, part, to) ? MQD_ROUTE_REDIRECT : MQD_ROUTE_HERE,
-                           NULL};
+    if (rt && strcmp(mqd_topic_uid(t), rt->td.id) == 0) {
+        const char *why = NULL; /* served only by the partitions' leader (serve.c) */
+        switch (mqd_repl_where(r, t, part, to, &why)) {
+        case MQD_REPL_SERVE_REDIRECT: return (verdict_t){MQD_ROUTE_REDIRECT, NULL};
+        case MQD_REPL_SERVE_WAIT: return (verdict_t){MQD_ROUTE_WAIT, why};
+        default: return (verdict_t){MQD_ROUTE_HERE, NULL};
+        }
+    }
     if (mqd_repl_tn_find(r->regs, name) || !rt)
         return (verdict_t){MQD_ROUTE_WAIT, "this node's copy is being registered"};
     if (!mqd_topic_uid(t)[0] && !r->parts_loaded)

@@ -113,33 +113,60 @@ bool mqd_repl_split_hostport(const char *a, mqd_redirect_t *to)
     return true;
 }
 
-static bool redirect_part(mqd_repl_t *r, rpart_t *rp, const char *topic, int64_t part,
-                          mqd_redirect_t *to)
+/* What this node knows of rp for the serving rule (serve.c); *lead the leader's node when
+ * its address is known. */
+static mqd_repl_pview_t pview(mqd_repl_t *r, const rpart_t *rp, mqd_redirect_t *lead)
 {
-    if (!rp || rp->ps.leader == r->conf->node_id)
-        return false;
+    mqd_repl_pview_t v = {0};
+    if (!rp)
+        return v;
     const mqd_cluster_node_t *n = mqd_repl_node(r, rp->ps.leader);
-    if (!n || !mqd_repl_split_hostport(n->address, to))
-        return false; /* leader unknown here: sends are refused (send_check) */
-    if (part >= 0)
-        snprintf(to->address, sizeof to->address, "%s/Partitions/%" PRId64, topic, part);
-    else
-        snprintf(to->address, sizeof to->address, "%s", topic);
-    return true;
+    v.known = true;
+    v.leader = rp->ps.leader;
+    v.leading = rp->role == ROLE_LEADER && rp->lead && rp->lead->epoch == rp->ps.epoch;
+    v.leader_known = n && mqd_repl_split_hostport(n->address, lead);
+    return v;
 }
 
-/* A link to a partition this node does not lead goes to its leader; one to the whole
- * topic goes to the leader of the first partition not led here (a link spanning
- * partitions of several leaders needs client routing, a later issue). */
-bool mqd_repl_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to)
+mqd_repl_serve_t mqd_repl_part_serve(const rpart_t *rp)
 {
-    mqd_repl_t *r = arg;
+    mqd_redirect_t to;
+    const char *why;
+    mqd_repl_pview_t v = pview(rp->r, rp, &to);
+    return mqd_repl_serve(rp->r->conf->node_id, &v, &why);
+}
+
+int mqd_repl_where(mqd_repl_t *r, mqd_topic_t *t, int64_t part, mqd_redirect_t *to,
+                   const char **why)
+{
+    const char *name = mqd_topic_name(t);
+    uint32_t n = mqd_topic_nparts(t);
+    if (part >= (int64_t)n)
+        return MQD_REPL_SERVE_HERE; /* the caller refuses it: no such partition */
+    uint32_t from = part >= 0 ? (uint32_t)part : 0, end = part >= 0 ? (uint32_t)part + 1 : n;
+    mqd_repl_serve_t acc = MQD_REPL_SERVE_HERE;
+    for (uint32_t p = from; p < end && acc != MQD_REPL_SERVE_REDIRECT; p++) {
+        mqd_redirect_t lead;
+        const char *w = NULL;
+        mqd_repl_pview_t v = pview(r, mqd_repl_part_find(r, name, p), &lead);
+        mqd_repl_serve_t one = mqd_repl_serve(r->conf->node_id, &v, &w);
+        if (mqd_repl_serve_join(acc, one) == acc)
+            continue;
+        acc = one;
+        if (one == MQD_REPL_SERVE_WAIT)
+            *why = w;
+        else
+            *to = lead;
+    }
+    if (acc != MQD_REPL_SERVE_REDIRECT)
+        return acc;
+    /* a link to the whole topic goes to the leader of the first partition led elsewhere
+     * (a link spanning partitions of several leaders needs client routing, a later issue) */
     if (part >= 0)
-        return redirect_part(r, mqd_repl_part_find(r, mqd_topic_name(t), (uint32_t)part), mqd_topic_name(t), part, to);
-    for (uint32_t i = 0; i < mqd_topic_nparts(t); i++)
-        if (redirect_part(r, mqd_repl_part_find(r, mqd_topic_name(t), i), mqd_topic_name(t), -1, to))
-            return true;
-    return false;
+        snprintf(to->address, sizeof to->address, "%s/Partitions/%" PRId64, name, part);
+    else
+        snprintf(to->address, sizeof to->address, "%s", name);
+    return acc;
 }
 
 static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int acks,
@@ -214,6 +241,12 @@ static void set_role(rpart_t *rp, role_t role)
         rc = mqd_repl_fol_start(rp);
     if (rc == 0)
         rp->role = role;
+    /* from any role (a leader's links went in lead_stop already): no link stays that an
+     * attach would not be served for now (serve.c) */
+    if (rp->local && !rp->r->closing && !rp->dropping &&
+        mqd_repl_part_serve(rp) != MQD_REPL_SERVE_HERE)
+        mqd_repl_detach_links(rp);
+    mqd_repl_wake(rp->r, rp->topic); /* attaches waiting for it to settle (reg.c) */
     MQD_NOTICE("repl", "%s/%u: %s (leader %" PRIu32 ", epoch %" PRIu32 ")%s", rp->topic, rp->part,
                rp->role == ROLE_LEADER     ? "leader"
                : rp->role == ROLE_FOLLOWER ? "follower"

@@ -58,6 +58,28 @@ uint64_t mqd_repl_hw(uint64_t leader_end, const uint64_t *leo, size_t n);
  * (leo[0..n), n <= rf - 1; replicas without a report count as 0). */
 uint64_t mqd_repl_quorum_end(uint64_t leader_end, const uint64_t *leo, size_t n, uint32_t rf);
 
+/* ---- who serves a partition's links (serve.c, pure) ----
+ * Only its leader in the current epoch: see serve.c. Ordered by strength
+ * (mqd_repl_serve_join). */
+typedef enum {
+    MQD_REPL_SERVE_HERE = 0, /* this node leads it: attach here */
+    MQD_REPL_SERVE_WAIT,     /* nobody known to lead it yet: leave the attach waiting */
+    MQD_REPL_SERVE_REDIRECT, /* another node leads it and its address is known: go there */
+} mqd_repl_serve_t;
+/* What this node knows of one partition. */
+typedef struct mqd_repl_pview {
+    bool known;        /* its state was read from etcd */
+    uint32_t leader;   /* the leader that state names */
+    bool leading;      /* this node plays the leader's role, in that state's epoch */
+    bool leader_known; /* the leader's address is in this node's view of the nodes */
+} mqd_repl_pview_t;
+/* The verdict for a link to that partition on node self; with MQD_REPL_SERVE_WAIT, *why
+ * says what it waits for (a static text). */
+mqd_repl_serve_t mqd_repl_serve(uint32_t self, const mqd_repl_pview_t *v, const char **why);
+/* A link that spans partitions (a whole topic): the verdicts of its partitions folded in
+ * order, acc the ones so far (start with MQD_REPL_SERVE_HERE). */
+mqd_repl_serve_t mqd_repl_serve_join(mqd_repl_serve_t acc, mqd_repl_serve_t next);
+
 /* ---- the etcd values (pstate.c; parsing is of outside input) ---- */
 /* A topic's identity: 32 lower-case hex digits (128 random bits) written by the node that
  * registers it; "" for a registration of an mqd that wrote none. */

@@ -178,10 +178,14 @@ struct mqd_repl {
 rpart_t *mqd_repl_part_find(mqd_repl_t *r, const char *topic, uint32_t part);
 const mqd_cluster_node_t *mqd_repl_node(mqd_repl_t *r, uint32_t id);
 void mqd_repl_kick(mqd_repl_t *r);
-/* The redirect hook (arg: r): true with *to filled when a link to partition part of t
- * (-1: the whole topic) belongs on another node, the partition's leader as etcd names it
- * (false also when that node's address is not known here). */
-bool mqd_repl_redirect(void *arg, mqd_topic_t *t, int64_t part, mqd_redirect_t *to);
+/* Where a link to partition part of t (-1: the whole topic; a partition t lacks: HERE,
+ * for the caller to refuse) goes, by the serving rule (serve.c) over the partitions it
+ * spans: MQD_REPL_SERVE_HERE (this node leads them all), MQD_REPL_SERVE_WAIT (*why: what
+ * for) or MQD_REPL_SERVE_REDIRECT (*to: the leader of the first partition led elsewhere). */
+int mqd_repl_where(mqd_repl_t *r, mqd_topic_t *t, int64_t part, mqd_redirect_t *to,
+                   const char **why);
+/* The serving rule's verdict for rp alone, as this node stands now. */
+mqd_repl_serve_t mqd_repl_part_serve(const rpart_t *rp);
 /* "HOST:PORT" / "[V6]:PORT" into to's host and port. */
 bool mqd_repl_split_hostport(const char *a, mqd_redirect_t *to);
 int mqd_repl_grow(mqd_repl_t *r, size_t need);
@@ -301,6 +305,11 @@ void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e);
 void mqd_repl_lead_gone(mqd_repl_t *r, mqd_lstate_t *ls);
 void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms); /* HW, pumps; ISR when now_ms */
 void mqd_repl_lead_isr_changed(rpart_t *rp);
+/* The topic's producer and consumer links bound to rp's partition (or to the whole
+ * topic) are detached: with amqp:link:redirect to where an attach would go now, else
+ * amqp:link:detach-forced. Called whenever rp's role changed and this node does not serve
+ * it any more (mqd_repl_part_serve), and by a leader that stops. */
+void mqd_repl_detach_links(rpart_t *rp);
 /* rp's state names this node leader in another epoch than it leads in (an operator's
  * write): its records take the new epoch and its followers attach again under it. */
 void mqd_repl_lead_epoch(rpart_t *rp);

@@ -7,7 +7,9 @@ for Proton. MQD_CRASH_ROUNDS_RHEA rounds (default 5). The same figures are asser
 the median failover (kill -> first acceptance by the new leader) at most lease_ttl_ms +
 1 s x SLOW, the producer followed at least one redirect, the epoch is 1 + rounds, the
 Proton consumer's offsets ran on one by one with every accepted seq read, the replicas
-are byte-equal below the high watermark and every accepted seq is in the log."""
+are byte-equal below the high watermark and every accepted seq is in the log; and 92's
+(e) and (f): only the leader served the partition's consumers, offsets grow on each link
+of the group member and it got every accepted seq."""
 
 import os
 import sys
