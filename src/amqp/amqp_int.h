@@ -53,6 +53,15 @@ void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to);
  * MQD_ROUTE_REDIRECT or _REFUSE l was answered; after MQD_ROUTE_WAIT it is left unanswered,
  * with no link state, until mqd_amqp_attach_again runs its attach again. */
 int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part, mqd_topic_t *t);
+/* redirect.c: did the attach ask for amqp:link:redirect (link property mqd:redirect =
+ * true, or the desired capability amqp:link:redirect on the attach or on its connection's
+ * open)? mqd_link_route answers such a link with the redirect whenever its partition is
+ * led elsewhere. */
+bool mqd_link_wants_redirect(pn_link_t *l);
+/* redirect.c, at every client attach: true when the attach was answered here: refused for
+ * a link property mqd:redirect that is not a boolean, or its connection closed with
+ * amqp:connection:redirect (connection_redirect; repl's conn_redirect hook chose where). */
+bool mqd_link_attach_redirects(mqd_conn_t *c, pn_link_t *l);
 /* Allocates a link state and makes it the link's context. */
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind);
 

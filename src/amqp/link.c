@@ -901,9 +901,14 @@ int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part,
                         err, sizeof err, &created);
     if (created)
         mqd_topic_charge_create(c, topic);
-    if (how == MQD_ROUTE_REDIRECT)
+    if (how == MQD_ROUTE_REDIRECT) {
+        /* led elsewhere: a link that asked for it (redirect.c) always gets the redirect;
+         * the others get the routing default, today the same redirect */
+        bool asked = mqd_link_wants_redirect(l);
         mqd_link_redirect(l, &to);
-    else if (how == MQD_ROUTE_REFUSE)
+        mqd_srv_count_redirect(mqd_conn_srv(c),
+                               asked ? MQD_REDIRECT_LINK_ASKED : MQD_REDIRECT_LINK_UNASKED);
+    } else if (how == MQD_ROUTE_REFUSE)
         mqd_link_refuse(l, cond, "%s", err);
     else if (how == MQD_ROUTE_WAIT)
         MQD_DEBUG("link", "attach of %s to %s waits for the cluster", pn_link_name(l), topic);
@@ -964,6 +969,8 @@ static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
         c, pn_link_is_sender(l), pn_terminus_get_address(pn_link_remote_source(l)));
     if (node)
         return mqd_link_refuse(l, "amqp:unauthorized-access", "%s", node);
+    if (mqd_link_attach_redirects(c, l))
+        return; /* a bad mqd:redirect refused, or the connection redirected (redirect.c) */
     mqd_link_steal(c, l);
     if (pn_link_is_receiver(l))
         producer_attach(c, l);

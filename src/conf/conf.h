@@ -175,6 +175,7 @@ typedef struct mqd_conf {
     uint32_t leader_imbalance_percent;     /* 10: a node's share of its preferred
                                               partitions led elsewhere that moves them */
     uint32_t hw_checkpoint_interval_ms;    /* 1000: high watermarks to the data dir */
+    int connection_redirect;               /* mqd_conn_redirect_t: off, idle, always */
     char *replication_user;       /* owned; fetch links' user, NULL = not authenticated */
     char *replication_password;   /* owned */
     bool replication_tls;         /* fetch connections over TLS (amqps://), verified */
@@ -198,6 +199,12 @@ typedef struct mqd_conf {
 /* acks of a replicated send (topic key acks, link property mqd:acks) */
 typedef enum { MQD_ACKS_LEADER = 0, MQD_ACKS_QUORUM = 1, MQD_ACKS_ALL = 2 } mqd_acks_t;
 typedef enum { MQD_CONF_CLUSTER_NONE = 0, MQD_CONF_CLUSTER_ETCD = 1 } mqd_conf_cluster_t;
+/* connection_redirect: which client connections get amqp:connection:redirect */
+typedef enum {
+    MQD_CONN_REDIRECT_OFF = 0,
+    MQD_CONN_REDIRECT_IDLE = 1,  /* while this node leads no partition */
+    MQD_CONN_REDIRECT_ALWAYS = 2 /* every client connection that names a topic */
+} mqd_conn_redirect_t;
 /* The next endpoint of an etcd_endpoints list: *s moves past it. MQD_ENOENT at the end,
  * MQD_EINVAL if it is not http://HOST:PORT. */
 int mqd_conf_etcd_endpoint_next(const char **s, char *host, size_t hostlen, uint16_t *port);

@@ -108,7 +108,11 @@ static int validate_repl_peer(const mqd_conf_t *c, const char *src, char *err, s
 int mqd_conf_validate_cluster(const mqd_conf_t *c, const char *src, char *err, size_t errlen)
 {
     if (c->cluster != MQD_CONF_CLUSTER_ETCD)
-        return 0;
+        return c->connection_redirect == MQD_CONN_REDIRECT_OFF
+                   ? 0
+                   : fail_at(err, errlen, c, src, "connection_redirect",
+                             "idle and always need cluster = etcd (a single node has no "
+                             "other node to send clients to)");
     if (c->node_id == 0)
         return fail_at(err, errlen, c, src, "node_id",
                        "missing: cluster = etcd needs a positive integer node_id, unique in "

@@ -37,6 +37,7 @@ static const char *const cluster_names[] = {"none", "etcd", NULL};
 static const char *const link_stealing_names[] = {"off", "connection", "container", NULL};
 static const char *const acks_names[] = {"leader", "quorum", "all", NULL}; /* mqd_acks_t */
 static const char *const sas_required_names[] = {"auto", "off", "on", NULL}; /* mqd_sas_required_t */
+static const char *const conn_redirect_names[] = {"off", "idle", "always", NULL}; /* mqd_conn_redirect_t */
 
 /* The log defaults repeat mqd_plog_config_default (store.h): conf does not link the
  * store library, and the sample and man page need them as text anyway. */
@@ -506,6 +507,20 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "data_dir/replication-offset-checkpoint (also at a clean stop). A node that leads after "
      "its restart before any follower reported starts from it, so consumers see what was "
      "committed up to the last checkpoint. Reloadable (SIGHUP).",
+     true},
+    {"connection_redirect", MQD_CT_ENUM, MQD_CS_GLOBAL, 0, 0, "off", NULL, NULL,
+     G_FIELD(connection_redirect), conn_redirect_names, NULL,
+     "Client connections this node sends to another node with amqp:connection:redirect (the "
+     "close frame's info: hostname, network-host, port), when a link of theirs "
+     "first names a topic ($management, $cbs, dynamic nodes and the transaction "
+     "coordinator are still served here, and node connections never go). off: none. idle: "
+     "while this node leads no partition (it holds only followers, has just joined, or "
+     "handed its partitions over on a clean stop). always: all of them (a node being "
+     "drained, or kept for management). The target is a live node: the leader of the "
+     "partition the link names (for a whole topic: of its first partition led elsewhere), "
+     "else the next live "
+     "node that leads partitions; with no other live node the connection is served here. "
+     "Needs cluster = etcd. Reloadable (SIGHUP).",
      true},
 
     {"replication_user", MQD_CT_STRING, MQD_CS_GLOBAL, 0, 0, "", "none", NULL,

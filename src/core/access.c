@@ -97,6 +97,17 @@ void mqd_srv_count_group_commit_failure(mqd_server_t *o)
 {
     o->group_commit_failures++;
 }
+
+uint64_t mqd_srv_redirects(const mqd_server_t *o, mqd_redirect_kind_t kind)
+{
+    return (unsigned)kind < MQD_REDIRECT_KINDS ? o->redirects[kind] : 0;
+}
+
+void mqd_srv_count_redirect(mqd_server_t *o, mqd_redirect_kind_t kind)
+{
+    if ((unsigned)kind < MQD_REDIRECT_KINDS)
+        o->redirects[kind]++;
+}
 mqd_hist_t *mqd_srv_h_append_stable(mqd_server_t *o)
 {
     return &o->h_append_stable;

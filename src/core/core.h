@@ -340,6 +340,18 @@ typedef struct mqd_repl_hooks {
     bool (*topic_describe)(void *arg, const char *name, struct mqd_topic *t, pn_data_t *d);
     /* Calls fn(fn_arg, name) for every topic registered in the cluster. */
     void (*topic_names)(void *arg, void (*fn)(void *fn_arg, const char *name), void *fn_arg);
+    /* $management READ of com.mqd:route (routing metadata, mqctl topic routes): writes one
+     * map {topic, partitions, replication_factor, node_id, routes: [{partition, leader,
+     * leader_address, leader_alive, epoch, replicas, isr, high_watermark,
+     * high_watermark_from}], nodes} into d; false (nothing written) when `name` is not
+     * registered in the cluster. */
+    bool (*topic_routes)(void *arg, const char *name, pn_data_t *d);
+    /* connection_redirect (amqp:connection:redirect): a client connection attaching a link
+     * to partition `part` (-1: the whole topic) of `topic` should go to another node under
+     * `mode` (mqd_conn_redirect_t): true with *to (host, port) filled, then the caller
+     * closes the connection with the redirect; false: serve it here. */
+    bool (*conn_redirect)(void *arg, int mode, const char *topic, int64_t part,
+                          mqd_redirect_t *to);
     void *arg;
 } mqd_repl_hooks_t;
 
@@ -670,6 +682,17 @@ struct event *mqd_srv_ev_shutdown(const mqd_server_t *o);
 void mqd_srv_set_ev_shutdown(mqd_server_t *o, struct event *v);
 uint64_t mqd_srv_group_commit_failures(const mqd_server_t *o);
 void mqd_srv_count_group_commit_failure(mqd_server_t *o);
+/* Redirects sent to clients (/metrics mqd_redirects_total): a link's attach refused with
+ * amqp:link:redirect that asked for it (mqd:redirect, the amqp:link:redirect capability) or
+ * did not, a connection closed with amqp:connection:redirect (connection_redirect). */
+typedef enum {
+    MQD_REDIRECT_LINK_ASKED = 0,
+    MQD_REDIRECT_LINK_UNASKED,
+    MQD_REDIRECT_CONNECTION,
+    MQD_REDIRECT_KINDS
+} mqd_redirect_kind_t;
+uint64_t mqd_srv_redirects(const mqd_server_t *o, mqd_redirect_kind_t kind);
+void mqd_srv_count_redirect(mqd_server_t *o, mqd_redirect_kind_t kind);
 mqd_hist_t *mqd_srv_h_append_stable(mqd_server_t *o);
 bool mqd_srv_handover_wait(const mqd_server_t *o);
 void mqd_srv_set_handover_wait(mqd_server_t *o, bool v);

@@ -297,6 +297,13 @@ static void put_broker(struct evbuffer *b, mqd_server_t *s)
          "before they were durable.");
     evbuffer_add_printf(b, "mqd_sends_failed_total %llu\n",
                         (unsigned long long)mqd_srv_sends_failed(s));
+    head(b, "mqd_redirects_total", "counter",
+         "Clients sent to another node: link_requested (an attach that asked for "
+         "amqp:link:redirect), link (one that did not), connection (connection_redirect).");
+    static const char *const kinds[MQD_REDIRECT_KINDS] = {"link_requested", "link", "connection"};
+    for (int k = 0; k < MQD_REDIRECT_KINDS; k++)
+        evbuffer_add_printf(b, "mqd_redirects_total{kind=\"%s\"} %llu\n", kinds[k],
+                            (unsigned long long)mqd_srv_redirects(s, (mqd_redirect_kind_t)k));
     head(b, "mqd_group_offset_commit_failures_total", "counter",
          "Writes of consumer-group offsets to meta.db that failed (disk full, I/O error), one "
          "per group and attempt; logged with the group and topic.");

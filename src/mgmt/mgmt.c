@@ -381,10 +381,10 @@ static const mqd_mgmt_op_t broker_ops[] = {
 
 static const mqd_mgmt_op_t *const op_tables[] = {broker_ops, mqd_mgmt_topic_ops, mqd_mgmt_group_ops,
                                                   mqd_mgmt_owner_ops, mqd_mgmt_config_ops,
-                                                  mqd_mgmt_user_ops};
+                                                  mqd_mgmt_user_ops, mqd_mgmt_route_ops};
 static const size_t *const op_counts[] = {NULL, &mqd_mgmt_n_topic_ops, &mqd_mgmt_n_group_ops,
                                           &mqd_mgmt_n_owner_ops, &mqd_mgmt_n_config_ops,
-                                          &mqd_mgmt_n_user_ops};
+                                          &mqd_mgmt_n_user_ops, &mqd_mgmt_n_route_ops};
 
 static const mqd_mgmt_op_t *op_find(const char *type, const char *op)
 {

@@ -2,7 +2,8 @@
  * entity it names, by the same rules as a link to it (auth/: the [acl] and, with
  * sas_required, the SAS tokens the connection put to $cbs), before its handler runs:
  *
- *   a topic (READ, CREATE, UPDATE, DELETE, RESUME, PEEK)   its name
+ *   a topic (READ, CREATE, UPDATE, DELETE, RESUME, PEEK,   its name
+ *     the routes' READ)
  *   a consumer group (READ, RESET, DELETE, COMMIT)          its topic
  *   a listing (topic QUERY, group QUERY of every topic)     each row, filtered
  *   the node (broker, connections, links, cluster, config,  `$management`, which a SAS
@@ -11,7 +12,7 @@
  *
  * Reads need `monitor` or `manage`, changes `manage`; the Event Hubs READs also take
  * `receive` (Event Hubs gives runtime information to listeners), a PEEK `browse` as
- * well. A right on one topic or on `$management` gives nothing on another topic, so a
+ * well; a topic's routes (com.mqd:route) take any of send, receive, monitor and manage. A right on one topic or on `$management` gives nothing on another topic, so a
  * key scoped to one hub, or a user whose rules name some topics, manages just those.
  * The decision depends on the name alone, never on whether the entity exists: a refusal
  * (401) does not tell a caller which topics outside its rights exist. */
@@ -42,6 +43,25 @@ static bool may_read(mqd_mgmt_req_t *r, const char *address, bool quiet)
 bool mqd_mgmt_may_read(mqd_mgmt_req_t *r, const char *topic)
 {
     return may_read(r, topic, true);
+}
+
+/* Routing metadata: whoever may send to or receive from the topic needs it to find the
+ * leader; monitor and manage read it as any topic state. */
+bool mqd_mgmt_may_route(mqd_mgmt_req_t *r, const char *topic)
+{
+    return may(r, MQD_PERM_SEND, topic, true) || may(r, MQD_PERM_RECEIVE, topic, true) ||
+           may_read(r, topic, true);
+}
+
+static bool may_route_anywhere(mqd_mgmt_req_t *r)
+{
+    static const mqd_perm_t perms[] = {MQD_PERM_SEND, MQD_PERM_RECEIVE, MQD_PERM_MONITOR,
+                                       MQD_PERM_MANAGE};
+    for (size_t i = 0; i < MQD_ARRAY_LEN(perms); i++)
+        if (r->c ? mqd_auth_may_anywhere(r->c, perms[i])
+                 : mqd_auth_user_may_anywhere(r->s, r->actor, perms[i]))
+            return true;
+    return false;
 }
 
 /* A listing is refused (rather than shown empty) to whoever holds `monitor` and
@@ -111,6 +131,11 @@ static int check_topic(mqd_mgmt_req_t *r, mqd_mgmt_need_t need, const char *t)
     case MQD_MGMT_HUB_READ:
         return may(r, MQD_PERM_RECEIVE, t, true) || may_read(r, t, false) ? 0
                                                                           : refuse(r, "read", t);
+    case MQD_MGMT_ROUTE_READ:
+        /* the last check logs the refusal, as the others do */
+        return mqd_mgmt_may_route(r, t) || may(r, MQD_PERM_MANAGE, t, false)
+                   ? 0
+                   : refuse(r, "read the routes of", t);
     default: return refuse(r, "do this on", t);
     }
 }
@@ -138,6 +163,11 @@ int mqd_mgmt_authorize(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
     case MQD_MGMT_NODE_MANAGE:
         return may(r, MQD_PERM_MANAGE, NODE, false) ? 0 : refuse(r, "manage", NULL);
     case MQD_MGMT_LIST: return check_list(r, "topics");
+    case MQD_MGMT_ROUTE_LIST:
+        return may_route_anywhere(r) ? 0
+                                     : mqd_mgmt_fail(r, 401,
+                                                     "not allowed to list routes: no send, "
+                                                     "receive, monitor or manage right");
     case MQD_MGMT_GROUP_READ:
     case MQD_MGMT_GROUP_MANAGE:
     case MQD_MGMT_GROUP_LIST: return check_group(r, op->need);

@@ -26,6 +26,7 @@ struct mqd_conn;
 #define MQD_MGMT_T_OWNERSHIP "com.mqd:ownership"
 #define MQD_MGMT_T_CONFIG "com.mqd:config"
 #define MQD_MGMT_T_CLUSTER "com.mqd:cluster"
+#define MQD_MGMT_T_ROUTE "com.mqd:route"
 #define MQD_MGMT_T_EVENTHUB "com.microsoft:eventhub"
 #define MQD_MGMT_T_PARTITION "com.microsoft:partition"
 
@@ -72,6 +73,8 @@ typedef enum mqd_mgmt_need {
     MQD_MGMT_GROUP_MANAGE, /* manage on its topic */
     MQD_MGMT_GROUP_LIST,   /* one topic's groups as GROUP_READ, every topic's as LIST */
     MQD_MGMT_LIST,         /* a listing: its handler shows only rows mqd_mgmt_may_read */
+    MQD_MGMT_ROUTE_READ,   /* a topic's routes: send, receive, monitor or manage on it */
+    MQD_MGMT_ROUTE_LIST,   /* every topic's routes: rows filtered by mqd_mgmt_may_route */
     MQD_MGMT_SELF,         /* its handler checks (ownership: receive on the topic) */
 } mqd_mgmt_need_t;
 
@@ -91,6 +94,9 @@ int mqd_mgmt_authorize(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op);
 /* mgmt_access.c: may r's caller see topic (monitor or manage on it)? For the rows of a
  * listing; never logs. */
 bool mqd_mgmt_may_read(mqd_mgmt_req_t *r, const char *topic);
+/* mgmt_access.c: may r's caller see topic's routes (send, receive, monitor or manage on
+ * it)? For the rows of a listing; never logs. */
+bool mqd_mgmt_may_route(mqd_mgmt_req_t *r, const char *topic);
 /* mgmt_access.c: why `name` cannot be a topic that management creates (the address
  * grammar's topic name, src/route; not $tmp.*), or NULL. A NUL byte never gets this far
  * (mqd_mgmt_check_strings). */
@@ -110,6 +116,8 @@ extern const mqd_mgmt_op_t mqd_mgmt_owner_ops[];
 extern const size_t mqd_mgmt_n_owner_ops;
 extern const mqd_mgmt_op_t mqd_mgmt_config_ops[];
 extern const size_t mqd_mgmt_n_config_ops;
+extern const mqd_mgmt_op_t mqd_mgmt_route_ops[]; /* mgmt_route.c */
+extern const size_t mqd_mgmt_n_route_ops;
 
 /* mgmt_audit.c: whether operation op changes something (all but READ and QUERY), and
  * the audit log line of an answered (or refused, or deferred) request r. */

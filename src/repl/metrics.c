@@ -2,7 +2,8 @@
  * holds: its role, the high watermark, the in-sync set's size, whether it is
  * under-replicated (leaders only: fewer in sync than replicas) and, on the leader, each
  * follower's lag in records behind the leader's log end; whether the preferred replica
- * leads, and the count of this node's preferred-leader moves (rebal.c). */
+ * leads, and the count of this node's preferred-leader moves (rebal.c); the partitions
+ * each node leads (connredir.c's count). */
 #include "config.h"
 #include "repl/repl_int.h"
 
@@ -43,6 +44,13 @@ void mqd_repl_metrics(mqd_repl_t *r, struct evbuffer *b)
                         "# TYPE mqd_repl_preferred_leader_moves_total counter\n"
                         "mqd_repl_preferred_leader_moves_total %llu\n",
                         (unsigned long long)mqd_repl_rebal_moves(r));
+    head(b, "mqd_repl_partitions_led",
+         "Partitions each node of the cluster leads, by this node's view of etcd (routing: "
+         "where links and connection redirects go).");
+    const mqd_cluster_view_t *v = r->m ? mqd_cluster_view(r->m) : NULL;
+    for (size_t i = 0; v && i < v->n_nodes; i++)
+        evbuffer_add_printf(b, "mqd_repl_partitions_led{node=\"%u\"} %u\n", v->nodes[i].id,
+                            mqd_repl_led_by(r, v->nodes[i].id));
     head(b, "mqd_repl_preferred_leader",
          "1 if the partition's preferred replica (its first, as placed) leads it, else 0.");
     for (rpart_t *rp = r->parts; rp; rp = rp->next)

@@ -678,6 +678,8 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
                           .topic_create = mqd_repl_topic_create,
                           .topic_describe = mqd_repl_topic_describe,
                           .topic_names = mqd_repl_topic_names,
+                          .topic_routes = mqd_repl_topic_routes,
+                          .conn_redirect = mqd_repl_conn_redirect,
                           .send_check = on_send_check,
                           .attach = on_attach,
                           .link_event = on_link_event,

@@ -172,6 +172,7 @@ struct mqd_repl {
     size_t cap;
     struct rebal *rebal; /* rebal.c */
     struct hwck *hwck;   /* hwck.c */
+    uint32_t redir_next; /* connredir.c: where the next turn over the nodes starts */
 };
 
 /* repl.c */
@@ -260,6 +261,13 @@ int mqd_repl_topic_create(void *arg, const char *name, uint32_t nparts, const ch
                           mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
 bool mqd_repl_topic_describe(void *arg, const char *name, mqd_topic_t *t, pn_data_t *d);
 void mqd_repl_topic_names(void *arg, void (*fn)(void *fn_arg, const char *name), void *fn_arg);
+/* status.c: the topic_routes hook (core.h) */
+bool mqd_repl_topic_routes(void *arg, const char *name, pn_data_t *d);
+/* connredir.c: the conn_redirect hook (core.h); the partitions node `id` leads by this
+ * node's view of etcd (this node: also those whose leader role it plays) */
+bool mqd_repl_conn_redirect(void *arg, int mode, const char *topic, int64_t part,
+                            mqd_redirect_t *to);
+uint32_t mqd_repl_led_by(mqd_repl_t *r, uint32_t id);
 /* Links waiting for `name` attach again soon (its registration, placement or copy moved). */
 void mqd_repl_wake(mqd_repl_t *r, const char *name);
 int mqd_repl_waits_new(mqd_repl_t *r);

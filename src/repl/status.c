@@ -3,7 +3,12 @@
  * {topic, partition, leader, preferred_leader (the first replica as placed, to which
  * auto_leader_rebalance hands it back), epoch, replicas, isr, high_watermark}. The
  * watermark is the leader's when this node leads the partition, else this replica's own
- * (a lower bound, learned from the fetch stream), -1 when this node holds no replica. */
+ * (a lower bound, learned from the fetch stream), -1 when this node holds no replica.
+ *
+ * Also the routing metadata of topics (the design notes' name service, issue 33 point 4):
+ * the placement rows of a topic READ and the com.mqd:route answers, per partition its
+ * leader, the leader's client address as the leader registered it in etcd (the address
+ * amqp:link:redirect names), epoch, replicas, in-sync set and high watermark. */
 #include "config.h"
 #include "repl/repl_int.h"
 
@@ -56,6 +61,15 @@ static void nodes(mqd_repl_t *r, pn_data_t *d)
     pn_data_exit(d);
 }
 
+/* The watermark as this node knows it (see the top), and where that comes from. */
+static int64_t hw_of(const rpart_t *rp, const char **from)
+{
+    *from = rp && rp->lead ? "leader" : rp && rp->local ? "replica" : "none";
+    return rp && rp->lead    ? (int64_t)rp->lead->hw
+           : rp && rp->local ? (int64_t)mqd_part_hw(rp->local)
+                             : -1;
+}
+
 static void partitions(mqd_repl_t *r, pn_data_t *d)
 {
     key(d, "partitions");
@@ -71,10 +85,8 @@ static void partitions(mqd_repl_t *r, pn_data_t *d)
         kv_long(d, "epoch", rp->ps.epoch);
         kv_ids(d, "replicas", rp->ps.replicas, rp->ps.n_replicas);
         kv_ids(d, "isr", rp->ps.isr, rp->ps.n_isr);
-        int64_t hw = rp->lead    ? (int64_t)rp->lead->hw
-                     : rp->local ? (int64_t)mqd_part_hw(rp->local)
-                                 : -1;
-        kv_long(d, "high_watermark", hw);
+        const char *from;
+        kv_long(d, "high_watermark", hw_of(rp, &from));
         pn_data_exit(d);
     }
     pn_data_exit(d);
@@ -94,23 +106,38 @@ void mqd_repl_status(mqd_repl_t *r, pn_data_t *d)
 
 /* ---- topics as the cluster holds them ($management READ / QUERY of topics) ---- */
 
-static void placement(mqd_repl_t *r, const rtopic_t *rt, pn_data_t *d)
+/* One partition's route (rp NULL: not placed yet, leader 0): leader, the leader's client
+ * address ("" while its node key is not in this node's view), epoch, replicas, isr and
+ * the high watermark as this node knows it, with where that figure comes from. */
+static void route_row(mqd_repl_t *r, const rpart_t *rp, uint32_t p, pn_data_t *d)
 {
-    key(d, "placement");
+    const mqd_cluster_node_t *n = rp && rp->ps.leader ? mqd_repl_node(r, rp->ps.leader) : NULL;
+    const char *from;
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    kv_long(d, "partition", p);
+    kv_long(d, "leader", rp ? rp->ps.leader : 0); /* 0: not placed yet */
+    kv_str(d, "leader_address", n ? n->address : "");
+    key(d, "leader_alive");
+    pn_data_put_bool(d, n && n->alive);
+    kv_long(d, "epoch", rp ? rp->ps.epoch : 0);
+    kv_ids(d, "replicas", rp ? rp->ps.replicas : NULL, rp ? rp->ps.n_replicas : 0);
+    kv_ids(d, "isr", rp ? rp->ps.isr : NULL, rp ? rp->ps.n_isr : 0);
+    kv_long(d, "high_watermark", hw_of(rp, &from));
+    kv_str(d, "high_watermark_from", from);
+    pn_data_exit(d);
+}
+
+static void placement(mqd_repl_t *r, const rtopic_t *rt, pn_data_t *d, const char *k)
+{
+    key(d, k);
     pn_data_put_list(d);
     pn_data_enter(d);
     for (uint32_t p = 0; p < rt->td.partitions; p++) {
         const rpart_t *rp = mqd_repl_part_find(r, rt->name, p);
         if (rp && rp->ps.topic_id[0] && strcmp(rp->ps.topic_id, rt->td.id) != 0)
             rp = NULL; /* another registration's: this one is not placed yet */
-        pn_data_put_map(d);
-        pn_data_enter(d);
-        kv_long(d, "partition", p);
-        kv_long(d, "leader", rp ? rp->ps.leader : 0); /* 0: not placed yet */
-        kv_long(d, "epoch", rp ? rp->ps.epoch : 0);
-        kv_ids(d, "replicas", rp ? rp->ps.replicas : NULL, rp ? rp->ps.n_replicas : 0);
-        kv_ids(d, "isr", rp ? rp->ps.isr : NULL, rp ? rp->ps.n_isr : 0);
-        pn_data_exit(d);
+        route_row(r, rp, p, d);
     }
     pn_data_exit(d);
 }
@@ -154,7 +181,7 @@ bool mqd_repl_topic_describe(void *arg, const char *name, mqd_topic_t *t, pn_dat
     kv_long(d, "replication_factor", rt->td.rf);
     kv_str(d, "id", rt->td.id);
     kv_long(d, "home", rt->td.home);
-    placement(r, rt, d);
+    placement(r, rt, d, "placement");
     return true;
 }
 
@@ -163,4 +190,23 @@ void mqd_repl_topic_names(void *arg, void (*fn)(void *fn_arg, const char *name),
     mqd_repl_t *r = arg;
     for (const rtopic_t *rt = r->topics; rt; rt = rt->next)
         fn(fn_arg, rt->name);
+}
+
+bool mqd_repl_topic_routes(void *arg, const char *name, pn_data_t *d)
+{
+    mqd_repl_t *r = arg;
+    const rtopic_t *rt = mqd_repl_topic_find(r, name);
+    if (!rt)
+        return false;
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    kv_str(d, "topic", rt->name);
+    kv_long(d, "partitions", rt->td.partitions);
+    kv_long(d, "replication_factor", rt->td.rf);
+    kv_long(d, "node_id", r->conf->node_id); /* who answers: its view of etcd */
+    placement(r, rt, d, "routes");
+    if (r->m)
+        nodes(r, d);
+    pn_data_exit(d);
+    return true;
 }

@@ -30,6 +30,7 @@
 
 #define T_LINK "com.mqd:link"
 #define T_CLUSTER "com.mqd:cluster"
+#define T_ROUTE "com.mqd:route"
 
 
 /* One management request and its reply. */
@@ -54,6 +55,7 @@ static void usage(FILE *f)
           "  topic list | describe NAME | show NAME | delete NAME\n"
           "  topic alter NAME [--partitions N] [--config KEY=VALUE]...\n"
           "  topic resume NAME[/PARTITION]   (a partition failed by a full disk or an I/O error)\n"
+          "  topic routes [NAME]   each partition's leader and its address, replicas, ISR\n"
           "  group list [TOPIC] | describe TOPIC GROUP | delete TOPIC GROUP\n"
           "  group reset TOPIC GROUP --to earliest|latest|OFFSET|@TIME_MS\n"
           "  send TOPIC [BODY...] [--key K] [--partition N] [--property K=V]... [--body-json]\n"
@@ -742,6 +744,38 @@ static void show_cluster(json_t *o)
     table_print(&u);
 }
 
+/* Routing metadata (topic routes): one row per partition of each topic, with where its
+ * leader takes client connections; the reply is one topic's map or a list of them. */
+static void route_rows(table_t *t, json_t *o)
+{
+    size_t i;
+    json_t *p;
+    char b[9][96];
+    json_array_foreach(json_object_get(o, "routes"), i, p)
+    {
+        ids_of(json_object_get(p, "replicas"), b[5], sizeof b[5]);
+        ids_of(json_object_get(p, "isr"), b[6], sizeof b[6]);
+        const char *addr = json_string_value(json_object_get(p, "leader_address"));
+        table_add(t, F(o, "topic", 0), F(p, "partition", 1), F(p, "leader", 2),
+                  addr && *addr ? addr : "-", F(p, "epoch", 4), b[5][0] ? b[5] : "-",
+                  b[6][0] ? b[6] : "-", F(p, "high_watermark", 7), F(p, "high_watermark_from", 8));
+    }
+}
+
+static void show_routes(json_t *v)
+{
+    const char *head[] = {"TOPIC", "PARTITION", "LEADER",         "LEADER_ADDRESS", "EPOCH",
+                          "REPLICAS", "ISR",    "HIGH_WATERMARK", "HW_FROM"};
+    table_t t = {.ncols = 9, .head = head};
+    size_t i;
+    json_t *o;
+    if (json_is_array(v))
+        json_array_foreach(v, i, o) route_rows(&t, o);
+    else
+        route_rows(&t, v);
+    table_print(&t);
+}
+
 static void show_status(json_t *o)
 {
     static const char *const keys[] = {"version", "uptime_s", "topics", "connections",
@@ -803,6 +837,14 @@ static void build_name(request_t *rq, char **args, int nargs, int argc, char **a
 {
     no_opts(argc, argv);
     rq->name = nargs > 0 ? args[0] : NULL;
+}
+
+/* topic routes [NAME]: one topic's routes (READ), or every topic's (QUERY). */
+static void build_routes(request_t *rq, char **args, int nargs, int argc, char **argv)
+{
+    build_name(rq, args, nargs, argc, argv);
+    if (!rq->name)
+        rq->op = "QUERY";
 }
 
 /* NAME or NAME/N: the partition goes as property `partition`. */
@@ -895,6 +937,7 @@ static const cmd_t cmds[] = {
     {"topic", "alter", 1, 1, "UPDATE", T_TOPIC, build_topic_opts, show_topic, NULL},
     {"topic", "delete", 1, 1, "DELETE", T_TOPIC, build_name, NULL, "deleted topic %s"},
     {"topic", "resume", 1, 1, "RESUME", T_TOPIC, build_resume, show_topic, NULL},
+    {"topic", "routes", 0, 1, "READ", T_ROUTE, build_routes, show_routes, NULL},
     {"group", "list", 0, 1, "QUERY", T_GROUP, build_group_list, show_groups, NULL},
     {"group", "describe", 2, 2, "READ", T_GROUP, build_group, show_group, NULL},
     {"group", "reset", 2, 2, "RESET", T_GROUP, build_group, show_group, NULL},
