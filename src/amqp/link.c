@@ -888,6 +888,16 @@ static void connection_open(mqd_conn_t *c, pn_connection_t *pc)
              user[0] ? user : "anonymous", pn_connection_remote_container(pc) ?: "-");
 }
 
+/* The address a redirect names: the one the link attached with (the leader serves every
+ * form: T/ConsumerGroups/G/Partitions/N must not become T/Partitions/N). */
+static void link_own_address(pn_link_t *l, mqd_redirect_t *to)
+{
+    pn_terminus_t *tm = pn_link_is_receiver(l) ? pn_link_remote_target(l) : pn_link_remote_source(l);
+    const char *addr = pn_terminus_get_address(tm);
+    if (addr && strlen(addr) < sizeof to->address)
+        snprintf(to->address, sizeof to->address, "%s", addr);
+}
+
 int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part, mqd_topic_t *t)
 {
     mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
@@ -905,6 +915,7 @@ int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part,
         /* led elsewhere: a link that asked for it (redirect.c) always gets the redirect;
          * the others get the routing default, today the same redirect */
         bool asked = mqd_link_wants_redirect(l);
+        link_own_address(l, &to);
         mqd_link_redirect(l, &to);
         mqd_srv_count_redirect(mqd_conn_srv(c),
                                asked ? MQD_REDIRECT_LINK_ASKED : MQD_REDIRECT_LINK_UNASKED);

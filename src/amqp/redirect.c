@@ -74,7 +74,8 @@ static int redirect_prop(pn_link_t *l, bool *want)
     return rc;
 }
 
-/* Does the symbol array (or single symbol) d hold `cap`? */
+/* Does the symbol array (or single symbol) d hold `cap`? A list of symbols counts too
+ * (Proton's Python binding encodes a connection's capabilities given as a list so). */
 static bool has_symbol(pn_data_t *d, const char *cap)
 {
     if (!d || pn_data_size(d) == 0)
@@ -84,7 +85,7 @@ static bool has_symbol(pn_data_t *d, const char *cap)
         return false;
     if (pn_data_type(d) == PN_SYMBOL)
         return bytes_eq(pn_data_get_symbol(d), cap);
-    if (pn_data_type(d) != PN_ARRAY)
+    if (pn_data_type(d) != PN_ARRAY && pn_data_type(d) != PN_LIST)
         return false;
     bool found = false;
     pn_data_enter(d);

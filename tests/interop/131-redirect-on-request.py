@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""Issue 33 point 4: amqp:link:redirect when the attach asks for it. A real etcd and three
+nodes (racks a/b/c), topic `orders` with 6 partitions and replication_factor 3 (leaders
+spread, two per node); every client connects to node 1 first.
+
+(a) a sender to orders/Partitions/P (P led by another node) with the link property
+    mqd:redirect = true is refused with amqp:link:redirect whose info names 127.0.0.1,
+    the leader's port (etcd's nodes/LEADER address) and the address orders/Partitions/P;
+    following it (a new connection there, the same property) its 20 sends are all
+    accepted, and the leader's routes give that partition a high watermark of 20.
+(b) a receiver of orders/ConsumerGroups/g/Partitions/P with the property: the same
+    redirect; following it, it reads those 20 messages in order.
+(c) no link property, the connection's open desires the capability amqp:link:redirect
+    (as the Event Hubs receiver-redirect design asks): the same redirect for another
+    partition led elsewhere.
+(d) the property on a link to a partition node 1 leads: attached and served there (10
+    sends accepted); mqd:redirect = 5 is refused with amqp:invalid-field.
+(e) node 1's /metrics counts 3 requested link redirects (mqd_redirects_total{kind=
+    "link_requested"}). A link without the property or capability gets what main gives
+    by default (logged only: forwarding changes it)."""
+
+import os
+import re
+import shutil
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mqdtest  # noqa: E402
+from mqdcluster import Etcd, Props, Receiver, Sender, get_json, start_nodes, wait_for  # noqa: E402
+from mqdtest import SLOW, Collect, check, log, skip  # noqa: E402
+
+from proton import Message, symbol  # noqa: E402
+from proton.utils import BlockingConnection  # noqa: E402
+
+RACKS = {1: "a", 2: "b", 3: "c"}
+NPARTS = 6
+REDIRECT = "amqp:link:redirect"
+ASK = {"mqd:redirect": True}
+
+
+class AskingReceiver(Receiver):
+    """mqdcluster's Receiver with link properties (and an ack of each message)."""
+
+    def __init__(self, url, address, n, props, idle_s=2.0):
+        super().__init__(url, address, n, idle_s)
+        self.props = props
+
+    def on_start(self, e):
+        c = self.connect(e.container, self.url)
+        e.container.create_receiver(c, self.address, options=[Props(self.props)])
+        e.container.schedule(0.2, self)
+
+
+class CapSender(Sender):
+    """mqdcluster's Sender whose connection's open desires amqp:link:redirect."""
+
+    def on_start(self, e):
+        c = self.connect(e.container, self.url, desired_capabilities=[symbol(REDIRECT)])
+        e.container.create_sender(c, self.address)
+
+
+def run(client, what):
+    mqdtest.run_container(client, 60)
+    log("%s: %s, link %r" % (what, client.status(), client.link_cond))
+    return client
+
+
+def check_redirect(cond, leader_port, address, what):
+    check(cond is not None, "%s: not refused" % what)
+    name, desc, info = cond
+    info = {str(k): v for k, v in info.items()}
+    check(name == REDIRECT and info.get("network-host") == "127.0.0.1" and
+          int(info.get("port", 0)) == leader_port and info.get("address") == address,
+          "%s: %s %r %r (leader's port %d)" % (what, name, desc, info, leader_port))
+    return "amqp://%s:%d" % (info["network-host"], int(info["port"])), info["address"]
+
+
+def body(t):
+    if shutil.which("etcd") is None:
+        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
+    etcd = Etcd(t)
+    etcd.start()
+    mport = mqdtest.free_port()
+    brokers = start_nodes(t, etcd, RACKS,
+                          sets_of=lambda i: {"metrics_listen": "127.0.0.1:%d" % mport} if i == 1 else {})
+    rc, out, err = mqdtest.mqctl(brokers[1].url, "topic", "create", "orders", "--partitions", str(NPARTS),
+                                 "--config", "replication_factor=3")
+    check(rc == 0, "topic create: %s" % (out + err))
+    key = "/mqd/partitions/orders/%d"
+    wait_for("6 partitions with 3 in sync", lambda: all(
+        len((get_json(etcd.port, key % p) or {}).get("isr", [])) == 3 for p in range(NPARTS)), 30)
+    ps = {p: get_json(etcd.port, key % p) for p in range(NPARTS)}
+    leaders = [ps[p]["leader"] for p in range(NPARTS)]
+    log("leaders %r" % leaders)
+    away = [p for p in range(NPARTS) if leaders[p] != 1]
+    here = [p for p in range(NPARTS) if leaders[p] == 1]
+    check(len(away) >= 2 and here, "leaders not spread: %r" % leaders)
+    port_of = {i: int(get_json(etcd.port, "/mqd/nodes/%d" % i)["address"].rsplit(":", 1)[1]) for i in RACKS}
+    check(port_of == {i: b.port for i, b in brokers.items()}, "registered ports %r" % port_of)
+    n1 = brokers[1].url
+    coll = Collect()
+    p, q = away[0], away[1]
+    addr = "orders/Partitions/%d" % p
+    with coll.case("(a) a sender that asks is redirected; following it, 20 sends accepted"):
+        s = run(Sender(n1, addr, 20, "a", props=ASK), "asking sender on node 1")
+        check(s.sent == 0 and s.accepted == 0, "node 1 took sends: %s" % s.status())
+        url, to = check_redirect(s.link_cond, port_of[leaders[p]], addr, "sender")
+        s2 = run(Sender(url, to, 20, "a", props=ASK), "sender on the leader")
+        check(s2.link_cond is None and s2.accepted == 20 and not s2.rejected, "on the leader: %s" % s2.status())
+        m = BlockingConnection(brokers[leaders[p]].url, timeout=10 * SLOW)
+        rcv = m.create_receiver(None, dynamic=True, credit=10)
+        snd = m.create_sender("$management")
+        snd.send(Message(reply_to=rcv.remote_source.address, id="r1",
+                         properties={"operation": "READ", "type": "com.mqd:route", "name": "orders"}))
+        rep = rcv.receive(timeout=10 * SLOW)
+        m.close()
+        r = rep.body["routes"][p]
+        check(r["high_watermark"] == 20 and r["leader"] == leaders[p], "the leader's route: %r" % r)
+    with coll.case("(b) a receiver that asks is redirected; following it, the 20 in order"):
+        gaddr = "orders/ConsumerGroups/g/Partitions/%d" % p
+        r = run(AskingReceiver(n1, gaddr, 20, ASK), "asking receiver on node 1")
+        check(not r.bodies, "node 1 delivered %r" % r.bodies[:3])
+        url, to = check_redirect(r.link_cond, port_of[leaders[p]], gaddr, "receiver")
+        r2 = run(AskingReceiver(url, to, 20, ASK), "receiver on the leader")
+        check(r2.link_cond is None and r2.bodies == ["a-%d" % i for i in range(20)],
+              "on the leader: %r %r" % (r2.link_cond, r2.bodies))
+    with coll.case("(c) the connection's desired capability asks too"):
+        caddr = "orders/Partitions/%d" % q
+        s = run(CapSender(n1, caddr, 5, "c"), "sender with the capability")
+        check(s.sent == 0, "node 1 took sends: %s" % s.status())
+        check_redirect(s.link_cond, port_of[leaders[q]], caddr, "capability sender")
+    with coll.case("(d) led here: served; a bad mqd:redirect is refused"):
+        s = run(Sender(n1, "orders/Partitions/%d" % here[0], 10, "d", props=ASK), "asking sender, led here")
+        check(s.link_cond is None and s.accepted == 10, "led here: %s %r" % (s.status(), s.link_cond))
+        s = run(Sender(n1, addr, 1, "e", props={"mqd:redirect": 5}), "mqd:redirect = 5")
+        check(s.link_cond and s.link_cond[0] == "amqp:invalid-field" and "mqd:redirect" in s.link_cond[1],
+              "bad value: %r" % (s.link_cond,))
+    with coll.case("(e) metrics; no property: today's default (not asserted)"):
+        s = run(Sender(n1, addr, 1, "f"), "sender without the property")
+        log("without the property: %r, %s" % (s.link_cond, s.status()))
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=10 * SLOW) as h:
+            text = h.read().decode()
+        got = re.findall(r'^mqd_redirects_total\{kind="link_requested"\} (\d+)$', text, re.M)
+        check(got == ["3"], "requested link redirects: %r" % got)
+    for b in brokers.values():
+        b.check_alive("at the end")
+    coll.finish()
+
+
+if __name__ == "__main__":
+    mqdtest.main(body, timeout=240)
