@@ -53,6 +53,15 @@ void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to);
  * MQD_ROUTE_REDIRECT or _REFUSE l was answered; after MQD_ROUTE_WAIT it is left unanswered,
  * with no link state, until mqd_amqp_attach_again runs its attach again. */
 int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part, mqd_topic_t *t);
+/* redirect.c: the value of the link's property `key` (a symbol or string key in the
+ * attach's properties map): the link's remote properties positioned on it, inside the
+ * map (pn_data_exit once it is read); NULL when absent. */
+pn_data_t *mqd_link_prop(pn_link_t *l, const char *key);
+/* redirect.c: sets cond to `name` with `desc` and the redirect's info map (AMQP 1.0
+ * 2.8.17): network-host and port of `to`, then for a connection also hostname, for a
+ * link the address to attach to. */
+void mqd_redirect_condition(pn_condition_t *cond, const char *name, const char *desc,
+                            const mqd_redirect_t *to, bool connection);
 /* redirect.c: did the attach ask for amqp:link:redirect (link property mqd:redirect =
  * true, or the desired capability amqp:link:redirect on the attach or on its connection's
  * open)? mqd_link_route answers such a link with the redirect whenever its partition is

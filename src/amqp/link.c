@@ -19,23 +19,10 @@
  * port, address), as Artemis and Service Bus send it: the condition l is closed with. */
 static void redirect_condition(pn_link_t *l, const mqd_redirect_t *to)
 {
-    pn_condition_t *c = pn_link_condition(l);
     char desc[400];
     snprintf(desc, sizeof desc, "not the leader: attach to %.255s:%u", to->host,
              (unsigned)to->port);
-    pn_condition_set_name(c, "amqp:link:redirect");
-    pn_condition_set_description(c, desc);
-    pn_data_t *info = pn_condition_info(c);
-    pn_data_clear(info);
-    pn_data_put_map(info);
-    pn_data_enter(info);
-    pn_data_put_symbol(info, pn_bytes(12, "network-host"));
-    pn_data_put_string(info, pn_bytes(strlen(to->host), to->host));
-    pn_data_put_symbol(info, pn_bytes(4, "port"));
-    pn_data_put_ushort(info, to->port);
-    pn_data_put_symbol(info, pn_bytes(7, "address"));
-    pn_data_put_string(info, pn_bytes(strlen(to->address), to->address));
-    pn_data_exit(info);
+    mqd_redirect_condition(pn_link_condition(l), "amqp:link:redirect", desc, to, false);
 }
 
 void mqd_link_redirect(pn_link_t *l, const mqd_redirect_t *to)
@@ -59,38 +46,22 @@ void mqd_link_detach_redirect(mqd_lstate_t *ls, const mqd_redirect_t *to)
 static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
 {
     static const char *const names[] = {"leader", "quorum", "all"};
-    pn_data_t *d = pn_link_remote_properties(l);
+    pn_data_t *d = mqd_link_prop(l, "mqd:acks");
     *set = false;
-    if (!d || pn_data_size(d) == 0)
+    if (!d)
         return 0;
-    pn_data_rewind(d);
-    if (!pn_data_next(d) || pn_data_type(d) != PN_MAP)
-        return 0;
-    pn_data_enter(d);
-    int rc = 0;
-    while (pn_data_next(d)) {
-        bool key = pn_data_type(d) == PN_SYMBOL || pn_data_type(d) == PN_STRING;
-        pn_bytes_t k =
-            key ? (pn_data_type(d) == PN_SYMBOL ? pn_data_get_symbol(d) : pn_data_get_string(d))
-                : pn_bytes(0, "");
-        if (!pn_data_next(d))
-            break;
-        if (k.size != 8 || memcmp(k.start, "mqd:acks", 8) != 0)
-            continue;
-        pn_type_t vt = pn_data_type(d);
-        pn_bytes_t v = vt == PN_SYMBOL   ? pn_data_get_symbol(d)
-                       : vt == PN_STRING ? pn_data_get_string(d)
-                                         : pn_bytes(0, "");
-        rc = MQD_EINVAL;
-        for (uint8_t i = 0; i < MQD_ARRAY_LEN(names); i++)
-            if (v.size == strlen(names[i]) && memcmp(v.start, names[i], v.size) == 0) {
-                *acks = i;
-                *set = true;
-                rc = 0;
-            }
-    }
+    pn_type_t vt = pn_data_type(d);
+    pn_bytes_t v = vt == PN_SYMBOL   ? pn_data_get_symbol(d)
+                   : vt == PN_STRING ? pn_data_get_string(d)
+                                     : pn_bytes(0, "");
     pn_data_exit(d);
-    return rc;
+    for (uint8_t i = 0; i < MQD_ARRAY_LEN(names); i++)
+        if (v.size == strlen(names[i]) && memcmp(v.start, names[i], v.size) == 0) {
+            *acks = i;
+            *set = true;
+            return 0;
+        }
+    return MQD_EINVAL;
 }
 
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind)

@@ -43,33 +43,42 @@ static pn_bytes_t text_of(pn_data_t *d)
                                                                    : pn_bytes(0, "");
 }
 
+pn_data_t *mqd_link_prop(pn_link_t *l, const char *key)
+{
+    pn_data_t *d = pn_link_remote_properties(l);
+    if (!d || pn_data_size(d) == 0)
+        return NULL;
+    pn_data_rewind(d);
+    if (!pn_data_next(d) || pn_data_type(d) != PN_MAP)
+        return NULL;
+    pn_data_enter(d);
+    while (pn_data_next(d)) {
+        bool is_key = bytes_eq(text_of(d), key);
+        if (!pn_data_next(d))
+            break;
+        if (is_key)
+            return d;
+    }
+    pn_data_exit(d);
+    return NULL;
+}
+
 /* The link property mqd:redirect: 0 (*want set; false when absent) or MQD_EINVAL when its
  * value is not a boolean. */
 static int redirect_prop(pn_link_t *l, bool *want)
 {
-    pn_data_t *d = pn_link_remote_properties(l);
-    *want = false;
-    if (!d || pn_data_size(d) == 0)
-        return 0;
-    pn_data_rewind(d);
-    if (!pn_data_next(d) || pn_data_type(d) != PN_MAP)
-        return 0;
-    pn_data_enter(d);
+    pn_data_t *d = mqd_link_prop(l, PROP_REDIRECT);
     int rc = 0;
-    while (pn_data_next(d)) {
-        bool is_key = bytes_eq(text_of(d), PROP_REDIRECT);
-        if (!pn_data_next(d))
-            break;
-        if (!is_key)
-            continue;
-        pn_bytes_t v = text_of(d);
-        if (pn_data_type(d) == PN_BOOL)
-            *want = pn_data_get_bool(d);
-        else if (bytes_eq(v, "true") || bytes_eq(v, "false"))
-            *want = bytes_eq(v, "true");
-        else
-            rc = MQD_EINVAL;
-    }
+    *want = false;
+    if (!d)
+        return 0;
+    pn_bytes_t v = text_of(d);
+    if (pn_data_type(d) == PN_BOOL)
+        *want = pn_data_get_bool(d);
+    else if (bytes_eq(v, "true") || bytes_eq(v, "false"))
+        *want = bytes_eq(v, "true");
+    else
+        rc = MQD_EINVAL;
     pn_data_exit(d);
     return rc;
 }
@@ -134,25 +143,36 @@ static bool link_topic(pn_link_t *l, mqd_addr_t *a, int64_t *part)
     return true;
 }
 
-static void close_redirected(mqd_conn_t *c, pn_connection_t *pc, const mqd_redirect_t *to)
+void mqd_redirect_condition(pn_condition_t *cond, const char *name, const char *desc,
+                            const mqd_redirect_t *to, bool connection)
 {
-    char desc[400];
-    snprintf(desc, sizeof desc, "this node hands its clients to another: connect to %.255s:%u",
-             to->host, (unsigned)to->port);
-    pn_condition_t *cond = pn_connection_condition(pc);
-    pn_condition_set_name(cond, "amqp:connection:redirect");
+    pn_condition_set_name(cond, name);
     pn_condition_set_description(cond, desc);
     pn_data_t *info = pn_condition_info(cond);
     pn_data_clear(info);
     pn_data_put_map(info);
     pn_data_enter(info);
-    pn_data_put_symbol(info, pn_bytes(8, "hostname"));
-    pn_data_put_string(info, pn_bytes(strlen(to->host), to->host));
+    if (connection) { /* the host to name in the new connection's open */
+        pn_data_put_symbol(info, pn_bytes(8, "hostname"));
+        pn_data_put_string(info, pn_bytes(strlen(to->host), to->host));
+    }
     pn_data_put_symbol(info, pn_bytes(12, "network-host"));
     pn_data_put_string(info, pn_bytes(strlen(to->host), to->host));
     pn_data_put_symbol(info, pn_bytes(4, "port"));
     pn_data_put_ushort(info, to->port);
+    if (!connection) {
+        pn_data_put_symbol(info, pn_bytes(7, "address"));
+        pn_data_put_string(info, pn_bytes(strlen(to->address), to->address));
+    }
     pn_data_exit(info);
+}
+
+static void close_redirected(mqd_conn_t *c, pn_connection_t *pc, const mqd_redirect_t *to)
+{
+    char desc[400];
+    snprintf(desc, sizeof desc, "this node hands its clients to another: connect to %.255s:%u",
+             to->host, (unsigned)to->port);
+    mqd_redirect_condition(pn_connection_condition(pc), "amqp:connection:redirect", desc, to, true);
     pn_connection_close(pc);
     mqd_conn_mark_dirty(c);
     mqd_srv_count_redirect(mqd_conn_srv(c), MQD_REDIRECT_CONNECTION);

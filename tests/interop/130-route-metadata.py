@@ -25,12 +25,12 @@ import os
 import re
 import shutil
 import sys
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import consoletest  # noqa: E402
 import mqdtest  # noqa: E402
-from mqdcluster import Etcd, cluster_sets, get_json, read_keys, repl_user_sets, wait_for  # noqa: E402
+from mqdcluster import Etcd, cluster_sets, create_spread, get_json, metrics_text, read_keys, repl_user_sets  # noqa: E402,E501
+from mqdcluster import wait_for  # noqa: E402
 from mqdtest import SLOW, Collect, check, log, skip  # noqa: E402
 
 from proton import Message  # noqa: E402
@@ -167,9 +167,8 @@ def check_mqctl(b, etcd):
 
 
 def metrics_led(mport):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=10 * SLOW) as r:
-        text = r.read().decode()
-    return {int(n): int(v) for n, v in re.findall(r'^mqd_repl_partitions_led\{node="(\d+)"\} (\d+)$', text, re.M)}
+    return {int(n): int(v) for n, v in
+            re.findall(r'^mqd_repl_partitions_led\{node="(\d+)"\} (\d+)$', metrics_text(mport), re.M)}
 
 
 def body(t):
@@ -179,12 +178,7 @@ def body(t):
     etcd.start()
     brokers, mport = start(t, etcd)
     coll = Collect()
-    rc, out, err = mqdtest.mqctl(url_of(brokers[1], "admin"), "topic", "create", "orders", "--partitions",
-                                 str(NPARTS), "--config", "replication_factor=3")
-    check(rc == 0, "topic create: %s" % (out + err))
-    wait_for("6 partitions with 3 in sync", lambda: all(
-        (get_json(etcd.port, "/mqd/partitions/orders/%d" % p) or {}).get("isr", []).__len__() == 3
-        for p in range(NPARTS)), 30)
+    create_spread(etcd, url_of(brokers[1], "admin"), nparts=NPARTS)
     ps, nodes = etcd_state(etcd)
     leaders = [ps[p]["leader"] for p in range(NPARTS)]
     log("leaders %r, addresses %r" % (leaders, nodes))

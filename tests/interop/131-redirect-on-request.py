@@ -23,15 +23,13 @@ import os
 import re
 import shutil
 import sys
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import Etcd, Props, Receiver, Sender, get_json, start_nodes, wait_for  # noqa: E402
-from mqdtest import SLOW, Collect, check, log, skip  # noqa: E402
+from mqdcluster import Etcd, Props, Receiver, Sender, create_spread, get_json, metrics_text, route_read, start_nodes  # noqa: E402,E501
+from mqdtest import Collect, check, log, skip  # noqa: E402
 
-from proton import Message, symbol  # noqa: E402
-from proton.utils import BlockingConnection  # noqa: E402
+from proton import symbol  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 NPARTS = 6
@@ -84,15 +82,8 @@ def body(t):
     mport = mqdtest.free_port()
     brokers = start_nodes(t, etcd, RACKS,
                           sets_of=lambda i: {"metrics_listen": "127.0.0.1:%d" % mport} if i == 1 else {})
-    rc, out, err = mqdtest.mqctl(brokers[1].url, "topic", "create", "orders", "--partitions", str(NPARTS),
-                                 "--config", "replication_factor=3")
-    check(rc == 0, "topic create: %s" % (out + err))
-    key = "/mqd/partitions/orders/%d"
-    wait_for("6 partitions with 3 in sync", lambda: all(
-        len((get_json(etcd.port, key % p) or {}).get("isr", [])) == 3 for p in range(NPARTS)), 30)
-    ps = {p: get_json(etcd.port, key % p) for p in range(NPARTS)}
+    ps = create_spread(etcd, brokers[1].url, nparts=NPARTS)
     leaders = [ps[p]["leader"] for p in range(NPARTS)]
-    log("leaders %r" % leaders)
     away = [p for p in range(NPARTS) if leaders[p] != 1]
     here = [p for p in range(NPARTS) if leaders[p] == 1]
     check(len(away) >= 2 and here, "leaders not spread: %r" % leaders)
@@ -108,14 +99,8 @@ def body(t):
         url, to = check_redirect(s.link_cond, port_of[leaders[p]], addr, "sender")
         s2 = run(Sender(url, to, 20, "a", props=ASK), "sender on the leader")
         check(s2.link_cond is None and s2.accepted == 20 and not s2.rejected, "on the leader: %s" % s2.status())
-        m = BlockingConnection(brokers[leaders[p]].url, timeout=10 * SLOW)
-        rcv = m.create_receiver(None, dynamic=True, credit=10)
-        snd = m.create_sender("$management")
-        snd.send(Message(reply_to=rcv.remote_source.address, id="r1",
-                         properties={"operation": "READ", "type": "com.mqd:route", "name": "orders"}))
-        rep = rcv.receive(timeout=10 * SLOW)
-        m.close()
-        r = rep.body["routes"][p]
+        st, rep = route_read(brokers[leaders[p]].url)
+        r = rep["routes"][p]
         check(r["high_watermark"] == 20 and r["leader"] == leaders[p], "the leader's route: %r" % r)
     with coll.case("(b) a receiver that asks is redirected; following it, the 20 in order"):
         gaddr = "orders/ConsumerGroups/g/Partitions/%d" % p
@@ -139,9 +124,7 @@ def body(t):
     with coll.case("(e) metrics; no property: today's default (not asserted)"):
         s = run(Sender(n1, addr, 1, "f"), "sender without the property")
         log("without the property: %r, %s" % (s.link_cond, s.status()))
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=10 * SLOW) as h:
-            text = h.read().decode()
-        got = re.findall(r'^mqd_redirects_total\{kind="link_requested"\} (\d+)$', text, re.M)
+        got = re.findall(r'^mqd_redirects_total\{kind="link_requested"\} (\d+)$', metrics_text(mport), re.M)
         check(got == ["3"], "requested link redirects: %r" % got)
     for b in brokers.values():
         b.check_alive("at the end")

@@ -24,15 +24,13 @@ import re
 import shutil
 import subprocess
 import sys
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import Etcd, Sender, cluster_sets, get_json, read_keys, start_nodes, wait_for  # noqa: E402
+from mqdcluster import Etcd, Sender, cluster_sets, create_spread, get_json, metrics_text, read_keys, route_read  # noqa: E402,E501
+from mqdcluster import start_nodes, wait_for  # noqa: E402
 from mqdtest import SLOW, Collect, check, log, skip  # noqa: E402
 
-from proton import Message  # noqa: E402
-from proton.utils import BlockingConnection  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 NPARTS = 6
@@ -74,21 +72,8 @@ def check_conn_redirect(s, ports, what):
     return "amqp://127.0.0.1:%d" % port, node[0]
 
 
-def mgmt_read(url):
-    c = BlockingConnection(url, timeout=10 * SLOW)
-    r = c.create_receiver(None, dynamic=True, credit=10)
-    s = c.create_sender("$management")
-    s.send(Message(reply_to=r.remote_source.address, id="q",
-                   properties={"operation": "READ", "type": "com.mqd:route", "name": "orders"}))
-    m = r.receive(timeout=10 * SLOW)
-    c.close()
-    return {str(k): v for k, v in m.properties.items()}.get("status-code"), m.body
-
-
 def metric(mport, name, kind):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=10 * SLOW) as h:
-        text = h.read().decode()
-    return re.findall(r'^%s\{kind="%s"\} (\d+)$' % (name, kind), text, re.M)
+    return re.findall(r'^%s\{kind="%s"\} (\d+)$' % (name, kind), metrics_text(mport), re.M)
 
 
 def body(t):
@@ -98,15 +83,9 @@ def body(t):
     etcd.start()
     brokers = start_nodes(t, etcd, RACKS,
                           sets_of=lambda i: {"connection_redirect": "always"} if i == 2 else {})
-    rc, out, err = mqdtest.mqctl(brokers[1].url, "topic", "create", "orders", "--partitions", str(NPARTS),
-                                 "--config", "replication_factor=3")
-    check(rc == 0, "topic create: %s" % (out + err))
-    key = "/mqd/partitions/orders/%d"
-    wait_for("6 partitions with 3 in sync", lambda: all(
-        len((get_json(etcd.port, key % p) or {}).get("isr", [])) == 3 for p in range(NPARTS)), 30)
-    ps = {p: get_json(etcd.port, key % p) for p in range(NPARTS)}
+    ps = create_spread(etcd, brokers[1].url, nparts=NPARTS)
     leaders = [ps[p]["leader"] for p in range(NPARTS)]
-    log("leaders %r" % leaders)
+    key = "/mqd/partitions/orders/%d"
     mport = mqdtest.free_port()
     n4 = t.broker("n4", sets=cluster_sets(etcd, 4, "d", connection_redirect="idle",
                                           metrics_listen="127.0.0.1:%d" % mport))
@@ -128,7 +107,7 @@ def body(t):
         check(rc == 0 and len(out.splitlines()) == NPARTS + 1, "mqctl topic routes: %d %r %r" % (rc, out, err))
         rc, out, err = mqdtest.mqctl(n4.url, "cluster", "status")
         check(rc == 0, "mqctl cluster status: %d %r" % (rc, err))
-        st, ans = mgmt_read(n4.url)
+        st, ans = route_read(n4.url)
         check(st == 200 and [r["leader"] for r in ans["routes"]] == leaders, "READ: %s %r" % (st, ans))
     with coll.case("(c) node 2 (always): to another live leader; its followers still fetch"):
         mine = [p for p in range(NPARTS) if leaders[p] == 2]

@@ -388,3 +388,39 @@ class EtcdProxy:
             self.ls.close()
         except OSError:
             pass
+
+
+def create_spread(etcd, url, topic="orders", nparts=6):
+    """mqctl topic create TOPIC with nparts partitions and replication_factor 3 through url
+    (which may carry USER:PASS@); returns {partition: its etcd state} once every partition
+    has 3 replicas in sync (tests 130-132: leaders spread over the nodes)."""
+    rc, out, err = mqdtest.mqctl(url, "topic", "create", topic, "--partitions", str(nparts),
+                                 "--config", "replication_factor=3")
+    if rc != 0:
+        fail("topic create %s: %s" % (topic, out + err))
+    key = "/mqd/partitions/%s/%%d" % topic
+    wait_for("%d partitions with 3 in sync" % nparts, lambda: all(
+        len((get_json(etcd.port, key % p) or {}).get("isr", [])) == 3 for p in range(nparts)), 30)
+    ps = {p: get_json(etcd.port, key % p) for p in range(nparts)}
+    log("%s: leaders %r" % (topic, [ps[p]["leader"] for p in range(nparts)]))
+    return ps
+
+
+def route_read(url, topic="orders"):
+    """$management READ of com.mqd:route for topic over a new connection: (status, body)."""
+    from proton.utils import BlockingConnection
+    c = BlockingConnection(url, timeout=10 * SLOW)
+    r = c.create_receiver(None, dynamic=True, credit=10)
+    s = c.create_sender("$management")
+    s.send(Message(reply_to=r.remote_source.address, id="route-read",
+                   properties={"operation": "READ", "type": "com.mqd:route", "name": topic}))
+    m = r.receive(timeout=10 * SLOW)
+    r.accept()
+    c.close()
+    return {str(k): v for k, v in (m.properties or {}).items()}.get("status-code"), m.body
+
+
+def metrics_text(port):
+    """The /metrics page of the node whose metrics_listen is 127.0.0.1:port."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10 * SLOW) as h:
+        return h.read().decode()
