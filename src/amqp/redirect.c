@@ -3,10 +3,10 @@
  * amqp:link:redirect on request. A link asks for it with the link property `mqd:redirect`
  * = true (symbol or string key, a boolean value; "true"/"false" as a string or symbol
  * too, as some clients send every property as text), or with the desired capability
- * `amqp:link:redirect` on its connection's open (how the Event Hubs receiver-redirect
- * design asks the service for it: Azure/azure-sdk-for-python PR 9490; the same
- * capability on the attach itself, as Azure/azure-sdk-for-js PR 7782 sends it, is not
- * readable through Proton 0.37's API: such a client sets the property too). mqd_link_route consults mqd_link_wants_redirect when
+ * `amqp:link:redirect` on the attach (as the Event Hubs SDKs' receiver-redirect option
+ * asks the service: Azure/azure-sdk-for-js PR 7782; Proton 0.37 does not expose a link's
+ * desired capabilities, so the frame peek reads them: codec/framepeek.c) or on its
+ * connection's open (Azure/azure-sdk-for-python PR 9490). mqd_link_route consults mqd_link_wants_redirect when
  * the partition is led elsewhere: such a link is always answered with the redirect;
  * what a link that did not ask gets is the routing default (today also the redirect).
  *
@@ -22,6 +22,7 @@
 #include "amqp/amqp_int.h"
 
 #include <proton/condition.h>
+#include <proton/object.h>
 #include <proton/terminus.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +30,10 @@
 
 #define PROP_REDIRECT "mqd:redirect"
 #define CAP_REDIRECT "amqp:link:redirect"
+
+/* The link's record entry set when its attach desired amqp:link:redirect (the peek saw
+ * it): Proton keeps no link field for it. */
+PN_HANDLE(MQD_WANTS_REDIRECT)
 
 static bool bytes_eq(pn_bytes_t b, const char *s)
 {
@@ -109,6 +114,8 @@ bool mqd_link_wants_redirect(pn_link_t *l)
     bool want = false;
     if (redirect_prop(l, &want) == 0 && want)
         return true;
+    if (pn_record_get(pn_link_attachments(l), MQD_WANTS_REDIRECT))
+        return true;
     pn_connection_t *pc = pn_session_connection(pn_link_session(l));
     return has_symbol(pn_connection_remote_desired_capabilities(pc), CAP_REDIRECT);
 }
@@ -183,6 +190,13 @@ static void close_redirected(mqd_conn_t *c, pn_connection_t *pc, const mqd_redir
 bool mqd_link_attach_redirects(mqd_conn_t *c, pn_link_t *l)
 {
     bool want;
+    mqd_fpeek_t *peek = mqd_conn_peek(c);
+    const char *name = pn_link_name(l);
+    if (peek && mqd_fpeek_redirect_take(peek, name, strlen(name), pn_link_is_sender(l))) {
+        pn_record_t *rec = pn_link_attachments(l);
+        pn_record_def(rec, MQD_WANTS_REDIRECT, PN_VOID);
+        pn_record_set(rec, MQD_WANTS_REDIRECT, (void *)1);
+    }
     if (redirect_prop(l, &want) != 0) {
         mqd_link_refuse(l, "amqp:invalid-field",
                         "link property mqd:redirect must be a boolean (true: answer a link to "

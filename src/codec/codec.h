@@ -213,6 +213,12 @@ uint32_t mqd_fpeek_take(mqd_fpeek_t *fp, const char *link, size_t link_len, cons
 bool mqd_fpeek_resume_take(mqd_fpeek_t *fp, const char *link, size_t link_len,
                            bool peer_receiver);
 
+/* The same for an attach whose desired-capabilities held the symbol amqp:link:redirect
+ * (the Event Hubs SDKs' way to ask for a link redirect; Proton 0.37 does not expose a
+ * link's desired capabilities), within the attach's first MQD_FPEEK_PERF_MAX bytes. */
+bool mqd_fpeek_redirect_take(mqd_fpeek_t *fp, const char *link, size_t link_len,
+                             bool peer_receiver);
+
 /* True when some delivery's format is recorded and not yet taken: the one branch a
  * connection of format-0 sends pays per delivery. */
 bool mqd_fpeek_waiting(const mqd_fpeek_t *fp);

@@ -86,6 +86,8 @@ struct mqd_fpeek {
     size_t n_fmt, cap_fmt;
     rsm_t rsm[MQD_FPEEK_RESUME_MAX]; /* attaches that asked to resume, not yet taken */
     size_t n_rsm;
+    rsm_t rdr[MQD_FPEEK_RESUME_MAX]; /* attaches that desired amqp:link:redirect, likewise */
+    size_t n_rdr;
     uint8_t pbuf[MQD_FPEEK_PERF_MAX];
 };
 
@@ -495,39 +497,101 @@ static int read_resume(rd_t *r, uint32_t count, bool *resume)
     return R_OK;
 }
 
-static void note_resume(mqd_fpeek_t *fp, const uint8_t *name, size_t name_len, bool role)
+static bool sym_is(const uint8_t *p, size_t n, const char *s);
+
+/* Fields 9-12 of an attach (after read_resume): does its desired-capabilities (a symbol,
+ * or an array of symbols) hold amqp:link:redirect? As there, a field the peek cannot read
+ * means "no". */
+static int read_redirect(rd_t *r, uint32_t count, bool *want)
 {
-    if (fp->n_rsm == MQD_FPEEK_RESUME_MAX) { /* never taken: forget the oldest */
-        memmove(fp->rsm, fp->rsm + 1, (fp->n_rsm - 1) * sizeof *fp->rsm);
-        fp->n_rsm--;
+    static const char cap[] = "amqp:link:redirect";
+    *want = false;
+    for (uint32_t i = 9; i < 12 && i < count; i++) {
+        int rc = skip_value(r, 8);
+        if (rc != R_OK)
+            return rc;
     }
-    rsm_t *e = &fp->rsm[fp->n_rsm++];
+    if (count <= 12)
+        return R_OK;
+    if (r->i >= r->n)
+        return r->short_rc;
+    uint8_t c = r->p[r->i];
+    if (c == 0xa3 || c == 0xb3 || c == 0x40) {
+        const uint8_t *sp;
+        size_t sl;
+        int rc = get_bytes(r, 1, &sp, &sl);
+        *want = rc == R_OK && sym_is(sp, sl, cap);
+        return rc;
+    }
+    if (c != 0xe0 && c != 0xf0)
+        return R_BAD;
+    size_t w = c == 0xe0 ? 1 : 4; /* array8 / array32: size, count, constructor, items */
+    if (r->n - r->i < 1 + 2 * w + 1)
+        return r->short_rc;
+    uint32_t n = w == 1 ? r->p[r->i + 2] : be32(r->p + r->i + 5);
+    uint8_t ctor = r->p[r->i + 1 + 2 * w];
+    r->i += 2 + 2 * w;
+    if (ctor != 0xa3 && ctor != 0xb3)
+        return R_BAD;
+    size_t lw = ctor == 0xa3 ? 1 : 4;
+    for (uint32_t k = 0; k < n; k++) {
+        if (r->n - r->i < lw)
+            return r->short_rc;
+        size_t l = lw == 1 ? r->p[r->i] : be32(r->p + r->i);
+        r->i += lw;
+        if (r->n - r->i < l)
+            return r->short_rc;
+        *want = *want || sym_is(r->p + r->i, l, cap);
+        r->i += l;
+    }
+    return R_OK;
+}
+
+/* A link name noted in l[0..*n) (the oldest forgotten when full), and taken once. */
+static void note_name(rsm_t *l, size_t *n, const uint8_t *name, size_t name_len, bool role)
+{
+    if (*n == MQD_FPEEK_RESUME_MAX) { /* never taken: forget the oldest */
+        memmove(l, l + 1, (*n - 1) * sizeof *l);
+        (*n)--;
+    }
+    rsm_t *e = &l[(*n)++];
     e->name_h = name_hash(name, name_len);
     e->name_len = name_len;
     e->peer_receiver = role;
 }
 
-bool mqd_fpeek_resume_take(mqd_fpeek_t *fp, const char *link, size_t link_len, bool peer_receiver)
+static bool take_name(rsm_t *l, size_t *n, const char *link, size_t link_len, bool peer_receiver)
 {
-    if (fp->n_rsm == 0)
+    if (*n == 0)
         return false;
     uint64_t h = name_hash(link, link_len);
-    for (size_t i = 0; i < fp->n_rsm; i++) {
-        rsm_t *e = &fp->rsm[i];
+    for (size_t i = 0; i < *n; i++) {
+        rsm_t *e = &l[i];
         if (e->name_h == h && e->name_len == link_len && e->peer_receiver == peer_receiver) {
-            memmove(e, e + 1, (fp->n_rsm - i - 1) * sizeof *e);
-            fp->n_rsm--;
+            memmove(e, e + 1, (*n - i - 1) * sizeof *e);
+            (*n)--;
             return true;
         }
     }
     return false;
 }
 
+bool mqd_fpeek_resume_take(mqd_fpeek_t *fp, const char *link, size_t link_len, bool peer_receiver)
+{
+    return take_name(fp->rsm, &fp->n_rsm, link, link_len, peer_receiver);
+}
+
+bool mqd_fpeek_redirect_take(mqd_fpeek_t *fp, const char *link, size_t link_len,
+                             bool peer_receiver)
+{
+    return take_name(fp->rdr, &fp->n_rdr, link, link_len, peer_receiver);
+}
+
 static int read_attach(mqd_fpeek_t *fp, rd_t *r, uint32_t count)
 {
     const uint8_t *name = NULL;
     size_t name_len = 0;
-    bool has_h = false, role = false, resume = false;
+    bool has_h = false, role = false, resume = false, redirect = false;
     uint32_t handle = 0;
     if (count < 3)
         return R_BAD;
@@ -541,10 +605,15 @@ static int read_attach(mqd_fpeek_t *fp, rd_t *r, uint32_t count)
     if (!name || !has_h)
         return R_BAD;
     rc = read_resume(r, count, &resume);
+    resume = resume && rc == R_OK;
+    if (rc == R_OK)
+        rc = read_redirect(r, count, &redirect);
     if (rc == R_NEED)
         return rc;
-    if (rc == R_OK && resume)
-        note_resume(fp, name, name_len, role);
+    if (resume)
+        note_name(fp->rsm, &fp->n_rsm, name, name_len, role);
+    if (rc == R_OK && redirect)
+        note_name(fp->rdr, &fp->n_rdr, name, name_len, role);
     if (role) /* the peer's receiver: it never sends transfers on it */
         return R_OK;
     return on_attach(fp, name, name_len, handle) == 0 ? R_OK : R_BAD;

@@ -46,7 +46,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         for (int role = 0; role < 2; role++)
             if (mqd_fpeek_resume_take(a, names[i], strlen(names[i]), role) !=
-                mqd_fpeek_resume_take(b, names[i], strlen(names[i]), role))
+                    mqd_fpeek_resume_take(b, names[i], strlen(names[i]), role) ||
+                mqd_fpeek_redirect_take(a, names[i], strlen(names[i]), role) !=
+                    mqd_fpeek_redirect_take(b, names[i], strlen(names[i]), role))
                 abort();
     }
     mqd_fpeek_free(a);

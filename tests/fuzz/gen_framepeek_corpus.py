@@ -40,6 +40,12 @@ def resume_attach(name, handle, role, unsettled, incomplete):
     f += b'\x00\x53\x28\x45' + b'\x00\x53\x29\x45' + unsettled + incomplete
     return l8(0x12, f, 9)
 
+def caps_attach(name, handle, role, desired):
+    f = string(name) + uint(handle) + (b'\x41' if role else b'\x42') + b'\x40\x40'
+    f += b'\x00\x53\x28\x45' + b'\x00\x53\x29\x45' + b'\x40\x42\x40\x40\x40' + desired
+    return l8(0x12, f, 13)
+
+RDR = b'amqp:link:redirect'
 B = 0x80013700
 seeds = {
     'batch': stream([frame(attach('s', 0)), frame(transfer(0, b'a', B) + b'\x00\x53\x75\xa0\x01x')]),
@@ -54,6 +60,10 @@ seeds = {
                       frame(resume_attach('s1', 1, True, b'\x40', b'\x41')),
                       frame(resume_attach('s2', 2, False, b'\xc1\x01\x00', b'\x42')),
                       frame(transfer(0, b'a', B) + b'\x00\x53\x75\xa0\x01x')]),
+    'redirect': stream([frame(caps_attach('s', 0, False, b'\xa3\x12' + RDR)),
+                        frame(caps_attach('s1', 1, True, b'\xe0\x17\x02\xa3\x01x\x12' + RDR)),
+                        frame(caps_attach('s2', 2, False, b'\xe0\x06\x02\xa3\x01x\x01y')),
+                        frame(transfer(0, b'a', B) + b'\x00\x53\x75\xa0\x01x')]),
 }
 out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), 'corpus', 'fuzz_framepeek')
 os.makedirs(out, exist_ok=True)

@@ -13,21 +13,26 @@ spread, two per node); every client connects to node 1 first.
 (c) no link property, the connection's open desires the capability amqp:link:redirect
     (as the Event Hubs receiver-redirect design asks): the same redirect for another
     partition led elsewhere.
+(c2) no property, the attach itself desires amqp:link:redirect (rhea, as the Event Hubs
+    SDKs' receiver-redirect prototype attaches): redirected to the leader (skipped
+    without node and rhea).
 (d) the property on a link to a partition node 1 leads: attached and served there (10
     sends accepted); mqd:redirect = 5 is refused with amqp:invalid-field.
-(e) node 1's /metrics counts 3 requested link redirects (mqd_redirects_total{kind=
+(e) node 1's /metrics counts 4 requested link redirects (3 without rhea) (mqd_redirects_total{kind=
     "link_requested"}). A link without the property or capability gets what main gives
     by default (logged only: forwarding changes it)."""
 
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
 from mqdcluster import Etcd, Props, Receiver, Sender, create_spread, get_json, metrics_text, route_read, start_nodes  # noqa: E402,E501
-from mqdtest import Collect, check, log, skip  # noqa: E402
+from mqdtest import SLOW, Collect, check, log, skip  # noqa: E402
 
 from proton import symbol  # noqa: E402
 
@@ -56,6 +61,36 @@ class CapSender(Sender):
     def on_start(self, e):
         c = self.connect(e.container, self.url, desired_capabilities=[symbol(REDIRECT)])
         e.container.create_sender(c, self.address)
+
+
+RHEA = r"""
+const rhea = require('rhea');
+const [port, address] = process.argv.slice(1);
+const c = rhea.create_container({id: 'rhea-131'});
+const conn = c.connect({host: '127.0.0.1', port: +port, reconnect: false});
+const out = (o) => { console.log(JSON.stringify(o)); process.exit(0); };
+conn.open_receiver({source: {address}, desired_capabilities: 'amqp:link:redirect'});
+// mqd answers a refused attach with an attach and a detach at once: wait for the detach
+c.on('receiver_open', () => setTimeout(() => out({open: true}), 2000));
+c.on('receiver_error', (ctx) => {
+  const e = ctx.receiver.error || {};
+  out({condition: e.condition, info: e.info || {}});
+});
+setTimeout(() => out({timeout: true}), 10000);
+"""
+
+
+def rhea_attach(port, address):
+    """A rhea receiver whose attach desires amqp:link:redirect: its outcome as a dict, or
+    None without node and rhea."""
+    node = shutil.which("node") or shutil.which("nodejs")
+    mods = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node", "node_modules")
+    if not node or not os.path.isdir(os.path.join(mods, "rhea")):
+        return None
+    p = subprocess.run([node, "-e", RHEA, str(port), address], capture_output=True, text=True,
+                       timeout=60 * SLOW, env=dict(os.environ, NODE_PATH=mods))
+    log("rhea: rc %d %r %r" % (p.returncode, p.stdout.strip(), p.stderr.strip()[-300:]))
+    return json.loads(p.stdout.strip().splitlines()[0])
 
 
 def run(client, what):
@@ -115,6 +150,18 @@ def body(t):
         s = run(CapSender(n1, caddr, 5, "c"), "sender with the capability")
         check(s.sent == 0, "node 1 took sends: %s" % s.status())
         check_redirect(s.link_cond, port_of[leaders[q]], caddr, "capability sender")
+    asked = 3
+    with coll.case("(c2) the attach's own desired capability (rhea)"):
+        raddr = "orders/ConsumerGroups/eh/Partitions/%d" % q
+        got = rhea_attach(brokers[1].port, raddr)
+        if got is None:
+            log("node or rhea missing: (c2) skipped")
+        else:
+            asked += 1
+            info = got.get("info", {})
+            check(got.get("condition") == REDIRECT and info.get("network-host") == "127.0.0.1" and
+                  int(info.get("port", 0)) == port_of[leaders[q]] and info.get("address") == raddr,
+                  "rhea: %r (leader's port %d)" % (got, port_of[leaders[q]]))
     with coll.case("(d) led here: served; a bad mqd:redirect is refused"):
         s = run(Sender(n1, "orders/Partitions/%d" % here[0], 10, "d", props=ASK), "asking sender, led here")
         check(s.link_cond is None and s.accepted == 10, "led here: %s %r" % (s.status(), s.link_cond))
@@ -125,7 +172,7 @@ def body(t):
         s = run(Sender(n1, addr, 1, "f"), "sender without the property")
         log("without the property: %r, %s" % (s.link_cond, s.status()))
         got = re.findall(r'^mqd_redirects_total\{kind="link_requested"\} (\d+)$', metrics_text(mport), re.M)
-        check(got == ["3"], "requested link redirects: %r" % got)
+        check(got == [str(asked)], "requested link redirects: %r, want %d" % (got, asked))
     for b in brokers.values():
         b.check_alive("at the end")
     coll.finish()

@@ -622,6 +622,75 @@ static void test_resume(void **state)
     }
 }
 
+/* An attach with every field up to desired-capabilities (12), encoded in `caps`; a
+ * source of `pad` bytes. */
+static void caps_attach(out_t *o, const char *name, bool role, const char *caps, size_t capslen,
+                        size_t pad)
+{
+    out_t f = {.n = 0}, b = {.n = 0};
+    f_str(&f, name);
+    f_uint(&f, 4);
+    f_bool(&f, role);
+    f_null(&f);
+    f_null(&f);
+    put1(&f, 0xb0);
+    put32(&f, (uint32_t)pad);
+    for (size_t i = 0; i < pad; i++)
+        put1(&f, (uint8_t)i);
+    put(&f, "\x00\x53\x29\x45", 4);
+    f_null(&f);                            /* unsettled */
+    f_bool(&f, false);                     /* incomplete-unsettled */
+    f_null(&f);                            /* initial-delivery-count */
+    put(&f, "\x80\x00\x00\x00\x00\x00\x01\x00\x00", 9); /* max-message-size */
+    put(&f, "\xa3\x03" "abc", 5);             /* offered-capabilities */
+    put(&f, caps, capslen);
+    perf(&b, D_SMALL, 0x12, NULL, pad > 200 ? L32 : L8, 13, &f);
+    frame(o, 0, 0, 0, &b);
+}
+
+/* Issue 33 point 4: an attach whose desired-capabilities holds amqp:link:redirect (one
+ * symbol, in an array8 of sym8 or an array32 of sym32) is noted once per (name, role),
+ * fed whole and byte by byte; other symbols, null, or capabilities past
+ * MQD_FPEEK_PERF_MAX bytes are not, and none of them stops the peek. */
+static void test_redirect_caps(void **state)
+{
+    (void)state;
+    static const char one[] = "\xa3\x12" "amqp:link:redirect",
+                      arr[] = "\xe0\x17\x02\xa3\x01" "x\x12" "amqp:link:redirect",
+                      other[] = "\xe0\x06\x02\xa3\x01" "x\x01" "y",
+                      arr32[] = "\xf0\x00\x00\x00\x1b\x00\x00\x00\x01\xb3"
+                                "\x00\x00\x00\x12" "amqp:link:redirect";
+    for (int step = 0; step < 2; step++) {
+        static out_t o;
+        o.n = 0;
+        put(&o, "AMQP\x00\x01\x00\x00", 8);
+        caps_attach(&o, "ds", false, one, sizeof one - 1, 0);
+        caps_attach(&o, "da", true, arr, sizeof arr - 1, 30);
+        caps_attach(&o, "dn", false, other, sizeof other - 1, 0);
+        caps_attach(&o, "dx", false, "\x40", 1, 0);
+        caps_attach(&o, "d32", true, arr32, sizeof arr32 - 1, 0);
+        caps_attach(&o, "big", false, one, sizeof one - 1, 1200);
+        mqd_fpeek_t *fp = mqd_fpeek_new();
+        if (step == 0) {
+            feed(fp, o.p, o.n);
+        } else {
+            for (size_t i = 0; i < o.n; i++)
+                feed(fp, o.p + i, 1);
+        }
+        assert_true(mqd_fpeek_ok(fp));
+        assert_false(mqd_fpeek_redirect_take(fp, "ds", 2, true)); /* the other role */
+        assert_true(mqd_fpeek_redirect_take(fp, "ds", 2, false));
+        assert_false(mqd_fpeek_redirect_take(fp, "ds", 2, false)); /* taken */
+        assert_true(mqd_fpeek_redirect_take(fp, "da", 2, true));
+        assert_false(mqd_fpeek_redirect_take(fp, "dn", 2, false));
+        assert_false(mqd_fpeek_redirect_take(fp, "dx", 2, false));
+        assert_true(mqd_fpeek_redirect_take(fp, "d32", 3, true));
+        assert_false(mqd_fpeek_redirect_take(fp, "big", 3, false));
+        assert_false(mqd_fpeek_resume_take(fp, "ds", 2, false)); /* not a resume */
+        mqd_fpeek_free(fp);
+    }
+}
+
 /* Not a benchmark gate: prints the cost per frame of a stream of small format-0
  * transfers fed in 64 KiB chunks (what rx_feed does). */
 static void test_cost(void **state)
@@ -675,6 +744,7 @@ int main(void)
         cmocka_unit_test(test_stops),       cmocka_unit_test(test_bounded),
         cmocka_unit_test(test_cost),        cmocka_unit_test(test_guard),
         cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_redirect_caps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
