@@ -5,8 +5,8 @@
  * performative, the rest of the frame. Only the performative's first bytes are parsed,
  * in place when the chunk holds them (the common case), else from a copy of at most
  * MQD_FPEEK_PERF_MAX bytes; payload bytes are stepped over. Only attach (to name the
- * handle, and to note a resume) and transfer are read; every other frame costs its
- * header and descriptor.
+ * handle, and to note a resume or a desired amqp:link:redirect) and transfer are read;
+ * every other frame costs its header and descriptor.
  */
 #include "config.h"
 #include "codec/codec.h"
