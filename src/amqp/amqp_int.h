@@ -64,8 +64,8 @@ void mqd_redirect_condition(pn_condition_t *cond, const char *name, const char *
                             const mqd_redirect_t *to, bool connection);
 /* redirect.c: did the attach ask for amqp:link:redirect (link property mqd:redirect =
  * true, or the desired capability amqp:link:redirect on the attach, as the frame peek saw
- * it, or on its connection's open)? mqd_link_route answers such a link with the redirect whenever its partition is
- * led elsewhere. */
+ * it, or on its connection's open)? mqd_link_route answers such a link with the redirect
+ * whenever its partition is led elsewhere. */
 bool mqd_link_wants_redirect(pn_link_t *l);
 /* redirect.c, at every client attach: true when the attach was answered here: refused for
  * a link property mqd:redirect that is not a boolean, or its connection closed with

@@ -863,7 +863,8 @@ static void connection_open(mqd_conn_t *c, pn_connection_t *pc)
  * form: T/ConsumerGroups/G/Partitions/N must not become T/Partitions/N). */
 static void link_own_address(pn_link_t *l, mqd_redirect_t *to)
 {
-    pn_terminus_t *tm = pn_link_is_receiver(l) ? pn_link_remote_target(l) : pn_link_remote_source(l);
+    pn_terminus_t *tm =
+        pn_link_is_receiver(l) ? pn_link_remote_target(l) : pn_link_remote_source(l);
     const char *addr = pn_terminus_get_address(tm);
     if (addr && strlen(addr) < sizeof to->address)
         snprintf(to->address, sizeof to->address, "%s", addr);

@@ -6,9 +6,10 @@
  * `amqp:link:redirect` on the attach (as the Event Hubs SDKs' receiver-redirect option
  * asks the service: Azure/azure-sdk-for-js PR 7782; Proton 0.37 does not expose a link's
  * desired capabilities, so the frame peek reads them: codec/framepeek.c) or on its
- * connection's open (Azure/azure-sdk-for-python PR 9490). mqd_link_route consults mqd_link_wants_redirect when
- * the partition is led elsewhere: such a link is always answered with the redirect;
- * what a link that did not ask gets is the routing default (today also the redirect).
+ * connection's open (Azure/azure-sdk-for-python PR 9490). mqd_link_route consults
+ * mqd_link_wants_redirect when the partition is led elsewhere: such a link is always
+ * answered with the redirect; what a link that did not ask gets is the routing default
+ * (today also the redirect).
  *
  * amqp:connection:redirect under connection_redirect (idle | always): decided when a
  * client connection's link first names a topic, by repl's conn_redirect hook (which node,
@@ -44,8 +45,9 @@ static bool bytes_eq(pn_bytes_t b, const char *s)
 static pn_bytes_t text_of(pn_data_t *d)
 {
     pn_type_t t = pn_data_type(d);
-    return t == PN_SYMBOL ? pn_data_get_symbol(d) : t == PN_STRING ? pn_data_get_string(d)
-                                                                   : pn_bytes(0, "");
+    return t == PN_SYMBOL   ? pn_data_get_symbol(d)
+           : t == PN_STRING ? pn_data_get_string(d)
+                            : pn_bytes(0, "");
 }
 
 pn_data_t *mqd_link_prop(pn_link_t *l, const char *key)
@@ -138,7 +140,8 @@ static bool node_connection(mqd_conn_t *c, pn_connection_t *pc)
  * coordinator, the anonymous relay, and addresses that do not parse (refused as usual). */
 static bool link_topic(pn_link_t *l, mqd_addr_t *a, int64_t *part)
 {
-    pn_terminus_t *tm = pn_link_is_receiver(l) ? pn_link_remote_target(l) : pn_link_remote_source(l);
+    pn_terminus_t *tm =
+        pn_link_is_receiver(l) ? pn_link_remote_target(l) : pn_link_remote_source(l);
     const char *addr = pn_terminus_get_address(tm);
     if (pn_terminus_get_type(tm) == PN_COORDINATOR || pn_terminus_is_dynamic(tm) || !addr ||
         strncmp(addr, "$tmp.", 5) == 0 || mqd_addr_parse(addr, strlen(addr), a) != 0 ||

@@ -581,8 +581,7 @@ bool mqd_fpeek_resume_take(mqd_fpeek_t *fp, const char *link, size_t link_len, b
     return take_name(fp->rsm, &fp->n_rsm, link, link_len, peer_receiver);
 }
 
-bool mqd_fpeek_redirect_take(mqd_fpeek_t *fp, const char *link, size_t link_len,
-                             bool peer_receiver)
+bool mqd_fpeek_redirect_take(mqd_fpeek_t *fp, const char *link, size_t link_len, bool peer_receiver)
 {
     return take_name(fp->rdr, &fp->n_rdr, link, link_len, peer_receiver);
 }

@@ -37,7 +37,8 @@ static const char *const cluster_names[] = {"none", "etcd", NULL};
 static const char *const link_stealing_names[] = {"off", "connection", "container", NULL};
 static const char *const acks_names[] = {"leader", "quorum", "all", NULL}; /* mqd_acks_t */
 static const char *const sas_required_names[] = {"auto", "off", "on", NULL}; /* mqd_sas_required_t */
-static const char *const conn_redirect_names[] = {"off", "idle", "always", NULL}; /* mqd_conn_redirect_t */
+/* mqd_conn_redirect_t */
+static const char *const conn_redirect_names[] = {"off", "idle", "always", NULL};
 
 /* The log defaults repeat mqd_plog_config_default (store.h): conf does not link the
  * store library, and the sample and man page need them as text anyway. */

@@ -12,8 +12,9 @@
  *
  * Reads need `monitor` or `manage`, changes `manage`; the Event Hubs READs also take
  * `receive` (Event Hubs gives runtime information to listeners), a PEEK `browse` as
- * well; a topic's routes (com.mqd:route) take any of send, receive, monitor and manage. A right on one topic or on `$management` gives nothing on another topic, so a
- * key scoped to one hub, or a user whose rules name some topics, manages just those.
+ * well; a topic's routes (com.mqd:route) take any of send, receive, monitor and manage.
+ * A right on one topic or on `$management` gives nothing on another topic, so a key
+ * scoped to one hub, or a user whose rules name some topics, manages just those.
  * The decision depends on the name alone, never on whether the entity exists: a refusal
  * (401) does not tell a caller which topics outside its rights exist. */
 #include "config.h"

@@ -32,7 +32,6 @@
 #define T_CLUSTER "com.mqd:cluster"
 #define T_ROUTE "com.mqd:route"
 
-
 /* One management request and its reply. */
 typedef struct request {
     const char *op, *type, *name;
@@ -764,8 +763,8 @@ static void route_rows(table_t *t, json_t *o)
 
 static void show_routes(json_t *v)
 {
-    const char *head[] = {"TOPIC", "PARTITION", "LEADER",         "LEADER_ADDRESS", "EPOCH",
-                          "REPLICAS", "ISR",    "HIGH_WATERMARK", "HW_FROM"};
+    const char *head[] = {"TOPIC",    "PARTITION", "LEADER",         "LEADER_ADDRESS", "EPOCH",
+                          "REPLICAS", "ISR",       "HIGH_WATERMARK", "HW_FROM"};
     table_t t = {.ncols = 9, .head = head};
     size_t i;
     json_t *o;
