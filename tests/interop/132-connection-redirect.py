@@ -9,7 +9,8 @@ then node 4 (connection_redirect = idle), which holds no replica and leads nothi
     port of P's leader (etcd); nothing was taken; following it, 15 sends are accepted
     there. A sender to the whole topic `orders`: redirected to partition 0's leader.
 (b) node 4 still answers what a node serves itself: mqctl topic routes orders and
-    cluster status through it succeed, and a management READ over AMQP too.
+    cluster status through it succeed, and a management READ over AMQP too (the leaders'
+    addresses; no watermark: high_watermark -1 from "none", it holds no replica).
 (c) node 2 (always): a sender to a partition node 2 leads is redirected to another live
     node that leads partitions (1 or 3); node connections are not redirected: the
     followers of node 2's partitions still fetch from it (their ISRs in etcd stay 3).
@@ -109,6 +110,10 @@ def body(t):
         check(rc == 0, "mqctl cluster status: %d %r" % (rc, err))
         st, ans = route_read(n4.url)
         check(st == 200 and [r["leader"] for r in ans["routes"]] == leaders, "READ: %s %r" % (st, ans))
+        # no replica here: no watermark to give, the leaders' addresses all the same
+        check(all(r["high_watermark"] == -1 and r["high_watermark_from"] == "none" and
+                  r["leader_address"] == "127.0.0.1:%d" % ports[r["leader"]] for r in ans["routes"]),
+              "node 4's routes: %r" % ans["routes"])
     with coll.case("(c) node 2 (always): to another live leader; its followers still fetch"):
         mine = [p for p in range(NPARTS) if leaders[p] == 2]
         s = run(ConnSender(brokers[2].url, "orders/Partitions/%d" % mine[0], 5, "c"), "sender on node 2")
