@@ -55,42 +55,77 @@ void mqd_link_detach_redirect(mqd_lstate_t *ls, const mqd_redirect_t *to)
     mqd_consumer_detach(ls, "amqp:link:redirect", desc);
 }
 
+/* The peer's link property `key` (a symbol or string key) when its value is a symbol or
+ * a string: true with *v (into the link's properties); false when absent or another type
+ * (*v then empty, *present whether the key was there). */
+static bool link_prop(pn_link_t *l, const char *key, pn_bytes_t *v, bool *present)
+{
+    pn_data_t *d = pn_link_remote_properties(l);
+    size_t klen = strlen(key);
+    bool found = false;
+    *v = pn_bytes(0, "");
+    *present = false;
+    if (!d || pn_data_size(d) == 0)
+        return false;
+    pn_data_rewind(d);
+    if (!pn_data_next(d) || pn_data_type(d) != PN_MAP)
+        return false;
+    pn_data_enter(d);
+    while (pn_data_next(d)) {
+        bool isk = pn_data_type(d) == PN_SYMBOL || pn_data_type(d) == PN_STRING;
+        pn_bytes_t k =
+            isk ? (pn_data_type(d) == PN_SYMBOL ? pn_data_get_symbol(d) : pn_data_get_string(d))
+                : pn_bytes(0, "");
+        if (!pn_data_next(d))
+            break;
+        if (k.size != klen || memcmp(k.start, key, klen) != 0)
+            continue;
+        pn_type_t vt = pn_data_type(d);
+        *present = true;
+        found = vt == PN_SYMBOL || vt == PN_STRING;
+        *v = vt == PN_SYMBOL ? pn_data_get_symbol(d)
+             : vt == PN_STRING ? pn_data_get_string(d)
+                               : pn_bytes(0, "");
+    }
+    pn_data_exit(d);
+    return found;
+}
+
 /* The sender's link property mqd:acks (leader | quorum | all), if it gave one. */
 static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
 {
     static const char *const names[] = {"leader", "quorum", "all"};
-    pn_data_t *d = pn_link_remote_properties(l);
+    pn_bytes_t v;
+    bool present;
     *set = false;
-    if (!d || pn_data_size(d) == 0)
+    link_prop(l, "mqd:acks", &v, &present);
+    if (!present)
         return 0;
-    pn_data_rewind(d);
-    if (!pn_data_next(d) || pn_data_type(d) != PN_MAP)
-        return 0;
-    pn_data_enter(d);
-    int rc = 0;
-    while (pn_data_next(d)) {
-        bool key = pn_data_type(d) == PN_SYMBOL || pn_data_type(d) == PN_STRING;
-        pn_bytes_t k =
-            key ? (pn_data_type(d) == PN_SYMBOL ? pn_data_get_symbol(d) : pn_data_get_string(d))
-                : pn_bytes(0, "");
-        if (!pn_data_next(d))
-            break;
-        if (k.size != 8 || memcmp(k.start, "mqd:acks", 8) != 0)
-            continue;
-        pn_type_t vt = pn_data_type(d);
-        pn_bytes_t v = vt == PN_SYMBOL   ? pn_data_get_symbol(d)
-                       : vt == PN_STRING ? pn_data_get_string(d)
-                                         : pn_bytes(0, "");
-        rc = MQD_EINVAL;
-        for (uint8_t i = 0; i < MQD_ARRAY_LEN(names); i++)
-            if (v.size == strlen(names[i]) && memcmp(v.start, names[i], v.size) == 0) {
-                *acks = i;
-                *set = true;
-                rc = 0;
-            }
-    }
-    pn_data_exit(d);
-    return rc;
+    for (uint8_t i = 0; i < MQD_ARRAY_LEN(names); i++)
+        if (v.size == strlen(names[i]) && memcmp(v.start, names[i], v.size) == 0) {
+            *acks = i;
+            *set = true;
+            return 0;
+        }
+    return MQD_EINVAL;
+}
+
+/* The client's user a node forwarding a link for it names (link property mqd:fwd-user),
+ * copied into buf: honoured only on a connection of another node (a node certificate's
+ * login, or replication_user when that is set); NULL on any other connection, where the
+ * connection's own user counts. */
+static const char *fwd_user(mqd_conn_t *c, pn_link_t *l, char *buf, size_t cap)
+{
+    const char *ru = mqd_srv_conf(mqd_conn_srv(c))->replication_user;
+    pn_bytes_t v;
+    bool present;
+    if (!link_prop(l, "mqd:fwd-user", &v, &present) || v.size >= cap)
+        return NULL;
+    if (!mqd_auth_conn_is_node(c) && !(ru && ru[0] && strcmp(mqd_conn_user(c), ru) == 0))
+        return NULL;
+    memcpy(buf, v.start, v.size);
+    buf[v.size] = '\0';
+    return buf;
 }
 
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind)
@@ -122,6 +157,9 @@ void mqd_lstate_free(mqd_lstate_t *ls)
     mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
     if (kind == MQD_LS_REPL && rh->link_gone)
         rh->link_gone(rh->arg, ls);
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    if (kind == MQD_LS_PRODUCER && fh->link_gone)
+        fh->link_gone(fh->arg, ls);
     mqd_credit_free(ls);
     mqd_dlist_del(mqd_ls_tnode(ls));
     mqd_budget_partial(c, -(int64_t)(al ? al->acc_cap : 0));
@@ -190,6 +228,31 @@ static void coordinator_attach(mqd_conn_t *c, pn_link_t *l)
     mqd_credit_grant(ls, 100);
 }
 
+/* A forwarded link (mqd:fwd-user) is authorized as the client's user, by the same
+ * rules as the client's own attach on its node (least privilege on both). */
+static bool fwd_user_may(mqd_conn_t *c, const char *user, const char *topic)
+{
+    if (mqd_auth_user_may(mqd_conn_srv(c), user, MQD_PERM_SEND, topic))
+        return true;
+    MQD_INFO("auth", "denied send on %s to user %s (forwarded by peer %s)", topic,
+             user[0] ? user : "anonymous", mqd_conn_peer(c));
+    return false;
+}
+
+/* Where a producer link goes in a cluster: with forwarding (src/fwd) it is served on any
+ * node that holds the topic, each message forwarded to its partition's leader; a link
+ * another node forwarded (fwd_in) only on the partition's leader (never forwarded again:
+ * the entry node resolves the leader again when refused). */
+static int producer_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part,
+                          mqd_topic_t *t, const char *fwd_in)
+{
+    mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
+    if (!fwd_in && t && rh->route_send && mqd_srv_fwd(mqd_conn_srv(c))->send &&
+        rh->route_send(rh->arg, topic, t))
+        return MQD_ROUTE_HERE;
+    return mqd_link_route(c, l, topic, part, t);
+}
+
 static void producer_attach(mqd_conn_t *c, pn_link_t *l)
 {
     mqd_server_t *s = mqd_conn_srv(c);
@@ -221,13 +284,18 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         if (mqd_reply_node_is(a.topic)) /* mqd's replies only (reply.c) */
             return mqd_link_refuse(l, "amqp:unauthorized-access",
                                    "'%s' is a reply node: only mqd writes into it", addr);
-        if (!mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
+        char fu_buf[MQD_NAME_MAX + 1];
+        const char *fu = fwd_user(c, l, fu_buf, sizeof fu_buf);
+        if (fu ? !fwd_user_may(c, fu, a.topic) : !mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'",
                                    addr);
-        mqd_ls_set_acl_perm(ls, MQD_PERM_SEND);
+        al->fwd_in = fu != NULL;
+        if (!fu) /* a forwarded link's user is not the connection's: an ACL reload does not
+                    judge it by the connection's */
+            mqd_ls_set_acl_perm(ls, MQD_PERM_SEND);
         mqd_topic_t *t = mqd_topic_find(s, a.topic);
-        int how = mqd_link_route(c, l, a.topic,
-                                 a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t);
+        int how = producer_route(c, l, a.topic,
+                                 a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t, fu);
         if (how == MQD_ROUTE_WAIT) { /* attached again (mqd_amqp_attach_again) */
             pn_link_set_context(l, NULL);
             return mqd_lstate_free(ls);
@@ -615,6 +683,21 @@ static bool send_allowed(mqd_conn_t *c, mqd_lstate_t *ls, mqd_topic_t *t, uint32
     return false;
 }
 
+/* In a cluster, a message for a partition another node leads goes there (src/fwd):
+ * true when fwd took it (forwarded, held for an election, or rejected). A link another
+ * node forwarded is never forwarded again: on a node that does not lead its partition
+ * (any more) send_allowed refuses its sends, and that node resolves the leader again. */
+static bool forwarded(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, mqd_topic_t *t,
+                      uint32_t part, const uint8_t *msg, size_t size, bool presettled, int flags)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    if (!fh->send || al->fwd_in || mqd_topic_temporary(t))
+        return false;
+    return fh->send(fh->arg, ls, d, mqd_topic_name(t), part, msg, size, presettled,
+                    al->acks_set ? al->acks : -1, flags) == MQD_FWD_TAKEN;
+}
+
 static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                         size_t size, bool presettled)
 {
@@ -647,6 +730,8 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
         goto out;
     }
     uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &omi);
+    if (forwarded(c, ls, d, t, part, msg, size, presettled, MQD_FWD_F_BATCH))
+        goto out;
     mqd_part_t *pp = mqd_topic_part(t, part);
     const mqd_topic_conf_t *tc = mqd_topic_conf(t);
     bool any = false;
@@ -710,6 +795,10 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     mqd_part_t *pp = mqd_topic_part(t, part);
     const mqd_topic_conf_t *tc = mqd_topic_conf(t);
     mqd_server_t *s = mqd_conn_srv(c);
+    bool unknown;
+    mqd_txn_t *txn = mqd_txn_of_delivery(s, d, &unknown);
+    if (forwarded(c, ls, d, t, part, msg, size, presettled, txn || unknown ? MQD_FWD_F_TXN : 0))
+        return;
     if (tc->dedup_window_ms && mqd_dedup_seen(t, msg, &mi)) {
         if (!presettled) { /* already stored within the window: exactly once */
             pn_delivery_update(d, PN_ACCEPTED);
@@ -717,8 +806,6 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
         }
         return;
     }
-    bool unknown;
-    mqd_txn_t *txn = mqd_txn_of_delivery(s, d, &unknown);
     if (unknown) {
         if (!presettled)
             mqd_delivery_reject(d, mqd_txn_unknown_condition(s, d), "no such open transaction");
@@ -960,8 +1047,11 @@ static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
         return mqd_link_refuse(
             l, "amqp:not-implemented",
             "resuming link '%.200s' (an attach with unsettled state) is not supported", name);
+    char fu_buf[MQD_NAME_MAX + 1];
     const char *node = mqd_auth_node_attach_denied(
         c, pn_link_is_sender(l), pn_terminus_get_address(pn_link_remote_source(l)));
+    if (node && pn_link_is_receiver(l) && fwd_user(c, l, fu_buf, sizeof fu_buf))
+        node = NULL; /* another node forwarding its client's sends */
     if (node)
         return mqd_link_refuse(l, "amqp:unauthorized-access", "%s", node);
     mqd_link_steal(c, l);

@@ -122,7 +122,7 @@ void mqd_repl_detach_links(rpart_t *rp)
             moved[rc]++;
     }
     head = mqd_srv_conns(s);
-    for (mqd_dlist_t *it = head->next; it != head; it = it->next) {
+    for (mqd_dlist_t *it = head->next; it != head && !rp->r->forwarding; it = it->next) {
         pn_connection_t *pc = mqd_conn_driver(mqd_conn_of_node(it))->connection;
         for (pn_link_t *l = pn_link_head(pc, 0); l; l = pn_link_next(l, 0)) {
             mqd_lstate_t *ls = pn_link_get_context(l);
