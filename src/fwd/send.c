@@ -268,13 +268,12 @@ static upl_t *upl_get(fwd_t *f, uint32_t node, const fmsg_t *fm)
         if (u->node == node && u->part == fm->part && u->acks == fm->acks &&
             strcmp(u->topic, fm->topic) == 0 && strcmp(u->user, fm->user) == 0)
             return u;
-    upl_t *u = calloc(1, sizeof *u);
-    if (!u || !(u->topic = strdup(fm->topic)) || !(u->user = strdup(fm->user))) {
-        if (u)
-            free(u->topic);
-        free(u);
+    size_t tl = strlen(fm->topic) + 1, ul = strlen(fm->user) + 1;
+    upl_t *u = calloc(1, sizeof *u + tl + ul); /* its topic and user after it */
+    if (!u)
         return NULL;
-    }
+    u->topic = memcpy((char *)(u + 1), fm->topic, tl);
+    u->user = memcpy(u->topic + tl, fm->user, ul);
     u->f = f;
     u->node = node;
     u->part = fm->part;
@@ -290,14 +289,21 @@ static upl_t *upl_get(fwd_t *f, uint32_t node, const fmsg_t *fm)
     return u;
 }
 
-/* Frees u (its link closed); its messages must have left it. */
-static void upl_free(fwd_t *f, upl_t *u)
+/* Takes u out of the table (routing finds it no more); idempotent. */
+static void upl_unlist(fwd_t *f, upl_t *u)
 {
     for (upl_t **h = &f->send->upls; *h; h = &(*h)->next)
         if (*h == u) {
             *h = u->next;
             break;
         }
+    u->next = NULL;
+}
+
+/* Frees u (its link closed); its messages must have left it. */
+static void upl_free(fwd_t *f, upl_t *u)
+{
+    upl_unlist(f, u);
     if (u->fl.link) {
         pn_link_t *l = u->fl.link;
         fwd_peer_t *p = u->fl.peer;
@@ -306,8 +312,6 @@ static void upl_free(fwd_t *f, upl_t *u)
         pn_link_free(l);
         fwd_peer_flush(p);
     }
-    free(u->topic);
-    free(u->user);
     free(u);
 }
 
@@ -332,22 +336,31 @@ static void pump(upl_t *u)
         fwd_peer_flush(u->fl.peer);
 }
 
-/* Moves every message of u (sent first, then queued: their order) to be routed again. */
+/* Takes u out of the table and routes every message of it again (sent first, then
+ * queued: their order); the caller frees u. */
 static void upl_reroute(fwd_t *f, upl_t *u)
 {
+    mqd_dlist_t all;
+    mqd_dlist_init(&all);
+    upl_unlist(f, u); /* never routed back onto u */
     mqd_dlist_t *lists[2] = {&u->sent, &u->queue};
     for (int i = 0; i < 2; i++)
         while (!mqd_dlist_empty(lists[i])) {
             fmsg_t *fm = MQD_CONTAINER(lists[i]->next, fmsg_t, node);
             mqd_dlist_del(&fm->node);
-            if (fm->up) {
-                pn_delivery_set_context(fm->up, NULL);
-                fm->up = NULL;
-                f->send->n_resent++;
-            }
-            fm->upl = NULL;
-            route(f, fm, false);
+            mqd_dlist_push(&all, &fm->node);
         }
+    while (!mqd_dlist_empty(&all)) {
+        fmsg_t *fm = MQD_CONTAINER(all.next, fmsg_t, node);
+        mqd_dlist_del(&fm->node);
+        if (fm->up) {
+            pn_delivery_set_context(fm->up, NULL);
+            fm->up = NULL;
+            f->send->n_resent++;
+        }
+        fm->upl = NULL;
+        route(f, fm, false);
+    }
 }
 
 /* Conditions under which the leader refused a copy because it does not lead the partition
