@@ -567,13 +567,12 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
     return MQD_FWD_TAKEN;
 }
 
-void fwd_send_tick(fwd_t *f, int64_t now_ms)
+/* Held messages: rejected past the bound, else routed again (in order) once due. */
+static void held_tick(fwd_t *f, int64_t now_ms, int64_t bound)
 {
     fwd_send_t *fs = f->send;
     mqd_dlist_t again;
     mqd_dlist_init(&again);
-    int64_t bound = hold_ms(f);
-    /* held messages: rejected past the bound, else routed again (in order) */
     while (!mqd_dlist_empty(&fs->held)) {
         fmsg_t *fm = MQD_CONTAINER(fs->held.next, fmsg_t, node);
         mqd_dlist_del(&fm->node);
@@ -596,6 +595,13 @@ void fwd_send_tick(fwd_t *f, int64_t now_ms)
         else
             route(f, fm, false);
     }
+}
+
+/* Upstream links: a leader that moved or whose node went has its link's sends routed
+ * again; messages queued for a connection that is not up wait at most the bound. */
+static void upl_tick(fwd_t *f, int64_t now_ms, int64_t bound)
+{
+    fwd_send_t *fs = f->send;
     for (upl_t *u = fs->upls, *next; u; u = next) {
         next = u->next;
         /* the leader moved, or its node is gone (stopped, cut off): everything of the
@@ -632,6 +638,13 @@ void fwd_send_tick(fwd_t *f, int64_t now_ms)
         if (mqd_dlist_empty(&u->queue) && mqd_dlist_empty(&u->sent))
             upl_free(f, u);
     }
+}
+
+void fwd_send_tick(fwd_t *f, int64_t now_ms)
+{
+    int64_t bound = hold_ms(f);
+    held_tick(f, now_ms, bound);
+    upl_tick(f, now_ms, bound);
 }
 
 static void on_metrics(void *arg, struct evbuffer *b)
