@@ -223,6 +223,7 @@ static void finish_reject(fwd_t *f, fmsg_t *fm, const char *cond, const char *fm
 static void upl_on_event(fwd_link_t *fl, pn_event_t *e);
 static void upl_on_down(fwd_link_t *fl, const char *why);
 static void route(fwd_t *f, fmsg_t *fm, bool fresh);
+static void hold(fwd_t *f, fmsg_t *fm);
 
 static void put_str(pn_data_t *d, const char *k, const char *v)
 {
@@ -337,8 +338,9 @@ static void pump(upl_t *u)
 }
 
 /* Takes u out of the table and routes every message of it again (sent first, then
- * queued: their order); the caller frees u. */
-static void upl_reroute(fwd_t *f, upl_t *u)
+ * queued: their order), at once or (later) at the next tick, when the leader refused the
+ * link and this node's view may not have moved yet; the caller frees u. */
+static void upl_reroute(fwd_t *f, upl_t *u, bool later)
 {
     mqd_dlist_t all;
     mqd_dlist_init(&all);
@@ -359,7 +361,10 @@ static void upl_reroute(fwd_t *f, upl_t *u)
             f->send->n_resent++;
         }
         fm->upl = NULL;
-        route(f, fm, false);
+        if (later)
+            hold(f, fm);
+        else
+            route(f, fm, false);
     }
 }
 
@@ -394,11 +399,11 @@ static void upl_outcome(fwd_t *f, upl_t *u, pn_delivery_t *ud)
     pn_delivery_settle(ud);
     fwd_peer_flush(u->fl.peer);
     if (st == PN_REJECTED) {
-        if (not_leader(cn, cd)) {
+        if (not_leader(cn, cd)) { /* again once this node's view moved too */
             mqd_dlist_del(&fm->node);
             fm->upl = NULL;
             f->send->n_resent++;
-            return route(f, fm, false);
+            return hold(f, fm);
         }
         return finish(f, fm, PN_REJECTED, cn, cd);
     }
@@ -422,7 +427,7 @@ static void upl_closed(fwd_t *f, upl_t *u, pn_link_t *l)
             finish(f, fm, PN_REJECTED, cn, cd ? cd : "refused by the partition's leader");
         }
     }
-    upl_reroute(f, u);
+    upl_reroute(f, u, true);
     upl_free(f, u);
 }
 
@@ -449,7 +454,7 @@ static void upl_on_event(fwd_link_t *fl, pn_event_t *e)
 static void upl_on_down(fwd_link_t *fl, const char *why)
 {
     upl_t *u = MQD_CONTAINER(fl, upl_t, fl);
-    upl_reroute(u->f, u);
+    upl_reroute(u->f, u, false);
     upl_free(u->f, u);
 }
 
@@ -617,7 +622,7 @@ static void upl_tick(fwd_t *f, int64_t now_ms, int64_t bound)
                      mqd_dlist_empty(&u->sent) && mqd_dlist_empty(&u->queue)
                          ? "link closed"
                          : "its unsettled sends go again");
-            upl_reroute(f, u);
+            upl_reroute(f, u, false);
             upl_free(f, u);
             continue;
         }

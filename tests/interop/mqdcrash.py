@@ -683,9 +683,12 @@ def crash_loop(t, make_producer, rounds):
             "max %.2f s" % (len(quick), median(quick), max(quick)))
     log("%s; %s; %s" % (prod.status(), cons.status(), gc.status()))
     coll = mqdtest.Collect()
-    with coll.case("(a) the median failover meets lease_ttl_ms + 1 s; redirects were followed"):
+    with coll.case("(a) the median failover meets lease_ttl_ms + 1 s; the producer went on"):
         check(med <= target, "median %.2f s > %.2f s" % (med, target))
-        check(prod.redirects > 0, "the producer never followed a redirect")
+        # any node takes the producer's sends now (src/fwd forwards them to the leader):
+        # after a lost connection it goes on through whichever node it reaches next,
+        # redirected only by a node that cannot forward (an older one)
+        check(prod.reconnects > 0, "the producer never reconnected after a kill")
     with coll.case("(b) the epoch grew by one per round"):
         check(ps["epoch"] == 1 + rounds, "epoch %d after %d rounds" % (ps["epoch"], rounds))
     with coll.case("(c) the consumer's offsets ran on, every accepted seq read"):
