@@ -23,15 +23,13 @@ Every client below is an unmodified Proton client connected to node E = 1 only:
     same transaction to a partition E leads is staged as usual (rolled back after)."""
 
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import Etcd  # noqa: E402
-from mqdfwd import (NPARTS, Sender, check_keyed, create_topic, keyed, read_partitions,  # noqa: E402
-                    send_all, start_cluster, url_as)
-from mqdtest import check, log, skip  # noqa: E402
+from mqdfwd import (NPARTS, Sender, check_keyed, cluster_with_topic, create_topic, keyed,  # noqa: E402
+                    read_partitions, send_all, url_as)
+from mqdtest import check, log  # noqa: E402
 
 from proton import Message  # noqa: E402
 
@@ -41,15 +39,8 @@ T = "orders.t"
 
 
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    etcd = Etcd(t)
-    etcd.start()
-    brokers = start_cluster(t, etcd)
+    etcd, brokers, lead = cluster_with_topic(t, T)
     E = brokers[1]
-    lead = create_topic(etcd, E, T)
-    log("leaders of %s: %r" % (T, lead))
-    check(set(lead.values()) == {1, 2, 3}, "leaders not spread over the 3 nodes: %r" % lead)
     create_topic(etcd, E, "secret")
     elsewhere = [p for p, n in lead.items() if n != 1]
 

@@ -24,7 +24,6 @@ a message-id) without a pause, at most 200 unsettled.
     within the lease + 1 s (+ 1.5 s x SLOW of scheduling) of the kill."""
 
 import os
-import shutil
 import statistics
 import sys
 import threading
@@ -32,10 +31,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import TTL_MS, Etcd, get_json, wait_for  # noqa: E402
-from mqdfwd import (NPARTS, Sender, check_keyed, create_topic, keyed, leaders_of,  # noqa: E402
-                    read_partitions, start_cluster, url_as)
-from mqdtest import SLOW, check, log, skip  # noqa: E402
+from mqdcluster import TTL_MS, get_json, wait_for  # noqa: E402
+from mqdfwd import (NPARTS, Sender, check_keyed, cluster_with_topic, keyed, leaders_of,  # noqa: E402
+                    read_partitions, url_as)
+from mqdtest import SLOW, check, log  # noqa: E402
 
 from proton import Message  # noqa: E402
 
@@ -51,14 +50,8 @@ def full_isr(etcd):
 
 
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    etcd = Etcd(t)
-    etcd.start()
-    brokers = start_cluster(t, etcd)
+    etcd, brokers, lead = cluster_with_topic(t, T, spread=False)
     E = brokers[1]
-    lead = create_topic(etcd, E, T)
-    log("leaders of %s: %r" % (T, lead))
     stop = threading.Event()
     s = Sender(url_as(E, "admin"), T, MAX_MSGS, lambda i: keyed(i, NKEYS, "f"),
                until=stop.is_set)
