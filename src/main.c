@@ -1,6 +1,7 @@
 /* mqd: command line, configuration, start and stop. The only globals live here. */
 #include "config.h"
 #include "cluster/cluster.h"
+#include "fwd/fwd.h"
 #include "repl/repl.h"
 #include "conf/conf.h"
 #include "console/console.h"
@@ -166,6 +167,7 @@ int main(int argc, char **argv)
     mqd_server_t *srv = NULL;
     mqd_cluster_t *cluster = NULL;
     mqd_repl_t *repl = NULL;
+    mqd_fwd_t *fwd = NULL;
     if (rc != 0)
         goto out;
     if ((rc = build_conf(&o, &conf)) != 0)
@@ -191,8 +193,8 @@ int main(int argc, char **argv)
         if (mqd_repl_new(srv, conf, &repl) != 0 ||
             (mqd_repl_cluster_cbs(repl, &cbs), mqd_cluster_new(mqd_server_base(srv), conf, &cbs,
                                                                 &cluster)) != 0 ||
-            mqd_repl_start(repl, cluster) != 0) {
-            MQD_ERR("server", "start failed: cluster membership or replication");
+            mqd_repl_start(repl, cluster) != 0 || mqd_fwd_new(srv, conf, repl, &fwd) != 0) {
+            MQD_ERR("server", "start failed: cluster membership, replication or forwarding");
             rc = 1;
             goto out;
         }
@@ -209,6 +211,7 @@ int main(int argc, char **argv)
 out:
     if (srv)
         mqd_console_stop(srv); /* before the server: its pending logins are on auth's pool */
+    mqd_fwd_free(fwd);   /* its node connections, before the replication it asks */
     mqd_repl_free(repl); /* its watches before the member's etcd client */
     mqd_cluster_free(cluster); /* revokes the lease: the controller key goes now */
     mqd_server_free(srv);

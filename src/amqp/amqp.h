@@ -23,6 +23,8 @@ void mqd_link_detach_redirect(mqd_lstate_t *ls, const mqd_redirect_t *to);
  * where topic `topic` is (mqd_repl_hooks_t route answered MQD_ROUTE_WAIT: unanswered, no
  * link state); each is answered now or waits again. Returns how many it found. */
 size_t mqd_amqp_attach_again(mqd_server_t *s, const char *topic);
+/* credit.c: a producer link's credit refilled now (a forwarded send of it settled). */
+void mqd_amqp_producer_refill(mqd_lstate_t *ls);
 /* link.c: gives producers their credit back once the watermarks clear (periodic). */
 void mqd_producers_refill(mqd_server_t *s);
 /* dispatch.c: delivers to the consumers of every topic queued by mqd_topic_dispatch_soon

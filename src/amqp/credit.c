@@ -102,7 +102,13 @@ int mqd_credit_refill(mqd_lstate_t *ls)
         /* each credit may bring a message as large as the link's largest so far; asked
          * for nothing, the budget still learns what the link holds now */
         uint64_t est = al->msg_max ? al->msg_max + MQD_WATERMARK_REC_OVERHEAD : 0;
-        uint32_t want = 2 * credit < window ? (uint32_t)(window - credit) : 0;
+        /* forwarded sends in flight (src/fwd) hold their credit until the leader settles
+         * them: a slow leader slows the client (end-to-end flow control) */
+        const mqd_fwd_hooks_t *fh = mqd_srv_fwd(s);
+        int held = fh->inflight ? (int)fh->inflight(fh->arg, ls) : 0;
+        if (held > window)
+            held = window;
+        uint32_t want = 2 * (credit + held) < window ? (uint32_t)(window - credit - held) : 0;
         n = (int)mqd_watermark_window(s, want, credit, est, &al->credit_reserved);
     }
     mqd_credit_grant(ls, n);
@@ -119,4 +125,10 @@ void mqd_credit_free(mqd_lstate_t *ls)
         mqd_watermark_producers(mqd_conn_srv(mqd_ls_conn(ls)), -1, al->credit_reserved);
     al->credit_shared = false;
     al->credit_reserved = 0;
+}
+
+void mqd_amqp_producer_refill(mqd_lstate_t *ls)
+{
+    if (mqd_credit_refill(ls) > 0)
+        mqd_conn_mark_dirty(mqd_ls_conn(ls));
 }

@@ -42,19 +42,33 @@ void mqd_link_detach_redirect(mqd_lstate_t *ls, const mqd_redirect_t *to)
     mqd_consumer_detach(ls, "amqp:link:redirect", desc);
 }
 
+/* The peer's link property `key` when its value is a symbol or a string: true with *v
+ * (into the link's properties); false when absent or another type (*v then empty,
+ * *present whether the key was there). */
+static bool link_prop(pn_link_t *l, const char *key, pn_bytes_t *v, bool *present)
+{
+    pn_data_t *d = mqd_link_prop(l, key);
+    *v = pn_bytes(0, "");
+    *present = d != NULL;
+    if (!d)
+        return false;
+    pn_type_t vt = pn_data_type(d);
+    bool found = vt == PN_SYMBOL || vt == PN_STRING;
+    *v = vt == PN_SYMBOL ? pn_data_get_symbol(d) : vt == PN_STRING ? pn_data_get_string(d) : *v;
+    pn_data_exit(d);
+    return found;
+}
+
 /* The sender's link property mqd:acks (leader | quorum | all), if it gave one. */
 static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
 {
     static const char *const names[] = {"leader", "quorum", "all"};
-    pn_data_t *d = mqd_link_prop(l, "mqd:acks");
+    pn_bytes_t v;
+    bool present;
     *set = false;
-    if (!d)
+    link_prop(l, "mqd:acks", &v, &present);
+    if (!present)
         return 0;
-    pn_type_t vt = pn_data_type(d);
-    pn_bytes_t v = vt == PN_SYMBOL   ? pn_data_get_symbol(d)
-                   : vt == PN_STRING ? pn_data_get_string(d)
-                                     : pn_bytes(0, "");
-    pn_data_exit(d);
     for (uint8_t i = 0; i < MQD_ARRAY_LEN(names); i++)
         if (v.size == strlen(names[i]) && memcmp(v.start, names[i], v.size) == 0) {
             *acks = i;
@@ -62,6 +76,23 @@ static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
             return 0;
         }
     return MQD_EINVAL;
+}
+
+/* The client's user a node forwarding a link for it names (link property mqd:fwd-user),
+ * copied into buf: honoured only on a connection of another node (a node certificate's
+ * login, or replication_user when that is set); NULL on any other connection, where the
+ * connection's own user counts. */
+static const char *fwd_user(mqd_conn_t *c, pn_link_t *l, char *buf, size_t cap, bool *present)
+{
+    const char *ru = mqd_srv_conf(mqd_conn_srv(c))->replication_user;
+    pn_bytes_t v;
+    if (!link_prop(l, "mqd:fwd-user", &v, present) || v.size >= cap)
+        return NULL;
+    if (!mqd_auth_conn_is_node(c) && !(ru && ru[0] && strcmp(mqd_conn_user(c), ru) == 0))
+        return NULL;
+    memcpy(buf, v.start, v.size);
+    buf[v.size] = '\0';
+    return buf;
 }
 
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind)
@@ -93,12 +124,17 @@ void mqd_lstate_free(mqd_lstate_t *ls)
     mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
     if (kind == MQD_LS_REPL && rh->link_gone)
         rh->link_gone(rh->arg, ls);
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    if (kind == MQD_LS_PRODUCER && fh->link_gone)
+        fh->link_gone(fh->arg, ls);
     mqd_credit_free(ls);
     mqd_dlist_del(mqd_ls_tnode(ls));
     mqd_budget_partial(c, -(int64_t)(al ? al->acc_cap : 0));
     if (al)
         free(al->acc);
     free(mqd_ls_tmp_name(ls));
+    if (al)
+        free(al->fwd_name);
     if (consumer && t && mqd_topic_temporary(t) && mqd_dlist_empty(mqd_topic_consumers(t)))
         mqd_topic_delete(mqd_topic_srv(t), t);
     free(al);
@@ -161,6 +197,64 @@ static void coordinator_attach(mqd_conn_t *c, pn_link_t *l)
     mqd_credit_grant(ls, 100);
 }
 
+/* A forwarded link (mqd:fwd-user) is authorized as the client's user, by the same
+ * rules as the client's own attach on its node (least privilege on both). */
+static bool fwd_user_may(mqd_conn_t *c, const char *user, const char *topic)
+{
+    mqd_server_t *s = mqd_conn_srv(c);
+    if ((user[0] || mqd_srv_conf(s)->allow_anonymous) &&
+        mqd_auth_user_may(s, user, MQD_PERM_SEND, topic))
+        return true;
+    MQD_INFO("auth", "denied send on %s to user %s (forwarded by peer %s)", topic,
+             user[0] ? user : "anonymous", mqd_conn_peer(c));
+    return false;
+}
+
+/* Where a producer link goes in a cluster: with forwarding (src/fwd) it is served on any
+ * node that holds the topic, each message forwarded to its partition's leader; a link
+ * another node forwarded (fwd_in) only on the partition's leader (never forwarded again:
+ * the entry node resolves the leader again when refused). A link that asks for a
+ * redirect (redirect.c) gets one instead when its partition is led elsewhere. */
+static int producer_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part,
+                          mqd_topic_t *t, bool fwd_in)
+{
+    mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
+    if (!fwd_in && !mqd_link_wants_redirect(l) && rh->route_send &&
+        mqd_srv_fwd(mqd_conn_srv(c))->send && rh->route_send(rh->arg, topic, t))
+        return MQD_ROUTE_HERE;
+    return mqd_link_route(c, l, topic, part, t);
+}
+
+/* A producer link to cluster topic `topic` that this node holds no copy of (its
+ * replication_factor is below the node count): served here, every message forwarded.
+ * True when the link was answered (opened by the caller, or refused here). */
+static bool producer_nocopy(mqd_conn_t *c, mqd_lstate_t *ls, const mqd_addr_t *a,
+                            const char *addr)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    pn_link_t *l = mqd_ls_link(ls);
+    uint32_t n = fh->nparts ? fh->nparts(fh->arg, a->topic) : 0;
+    if (mqd_topic_find(mqd_conn_srv(c), a->topic) || n == 0 || al->fwd_in)
+        return false;
+    if (a->kind == MQD_ADDR_PARTITION && a->partition >= n) {
+        mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
+        return true;
+    }
+    if (link_acks(l, &al->acks_set, &al->acks) != 0) {
+        mqd_link_refuse(l, "amqp:invalid-field",
+                        "link property mqd:acks must be leader, quorum or all%s", "");
+        return true;
+    }
+    if (!(al->fwd_name = strdup(a->topic))) {
+        mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+        return true;
+    }
+    al->fixed_part = a->kind == MQD_ADDR_PARTITION;
+    mqd_ls_set_part(ls, a->partition);
+    return false;
+}
+
 static void producer_attach(mqd_conn_t *c, pn_link_t *l)
 {
     mqd_server_t *s = mqd_conn_srv(c);
@@ -192,19 +286,28 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         if (mqd_reply_node_is(a.topic)) /* mqd's replies only (reply.c) */
             return mqd_link_refuse(l, "amqp:unauthorized-access",
                                    "'%s' is a reply node: only mqd writes into it", addr);
-        if (!mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
+        char fu_buf[MQD_NAME_MAX + 1];
+        const char *fu = fwd_user(c, l, fu_buf, sizeof fu_buf, &al->fwd_in);
+        if (fu ? !fwd_user_may(c, fu, a.topic) : !mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'",
                                    addr);
-        mqd_ls_set_acl_perm(ls, MQD_PERM_SEND);
+        if (!fu) /* a forwarded link's user is not the connection's: an ACL reload does not
+                    judge it by the connection's */
+            mqd_ls_set_acl_perm(ls, MQD_PERM_SEND);
         mqd_topic_t *t = mqd_topic_find(s, a.topic);
-        int how = mqd_link_route(c, l, a.topic,
-                                 a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t);
+        int how = producer_route(c, l, a.topic,
+                                 a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t,
+                                 al->fwd_in);
         if (how == MQD_ROUTE_WAIT) { /* attached again (mqd_amqp_attach_again) */
             pn_link_set_context(l, NULL);
             return mqd_lstate_free(ls);
         }
         if (how != MQD_ROUTE_HERE)
             return; /* refused or redirected */
+        if (!t && producer_nocopy(c, ls, &a, addr))
+            return; /* refused */
+        if (al->fwd_name)
+            goto open;
         bool create = mqd_may_create(c, a.topic);
         int trc = mqd_topic_get_as(c, a.topic, create, &t);
         if (trc == MQD_ENOENT && mqd_create_forbidden(c, a.topic))
@@ -238,12 +341,13 @@ open:
     mqd_credit_refill(ls);
 }
 
-static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t *p,
-                                 const mqd_msg_info_t *mi)
+/* The partition of a message among nparts: the link's own (T/Partitions/N, fixed), its
+ * key's, its group-id's, else the link's sticky round robin. */
+static uint32_t choose_partition_n(mqd_lstate_t *ls, uint32_t nparts, bool fixed,
+                                   const uint8_t *p, const mqd_msg_info_t *mi)
 {
     mqd_alink_t *al = mqd_ls_amqp(ls);
-    uint32_t nparts = mqd_topic_nparts(t);
-    if (al->fixed_part && (mqd_ls_topic(ls) == t || mqd_ls_tmp_name(ls)))
+    if (fixed)
         return mqd_ls_part(ls);
     if (mi->partition_key.len)
         return mqd_route_key_partition(p + mi->partition_key.off, mi->partition_key.len, nparts);
@@ -255,6 +359,15 @@ static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t
     }
     al->sticky_left--;
     return mqd_ls_part(ls) % nparts;
+}
+
+static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t *p,
+                                 const mqd_msg_info_t *mi)
+{
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    bool fixed = al->fixed_part &&
+                 (mqd_ls_topic(ls) == t || mqd_ls_tmp_name(ls) || al->fwd_name);
+    return choose_partition_n(ls, mqd_topic_nparts(t), fixed, p, mi);
 }
 
 /* A relayed message to a topic this node has no copy of, in a cluster: where it is (or
@@ -419,8 +532,9 @@ static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
     int why = MQD_ENOENT;
     const char *cond = "amqp:not-found";
     char desc[512] = "";
-    if (tmp_name)
-        t = mqd_topic_find(mqd_conn_srv(c), tmp_name);
+    const mqd_alink_t *al = mqd_ls_amqp(ls);
+    if (tmp_name || al->fwd_name)
+        t = mqd_topic_find(mqd_conn_srv(c), tmp_name ? tmp_name : al->fwd_name);
     else if (!t)
         t = relay_topic(c, msg, mi, fixed, has_fixed, &why, &cond, desc, sizeof desc);
     if (!t) {
@@ -586,6 +700,21 @@ static bool send_allowed(mqd_conn_t *c, mqd_lstate_t *ls, mqd_topic_t *t, uint32
     return false;
 }
 
+/* In a cluster, a message for a partition another node leads goes there (src/fwd):
+ * true when fwd took it (forwarded, held for an election, or rejected). A link another
+ * node forwarded is never forwarded again: on a node that does not lead its partition
+ * (any more) send_allowed refuses its sends, and that node resolves the leader again. */
+static bool forwarded(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, mqd_topic_t *t,
+                      uint32_t part, const uint8_t *msg, size_t size, bool presettled, int flags)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    if (!fh->send || al->fwd_in || mqd_topic_temporary(t))
+        return false;
+    return fh->send(fh->arg, ls, d, mqd_topic_name(t), part, msg, size, presettled,
+                    al->acks_set ? al->acks : -1, flags, mqd_auth_principal(c)) == MQD_FWD_TAKEN;
+}
+
 static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                         size_t size, bool presettled)
 {
@@ -618,6 +747,8 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
         goto out;
     }
     uint32_t part = has_fixed ? fixed : choose_partition(ls, t, msg, &omi);
+    if (forwarded(c, ls, d, t, part, msg, size, presettled, MQD_FWD_F_BATCH))
+        goto out;
     mqd_part_t *pp = mqd_topic_part(t, part);
     const mqd_topic_conf_t *tc = mqd_topic_conf(t);
     bool any = false;
@@ -656,6 +787,67 @@ out:
     free(b.v);
 }
 
+/* The cluster topic a message goes to when this node holds no copy of it: its link's
+ * (fwd_name) or, on the anonymous relay, its `to`'s when the cluster registered it and
+ * the user may send there; NULL otherwise. *fixed: the partition the address names. */
+static const char *nocopy_target(mqd_conn_t *c, mqd_lstate_t *ls, const uint8_t *msg,
+                                 const mqd_msg_info_t *mi, mqd_addr_t *a, bool *fixed)
+{
+    mqd_server_t *s = mqd_conn_srv(c);
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(s);
+    *fixed = false;
+    if (!fh->nparts || al->fwd_in)
+        return NULL;
+    if (al->fwd_name) {
+        *fixed = al->fixed_part;
+        return mqd_topic_find(s, al->fwd_name) ? NULL : al->fwd_name;
+    }
+    if (mqd_ls_topic(ls) || mqd_ls_tmp_name(ls) || mi->to.len == 0 ||
+        mqd_addr_parse((const char *)msg + mi->to.off, mi->to.len, a) != 0 ||
+        (a->kind != MQD_ADDR_TOPIC && a->kind != MQD_ADDR_PARTITION) ||
+        mqd_topic_find(s, a->topic) || fh->nparts(fh->arg, a->topic) == 0 ||
+        !mqd_auth_may(c, MQD_PERM_SEND, a->topic))
+        return NULL;
+    *fixed = a->kind == MQD_ADDR_PARTITION;
+    mqd_ls_set_part(ls, *fixed ? a->partition : mqd_ls_part(ls));
+    return a->topic;
+}
+
+/* A message for a cluster topic this node holds no copy of goes to its partition's
+ * leader (src/fwd), the partition chosen by the registered count; true when handled. */
+static bool forward_nocopy(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
+                           size_t size, bool presettled, uint32_t format)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_msg_info_t mi;
+    mqd_addr_t a;
+    bool fixed;
+    if (!fh->send || mqd_msg_scan(msg, size, &mi) != 0)
+        return false; /* a scan failure is answered by the usual path */
+    const char *topic = nocopy_target(c, ls, msg, &mi, &a, &fixed);
+    if (!topic)
+        return false;
+    uint32_t n = fh->nparts(fh->arg, topic);
+    uint32_t fixed_part = mqd_ls_part(ls);
+    if (n == 0 || (fixed && fixed_part >= n)) {
+        if (!presettled)
+            mqd_delivery_reject(d, "amqp:not-found", "no such topic or partition in the cluster");
+        return true;
+    }
+    uint32_t part = choose_partition_n(ls, n, fixed, msg, &mi);
+    bool unknown;
+    int flags = format == MQD_MSG_FORMAT_BATCH ? MQD_FWD_F_BATCH : 0;
+    if (mqd_txn_of_delivery(mqd_conn_srv(c), d, &unknown) || unknown)
+        flags |= MQD_FWD_F_TXN;
+    if (fh->send(fh->arg, ls, d, topic, part, msg, size, presettled,
+                 al->acks_set ? al->acks : -1, flags, mqd_auth_principal(c)) == MQD_FWD_LOCAL && !presettled)
+        mqd_delivery_reject(d, "amqp:resource-limit-exceeded",
+                            "this node's copy of the topic is being made: send it again");
+    return true;
+}
+
 /* Stores one complete message; returns after queuing its settlement. */
 static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                           size_t size, bool presettled, uint32_t format)
@@ -664,6 +856,8 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
         return management_request(c, ls, d, msg, size, presettled);
     if (mqd_ls_coord(ls))
         return mqd_txn_coordinator_transfer(ls, d, msg, size);
+    if (forward_nocopy(c, ls, d, msg, size, presettled, format))
+        return;
     if (format == MQD_MSG_FORMAT_BATCH)
         return store_batch(c, ls, d, msg, size, presettled);
     mqd_msg_info_t mi;
@@ -681,6 +875,10 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
     mqd_part_t *pp = mqd_topic_part(t, part);
     const mqd_topic_conf_t *tc = mqd_topic_conf(t);
     mqd_server_t *s = mqd_conn_srv(c);
+    bool unknown;
+    mqd_txn_t *txn = mqd_txn_of_delivery(s, d, &unknown);
+    if (forwarded(c, ls, d, t, part, msg, size, presettled, txn || unknown ? MQD_FWD_F_TXN : 0))
+        return;
     if (tc->dedup_window_ms && mqd_dedup_seen(t, msg, &mi)) {
         if (!presettled) { /* already stored within the window: exactly once */
             pn_delivery_update(d, PN_ACCEPTED);
@@ -688,8 +886,6 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
         }
         return;
     }
-    bool unknown;
-    mqd_txn_t *txn = mqd_txn_of_delivery(s, d, &unknown);
     if (unknown) {
         if (!presettled)
             mqd_delivery_reject(d, mqd_txn_unknown_condition(s, d), "no such open transaction");
@@ -884,8 +1080,8 @@ int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part,
     if (created)
         mqd_topic_charge_create(c, topic);
     if (how == MQD_ROUTE_REDIRECT) {
-        /* led elsewhere: a link that asked for it (redirect.c) always gets the redirect;
-         * the others get the routing default, today the same redirect */
+        /* led elsewhere and not forwarded (a link that asked for a redirect, redirect.c;
+         * a receiver while fwd does not take it; a forwarded link, never forwarded again) */
         bool asked = mqd_link_wants_redirect(l);
         link_own_address(l, &to);
         mqd_link_redirect(l, &to);
@@ -948,8 +1144,12 @@ static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
         return mqd_link_refuse(
             l, "amqp:not-implemented",
             "resuming link '%.200s' (an attach with unsettled state) is not supported", name);
+    char fu_buf[MQD_NAME_MAX + 1];
+    bool fwd_in;
     const char *node = mqd_auth_node_attach_denied(
         c, pn_link_is_sender(l), pn_terminus_get_address(pn_link_remote_source(l)));
+    if (node && pn_link_is_receiver(l) && fwd_user(c, l, fu_buf, sizeof fu_buf, &fwd_in))
+        node = NULL; /* another node forwarding its client's sends */
     if (node)
         return mqd_link_refuse(l, "amqp:unauthorized-access", "%s", node);
     if (mqd_link_attach_redirects(c, l))

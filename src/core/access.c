@@ -176,6 +176,10 @@ mqd_repl_hooks_t *mqd_srv_repl(mqd_server_t *o)
 {
     return &o->repl;
 }
+mqd_fwd_hooks_t *mqd_srv_fwd(mqd_server_t *o)
+{
+    return &o->fwd;
+}
 mqd_buf_t *mqd_srv_scratch(mqd_server_t *o)
 {
     return &o->scratch;

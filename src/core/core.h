@@ -270,6 +270,12 @@ typedef struct mqd_repl_hooks {
     int (*route)(void *arg, const char *name, struct mqd_topic *t, int64_t part, bool may_create,
                  bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen,
                  bool *created);
+    /* A producer link (T, T/Partitions/N) to cluster topic `name` with node-to-node
+     * forwarding on (src/fwd), t this node's copy or NULL: true when the cluster
+     * registered the name and t (if any) is its topic, so the link is served here
+     * whoever leads its partitions (each message goes to its leader); false: route
+     * decides as for any link. */
+    bool (*route_send)(void *arg, const char *name, struct mqd_topic *t);
     /* A send with `acks` (mqd_acks_t) to partition part of t: NULL to go on, else the
      * reason to reject it (a static text) and *cond its AMQP error condition. */
     const char *(*send_check)(void *arg, struct mqd_topic *t, uint32_t part, int acks,
@@ -354,6 +360,38 @@ typedef struct mqd_repl_hooks {
                           mqd_redirect_t *to);
     void *arg;
 } mqd_repl_hooks_t;
+
+/* ---- node-to-node forwarding hooks (src/fwd/ registers them; all NULL on a single node
+ * or before fwd is set up) ----
+ * amqp reaches fwd only through these (the include graph stays fwd -> amqp). All run on
+ * the loop thread. */
+enum { MQD_FWD_LOCAL = 0, MQD_FWD_TAKEN };
+enum { MQD_FWD_F_TXN = 1, MQD_FWD_F_BATCH = 2 };
+typedef struct mqd_fwd_hooks {
+    /* A producer's complete message for partition part of topic `topic` (this node's copy
+     * or none), after the entry node's own checks (ACL, partition choice). MQD_FWD_LOCAL:
+     * this node leads the partition, the caller appends it as before. MQD_FWD_TAKEN: fwd
+     * owns the outcome: forwarded to the leader (d held until the leader settles it),
+     * held while no leader is known (at most the lease + 1 s), or rejected. acks: the
+     * link's mqd:acks (mqd_acks_t) or -1; flags: MQD_FWD_F_TXN (a transactional send),
+     * MQD_FWD_F_BATCH (a batched transfer): both refused when the partition is led
+     * elsewhere (not forwarded yet); user: the client's login as the [acl] knows it
+     * ("" anonymous), named to the leader as mqd:fwd-user. */
+    int (*send)(void *arg, struct mqd_lstate *ls, pn_delivery_t *d, const char *topic,
+                uint32_t part, const uint8_t *msg, size_t len, bool presettled, int acks,
+                int flags, const char *user);
+    /* The client link ls is going (its state is freed after): its forwarded sends are
+     * no longer its own (their outcome is dropped if the connection is gone). */
+    void (*link_gone)(void *arg, struct mqd_lstate *ls);
+    /* Forwarded sends of ls not settled yet (the link's credit leaves room for them). */
+    uint32_t (*inflight)(void *arg, const struct mqd_lstate *ls);
+    /* The registered partition count of a cluster topic this node may hold no copy of
+     * (0: not registered). */
+    uint32_t (*nparts)(void *arg, const char *topic);
+    /* /metrics: appends the forwarding counters (Prometheus text). */
+    void (*metrics)(void *arg, struct evbuffer *b);
+    void *arg;
+} mqd_fwd_hooks_t;
 
 /* ---- hooks into the subsystems above core (filled by server/ at start) ----
  * The model calls up only through these; each names the subsystem that provides it.
@@ -710,6 +748,7 @@ mqd_dlist_t *mqd_srv_outconns(mqd_server_t *o);
 bool mqd_srv_persist_due(const mqd_server_t *o);
 void mqd_srv_set_persist_due(mqd_server_t *o, bool v);
 mqd_repl_hooks_t *mqd_srv_repl(mqd_server_t *o);
+mqd_fwd_hooks_t *mqd_srv_fwd(mqd_server_t *o);
 mqd_buf_t *mqd_srv_scratch(mqd_server_t *o);
 uint64_t mqd_srv_sends_failed(const mqd_server_t *o);
 bool mqd_srv_stopping(const mqd_server_t *o);

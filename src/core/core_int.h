@@ -181,6 +181,7 @@ struct mqd_server {
     uint64_t fd_base;        /* descriptors mqd itself held once its listeners were open */
     struct mqd_census *census; /* topic_count.c: counting markers in logs opened at start */
     mqd_repl_hooks_t repl;   /* src/repl/'s hooks (above); all NULL on a single node */
+    mqd_fwd_hooks_t fwd;     /* src/fwd/'s hooks; all NULL on a single node */
     mqd_core_ops_t ops;      /* the subsystems above core, as core calls them */
 };
 

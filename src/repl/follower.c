@@ -294,40 +294,53 @@ static void on_down(mqd_outconn_t *oc, const char *why, void *arg)
 
 static int connect_leader(fol_t *f)
 {
-    const mqd_cluster_node_t *n = mqd_repl_node(f->rp->r, f->leader);
-    if (!n || !n->alive || !n->address[0])
+    mqd_repl_peer_t peer;
+    char container[64];
+    snprintf(container, sizeof container, "mqd-node-%" PRIu32, f->rp->r->conf->node_id);
+    if (mqd_repl_peer_opts(f->rp->r, f->leader, container, &peer) != 0)
         return MQD_ENOENT; /* not known yet: the tick tries again */
-    char container[64], leader_cn[64];
-    const mqd_conf_t *conf = f->rp->r->conf;
+    snprintf(f->url, sizeof f->url, "%s", peer.url);
+    peer.o.url = f->url;
+    mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
+    return mqd_outconn_new(f->rp->r->s, &peer.o, &ops, f, &f->oc);
+}
+
+int mqd_repl_peer_opts(mqd_repl_t *r, uint32_t node, const char *container, mqd_repl_peer_t *out)
+{
+    const mqd_cluster_node_t *n = mqd_repl_node(r, node);
+    if (!n || !n->alive || !n->address[0])
+        return MQD_ENOENT;
+    const mqd_conf_t *conf = r->conf;
     bool tls = conf->replication_tls;
-    /* with TLS, the name verified is the host of the address the leader registered */
-    snprintf(f->url, sizeof f->url, "%s://%s", tls ? "amqps" : "amqp",
+    memset(out, 0, sizeof *out);
+    /* with TLS, the name verified is the host of the address the peer registered */
+    snprintf(out->url, sizeof out->url, "%s://%s", tls ? "amqps" : "amqp",
              tls && n->repl_address[0] ? n->repl_address : n->address);
-    snprintf(container, sizeof container, "mqd-node-%" PRIu32, conf->node_id);
+    snprintf(out->container, sizeof out->container, "%s", container);
     bool auth = conf->replication_user && conf->replication_user[0];
     /* node identity both ways: the certificate alone logs this node in (SASL EXTERNAL, no
-     * password), and the server there must be the leader etcd names, not just a host of
+     * password), and the server there must be the node etcd names, not just a host of
      * the right name (another node, or a stranger with a certificate for that address) */
     bool peer = tls && conf->replication_peer_verify && conf->replication_ca_file;
-    snprintf(leader_cn, sizeof leader_cn, "mqd-node-%" PRIu32, f->leader);
-    /* the certificate that names this node (mqd-node-<id>) to a leader that asks */
+    snprintf(out->peer_cn, sizeof out->peer_cn, "mqd-node-%" PRIu32, node);
+    snprintf(out->self_cn, sizeof out->self_cn, "mqd-node-%" PRIu32, conf->node_id);
+    /* the certificate that names this node (mqd-node-<id>) to a peer that asks */
     const char *cert = conf->replication_cert ? conf->replication_cert : conf->tls_cert;
     const char *key = conf->replication_cert ? conf->replication_key : conf->tls_key;
-    mqd_outconn_opts_t o = {.url = f->url,
-                            .container = container,
-                            .backoff_min_ms = 100,
-                            .backoff_max_ms = 2000,
-                            .user = auth ? conf->replication_user : NULL,
-                            .password = auth ? conf->replication_password : NULL,
-                            .sasl_external = peer && !auth,
-                            .authzid = peer && !auth ? container : NULL,
-                            .ca_file = tls ? conf->replication_ca_file : NULL,
-                            .cert_file = tls ? cert : NULL,
-                            .key_file = tls ? key : NULL,
-                            .peer_cn = peer ? leader_cn : NULL,
-                            .plain_over_tcp = auth && !tls};
-    mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
-    return mqd_outconn_new(f->rp->r->s, &o, &ops, f, &f->oc);
+    out->o = (mqd_outconn_opts_t){.url = out->url,
+                                  .container = out->container,
+                                  .backoff_min_ms = 100,
+                                  .backoff_max_ms = 2000,
+                                  .user = auth ? conf->replication_user : NULL,
+                                  .password = auth ? conf->replication_password : NULL,
+                                  .sasl_external = peer && !auth,
+                                  .authzid = peer && !auth ? out->self_cn : NULL,
+                                  .ca_file = tls ? conf->replication_ca_file : NULL,
+                                  .cert_file = tls ? cert : NULL,
+                                  .key_file = tls ? key : NULL,
+                                  .peer_cn = peer ? out->peer_cn : NULL,
+                                  .plain_over_tcp = auth && !tls};
+    return 0;
 }
 
 int mqd_repl_fol_start(rpart_t *rp)

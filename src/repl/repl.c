@@ -169,6 +169,49 @@ int mqd_repl_where(mqd_repl_t *r, mqd_topic_t *t, int64_t part, mqd_redirect_t *
     return acc;
 }
 
+mqd_repl_serve_t mqd_repl_leader(mqd_repl_t *r, const char *topic, uint32_t part,
+                                 uint32_t *leader)
+{
+    mqd_redirect_t lead;
+    const char *why = NULL;
+    rtopic_t *rt = mqd_repl_topic_find(r, topic);
+    const rpart_t *rp = rt ? mqd_repl_part_find(r, topic, part) : NULL;
+    if (rp && rp->ps.topic_id[0] && strcmp(rp->ps.topic_id, rt->td.id) != 0)
+        rp = NULL; /* placed for another registration of the name */
+    mqd_repl_pview_t v = pview(r, rp, &lead);
+    mqd_repl_serve_t how = mqd_repl_serve(r->conf->node_id, &v, &why);
+    if (how == MQD_REPL_SERVE_HERE && !mqd_repl_may_ack(rp))
+        return MQD_REPL_SERVE_WAIT; /* lease lost: not this node's to take */
+    if (how == MQD_REPL_SERVE_REDIRECT) {
+        const mqd_cluster_node_t *n = mqd_repl_node(r, v.leader);
+        if (!n || !n->alive)
+            return MQD_REPL_SERVE_WAIT; /* its node is gone: an election comes */
+    }
+    *leader = v.leader;
+    return how;
+}
+
+uint32_t mqd_repl_nparts(mqd_repl_t *r, const char *topic)
+{
+    rtopic_t *rt = mqd_repl_topic_find(r, topic);
+    return rt ? rt->td.partitions : 0;
+}
+
+void mqd_repl_set_forwarding(mqd_repl_t *r, bool on)
+{
+    r->forwarding = on;
+}
+
+uint32_t mqd_repl_self(const mqd_repl_t *r)
+{
+    return r->conf->node_id;
+}
+
+uint32_t mqd_repl_lease_ms(const mqd_repl_t *r)
+{
+    return r->conf->lease_ttl_ms;
+}
+
 static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int acks,
                                  const char **cond)
 {
@@ -675,6 +718,7 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
                           .topic_delete = mqd_repl_topic_delete,
                           .topic_alter = mqd_repl_topic_alter,
                           .route = mqd_repl_route,
+                          .route_send = mqd_repl_route_send,
                           .topic_create = mqd_repl_topic_create,
                           .topic_describe = mqd_repl_topic_describe,
                           .topic_names = mqd_repl_topic_names,

@@ -207,4 +207,26 @@ int mqd_repl_hwck_write(const char *dir, const char *buf, size_t len);
  * MQD_EIO. */
 int mqd_repl_hwck_read(const char *dir, mqd_repl_hwck_t *out);
 
+/* ---- what node-to-node forwarding (src/fwd) asks of repl ----
+ * Outbound connection options to node `node` exactly as a follower connects to its
+ * leader (URL from its etcd key, TLS and node identity, replication_user): out->o points
+ * into out. MQD_ENOENT while the node is not alive in this node's view. */
+typedef struct mqd_repl_peer {
+    mqd_outconn_opts_t o;
+    char url[300], container[64], peer_cn[64], self_cn[64];
+} mqd_repl_peer_t;
+int mqd_repl_peer_opts(mqd_repl_t *r, uint32_t node, const char *container, mqd_repl_peer_t *out);
+/* Who leads partition part of registered topic `topic` now: MQD_REPL_SERVE_HERE (this
+ * node, in the current epoch), MQD_REPL_SERVE_REDIRECT (*leader, another node whose
+ * address is known) or MQD_REPL_SERVE_WAIT (not known: no state read, an election). */
+mqd_repl_serve_t mqd_repl_leader(mqd_repl_t *r, const char *topic, uint32_t part,
+                                 uint32_t *leader);
+/* The registered partition count of `topic`, 0 when the cluster has no such topic. */
+uint32_t mqd_repl_nparts(mqd_repl_t *r, const char *topic);
+/* Producer links are forwarded (src/fwd): a leader change no longer detaches them. */
+void mqd_repl_set_forwarding(mqd_repl_t *r, bool on);
+/* The node's own id and the cluster lease (ms). */
+uint32_t mqd_repl_self(const mqd_repl_t *r);
+uint32_t mqd_repl_lease_ms(const mqd_repl_t *r);
+
 #endif

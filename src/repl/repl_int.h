@@ -162,6 +162,7 @@ struct mqd_repl {
     bool topics_loaded;            /* the topics/ snapshot arrived */
     int64_t sweep_ms;              /* topics.c: the next look at this node's copies */
     bool controller, closing;
+    bool forwarding; /* src/fwd forwards producers' sends: they stay on a role change */
     /* a clean stop began (mqd_repl_move_handover): this node follows nothing more and
        its followers left their in-sync sets */
     bool stopping;
@@ -257,6 +258,7 @@ char *mqd_repl_topic_config(const rtopic_t *rt);
 int mqd_repl_route(void *arg, const char *name, mqd_topic_t *t, int64_t part, bool may_create,
                    bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen,
                    bool *created);
+bool mqd_repl_route_send(void *arg, const char *name, mqd_topic_t *t);
 int mqd_repl_topic_create(void *arg, const char *name, uint32_t nparts, const char *overrides_json,
                           mqd_repl_done_fn done, void *done_arg, char *err, size_t errlen);
 bool mqd_repl_topic_describe(void *arg, const char *name, mqd_topic_t *t, pn_data_t *d);

@@ -518,3 +518,8 @@ void mqd_server_set_repl(mqd_server_t *s, const mqd_repl_hooks_t *h)
 {
     *mqd_srv_repl(s) = *h;
 }
+
+void mqd_server_set_fwd(mqd_server_t *s, const mqd_fwd_hooks_t *h)
+{
+    *mqd_srv_fwd(s) = *h;
+}

@@ -97,6 +97,7 @@ struct event_base *mqd_server_base(mqd_server_t *s);
 
 /* Registers h (copied) on s; before mqd_server_run. */
 void mqd_server_set_repl(mqd_server_t *s, const mqd_repl_hooks_t *h);
+void mqd_server_set_fwd(mqd_server_t *s, const mqd_fwd_hooks_t *h);
 
 
 /* SIGHUP / mqctl reload: builds a new config from the file (and the command line over

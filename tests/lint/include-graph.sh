@@ -5,5 +5,6 @@
 # model, below every broker subsystem) and one public header per subsystem; repl ->
 # group, txn came with the state that moves with the leader; repl -> auth with node
 # identity (a leader asks auth whether a fetch connection's certificate names the node).
+# fwd -> amqp, repl, server came with node-to-node forwarding (issue 33).
 srcdir=${MQD_SRCDIR:-$(dirname "$0")/../..}
-exec python3 "$srcdir/scripts/include-graph.py" --src "$srcdir/src" --max-edges 51
+exec python3 "$srcdir/scripts/include-graph.py" --src "$srcdir/src" --max-edges 54
