@@ -8,7 +8,8 @@ off); topic lq with 6 partitions, replication_factor 3, partition p led by node 
     true: it is attached (not redirected, though its node leads 2 of 6), its attach
     echoes the property, and it reads exactly the messages of the partitions its node
     leads: per partition offsets 0..39 in order with their bodies, every message once
-    overall. A receiver of lq without the property on node 1 is still redirected, as
+    overall. Local-only browsers (distribution-mode copy) on the three nodes see the same
+    split, each message once. A receiver of lq without the property on node 1 is still redirected, as
     before.
 (b) A node that leads no partition of a topic refuses such a link with amqp:not-found
     naming "leads no partition" (topic ls1, one partition led by node 1: refused on 2
@@ -23,17 +24,15 @@ off); topic lq with 6 partitions, replication_factor 3, partition p led by node 
 """
 
 import os
-import shutil
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import Etcd, Props, Receiver, create_rf3, start_nodes  # noqa: E402
-from mqdlegs import LOCAL_ONLY, Legs, by_partition, elect, log_legs, send_all, spread_topic  # noqa: E402
-from mqdtest import SLOW, check, log, skip  # noqa: E402
+from mqdcluster import Props, Receiver, create_rf3  # noqa: E402
+from mqdlegs import spread_cluster, LOCAL_ONLY, Legs, by_partition, elect, log_legs, send_all  # noqa: E402
+from mqdtest import SLOW, check, log  # noqa: E402
 
-RACKS = {1: "a", 2: "b", 3: "c"}
 T = "lq"
 N = 40
 MORE = 20
@@ -64,17 +63,11 @@ def check_partition(msgs, p, first, n, what):
 
 
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    etcd = Etcd(t)
-    etcd.start()
-    brokers = start_nodes(t, etcd, RACKS, lambda i: {"auto_leader_rebalance": "off"})
+    etcd, brokers, lead = spread_cluster(t, T)
     coll = mqdtest.Collect()
-    lead = spread_topic(etcd, brokers, T)
-    log("leaders %r" % lead)
     for p, n in sorted(lead.items()):
         send_all(brokers[n].url, "%s/Partitions/%d" % (T, p), ["p%d-%d" % (p, i) for i in range(N)])
-    legs = Legs({"leg%d" % i: (brokers[i].url, T) for i in RACKS}).start()
+    legs = Legs({"leg%d" % i: (brokers[i].url, T) for i in brokers}).start()
     try:
         with coll.case("(a) each node's local-only receiver reads exactly its led partitions"):
             got = legs.wait_count(6 * N)
@@ -89,6 +82,16 @@ def body(t):
                       "partition %d read by %r, led by node %d" % (p, {leg for _, _, leg in msgs}, lead[p]))
                 check_partition(msgs, p, 0, N, "(a)")
                 check([o for o, _, _ in msgs] == list(range(N)), "(a): partition %d offsets %r" % (p, msgs[:5]))
+            brs = Legs({"br%d" % i: (brokers[i].url, T) for i in brokers}, browse=True).start()
+            try:
+                seen = brs.wait_count(6 * N, what="(browsers) ")
+            finally:
+                brs.stop()
+            for p, msgs in sorted(by_partition(seen).items()):
+                check({leg for _, _, leg in msgs} == {"br%d" % lead[p]},
+                      "browsers: partition %d read by %r, led by node %d" % (p, {leg for _, _, leg in msgs}, lead[p]))
+                check_partition(msgs, p, 0, N, "(a) browsers")
+            check(len(seen) == 6 * N, "browsers: %d messages, want %d" % (len(seen), 6 * N))
             plain = PropReceiver(brokers[1].url, T, None)
             mqdtest.run_container(plain, 30)
             check(plain.link_cond and plain.link_cond[0] == "amqp:link:redirect" and not plain.bodies,
@@ -96,7 +99,7 @@ def body(t):
                   % (T, plain.link_cond, len(plain.bodies)))
         with coll.case("(b) a node leading no partition refuses a local-only link: amqp:not-found"):
             ps = create_rf3(etcd, brokers[1], "ls1")
-            for i in RACKS:
+            for i in brokers:
                 r = PropReceiver(brokers[i].url, "ls1", LOCAL_ONLY)
                 mqdtest.run_container(r, 30)
                 if i == ps["leader"]:
