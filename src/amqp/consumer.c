@@ -394,11 +394,13 @@ static void apply_start(mqd_lstate_t *ls)
     mqd_group_t *g = mqd_ls_group(ls);
     if (mqd_group_members(g) > 1 && !manual)
         return;
-    for (uint32_t i = 0; i < mqd_group_nparts(g); i++)
-        if (!manual || i == part) {
-            mqd_part_t *p = mqd_topic_part(t, i);
+    for (uint32_t i = 0; i < mqd_group_nparts(g); i++) {
+        mqd_part_t *p = mqd_topic_part(t, i);
+        /* a local-only link moves only the partitions led here: the others' positions
+           are their leaders' (where the other legs of its reader apply the filter) */
+        if ((!manual || i == part) && (!mqd_ls_local_only(ls) || mqd_part_led(p)))
             mqd_cursor_seek(mqd_group_cursor(g, i), p, start_offset(&al->start, p));
-        }
+    }
 }
 
 /* Resolves the source address into topic, group and partition; 0 or refuses. */
