@@ -8,12 +8,13 @@ off); topic lq with 6 partitions, replication_factor 3, partition p led by node 
     true: it is attached (not redirected, though its node leads 2 of 6), its attach
     echoes the property, and it reads exactly the messages of the partitions its node
     leads: per partition offsets 0..39 in order with their bodies, every message once
-    overall. Local-only browsers (distribution-mode copy) on the three nodes see the same
-    split, each message once. A receiver of lq without the property on node 1 is still redirected, as
-    before.
+    overall. Local-only browsers (distribution-mode copy) on the three nodes see the
+    same split, each message once. A receiver of lq without the property on node 1 is
+    still redirected, as before.
 (b) A node that leads no partition of a topic refuses such a link with amqp:not-found
-    naming "leads no partition" (topic ls1, one partition led by node 1: refused on 2
-    and 3, attached on 1); it is never redirected.
+    naming "leads no partition" (topic ls1, one partition: refused on the two nodes that
+    do not lead it, attached on its leader); it is never redirected. A value that is
+    not a boolean is refused with amqp:invalid-field.
 (c) The legs stay attached while partition 0 moves from node 1 to node 2 (mqctl cluster
     elect): 20 more messages to partition 0 through node 2 go to node 2's receiver only,
     after offset 39 (none of 0..39 again: they were settled before the move), and
@@ -97,7 +98,7 @@ def body(t):
             check(plain.link_cond and plain.link_cond[0] == "amqp:link:redirect" and not plain.bodies,
                   "a receiver of %s without the property on node 1: %r, %d messages"
                   % (T, plain.link_cond, len(plain.bodies)))
-        with coll.case("(b) a node leading no partition refuses a local-only link: amqp:not-found"):
+        with coll.case("(b) a node leading no partition refuses a local-only link: amqp:not-found; a bad value"):
             ps = create_rf3(etcd, brokers[1], "ls1")
             for i in brokers:
                 r = PropReceiver(brokers[i].url, "ls1", LOCAL_ONLY)
@@ -109,6 +110,10 @@ def body(t):
                           "leads no partition" in (r.link_cond[1] or ""),
                           "node %d: %r" % (i, r.link_cond))
                     log("node %d: %s: %s" % (i, r.link_cond[0], r.link_cond[1]))
+            r = PropReceiver(brokers[1].url, T, {"mqd:fwd-local-only": "yes"})
+            mqdtest.run_container(r, 30)
+            check(r.link_cond and r.link_cond[0] == "amqp:invalid-field" and "boolean" in r.link_cond[1],
+                  "mqd:fwd-local-only = \"yes\": %r" % (r.link_cond,))
         with coll.case("(c) partition 0 moves 1 -> 2 -> 1 -> 3: the legs stay, the reads follow"):
             time.sleep(2 * SLOW)  # the committed offsets reach the followers (1 s persist)
             moved_at = len(legs.snapshot())
