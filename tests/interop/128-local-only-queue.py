@@ -22,6 +22,11 @@ off); topic lq with 6 partitions, replication_factor 3, partition p led by node 
     starts reading it again at the committed offset, node 2 stops), 20 more; then node 3
     leads it (a node that held no lead of it before), 20 more. No leg is detached;
     every message is read exactly once overall and each partition in offset order.
+(d) Node 2's receiver holds 10 deliveries of partition 1 unsettled while partition 1
+    moves to node 3: node 3's receiver gets those 10 again (they were not settled: the
+    only messages read twice), node 2's late acceptance of them only settles them there;
+    10 more through node 3 go to node 3's receiver; partition 1 back on node 2 (after the
+    1 s persist): node 2's receiver reads the next 10 and none of the 20 before.
 """
 
 import os
@@ -140,6 +145,27 @@ def body(t):
             for p in range(1, 6):
                 check_partition(per[p], p, 0, N, "(c) partition %d overall" % p)
             check(len(got) == 5 * N + base, "%d messages overall, want %d" % (len(got), 5 * N + base))
+        with coll.case("(d) deliveries unsettled at a move come again from the new leader, once"):
+            legs.hold_leg("leg2")
+            n0 = len(legs.snapshot())
+            send_all(brokers[2].url, "%s/Partitions/1" % T, ["p1-%d" % s for s in range(N, N + 10)])
+            legs.wait_count(n0 + 10, what="(held on node 2) ")
+            elect(etcd, brokers[1], T, 1, 3)
+            legs.wait_count(n0 + 20, what="(again from node 3) ")
+            legs.accept_held("leg2")  # settles deliveries of a lead node 2 has left: only settled
+            send_all(brokers[3].url, "%s/Partitions/1" % T, ["p1-%d" % s for s in range(N + 10, N + 20)])
+            got = legs.wait_count(n0 + 30, what="(more from node 3) ")
+            time.sleep(2 * SLOW)  # node 3 logs the committed offset; then back to node 2
+            elect(etcd, brokers[1], T, 1, 2)
+            send_all(brokers[2].url, "%s/Partitions/1" % T, ["p1-%d" % s for s in range(N + 20, N + 30)])
+            got = legs.wait_count(n0 + 40, what="(node 2 again) ")
+            new = [(leg, b) for leg, p, _, b, _ in got[n0:]]
+            want = [("leg2", "p1-%d" % s) for s in range(N, N + 10)] + \
+                   [("leg3", "p1-%d" % s) for s in range(N, N + 20)] + \
+                   [("leg2", "p1-%d" % s) for s in range(N + 20, N + 30)]
+            log("(d): %s" % ", ".join("%s %s" % x for x in new[::5]))
+            check(new == want, "(d): %d messages after the hold: %r, want %r" % (len(new), new[:12], want[:12]))
+            check(not legs.ends, "legs ended: %r" % legs.ends)
     finally:
         legs.stop()
     coll.finish()

@@ -128,14 +128,17 @@ def send_all(url, address, bodies, key_of=None):
 
 class Legs(MessagingHandler):
     """Receivers with mqd:fwd-local-only, one per entry of `legs` ({name: (url, address)},
-    the name is also the link's name), each on its own connection; every message is
-    accepted once received (browse: distribution-mode copy, a browser). got: (leg, partition, offset, body, time); ends: (leg,
-    condition name, description, time) of every link or connection that ended other
-    than by close(); props: {leg: the link properties of the broker's attach}."""
+    the name is also the link's name), each on its own connection (browse:
+    distribution-mode copy, browsers). Every message is accepted once received, but on a
+    leg held with hold_leg: then at accept_held. got: (leg, partition, offset, body,
+    time); ends: (leg, condition name, description, time) of every link or connection
+    that ended other than by close(); props: {leg: the link properties of the broker's
+    attach}."""
 
     def __init__(self, legs, credit=20, browse=False):
-        super().__init__(prefetch=credit, auto_accept=True)
+        super().__init__(prefetch=credit, auto_accept=False)
         self.legs, self.browse = dict(legs), browse
+        self.hold, self.held = set(), {}  # legs whose deliveries wait for accept_held()
         self.got, self.ends = [], []
         self.props, self.links, self.conns = {}, {}, {}
         self.closing = set()
@@ -170,6 +173,10 @@ class Legs(MessagingHandler):
             if cmd == "close":
                 self.closing.add(name)
                 self.links[name].close()
+            elif cmd == "accept":
+                self.hold.discard(name)
+                for d in self.held.pop(name, []):
+                    self.accept(d)
             elif cmd == "open":
                 self.closing.discard(name)
                 self._open(self.container, name)
@@ -190,6 +197,10 @@ class Legs(MessagingHandler):
         part = int(mqdtest.ann(e.message, "x-opt-partition-id", "-1"))
         off = int(mqdtest.ann(e.message, "x-opt-offset", "-1"))
         self.got.append((n, part, off, e.message.body, time.time()))
+        if n in self.hold:
+            self.held.setdefault(n, []).append(e.delivery)
+        else:
+            self.accept(e.delivery)
 
     def _ended(self, name, cond):
         if name and name not in self.closing:
@@ -223,6 +234,15 @@ class Legs(MessagingHandler):
     def close_leg(self, name):
         with self.lock:
             self.cmds.append(("close", name))
+
+    def hold_leg(self, name):
+        """From now on name's deliveries stay unsettled until accept_held(name)."""
+        with self.lock:
+            self.hold.add(name)
+
+    def accept_held(self, name):
+        with self.lock:
+            self.cmds.append(("accept", name))
 
     def open_leg(self, name, url, address):
         with self.lock:
