@@ -33,6 +33,7 @@ typedef struct mqd_alink {
     mqd_read_t *brd;       /* browser: records read ahead from partition brd_part */
     uint32_t brd_part;
     size_t brd_i; /* next record in brd to deliver */
+    bool queue_view; /* browser of a queue: shows what $shared has not settled (consumer.c) */
     /* A consumer with a selector on the shared group scans with browse_next/brd too, and
        looks at the group's released records from sel_rdi on; per partition, sel_gen is
        the redelivery list's generation since which sel_looked entries were looked at

@@ -413,6 +413,14 @@ static int consumer_join(mqd_lstate_t *ls, mqd_addr_t *a)
     return rc;
 }
 
+/* The sender settle mode a consumer's attach is answered with: what it asked for (mqd
+ * does each), mixed when it asked for nothing known. */
+static void consumer_settle_mode(pn_link_t *l)
+{
+    pn_snd_settle_mode_t m = pn_link_remote_snd_settle_mode(l);
+    pn_link_set_snd_settle_mode(l, m == PN_SND_SETTLED || m == PN_SND_UNSETTLED ? m : PN_SND_MIXED);
+}
+
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
 {
     pn_terminus_t *rs = pn_link_remote_source(l), *src = pn_link_source(l);
@@ -469,7 +477,11 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
                                      : mqd_plog_start_offset(mqd_part_log(mqd_topic_part(t, i)));
     } else if (consumer_join(ls, &a) != 0) {
         return;
+    } else {
+        consumer_settle_mode(l);
     }
+    al->queue_view = browse && a.kind == MQD_ADDR_TOPIC && al->start.kind == MQD_START_NONE &&
+                     !mqd_topic_temporary(t);
     apply_start(ls);
     mqd_dlist_push(mqd_topic_consumers(t), mqd_ls_tnode(ls));
     pn_link_set_max_message_size(l, mqd_srv_conf(mqd_conn_srv(c))->max_message_size);
@@ -485,6 +497,19 @@ static uint32_t total_count(const mqd_msg_info_t *mi, uint32_t dcount)
 {
     uint32_t n = MQD_DC_COUNT(dcount);
     return mi->delivery_count > UINT32_MAX - n ? UINT32_MAX : mi->delivery_count + n;
+}
+
+/* A consumer that attached with snd-settle-mode settled (at-most-once: Proton's
+ * AtMostOnce, the Erlang client's `settled`) gets each delivery pre-settled, and the
+ * record is taken off the queue (done in its group) as it is sent, as RabbitMQ does: it
+ * is not delivered again, whatever becomes of the link. */
+static void presettled_consumed(mqd_lstate_t *ls, uint32_t part, uint64_t off)
+{
+    mqd_group_t *g = mqd_ls_group(ls);
+    if (mqd_ls_kind(ls) != MQD_LS_CONSUMER || !g || part >= mqd_group_nparts(g))
+        return;
+    mqd_cursor_done(mqd_group_cursor(g, part), off);
+    mqd_group_settled(g, part);
 }
 
 static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const mqd_msg_info_t *mi,
@@ -514,11 +539,14 @@ static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const 
     pn_link_advance(l);
     mqd_topic_count_out(mqd_ls_topic(ls), out->len);
     /* A copy goes out unsettled, as ActiveMQ and Artemis send it (clients settle what they
-     * browse and fail on a pre-settled delivery), unless the receiver asked for settled. */
-    if (mqd_ls_kind(ls) == MQD_LS_BROWSER && pn_link_snd_settle_mode(l) == PN_SND_SETTLED)
+     * browse and fail on a pre-settled delivery), unless the receiver asked for settled;
+     * so does a consumer's delivery (presettled_consumed). */
+    if (pn_link_snd_settle_mode(l) == PN_SND_SETTLED) {
         pn_delivery_settle(d);
-    else
+        presettled_consumed(ls, part, rec->offset);
+    } else {
         al->unsettled++;
+    }
     mqd_conn_mark_dirty(c);
     return 0;
 }
@@ -613,6 +641,35 @@ static const mqd_rec_t *browse_next_rec(mqd_lstate_t *ls, uint32_t i)
     return &rd->recs[al->brd_i++];
 }
 
+/* A browser of a queue (distribution-mode copy on T, no start filter) shows what is still
+ * on the queue: each partition from the $shared group's committed offset, and nothing the
+ * group settled above it (held, unsettled deliveries are still on the queue and shown).
+ * The group is looked up per call: a browser is not one of its members. A start filter
+ * makes the browser a replay of the log instead (queue_view false). */
+static mqd_cursor_t *queue_cursor(mqd_lstate_t *ls, uint32_t i)
+{
+    const mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_group_t *g;
+    if (!al->queue_view ||
+        mqd_group_get(mqd_ls_topic(ls), MQD_SHARED_GROUP, &g) != 0)
+        return NULL;
+    return mqd_group_cursor(g, i);
+}
+
+static void queue_view_floor(mqd_lstate_t *ls, uint32_t i)
+{
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_cursor_t *cur = queue_cursor(ls, i);
+    if (cur && al->browse_next[i] != UINT64_MAX && al->browse_next[i] < mqd_cursor_floor(cur))
+        al->browse_next[i] = mqd_cursor_floor(cur);
+}
+
+static bool queue_view_settled(mqd_lstate_t *ls, uint32_t i, uint64_t off)
+{
+    mqd_cursor_t *cur = queue_cursor(ls, i);
+    return cur && mqd_cursor_settled(cur, off);
+}
+
 static size_t browse_pump(mqd_lstate_t *ls)
 {
     mqd_alink_t *al = mqd_ls_amqp(ls);
@@ -626,6 +683,7 @@ static size_t browse_pump(mqd_lstate_t *ls)
         uint32_t i = (first + k) % al->browse_n;
         if (al->browse_next[i] == UINT64_MAX)
             continue;
+        queue_view_floor(ls, i);
         const mqd_rec_t *rec = browse_next_rec(ls, i);
         if (!rec)
             continue;
@@ -633,7 +691,7 @@ static size_t browse_pump(mqd_lstate_t *ls)
         al->browse_next[i] = rec->offset + 1;
         if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
             ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(s, rec->txn)) ||
-            scan_record(ls, rec, &mi) != 0 ||
+            queue_view_settled(ls, i, rec->offset) || scan_record(ls, rec, &mi) != 0 ||
             (al->sel && !mqd_selector_match(al->sel, rec->data, rec->len, &mi)))
             return 1; /* skipped: counts as progress so the caller tries again */
         deliver(ls, i, rec, &mi, 0);
