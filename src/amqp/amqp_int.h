@@ -96,6 +96,11 @@ void mqd_link_steal(mqd_conn_t *c, pn_link_t *l);
 int mqd_reply_attach(mqd_conn_t *c, pn_link_t *l, bool cbs, mqd_topic_t **out);
 int mqd_reply_resolve(mqd_conn_t *c, const char *to, size_t len, char *name, size_t namelen);
 bool mqd_reply_may_read(mqd_conn_t *c, const char *topic);
+/* Is addr a Service Bus entity's management node, `<entity>/$management` (the
+ * @azure/service-bus SDK's request/response links; docs/servicebus.md)? The entity (a
+ * valid topic name) into entity[len] unless entity is NULL. Its receivers read a reply node as `$management`'s
+ * do; its requests go to mqd_mgmt_entity_handle. */
+bool mqd_reply_entity_node(const char *addr, char *entity, size_t len);
 
 /* consumer.c */
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l);

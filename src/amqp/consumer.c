@@ -440,7 +440,8 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
         if (!rh->attach)
             return mqd_link_refuse(l, "amqp:not-found", "not a cluster node: '%s'", addr);
         return rh->attach(rh->arg, c, l, addr); /* a follower's fetch */
-    } else if (strcasecmp(addr, "$management") == 0 || strcasecmp(addr, "$cbs") == 0) {
+    } else if (strcasecmp(addr, "$management") == 0 || strcasecmp(addr, "$cbs") == 0 ||
+               mqd_reply_entity_node(addr, NULL, 0)) {
         if (mqd_reply_attach(c, l, strcasecmp(addr, "$cbs") == 0, &t) != 0)
             return;
     } else if (resolve_source(c, l, addr, browse, &t, &a) != 0) {
