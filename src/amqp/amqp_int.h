@@ -102,6 +102,17 @@ bool mqd_reply_may_read(mqd_conn_t *c, const char *topic);
  * do; its requests go to mqd_mgmt_entity_handle. */
 bool mqd_reply_entity_node(const char *addr, char *entity, size_t len);
 
+/* sbus.c: Service Bus dead-lettering (docs/servicebus.md). mqd_sbus_dead_letter_of: was
+ * d rejected with com.microsoft:dead-letter (the SDK's deadLetterMessage)? Then its
+ * DeadLetterReason and DeadLetterErrorDescription into dl. mqd_sbus_dead_letter_props:
+ * the message in[] with those as application properties, into out; 0 or MQD_E*. */
+typedef struct mqd_sbus_dl {
+    char reason[256];
+    char desc[512];
+} mqd_sbus_dl_t;
+bool mqd_sbus_dead_letter_of(pn_delivery_t *d, mqd_sbus_dl_t *dl);
+int mqd_sbus_dead_letter_props(const mqd_buf_t *in, const mqd_sbus_dl_t *dl, mqd_buf_t *out);
+
 /* consumer.c */
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l);
 void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d);

@@ -561,7 +561,7 @@ static bool expired(const mqd_rec_t *rec, const mqd_msg_info_t *mi, int64_t now)
 
 /* Copies a record to T/$DeadLetterQueue with annotations naming its origin. */
 static void dead_letter(mqd_topic_t *t, uint32_t part, const mqd_rec_t *rec,
-                        const mqd_msg_info_t *mi, const char *reason)
+                        const mqd_msg_info_t *mi, const char *reason, const mqd_sbus_dl_t *sb)
 {
     mqd_server_t *s = mqd_topic_srv(t);
     const char *tname = mqd_topic_name(t);
@@ -578,12 +578,15 @@ static void dead_letter(mqd_topic_t *t, uint32_t part, const mqd_rec_t *rec,
                          .offset = (int64_t)rec->offset,
                          .enqueued_ms = rec->timestamp_ms,
                          .delivery_count = mi->delivery_count,
-                         .dlq_reason = reason,
+                         .dlq_reason = sb && sb->reason[0] ? sb->reason : reason,
                          .dlq_origin = origin};
-    mqd_buf_t *out = mqd_srv_scratch(s);
+    mqd_buf_t *out = mqd_srv_scratch(s), sbuf = {0};
     int rc = mqd_msg_annotate(rec->data, rec->len, mi, &ann, out);
+    if (rc == 0 && sb && (rc = mqd_sbus_dead_letter_props(out, sb, &sbuf)) == 0)
+        out = &sbuf; /* with the Service Bus reason and description as properties */
     if (rc == 0)
         rc = mqd_part_append(mqd_topic_part(dlq, 0), out->p, out->len, NULL, NULL, NULL);
+    mqd_buf_free(&sbuf);
     if (rc != 0) /* the record stays in its own log: lost to the dead-letter topic only */
         MQD_WARN_RL("amqp", "%s: not dead-lettered to %s: %s", origin, name, mqd_strerror(rc));
 }
@@ -715,7 +718,7 @@ static int admit(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, const mqd_m
     }
     uint32_t max_dc = mqd_topic_conf(t)->max_delivery_count;
     if (max_dc && total_count(mi, dc) >= max_dc) {
-        dead_letter(t, i, rec, mi, "max_delivery_count reached");
+        dead_letter(t, i, rec, mi, "max_delivery_count reached", NULL);
         mqd_topic_count_dead(t);
         return 1;
     }
@@ -919,18 +922,21 @@ size_t mqd_consumer_pump(mqd_lstate_t *ls)
     return n;
 }
 
-/* A rejected record goes to the dead-letter queue when the topic asks for it. */
-static void rejected(mqd_lstate_t *ls, uint32_t part, uint64_t off)
+/* A rejected record goes to the dead-letter queue when the topic asks for it, or the
+ * rejection does (Service Bus' com.microsoft:dead-letter: sbus.c). */
+static void rejected(mqd_lstate_t *ls, pn_delivery_t *d, uint32_t part, uint64_t off)
 {
     mqd_topic_t *t = mqd_ls_topic(ls);
+    mqd_sbus_dl_t sb;
+    bool asked = mqd_sbus_dead_letter_of(d, &sb);
     mqd_topic_count_rejected(t);
-    if (!mqd_topic_conf(t)->dead_letter)
+    if (!mqd_topic_conf(t)->dead_letter && !asked)
         return;
     mqd_read_t *rd = mqd_srv_browse_rd(mqd_topic_srv(t));
     mqd_msg_info_t mi;
     if (mqd_plog_read(mqd_part_log(mqd_topic_part(t, part)), off, off + 1, 1, 1, rd) == 0 &&
         rd->n == 1 && mqd_msg_scan_stored(rd->recs[0].data, rd->recs[0].len, &mi) == 0)
-        dead_letter(t, part, &rd->recs[0], &mi, "rejected");
+        dead_letter(t, part, &rd->recs[0], &mi, "rejected", asked ? &sb : NULL);
 }
 
 /* A disposition inside a transaction: staged; the transaction owns the record now. */
@@ -976,7 +982,7 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
             mqd_cursor_release(cur, off, pn_disposition_is_failed(pn_delivery_remote(d)));
         } else {
             if (state == PN_REJECTED)
-                rejected(ls, part, off);
+                rejected(ls, d, part, off);
             mqd_cursor_done(cur, off); /* accepted, rejected, or settled without outcome */
         }
         if (al->unsettled)
