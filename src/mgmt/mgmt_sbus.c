@@ -21,6 +21,7 @@
 #include "config.h"
 #include "codec/codec.h"
 #include "mgmt/mgmt_int.h"
+#include "mgmt/mgmt_sbus.h"
 #include "core/core.h"
 
 #include <stdio.h>
@@ -30,46 +31,6 @@
 #define SBUS_PEEK_MAX 256
 #define SBUS_LOCK_MS 60000 /* what a renewal answers: mqd's locks last while the link holds them */
 #define COND_LOCK_LOST "com.microsoft:message-lock-lost"
-
-/* Positions d on the value of `key` in the request body's map; false when absent. */
-static bool body_get(pn_data_t *d, const char *key)
-{
-    size_t klen = strlen(key);
-    pn_data_rewind(d);
-    if (!pn_data_next(d) || pn_data_type(d) != PN_DESCRIBED)
-        return false;
-    pn_data_enter(d);
-    if (!pn_data_next(d) || !pn_data_next(d) || pn_data_type(d) != PN_MAP)
-        return false;
-    size_t n = pn_data_get_map(d);
-    pn_data_enter(d);
-    for (size_t i = 0; i + 1 < n; i += 2) {
-        if (!pn_data_next(d))
-            return false;
-        pn_type_t t = pn_data_type(d);
-        pn_bytes_t k = t == PN_STRING   ? pn_data_get_string(d)
-                       : t == PN_SYMBOL ? pn_data_get_symbol(d)
-                                        : pn_bytes(0, NULL);
-        if (!pn_data_next(d))
-            return false;
-        if (k.size == klen && memcmp(k.start, key, klen) == 0)
-            return true;
-    }
-    return false;
-}
-
-static bool body_int(pn_data_t *d, const char *key, int64_t *out)
-{
-    if (!body_get(d, key))
-        return false;
-    switch (pn_data_type(d)) {
-    case PN_LONG: *out = pn_data_get_long(d); return true;
-    case PN_INT: *out = pn_data_get_int(d); return true;
-    case PN_UINT: *out = pn_data_get_uint(d); return true;
-    case PN_ULONG: *out = (int64_t)pn_data_get_ulong(d); return true;
-    default: return false;
-    }
-}
 
 static bool may(mqd_mgmt_req_t *r, mqd_perm_t perm, const char *entity)
 {
@@ -161,15 +122,14 @@ static int peek_records(pn_data_t *d, mqd_topic_t *t, uint64_t from, int64_t cou
     return rc;
 }
 
-static int sbus_peek(mqd_mgmt_req_t *r, const char *entity, pn_data_t *body)
+static int sbus_peek(mqd_mgmt_req_t *r, const char *entity, const mqd_sbus_args_t *a)
 {
-    int64_t from = 0, count = 1;
     if (!may(r, MQD_PERM_BROWSE, entity) && !may(r, MQD_PERM_RECEIVE, entity))
         return mqd_mgmt_fail(r, 401, "not allowed to peek at '%.200s'", entity);
-    if (!body_int(body, "from-sequence-number", &from) || from < 0 ||
-        !body_int(body, "message-count", &count) || count < 1)
+    if (!a->has_from || a->from < 0 || !a->has_count || a->count < 1)
         return mqd_mgmt_fail(r, 400, "from-sequence-number (long >= 0) and message-count "
                                      "(int >= 1) are required");
+    int64_t from = a->from, count = a->count;
     mqd_topic_t *t = entity_topic(r, entity);
     if (!t)
         return r->status;
@@ -190,54 +150,34 @@ static int sbus_peek(mqd_mgmt_req_t *r, const char *entity, pn_data_t *body)
     return 200;
 }
 
-/* A lock token: the delivery tag (partition u32, offset u64, as consumer.c writes it)
- * in the byte order the SDK gives a uuid (its first three groups reversed). */
-static bool token_offset(pn_uuid_t u, uint64_t *off)
-{
-    static const uint8_t order[12] = {3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11};
-    uint8_t tag[12];
-    uint32_t part;
-    for (int i = 0; i < 12; i++)
-        tag[i] = (uint8_t)u.bytes[order[i]];
-    memcpy(&part, tag, 4);
-    memcpy(off, tag + 4, 8);
-    return part == 0 && u.bytes[12] == 0 && u.bytes[13] == 0 && u.bytes[14] == 0 &&
-           u.bytes[15] == 0;
-}
-
-static int sbus_renew(mqd_mgmt_req_t *r, const char *entity, pn_data_t *body)
+static int sbus_renew(mqd_mgmt_req_t *r, const char *entity, const mqd_sbus_args_t *a)
 {
     if (!may(r, MQD_PERM_RECEIVE, entity))
         return mqd_mgmt_fail(r, 401, "not allowed to receive from '%.200s'", entity);
     mqd_topic_t *t = entity_topic(r, entity);
     if (!t)
         return r->status;
-    if (!body_get(body, "lock-tokens") || pn_data_type(body) != PN_ARRAY ||
-        pn_data_get_array_type(body) != PN_UUID)
+    if (!a->has_tokens || a->n_tokens == 0)
         return mqd_mgmt_fail(r, 400, "lock-tokens (an array of uuids) is required");
-    size_t n = pn_data_get_array(body);
     mqd_cursor_t *cur = queue_cursor(t);
+    for (size_t i = 0; i < a->n_tokens || a->tokens_bad; i++) {
+        uint64_t off = i < a->n_tokens ? a->tokens[i] : 0;
+        if (a->tokens_bad || !cur || mqd_cursor_free_at(cur, off) || mqd_cursor_settled(cur, off)) {
+            r->cond = COND_LOCK_LOST;
+            return mqd_mgmt_fail(r, 410,
+                                 "The lock supplied is invalid: the message is not held by a "
+                                 "receiver of '%.200s' (settled, released, or never delivered)",
+                                 entity);
+        }
+    }
     int64_t until = mqd_now_ms() + SBUS_LOCK_MS;
     pn_data_put_map(r->out);
     pn_data_enter(r->out);
     pn_data_put_string(r->out, pn_bytes(11, "expirations"));
     pn_data_put_array(r->out, false, PN_TIMESTAMP);
     pn_data_enter(r->out);
-    pn_data_enter(body);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t off;
-        if (!pn_data_next(body) || !token_offset(pn_data_get_uuid(body), &off) || !cur ||
-            mqd_cursor_free_at(cur, off) || mqd_cursor_settled(cur, off)) {
-            r->cond = COND_LOCK_LOST;
-            pn_data_clear(r->out);
-            return mqd_mgmt_fail(r, 410,
-                                 "The lock supplied is invalid: the message is not held by a "
-                                 "receiver of '%.200s' (settled, released, or never delivered)",
-                                 entity);
-        }
+    for (size_t i = 0; i < a->n_tokens; i++)
         pn_data_put_timestamp(r->out, until);
-    }
-    pn_data_exit(body);
     pn_data_exit(r->out);
     pn_data_exit(r->out);
     return 200;
@@ -246,28 +186,22 @@ static int sbus_renew(mqd_mgmt_req_t *r, const char *entity, pn_data_t *body)
 void mqd_mgmt_sbus_run(mqd_mgmt_req_t *r, const char *entity, const uint8_t *req, size_t len,
                        const mqd_msg_info_t *mi)
 {
-    pn_data_t *body = pn_data(16);
+    mqd_sbus_args_t a;
     r->op = mqd_mgmt_arg_str(r, "operation");
     r->type = "com.microsoft:entity";
     r->name = entity;
-    if (!body) {
-        mqd_mgmt_fail(r, 500, "out of memory");
-        return;
-    }
-    if (mi->body_off < len && pn_data_decode(body, (const char *)req + mi->body_off,
-                                             len - mi->body_off) < 0)
-        pn_data_clear(body);
+    if (mi->body_off >= len || mqd_sbus_args_parse(req + mi->body_off, len - mi->body_off, &a) != 0)
+        memset(&a, 0, sizeof a); /* no map body: every operation here needs one (400) */
     if (!r->op)
         mqd_mgmt_fail(r, 400, "application property 'operation' is required");
     else if (strcmp(r->op, "com.microsoft:peek-message") == 0)
-        r->status = sbus_peek(r, entity, body);
+        r->status = sbus_peek(r, entity, &a);
     else if (strcmp(r->op, "com.microsoft:renew-lock") == 0)
-        r->status = sbus_renew(r, entity, body);
+        r->status = sbus_renew(r, entity, &a);
     else
         mqd_mgmt_fail(r, 501, "operation %.100s is not implemented by mqd (docs/servicebus.md)",
                       r->op);
     if (r->status >= 300)
         pn_data_clear(r->out);
     MQD_DEBUG("mgmt", "%s on %s -> %d %s", r->op ? r->op : "-", entity, r->status, r->desc);
-    pn_data_free(body);
 }
