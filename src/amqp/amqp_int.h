@@ -37,6 +37,7 @@ typedef struct mqd_alink {
     mqd_read_t *brd;       /* browser: records read ahead from partition brd_part */
     uint32_t brd_part;
     size_t brd_i; /* next record in brd to deliver */
+    bool queue_view; /* browser of a queue: shows what $shared has not settled (consumer.c) */
     /* A consumer with a selector on the shared group scans with browse_next/brd too, and
        looks at the group's released records from sel_rdi on; per partition, sel_gen is
        the redelivery list's generation since which sel_looked entries were looked at
@@ -117,6 +118,22 @@ void mqd_link_steal(mqd_conn_t *c, pn_link_t *l);
 int mqd_reply_attach(mqd_conn_t *c, pn_link_t *l, bool cbs, mqd_topic_t **out);
 int mqd_reply_resolve(mqd_conn_t *c, const char *to, size_t len, char *name, size_t namelen);
 bool mqd_reply_may_read(mqd_conn_t *c, const char *topic);
+/* Is addr a Service Bus entity's management node, `<entity>/$management` (the
+ * @azure/service-bus SDK's request/response links; docs/servicebus.md)? The entity (a
+ * valid topic name) into entity[len] unless entity is NULL. Its receivers read a reply node as `$management`'s
+ * do; its requests go to mqd_mgmt_entity_handle. */
+bool mqd_reply_entity_node(const char *addr, char *entity, size_t len);
+
+/* sbus.c: Service Bus dead-lettering (docs/servicebus.md). mqd_sbus_dead_letter_of: was
+ * d rejected with com.microsoft:dead-letter (the SDK's deadLetterMessage)? Then its
+ * DeadLetterReason and DeadLetterErrorDescription into dl. mqd_sbus_dead_letter_props:
+ * the message in[] with those as application properties, into out; 0 or MQD_E*. */
+typedef struct mqd_sbus_dl {
+    char reason[256];
+    char desc[512];
+} mqd_sbus_dl_t;
+bool mqd_sbus_dead_letter_of(pn_delivery_t *d, mqd_sbus_dl_t *dl);
+int mqd_sbus_dead_letter_props(const mqd_buf_t *in, const mqd_sbus_dl_t *dl, mqd_buf_t *out);
 
 /* consumer.c */
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l);

@@ -473,6 +473,14 @@ static int consumer_join(mqd_lstate_t *ls, mqd_addr_t *a)
     return rc;
 }
 
+/* The sender settle mode a consumer's attach is answered with: what it asked for (mqd
+ * does each), mixed when it asked for nothing known. */
+static void consumer_settle_mode(pn_link_t *l)
+{
+    pn_snd_settle_mode_t m = pn_link_remote_snd_settle_mode(l);
+    pn_link_set_snd_settle_mode(l, m == PN_SND_SETTLED || m == PN_SND_UNSETTLED ? m : PN_SND_MIXED);
+}
+
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
 {
     pn_terminus_t *rs = pn_link_remote_source(l), *src = pn_link_source(l);
@@ -496,7 +504,8 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
         if (!rh->attach)
             return mqd_link_refuse(l, "amqp:not-found", "not a cluster node: '%s'", addr);
         return rh->attach(rh->arg, c, l, addr); /* a follower's fetch */
-    } else if (strcasecmp(addr, "$management") == 0 || strcasecmp(addr, "$cbs") == 0) {
+    } else if (strcasecmp(addr, "$management") == 0 || strcasecmp(addr, "$cbs") == 0 ||
+               mqd_reply_entity_node(addr, NULL, 0)) {
         if (mqd_reply_attach(c, l, strcasecmp(addr, "$cbs") == 0, &t) != 0)
             return;
     } else if (resolve_source(c, l, addr, browse, local_only == 1, &t, &a) != 0) {
@@ -539,7 +548,11 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
                                      : mqd_plog_start_offset(mqd_part_log(mqd_topic_part(t, i)));
     } else if (consumer_join(ls, &a) != 0) {
         return;
+    } else {
+        consumer_settle_mode(l);
     }
+    al->queue_view = browse && a.kind == MQD_ADDR_TOPIC && al->start.kind == MQD_START_NONE &&
+                     !mqd_topic_temporary(t);
     apply_start(ls);
     mqd_dlist_push(mqd_topic_consumers(t), mqd_ls_tnode(ls));
     pn_link_set_max_message_size(l, mqd_srv_conf(mqd_conn_srv(c))->max_message_size);
@@ -555,6 +568,19 @@ static uint32_t total_count(const mqd_msg_info_t *mi, uint32_t dcount)
 {
     uint32_t n = MQD_DC_COUNT(dcount);
     return mi->delivery_count > UINT32_MAX - n ? UINT32_MAX : mi->delivery_count + n;
+}
+
+/* A consumer that attached with snd-settle-mode settled (at-most-once: Proton's
+ * AtMostOnce, the Erlang client's `settled`) gets each delivery pre-settled, and the
+ * record is taken off the queue (done in its group) as it is sent, as RabbitMQ does: it
+ * is not delivered again, whatever becomes of the link. */
+static void presettled_consumed(mqd_lstate_t *ls, uint32_t part, uint64_t off)
+{
+    mqd_group_t *g = mqd_ls_group(ls);
+    if (mqd_ls_kind(ls) != MQD_LS_CONSUMER || !g || part >= mqd_group_nparts(g))
+        return;
+    mqd_cursor_done(mqd_group_cursor(g, part), off);
+    mqd_group_settled(g, part);
 }
 
 static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const mqd_msg_info_t *mi,
@@ -586,11 +612,14 @@ static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const 
     pn_link_advance(l);
     mqd_topic_count_out(mqd_ls_topic(ls), out->len);
     /* A copy goes out unsettled, as ActiveMQ and Artemis send it (clients settle what they
-     * browse and fail on a pre-settled delivery), unless the receiver asked for settled. */
-    if (mqd_ls_kind(ls) == MQD_LS_BROWSER && pn_link_snd_settle_mode(l) == PN_SND_SETTLED)
+     * browse and fail on a pre-settled delivery), unless the receiver asked for settled;
+     * so does a consumer's delivery (presettled_consumed). */
+    if (pn_link_snd_settle_mode(l) == PN_SND_SETTLED) {
         pn_delivery_settle(d);
-    else
+        presettled_consumed(ls, part, rec->offset);
+    } else {
         al->unsettled++;
+    }
     mqd_conn_mark_dirty(c);
     return 0;
 }
@@ -604,7 +633,7 @@ static bool expired(const mqd_rec_t *rec, const mqd_msg_info_t *mi, int64_t now)
 
 /* Copies a record to T/$DeadLetterQueue with annotations naming its origin. */
 static void dead_letter(mqd_topic_t *t, uint32_t part, const mqd_rec_t *rec,
-                        const mqd_msg_info_t *mi, const char *reason)
+                        const mqd_msg_info_t *mi, const char *reason, const mqd_sbus_dl_t *sb)
 {
     mqd_server_t *s = mqd_topic_srv(t);
     const char *tname = mqd_topic_name(t);
@@ -621,12 +650,15 @@ static void dead_letter(mqd_topic_t *t, uint32_t part, const mqd_rec_t *rec,
                          .offset = (int64_t)rec->offset,
                          .enqueued_ms = rec->timestamp_ms,
                          .delivery_count = mi->delivery_count,
-                         .dlq_reason = reason,
+                         .dlq_reason = sb && sb->reason[0] ? sb->reason : reason,
                          .dlq_origin = origin};
-    mqd_buf_t *out = mqd_srv_scratch(s);
+    mqd_buf_t *out = mqd_srv_scratch(s), sbuf = {0};
     int rc = mqd_msg_annotate(rec->data, rec->len, mi, &ann, out);
+    if (rc == 0 && sb && (rc = mqd_sbus_dead_letter_props(out, sb, &sbuf)) == 0)
+        out = &sbuf; /* with the Service Bus reason and description as properties */
     if (rc == 0)
         rc = mqd_part_append(mqd_topic_part(dlq, 0), out->p, out->len, NULL, NULL, NULL);
+    mqd_buf_free(&sbuf);
     if (rc != 0) /* the record stays in its own log: lost to the dead-letter topic only */
         MQD_WARN_RL("amqp", "%s: not dead-lettered to %s: %s", origin, name, mqd_strerror(rc));
 }
@@ -685,6 +717,35 @@ static const mqd_rec_t *browse_next_rec(mqd_lstate_t *ls, uint32_t i)
     return &rd->recs[al->brd_i++];
 }
 
+/* A browser of a queue (distribution-mode copy on T, no start filter) shows what is still
+ * on the queue: each partition from the $shared group's committed offset, and nothing the
+ * group settled above it (held, unsettled deliveries are still on the queue and shown).
+ * The group is looked up per call: a browser is not one of its members. A start filter
+ * makes the browser a replay of the log instead (queue_view false). */
+static mqd_cursor_t *queue_cursor(mqd_lstate_t *ls, uint32_t i)
+{
+    const mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_group_t *g;
+    if (!al->queue_view ||
+        mqd_group_get(mqd_ls_topic(ls), MQD_SHARED_GROUP, &g) != 0)
+        return NULL;
+    return mqd_group_cursor(g, i);
+}
+
+static void queue_view_floor(mqd_lstate_t *ls, uint32_t i)
+{
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_cursor_t *cur = queue_cursor(ls, i);
+    if (cur && al->browse_next[i] != UINT64_MAX && al->browse_next[i] < mqd_cursor_floor(cur))
+        al->browse_next[i] = mqd_cursor_floor(cur);
+}
+
+static bool queue_view_settled(mqd_lstate_t *ls, uint32_t i, uint64_t off)
+{
+    mqd_cursor_t *cur = queue_cursor(ls, i);
+    return cur && mqd_cursor_settled(cur, off);
+}
+
 static size_t browse_pump(mqd_lstate_t *ls)
 {
     mqd_alink_t *al = mqd_ls_amqp(ls);
@@ -699,6 +760,7 @@ static size_t browse_pump(mqd_lstate_t *ls)
         if (al->browse_next[i] == UINT64_MAX ||
             (mqd_ls_local_only(ls) && !mqd_part_led(mqd_topic_part(t, i))))
             continue;
+        queue_view_floor(ls, i);
         const mqd_rec_t *rec = browse_next_rec(ls, i);
         if (!rec)
             continue;
@@ -706,7 +768,7 @@ static size_t browse_pump(mqd_lstate_t *ls)
         al->browse_next[i] = rec->offset + 1;
         if ((rec->flags & MQD_REC_KIND_MASK) != MQD_REC_DATA ||
             ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(s, rec->txn)) ||
-            scan_record(ls, rec, &mi) != 0 ||
+            queue_view_settled(ls, i, rec->offset) || scan_record(ls, rec, &mi) != 0 ||
             (al->sel && !mqd_selector_match(al->sel, rec->data, rec->len, &mi)))
             return 1; /* skipped: counts as progress so the caller tries again */
         deliver(ls, i, rec, &mi, 0);
@@ -729,7 +791,7 @@ static int admit(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec, const mqd_m
     }
     uint32_t max_dc = mqd_topic_conf(t)->max_delivery_count;
     if (max_dc && total_count(mi, dc) >= max_dc) {
-        dead_letter(t, i, rec, mi, "max_delivery_count reached");
+        dead_letter(t, i, rec, mi, "max_delivery_count reached", NULL);
         mqd_topic_count_dead(t);
         return 1;
     }
@@ -935,18 +997,21 @@ size_t mqd_consumer_pump(mqd_lstate_t *ls)
     return n;
 }
 
-/* A rejected record goes to the dead-letter queue when the topic asks for it. */
-static void rejected(mqd_lstate_t *ls, uint32_t part, uint64_t off)
+/* A rejected record goes to the dead-letter queue when the topic asks for it, or the
+ * rejection does (Service Bus' com.microsoft:dead-letter: sbus.c). */
+static void rejected(mqd_lstate_t *ls, pn_delivery_t *d, uint32_t part, uint64_t off)
 {
     mqd_topic_t *t = mqd_ls_topic(ls);
+    mqd_sbus_dl_t sb;
+    bool asked = mqd_sbus_dead_letter_of(d, &sb);
     mqd_topic_count_rejected(t);
-    if (!mqd_topic_conf(t)->dead_letter)
+    if (!mqd_topic_conf(t)->dead_letter && !asked)
         return;
     mqd_read_t *rd = mqd_srv_browse_rd(mqd_topic_srv(t));
     mqd_msg_info_t mi;
     if (mqd_plog_read(mqd_part_log(mqd_topic_part(t, part)), off, off + 1, 1, 1, rd) == 0 &&
         rd->n == 1 && mqd_msg_scan_stored(rd->recs[0].data, rd->recs[0].len, &mi) == 0)
-        dead_letter(t, part, &rd->recs[0], &mi, "rejected");
+        dead_letter(t, part, &rd->recs[0], &mi, "rejected", asked ? &sb : NULL);
 }
 
 /* A disposition inside a transaction: staged; the transaction owns the record now. */
@@ -995,7 +1060,7 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
             mqd_cursor_release(cur, off, pn_disposition_is_failed(pn_delivery_remote(d)));
         } else {
             if (state == PN_REJECTED)
-                rejected(ls, part, off);
+                rejected(ls, d, part, off);
             mqd_cursor_done(cur, off); /* accepted, rejected, or settled without outcome */
         }
         if (al->unsettled)

@@ -266,6 +266,16 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
     if (!ls)
         return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
     mqd_alink_t *al = mqd_ls_amqp(ls);
+    char entity[MQD_NAME_MAX + 1];
+    if (addr && mqd_reply_entity_node(addr, entity, sizeof entity)) {
+        /* a Service Bus entity's node: requests authorized per operation on the entity */
+        char *e = strdup(entity);
+        if (!e)
+            return mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+        mqd_ls_set_mgmt(ls, true);
+        mqd_ls_set_tmp_name(ls, e); /* on a management link: the entity */
+        goto open;
+    }
     if (addr) {
         mqd_addr_t a;
         if (mqd_addr_parse(addr, strlen(addr), &a) != 0 ||
@@ -505,8 +515,10 @@ static void management_request(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
                      (int)(mi.reply_to.len > 200 ? 200 : mi.reply_to.len), to);
     }
     if (rc == 0)
-        rc = cbs ? mqd_auth_cbs_handle(c, msg, size, out)
-                 : mqd_mgmt_handle(s, c, msg, size, node, out);
+        rc = cbs                    ? mqd_auth_cbs_handle(c, msg, size, out)
+             : mqd_ls_tmp_name(ls) ? mqd_mgmt_entity_handle(s, c, mqd_ls_tmp_name(ls), msg, size,
+                                                            node, out)
+                                   : mqd_mgmt_handle(s, c, msg, size, node, out);
     if (rc == 0 && out->len > 0) {
         mqd_topic_t *t = mqd_topic_find(s, node);
         rc =

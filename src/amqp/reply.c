@@ -17,6 +17,7 @@
 #include <proton/terminus.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 static bool owned(const mqd_topic_t *t, uint64_t me)
 {
@@ -76,4 +77,20 @@ bool mqd_reply_may_read(mqd_conn_t *c, const char *topic)
         return true;
     const mqd_topic_t *t = mqd_topic_find(mqd_conn_srv(c), topic);
     return t == NULL || owned(t, mqd_conn_serial(c));
+}
+
+bool mqd_reply_entity_node(const char *addr, char *entity, size_t len)
+{
+    static const char suffix[] = "/$management";
+    size_t n = addr ? strlen(addr) : 0, k = sizeof suffix - 1;
+    if (n <= k || strcasecmp(addr + n - k, suffix) != 0 || n - k > MQD_NAME_MAX ||
+        !mqd_topic_name_valid(addr, n - k))
+        return false;
+    if (!entity)
+        return true;
+    if (n - k >= len)
+        return false;
+    memcpy(entity, addr, n - k);
+    entity[n - k] = '\0';
+    return true;
 }

@@ -367,6 +367,11 @@ bool mqd_cursor_free_at(const mqd_cursor_t *sh, uint64_t off)
     return !is_done(sh, off) && !is_held(sh, off);
 }
 
+bool mqd_cursor_settled(const mqd_cursor_t *sh, uint64_t off)
+{
+    return is_done(sh, off);
+}
+
 uint32_t mqd_cursor_take(mqd_cursor_t *sh, uint64_t off)
 {
     if (bit_set(sh, &sh->held, off) != 0)

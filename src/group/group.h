@@ -88,6 +88,9 @@ bool mqd_cursor_next(mqd_cursor_t *cur, mqd_part_t *p, mqd_rec_t *rec, uint32_t 
  * link)? mqd_cursor_take hands a free one to the caller (held, out of the redelivery
  * list) and returns its delivery state. */
 bool mqd_cursor_free_at(const mqd_cursor_t *cur, uint64_t offset);
+/* Has the group settled `offset` for good (below the committed offset, or done above
+ * it)? What a queue browser leaves out (amqp/consumer.c). */
+bool mqd_cursor_settled(const mqd_cursor_t *cur, uint64_t offset);
 uint32_t mqd_cursor_take(mqd_cursor_t *cur, uint64_t offset);
 /* Forgets what is in flight (held offsets, the redelivery list, the read-ahead) and
  * reads again from the committed offset, skipping what is done: the partition's lead

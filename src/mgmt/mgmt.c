@@ -493,7 +493,7 @@ static int decode_request(const uint8_t *req, size_t len, const mqd_msg_info_t *
     return *props ? 0 : MQD_ENOMEM;
 }
 
-static void set_status_props(pn_message_t *m, int status, const char *desc)
+static void set_status_props(pn_message_t *m, int status, const char *desc, const char *cond)
 {
     pn_data_t *ap = pn_message_properties(m);
     pn_data_put_map(ap);
@@ -503,6 +503,10 @@ static void set_status_props(pn_message_t *m, int status, const char *desc)
     mqd_mgmt_kv_int(ap, "status-code", status);
     mqd_mgmt_kv_str(ap, "statusDescription", desc);
     mqd_mgmt_kv_str(ap, "status-description", desc);
+    if (cond) { /* the condition the Azure SDKs turn a refusal into */
+        pn_data_put_string(ap, pn_bytes(15, "error-condition"));
+        pn_data_put_symbol(ap, pn_bytes(strlen(cond), cond));
+    }
     pn_data_exit(ap);
 }
 
@@ -552,7 +556,7 @@ static int build_reply(mqd_mgmt_req_t *r, const uint8_t *req, const mqd_msg_info
     mqd_span_t id = mi->message_id.len ? mi->message_id : mi->correlation_id;
     if (id.len && pn_data_decode(pn_message_correlation_id(m), (const char *)req + id.off, id.len) < 0)
         pn_data_clear(pn_message_correlation_id(m));
-    set_status_props(m, r->status, r->desc[0] ? r->desc : default_desc(r->status));
+    set_status_props(m, r->status, r->desc[0] ? r->desc : default_desc(r->status), r->cond);
     out->len = 0;
     return encode_reply(m, out);
 }
@@ -612,8 +616,9 @@ void mqd_mgmt_finish(mqd_mgmt_later_t *l, int status, const char *desc,
     free(l);
 }
 
-int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req, size_t len,
-                    const char *reply_node, mqd_buf_t *out)
+/* A request to the node (entity NULL) or to a Service Bus entity's node. */
+static int handle(struct mqd_server *s, struct mqd_conn *c, const char *entity, const uint8_t *req,
+                  size_t len, const char *reply_node, mqd_buf_t *out)
 {
     mqd_msg_info_t mi;
     if (mqd_msg_scan(req, len, &mi) != 0 || mi.reply_to.len == 0)
@@ -631,6 +636,8 @@ int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req
         mqd_mgmt_fail(&r, 400, "request larger than %d bytes", MGMT_MAX_REQUEST);
     else if (decode_request(req, len, &mi, &r.props, &r.body) != 0)
         mqd_mgmt_fail(&r, 500, "out of memory");
+    else if (entity)
+        mqd_mgmt_sbus_run(&r, entity, req, len, &mi);
     else
         run_request(&r);
     out->len = 0;
@@ -639,4 +646,17 @@ int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req
     json_decref(r.body);
     pn_message_free(m);
     return rc;
+}
+
+int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req, size_t len,
+                    const char *reply_node, mqd_buf_t *out)
+{
+    return handle(s, c, NULL, req, len, reply_node, out);
+}
+
+int mqd_mgmt_entity_handle(struct mqd_server *s, struct mqd_conn *c, const char *entity,
+                           const uint8_t *req, size_t len, const char *reply_node,
+                           mqd_buf_t *out)
+{
+    return handle(s, c, entity, req, len, reply_node, out);
 }

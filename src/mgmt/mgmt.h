@@ -25,6 +25,12 @@ struct mqd_conn;
 int mqd_mgmt_handle(struct mqd_server *s, struct mqd_conn *c, const uint8_t *req, size_t len,
                     const char *reply_node, mqd_buf_t *out);
 
+/* The same for a request to a Service Bus entity's own management node
+ * `<entity>/$management` (mgmt_sbus.c; docs/servicebus.md): `entity` is the topic. */
+int mqd_mgmt_entity_handle(struct mqd_server *s, struct mqd_conn *c, const char *entity,
+                           const uint8_t *req, size_t len, const char *reply_node,
+                           mqd_buf_t *out);
+
 /* Runs one operation for a caller that is not an AMQP connection (the web console,
  * src/console/): the same handlers as mqd_mgmt_handle, authorized the same way with the
  * [acl] rules of the configured user `actor` (NULL or "" = anonymous), whose reply body is converted with mqd_mgmt_data_to_json, as mqctl

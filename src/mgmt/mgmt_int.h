@@ -47,6 +47,7 @@ typedef struct mqd_mgmt_req {
     size_t req_len;
     bool deferred; /* the handler answers later (mqd_mgmt_finish): no reply now */
     const char *actor; /* who asks, for the log, when c is NULL (mqd_mgmt_call) */
+    const char *cond;  /* a refusal's error-condition property (Service Bus), or NULL */
 } mqd_mgmt_req_t;
 
 /* An answer to send later: a copy of the request (its reply-to and ids). */
@@ -127,6 +128,10 @@ extern const mqd_mgmt_op_t mqd_mgmt_user_ops[]; /* mgmt_users.c */
 extern const size_t mqd_mgmt_n_user_ops;
 /* mgmt_peek.c: PEEK of com.mqd:topic (records of one partition, never consumed) */
 int mqd_mgmt_topic_peek(mqd_mgmt_req_t *r);
+/* mgmt_sbus.c: runs a request to the Service Bus entity node `<entity>/$management`
+ * (req[0..len), scanned into mi) into r. */
+void mqd_mgmt_sbus_run(mqd_mgmt_req_t *r, const char *entity, const uint8_t *req, size_t len,
+                       const mqd_msg_info_t *mi);
 /* Who asked: the connection's user, mqd_mgmt_call's actor, or "anonymous". */
 const char *mqd_mgmt_actor(const mqd_mgmt_req_t *r);
 

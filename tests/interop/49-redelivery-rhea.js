@@ -6,7 +6,7 @@
 // header delivery_count 1 and first_acquirer false (the header was created), bodies and
 // application properties intact; the first deliveries had neither field (undefined).
 // They are released (the count stays 1). Then a browser (distribution_mode copy) gets
-// copies of all 10 (it reads the whole log): delivery.remote_settled false on arrival,
+// copies of the 5 still on the queue (issue 39): delivery.remote_settled false on arrival,
 // it accepts them, and a consumer still gets the 5 (delivery_count 1, first_acquirer
 // false: a browse is no delivery attempt).
 // Exit 0 pass, 1 fail, 77 skip.
@@ -100,11 +100,11 @@ freePort((port) => {
               ', want 1 and false');
             check(x.ap && x.ap.i === Number(x.body.slice(-2)), x.body + ': application_properties ' + JSON.stringify(x.ap));
           }
-          // a browser reads the whole log (consumed records too)
-          receiveN(port, 'rh49-browser', N, { address: TOPIC, distribution_mode: 'copy' }, (d) => d.accept(), (copies) => {
+          // a browser of the queue shows what is still on it (issue 39: not the 5 accepted)
+          receiveN(port, 'rh49-browser', 5, { address: TOPIC, distribution_mode: 'copy' }, (d) => d.accept(), (copies) => {
             log('browsed: ' + JSON.stringify(copies));
-            check(copies.map((x) => x.body).join() === [...Array(N).keys()].map(name).join(),
-              'browser got ' + JSON.stringify(copies.map((x) => x.body)));
+            check(copies.map((x) => x.body).join() === want.join(),
+              'browser got ' + JSON.stringify(copies.map((x) => x.body)) + ', want ' + want);
             check(copies.every((x) => x.settled === false), 'browse deliveries arrived settled: ' +
               JSON.stringify(copies.map((x) => x.settled)));
             receiveN(port, 'rh49-third', 5, TOPIC, (d) => d.accept(), (last) => {

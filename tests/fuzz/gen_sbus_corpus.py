@@ -1,0 +1,36 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of fuzz_sbus: Service Bus entity management requests as the
+@azure/service-bus SDK encodes them (peek, renew-lock), and a few broken ones."""
+import os
+import sys
+import uuid
+
+from proton import UNDESCRIBED, Array, Data, Message, int32
+
+out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus", "fuzz_sbus")
+os.makedirs(out, exist_ok=True)
+
+
+def token(part, off):
+    tag = part.to_bytes(4, "little") + off.to_bytes(8, "little")
+    order = [3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11]
+    u = bytearray(16)
+    for i, j in enumerate(order):
+        u[j] = tag[i]
+    return uuid.UUID(bytes=bytes(u))
+
+
+bodies = [
+    ("peek", {"from-sequence-number": 0, "message-count": int32(10)}),
+    ("peek-neg", {"from-sequence-number": -5, "message-count": int32(0)}),
+    ("renew", {"lock-tokens": Array(UNDESCRIBED, Data.UUID, token(0, 1), token(0, 7))}),
+    ("renew-part1", {"lock-tokens": Array(UNDESCRIBED, Data.UUID, token(1, 1))}),
+    ("renew-str", {"lock-tokens": ["not", "uuids"]}),
+    ("empty", {}),
+]
+for i, (name, body) in enumerate(bodies):
+    m = Message(body=body, reply_to="r", properties={"operation": "com.microsoft:" + name})
+    with open(os.path.join(out, "seed-%d-%s" % (i, name)), "wb") as f:
+        f.write(m.encode())
+with open(os.path.join(out, "seed-junk"), "wb") as f:
+    f.write(b"\x00\x53\x77\xd1\x00\x00\x00\x10\x00\x00\x00\x02\xa1")
