@@ -275,12 +275,41 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
     }
 }
 
+/* ---- protocol detection: the first 8 bytes of an accepted plain connection ----
+ * An AMQP 0-9-1 protocol header ("AMQP" 0 0 9 1) hands the socket to amqp091/ (the
+ * adopt_amqp091 hook) before Proton has seen a byte; c then ends at once, without a
+ * frame written. Only a header that arrives whole in the first segment is looked at
+ * (clients write it in one send): a shorter first read goes to Proton as before, so a
+ * peer that sends a prefix and waits cannot make the loop spin. TLS listeners are not
+ * looked at (docs/amqp091.md). True when the socket is amqp091/'s now. */
+static bool rx_detect_091(mqd_conn_t *c)
+{
+    static const uint8_t hdr[8] = {'A', 'M', 'Q', 'P', 0, 0, 9, 1};
+    c->proto_known = true;
+    if (c->client || c->ssl || !c->srv->ops.adopt_amqp091)
+        return false;
+    uint8_t p[sizeof hdr];
+    if (recv(c->fd, p, sizeof p, MSG_PEEK) != (ssize_t)sizeof p || memcmp(p, hdr, sizeof p) != 0)
+        return false;
+    int fd = dup(c->fd);
+    if (fd < 0)
+        return false;
+    if (!c->srv->ops.adopt_amqp091(c->srv, fd, c->peer)) {
+        close(fd);
+        return false;
+    }
+    conn_close_deferred(c); /* closes its descriptor; the socket lives on in fd */
+    return true;
+}
+
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     mqd_conn_t *c = arg;
     char buf[RX_CHUNK];
     if (mqd_budget_draining(c))
         return mqd_budget_drain(c); /* closed by its budget: input is dropped */
+    if (!c->proto_known && rx_detect_091(c))
+        return;
     for (int i = 0; i < RX_ROUNDS && !pn_connection_driver_read_closed(&c->driver); i++) {
         /* A group commit is done: take no more input now, so that its settlements and
          * deliveries go out after this chunk (~60 messages of 1 KiB) instead of after up
