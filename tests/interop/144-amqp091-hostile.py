@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""Hostile AMQP 0-9-1 frames (a raw socket client after a real login): each closes the
+connection with connection.close and the 0-9-1 reply code docs/amqp091.md names, and
+nothing of the publish it interrupts is stored; the broker serves the next client.
+- a publish whose body frame lacks the frame-end octet: 501 FRAME_ERROR
+- a frame larger than the negotiated frame_max (4096): 501 FRAME_ERROR
+- an unknown method (basic, method 999): 503 COMMAND_INVALID
+- method arguments cut short (queue.declare whose name runs past the frame): 502 SYNTAX_ERROR
+- a body longer than its content header said: 505 UNEXPECTED_FRAME
+- a content header with no basic.publish before it: 505 UNEXPECTED_FRAME
+- an unknown frame type: 501
+- a method on a channel that is not open: 504 CHANNEL_ERROR"""
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mqdtest  # noqa: E402
+from mqdtest import check, log, skip  # noqa: E402
+
+try:
+    import pika
+except ImportError:
+    pika = None
+
+PW = "alice-pw"
+
+
+def shortstr(s):
+    b = s.encode()
+    return bytes([len(b)]) + b
+
+
+def longstr(b):
+    return struct.pack(">I", len(b)) + b
+
+
+def frame(t, ch, payload, end=0xCE):
+    return struct.pack(">BHI", t, ch, len(payload)) + payload + bytes([end])
+
+
+def method(ch, cls, mid, args):
+    return frame(1, ch, struct.pack(">HH", cls, mid) + args)
+
+
+class Raw:
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=10 * mqdtest.SLOW)
+        self.buf = b""
+
+    def read(self, n):
+        while len(self.buf) < n:
+            k = self.s.recv(65536)
+            if not k:
+                raise EOFError("closed by mqd")
+            self.buf += k
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def frame(self):
+        t, ch, size = struct.unpack(">BHI", self.read(7))
+        payload = self.read(size)
+        check(self.read(1) == b"\xce", "mqd sent a frame without frame-end")
+        return t, ch, payload
+
+    def method(self):
+        while True:
+            t, ch, p = self.frame()
+            if t == 1:
+                cls, mid = struct.unpack(">HH", p[:4])
+                return ch, cls, mid, p[4:]
+
+    def login(self):
+        self.s.sendall(b"AMQP\x00\x00\x09\x01")
+        ch, cls, mid, _ = self.method()
+        check((cls, mid) == (10, 10), "want connection.start, got %d.%d" % (cls, mid))
+        self.s.sendall(method(0, 10, 11, struct.pack(">I", 0) + shortstr("PLAIN") +
+                              longstr(b"\0alice\0" + PW.encode()) + shortstr("en_US")))
+        ch, cls, mid, _ = self.method()
+        check((cls, mid) == (10, 30), "want connection.tune, got %d.%d" % (cls, mid))
+        self.s.sendall(method(0, 10, 31, struct.pack(">HIH", 16, 4096, 0)))
+        self.s.sendall(method(0, 10, 40, shortstr("/") + shortstr("") + b"\0"))
+        ch, cls, mid, _ = self.method()
+        check((cls, mid) == (10, 41), "want connection.open-ok, got %d.%d" % (cls, mid))
+        self.s.sendall(method(1, 20, 10, shortstr("")))
+        ch, cls, mid, _ = self.method()
+        check((cls, mid) == (20, 11), "want channel.open-ok, got %d.%d" % (cls, mid))
+
+    def expect_close(self, code):
+        ch, cls, mid, args = self.method()
+        check((ch, cls, mid) == (0, 10, 50), "want connection.close, got %d %d.%d" % (ch, cls, mid))
+        reply = struct.unpack(">H", args[:2])[0]
+        text = args[3:3 + args[2]].decode()
+        log("connection.close %d %s" % (reply, text))
+        check(reply == code, "reply code %d (%s), want %d" % (reply, text, code))
+        self.s.sendall(method(0, 10, 51, b""))
+        # then the socket ends
+        try:
+            while self.s.recv(65536):
+                pass
+        except OSError:
+            pass
+        self.s.close()
+
+
+def publish(q):
+    return method(1, 60, 40, struct.pack(">H", 0) + shortstr("") + shortstr(q) + b"\x00")
+
+
+def header(size):
+    return frame(2, 1, struct.pack(">HHQH", 60, 0, size, 0))
+
+
+CASES = [
+    ("body frame without frame-end", lambda: publish("q.h") + header(5) + frame(3, 1, b"hello", end=0), 501),
+    ("frame over frame_max", lambda: publish("q.h") + header(6000) + frame(3, 1, b"x" * 6000), 501),
+    ("unknown method", lambda: method(1, 60, 999, b""), 503),
+    ("method arguments cut short",
+     lambda: method(1, 50, 10, struct.pack(">H", 0) + bytes([200]) + b"q.h"), 502),
+    ("body longer than its header", lambda: publish("q.h") + header(3) + frame(3, 1, b"hello"), 505),
+    ("content header without publish", lambda: header(3) + frame(3, 1, b"abc"), 505),
+    ("unknown frame type", lambda: frame(9, 1, b"zz"), 501),
+    ("method on a channel not open", lambda: method(7, 50, 10, struct.pack(">H", 0) + shortstr("q.h") +
+                                                    b"\x00" + struct.pack(">I", 0)), 504),
+]
+
+
+def mqd_passwd(user, pw):
+    prog = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
+    if not os.access(prog, os.X_OK):
+        skip("mqd-passwd not built")
+    r = subprocess.run([prog, "--both", "--iterations", "4096", user], input=pw + "\n",
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
+    return r.stdout
+
+
+def stored(b):
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        host="127.0.0.1", port=b.port, credentials=pika.PlainCredentials("alice", PW),
+        connection_attempts=1, socket_timeout=10 * mqdtest.SLOW))
+    ch = conn.channel()
+    n = ch.queue_declare(queue="q.h", passive=True).method.message_count
+    conn.close()
+    return n
+
+
+def body(t):
+    if pika is None:
+        skip("python3-pika is not installed")
+    conf = os.path.join(t.tmpdir, "mqd.conf")
+    with open(conf, "w") as f:
+        f.write("allow_anonymous = off\n" + mqd_passwd("alice", PW))
+        f.write("[acl]\nallow alice send,receive,create q.*\n")
+    b = t.broker("hostile", conf=conf)
+    coll = mqdtest.Collect()
+    r = Raw(b.port)
+    r.login()
+    r.s.sendall(method(1, 50, 10, struct.pack(">H", 0) + shortstr("q.h") + b"\x00" + struct.pack(">I", 0)))
+    ch, cls, mid, _ = r.method()
+    check((cls, mid) == (50, 11), "want queue.declare-ok, got %d.%d" % (cls, mid))
+    r.s.close()
+    for name, data, code in CASES:
+        with coll.case(name):
+            r = Raw(b.port)
+            r.login()
+            r.s.sendall(data())
+            r.expect_close(code)
+            check(stored(b) == 0, "something was stored")
+    with coll.case("a good publish still works"):
+        r = Raw(b.port)
+        r.login()
+        r.s.sendall(publish("q.h") + header(5) + frame(3, 1, b"hello"))
+        r.s.sendall(method(0, 10, 50, struct.pack(">H", 200) + shortstr("bye") + struct.pack(">HH", 0, 0)))
+        ch, cls, mid, _ = r.method()
+        check((cls, mid) == (10, 51), "want close-ok, got %d.%d" % (cls, mid))
+        r.s.close()
+        for _ in range(50):
+            if stored(b) == 1:
+                break
+        check(stored(b) == 1, "the good publish was not stored")
+    b.check_alive()
+    coll.finish()
+
+
+if __name__ == "__main__":
+    mqdtest.main(body, timeout=120)
