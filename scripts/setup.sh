@@ -43,7 +43,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ${missing[@]}
 fi
 
-if [ -f tests/interop/node/package.json ] && { [ ! -d tests/interop/node/node_modules/rhea ] || [ ! -d tests/interop/node/node_modules/@azure/event-hubs ]; }; then
+if [ -f tests/interop/node/package.json ] && { [ ! -d tests/interop/node/node_modules/rhea ] || [ ! -d tests/interop/node/node_modules/@azure/event-hubs ] ||
+                                          [ ! -d tests/interop/node/node_modules/amqplib ]; }; then
     (cd tests/interop/node && npm install --no-audit --no-fund --loglevel=error) ||
         echo "setup: npm install failed; the rhea tests will be skipped" >&2
 fi
