@@ -67,6 +67,7 @@ typedef struct a091_unacked {
     uint64_t offset;
     uint32_t part;
     struct a091_consumer *cons; /* NULL: basic.get */
+    bool stream;                /* a stream consumer's: an ack only frees a prefetch slot */
     char *topic;                /* the queue's name (owned) */
 } a091_unacked_t;
 
@@ -76,6 +77,13 @@ typedef struct a091_consumer {
     char *topic;
     bool no_ack;
     uint32_t rr; /* next partition to look at */
+    /* x-stream-offset (stream.c): its own position per partition, its own reads */
+    bool stream;
+    uint64_t *pos;
+    uint32_t nparts;
+    mqd_read_t rd;
+    size_t rd_pos;
+    uint32_t rd_part;
 } a091_consumer_t;
 
 struct a091_chan {
@@ -154,6 +162,14 @@ void a091_release_all(a091_conn_t *c, a091_chan_t *ch); /* channel or connection
 void a091_pump(a091_conn_t *c);
 void a091_topic_wake(mqd_topic_t *t);
 void a091_wake_free(void);
+
+/* ---- stream.c: x-stream-offset consumers ---- */
+/* Sets k's positions on t from the argument's value: 0, or 406 for a value that is none
+ * of first, last, next, an offset, a timestamp. */
+int a091_stream_start(a091_consumer_t *k, mqd_topic_t *t, const amqp_field_value_t *spec);
+void a091_stream_free(a091_consumer_t *k);
+bool a091_stream_next(a091_conn_t *c, a091_consumer_t *k, mqd_rec_t *rec, uint32_t *part,
+                      bool *gone);
 
 /* ---- map.c: 0-9-1 properties <-> the stored AMQP 1.0 message ---- */
 struct mqd_buf;

@@ -47,6 +47,11 @@ static mqd_group_t *queue_group(mqd_server_t *s, const char *q, mqd_topic_t **tp
 /* Gives an unacked delivery back (requeue) or marks it done. */
 static void settle(a091_conn_t *c, a091_unacked_t *u, bool done)
 {
+    if (u->stream) { /* read by offset: nothing to give back */
+        free(u->topic);
+        u->topic = NULL;
+        return;
+    }
     mqd_topic_t *t;
     mqd_group_t *g = queue_group(c->srv, u->topic, &t);
     mqd_cursor_t *cur = g ? mqd_group_cursor(g, u->part) : NULL;
@@ -68,6 +73,7 @@ static void consumer_free(a091_conn_t *c, a091_consumer_t *k)
     mqd_topic_t *t = mqd_topic_find(c->srv, k->topic);
     if (t)
         mqd_topic_ext_consumers(t, -1);
+    a091_stream_free(k);
     free(k->tag);
     free(k->topic);
     free(k);
@@ -87,10 +93,27 @@ void a091_release_all(a091_conn_t *c, a091_chan_t *ch)
 
 /* ---- delivery ---- */
 
+/* A stream consumer's delivery carries its offset as the header x-stream-offset. */
+static void add_offset_header(amqp_pool_t *pool, amqp_basic_properties_t *props, uint64_t off)
+{
+    int n = (props->_flags & AMQP_BASIC_HEADERS_FLAG) ? props->headers.num_entries : 0;
+    amqp_table_entry_t *e = amqp_pool_alloc(pool, (size_t)(n + 1) * sizeof *e);
+    if (!e)
+        return;
+    if (n)
+        memcpy(e, props->headers.entries, (size_t)n * sizeof *e);
+    e[n].key = amqp_cstring_bytes("x-stream-offset");
+    e[n].value.kind = AMQP_FIELD_KIND_I64;
+    e[n].value.value.i64 = (int64_t)off;
+    props->headers = (amqp_table_t){.num_entries = n + 1, .entries = e};
+    props->_flags |= AMQP_BASIC_HEADERS_FLAG;
+}
+
 /* Sends record rec of q (partition part) as basic.deliver (k) or basic.get-ok (k NULL). */
 static void deliver(a091_conn_t *c, a091_chan_t *ch, a091_consumer_t *k, const char *q,
                     uint32_t part, const mqd_rec_t *rec, uint32_t dc, bool no_ack)
 {
+    bool stream = k && k->stream;
     amqp_basic_properties_t props = {0};
     amqp_bytes_t body = {.len = rec->len, .bytes = (void *)rec->data};
     char *rkey = NULL;
@@ -99,6 +122,8 @@ static void deliver(a091_conn_t *c, a091_chan_t *ch, a091_consumer_t *k, const c
         body = (amqp_bytes_t){.len = rec->len, .bytes = (void *)rec->data};
         rkey = NULL;
     }
+    if (stream)
+        add_offset_header(&c->pool, &props, rec->offset);
     uint64_t tag = ch->next_dtag++;
     bool redelivered = (dc & MQD_DC_SEEN) || MQD_DC_COUNT(dc) > 0;
     amqp_bytes_t rk = amqp_cstring_bytes(rkey ? rkey : q);
@@ -119,7 +144,8 @@ static void deliver(a091_conn_t *c, a091_chan_t *ch, a091_consumer_t *k, const c
     }
     a091_send_content(c, ch->id, &props, body.bytes, body.len);
     recycle_amqp_pool(&c->pool);
-    a091_unacked_t u = {.tag = tag, .offset = rec->offset, .part = part, .topic = strdup(q)};
+    a091_unacked_t u = {
+        .tag = tag, .offset = rec->offset, .part = part, .stream = stream, .topic = strdup(q)};
     if (no_ack || !u.topic) {
         settle(c, &u, true);
         return;
@@ -178,7 +204,9 @@ static size_t pump_chan(a091_conn_t *c, a091_chan_t *ch)
         mqd_rec_t rec;
         uint32_t dc, part;
         bool gone = false;
-        if (take(c, k->topic, &k->rr, &rec, &dc, &part, &gone)) {
+        dc = 0;
+        if (k->stream ? a091_stream_next(c, k, &rec, &part, &gone)
+                      : take(c, k->topic, &k->rr, &rec, &dc, &part, &gone)) {
             deliver(c, ch, k, k->topic, part, &rec, dc, k->no_ack);
             sent++;
         } else if (gone) { /* the topic was deleted: RabbitMQ's consumer cancel notification */
@@ -275,6 +303,20 @@ static int consume(a091_conn_t *c, a091_chan_t *ch, amqp_basic_consume_t *m)
         return A091_RESOURCE_ERROR;
     }
     k->no_ack = m->no_ack;
+    for (int i = 0; i < m->arguments.num_entries; i++) {
+        amqp_table_entry_t *e = &m->arguments.entries[i];
+        if (e->key.len != 15 || memcmp(e->key.bytes, "x-stream-offset", 15) != 0)
+            continue;
+        int rc = a091_stream_start(k, t, &e->value);
+        if (rc != 0) {
+            free(k->tag);
+            free(k->topic);
+            free(k);
+            return chan_fail(c, ch, rc, "PRECONDITION_FAILED - x-stream-offset: want first, "
+                             "last, next, an offset or a timestamp%s", "",
+                             AMQP_BASIC_CONSUME_METHOD);
+        }
+    }
     a091_consumer_t **tail = &ch->consumers;
     while (*tail)
         tail = &(*tail)->next;

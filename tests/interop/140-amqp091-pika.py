@@ -13,9 +13,13 @@
   drops; unacked messages of a closed channel go to the next consumer, redelivered.
 - basic.get, get-empty; mandatory publish to a missing queue comes back as basic.return
   (312 NO_ROUTE).
+- x-stream-offset (first, last, next, an offset, a timestamp): each stream consumer reads
+  from its own position, with the offset as header x-stream-offset, and leaves the
+  queue's `$shared` group untouched.
 - ACL: bob (receive only) publishing gets channel error 403 ACCESS_REFUSED and nothing is
   stored; carol (no rights on the queue) cannot consume (403)."""
 
+import datetime
 import os
 import sys
 import time
@@ -208,6 +212,65 @@ def body(t):
             check(False, "carol's consume was not refused")
         except pika.exceptions.ChannelClosedByBroker as e:
             check(e.reply_code == 403, "refusal %r" % e)
+        conn.close()
+
+    with coll.case("x-stream-offset: first, last, next, an offset, a timestamp"):
+        conn = pika.BlockingConnection(params(b, "alice"))
+        ch = conn.channel()
+        ch.queue_declare(queue="q.stream", durable=True)
+        ch.confirm_delivery()
+        for i in range(10):
+            ch.basic_publish(exchange="", routing_key="q.stream", body=b"s%d" % i)
+        time.sleep(0.05)
+        t_mid = datetime.datetime.fromtimestamp(int(time.time()) + 1, tz=datetime.timezone.utc)
+        time.sleep(max(0.0, t_mid.timestamp() - time.time()) + 0.05)
+        for i in range(10, 15):
+            ch.basic_publish(exchange="", routing_key="q.stream", body=b"s%d" % i)
+
+        def read(spec, n):
+            ch2 = conn.channel()
+            ch2.basic_qos(prefetch_count=5)
+            out = []
+            for m, p, bd in ch2.consume("q.stream", arguments={"x-stream-offset": spec},
+                                        inactivity_timeout=1 * mqdtest.SLOW):
+                if m is None:
+                    break
+                out.append((bd, p.headers.get("x-stream-offset")))
+                ch2.basic_ack(m.delivery_tag)
+                if len(out) >= n + 3:
+                    break
+            ch2.close()
+            return out
+
+        want = [(b"s%d" % i, i) for i in range(15)]
+        got = read("first", 15)
+        check(got == want, "first: %r" % got[:4])
+        got = read("last", 1)
+        check(got == want[14:], "last: %r" % got)
+        got = read(7, 8)
+        check(got == want[7:], "offset 7: %r" % got[:3])
+        got = read(t_mid, 5)
+        check(got == want[10:], "timestamp: %r" % got)
+        ch3 = conn.channel()
+        ch3.basic_qos(prefetch_count=5)
+        nxt = []
+        ch3.basic_consume("q.stream", lambda c_, m, p, bd: (nxt.append(bd), c_.basic_ack(m.delivery_tag)),
+                          arguments={"x-stream-offset": "next"})
+        conn.process_data_events(time_limit=0.3)
+        check(nxt == [], "next delivered old messages: %r" % nxt)
+        ch.basic_publish(exchange="", routing_key="q.stream", body=b"s15")
+        deadline = time.time() + 5 * mqdtest.SLOW
+        while not nxt and time.time() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        check(nxt == [b"s15"], "next: %r" % nxt)
+        try:
+            ch4 = conn.channel()
+            ch4.basic_consume("q.stream", lambda *a: None, arguments={"x-stream-offset": "sideways"})
+            check(False, "a bad x-stream-offset was accepted")
+        except pika.exceptions.ChannelClosedByBroker as e:
+            check(e.reply_code == 406, "bad x-stream-offset: %r" % e)
+        m, p, bd = ch.basic_get("q.stream", auto_ack=True)
+        check(bd == b"s0", "the queue's group moved: %r" % bd)
         conn.close()
 
     coll.finish()
