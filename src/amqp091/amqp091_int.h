@@ -89,9 +89,9 @@ typedef struct a091_consumer {
 struct a091_chan {
     uint16_t id;
     bool open;
-    bool closing;  /* channel.close sent, waiting for close-ok */
-    bool confirm;  /* confirm.select */
-    uint8_t gen;   /* bumped at every open: a late confirm of an earlier one is dropped */
+    bool closing;     /* channel.close sent, waiting for close-ok */
+    bool confirm;     /* confirm.select */
+    uint8_t gen;      /* bumped at every open: a late confirm of an earlier one is dropped */
     uint64_t pub_seq; /* publishes since confirm.select */
     /* a publish being assembled: method, then header, then body frames */
     int pub_state; /* 0 none, 1 header expected, 2 body expected */
@@ -117,8 +117,8 @@ struct a091_conn {
     char peer[64];
     char user[128];
     int state;
-    bool dead;   /* socket closed; freed when nothing refers to it any more */
-    bool writing; /* ev_write pending */
+    bool dead;     /* socket closed; freed when nothing refers to it any more */
+    bool writing;  /* ev_write pending */
     unsigned refs; /* pending confirms, a password check, the conn itself */
     struct event *ev_read, *ev_write, *ev_timer;
     uint8_t *in;
@@ -129,9 +129,9 @@ struct a091_conn {
     uint16_t channel_max;
     uint16_t heartbeat;
     int64_t last_rx_ms, last_tx_ms, opened_ms;
-    a091_chan_t **chans; /* [A091_CHANNEL_MAX + 1] */
+    a091_chan_t **chans;                /* [A091_CHANNEL_MAX + 1] */
     uint8_t gens[A091_CHANNEL_MAX + 1]; /* opens of each channel number (confirm tags) */
-    amqp_pool_t pool; /* the frame being handled */
+    amqp_pool_t pool;                   /* the frame being handled */
 };
 
 enum { A091_HDR, A091_START_OK, A091_AUTH, A091_TUNE_OK, A091_OPEN, A091_UP, A091_CLOSING };
@@ -155,6 +155,11 @@ int a091_chan_body(a091_conn_t *c, a091_chan_t *ch, const a091_frame_t *f);
 void a091_chan_error(a091_conn_t *c, a091_chan_t *ch, int code, const char *text,
                      amqp_method_number_t cause);
 void a091_chan_free(a091_conn_t *c, a091_chan_t *ch);
+/* a091_chan_error with the text fmt (one %s: arg); returns code */
+int a091_chan_fail(a091_conn_t *c, a091_chan_t *ch, int code, const char *fmt, const char *arg,
+                   amqp_method_number_t cause);
+/* a short string as a C string of at most 255 bytes (a NUL in it ends it early) */
+void a091_cstr(amqp_bytes_t b, char out[256]);
 
 /* ---- consume.c: basic.consume/cancel/qos/ack/nack/reject/get/recover, delivery ---- */
 int a091_basic_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id, void *m);
@@ -176,8 +181,8 @@ struct mqd_buf;
 void a091_map_free(void);
 /* Encodes props + body (and the exchange and routing key as annotations) as an AMQP 1.0
  * message into out. 0 or MQD_ENOMEM / MQD_EINVAL. */
-int a091_map_to_amqp10(const amqp_basic_properties_t *props, const char *exchange,
-                       const char *rkey, const uint8_t *body, size_t len, struct mqd_buf *out);
+int a091_map_to_amqp10(const amqp_basic_properties_t *props, const char *exchange, const char *rkey,
+                       const uint8_t *body, size_t len, struct mqd_buf *out);
 /* Decodes a stored AMQP 1.0 message into props (allocated in pool) and its body (a data
  * section's bytes, an amqp-value string or binary as its bytes, otherwise the encoded
  * value); *rkey: its x-routing-key annotation, else NULL. 0 or MQD_EINVAL. */

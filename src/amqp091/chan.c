@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A 0-9-1 short string as a C string of at most 255 bytes (NULs end it early). */
-static void cstr(amqp_bytes_t b, char out[256])
+void a091_cstr(amqp_bytes_t b, char out[256])
 {
     size_t n = b.len < 255 ? b.len : 255;
     memcpy(out, b.bytes, n);
@@ -94,8 +93,8 @@ static void on_confirm(void *arg, uint64_t tag, uint64_t outcome, const char *co
 
 /* ---- basic.publish ---- */
 
-static int chan_close_on(a091_conn_t *c, a091_chan_t *ch, int code, const char *fmt,
-                         const char *arg, amqp_method_number_t cause)
+int a091_chan_fail(a091_conn_t *c, a091_chan_t *ch, int code, const char *fmt, const char *arg,
+                   amqp_method_number_t cause)
 {
     char text[512];
     snprintf(text, sizeof text, fmt, arg);
@@ -160,9 +159,9 @@ static void publish_complete(a091_conn_t *c, a091_chan_t *ch)
         if (seq)
             send_confirm(c, ch->id, seq, true); /* RabbitMQ acks an unroutable publish */
     } else if (!a091_may(c, MQD_PERM_SEND, ch->pub_rkey)) {
-        chan_close_on(c, ch, A091_ACCESS_REFUSED,
-                      "ACCESS_REFUSED - write access to queue '%s' refused", ch->pub_rkey,
-                      AMQP_BASIC_PUBLISH_METHOD);
+        a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
+                       "ACCESS_REFUSED - write access to queue '%s' refused", ch->pub_rkey,
+                       AMQP_BASIC_PUBLISH_METHOD);
         return;
     } else {
         publish_store(c, ch, t, seq);
@@ -173,16 +172,16 @@ static void publish_complete(a091_conn_t *c, a091_chan_t *ch)
 static int publish_begin(a091_conn_t *c, a091_chan_t *ch, amqp_basic_publish_t *m)
 {
     char ex[256], rk[256];
-    cstr(m->exchange, ex);
-    cstr(m->routing_key, rk);
+    a091_cstr(m->exchange, ex);
+    a091_cstr(m->routing_key, rk);
     if (m->immediate)
-        return chan_close_on(c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s",
-                             "immediate=true", AMQP_BASIC_PUBLISH_METHOD);
+        return a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s", "immediate=true",
+                              AMQP_BASIC_PUBLISH_METHOD);
     if (ex[0] && strcmp(ex, "amq.direct") != 0)
-        return chan_close_on(c, ch, A091_NOT_FOUND,
-                             "NOT_FOUND - no exchange '%s' in vhost '/' (mqd routes the default "
-                             "exchange and amq.direct)",
-                             ex, AMQP_BASIC_PUBLISH_METHOD);
+        return a091_chan_fail(c, ch, A091_NOT_FOUND,
+                              "NOT_FOUND - no exchange '%s' in vhost '/' (mqd routes the default "
+                              "exchange and amq.direct)",
+                              ex, AMQP_BASIC_PUBLISH_METHOD);
     pub_reset(ch);
     ch->pub_exchange = strdup(ex);
     ch->pub_rkey = strdup(rk);
@@ -196,8 +195,10 @@ int a091_chan_header(a091_conn_t *c, a091_chan_t *ch, const a091_frame_t *f)
     if (ch->closing)
         return 0;
     if (ch->pub_state != 1) {
-        a091_conn_error(c, A091_UNEXPECTED_FRAME, "UNEXPECTED_FRAME - content header without a "
-                        "basic.publish", 0);
+        a091_conn_error(c, A091_UNEXPECTED_FRAME,
+                        "UNEXPECTED_FRAME - content header without a "
+                        "basic.publish",
+                        0);
         return A091_UNEXPECTED_FRAME;
     }
     const char *why = NULL;
@@ -214,9 +215,9 @@ int a091_chan_header(a091_conn_t *c, a091_chan_t *ch, const a091_frame_t *f)
     if (size > max) {
         char num[32];
         snprintf(num, sizeof num, "%llu", (unsigned long long)max);
-        return chan_close_on(c, ch, A091_PRECONDITION_FAILED,
-                             "PRECONDITION_FAILED - message larger than max_message_size (%s)",
-                             num, AMQP_BASIC_PUBLISH_METHOD);
+        return a091_chan_fail(c, ch, A091_PRECONDITION_FAILED,
+                              "PRECONDITION_FAILED - message larger than max_message_size (%s)",
+                              num, AMQP_BASIC_PUBLISH_METHOD);
     }
     ch->body_size = (size_t)size;
     ch->body_len = 0;
@@ -283,9 +284,9 @@ static mqd_topic_t *queue_topic(a091_conn_t *c, a091_chan_t *ch, const char *q, 
                                 amqp_method_number_t id)
 {
     if (!q[0]) {
-        chan_close_on(c, ch, A091_NOT_IMPLEMENTED,
-                      "NOT_IMPLEMENTED - server-named queues%s are not supported: name the queue",
-                      "", id);
+        a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED,
+                       "NOT_IMPLEMENTED - server-named queues%s are not supported: name the queue",
+                       "", id);
         return NULL;
     }
     mqd_topic_t *t = mqd_topic_find(c->srv, q);
@@ -296,30 +297,30 @@ static mqd_topic_t *queue_topic(a091_conn_t *c, a091_chan_t *ch, const char *q, 
         return t;
     if (t || !create) {
         if (!t && !visible)
-            chan_close_on(c, ch, A091_ACCESS_REFUSED,
-                          "ACCESS_REFUSED - access to queue '%s' refused", q, id);
+            a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
+                           "ACCESS_REFUSED - access to queue '%s' refused", q, id);
         else if (!t)
-            chan_close_on(c, ch, A091_NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'", q, id);
+            a091_chan_fail(c, ch, A091_NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'", q, id);
         else
-            chan_close_on(c, ch, A091_ACCESS_REFUSED,
-                          "ACCESS_REFUSED - access to queue '%s' refused", q, id);
+            a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
+                           "ACCESS_REFUSED - access to queue '%s' refused", q, id);
         return NULL;
     }
     if (!mqd_srv_conf(c->srv)->auto_create_topics || strncmp(q, "$", 1) == 0) {
-        chan_close_on(c, ch, A091_NOT_FOUND,
-                      "NOT_FOUND - no queue '%s' (auto_create_topics is off: create the topic)",
-                      q, id);
+        a091_chan_fail(c, ch, A091_NOT_FOUND,
+                       "NOT_FOUND - no queue '%s' (auto_create_topics is off: create the topic)", q,
+                       id);
         return NULL;
     }
     if (!a091_may(c, MQD_PERM_CREATE, q)) {
-        chan_close_on(c, ch, A091_ACCESS_REFUSED,
-                      "ACCESS_REFUSED - creating queue '%s' refused (no 'create' right)", q, id);
+        a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
+                       "ACCESS_REFUSED - creating queue '%s' refused (no 'create' right)", q, id);
         return NULL;
     }
     int rc = mqd_topic_create(c->srv, q, 0, NULL, &t);
     if (rc != 0 && rc != MQD_EEXIST) {
-        chan_close_on(c, ch, rc == MQD_EINVAL ? A091_PRECONDITION_FAILED : A091_RESOURCE_ERROR,
-                      "cannot create queue: %s", mqd_strerror(rc), id);
+        a091_chan_fail(c, ch, rc == MQD_EINVAL ? A091_PRECONDITION_FAILED : A091_RESOURCE_ERROR,
+                       "cannot create queue: %s", mqd_strerror(rc), id);
         return NULL;
     }
     if (rc == MQD_EEXIST)
@@ -333,11 +334,11 @@ static mqd_topic_t *queue_topic(a091_conn_t *c, a091_chan_t *ch, const char *q, 
 static int queue_declare(a091_conn_t *c, a091_chan_t *ch, amqp_queue_declare_t *m)
 {
     char q[256];
-    cstr(m->queue, q);
+    a091_cstr(m->queue, q);
     if (m->exclusive || m->auto_delete)
-        return chan_close_on(c, ch, A091_NOT_IMPLEMENTED,
-                             "NOT_IMPLEMENTED - %s queues are not supported yet",
-                             m->exclusive ? "exclusive" : "auto-delete", AMQP_QUEUE_DECLARE_METHOD);
+        return a091_chan_fail(
+            c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s queues are not supported yet",
+            m->exclusive ? "exclusive" : "auto-delete", AMQP_QUEUE_DECLARE_METHOD);
     mqd_topic_t *t = queue_topic(c, ch, q, !m->passive, AMQP_QUEUE_DECLARE_METHOD);
     if (!t)
         return A091_NOT_FOUND;
@@ -354,15 +355,15 @@ static int queue_bind(a091_conn_t *c, a091_chan_t *ch, amqp_queue_bind_t *m, boo
 {
     char q[256], ex[256], rk[256];
     amqp_method_number_t id = unbind ? AMQP_QUEUE_UNBIND_METHOD : AMQP_QUEUE_BIND_METHOD;
-    cstr(m->queue, q);
-    cstr(m->exchange, ex);
-    cstr(m->routing_key, rk);
+    a091_cstr(m->queue, q);
+    a091_cstr(m->exchange, ex);
+    a091_cstr(m->routing_key, rk);
     /* amq.direct routes by queue name, as the default exchange: that binding exists */
     if (strcmp(ex, "amq.direct") != 0 || strcmp(q, rk) != 0)
-        return chan_close_on(c, ch, A091_NOT_IMPLEMENTED,
-                             "NOT_IMPLEMENTED - bindings other than amq.direct with the queue's "
-                             "name are not supported yet (queue '%s')",
-                             q, id);
+        return a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED,
+                              "NOT_IMPLEMENTED - bindings other than amq.direct with the queue's "
+                              "name are not supported yet (queue '%s')",
+                              q, id);
     if (!queue_topic(c, ch, q, false, id))
         return A091_NOT_FOUND;
     if (unbind) {
@@ -378,65 +379,48 @@ static int queue_bind(a091_conn_t *c, a091_chan_t *ch, amqp_queue_bind_t *m, boo
 /* queue.purge and queue.delete: a log is not emptied by one reader; purge moves the
  * `$shared` group past everything (RabbitMQ's purge for this queue's consumers), delete
  * deletes the topic (needs 'manage'). */
-static int queue_purge(a091_conn_t *c, a091_chan_t *ch, amqp_queue_purge_t *m)
+static int queue_drop(a091_conn_t *c, a091_chan_t *ch, amqp_bytes_t queue, bool nowait, bool delete)
 {
+    amqp_method_number_t id = delete ? AMQP_QUEUE_DELETE_METHOD : AMQP_QUEUE_PURGE_METHOD;
     char q[256];
-    cstr(m->queue, q);
-    mqd_topic_t *t = queue_topic(c, ch, q, false, AMQP_QUEUE_PURGE_METHOD);
+    a091_cstr(queue, q);
+    mqd_topic_t *t = queue_topic(c, ch, q, false, id);
     if (!t)
         return A091_NOT_FOUND;
-    if (!a091_may(c, MQD_PERM_RECEIVE, q))
-        return chan_close_on(c, ch, A091_ACCESS_REFUSED,
-                             "ACCESS_REFUSED - read access to queue '%s' refused", q,
-                             AMQP_QUEUE_PURGE_METHOD);
-    uint32_t n = queue_backlog(t);
-    int rc = mqd_group_reset(t, MQD_SHARED_GROUP, MQD_RESET_LATEST, 0);
-    if (rc != 0)
-        return chan_close_on(c, ch, A091_PRECONDITION_FAILED,
-                             "PRECONDITION_FAILED - queue '%s' has consumers (mqd purges a queue "
-                             "only while nobody consumes it)",
-                             q, AMQP_QUEUE_PURGE_METHOD);
-    if (m->nowait)
-        return 0;
-    amqp_queue_purge_ok_t ok = {.message_count = n};
-    return a091_send_method(c, ch->id, AMQP_QUEUE_PURGE_OK_METHOD, &ok);
-}
-
-static int queue_delete(a091_conn_t *c, a091_chan_t *ch, amqp_queue_delete_t *m)
-{
-    char q[256];
-    cstr(m->queue, q);
-    mqd_topic_t *t = queue_topic(c, ch, q, false, AMQP_QUEUE_DELETE_METHOD);
-    if (!t)
-        return A091_NOT_FOUND;
-    if (!a091_may(c, MQD_PERM_MANAGE, q))
-        return chan_close_on(c, ch, A091_ACCESS_REFUSED,
-                             "ACCESS_REFUSED - deleting queue '%s' refused (needs 'manage')", q,
-                             AMQP_QUEUE_DELETE_METHOD);
+    if (!a091_may(c, delete ? MQD_PERM_MANAGE : MQD_PERM_RECEIVE, q))
+        return a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
+                              delete ? "ACCESS_REFUSED - deleting queue '%s' refused (needs "
+                                       "'manage')"
+                                     : "ACCESS_REFUSED - read access to queue '%s' refused",
+                              q, id);
     uint32_t n = queue_backlog(t);
     if (queue_consumers(t) > 0)
-        return chan_close_on(c, ch, A091_PRECONDITION_FAILED,
-                             "PRECONDITION_FAILED - queue '%s' in use", q,
-                             AMQP_QUEUE_DELETE_METHOD);
-    int rc = mqd_topic_delete(c->srv, t);
+        return a091_chan_fail(c, ch, A091_PRECONDITION_FAILED,
+                              "PRECONDITION_FAILED - queue '%s' in use (mqd purges or deletes a "
+                              "queue only while nobody consumes it)",
+                              q, id);
+    int rc = delete ? mqd_topic_delete(c->srv, t)
+                    : mqd_group_reset(t, MQD_SHARED_GROUP, MQD_RESET_LATEST, 0);
     if (rc != 0)
-        return chan_close_on(c, ch, A091_INTERNAL_ERROR, "INTERNAL_ERROR - %s", mqd_strerror(rc),
-                             AMQP_QUEUE_DELETE_METHOD);
-    if (m->nowait)
+        return a091_chan_fail(c, ch, A091_INTERNAL_ERROR, "INTERNAL_ERROR - %s", mqd_strerror(rc),
+                              id);
+    if (nowait)
         return 0;
+    /* purge-ok and delete-ok have the same one field */
     amqp_queue_delete_ok_t ok = {.message_count = n};
-    return a091_send_method(c, ch->id, AMQP_QUEUE_DELETE_OK_METHOD, &ok);
+    return a091_send_method(c, ch->id,
+                            delete ? AMQP_QUEUE_DELETE_OK_METHOD : AMQP_QUEUE_PURGE_OK_METHOD, &ok);
 }
 
 static int exchange_declare(a091_conn_t *c, a091_chan_t *ch, amqp_exchange_declare_t *m)
 {
     char ex[256];
-    cstr(m->exchange, ex);
+    a091_cstr(m->exchange, ex);
     if (strcmp(ex, "amq.direct") != 0 && ex[0])
-        return chan_close_on(c, ch, A091_NOT_IMPLEMENTED,
-                             "NOT_IMPLEMENTED - exchange '%s': mqd routes only the default "
-                             "exchange and amq.direct so far",
-                             ex, AMQP_EXCHANGE_DECLARE_METHOD);
+        return a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED,
+                              "NOT_IMPLEMENTED - exchange '%s': mqd routes only the default "
+                              "exchange and amq.direct so far",
+                              ex, AMQP_EXCHANGE_DECLARE_METHOD);
     if (m->nowait)
         return 0;
     amqp_exchange_declare_ok_t ok = {0};
@@ -510,8 +494,7 @@ int a091_chan_method(a091_conn_t *c, uint16_t id, amqp_method_number_t mid, void
         amqp_channel_flow_ok_t ok = {.active = ((amqp_channel_flow_t *)m)->active};
         return a091_send_method(c, id, AMQP_CHANNEL_FLOW_OK_METHOD, &ok);
     }
-    case AMQP_BASIC_PUBLISH_METHOD:
-        return publish_begin(c, ch, m);
+    case AMQP_BASIC_PUBLISH_METHOD: return publish_begin(c, ch, m);
     case AMQP_CONFIRM_SELECT_METHOD: {
         ch->confirm = true;
         if (((amqp_confirm_select_t *)m)->nowait)
@@ -519,23 +502,22 @@ int a091_chan_method(a091_conn_t *c, uint16_t id, amqp_method_number_t mid, void
         amqp_confirm_select_ok_t ok = {0};
         return a091_send_method(c, id, AMQP_CONFIRM_SELECT_OK_METHOD, &ok);
     }
-    case AMQP_QUEUE_DECLARE_METHOD:
-        return queue_declare(c, ch, m);
-    case AMQP_QUEUE_BIND_METHOD:
-        return queue_bind(c, ch, m, false);
-    case AMQP_QUEUE_UNBIND_METHOD:
-        return queue_bind(c, ch, m, true);
-    case AMQP_QUEUE_PURGE_METHOD:
-        return queue_purge(c, ch, m);
-    case AMQP_QUEUE_DELETE_METHOD:
-        return queue_delete(c, ch, m);
-    case AMQP_EXCHANGE_DECLARE_METHOD:
-        return exchange_declare(c, ch, m);
-    default:
-        break;
+    case AMQP_QUEUE_DECLARE_METHOD: return queue_declare(c, ch, m);
+    case AMQP_QUEUE_BIND_METHOD: return queue_bind(c, ch, m, false);
+    case AMQP_QUEUE_UNBIND_METHOD: return queue_bind(c, ch, m, true);
+    case AMQP_QUEUE_PURGE_METHOD: {
+        amqp_queue_purge_t *p = m;
+        return queue_drop(c, ch, p->queue, p->nowait, false);
+    }
+    case AMQP_QUEUE_DELETE_METHOD: {
+        amqp_queue_delete_t *d = m;
+        return queue_drop(c, ch, d->queue, d->nowait, true);
+    }
+    case AMQP_EXCHANGE_DECLARE_METHOD: return exchange_declare(c, ch, m);
+    default: break;
     }
     if ((mid >> 16) == AMQP_BASIC_CLASS)
         return a091_basic_method(c, ch, mid, m);
-    return chan_close_on(c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s",
-                         amqp_method_name(mid), mid);
+    return a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s",
+                          amqp_method_name(mid), mid);
 }

@@ -336,7 +336,8 @@ static void start_ok(a091_conn_t *c, amqp_connection_start_ok_t *m)
     if (!ok || user.len == 0 || user.len >= sizeof c->user || pw.len > 1024 ||
         memchr(user.bytes, 0, user.len)) {
         c->state = A091_AUTH; /* refused like a wrong password */
-        a091_conn_error(c, A091_ACCESS_REFUSED, "ACCESS_REFUSED - unsupported mechanism or "
+        a091_conn_error(c, A091_ACCESS_REFUSED,
+                        "ACCESS_REFUSED - unsupported mechanism or "
                         "malformed response (PLAIN and AMQPLAIN are offered)",
                         AMQP_CONNECTION_START_OK_METHOD);
         return;
@@ -364,12 +365,12 @@ static void start_ok(a091_conn_t *c, amqp_connection_start_ok_t *m)
 
 static void tune_ok(a091_conn_t *c, amqp_connection_tune_ok_t *m)
 {
-    c->frame_max = m->frame_max == 0 || m->frame_max > A091_FRAME_MAX ? A091_FRAME_MAX : m->frame_max;
+    c->frame_max =
+        m->frame_max == 0 || m->frame_max > A091_FRAME_MAX ? A091_FRAME_MAX : m->frame_max;
     if (c->frame_max < A091_FRAME_MIN)
         c->frame_max = A091_FRAME_MIN;
-    c->channel_max = m->channel_max == 0 || m->channel_max > A091_CHANNEL_MAX
-                         ? A091_CHANNEL_MAX
-                         : m->channel_max;
+    c->channel_max = m->channel_max == 0 || m->channel_max > A091_CHANNEL_MAX ? A091_CHANNEL_MAX
+                                                                              : m->channel_max;
     c->heartbeat = m->heartbeat;
     c->state = A091_OPEN;
 }
@@ -417,8 +418,7 @@ static void handle_frame(a091_conn_t *c, const a091_frame_t *f)
     const char *why = NULL;
     if (f->type == AMQP_FRAME_HEARTBEAT) {
         if (f->channel != 0)
-            a091_conn_error(c, A091_COMMAND_INVALID, "COMMAND_INVALID - heartbeat on a channel",
-                            0);
+            a091_conn_error(c, A091_COMMAND_INVALID, "COMMAND_INVALID - heartbeat on a channel", 0);
         return;
     }
     if (c->state == A091_CLOSING && (f->type != AMQP_FRAME_METHOD || f->channel != 0))
@@ -430,9 +430,9 @@ static void handle_frame(a091_conn_t *c, const a091_frame_t *f)
         if (rc != 0) {
             char text[128];
             snprintf(text, sizeof text, "%s - %s",
-                     rc == A091_SYNTAX_ERROR ? "SYNTAX_ERROR" : rc == A091_FRAME_ERROR
-                                                                     ? "FRAME_ERROR"
-                                                                     : "COMMAND_INVALID",
+                     rc == A091_SYNTAX_ERROR  ? "SYNTAX_ERROR"
+                     : rc == A091_FRAME_ERROR ? "FRAME_ERROR"
+                                              : "COMMAND_INVALID",
                      why);
             a091_conn_error(c, rc, text, id);
         } else if (f->channel == 0) {
@@ -445,9 +445,9 @@ static void handle_frame(a091_conn_t *c, const a091_frame_t *f)
         return;
     }
     /* content frames belong to a publish on an open channel */
-    a091_chan_t *ch =
-        c->state == A091_UP && f->channel && f->channel <= c->channel_max ? c->chans[f->channel]
-                                                                           : NULL;
+    a091_chan_t *ch = c->state == A091_UP && f->channel && f->channel <= c->channel_max
+                          ? c->chans[f->channel]
+                          : NULL;
     if (!ch || !ch->open) {
         a091_conn_error(c, A091_UNEXPECTED_FRAME,
                         "UNEXPECTED_FRAME - content frame on a channel that is not open", 0);
@@ -645,9 +645,9 @@ void mqd_amqp091_close_all(mqd_server_t *s)
         a091_conn_t *next = c->next;
         if (c->srv == s) {
             if (c->state == A091_UP) {
-                amqp_connection_close_t m = {.reply_code = A091_CONNECTION_FORCED,
-                                             .reply_text = amqp_cstring_bytes(
-                                                 "CONNECTION_FORCED - broker shutdown")};
+                amqp_connection_close_t m = {
+                    .reply_code = A091_CONNECTION_FORCED,
+                    .reply_text = amqp_cstring_bytes("CONNECTION_FORCED - broker shutdown")};
                 a091_send_method(c, 0, AMQP_CONNECTION_CLOSE_METHOD, &m);
                 a091_flush(c);
             }

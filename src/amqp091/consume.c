@@ -17,22 +17,6 @@
 
 static struct event *wake_ev; /* deferred: a commit-point callback only marks */
 
-static void cstr(amqp_bytes_t b, char out[256])
-{
-    size_t n = b.len < 255 ? b.len : 255;
-    memcpy(out, b.bytes, n);
-    out[n] = 0;
-}
-
-static int chan_fail(a091_conn_t *c, a091_chan_t *ch, int code, const char *fmt, const char *arg,
-                     amqp_method_number_t cause)
-{
-    char text[512];
-    snprintf(text, sizeof text, fmt, arg);
-    a091_chan_error(c, ch, code, text, cause);
-    return code;
-}
-
 /* The `$shared` group of queue q, or NULL when the topic is gone. */
 static mqd_group_t *queue_group(mqd_server_t *s, const char *q, mqd_topic_t **tp)
 {
@@ -273,18 +257,22 @@ void a091_wake_free(void)
 static int consume(a091_conn_t *c, a091_chan_t *ch, amqp_basic_consume_t *m)
 {
     char q[256], tag[256];
-    cstr(m->queue, q);
-    cstr(m->consumer_tag, tag);
+    a091_cstr(m->queue, q);
+    a091_cstr(m->consumer_tag, tag);
     mqd_topic_t *t = q[0] ? mqd_topic_find(c->srv, q) : NULL;
     if (!t && !mqd_auth_user_may(c->srv, c->user, MQD_PERM_RECEIVE, q))
-        return chan_fail(c, ch, A091_ACCESS_REFUSED, "ACCESS_REFUSED - read access to queue '%s' "
-                         "refused", q, AMQP_BASIC_CONSUME_METHOD);
+        return a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
+                              "ACCESS_REFUSED - read access to queue '%s' "
+                              "refused",
+                              q, AMQP_BASIC_CONSUME_METHOD);
     if (!t)
-        return chan_fail(c, ch, A091_NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'", q,
-                         AMQP_BASIC_CONSUME_METHOD);
+        return a091_chan_fail(c, ch, A091_NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'", q,
+                              AMQP_BASIC_CONSUME_METHOD);
     if (!a091_may(c, MQD_PERM_RECEIVE, q))
-        return chan_fail(c, ch, A091_ACCESS_REFUSED, "ACCESS_REFUSED - read access to queue '%s' "
-                         "refused", q, AMQP_BASIC_CONSUME_METHOD);
+        return a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
+                              "ACCESS_REFUSED - read access to queue '%s' "
+                              "refused",
+                              q, AMQP_BASIC_CONSUME_METHOD);
     if (!tag[0])
         snprintf(tag, sizeof tag, "amq.ctag-mqd-%u-%llu", ch->id,
                  (unsigned long long)ch->next_dtag + (unsigned long long)(uintptr_t)ch % 100000);
@@ -312,9 +300,10 @@ static int consume(a091_conn_t *c, a091_chan_t *ch, amqp_basic_consume_t *m)
             free(k->tag);
             free(k->topic);
             free(k);
-            return chan_fail(c, ch, rc, "PRECONDITION_FAILED - x-stream-offset: want first, "
-                             "last, next, an offset or a timestamp%s", "",
-                             AMQP_BASIC_CONSUME_METHOD);
+            return a091_chan_fail(c, ch, rc,
+                                  "PRECONDITION_FAILED - x-stream-offset: want first, "
+                                  "last, next, an offset or a timestamp%s",
+                                  "", AMQP_BASIC_CONSUME_METHOD);
         }
     }
     a091_consumer_t **tail = &ch->consumers;
@@ -331,7 +320,7 @@ static int consume(a091_conn_t *c, a091_chan_t *ch, amqp_basic_consume_t *m)
 static int cancel(a091_conn_t *c, a091_chan_t *ch, amqp_basic_cancel_t *m)
 {
     char tag[256];
-    cstr(m->consumer_tag, tag);
+    a091_cstr(m->consumer_tag, tag);
     for (a091_consumer_t **kp = &ch->consumers; *kp; kp = &(*kp)->next) {
         a091_consumer_t *k = *kp;
         if (strcmp(k->tag, tag) != 0)
@@ -368,8 +357,8 @@ static int settle_tags(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool multi
     if (hit == 0 && !(multiple && tag == 0)) {
         char num[32];
         snprintf(num, sizeof num, "%llu", (unsigned long long)tag);
-        return chan_fail(c, ch, A091_PRECONDITION_FAILED,
-                         "PRECONDITION_FAILED - unknown delivery tag %s", num, id);
+        return a091_chan_fail(c, ch, A091_PRECONDITION_FAILED,
+                              "PRECONDITION_FAILED - unknown delivery tag %s", num, id);
     }
     return 0;
 }
@@ -377,14 +366,16 @@ static int settle_tags(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool multi
 static int get(a091_conn_t *c, a091_chan_t *ch, amqp_basic_get_t *m)
 {
     char q[256];
-    cstr(m->queue, q);
+    a091_cstr(m->queue, q);
     mqd_topic_t *t = mqd_topic_find(c->srv, q);
     if (!a091_may(c, MQD_PERM_RECEIVE, q))
-        return chan_fail(c, ch, A091_ACCESS_REFUSED, "ACCESS_REFUSED - read access to queue '%s' "
-                         "refused", q, AMQP_BASIC_GET_METHOD);
+        return a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
+                              "ACCESS_REFUSED - read access to queue '%s' "
+                              "refused",
+                              q, AMQP_BASIC_GET_METHOD);
     if (!t)
-        return chan_fail(c, ch, A091_NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'", q,
-                         AMQP_BASIC_GET_METHOD);
+        return a091_chan_fail(c, ch, A091_NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'", q,
+                              AMQP_BASIC_GET_METHOD);
     mqd_rec_t rec;
     uint32_t dc, part, rr = 0;
     bool gone;
@@ -404,12 +395,9 @@ int a091_basic_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id, 
         amqp_basic_qos_ok_t ok = {0};
         return a091_send_method(c, ch->id, AMQP_BASIC_QOS_OK_METHOD, &ok);
     }
-    case AMQP_BASIC_CONSUME_METHOD:
-        return consume(c, ch, m);
-    case AMQP_BASIC_CANCEL_METHOD:
-        return cancel(c, ch, m);
-    case AMQP_BASIC_GET_METHOD:
-        return get(c, ch, m);
+    case AMQP_BASIC_CONSUME_METHOD: return consume(c, ch, m);
+    case AMQP_BASIC_CANCEL_METHOD: return cancel(c, ch, m);
+    case AMQP_BASIC_GET_METHOD: return get(c, ch, m);
     case AMQP_BASIC_ACK_METHOD: {
         amqp_basic_ack_t *a = m;
         return settle_tags(c, ch, a->delivery_tag, a->multiple, true, id);
@@ -431,7 +419,7 @@ int a091_basic_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id, 
         }
         return 0;
     default:
-        return chan_fail(c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s", amqp_method_name(id),
-                         id);
+        return a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s",
+                              amqp_method_name(id), id);
     }
 }

@@ -63,7 +63,9 @@ static void put_field(pn_data_t *d, const amqp_field_value_t *v)
     case AMQP_FIELD_KIND_U64: pn_data_put_ulong(d, v->value.u64); break;
     case AMQP_FIELD_KIND_F32: pn_data_put_float(d, v->value.f32); break;
     case AMQP_FIELD_KIND_F64: pn_data_put_double(d, v->value.f64); break;
-    case AMQP_FIELD_KIND_TIMESTAMP: pn_data_put_timestamp(d, (pn_timestamp_t)v->value.u64 * 1000); break;
+    case AMQP_FIELD_KIND_TIMESTAMP:
+        pn_data_put_timestamp(d, (pn_timestamp_t)v->value.u64 * 1000);
+        break;
     case AMQP_FIELD_KIND_UTF8: pn_data_put_string(d, pb(v->value.bytes)); break;
     case AMQP_FIELD_KIND_BYTES: pn_data_put_binary(d, pb(v->value.bytes)); break;
     case AMQP_FIELD_KIND_VOID: pn_data_put_null(d); break;
@@ -126,21 +128,7 @@ int a091_map_to_amqp10(const amqp_basic_properties_t *p, const char *exchange, c
     pn_data_exit(ma);
     pn_message_set_inferred(m, true); /* binary body -> a data section */
     pn_data_put_binary(pn_message_body(m), pn_bytes(len, (const char *)body));
-    size_t cap = len + 1024;
-    for (int round = 0; round < 8; round++) {
-        if (mqd_buf_reserve(out, cap) != 0)
-            return MQD_ENOMEM;
-        size_t n = out->cap - out->len;
-        int rc = pn_message_encode(m, (char *)out->p + out->len, &n);
-        if (rc == 0) {
-            out->len += n;
-            return 0;
-        }
-        if (rc != PN_OVERFLOW)
-            return MQD_EINVAL;
-        cap *= 2;
-    }
-    return MQD_EINVAL;
+    return mqd_message_encode(m, out, len + 1024);
 }
 
 /* ---- 1.0 -> 0-9-1 ---- */
@@ -169,11 +157,10 @@ static bool atom_str(amqp_pool_t *pool, pn_atom_t a, amqp_bytes_t *out)
     case PN_STRING:
     case PN_SYMBOL:
     case PN_BINARY:
-        *out = dup_bytes(pool, a.u.as_bytes.start, a.u.as_bytes.size > 255 ? 255 : a.u.as_bytes.size);
+        *out =
+            dup_bytes(pool, a.u.as_bytes.start, a.u.as_bytes.size > 255 ? 255 : a.u.as_bytes.size);
         return true;
-    case PN_ULONG:
-        snprintf(buf, sizeof buf, "%" PRIu64, a.u.as_ulong);
-        break;
+    case PN_ULONG: snprintf(buf, sizeof buf, "%" PRIu64, a.u.as_ulong); break;
     case PN_UUID: {
         const uint8_t *u = (const uint8_t *)a.u.as_uuid.bytes;
         snprintf(buf, sizeof buf,
@@ -182,8 +169,7 @@ static bool atom_str(amqp_pool_t *pool, pn_atom_t a, amqp_bytes_t *out)
                  u[15]);
         break;
     }
-    default:
-        return false;
+    default: return false;
     }
     *out = dup_str(pool, buf);
     return true;
@@ -193,17 +179,50 @@ static bool atom_str(amqp_pool_t *pool, pn_atom_t a, amqp_bytes_t *out)
 static bool get_field(pn_data_t *d, amqp_pool_t *pool, amqp_field_value_t *v)
 {
     switch (pn_data_type(d)) {
-    case PN_BOOL: v->kind = AMQP_FIELD_KIND_BOOLEAN; v->value.boolean = pn_data_get_bool(d); return true;
-    case PN_BYTE: v->kind = AMQP_FIELD_KIND_I8; v->value.i8 = pn_data_get_byte(d); return true;
-    case PN_UBYTE: v->kind = AMQP_FIELD_KIND_U8; v->value.u8 = pn_data_get_ubyte(d); return true;
-    case PN_SHORT: v->kind = AMQP_FIELD_KIND_I16; v->value.i16 = pn_data_get_short(d); return true;
-    case PN_USHORT: v->kind = AMQP_FIELD_KIND_U16; v->value.u16 = pn_data_get_ushort(d); return true;
-    case PN_INT: v->kind = AMQP_FIELD_KIND_I32; v->value.i32 = pn_data_get_int(d); return true;
-    case PN_UINT: v->kind = AMQP_FIELD_KIND_I64; v->value.i64 = pn_data_get_uint(d); return true;
-    case PN_LONG: v->kind = AMQP_FIELD_KIND_I64; v->value.i64 = pn_data_get_long(d); return true;
-    case PN_ULONG: v->kind = AMQP_FIELD_KIND_I64; v->value.i64 = (int64_t)pn_data_get_ulong(d); return true;
-    case PN_FLOAT: v->kind = AMQP_FIELD_KIND_F32; v->value.f32 = pn_data_get_float(d); return true;
-    case PN_DOUBLE: v->kind = AMQP_FIELD_KIND_F64; v->value.f64 = pn_data_get_double(d); return true;
+    case PN_BOOL:
+        v->kind = AMQP_FIELD_KIND_BOOLEAN;
+        v->value.boolean = pn_data_get_bool(d);
+        return true;
+    case PN_BYTE:
+        v->kind = AMQP_FIELD_KIND_I8;
+        v->value.i8 = pn_data_get_byte(d);
+        return true;
+    case PN_UBYTE:
+        v->kind = AMQP_FIELD_KIND_U8;
+        v->value.u8 = pn_data_get_ubyte(d);
+        return true;
+    case PN_SHORT:
+        v->kind = AMQP_FIELD_KIND_I16;
+        v->value.i16 = pn_data_get_short(d);
+        return true;
+    case PN_USHORT:
+        v->kind = AMQP_FIELD_KIND_U16;
+        v->value.u16 = pn_data_get_ushort(d);
+        return true;
+    case PN_INT:
+        v->kind = AMQP_FIELD_KIND_I32;
+        v->value.i32 = pn_data_get_int(d);
+        return true;
+    case PN_UINT:
+        v->kind = AMQP_FIELD_KIND_I64;
+        v->value.i64 = pn_data_get_uint(d);
+        return true;
+    case PN_LONG:
+        v->kind = AMQP_FIELD_KIND_I64;
+        v->value.i64 = pn_data_get_long(d);
+        return true;
+    case PN_ULONG:
+        v->kind = AMQP_FIELD_KIND_I64;
+        v->value.i64 = (int64_t)pn_data_get_ulong(d);
+        return true;
+    case PN_FLOAT:
+        v->kind = AMQP_FIELD_KIND_F32;
+        v->value.f32 = pn_data_get_float(d);
+        return true;
+    case PN_DOUBLE:
+        v->kind = AMQP_FIELD_KIND_F64;
+        v->value.f64 = pn_data_get_double(d);
+        return true;
     case PN_TIMESTAMP:
         v->kind = AMQP_FIELD_KIND_TIMESTAMP;
         v->value.u64 = (uint64_t)pn_data_get_timestamp(d) / 1000;
@@ -221,8 +240,7 @@ static bool get_field(pn_data_t *d, amqp_pool_t *pool, amqp_field_value_t *v)
         v->value.bytes = dup_bytes(pool, b.start, b.size);
         return true;
     }
-    default:
-        return false;
+    default: return false;
     }
 }
 

@@ -38,8 +38,7 @@ static bool spec_parse(const amqp_field_value_t *v, int *how, int64_t *value)
     case AMQP_FIELD_KIND_U32: *value = v->value.u32; break;
     case AMQP_FIELD_KIND_I64: *value = v->value.i64; break;
     case AMQP_FIELD_KIND_U64: *value = (int64_t)v->value.u64; break;
-    default:
-        return false;
+    default: return false;
     }
     *how = POS_OFFSET;
     return *value >= 0;

@@ -559,6 +559,10 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
 /* Appends one message (already scanned) to partition p; queues settlement of dlv. */
 int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *c, pn_delivery_t *dlv,
                     uint64_t *offset_out);
+/* pnmsg.c: appends Proton message m, encoded, to out (first trying `hint` bytes of room,
+ * 0 = 1 KiB). 0, MQD_ENOMEM, MQD_EINVAL (Proton's error), MQD_ETOOBIG. */
+struct pn_message_t;
+int mqd_message_encode(struct pn_message_t *m, mqd_buf_t *out, size_t hint);
 /* Consumers of a front end without link states (amqp091/) on t: while there are any
  * (delta +1 / -1 per consumer), every move of t's commit point calls ops.topic_wake.
  * Returns the count after the change. */

@@ -16,6 +16,8 @@
 - x-stream-offset (first, last, next, an offset, a timestamp): each stream consumer reads
   from its own position, with the offset as header x-stream-offset, and leaves the
   queue's `$shared` group untouched.
+- queue.purge moves the queue's group past everything (message_count returned, then
+  get-empty); queue.delete (needs 'manage') removes the topic: a passive declare is 404.
 - ACL: bob (receive only) publishing gets channel error 403 ACCESS_REFUSED and nothing is
   stored; carol (no rights on the queue) cannot consume (403)."""
 
@@ -271,6 +273,36 @@ def body(t):
             check(e.reply_code == 406, "bad x-stream-offset: %r" % e)
         m, p, bd = ch.basic_get("q.stream", auto_ack=True)
         check(bd == b"s0", "the queue's group moved: %r" % bd)
+        conn.close()
+
+    with coll.case("queue.purge and queue.delete"):
+        conn = pika.BlockingConnection(params(b, "alice"))
+        ch = conn.channel()
+        ch.queue_declare(queue="q.purge", durable=True)
+        ch.confirm_delivery()
+        for i in range(7):
+            ch.basic_publish(exchange="", routing_key="q.purge", body=b"p%d" % i)
+        n = ch.queue_purge("q.purge").method.message_count
+        check(n == 7, "purge-ok message_count %d, want 7" % n)
+        m, p, bd = ch.basic_get("q.purge", auto_ack=True)
+        check(m is None, "after purge: %r" % bd)
+        ch.basic_publish(exchange="", routing_key="q.purge", body=b"after")
+        m, p, bd = ch.basic_get("q.purge", auto_ack=True)
+        check(bd == b"after", "after purge and a publish: %r" % bd)
+        ch.queue_delete("q.purge")
+        try:
+            ch.queue_declare(queue="q.purge", passive=True)
+            check(False, "the deleted queue is still there")
+        except pika.exceptions.ChannelClosedByBroker as e:
+            check(e.reply_code == 404, "passive declare after delete: %r" % e)
+        conn.close()
+        conn = pika.BlockingConnection(params(b, "bob"))
+        ch = conn.channel()
+        try:
+            ch.queue_delete("q.orders")
+            check(False, "bob deleted a queue without 'manage'")
+        except pika.exceptions.ChannelClosedByBroker as e:
+            check(e.reply_code == 403, "bob's delete: %r" % e)
         conn.close()
 
     coll.finish()
