@@ -119,6 +119,7 @@ struct a091_conn {
     int state;
     bool dead;     /* socket closed; freed when nothing refers to it any more */
     bool writing;  /* ev_write pending */
+    bool rx_paused; /* ev_read removed: output backlog or a login under check */
     unsigned refs; /* pending confirms, a password check, the conn itself */
     struct event *ev_read, *ev_write, *ev_timer;
     uint8_t *in;

@@ -19,6 +19,25 @@
 
 static a091_conn_t *conns; /* every live 0-9-1 connection */
 
+static void handle_input(a091_conn_t *c);
+
+#define OUT_MAX (4u << 20) /* input waits while this much output is unsent */
+
+/* Input is read while the output drains and no login is under check. */
+static void rx_pace(a091_conn_t *c)
+{
+    if (c->dead)
+        return;
+    bool want = c->state != A091_AUTH && c->out_len - c->out_off < OUT_MAX;
+    if (want && c->rx_paused) {
+        c->rx_paused = false;
+        event_add(c->ev_read, NULL);
+    } else if (!want && !c->rx_paused) {
+        c->rx_paused = true;
+        event_del(c->ev_read);
+    }
+}
+
 a091_conn_t *a091_conns_head(void)
 {
     return conns;
@@ -184,6 +203,7 @@ void a091_flush(a091_conn_t *c)
                 c->writing = true;
                 event_add(c->ev_write, NULL);
             }
+            rx_pace(c);
             return;
         }
         if (n < 0) {
@@ -200,6 +220,7 @@ void a091_flush(a091_conn_t *c)
         c->writing = false;
         event_del(c->ev_write);
     }
+    rx_pace(c);
 }
 
 void a091_conn_error(a091_conn_t *c, int code, const char *text, amqp_method_number_t cause)
@@ -280,6 +301,8 @@ static void login_done(void *arg, int rc)
                             "PLAIN",
                             AMQP_CONNECTION_START_OK_METHOD);
         }
+        if (c->state == A091_TUNE_OK && c->in_len > 0)
+            handle_input(c); /* what the client pipelined behind its start-ok */
         a091_flush(c);
     }
     a091_conn_unref(c);
@@ -524,6 +547,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
             c->in = p;
             c->in_cap = cap;
         }
+        if (c->in_len == c->in_cap)
+            break; /* a login under check holds it: rx_pace has stopped reading */
         ssize_t n = recv(fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
         if (n < 0 && errno == EINTR)
             continue;
@@ -536,8 +561,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         c->last_rx_ms = a091_mono_ms();
         c->in_len += (size_t)n;
         handle_input(c);
-        if (c->state == A091_AUTH)
-            break; /* the rest after the login's outcome */
+        if (c->state == A091_AUTH || c->in_len == c->in_cap)
+            break; /* the rest after the login's outcome (rx_pace stops reading) */
     }
     if (!c->dead) {
         a091_pump(c);
