@@ -183,17 +183,20 @@ static size_t pump_chan(a091_conn_t *c, a091_chan_t *ch)
         a091_consumer_t *k = *kp;
         if (c->out_len - c->out_off >= OUT_HIGH || c->dead || ch->closing)
             return sent;
-        if (!k->no_ack && ch->prefetch && ch->n_unacked >= ch->prefetch)
-            return sent;
+        /* every delivery is authorized: a reload that took the right ends the consumer */
+        bool denied = !mqd_auth_user_may(c->srv, c->user, MQD_PERM_RECEIVE, k->topic);
+        bool full = !k->no_ack && ch->prefetch && ch->n_unacked >= ch->prefetch;
         mqd_rec_t rec;
-        uint32_t dc, part;
+        uint32_t dc = 0, part;
         bool gone = false;
-        dc = 0;
-        if (k->stream ? a091_stream_next(c, k, &rec, &part, &gone)
-                      : take(c, k->topic, &k->rr, &rec, &dc, &part, &gone)) {
+        if (!denied && !full &&
+            (k->stream ? a091_stream_next(c, k, &rec, &part, &gone)
+                       : take(c, k->topic, &k->rr, &rec, &dc, &part, &gone))) {
             deliver(c, ch, k, k->topic, part, &rec, dc, k->no_ack);
             sent++;
-        } else if (gone) { /* the topic was deleted: RabbitMQ's consumer cancel notification */
+        } else if (gone || denied) { /* RabbitMQ's consumer cancel notification */
+            MQD_NOTICE_RL("amqp091", "peer=%s consumer %s on %s cancelled: %s", c->peer, k->tag,
+                          k->topic, denied ? "no 'receive' right any more" : "topic deleted");
             cancel_notify(c, ch, k);
             *kp = k->next;
             consumer_free(c, k);

@@ -16,6 +16,8 @@
 - x-stream-offset (first, last, next, an offset, a timestamp): each stream consumer reads
   from its own position, with the offset as header x-stream-offset, and leaves the
   queue's `$shared` group untouched.
+- an ACL reload (SIGHUP) that takes alice's 'receive' cancels her live consumer (a
+  basic.cancel from the broker) before it gets another message.
 - queue.purge moves the queue's group past everything (message_count returned, then
   get-empty); queue.delete (needs 'manage') removes the topic: a passive declare is 404.
 - ACL: bob (receive only) publishing gets channel error 403 ACCESS_REFUSED and nothing is
@@ -23,6 +25,7 @@
 
 import datetime
 import os
+import signal
 import sys
 import time
 
@@ -303,6 +306,34 @@ def body(t):
             check(False, "bob deleted a queue without 'manage'")
         except pika.exceptions.ChannelClosedByBroker as e:
             check(e.reply_code == 403, "bob's delete: %r" % e)
+        conn.close()
+
+    with coll.case("SIGHUP that takes 'receive' cancels a live consumer"):
+        conn = pika.BlockingConnection(params(b, "alice"))
+        ch = conn.channel()
+        ch.queue_declare(queue="q.live", durable=True)
+        ch.confirm_delivery()
+        ch.basic_publish(exchange="", routing_key="q.live", body=b"before")
+        got, cancelled = [], []
+        ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+        ch.basic_consume("q.live", lambda c_, m, p, bd: (got.append(bd), c_.basic_ack(m.delivery_tag)))
+        deadline = time.time() + 5 * mqdtest.SLOW
+        while not got and time.time() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        check(got == [b"before"], "before the reload: %r" % got)
+        with open(conf, "w") as f:
+            f.write("allow_anonymous = off\n")
+            f.write(users)
+            f.write("[acl]\nallow alice send,create,manage q.*\nallow bob receive q.*\n"
+                    "allow carol send other.*\n")
+        os.kill(b.pid, signal.SIGHUP)
+        deadline = time.time() + 10 * mqdtest.SLOW
+        while not cancelled and time.time() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        check(cancelled, "no basic.cancel after the reload")
+        ch.basic_publish(exchange="", routing_key="q.live", body=b"after")
+        conn.process_data_events(time_limit=0.5)
+        check(got == [b"before"], "delivered after the right was taken: %r" % got)
         conn.close()
 
     coll.finish()
