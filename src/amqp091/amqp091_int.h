@@ -119,7 +119,10 @@ struct a091_conn {
     int state;
     bool dead;     /* socket closed; freed when nothing refers to it any more */
     bool writing;  /* ev_write pending */
-    bool rx_paused; /* ev_read removed: output backlog or a login under check */
+    bool rx_paused; /* ev_read removed: output backlog, a login under check, blocked */
+    bool published;   /* has published: blocked with the disk or memory watermark */
+    bool blocked;     /* so: its input is not read */
+    bool blocked_cap; /* the client takes connection.blocked (its capabilities) */
     unsigned refs; /* pending confirms, a password check, the conn itself */
     struct event *ev_read, *ev_write, *ev_timer;
     uint8_t *in;
@@ -146,6 +149,9 @@ int a091_send_content(a091_conn_t *c, uint16_t ch, const amqp_basic_properties_t
 /* connection.close with a reply code; input is dropped from now on */
 void a091_conn_error(a091_conn_t *c, int code, const char *text, amqp_method_number_t cause);
 void a091_flush(a091_conn_t *c);
+/* A publishing connection stops being read while a watermark is exceeded (and is told
+ * connection.blocked when its client takes it), and is read again after. */
+void a091_block_check(a091_conn_t *c);
 bool a091_may(a091_conn_t *c, int perm, const char *topic);
 a091_conn_t *a091_conns_head(void);
 

@@ -146,11 +146,13 @@ static void publish_store(a091_conn_t *c, a091_chan_t *ch, mqd_topic_t *t, uint6
         MQD_WARN_RL("amqp091", "publish to %s/%u not stored: %s", mqd_topic_name(t), part, why);
         if (seq)
             send_confirm(c, ch->id, seq, false);
+        a091_block_check(c); /* a watermark: take no more input until it clears */
     }
 }
 
 static void publish_complete(a091_conn_t *c, a091_chan_t *ch)
 {
+    c->published = true;
     uint64_t seq = ch->confirm ? ++ch->pub_seq : 0;
     mqd_topic_t *t = ch->pub_rkey[0] ? mqd_topic_find(c->srv, ch->pub_rkey) : NULL;
     if (!t) {

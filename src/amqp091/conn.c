@@ -28,7 +28,7 @@ static void rx_pace(a091_conn_t *c)
 {
     if (c->dead)
         return;
-    bool want = c->state != A091_AUTH && c->out_len - c->out_off < OUT_MAX;
+    bool want = c->state != A091_AUTH && c->out_len - c->out_off < OUT_MAX && !c->blocked;
     if (want && c->rx_paused) {
         c->rx_paused = false;
         event_add(c->ev_read, NULL);
@@ -243,6 +243,26 @@ void a091_conn_error(a091_conn_t *c, int code, const char *text, amqp_method_num
     event_add(c->ev_timer, &tv);
 }
 
+void a091_block_check(a091_conn_t *c)
+{
+    uint64_t reserved = 0;
+    bool now = c->published && c->state == A091_UP &&
+               mqd_watermark_window(c->srv, 1, 0, 0, &reserved) == 0;
+    if (now == c->blocked)
+        return;
+    c->blocked = now;
+    MQD_NOTICE_RL("amqp091", "peer=%s %s", c->peer,
+                  now ? "blocked: a disk or memory watermark is exceeded" : "unblocked");
+    if (c->blocked_cap && now) {
+        amqp_connection_blocked_t m = {.reason = amqp_cstring_bytes("low on disk or memory")};
+        a091_send_method(c, 0, AMQP_CONNECTION_BLOCKED_METHOD, &m);
+    } else if (c->blocked_cap) {
+        amqp_connection_unblocked_t m = {0};
+        a091_send_method(c, 0, AMQP_CONNECTION_UNBLOCKED_METHOD, &m);
+    }
+    rx_pace(c);
+}
+
 bool a091_may(a091_conn_t *c, int perm, const char *topic)
 {
     if (mqd_auth_user_may(c->srv, c->user, (mqd_perm_t)perm, topic))
@@ -262,10 +282,11 @@ static amqp_table_entry_t *entry(amqp_table_entry_t *e, const char *key)
 
 static void send_start(a091_conn_t *c)
 {
-    static const char *caps[] = {"publisher_confirms", "basic.nack", "consumer_cancel_notify",
-                                 "per_consumer_qos", "authentication_failure_close"};
-    amqp_table_entry_t ce[5], se[3];
-    for (size_t i = 0; i < 5; i++) {
+    static const char *caps[] = {"publisher_confirms",           "basic.nack",
+                                 "consumer_cancel_notify",       "per_consumer_qos",
+                                 "authentication_failure_close", "connection.blocked"};
+    amqp_table_entry_t ce[6], se[3];
+    for (size_t i = 0; i < 6; i++) {
         entry(&ce[i], caps[i])->value.kind = AMQP_FIELD_KIND_BOOLEAN;
         ce[i].value.value.boolean = 1;
     }
@@ -274,7 +295,7 @@ static void send_start(a091_conn_t *c)
     entry(&se[1], "version")->value.kind = AMQP_FIELD_KIND_UTF8;
     se[1].value.value.bytes = amqp_cstring_bytes(PACKAGE_VERSION);
     entry(&se[2], "capabilities")->value.kind = AMQP_FIELD_KIND_TABLE;
-    se[2].value.value.table = (amqp_table_t){.num_entries = 5, .entries = ce};
+    se[2].value.value.table = (amqp_table_t){.num_entries = 6, .entries = ce};
     amqp_connection_start_t m = {.version_major = 0,
                                  .version_minor = 9,
                                  .server_properties = {.num_entries = 3, .entries = se},
@@ -348,8 +369,28 @@ static bool plain(amqp_bytes_t r, amqp_bytes_t *user, amqp_bytes_t *pw)
     return true;
 }
 
+/* Does the client's capabilities table say it takes connection.blocked? */
+static bool takes_blocked(const amqp_table_t *props)
+{
+    for (int i = 0; i < props->num_entries; i++) {
+        const amqp_table_entry_t *e = &props->entries[i];
+        if (e->key.len != 12 || memcmp(e->key.bytes, "capabilities", 12) != 0 ||
+            e->value.kind != AMQP_FIELD_KIND_TABLE)
+            continue;
+        const amqp_table_t *caps = &e->value.value.table;
+        for (int j = 0; j < caps->num_entries; j++) {
+            const amqp_table_entry_t *k = &caps->entries[j];
+            if (k->key.len == 18 && memcmp(k->key.bytes, "connection.blocked", 18) == 0 &&
+                k->value.kind == AMQP_FIELD_KIND_BOOLEAN)
+                return k->value.value.boolean != 0;
+        }
+    }
+    return false;
+}
+
 static void start_ok(a091_conn_t *c, amqp_connection_start_ok_t *m)
 {
+    c->blocked_cap = takes_blocked(&m->client_properties);
     amqp_bytes_t user, pw;
     bool ok = false;
     if (m->mechanism.len == 5 && memcmp(m->mechanism.bytes, "PLAIN", 5) == 0)
@@ -602,6 +643,9 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         return;
     }
     int64_t now = a091_mono_ms();
+    a091_block_check(c);
+    if (c->blocked)
+        c->last_rx_ms = now; /* its heartbeats wait in the socket: not missed */
     if (c->heartbeat) {
         if (now - c->last_rx_ms > 2000 * (int64_t)c->heartbeat) {
             conn_kill(c, "missed heartbeats");

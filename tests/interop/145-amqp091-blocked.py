@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""AMQP 0-9-1 publishers and the disk watermark (docs/amqp091.md): with the free disk
+below disk_free_limit (raised to 1 TiB by a SIGHUP reload) a confirmed publish is
+nacked, nothing of it is stored, and the publishing connection is told
+connection.blocked (pika announces the capability); once the limit is lowered again it
+is told connection.unblocked and its publishes are confirmed and stored."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mqdtest  # noqa: E402
+from mqdtest import check, log, skip  # noqa: E402
+
+try:
+    import pika
+    import pika.exceptions
+except ImportError:
+    pika = None
+
+PW = "alice-pw"
+
+
+def mqd_passwd(user, pw):
+    prog = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
+    if not os.access(prog, os.X_OK):
+        skip("mqd-passwd not built")
+    r = subprocess.run([prog, "--both", "--iterations", "4096", user], input=pw + "\n",
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
+    return r.stdout
+
+
+def body(t):
+    if pika is None:
+        skip("python3-pika is not installed")
+    users = mqd_passwd("alice", PW)
+    conf = os.path.join(t.tmpdir, "mqd.conf")
+
+    def write(limit):
+        with open(conf, "w") as f:
+            f.write("allow_anonymous = off\ndisk_free_limit = %s\n" % limit + users)
+            f.write("[acl]\nallow alice send,receive,create q.*\n")
+
+    write("0")
+    b = t.broker("blocked", conf=conf)
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        host="127.0.0.1", port=b.port, credentials=pika.PlainCredentials("alice", PW),
+        connection_attempts=1, socket_timeout=10 * mqdtest.SLOW, heartbeat=30))
+    events = []
+    conn.add_on_connection_blocked_callback(lambda c_, frame: events.append("blocked"))
+    conn.add_on_connection_unblocked_callback(lambda c_, frame: events.append("unblocked"))
+    ch = conn.channel()
+    ch.queue_declare(queue="q.wm", durable=True)
+    ch.confirm_delivery()
+    ch.basic_publish(exchange="", routing_key="q.wm", body=b"before")
+
+    write("1TiB")
+    os.kill(b.pid, signal.SIGHUP)
+    time.sleep(0.5 * mqdtest.SLOW)  # the watermark is measured every 100 ms
+    try:
+        ch.basic_publish(exchange="", routing_key="q.wm", body=b"refused")
+        check(False, "a publish past the disk watermark was confirmed")
+    except pika.exceptions.NackError:
+        log("nacked past the watermark")
+    deadline = time.time() + 10 * mqdtest.SLOW
+    while "blocked" not in events and time.time() < deadline:
+        conn.process_data_events(time_limit=0.1)
+    check(events == ["blocked"], "events while over the watermark: %r" % events)
+
+    write("0")
+    os.kill(b.pid, signal.SIGHUP)
+    deadline = time.time() + 10 * mqdtest.SLOW
+    while "unblocked" not in events and time.time() < deadline:
+        conn.process_data_events(time_limit=0.1)
+    check(events == ["blocked", "unblocked"], "events after the limit was lowered: %r" % events)
+    ch.basic_publish(exchange="", routing_key="q.wm", body=b"after")
+    got = []
+    for _ in range(3):
+        m, p, bd = ch.basic_get("q.wm", auto_ack=True)
+        if m is None:
+            break
+        got.append(bd)
+    check(got == [b"before", b"after"], "stored: %r" % got)
+    conn.close()
+
+
+if __name__ == "__main__":
+    mqdtest.main(body, timeout=120)
