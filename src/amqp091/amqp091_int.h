@@ -114,6 +114,7 @@ struct a091_conn {
     a091_conn_t *next, **pprev;
     mqd_server_t *srv;
     int fd;
+    struct ssl_st *ssl; /* a TLS listener's: its records are run here (SSL_read/SSL_write) */
     char peer[64];
     char user[128];
     int state;

@@ -5,8 +5,11 @@
 #include "config.h"
 #include "amqp091/amqp091_int.h"
 #include "auth/auth.h"
+#include "conf/conf.h"
 
 #include <errno.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +62,42 @@ void a091_conn_unref(a091_conn_t *c)
     free(c);
 }
 
+/* Socket I/O, through the SSL on a TLS listener: the byte count, or -1 with errno
+ * (EAGAIN: not now), or 0 at the end of the input. */
+static ssize_t io_recv(a091_conn_t *c, uint8_t *p, size_t n)
+{
+    if (!c->ssl)
+        return recv(c->fd, p, n, 0);
+    ERR_clear_error();
+    int k = SSL_read(c->ssl, p, n > INT32_MAX ? INT32_MAX : (int)n);
+    if (k > 0)
+        return k;
+    int err = SSL_get_error(c->ssl, k);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        errno = EAGAIN;
+        return -1;
+    }
+    ERR_clear_error();
+    if (err == SSL_ERROR_ZERO_RETURN)
+        return 0;
+    errno = EIO;
+    return -1;
+}
+
+static ssize_t io_send(a091_conn_t *c, const uint8_t *p, size_t n)
+{
+    if (!c->ssl)
+        return send(c->fd, p, n, MSG_NOSIGNAL);
+    ERR_clear_error();
+    int k = SSL_write(c->ssl, p, n > INT32_MAX ? INT32_MAX : (int)n);
+    if (k > 0)
+        return k;
+    int err = SSL_get_error(c->ssl, k);
+    ERR_clear_error();
+    errno = err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ? EAGAIN : EIO;
+    return -1;
+}
+
 /* Ends the connection now: its channels release what they hold, the socket closes. */
 static void conn_kill(a091_conn_t *c, const char *why)
 {
@@ -76,6 +115,13 @@ static void conn_kill(a091_conn_t *c, const char *why)
     event_free(c->ev_write);
     event_free(c->ev_timer);
     c->ev_read = c->ev_write = c->ev_timer = NULL;
+    if (c->ssl) {
+        ERR_clear_error();
+        if (SSL_shutdown(c->ssl) < 0) /* one close_notify, best effort */
+            ERR_clear_error();
+        SSL_free(c->ssl);
+        c->ssl = NULL;
+    }
     close(c->fd);
     c->fd = -1;
     *c->pprev = c->next;
@@ -195,7 +241,7 @@ int a091_send_content(a091_conn_t *c, uint16_t ch, const amqp_basic_properties_t
 void a091_flush(a091_conn_t *c)
 {
     while (!c->dead && c->out_off < c->out_len) {
-        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+        ssize_t n = io_send(c, c->out + c->out_off, c->out_len - c->out_off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -393,6 +439,15 @@ static void start_ok(a091_conn_t *c, amqp_connection_start_ok_t *m)
     c->blocked_cap = takes_blocked(&m->client_properties);
     amqp_bytes_t user, pw;
     bool ok = false;
+    if (!c->ssl && !mqd_srv_conf(c->srv)->allow_plain_without_tls) {
+        /* as SASL PLAIN on AMQP 1.0: no password in clear on a plain listener */
+        c->state = A091_AUTH;
+        a091_conn_error(c, A091_ACCESS_REFUSED,
+                        "ACCESS_REFUSED - passwords in clear need TLS here "
+                        "(allow_plain_without_tls = off): use an amqps:// listener",
+                        AMQP_CONNECTION_START_OK_METHOD);
+        return;
+    }
     if (m->mechanism.len == 5 && memcmp(m->mechanism.bytes, "PLAIN", 5) == 0)
         ok = plain(m->response, &user, &pw);
     else if (m->mechanism.len == 8 && memcmp(m->mechanism.bytes, "AMQPLAIN", 8) == 0)
@@ -577,6 +632,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     a091_conn_t *c = arg;
     MQD_UNUSED(what);
     a091_conn_ref(c);
+    if (c->state == A091_HDR && c->in_len > 0)
+        handle_input(c); /* the plaintext read before the hand-over (TLS) */
     for (int round = 0; round < 4 && !c->dead; round++) {
         if (c->in_cap - c->in_len < 65536 && c->in_cap < IN_MAX + 65536) {
             size_t cap = c->in_cap ? c->in_cap * 2 : 65536;
@@ -590,7 +647,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         }
         if (c->in_len == c->in_cap)
             break; /* a login under check holds it: rx_pace has stopped reading */
-        ssize_t n = recv(fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        ssize_t n = io_recv(c, c->in + c->in_len, c->in_cap - c->in_len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -609,6 +666,9 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         a091_pump(c);
         a091_flush(c);
     }
+    /* records OpenSSL read ahead do not make the socket readable: come back for them */
+    if (!c->dead && c->ssl && !c->rx_paused && SSL_has_pending(c->ssl))
+        event_active(c->ev_read, EV_READ, 1);
     mqd_store_commit(mqd_srv_store(c->srv));
     mqd_server_tick_soon(c->srv);
     a091_conn_unref(c);
@@ -664,17 +724,23 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     a091_conn_unref(c);
 }
 
-static bool adopt(mqd_server_t *s, int fd, const char *peer)
+static bool adopt(mqd_server_t *s, int fd, const char *peer, struct ssl_st *ssl, const uint8_t *pre,
+                  size_t npre)
 {
     a091_conn_t *c = calloc(1, sizeof *c);
     if (!c)
         return false;
     c->chans = calloc(A091_CHANNEL_MAX + 1, sizeof *c->chans);
+    if (npre > 0 && (c->in = malloc(npre > 65536 ? npre : 65536)) != NULL) {
+        memcpy(c->in, pre, npre);
+        c->in_len = npre;
+        c->in_cap = npre > 65536 ? npre : 65536;
+    }
     struct event_base *base = mqd_srv_base(s);
     c->ev_read = event_new(base, fd, EV_READ | EV_PERSIST, on_read, c);
     c->ev_write = event_new(base, fd, EV_WRITE | EV_PERSIST, on_write, c);
     c->ev_timer = evtimer_new(base, on_timer, c);
-    if (!c->chans || !c->ev_read || !c->ev_write || !c->ev_timer) {
+    if (!c->chans || !c->ev_read || !c->ev_write || !c->ev_timer || (npre > 0 && !c->in)) {
         if (c->ev_read)
             event_free(c->ev_read);
         if (c->ev_write)
@@ -682,6 +748,7 @@ static bool adopt(mqd_server_t *s, int fd, const char *peer)
         if (c->ev_timer)
             event_free(c->ev_timer);
         free(c->chans);
+        free(c->in);
         free(c);
         return false;
     }
@@ -691,6 +758,7 @@ static bool adopt(mqd_server_t *s, int fd, const char *peer)
     c->frame_max = A091_FRAME_MAX;
     c->channel_max = A091_CHANNEL_MAX;
     c->opened_ms = c->last_rx_ms = c->last_tx_ms = a091_mono_ms();
+    c->ssl = ssl;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
     init_amqp_pool(&c->pool, 4096);
     c->next = conns;
@@ -701,6 +769,8 @@ static bool adopt(mqd_server_t *s, int fd, const char *peer)
     event_priority_set(c->ev_read, MQD_PRIO_IO);
     event_priority_set(c->ev_write, MQD_PRIO_IO);
     event_add(c->ev_read, NULL);
+    if (npre > 0 || (ssl && SSL_has_pending(ssl)))
+        event_active(c->ev_read, EV_READ, 1); /* what was read before the hand-over */
     struct timeval tv = {HANDSHAKE_MS / 1000, 0};
     event_add(c->ev_timer, &tv);
     MQD_DEBUG("amqp091", "open peer=%s", peer);

@@ -356,6 +356,7 @@ typedef struct mqd_repl_hooks {
  * The model calls up only through these; each names the subsystem that provides it.
  * server/ sets every member before the first topic opens; a unit test that builds a
  * server without server/ leaves them NULL and core skips what they would do. */
+struct ssl_st;
 typedef struct mqd_core_ops {
     /* the connection transport (conn.c) reaches up through these: a Proton event of an
        accepted connection that mqd_budget_event let through (amqp/'s handler); an
@@ -391,9 +392,12 @@ typedef struct mqd_core_ops {
     /* amqp/: detaches a link with an error (topic deleted, epoch takeover, ACL reload),
        releasing what it held */
     void (*link_detach)(mqd_lstate_t *ls, const char *cond, const char *desc);
-    /* amqp091/: takes over an accepted plain socket whose first bytes (still unread)
-       are the AMQP 0-9-1 protocol header; false: not taken (fd is the caller's still) */
-    bool (*adopt_amqp091)(mqd_server_t *s, int fd, const char *peer);
+    /* amqp091/: takes over an accepted socket whose first bytes are the AMQP 0-9-1
+       protocol header: plain (ssl NULL; the header still unread) or TLS (ssl set to fd,
+       handshake done, its first plaintext pre[0..n) already read); false: not taken
+       (fd and ssl are the caller's still) */
+    bool (*adopt_amqp091)(mqd_server_t *s, int fd, const char *peer, struct ssl_st *ssl,
+                          const uint8_t *pre, size_t n);
     /* amqp091/: the commit point of a topic with 0-9-1 consumers moved
        (mqd_topic_ext_consumers) */
     void (*topic_wake)(mqd_topic_t *t);
