@@ -724,9 +724,46 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     a091_conn_unref(c);
 }
 
+/* The host part of "host:port". */
+static size_t host_len(const char *peer)
+{
+    const char *colon = strrchr(peer, ':');
+    return colon ? (size_t)(colon - peer) : strlen(peer);
+}
+
+/* The connection limits, as for AMQP 1.0 connections: max_connections (with them),
+ * max_connections_per_ip and max_handshakes_per_ip (among 0-9-1 connections; a 0-9-1
+ * connection is counted as a 1.0 one until its hand-over). NULL, or why not. */
+static const char *admit(mqd_server_t *s, const char *peer)
+{
+    const mqd_conf_t *conf = mqd_srv_conf(s);
+    size_t hl = host_len(peer), all = 0, same = 0, shaking = 0;
+    for (a091_conn_t *c = conns; c; c = c->next) {
+        if (c->srv != s)
+            continue;
+        all++;
+        if (host_len(c->peer) == hl && memcmp(c->peer, peer, hl) == 0) {
+            same++;
+            shaking += c->state < A091_UP;
+        }
+    }
+    if (conf->max_connections && all + mqd_srv_n_conns(s) > conf->max_connections)
+        return "max_connections";
+    if (conf->max_connections_per_ip && same >= conf->max_connections_per_ip)
+        return "max_connections_per_ip";
+    if (conf->max_handshakes_per_ip && shaking >= conf->max_handshakes_per_ip)
+        return "max_handshakes_per_ip";
+    return NULL;
+}
+
 static bool adopt(mqd_server_t *s, int fd, const char *peer, struct ssl_st *ssl, const uint8_t *pre,
                   size_t npre)
 {
+    const char *limit = admit(s, peer);
+    if (limit) { /* refused: core answers it as a 1.0 peer (its header, then closed) */
+        MQD_NOTICE_RL("amqp091", "peer=%s refused: %s reached", peer, limit);
+        return false;
+    }
     a091_conn_t *c = calloc(1, sizeof *c);
     if (!c)
         return false;

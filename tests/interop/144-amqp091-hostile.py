@@ -9,13 +9,17 @@ nothing of the publish it interrupts is stored; the broker serves the next clien
 - a body longer than its content header said: 505 UNEXPECTED_FRAME
 - a content header with no basic.publish before it: 505 UNEXPECTED_FRAME
 - an unknown frame type: 501
-- a method on a channel that is not open: 504 CHANNEL_ERROR"""
+- a method on a channel that is not open: 504 CHANNEL_ERROR
+- stalled 0-9-1 handshakes count against max_handshakes_per_ip: with 3 allowed, a 4th
+  stalled one from the same address is answered as AMQP 1.0 would (its header, then
+  closed), and a client can log in again once the stalled ones are gone"""
 
 import os
 import socket
 import struct
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
@@ -182,6 +186,33 @@ def body(t):
             if stored(b) == 1:
                 break
         check(stored(b) == 1, "the good publish was not stored")
+    with coll.case("stalled handshakes and max_handshakes_per_ip"):
+        b2 = t.broker("limits", conf=conf, sets={"max_handshakes_per_ip": "3"})
+        stalled = []
+        for i in range(3):
+            r = Raw(b2.port)
+            r.s.sendall(b"AMQP\x00\x00\x09\x01")
+            ch, cls, mid, _ = r.method()
+            check((cls, mid) == (10, 10), "stalled %d: no connection.start" % i)
+            stalled.append(r)
+        r = Raw(b2.port)
+        r.s.sendall(b"AMQP\x00\x00\x09\x01")
+        head = r.read(8)
+        check(head[:4] == b"AMQP" and head[5:8] == b"\x01\x00\x00", "the 4th got %r, want an AMQP 1.0 header" % head)
+        r.s.close()
+        for r in stalled:
+            r.s.close()
+        ok = False
+        for _ in range(50):
+            try:
+                r = Raw(b2.port)
+                r.login()
+                r.s.close()
+                ok = True
+                break
+            except (mqdtest.TestFailure, EOFError, OSError):
+                time.sleep(0.1)
+        check(ok, "no login after the stalled handshakes were gone")
     b.check_alive()
     coll.finish()
 
