@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """AMQP 0-9-1 publishers and the disk watermark (docs/amqp091.md): with the free disk
-below disk_free_limit (raised to 1 TiB by a SIGHUP reload) a confirmed publish is
-nacked, nothing of it is stored, and the publishing connection is told
-connection.blocked (pika announces the capability); once the limit is lowered again it
-is told connection.unblocked and its publishes are confirmed and stored."""
+below disk_free_limit (raised to 1 TiB by a SIGHUP reload) a connection that has
+published is told connection.blocked (pika announces the capability) and is not read;
+a publish on another connection is nacked and nothing of it is stored; once the limit
+is lowered again the first is told connection.unblocked and its publishes are
+confirmed and stored."""
 
 import os
 import signal
@@ -60,16 +61,22 @@ def body(t):
 
     write("1TiB")
     os.kill(b.pid, signal.SIGHUP)
-    time.sleep(0.5 * mqdtest.SLOW)  # the watermark is measured every 100 ms
-    try:
-        ch.basic_publish(exchange="", routing_key="q.wm", body=b"refused")
-        check(False, "a publish past the disk watermark was confirmed")
-    except pika.exceptions.NackError:
-        log("nacked past the watermark")
+    # a connection that has published is blocked (looked at once a second) ...
     deadline = time.time() + 10 * mqdtest.SLOW
     while "blocked" not in events and time.time() < deadline:
         conn.process_data_events(time_limit=0.1)
     check(events == ["blocked"], "events while over the watermark: %r" % events)
+    # ... and a publish that arrives meanwhile is nacked, nothing of it stored
+    conn2 = pika.BlockingConnection(pika.ConnectionParameters(
+        host="127.0.0.1", port=b.port, credentials=pika.PlainCredentials("alice", PW),
+        connection_attempts=1, socket_timeout=10 * mqdtest.SLOW, heartbeat=30))
+    ch2 = conn2.channel()
+    ch2.confirm_delivery()
+    try:
+        ch2.basic_publish(exchange="", routing_key="q.wm", body=b"refused")
+        check(False, "a publish past the disk watermark was confirmed")
+    except pika.exceptions.NackError:
+        log("nacked past the watermark")
 
     write("0")
     os.kill(b.pid, signal.SIGHUP)
@@ -86,6 +93,7 @@ def body(t):
         got.append(bd)
     check(got == [b"before", b"after"], "stored: %r" % got)
     conn.close()
+    conn2.close()
 
 
 if __name__ == "__main__":
