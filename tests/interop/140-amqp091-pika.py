@@ -31,36 +31,18 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdtest import check, log, skip  # noqa: E402
+import amqp091test as a9  # noqa: E402
+from mqdtest import check, log  # noqa: E402
 
-try:
-    import pika
-    import pika.exceptions
-except ImportError:
-    pika = None
 
-import subprocess  # noqa: E402
+pika = a9.pika
 
 PW = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
 N = 1000
 
 
-def mqd_passwd(user, pw):
-    prog = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
-    if not os.access(prog, os.X_OK):
-        skip("mqd-passwd not built")
-    r = subprocess.run([prog, "--both", "--iterations", "4096", user], input=pw + "\n",
-                       capture_output=True, text=True, timeout=30)
-    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
-    return r.stdout
-
-
 def params(b, user):
-    return pika.ConnectionParameters(host="127.0.0.1", port=b.port, virtual_host="/",
-                                     credentials=pika.PlainCredentials(user, PW[user]),
-                                     heartbeat=30, blocked_connection_timeout=30 * mqdtest.SLOW,
-                                     socket_timeout=10 * mqdtest.SLOW,
-                                     connection_attempts=1)
+    return a9.params(b.port, user, PW[user])
 
 
 def publish_confirmed(b, q, n):
@@ -109,10 +91,9 @@ def consume_all(b, q, n, prefetch):
 
 
 def body(t):
-    if pika is None:
-        skip("python3-pika is not installed")
-    users = (mqd_passwd("alice", PW["alice"]) + mqd_passwd("bob", PW["bob"]) +
-             mqd_passwd("carol", PW["carol"]))
+    a9.need_pika()
+    users = (a9.mqd_passwd("alice", PW["alice"]) + a9.mqd_passwd("bob", PW["bob"]) +
+             a9.mqd_passwd("carol", PW["carol"]))
     conf = os.path.join(t.tmpdir, "mqd.conf")
     with open(conf, "w") as f:
         f.write("allow_anonymous = off\n")

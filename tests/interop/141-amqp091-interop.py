@@ -12,45 +12,28 @@
   `$shared` group, every message goes to exactly one of them."""
 
 import os
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdtest import check, log, skip  # noqa: E402
+import amqp091test as a9  # noqa: E402
+from mqdtest import check, log  # noqa: E402
 
 from proton import Message, symbol, ulong  # noqa: E402
-from proton.utils import BlockingConnection  # noqa: E402
 
-try:
-    import pika
-except ImportError:
-    pika = None
+pika = a9.pika
 
 PW = "alice-pw"
 N = 1000
 
 
-def mqd_passwd(user, pw):
-    prog = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
-    if not os.access(prog, os.X_OK):
-        skip("mqd-passwd not built")
-    r = subprocess.run([prog, "--both", "--iterations", "4096", user], input=pw + "\n",
-                       capture_output=True, text=True, timeout=30)
-    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
-    return r.stdout
-
-
 def pika_conn(b):
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=b.port, credentials=pika.PlainCredentials("alice", PW),
-        connection_attempts=1, socket_timeout=10 * mqdtest.SLOW, heartbeat=30))
+    return a9.connect(b.port, "alice", PW)
 
 
 def proton_conn(b):
-    return BlockingConnection(b.url, timeout=10 * mqdtest.SLOW, user="alice", password=PW,
-                              allowed_mechs="PLAIN")
+    return a9.proton_conn(b.url, "alice", PW)
 
 
 def pika_to_proton(b):
@@ -166,11 +149,10 @@ def shared_queue(b):
 
 
 def body(t):
-    if pika is None:
-        skip("python3-pika is not installed")
+    a9.need_pika()
     conf = os.path.join(t.tmpdir, "mqd.conf")
     with open(conf, "w") as f:
-        f.write("allow_anonymous = off\n" + mqd_passwd("alice", PW))
+        f.write("allow_anonymous = off\n" + a9.mqd_passwd("alice", PW))
         f.write("[acl]\nallow alice send,receive,create q.*\n")
     b = t.broker("interop", conf=conf)
     coll = mqdtest.Collect()

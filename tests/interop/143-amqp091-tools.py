@@ -13,22 +13,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
+import amqp091test as a9  # noqa: E402
 from mqdtest import check, log, skip  # noqa: E402
 
 from proton import Message  # noqa: E402
-from proton.utils import BlockingConnection  # noqa: E402
 
 PW = "alice-pw"
-
-
-def mqd_passwd(user, pw):
-    prog = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
-    if not os.access(prog, os.X_OK):
-        skip("mqd-passwd not built")
-    r = subprocess.run([prog, "--both", "--iterations", "4096", user], input=pw + "\n",
-                       capture_output=True, text=True, timeout=30)
-    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
-    return r.stdout
 
 
 def tool(b, name, *args, stdin=None, pw=PW):
@@ -40,8 +30,7 @@ def tool(b, name, *args, stdin=None, pw=PW):
 
 
 def proton_conn(b):
-    return BlockingConnection(b.url, timeout=10 * mqdtest.SLOW, user="alice", password=PW,
-                              allowed_mechs="PLAIN")
+    return a9.proton_conn(b.url, "alice", PW)
 
 
 def body(t):
@@ -50,7 +39,7 @@ def body(t):
             skip("amqp-tools is not installed")
     conf = os.path.join(t.tmpdir, "mqd.conf")
     with open(conf, "w") as f:
-        f.write("allow_anonymous = off\n" + mqd_passwd("alice", PW))
+        f.write("allow_anonymous = off\n" + a9.mqd_passwd("alice", PW))
         f.write("[acl]\nallow alice send,receive,create q.*\n")
     b = t.broker("tools", conf=conf)
     coll = mqdtest.Collect()

@@ -15,83 +15,24 @@ nothing of the publish it interrupts is stored; the broker serves the next clien
   closed), and a client can log in again once the stalled ones are gone"""
 
 import os
-import socket
 import struct
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdtest import check, log, skip  # noqa: E402
+import amqp091test as a9  # noqa: E402
+from mqdtest import check, log  # noqa: E402
 
-try:
-    import pika
-except ImportError:
-    pika = None
+pika = a9.pika
 
 PW = "alice-pw"
+shortstr, longstr, frame, method = a9.shortstr, a9.longstr, a9.frame, a9.method
 
 
-def shortstr(s):
-    b = s.encode()
-    return bytes([len(b)]) + b
-
-
-def longstr(b):
-    return struct.pack(">I", len(b)) + b
-
-
-def frame(t, ch, payload, end=0xCE):
-    return struct.pack(">BHI", t, ch, len(payload)) + payload + bytes([end])
-
-
-def method(ch, cls, mid, args):
-    return frame(1, ch, struct.pack(">HH", cls, mid) + args)
-
-
-class Raw:
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=10 * mqdtest.SLOW)
-        self.buf = b""
-
-    def read(self, n):
-        while len(self.buf) < n:
-            k = self.s.recv(65536)
-            if not k:
-                raise EOFError("closed by mqd")
-            self.buf += k
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
-
-    def frame(self):
-        t, ch, size = struct.unpack(">BHI", self.read(7))
-        payload = self.read(size)
-        check(self.read(1) == b"\xce", "mqd sent a frame without frame-end")
-        return t, ch, payload
-
-    def method(self):
-        while True:
-            t, ch, p = self.frame()
-            if t == 1:
-                cls, mid = struct.unpack(">HH", p[:4])
-                return ch, cls, mid, p[4:]
-
+class Raw(a9.Raw):
     def login(self):
-        self.s.sendall(b"AMQP\x00\x00\x09\x01")
-        ch, cls, mid, _ = self.method()
-        check((cls, mid) == (10, 10), "want connection.start, got %d.%d" % (cls, mid))
-        self.s.sendall(method(0, 10, 11, struct.pack(">I", 0) + shortstr("PLAIN") +
-                              longstr(b"\0alice\0" + PW.encode()) + shortstr("en_US")))
-        ch, cls, mid, _ = self.method()
-        check((cls, mid) == (10, 30), "want connection.tune, got %d.%d" % (cls, mid))
-        self.s.sendall(method(0, 10, 31, struct.pack(">HIH", 16, 4096, 0)))
-        self.s.sendall(method(0, 10, 40, shortstr("/") + shortstr("") + b"\0"))
-        ch, cls, mid, _ = self.method()
-        check((cls, mid) == (10, 41), "want connection.open-ok, got %d.%d" % (cls, mid))
-        self.s.sendall(method(1, 20, 10, shortstr("")))
-        ch, cls, mid, _ = self.method()
-        check((cls, mid) == (20, 11), "want channel.open-ok, got %d.%d" % (cls, mid))
+        super().login("alice", PW)
 
     def expect_close(self, code):
         ch, cls, mid, args = self.method()
@@ -132,20 +73,8 @@ CASES = [
 ]
 
 
-def mqd_passwd(user, pw):
-    prog = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
-    if not os.access(prog, os.X_OK):
-        skip("mqd-passwd not built")
-    r = subprocess.run([prog, "--both", "--iterations", "4096", user], input=pw + "\n",
-                       capture_output=True, text=True, timeout=30)
-    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
-    return r.stdout
-
-
 def stored(b):
-    conn = pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=b.port, credentials=pika.PlainCredentials("alice", PW),
-        connection_attempts=1, socket_timeout=10 * mqdtest.SLOW))
+    conn = a9.connect(b.port, "alice", PW)
     ch = conn.channel()
     n = ch.queue_declare(queue="q.h", passive=True).method.message_count
     conn.close()
@@ -153,11 +82,10 @@ def stored(b):
 
 
 def body(t):
-    if pika is None:
-        skip("python3-pika is not installed")
+    a9.need_pika()
     conf = os.path.join(t.tmpdir, "mqd.conf")
     with open(conf, "w") as f:
-        f.write("allow_anonymous = off\n" + mqd_passwd("alice", PW))
+        f.write("allow_anonymous = off\n" + a9.mqd_passwd("alice", PW))
         f.write("[acl]\nallow alice send,receive,create q.*\n")
     b = t.broker("hostile", conf=conf)
     coll = mqdtest.Collect()

@@ -8,37 +8,22 @@ confirmed and stored."""
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdtest import check, log, skip  # noqa: E402
+import amqp091test as a9  # noqa: E402
+from mqdtest import check, log  # noqa: E402
 
-try:
-    import pika
-    import pika.exceptions
-except ImportError:
-    pika = None
+pika = a9.pika
 
 PW = "alice-pw"
 
 
-def mqd_passwd(user, pw):
-    prog = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
-    if not os.access(prog, os.X_OK):
-        skip("mqd-passwd not built")
-    r = subprocess.run([prog, "--both", "--iterations", "4096", user], input=pw + "\n",
-                       capture_output=True, text=True, timeout=30)
-    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
-    return r.stdout
-
-
 def body(t):
-    if pika is None:
-        skip("python3-pika is not installed")
-    users = mqd_passwd("alice", PW)
+    a9.need_pika()
+    users = a9.mqd_passwd("alice", PW)
     conf = os.path.join(t.tmpdir, "mqd.conf")
 
     def write(limit):
@@ -48,9 +33,7 @@ def body(t):
 
     write("0")
     b = t.broker("blocked", conf=conf)
-    conn = pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=b.port, credentials=pika.PlainCredentials("alice", PW),
-        connection_attempts=1, socket_timeout=10 * mqdtest.SLOW, heartbeat=30))
+    conn = a9.connect(b.port, "alice", PW)
     events = []
     conn.add_on_connection_blocked_callback(lambda c_, frame: events.append("blocked"))
     conn.add_on_connection_unblocked_callback(lambda c_, frame: events.append("unblocked"))
@@ -67,9 +50,7 @@ def body(t):
         conn.process_data_events(time_limit=0.1)
     check(events == ["blocked"], "events while over the watermark: %r" % events)
     # ... and a publish that arrives meanwhile is nacked, nothing of it stored
-    conn2 = pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=b.port, credentials=pika.PlainCredentials("alice", PW),
-        connection_attempts=1, socket_timeout=10 * mqdtest.SLOW, heartbeat=30))
+    conn2 = a9.connect(b.port, "alice", PW)
     ch2 = conn2.channel()
     ch2.confirm_delivery()
     try:

@@ -10,77 +10,36 @@ config's setting):
 
 import os
 import shutil
-import ssl
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdtest import check, fail, log, skip  # noqa: E402
+import amqp091test as a9  # noqa: E402
+from mqdtest import check, log, skip  # noqa: E402
 
 from proton import SSLDomain  # noqa: E402
-from proton.utils import BlockingConnection  # noqa: E402
 
-try:
-    import pika
-    import pika.exceptions
-except ImportError:
-    pika = None
+pika = a9.pika
 
 PW = "alice-pw"
 
 
-def sh(args, cwd):
-    r = subprocess.run(args, cwd=cwd, capture_output=True, timeout=60)
-    if r.returncode != 0:
-        fail("%s failed: %s" % (" ".join(args), r.stderr.decode(errors="replace")))
-
-
-def make_pki(d):
-    sh(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-        "-days", "2", "-subj", "/CN=mqd test CA"], d)
-    with open(os.path.join(d, "server.ext"), "w") as f:
-        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    sh(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-        "-subj", "/CN=localhost"], d)
-    sh(["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "server.ext"], d)
-
-
-def mqd_passwd(user, pw):
-    prog = os.path.join(os.environ.get("MQD_BUILDDIR", ""), "mqd-passwd")
-    if not os.access(prog, os.X_OK):
-        skip("mqd-passwd not built")
-    r = subprocess.run([prog, "--both", "--iterations", "4096", user], input=pw + "\n",
-                       capture_output=True, text=True, timeout=30)
-    check(r.returncode == 0, "mqd-passwd: %s" % r.stderr)
-    return r.stdout
-
-
 def params(port, d, pw=PW, tls=True):
-    kw = {}
-    if tls:
-        ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.crt"))
-        kw["ssl_options"] = pika.SSLOptions(ctx, "localhost")
-    return pika.ConnectionParameters(host="127.0.0.1", port=port,
-                                     credentials=pika.PlainCredentials("alice", pw),
-                                     connection_attempts=1, socket_timeout=10 * mqdtest.SLOW,
-                                     heartbeat=30, **kw)
+    return a9.params(port, "alice", pw, os.path.join(d, "ca.crt") if tls else None)
 
 
 def body(t):
-    if pika is None:
-        skip("python3-pika is not installed")
+    a9.need_pika()
     if not shutil.which("openssl"):
         skip("openssl CLI not installed")
     d = os.path.join(t.tmpdir, "pki")
     os.makedirs(d)
-    make_pki(d)
+    a9.make_pki(d)
     conf = os.path.join(t.tmpdir, "mqd.conf")
     with open(conf, "w") as f:
         f.write("allow_anonymous = off\nallow_plain_without_tls = off\n")
         f.write("tls_cert = %s\ntls_key = %s\n" % (os.path.join(d, "server.crt"), os.path.join(d, "server.key")))
-        f.write(mqd_passwd("alice", PW))
+        f.write(a9.mqd_passwd("alice", PW))
         f.write("[acl]\nallow alice send,receive,create q.*\n")
     tport = mqdtest.free_port()
     b = t.broker("tls", conf=conf, args=["--listen", "amqps://127.0.0.1:%d" % tport])
@@ -110,8 +69,7 @@ def body(t):
         dom = SSLDomain(SSLDomain.MODE_CLIENT)
         dom.set_trusted_ca_db(os.path.join(d, "ca.crt"))
         dom.set_peer_authentication(SSLDomain.VERIFY_PEER)
-        c = BlockingConnection("amqps://127.0.0.1:%d" % tport, ssl_domain=dom, user="alice", password=PW,
-                               allowed_mechs="PLAIN", timeout=10 * mqdtest.SLOW)
+        c = a9.proton_conn("amqps://127.0.0.1:%d" % tport, "alice", PW, ssl_domain=dom)
         r = c.create_receiver("q.tls", credit=1)
         m = r.receive(timeout=10 * mqdtest.SLOW)
         r.accept()
