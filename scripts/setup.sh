@@ -15,6 +15,7 @@ fi
 
 pkgs=(build-essential autoconf automake pkg-config
       libqpid-proton11-dev libevent-dev libsqlite3-dev libssl-dev libcmocka-dev libjansson-dev
+      librabbitmq-dev python3-pika python3-kombu amqp-tools   # src/amqp091 (codec) and its tests 140-143
       python3 python3-qpid-proton python3-uamqp socat stunnel4 openssl nodejs npm
       fuse3 libfuse3-dev   # powercutfs (tests/fault): the power-cut crash tests
       etcd-server   # tests/interop/70-etcd-membership.py: a real etcd 3.4 for cluster = etcd
@@ -42,7 +43,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ${missing[@]}
 fi
 
-if [ -f tests/interop/node/package.json ] && { [ ! -d tests/interop/node/node_modules/rhea ] || [ ! -d tests/interop/node/node_modules/@azure/event-hubs ]; }; then
+if [ -f tests/interop/node/package.json ] && { [ ! -d tests/interop/node/node_modules/rhea ] || [ ! -d tests/interop/node/node_modules/@azure/event-hubs ] ||
+                                          [ ! -d tests/interop/node/node_modules/amqplib ]; }; then
     (cd tests/interop/node && npm install --no-audit --no-fund --loglevel=error) ||
         echo "setup: npm install failed; the rhea tests will be skipped" >&2
 fi

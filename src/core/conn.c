@@ -275,12 +275,69 @@ static void rx_feed(mqd_conn_t *c, const char *p, size_t n)
     }
 }
 
+/* ---- protocol detection: the first 8 bytes of an accepted plain connection ----
+ * An AMQP 0-9-1 protocol header ("AMQP" 0 0 9 1) hands the socket to amqp091/ (the
+ * adopt_amqp091 hook) before Proton has seen a byte; c then ends at once, without a
+ * frame written. Only a header that arrives whole in the first segment is looked at
+ * (clients write it in one send): a shorter first read goes to Proton as before, so a
+ * peer that sends a prefix and waits cannot make the loop spin. On a TLS listener the
+ * first plaintext chunk is looked at the same way and the SSL goes along (amqp091/ runs
+ * it from then on). True when the socket is amqp091/'s now. */
+static const uint8_t hdr_091[8] = {'A', 'M', 'Q', 'P', 0, 0, 9, 1};
+
+/* Hands c's socket (and its SSL, on a TLS listener, with the plaintext already read from
+ * it: pre[0..n)) to amqp091/ and ends c; false (nothing changed) when it is not taken. */
+static bool handover_091(mqd_conn_t *c, const uint8_t *pre, size_t n)
+{
+    int fd = dup(c->fd);
+    if (fd < 0)
+        return false;
+    if (c->ssl && SSL_set_fd(c->ssl, fd) != 1) { /* the SSL follows the new descriptor */
+        ERR_clear_error();
+        close(fd);
+        return false;
+    }
+    if (!c->srv->ops.adopt_amqp091(c->srv, fd, c->peer, c->ssl, pre, n)) {
+        if (c->ssl && SSL_set_fd(c->ssl, c->fd) != 1)
+            ERR_clear_error();
+        close(fd);
+        return false;
+    }
+    c->ssl = NULL;          /* amqp091/'s now: no close_notify from here */
+    conn_close_deferred(c); /* closes its descriptor; the socket lives on in fd */
+    return true;
+}
+
+static bool rx_detect_091(mqd_conn_t *c)
+{
+    c->proto_known = true;
+    if (c->client || c->ssl || !c->srv->ops.adopt_amqp091)
+        return false;
+    uint8_t p[sizeof hdr_091];
+    if (recv(c->fd, p, sizeof p, MSG_PEEK) != (ssize_t)sizeof p ||
+        memcmp(p, hdr_091, sizeof p) != 0)
+        return false;
+    return handover_091(c, NULL, 0);
+}
+
+/* The same on a TLS listener, on the first plaintext the handshake gave. */
+static bool tls_detect_091(mqd_conn_t *c, const char *p, size_t n)
+{
+    c->proto_known = true;
+    if (c->client || !c->srv->ops.adopt_amqp091 || n < sizeof hdr_091 ||
+        memcmp(p, hdr_091, sizeof hdr_091) != 0)
+        return false;
+    return handover_091(c, (const uint8_t *)p, n);
+}
+
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     mqd_conn_t *c = arg;
     char buf[RX_CHUNK];
     if (mqd_budget_draining(c))
         return mqd_budget_drain(c); /* closed by its budget: input is dropped */
+    if (!c->proto_known && rx_detect_091(c))
+        return;
     for (int i = 0; i < RX_ROUNDS && !pn_connection_driver_read_closed(&c->driver); i++) {
         /* A group commit is done: take no more input now, so that its settlements and
          * deliveries go out after this chunk (~60 messages of 1 KiB) instead of after up
@@ -477,6 +534,8 @@ static void on_read_tls(evutil_socket_t fd, short what, void *arg)
                 break; /* as in on_read */
             size_t n;
             st = tls_recv(c, buf, sizeof buf, &n);
+            if (n > 0 && !c->proto_known && tls_detect_091(c, buf, n))
+                return; /* a 0-9-1 client: its connection is amqp091/'s now */
             if (n > 0) {
                 rx_feed(c, buf, n);
                 conn_handle_events(c);

@@ -89,7 +89,16 @@ typedef struct mqd_pending {
     uint64_t *batch_keys; /* a batched send: its inner messages' keys (owned), or NULL */
     size_t n_batch_keys;
     uint8_t acks;         /* mqd_acks_t: which commit point settles it (part_commit.c) */
+    /* A send of a front end without Proton deliveries (amqp091/): conn and dlv are NULL
+     * and notify(notify_arg, notify_tag, outcome, cond, desc) is told the outcome
+     * (PN_ACCEPTED, or PN_REJECTED with a condition; the partition or its topic went
+     * away: PN_RELEASED) exactly once, at the point a 1.0 send would be settled. */
+    void (*notify)(void *arg, uint64_t tag, uint64_t outcome, const char *cond, const char *desc);
+    void *notify_arg;
+    uint64_t notify_tag;
 } mqd_pending_t;
+typedef void (*mqd_pend_notify_fn)(void *arg, uint64_t tag, uint64_t outcome, const char *cond,
+                                   const char *desc);
 
 
 
@@ -402,6 +411,7 @@ typedef struct mqd_fwd_hooks {
  * The model calls up only through these; each names the subsystem that provides it.
  * server/ sets every member before the first topic opens; a unit test that builds a
  * server without server/ leaves them NULL and core skips what they would do. */
+struct ssl_st;
 typedef struct mqd_core_ops {
     /* the connection transport (conn.c) reaches up through these: a Proton event of an
        accepted connection that mqd_budget_event let through (amqp/'s handler); an
@@ -437,6 +447,15 @@ typedef struct mqd_core_ops {
     /* amqp/: detaches a link with an error (topic deleted, epoch takeover, ACL reload),
        releasing what it held */
     void (*link_detach)(mqd_lstate_t *ls, const char *cond, const char *desc);
+    /* amqp091/: takes over an accepted socket whose first bytes are the AMQP 0-9-1
+       protocol header: plain (ssl NULL; the header still unread) or TLS (ssl set to fd,
+       handshake done, its first plaintext pre[0..n) already read); false: not taken
+       (fd and ssl are the caller's still) */
+    bool (*adopt_amqp091)(mqd_server_t *s, int fd, const char *peer, struct ssl_st *ssl,
+                          const uint8_t *pre, size_t n);
+    /* amqp091/: the commit point of a topic with 0-9-1 consumers moved
+       (mqd_topic_ext_consumers) */
+    void (*topic_wake)(mqd_topic_t *t);
 } mqd_core_ops_t;
 
 
@@ -599,6 +618,19 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
 /* Appends one message (already scanned) to partition p; queues settlement of dlv. */
 int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *c, pn_delivery_t *dlv,
                     uint64_t *offset_out);
+/* pnmsg.c: appends Proton message m, encoded, to out (first trying `hint` bytes of room,
+ * 0 = 1 KiB). 0, MQD_ENOMEM, MQD_EINVAL (Proton's error), MQD_ETOOBIG. */
+struct pn_message_t;
+int mqd_message_encode(struct pn_message_t *m, mqd_buf_t *out, size_t hint);
+/* Consumers of a front end without link states (amqp091/) on t: while there are any
+ * (delta +1 / -1 per consumer), every move of t's commit point calls ops.topic_wake.
+ * Returns the count after the change. */
+uint32_t mqd_topic_ext_consumers(mqd_topic_t *t, int delta);
+/* Appends one data record for a front end without Proton deliveries: fn(arg, tag, ...)
+ * is told its outcome later (mqd_pending_t's notify), never from inside this call;
+ * without an error from here it is always told. */
+int mqd_part_append_notify(mqd_part_t *p, const uint8_t *data, size_t len, mqd_pend_notify_fn fn,
+                           void *arg, uint64_t tag, uint64_t *offset_out);
 /* topic.c: a settled send back to the free list. */
 void mqd_pending_release(mqd_server_t *s, mqd_pending_t *pe);
 

@@ -38,6 +38,7 @@ struct mqd_topic {
     uint64_t owner;            /* temporary: the mqd_conn_serial of the connection whose
                                   node it is (the only one that may read it) */
     mqd_dlist_t consumers;     /* mqd_lstate_t.tnode of consuming links (and browsers) */
+    uint32_t ext_consumers;    /* 0-9-1 consumers (amqp091/): they are woken by ops.topic_wake */
     mqd_dlist_t groups;        /* mqd_group_t.node */
     uint32_t rr_part;          /* partition round robin for dispatch */
     struct mqd_topic *hnext;   /* hash chain */
@@ -93,6 +94,7 @@ struct mqd_conn {
     bool closed;             /* driver finished; freeing deferred */
     bool want_write;
     uint8_t tls_hdr;         /* bytes of the AMQP TLS header matched (TLS listeners) */
+    bool proto_known;        /* the first input was looked at for a 0-9-1 header (conn.c) */
     bool tls_rd_wants_wr;    /* SSL_read wants the socket writable (handshake, key update) */
     bool tls_dead;           /* a fatal TLS error: no close_notify at the end */
     struct ssl_st *ssl;      /* TLS listeners only (mqd_auth_conn_setup); freed by conn_free */

@@ -119,6 +119,11 @@ static void settle_one(mqd_part_t *p, mqd_pending_t *pe, uint64_t outcome, const
     mqd_server_t *s = p->topic->srv;
     p->pend_weak -= pe->acks < MQD_ACKS_ALL;
     mqd_hist_observe(&s->h_append_stable, (double)(mqd_mono_ns() - pe->t_ns) / 1e9);
+    if (pe->notify) { /* a 0-9-1 publish (amqp091/): its confirm */
+        pe->notify(pe->notify_arg, pe->notify_tag, outcome, cond, desc);
+        mqd_pending_release(s, pe);
+        return;
+    }
     if (!pe->conn->closed) {
         pn_link_t *l = mqd_delivery_unhold(pe->dlv);
         if (outcome != PN_ACCEPTED) {

@@ -97,7 +97,9 @@ static size_t fail_pending(mqd_part_t *p)
     while (p->pend_head) {
         mqd_pending_t *pe = p->pend_head;
         p->pend_head = pe->next;
-        if (!pe->conn->closed) {
+        if (pe->notify) /* a 0-9-1 publish (amqp091/): nacked */
+            pe->notify(pe->notify_arg, pe->notify_tag, PN_REJECTED, cond, desc);
+        else if (!pe->conn->closed) {
             pn_link_t *l = mqd_delivery_unhold(pe->dlv);
             if (pe->txn) {
                 s->ops.txn_settle(pe->dlv, pe->txn, PN_REJECTED);
@@ -110,7 +112,8 @@ static size_t fail_pending(mqd_part_t *p)
         mqd_dedup_forget(p->topic, pe->dedup_key); /* nothing stored: a retry must be */
         for (size_t i = 0; i < pe->n_batch_keys; i++)
             mqd_dedup_forget(p->topic, pe->batch_keys[i]);
-        mqd_conn_unref(pe->conn);
+        if (!pe->notify)
+            mqd_conn_unref(pe->conn);
         s->sends_failed++;
         n++;
         mqd_pending_release(s, pe);

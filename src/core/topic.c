@@ -96,6 +96,17 @@ static void wake_consumers(mqd_part_t *p, uint64_t visible_end, void *arg)
     MQD_UNUSED(visible_end);
     if (!mqd_dlist_empty(&t->consumers))
         mqd_topic_dispatch_soon(t);
+    if (t->ext_consumers && t->srv->ops.topic_wake)
+        t->srv->ops.topic_wake(t);
+}
+
+uint32_t mqd_topic_ext_consumers(mqd_topic_t *t, int delta)
+{
+    if (delta < 0 && t->ext_consumers < (uint32_t)-delta)
+        t->ext_consumers = 0;
+    else
+        t->ext_consumers += (uint32_t)delta;
+    return t->ext_consumers;
 }
 
 static void wake_txns(mqd_part_t *p, uint64_t visible_end, void *arg)
@@ -477,7 +488,10 @@ static void part_free(mqd_part_t *p)
     while (p->pend_head) {
         mqd_pending_t *pe = p->pend_head;
         p->pend_head = pe->next;
-        mqd_conn_unref(pe->conn);
+        if (pe->notify)
+            pe->notify(pe->notify_arg, pe->notify_tag, PN_RELEASED, NULL, NULL);
+        else
+            mqd_conn_unref(pe->conn);
         free(pe->batch_keys);
         free(pe);
     }
@@ -578,6 +592,39 @@ void mqd_topics_free(mqd_server_t *s)
     s->topics_cap = s->n_topics = 0;
 }
 
+/* A new entry at the tail of p's waiting sends, for the record at `off`. */
+static mqd_pending_t *pend_push(mqd_part_t *p, uint64_t off)
+{
+    mqd_server_t *s = p->topic->srv;
+    mqd_pending_t *pe = s->pend_free;
+    if (pe) {
+        s->pend_free = pe->next;
+        s->n_pend_free--;
+    } else if (!(pe = malloc(sizeof *pe))) {
+        return NULL;
+    }
+    pe->next = NULL;
+    pe->conn = NULL;
+    pe->dlv = NULL;
+    pe->notify = NULL;
+    pe->notify_arg = NULL;
+    pe->notify_tag = 0;
+    pe->txn = 0;
+    pe->last_offset = off;
+    pe->t_ns = mqd_mono_ns();
+    pe->dedup_key = 0;
+    pe->batch_keys = NULL;
+    pe->n_batch_keys = 0;
+    pe->acks = (uint8_t)p->topic->conf.acks; /* a sender's mqd:acks overrides it (link.c) */
+    p->pend_weak += pe->acks < MQD_ACKS_ALL;
+    if (p->pend_tail)
+        p->pend_tail->next = pe;
+    else
+        p->pend_head = pe;
+    p->pend_tail = pe;
+    return pe;
+}
+
 int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t flags, uint64_t txn,
                        mqd_conn_t *c, pn_delivery_t *dlv, uint64_t *offset_out)
 {
@@ -595,31 +642,31 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
     mqd_server_tick_soon(p->topic->srv);
     if (!dlv)
         return 0;
-    mqd_server_t *s = p->topic->srv;
-    mqd_pending_t *pe = s->pend_free;
-    if (pe) {
-        s->pend_free = pe->next;
-        s->n_pend_free--;
-    } else if (!(pe = malloc(sizeof *pe))) {
+    mqd_pending_t *pe = pend_push(p, off);
+    if (!pe)
         return MQD_ENOMEM; /* appended but unacknowledged: the client will resend */
-    }
-    pe->next = NULL;
     pe->conn = c;
     pe->dlv = dlv;
-    pe->last_offset = off;
-    pe->txn = (flags & MQD_REC_TXN) ? txn : 0;
-    pe->t_ns = mqd_mono_ns();
-    pe->dedup_key = 0;
-    pe->batch_keys = NULL;
-    pe->n_batch_keys = 0;
-    pe->acks = (uint8_t)p->topic->conf.acks; /* a sender's mqd:acks overrides it (link.c) */
-    p->pend_weak += pe->acks < MQD_ACKS_ALL;
     c->refs++;
-    if (p->pend_tail)
-        p->pend_tail->next = pe;
-    else
-        p->pend_head = pe;
-    p->pend_tail = pe;
+    pe->txn = (flags & MQD_REC_TXN) ? txn : 0;
+    return 0;
+}
+
+int mqd_part_append_notify(mqd_part_t *p, const uint8_t *data, size_t len, mqd_pend_notify_fn fn,
+                           void *arg, uint64_t tag, uint64_t *offset_out)
+{
+    uint64_t off;
+    int rc = mqd_part_append_ex(p, data, len, MQD_REC_DATA, 0, NULL, NULL, &off);
+    if (rc != 0)
+        return rc;
+    if (offset_out)
+        *offset_out = off;
+    mqd_pending_t *pe = pend_push(p, off);
+    if (!pe)
+        return MQD_ENOMEM;
+    pe->notify = fn;
+    pe->notify_arg = arg;
+    pe->notify_tag = tag;
     return 0;
 }
 

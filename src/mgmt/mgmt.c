@@ -525,25 +525,6 @@ static const char *default_desc(int status)
     }
 }
 
-static int encode_reply(pn_message_t *m, mqd_buf_t *out)
-{
-    size_t want = 1024;
-    for (int tries = 0; tries < 16; tries++) {
-        if (mqd_buf_reserve(out, want) != 0)
-            return MQD_ENOMEM;
-        size_t n = out->cap - out->len;
-        int rc = pn_message_encode(m, (char *)out->p + out->len, &n);
-        if (rc == 0) {
-            out->len += n;
-            return 0;
-        }
-        if (rc != PN_OVERFLOW)
-            return MQD_EINVAL;
-        want *= 4;
-    }
-    return MQD_ETOOBIG;
-}
-
 static int build_reply(mqd_mgmt_req_t *r, const uint8_t *req, const mqd_msg_info_t *mi,
                        pn_message_t *m, mqd_buf_t *out)
 {
@@ -558,7 +539,7 @@ static int build_reply(mqd_mgmt_req_t *r, const uint8_t *req, const mqd_msg_info
         pn_data_clear(pn_message_correlation_id(m));
     set_status_props(m, r->status, r->desc[0] ? r->desc : default_desc(r->status), r->cond);
     out->len = 0;
-    return encode_reply(m, out);
+    return mqd_message_encode(m, out, 1024);
 }
 
 struct mqd_mgmt_later {

@@ -320,6 +320,7 @@ static void fill_core_ops(mqd_core_ops_t *ops)
     mqd_txn_core_ops(ops);
     mqd_group_core_ops(ops);
     mqd_amqp_core_ops(ops);
+    mqd_amqp091_core_ops(ops);
 }
 
 int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)

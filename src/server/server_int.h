@@ -9,6 +9,7 @@
 #include "server/server.h"
 #include "core/core.h"
 #include "amqp/amqp.h"
+#include "amqp091/amqp091.h"
 #include "auth/auth.h"
 #include "group/group.h"
 #include "metrics/metrics.h"

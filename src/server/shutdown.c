@@ -25,6 +25,7 @@ static void on_grace_over(evutil_socket_t fd, short what, void *arg)
 static void close_clients(mqd_server_t *s)
 {
     size_t n = 0;
+    mqd_amqp091_close_all(s); /* 0-9-1 connections: connection.close 320 at once */
     mqd_dlist_t *conns = mqd_srv_conns(s);
     for (mqd_dlist_t *p = conns->next; p != conns; p = p->next) {
         mqd_conn_t *c = mqd_conn_of_node(p);
