@@ -1,0 +1,834 @@
+/* fwd/recv: receivers served from the partitions' leaders (issue 33, docs/replication.md
+ * "Forwarded receivers").
+ *
+ * A client's receiver whose partitions this node does not all lead (amqp/consumer.c
+ * hands it over as an MQD_LS_FWD link) is served through upstream receivers ("legs") on
+ * the pooled node connections (pool.c):
+ * - one partition (T/ConsumerGroups/G/Partitions/N): one leg to its leader with the
+ *   client's source (address, filters, distribution mode, outcomes), its link properties
+ *   plus mqd:fwd-user and mqd:fwd-node; the leg's credit follows the client's (drain
+ *   too), each delivery's bytes go to the client unchanged (the leader annotated them),
+ *   the client's disposition goes back to the leader's delivery, pre-settled stays so;
+ * - a source spanning partitions (T, T/ConsumerGroups/G, a browser of T): one leg per
+ *   node that leads at least one partition of T, this node included (through the
+ *   pool's connection to itself), each with mqd:fwd-local-only = true (the leader serves
+ *   it over the partitions it leads now); their deliveries merge into the client link,
+ *   the client's credit is split over them (at most the client's credit plus one per leg
+ *   outstanding: what arrives beyond the client's credit waits here), dispositions go
+ *   back to the leg a delivery came from. Legs follow the leaders (repl's
+ *   mqd_repl_on_leader, and the tick): a new leader node gets a leg, a node that leads
+ *   nothing of T loses its leg.
+ * The client's attach is answered when the first leg is (its source as the leader
+ * echoed it, or the leader's refusal), or refused after the lease + 1 s without any. A
+ * leg that goes (the connection, a leader change: detach-forced, redirect) is attached
+ * again to whoever leads then; the client's link stays. The leader redelivers what was
+ * unsettled on the gone leg, as after a consumer's reconnect. */
+#include "config.h"
+#include "fwd/fwd_int.h"
+
+#include <inttypes.h>
+#include <proton/condition.h>
+#include <proton/disposition.h>
+#include <proton/terminus.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LEG_RETRY_MS 200  /* a leg that went is attached again after this */
+#define TXN_STATE 0x34u   /* transactional-state: not forwarded */
+
+typedef struct rlink rlink_t;
+typedef struct rleg rleg_t;
+
+/* One delivery from a leg: waiting for the client's credit (bytes held), then out on the
+ * client's link until the client settles it (its context). */
+typedef struct rdel {
+    struct rdel *next, *prev; /* in the leg's list (leg NULL: the leg went) */
+    struct rdel *qnext;       /* in the client link's queue while waiting */
+    rleg_t *leg;
+    pn_delivery_t *ud; /* the leader's delivery, NULL once its link went */
+    pn_delivery_t *cd; /* the client's, once sent */
+    uint8_t *bytes;
+    size_t len;
+    char tag[32];
+    size_t tag_len;
+    bool settled; /* came pre-settled */
+    bool dropped; /* waiting, and its leg went: never sent */
+} rdel_t;
+
+struct rleg {
+    fwd_link_t fl; /* the pool's owner (the upstream link's context) */
+    rlink_t *rl;
+    rleg_t *next;
+    uint32_t node;
+    bool opened;  /* the leader answered its attach */
+    bool closing; /* closed: gone once unbound */
+    int64_t retry_ms;
+    rdel_t dels; /* its deliveries not settled by the client (list head) */
+    uint8_t *acc; /* a delivery arriving in several frames */
+    size_t acc_len, acc_cap;
+    uint64_t serial;
+};
+
+struct rlink {
+    fwd_t *f;
+    rlink_t *next;
+    mqd_lstate_t *ls;
+    mqd_conn_t *c;
+    pn_link_t *l;
+    char *topic;
+    int64_t part; /* -1: the source spans partitions (legs to every leader) */
+    bool answered;
+    bool draining;
+    int64_t deadline_ms; /* the attach is refused when not answered by then */
+    rleg_t *legs;
+    rdel_t *qhead, *qtail; /* deliveries waiting for the client's credit */
+    uint32_t n_queued;
+    uint64_t serial;
+    char why[256]; /* the last leg refusal's description (to refuse the client with) */
+    char cond[64];
+};
+
+typedef struct fwd_recv {
+    rlink_t *links;
+    uint64_t serial;
+    uint64_t forwarded, relayed, legs_opened, legs_lost;
+} recv_t;
+
+static recv_t *rs_of(fwd_t *f)
+{
+    return f->recv;
+}
+
+/* ---------------------------------------------------------------- deliveries */
+
+static void del_unlink(rdel_t *d)
+{
+    if (d->prev) {
+        d->prev->next = d->next;
+        if (d->next)
+            d->next->prev = d->prev;
+    }
+    d->next = d->prev = NULL;
+}
+
+static void del_free(rdel_t *d)
+{
+    del_unlink(d);
+    if (d->cd)
+        pn_delivery_set_context(d->cd, NULL);
+    free(d->bytes);
+    free(d);
+}
+
+static void leg_push(rleg_t *g, rdel_t *d)
+{
+    d->leg = g;
+    d->prev = &g->dels;
+    d->next = g->dels.next;
+    if (d->next)
+        d->next->prev = d;
+    g->dels.next = d;
+}
+
+/* The leg's link and deliveries are gone: what the client still holds is settled here
+ * only (the leader redelivers it); what waits for the client's credit is dropped. */
+static void leg_forget(rleg_t *g)
+{
+    rlink_t *rl = g->rl;
+    while (g->dels.next) {
+        rdel_t *d = g->dels.next;
+        del_unlink(d);
+        d->ud = NULL;
+        d->leg = NULL;
+        d->dropped = !d->cd; /* waiting: dropped from the client's queue below */
+    }
+    if (rl) {
+        rdel_t **pp = &rl->qhead;
+        rl->qtail = NULL;
+        while (*pp) {
+            rdel_t *d = *pp;
+            if (d->dropped) {
+                *pp = d->qnext;
+                rl->n_queued--;
+                free(d->bytes);
+                free(d);
+            } else {
+                rl->qtail = d;
+                pp = &d->qnext;
+            }
+        }
+    }
+    g->acc_len = 0;
+}
+
+/* ---------------------------------------------------------------- credit */
+
+static bool leg_live(const rleg_t *g)
+{
+    return g->fl.link && g->opened && !g->closing;
+}
+
+static size_t live_legs(const rlink_t *rl)
+{
+    size_t n = 0;
+    for (const rleg_t *g = rl->legs; g; g = g->next)
+        n += leg_live(g);
+    return n;
+}
+
+static void rl_flush(rlink_t *rl)
+{
+    for (rleg_t *g = rl->legs; g; g = g->next)
+        if (g->fl.peer)
+            fwd_peer_flush(g->fl.peer);
+    mqd_conn_mark_dirty(rl->c);
+}
+
+/* The client's drain is answered once no leg has credit left and nothing waits here. */
+static void drain_check(rlink_t *rl)
+{
+    if (!rl->draining || rl->n_queued)
+        return;
+    for (rleg_t *g = rl->legs; g; g = g->next)
+        if (leg_live(g) && pn_link_draining(g->fl.link))
+            return;
+    for (rleg_t *g = rl->legs; g; g = g->next)
+        if (leg_live(g))
+            pn_link_set_drain(g->fl.link, false);
+    rl->draining = false;
+    pn_link_drained(rl->l);
+    mqd_conn_mark_dirty(rl->c);
+}
+
+/* Each live leg gets its share of the client's credit (minus what waits here), at least
+ * one while there is any: never more outstanding than that plus one per leg. */
+static void credit(rlink_t *rl)
+{
+    int want = pn_link_credit(rl->l) - (int)rl->n_queued;
+    size_t n = live_legs(rl);
+    bool drain = pn_link_get_drain(rl->l);
+    if (drain && !rl->draining)
+        rl->draining = true;
+    for (rleg_t *g = rl->legs; n && g; g = g->next) {
+        if (!leg_live(g))
+            continue;
+        int share = want <= 0 ? 0 : (int)((want + (int)n - 1) / (int)n);
+        int have = pn_link_credit(g->fl.link);
+        if (share > have)
+            pn_link_flow(g->fl.link, share - have);
+        if (rl->draining && !pn_link_get_drain(g->fl.link) && pn_link_credit(g->fl.link) > 0)
+            pn_link_drain(g->fl.link, 0);
+    }
+    rl_flush(rl);
+    drain_check(rl);
+}
+
+/* Sends what waits while the client has credit. */
+static void pump(rlink_t *rl)
+{
+    pn_link_t *l = rl->l;
+    recv_t *rs = rs_of(rl->f);
+    while (rl->qhead && pn_link_credit(l) > 0 &&
+           pn_link_state(l) == (PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE)) {
+        rdel_t *d = rl->qhead;
+        rl->qhead = d->qnext;
+        if (!rl->qhead)
+            rl->qtail = NULL;
+        rl->n_queued--;
+        d->qnext = NULL;
+        pn_delivery_t *cd = pn_delivery(l, pn_dtag(d->tag, d->tag_len));
+        pn_link_send(l, (const char *)d->bytes, d->len);
+        pn_link_advance(l);
+        rs->relayed++;
+        free(d->bytes);
+        d->bytes = NULL;
+        if (d->settled) {
+            pn_delivery_settle(cd);
+            del_free(d);
+            continue;
+        }
+        d->cd = cd;
+        pn_delivery_set_context(cd, d);
+    }
+    mqd_conn_mark_dirty(rl->c);
+}
+
+/* ---------------------------------------------------------------- legs */
+
+static void put_str(pn_data_t *d, const char *k, const char *v)
+{
+    fwd_put_sym(d, k);
+    pn_data_put_string(d, pn_bytes(strlen(v), v));
+}
+
+/* The client's link properties, without any mqd:fwd-* it sent, then ours. */
+static void leg_props(rlink_t *rl, pn_link_t *u)
+{
+    pn_data_t *out = pn_link_properties(u), *in = pn_link_remote_properties(rl->l);
+    const char *user = mqd_conn_user(rl->c);
+    pn_data_clear(out);
+    pn_data_put_map(out);
+    pn_data_enter(out);
+    if (in) {
+        pn_data_rewind(in);
+        if (pn_data_next(in) && pn_data_type(in) == PN_MAP) {
+            size_t n = pn_data_get_map(in);
+            pn_data_enter(in);
+            for (size_t i = 0; i + 1 < n && pn_data_next(in); i += 2) {
+                bool sym = pn_data_type(in) == PN_SYMBOL;
+                pn_bytes_t k = sym ? pn_data_get_symbol(in) : pn_bytes(0, "");
+                bool ours = sym && k.size >= 8 && memcmp(k.start, "mqd:fwd-", 8) == 0;
+                if (!ours)
+                    pn_data_appendn(out, in, 1);
+                if (!pn_data_next(in))
+                    break;
+                if (!ours)
+                    pn_data_appendn(out, in, 1);
+            }
+            pn_data_exit(in);
+        }
+    }
+    put_str(out, "mqd:fwd-user", user);
+    fwd_put_sym(out, "mqd:fwd-node");
+    pn_data_put_uint(out, rl->f->self);
+    if (rl->part < 0) {
+        fwd_put_sym(out, "mqd:fwd-local-only");
+        pn_data_put_bool(out, true);
+    }
+    pn_data_exit(out);
+}
+
+static void leg_event(fwd_link_t *fl, pn_event_t *e);
+static void leg_down(fwd_link_t *fl, const char *why);
+
+/* Attaches leg g on its node's pool connection, when that is up. */
+static void leg_attach(rleg_t *g)
+{
+    rlink_t *rl = g->rl;
+    fwd_peer_t *p = fwd_peer_get(rl->f, g->node);
+    pn_session_t *ss = p ? fwd_peer_session(p) : NULL;
+    if (!ss || g->fl.link || g->closing)
+        return;
+    char name[200];
+    snprintf(name, sizeof name, "fwd-%" PRIu32 "-%" PRIu64 "-%" PRIu64 "-%.120s", rl->f->self,
+             rl->serial, g->serial, pn_link_name(rl->l));
+    pn_link_t *u = pn_receiver(ss, name);
+    pn_terminus_copy(pn_link_source(u), pn_link_remote_source(rl->l));
+    pn_terminus_copy(pn_link_target(u), pn_link_remote_target(rl->l));
+    pn_link_set_snd_settle_mode(u, pn_link_remote_snd_settle_mode(rl->l));
+    pn_link_set_rcv_settle_mode(u, PN_RCV_FIRST);
+    leg_props(rl, u);
+    g->fl.on_event = leg_event;
+    g->fl.on_down = leg_down;
+    fwd_link_bind(p, &g->fl, u);
+    g->opened = false;
+    pn_link_open(u);
+    fwd_peer_flush(p);
+    MQD_DEBUG("fwd", "receiver %s: leg to node %" PRIu32 " attaching", mqd_ls_name(rl->ls),
+              g->node);
+}
+
+static rleg_t *leg_add(rlink_t *rl, uint32_t node)
+{
+    rleg_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->rl = rl;
+    g->node = node;
+    g->serial = ++rs_of(rl->f)->serial;
+    g->next = rl->legs;
+    rl->legs = g;
+    leg_attach(g);
+    return g;
+}
+
+static void leg_free(rleg_t *g)
+{
+    leg_forget(g);
+    free(g->acc);
+    free(g);
+}
+
+/* Closes leg g's upstream link (the leader releases what it holds) and drops the leg. */
+static void leg_close(rleg_t *g)
+{
+    rlink_t *rl = g->rl;
+    for (rleg_t **pp = &rl->legs; *pp; pp = &(*pp)->next)
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    if (g->fl.link) {
+        pn_link_t *u = g->fl.link;
+        fwd_peer_t *p = g->fl.peer;
+        fwd_link_unbind(&g->fl);
+        pn_link_close(u);
+        fwd_peer_flush(p);
+    }
+    leg_free(g);
+}
+
+/* The leg's link went (detached by the leader, or its connection): attached again soon. */
+static void leg_lost(rleg_t *g, const char *why)
+{
+    recv_t *rs = rs_of(g->rl->f);
+    if (g->fl.link) { /* given up here */
+        pn_link_t *u = g->fl.link;
+        fwd_peer_t *p = g->fl.peer;
+        fwd_link_unbind(&g->fl);
+        pn_link_close(u);
+        fwd_peer_flush(p);
+    }
+    if (g->opened)
+        rs->legs_lost++;
+    MQD_INFO("fwd", "receiver %s: leg to node %" PRIu32 " lost (%s): attaching again",
+             mqd_ls_name(g->rl->ls), g->node, why);
+    leg_forget(g);
+    g->opened = false;
+    g->retry_ms = mqd_now_ms() + LEG_RETRY_MS;
+}
+
+/* ---------------------------------------------------------------- the client link */
+
+static void rl_unlist(rlink_t *rl)
+{
+    recv_t *rs = rs_of(rl->f);
+    for (rlink_t **pp = &rs->links; *pp; pp = &(*pp)->next)
+        if (*pp == rl) {
+            *pp = rl->next;
+            return;
+        }
+}
+
+static void rl_free(rlink_t *rl)
+{
+    while (rl->legs)
+        leg_close(rl->legs);
+    while (rl->qhead) {
+        rdel_t *d = rl->qhead;
+        rl->qhead = d->qnext;
+        free(d->bytes);
+        free(d);
+    }
+    rl_unlist(rl);
+    free(rl->topic);
+    free(rl);
+}
+
+/* Detaches (or refuses) the client's link: its state goes (recv_gone frees rl). */
+static void rl_detach(rlink_t *rl, const char *cond, const char *desc)
+{
+    pn_link_t *l = rl->l;
+    if (!rl->answered) {
+        pn_terminus_set_type(pn_link_source(l), PN_UNSPECIFIED); /* refused: no source */
+        pn_link_open(l);
+    }
+    MQD_INFO("fwd", "receiver %s: %s: %s", mqd_ls_name(rl->ls), cond, desc);
+    mqd_ls_detach(rl->ls, cond, desc);
+}
+
+/* A leader's refusal or detach that is the client's too (not a leader change). */
+static bool fatal(const char *cond)
+{
+    static const char *const keep[] = {"amqp:link:detach-forced", "amqp:link:redirect",
+                                       "amqp:internal-error", "amqp:resource-limit-exceeded",
+                                       "amqp:connection:forced"};
+    if (!cond || !*cond)
+        return false;
+    for (size_t i = 0; i < MQD_ARRAY_LEN(keep); i++)
+        if (strcmp(cond, keep[i]) == 0)
+            return false;
+    return true;
+}
+
+/* The node that leads partition p of the topic now (this node: self), 0 when unknown. */
+static uint32_t leader_of(rlink_t *rl, uint32_t p)
+{
+    uint32_t node = 0;
+    switch (mqd_repl_leader(rl->f->r, rl->topic, p, &node)) {
+    case MQD_REPL_SERVE_HERE: return rl->f->self;
+    case MQD_REPL_SERVE_REDIRECT: return node;
+    default: return 0;
+    }
+}
+
+static rleg_t *leg_find(rlink_t *rl, uint32_t node)
+{
+    for (rleg_t *g = rl->legs; g; g = g->next)
+        if (g->node == node)
+            return g;
+    return NULL;
+}
+
+/* Brings the legs in line with who leads now: one per leader node; a leg whose node
+ * leads nothing of it is closed (only when every leader is known: an election keeps the
+ * legs it has); a leg that went is attached again. */
+static void reconcile(rlink_t *rl)
+{
+    uint32_t n = rl->part >= 0 ? 1 : mqd_repl_nparts(rl->f->r, rl->topic);
+    uint32_t want[FWD_MAX_PEERS];
+    size_t n_want = 0;
+    bool all_known = n > 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t node = leader_of(rl, rl->part >= 0 ? (uint32_t)rl->part : i);
+        bool dup = false;
+        if (!node) {
+            all_known = false;
+            continue;
+        }
+        for (size_t k = 0; k < n_want; k++)
+            dup |= want[k] == node;
+        if (!dup && n_want < FWD_MAX_PEERS)
+            want[n_want++] = node;
+    }
+    for (rleg_t *g = rl->legs, *next; g; g = next) {
+        next = g->next;
+        bool wanted = false;
+        for (size_t k = 0; k < n_want; k++)
+            wanted |= want[k] == g->node;
+        if (!wanted && all_known)
+            leg_close(g);
+    }
+    for (size_t k = 0; k < n_want; k++)
+        if (!leg_find(rl, want[k]))
+            leg_add(rl, want[k]);
+    int64_t now = mqd_now_ms();
+    for (rleg_t *g = rl->legs; g; g = g->next)
+        if (!g->fl.link && now >= g->retry_ms)
+            leg_attach(g);
+    credit(rl);
+}
+
+/* The first leg the leader opened answers the client's attach with the leader's source
+ * (the filters it applied). */
+static void answer(rlink_t *rl, pn_link_t *u)
+{
+    if (rl->answered)
+        return;
+    pn_link_t *l = rl->l;
+    pn_terminus_copy(pn_link_source(l), pn_link_remote_source(u));
+    pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
+    pn_link_set_snd_settle_mode(l, pn_link_remote_snd_settle_mode(u));
+    pn_link_set_max_message_size(l, mqd_srv_conf(mqd_conn_srv(rl->c))->max_message_size);
+    pn_link_open(l);
+    rl->answered = true;
+    mqd_conn_mark_dirty(rl->c);
+}
+
+/* ---------------------------------------------------------------- leg events */
+
+static void leg_remote_open(rleg_t *g, pn_link_t *u)
+{
+    rlink_t *rl = g->rl;
+    if (!pn_terminus_get_address(pn_link_remote_source(u)) &&
+        pn_terminus_get_type(pn_link_remote_source(u)) != PN_SOURCE)
+        return; /* a refusal: its detach follows */
+    g->opened = true;
+    rs_of(rl->f)->legs_opened++;
+    answer(rl, u);
+    credit(rl);
+}
+
+static void leg_remote_close(rleg_t *g, pn_link_t *u)
+{
+    rlink_t *rl = g->rl;
+    pn_condition_t *c = pn_link_remote_condition(u);
+    const char *cond = pn_condition_is_set(c) ? pn_condition_get_name(c) : NULL;
+    const char *desc = cond ? pn_condition_get_description(c) : NULL;
+    char why[300];
+    snprintf(why, sizeof why, "%s%s%s", cond ? cond : "detached", desc ? ": " : "",
+             desc ? desc : "");
+    fwd_peer_t *p = g->fl.peer;
+    fwd_link_unbind(&g->fl);
+    pn_link_close(u);
+    if (p)
+        fwd_peer_flush(p);
+    if (fatal(cond) && (!rl->answered || rl->part >= 0 || !live_legs(rl))) {
+        leg_forget(g);
+        rl_detach(rl, cond, desc ? desc : "refused by the partition's leader");
+        return; /* rl is gone */
+    }
+    if (cond) {
+        snprintf(rl->cond, sizeof rl->cond, "%s", cond);
+        snprintf(rl->why, sizeof rl->why, "%s", desc ? desc : cond);
+    }
+    leg_lost(g, why);
+    if (fatal(cond)) /* one leg of several refused: the others serve; tried again later */
+        g->retry_ms = mqd_now_ms() + 1000;
+    credit(rl);
+}
+
+static void leg_delivery(rleg_t *g, pn_delivery_t *ud)
+{
+    rlink_t *rl = g->rl;
+    pn_link_t *u = g->fl.link;
+    if (ud != pn_link_current(u) || !pn_delivery_readable(ud))
+        return; /* a disposition of the leader for one sent already: nothing to do */
+    size_t pending = pn_delivery_pending(ud);
+    if (g->acc_len + pending > g->acc_cap) {
+        size_t cap = g->acc_cap ? g->acc_cap : 4096;
+        while (cap < g->acc_len + pending)
+            cap *= 2;
+        uint8_t *nb = realloc(g->acc, cap);
+        if (!nb)
+            return leg_lost(g, "out of memory");
+        g->acc = nb;
+        g->acc_cap = cap;
+    }
+    ssize_t got = pending ? pn_link_recv(u, (char *)g->acc + g->acc_len, pending) : 0;
+    if (got > 0)
+        g->acc_len += (size_t)got;
+    if (pn_delivery_partial(ud) && !pn_delivery_aborted(ud))
+        return;
+    pn_link_advance(u);
+    if (pn_delivery_aborted(ud)) {
+        g->acc_len = 0;
+        pn_delivery_settle(ud);
+        return;
+    }
+    rdel_t *d = calloc(1, sizeof *d);
+    uint8_t *bytes = d ? malloc(g->acc_len ? g->acc_len : 1) : NULL;
+    if (!bytes) {
+        free(d);
+        g->acc_len = 0;
+        pn_delivery_update(ud, PN_RELEASED);
+        pn_delivery_settle(ud);
+        return;
+    }
+    memcpy(bytes, g->acc, g->acc_len);
+    d->bytes = bytes;
+    d->len = g->acc_len;
+    g->acc_len = 0;
+    pn_delivery_tag_t tag = pn_delivery_tag(ud);
+    d->tag_len = tag.size < sizeof d->tag ? tag.size : sizeof d->tag;
+    memcpy(d->tag, tag.start, d->tag_len);
+    d->settled = pn_delivery_settled(ud);
+    if (d->settled) {
+        pn_delivery_settle(ud);
+    } else {
+        d->ud = ud;
+        leg_push(g, d);
+    }
+    if (rl->qtail)
+        rl->qtail->qnext = d;
+    else
+        rl->qhead = d;
+    rl->qtail = d;
+    rl->n_queued++;
+    pump(rl);
+}
+
+static void leg_event(fwd_link_t *fl, pn_event_t *e)
+{
+    rleg_t *g = (rleg_t *)fl;
+    pn_link_t *u = pn_event_link(e);
+    if (!g->rl || g->closing)
+        return;
+    switch (pn_event_type(e)) {
+    case PN_LINK_REMOTE_OPEN: leg_remote_open(g, u); break;
+    case PN_LINK_REMOTE_DETACH:
+    case PN_LINK_REMOTE_CLOSE: leg_remote_close(g, u); break;
+    case PN_LINK_FLOW:
+        drain_check(g->rl);
+        credit(g->rl);
+        break;
+    case PN_DELIVERY: leg_delivery(g, pn_event_delivery(e)); break;
+    default: break;
+    }
+}
+
+static void leg_down(fwd_link_t *fl, const char *why)
+{
+    rleg_t *g = (rleg_t *)fl;
+    if (!g->rl)
+        return;
+    leg_lost(g, why);
+    credit(g->rl);
+}
+
+/* ---------------------------------------------------------------- client events */
+
+/* The client's outcome for a delivery goes to the leader's (both settled). */
+static void client_disposition(rlink_t *rl, pn_delivery_t *cd)
+{
+    uint64_t state = pn_delivery_remote_state(cd);
+    if (!pn_delivery_settled(cd) && state == 0)
+        return;
+    rdel_t *d = pn_delivery_get_context(cd);
+    if (state == TXN_STATE) {
+        rl_detach(rl, "amqp:not-implemented",
+                  "a transactional acknowledgement of a forwarded receiver (its partition is "
+                  "led by another node)");
+        return;
+    }
+    if (d && d->ud) {
+        pn_disposition_t *rd = pn_delivery_remote(cd), *ld = pn_delivery_local(d->ud);
+        if (state == PN_MODIFIED) {
+            pn_disposition_set_failed(ld, pn_disposition_is_failed(rd));
+            pn_disposition_set_undeliverable(ld, pn_disposition_is_undeliverable(rd));
+            pn_data_copy(pn_disposition_annotations(ld), pn_disposition_annotations(rd));
+        } else if (state == PN_REJECTED) {
+            pn_condition_copy(pn_disposition_condition(ld), pn_disposition_condition(rd));
+        }
+        if (state)
+            pn_delivery_update(d->ud, state);
+        pn_delivery_settle(d->ud);
+        if (d->leg && d->leg->fl.peer)
+            fwd_peer_flush(d->leg->fl.peer);
+    }
+    if (d) {
+        d->cd = NULL;
+        pn_delivery_set_context(cd, NULL);
+        del_free(d);
+    }
+    if (!pn_delivery_settled(cd) && state)
+        pn_delivery_update(cd, state);
+    pn_delivery_settle(cd);
+    mqd_conn_mark_dirty(rl->c);
+}
+
+static void on_event(void *arg, mqd_lstate_t *ls, pn_event_t *e)
+{
+    rlink_t *rl = mqd_ls_fwd(ls);
+    if (!rl)
+        return;
+    switch (pn_event_type(e)) {
+    case PN_LINK_FLOW:
+        pump(rl);
+        credit(rl);
+        break;
+    case PN_DELIVERY: client_disposition(rl, pn_event_delivery(e)); break;
+    default: break;
+    }
+}
+
+static void on_gone(void *arg, mqd_lstate_t *ls)
+{
+    rlink_t *rl = mqd_ls_fwd(ls);
+    if (!rl)
+        return;
+    /* the client's deliveries go with its link: forget them (the leader releases its
+       own when the legs close) */
+    for (pn_delivery_t *cd = pn_unsettled_head(rl->l); cd; cd = pn_unsettled_next(cd)) {
+        rdel_t *d = pn_delivery_get_context(cd);
+        if (d) {
+            d->cd = NULL;
+            pn_delivery_set_context(cd, NULL);
+            del_free(d);
+        }
+    }
+    mqd_ls_set_fwd(ls, NULL);
+    rl_free(rl);
+}
+
+static void on_attach(void *arg, mqd_lstate_t *ls, const char *topic, int64_t part)
+{
+    fwd_t *f = arg;
+    recv_t *rs = rs_of(f);
+    rlink_t *rl = calloc(1, sizeof *rl);
+    if (!rl || !(rl->topic = strdup(topic))) {
+        free(rl);
+        pn_link_t *l = mqd_ls_link(ls);
+        pn_link_set_context(l, NULL);
+        mqd_lstate_free(ls);
+        mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+        return;
+    }
+    rl->f = f;
+    rl->ls = ls;
+    rl->c = mqd_ls_conn(ls);
+    rl->l = mqd_ls_link(ls);
+    rl->part = part;
+    rl->serial = ++rs->serial;
+    rl->deadline_ms = mqd_now_ms() + mqd_repl_lease_ms(f->r) + 1000;
+    rl->next = rs->links;
+    rs->links = rl;
+    rs->forwarded++;
+    mqd_ls_set_fwd(ls, rl);
+    MQD_INFO("fwd", "receiver %s on %s%s: forwarded to the leaders", mqd_ls_name(ls), topic,
+             part >= 0 ? " (one partition)" : "");
+    reconcile(rl);
+}
+
+/* ---------------------------------------------------------------- repl and the tick */
+
+static void on_leader(void *arg, const char *topic, uint32_t part, uint32_t leader)
+{
+    fwd_t *f = arg;
+    for (rlink_t *rl = rs_of(f)->links, *next; rl; rl = next) {
+        next = rl->next;
+        if (strcmp(rl->topic, topic) != 0 || (rl->part >= 0 && (uint32_t)rl->part != part))
+            continue;
+        if (rl->part >= 0) { /* a single leg moves to the new leader at once */
+            uint32_t now = leader_of(rl, part);
+            for (rleg_t *g = rl->legs, *gn; g; g = gn) {
+                gn = g->next;
+                if (now && g->node != now)
+                    leg_close(g);
+            }
+        }
+        reconcile(rl);
+    }
+}
+
+static void on_peer_up(fwd_peer_t *p, void *arg)
+{
+    fwd_t *f = arg;
+    for (rlink_t *rl = rs_of(f)->links; rl; rl = rl->next)
+        for (rleg_t *g = rl->legs; g; g = g->next)
+            if (g->node == p->id && !g->fl.link)
+                g->retry_ms = 0;
+    fwd_recv_tick(f, mqd_now_ms());
+}
+
+void fwd_recv_tick(fwd_t *f, int64_t now_ms)
+{
+    recv_t *rs = rs_of(f);
+    if (!rs)
+        return;
+    for (rlink_t *rl = rs->links, *next; rl; rl = next) {
+        next = rl->next;
+        if (!rl->answered && now_ms >= rl->deadline_ms) {
+            char desc[700];
+            snprintf(desc, sizeof desc,
+                     "the leader of '%.200s' could not be reached within the lease + 1 s%s%.150s",
+                     rl->topic, rl->why[0] ? ": " : "", rl->why);
+            rl_detach(rl, "amqp:resource-limit-exceeded", desc);
+            continue;
+        }
+        reconcile(rl);
+    }
+}
+
+int fwd_recv_new(fwd_t *f)
+{
+    recv_t *rs = calloc(1, sizeof *rs);
+    if (!rs)
+        return MQD_ENOMEM;
+    f->recv = rs;
+    mqd_repl_on_leader(f->r, on_leader, f);
+    return fwd_on_peer_up(f, on_peer_up, f);
+}
+
+void fwd_recv_free(fwd_t *f)
+{
+    recv_t *rs = rs_of(f);
+    if (!rs)
+        return;
+    mqd_repl_on_leader(f->r, NULL, NULL);
+    while (rs->links) {
+        rlink_t *rl = rs->links;
+        mqd_ls_set_fwd(rl->ls, NULL);
+        rl_free(rl);
+    }
+    free(rs);
+    f->recv = NULL;
+}
+
+void fwd_recv_hooks(fwd_t *f, mqd_fwd_hooks_t *h)
+{
+    h->recv_attach = on_attach;
+    h->recv_event = on_event;
+    h->recv_gone = on_gone;
+}
