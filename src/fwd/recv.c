@@ -266,7 +266,7 @@ static void put_str(pn_data_t *d, const char *k, const char *v)
 static void leg_props(rlink_t *rl, pn_link_t *u)
 {
     pn_data_t *out = pn_link_properties(u), *in = pn_link_remote_properties(rl->l);
-    const char *user = mqd_conn_user(rl->c);
+    const char *user = mqd_auth_conn_anonymous(rl->c) ? "" : mqd_conn_user(rl->c);
     pn_data_clear(out);
     pn_data_put_map(out);
     pn_data_enter(out);
