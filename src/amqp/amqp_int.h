@@ -69,8 +69,9 @@ void mqd_link_route_act(pn_link_t *l, const char *topic, int how, const mqd_rout
 /* The client's user a node forwarding a link for it names (link property mqd:fwd-user),
  * copied into buf: honoured only on a connection of another node (a node certificate's
  * login, or replication_user when that is set); NULL on any other connection, where the
- * connection's own user counts. */
-const char *mqd_link_fwd_user(mqd_conn_t *c, pn_link_t *l, char *buf, size_t cap);
+ * connection's own user counts. *present: the link carries the property (a forwarded
+ * link, whichever connection it came on). */
+const char *mqd_link_fwd_user(mqd_conn_t *c, pn_link_t *l, char *buf, size_t cap, bool *present);
 /* Allocates a link state and makes it the link's context. */
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind);
 

@@ -426,7 +426,8 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
         return MQD_EINVAL;
     }
     char fu_buf[MQD_NAME_MAX + 1];
-    const char *fu = mqd_link_fwd_user(c, l, fu_buf, sizeof fu_buf);
+    bool present;
+    const char *fu = mqd_link_fwd_user(c, l, fu_buf, sizeof fu_buf, &present);
     *fwd_in = fu != NULL;
     mqd_perm_t perm = browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE;
     if (fu ? !mqd_auth_user_may(mqd_conn_srv(c), fu, perm, a->topic)

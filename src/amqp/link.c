@@ -111,12 +111,11 @@ static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
 }
 
 /* amqp_int.h */
-const char *mqd_link_fwd_user(mqd_conn_t *c, pn_link_t *l, char *buf, size_t cap)
+const char *mqd_link_fwd_user(mqd_conn_t *c, pn_link_t *l, char *buf, size_t cap, bool *present)
 {
     const char *ru = mqd_srv_conf(mqd_conn_srv(c))->replication_user;
     pn_bytes_t v;
-    bool present;
-    if (!link_prop(l, "mqd:fwd-user", &v, &present) || v.size >= cap)
+    if (!link_prop(l, "mqd:fwd-user", &v, present) || v.size >= cap)
         return NULL;
     if (!mqd_auth_conn_is_node(c) && !(ru && ru[0] && strcmp(mqd_conn_user(c), ru) == 0))
         return NULL;
@@ -243,7 +242,7 @@ static bool fwd_user_may(mqd_conn_t *c, const char *user, const char *topic)
  * another node forwarded (fwd_in) only on the partition's leader (never forwarded again:
  * the entry node resolves the leader again when refused). */
 static int producer_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part,
-                          mqd_topic_t *t, const char *fwd_in)
+                          mqd_topic_t *t, bool fwd_in)
 {
     mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
     if (!fwd_in && t && rh->route_send && mqd_srv_fwd(mqd_conn_srv(c))->send &&
@@ -284,17 +283,17 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:unauthorized-access",
                                    "'%s' is a reply node: only mqd writes into it", addr);
         char fu_buf[MQD_NAME_MAX + 1];
-        const char *fu = mqd_link_fwd_user(c, l, fu_buf, sizeof fu_buf);
+        const char *fu = mqd_link_fwd_user(c, l, fu_buf, sizeof fu_buf, &al->fwd_in);
         if (fu ? !fwd_user_may(c, fu, a.topic) : !mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'",
                                    addr);
-        al->fwd_in = fu != NULL;
         if (!fu) /* a forwarded link's user is not the connection's: an ACL reload does not
                     judge it by the connection's */
             mqd_ls_set_acl_perm(ls, MQD_PERM_SEND);
         mqd_topic_t *t = mqd_topic_find(s, a.topic);
         int how = producer_route(c, l, a.topic,
-                                 a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t, fu);
+                                 a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t,
+                                 al->fwd_in);
         if (how == MQD_ROUTE_WAIT) { /* attached again (mqd_amqp_attach_again) */
             pn_link_set_context(l, NULL);
             return mqd_lstate_free(ls);
@@ -1059,9 +1058,10 @@ static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
             l, "amqp:not-implemented",
             "resuming link '%.200s' (an attach with unsettled state) is not supported", name);
     char fu_buf[MQD_NAME_MAX + 1];
+    bool fwd_in;
     const char *node = mqd_auth_node_attach_denied(
         c, pn_link_is_sender(l), pn_terminus_get_address(pn_link_remote_source(l)));
-    if (node && mqd_link_fwd_user(c, l, fu_buf, sizeof fu_buf))
+    if (node && mqd_link_fwd_user(c, l, fu_buf, sizeof fu_buf, &fwd_in))
         node = NULL; /* another node forwarding its client's sends or receiver */
     if (node)
         return mqd_link_refuse(l, "amqp:unauthorized-access", "%s", node);

@@ -1,20 +1,676 @@
-/* fwd/send: producers' messages forwarded per message to their partition's leader. */
+/* fwd/send: producers' messages forwarded per message to their partition's leader.
+ *
+ * amqp chooses the partition of each message exactly as on a single node and asks the
+ * send hook; a partition led here is appended here as before. Otherwise the message
+ * (copied) goes on an upstream sender link `T/Partitions/N` to the leader over the pool
+ * connection (one link per leader node, topic, partition, acks level and client user;
+ * link properties mqd:fwd-user, mqd:fwd-node and the client's mqd:acks), and the client's
+ * delivery is held until the leader settles the copy: then it gets the leader's outcome
+ * (accepted, rejected with the leader's condition, released, modified).
+ *
+ * - No leader known (an election): the message is held, in order, and routed again each
+ *   tick; one that waited the lease + 1 s is rejected (amqp:resource-limit-exceeded,
+ *   "no leader ..."). A leader whose connection is not up is waited for as long.
+ * - The upstream link or connection goes, or the leader refuses the copy because it no
+ *   longer leads: every unsettled copy is routed again, to the new leader once known.
+ *   The leader's duplicate detection by message-id (dedup_window_ms) keeps a copy it
+ *   already stored once.
+ * - Flow control: a client link's forwarded sends in flight keep their credit (amqp's
+ *   refill asks `inflight`), so a slow leader slows the client; past FWD_BUDGET bytes
+ *   in flight to one node, no producer link of this node gets new credit for it.
+ * - Transactional and batched sends to a partition led elsewhere are refused
+ *   (amqp:not-implemented) for now. */
 #include "config.h"
 #include "fwd/fwd_int.h"
 
-int fwd_send_new(fwd_t *f)
+#include <event2/buffer.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <proton/condition.h>
+#include <proton/disposition.h>
+#include <proton/terminus.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FWD_BUDGET (64u << 20) /* bytes in flight to one node */
+#define FWD_CL_BUCKETS 256
+#define FWD_RETRY_MS 100
+
+typedef struct clink clink_t;
+typedef struct upl upl_t;
+
+/* A client producer link with forwarded sends in flight. */
+struct clink {
+    clink_t *hnext;
+    mqd_lstate_t *ls; /* NULL once the link went */
+    uint32_t inflight;
+};
+
+/* One forwarded message: the client's delivery and a copy of its bytes. */
+typedef struct fmsg {
+    mqd_dlist_t node; /* in its upstream link's queue or sent list, or the held list */
+    clink_t *cl;
+    mqd_conn_t *conn; /* a reference */
+    pn_delivery_t *d; /* held; NULL for a presettled send */
+    upl_t *upl;       /* while queued or sent on it */
+    pn_delivery_t *up;
+    uint32_t part, to; /* to: the node its bytes are counted against (0: none) */
+    int acks;
+    int64_t wait_ms;  /* waiting for a leader (or its connection) since; 0: not waiting */
+    int64_t retry_ms; /* held: routed again then */
+    uint64_t t_ns;
+    char *topic, *user;
+    size_t len;
+    uint8_t msg[];
+} fmsg_t;
+
+/* An upstream sender link T/Partitions/N to a leader. */
+struct upl {
+    fwd_link_t fl;
+    upl_t *next;
+    fwd_t *f;
+    uint32_t node, part;
+    int acks;
+    char *topic, *user;
+    bool opened;   /* the leader answered the attach with a target */
+    mqd_dlist_t queue, sent;
+    uint64_t tag;
+};
+
+struct fwd_send {
+    upl_t *upls;
+    mqd_dlist_t held;
+    clink_t *cl[FWD_CL_BUCKETS];
+    uint64_t bytes[FWD_MAX_PEERS + 1]; /* in flight per node id (id > FWD_MAX_PEERS: last) */
+    uint64_t n_fwd, n_inflight, n_resent, n_rejected, n_expired, added_ns, n_done;
+    uint64_t seq;
+};
+
+static const char *const ACKS[] = {"leader", "quorum", "all"};
+
+static uint64_t *node_bytes(fwd_t *f, uint32_t node)
 {
-    return 0;
+    return &f->send->bytes[node < FWD_MAX_PEERS ? node : FWD_MAX_PEERS];
 }
 
-void fwd_send_free(fwd_t *f)
+static uint32_t hold_ms(fwd_t *f)
 {
+    return mqd_repl_lease_ms(f->r) + 1000;
+}
+
+/* ---- client links ---- */
+
+static size_t cl_bucket(const mqd_lstate_t *ls)
+{
+    return ((uintptr_t)ls >> 4) % FWD_CL_BUCKETS;
+}
+
+static clink_t *cl_find(fwd_send_t *fs, const mqd_lstate_t *ls, bool create)
+{
+    clink_t **h = &fs->cl[cl_bucket(ls)];
+    for (clink_t *c = *h; c; c = c->hnext)
+        if (c->ls == ls)
+            return c;
+    clink_t *c = create ? calloc(1, sizeof *c) : NULL;
+    if (c) {
+        c->ls = (mqd_lstate_t *)ls;
+        c->hnext = *h;
+        *h = c;
+    }
+    return c;
+}
+
+static void cl_forget(fwd_send_t *fs, clink_t *c)
+{
+    for (clink_t **h = &fs->cl[cl_bucket(c->ls)]; *h; h = &(*h)->hnext)
+        if (*h == c) {
+            *h = c->hnext;
+            free(c);
+            return;
+        }
+}
+
+static uint32_t on_inflight(void *arg, const mqd_lstate_t *ls)
+{
+    fwd_t *f = arg;
+    clink_t *c = cl_find(f->send, ls, false);
+    if (!c)
+        return 0;
+    for (size_t i = 0; i <= FWD_MAX_PEERS; i++)
+        if (f->send->bytes[i] > FWD_BUDGET)
+            return UINT32_MAX / 2; /* a node's budget is spent: no new credit for now */
+    return c->inflight;
+}
+
+static void on_link_gone(void *arg, mqd_lstate_t *ls)
+{
+    fwd_t *f = arg;
+    clink_t *c = cl_find(f->send, ls, false);
+    if (!c)
+        return;
+    /* its sends in flight still settle their deliveries (held: the link waits for them) */
+    for (clink_t **h = &f->send->cl[cl_bucket(ls)]; *h; h = &(*h)->hnext)
+        if (*h == c) {
+            *h = c->hnext;
+            break;
+        }
+    c->ls = NULL;
+    c->hnext = NULL;
+    if (c->inflight == 0)
+        free(c);
+}
+
+/* ---- the client's outcome ---- */
+
+static void fmsg_free(fwd_t *f, fmsg_t *fm)
+{
+    fwd_send_t *fs = f->send;
+    mqd_dlist_del(&fm->node);
+    if (fm->up)
+        pn_delivery_set_context(fm->up, NULL);
+    if (fm->to)
+        *node_bytes(f, fm->to) -= fm->len;
+    fs->n_inflight--;
+    clink_t *c = fm->cl;
+    if (c && --c->inflight == 0 && !c->ls)
+        free(c);
+    else if (c && c->ls)
+        mqd_amqp_producer_refill(c->ls);
+    mqd_conn_unref(fm->conn);
+    free(fm);
+}
+
+/* Settles the client's delivery with outcome (cond and desc for a rejection) and frees
+ * fm. */
+static void finish(fwd_t *f, fmsg_t *fm, uint64_t outcome, const char *cond, const char *desc)
+{
+    fwd_send_t *fs = f->send;
+    if (fm->d && !mqd_conn_closed(fm->conn)) {
+        pn_link_t *l = mqd_delivery_unhold(fm->d);
+        if (outcome == PN_REJECTED) {
+            mqd_delivery_reject(fm->d, cond ? cond : "amqp:internal-error", desc);
+        } else {
+            pn_delivery_update(fm->d, outcome);
+            pn_delivery_settle(fm->d);
+        }
+        mqd_link_reap(l);
+        mqd_conn_mark_dirty(fm->conn);
+    }
+    if (outcome == PN_ACCEPTED) {
+        fs->n_done++;
+        fs->added_ns += mqd_mono_ns() - fm->t_ns;
+    } else if (outcome == PN_REJECTED) {
+        fs->n_rejected++;
+    }
+    fmsg_free(f, fm);
+}
+
+static void finish_reject(fwd_t *f, fmsg_t *fm, const char *cond, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void finish_reject(fwd_t *f, fmsg_t *fm, const char *cond, const char *fmt, ...)
+{
+    char desc[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(desc, sizeof desc, fmt, ap);
+    va_end(ap);
+    finish(f, fm, PN_REJECTED, cond, desc);
+}
+
+/* ---- upstream links ---- */
+
+static void upl_on_event(fwd_link_t *fl, pn_event_t *e);
+static void upl_on_down(fwd_link_t *fl, const char *why);
+static void route(fwd_t *f, fmsg_t *fm, bool fresh);
+
+static void put_str(pn_data_t *d, const char *k, const char *v)
+{
+    fwd_put_sym(d, k);
+    pn_data_put_string(d, pn_bytes(strlen(v), v));
+}
+
+static void upl_attach(upl_t *u)
+{
+    fwd_peer_t *p = fwd_peer_get(u->f, u->node);
+    pn_session_t *ss = fwd_peer_session(p);
+    if (!ss || u->fl.link)
+        return;
+    char addr[MQD_NAME_MAX + 32], name[MQD_NAME_MAX + 96];
+    snprintf(addr, sizeof addr, "%s/Partitions/%" PRIu32, u->topic, u->part);
+    snprintf(name, sizeof name, "fwd-%" PRIu32 "-%s-%" PRIu32 "-%" PRIu64, u->f->self, u->topic,
+             u->part, ++u->f->send->seq);
+    pn_link_t *l = pn_sender(ss, name);
+    pn_terminus_set_address(pn_link_target(l), addr);
+    pn_terminus_set_address(pn_link_source(l), name);
+    pn_link_set_snd_settle_mode(l, PN_SND_UNSETTLED);
+    pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
+    pn_data_t *d = pn_link_properties(l);
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    put_str(d, "mqd:fwd-user", u->user);
+    fwd_put_sym(d, "mqd:fwd-node");
+    pn_data_put_uint(d, u->f->self);
+    if (u->acks >= 0 && u->acks < (int)MQD_ARRAY_LEN(ACKS)) {
+        fwd_put_sym(d, "mqd:acks");
+        pn_data_put_symbol(d, pn_bytes(strlen(ACKS[u->acks]), ACKS[u->acks]));
+    }
+    pn_data_exit(d);
+    u->opened = false;
+    fwd_link_bind(p, &u->fl, l);
+    pn_link_open(l);
+    fwd_peer_flush(p);
+}
+
+static upl_t *upl_get(fwd_t *f, uint32_t node, const fmsg_t *fm)
+{
+    for (upl_t *u = f->send->upls; u; u = u->next)
+        if (u->node == node && u->part == fm->part && u->acks == fm->acks &&
+            strcmp(u->topic, fm->topic) == 0 && strcmp(u->user, fm->user) == 0)
+            return u;
+    upl_t *u = calloc(1, sizeof *u);
+    if (!u || !(u->topic = strdup(fm->topic)) || !(u->user = strdup(fm->user))) {
+        if (u)
+            free(u->topic);
+        free(u);
+        return NULL;
+    }
+    u->f = f;
+    u->node = node;
+    u->part = fm->part;
+    u->acks = fm->acks;
+    u->fl.on_event = upl_on_event;
+    u->fl.on_down = upl_on_down;
+    mqd_dlist_init(&u->queue);
+    mqd_dlist_init(&u->sent);
+    mqd_dlist_init(&u->fl.node);
+    u->next = f->send->upls;
+    f->send->upls = u;
+    upl_attach(u);
+    return u;
+}
+
+/* Frees u (its link closed); its messages must have left it. */
+static void upl_free(fwd_t *f, upl_t *u)
+{
+    for (upl_t **h = &f->send->upls; *h; h = &(*h)->next)
+        if (*h == u) {
+            *h = u->next;
+            break;
+        }
+    if (u->fl.link) {
+        pn_link_t *l = u->fl.link;
+        fwd_peer_t *p = u->fl.peer;
+        fwd_link_unbind(&u->fl);
+        pn_link_close(l);
+        pn_link_free(l);
+        fwd_peer_flush(p);
+    }
+    free(u->topic);
+    free(u->user);
+    free(u);
+}
+
+static void pump(upl_t *u)
+{
+    pn_link_t *l = u->fl.link;
+    bool any = false;
+    while (l && u->opened && pn_link_credit(l) > 0 && !mqd_dlist_empty(&u->queue)) {
+        fmsg_t *fm = MQD_CONTAINER(u->queue.next, fmsg_t, node);
+        uint64_t tag = ++u->tag;
+        pn_delivery_t *ud = pn_delivery(l, pn_dtag((const char *)&tag, sizeof tag));
+        pn_delivery_set_context(ud, fm);
+        pn_link_send(l, (const char *)fm->msg, fm->len);
+        pn_link_advance(l);
+        fm->up = ud;
+        fm->wait_ms = 0;
+        mqd_dlist_del(&fm->node);
+        mqd_dlist_push(&u->sent, &fm->node);
+        any = true;
+    }
+    if (any)
+        fwd_peer_flush(u->fl.peer);
+}
+
+/* Moves every message of u (sent first, then queued: their order) to be routed again. */
+static void upl_reroute(fwd_t *f, upl_t *u)
+{
+    mqd_dlist_t *lists[2] = {&u->sent, &u->queue};
+    for (int i = 0; i < 2; i++)
+        while (!mqd_dlist_empty(lists[i])) {
+            fmsg_t *fm = MQD_CONTAINER(lists[i]->next, fmsg_t, node);
+            mqd_dlist_del(&fm->node);
+            if (fm->up) {
+                pn_delivery_set_context(fm->up, NULL);
+                fm->up = NULL;
+                f->send->n_resent++;
+            }
+            fm->upl = NULL;
+            route(f, fm, false);
+        }
+}
+
+/* Conditions under which the leader refused a copy because it does not lead the partition
+ * (any more): routed again, never shown to the client. */
+static bool not_leader(const char *cond, const char *desc)
+{
+    if (!cond)
+        return false;
+    if (!strcmp(cond, "amqp:link:redirect") || !strcmp(cond, "amqp:link:detach-forced"))
+        return true;
+    return desc && strstr(desc, "lead") &&
+           (!strcmp(cond, "amqp:precondition-failed") ||
+            !strcmp(cond, "amqp:resource-limit-exceeded"));
+}
+
+static void upl_outcome(fwd_t *f, upl_t *u, pn_delivery_t *ud)
+{
+    fmsg_t *fm = pn_delivery_get_context(ud);
+    uint64_t st = pn_delivery_remote_state(ud);
+    if (!fm || (!st && !pn_delivery_settled(ud)))
+        return;
+    char cn[128] = "", cd[400] = "";
+    if (st == PN_REJECTED) { /* copied: settling may free the delivery */
+        pn_condition_t *c = pn_disposition_condition(pn_delivery_remote(ud));
+        snprintf(cn, sizeof cn, "%s", pn_condition_get_name(c) ?: "amqp:internal-error");
+        snprintf(cd, sizeof cd, "%s",
+                 pn_condition_get_description(c) ?: "rejected by the partition's leader");
+    }
+    pn_delivery_set_context(ud, NULL);
+    fm->up = NULL;
+    pn_delivery_settle(ud);
+    fwd_peer_flush(u->fl.peer);
+    if (st == PN_REJECTED) {
+        if (not_leader(cn, cd)) {
+            mqd_dlist_del(&fm->node);
+            fm->upl = NULL;
+            f->send->n_resent++;
+            return route(f, fm, false);
+        }
+        return finish(f, fm, PN_REJECTED, cn, cd);
+    }
+    if (st == PN_ACCEPTED || st == PN_RELEASED || st == PN_MODIFIED)
+        return finish(f, fm, st, NULL, NULL);
+    finish(f, fm, PN_RELEASED, NULL, NULL); /* settled with no outcome */
+}
+
+/* The leader closed the link: refused at attach for the client (the ACL, no such
+ * partition) rejects its messages with the leader's condition; anything else (not the
+ * leader any more, the topic moving) routes them again. */
+static void upl_closed(fwd_t *f, upl_t *u, pn_link_t *l)
+{
+    pn_condition_t *c = pn_link_remote_condition(l);
+    const char *cn = pn_condition_get_name(c), *cd = pn_condition_get_description(c);
+    MQD_INFO("fwd", "%s/%u: node %" PRIu32 " closed the forwarding link: %s: %s", u->topic,
+             u->part, u->node, cn ? cn : "-", cd ? cd : "-");
+    if (cn && !u->opened && !not_leader(cn, cd)) {
+        while (!mqd_dlist_empty(&u->queue)) {
+            fmsg_t *fm = MQD_CONTAINER(u->queue.next, fmsg_t, node);
+            finish(f, fm, PN_REJECTED, cn, cd ? cd : "refused by the partition's leader");
+        }
+    }
+    upl_reroute(f, u);
+    upl_free(f, u);
+}
+
+static void upl_on_event(fwd_link_t *fl, pn_event_t *e)
+{
+    upl_t *u = MQD_CONTAINER(fl, upl_t, fl);
+    fwd_t *f = u->f;
+    pn_link_t *l = pn_event_link(e);
+    switch (pn_event_type(e)) {
+    case PN_LINK_REMOTE_OPEN:
+        u->opened = pn_terminus_get_address(pn_link_remote_target(l)) != NULL;
+        pump(u);
+        break;
+    case PN_LINK_FLOW: pump(u); break;
+    case PN_DELIVERY: upl_outcome(f, u, pn_event_delivery(e)); break;
+    case PN_LINK_REMOTE_DETACH:
+    case PN_LINK_REMOTE_CLOSE: upl_closed(f, u, l); break;
+    default: break;
+    }
+}
+
+/* The connection went: the link and its deliveries with it; route everything again (to
+ * the same node once it is back, or to the new leader). */
+static void upl_on_down(fwd_link_t *fl, const char *why)
+{
+    upl_t *u = MQD_CONTAINER(fl, upl_t, fl);
+    upl_reroute(u->f, u);
+    upl_free(u->f, u);
+}
+
+static void on_peer_up(fwd_peer_t *p, void *arg)
+{
+    fwd_t *f = arg;
+    for (upl_t *u = f->send->upls; u; u = u->next)
+        if (u->node == p->id && !u->fl.link)
+            upl_attach(u);
+}
+
+/* ---- routing ---- */
+
+static bool held_for(fwd_t *f, const char *topic, uint32_t part)
+{
+    mqd_dlist_t *h = &f->send->held;
+    for (mqd_dlist_t *n = h->next; n != h; n = n->next) {
+        fmsg_t *fm = MQD_CONTAINER(n, fmsg_t, node);
+        if (fm->part == part && strcmp(fm->topic, topic) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void hold(fwd_t *f, fmsg_t *fm)
+{
+    int64_t now = mqd_now_ms();
+    if (!fm->wait_ms)
+        fm->wait_ms = now;
+    fm->retry_ms = now + FWD_RETRY_MS;
+    mqd_dlist_push(&f->send->held, &fm->node);
+}
+
+/* To the leader's upstream link, or held while none is known. fresh: a new message
+ * (behind any held one of its partition, so that a key's order holds). */
+static void route(fwd_t *f, fmsg_t *fm, bool fresh)
+{
+    uint32_t leader = 0;
+    if (f->closing)
+        return fmsg_free(f, fm); /* stopping: the clients' connections go too */
+    mqd_repl_serve_t how = mqd_repl_leader(f->r, fm->topic, fm->part, &leader);
+    if (how == MQD_REPL_SERVE_WAIT || (fresh && held_for(f, fm->topic, fm->part)))
+        return hold(f, fm);
+    uint32_t node = how == MQD_REPL_SERVE_HERE ? f->self : leader; /* here: the loopback leg */
+    upl_t *u = upl_get(f, node, fm);
+    if (!u)
+        return finish_reject(f, fm, "amqp:resource-limit-exceeded", "out of memory");
+    if (fm->to != node) {
+        if (fm->to)
+            *node_bytes(f, fm->to) -= fm->len;
+        *node_bytes(f, node) += fm->len;
+        fm->to = node;
+    }
+    if (!u->fl.link && !fm->wait_ms)
+        fm->wait_ms = mqd_now_ms(); /* its connection is not up: bounded like a held one */
+    fm->upl = u;
+    mqd_dlist_push(&u->queue, &fm->node);
+    pump(u);
+}
+
+/* The send hook (core.h). */
+static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *topic,
+                   uint32_t part, const uint8_t *msg, size_t len, bool presettled, int acks,
+                   int flags)
+{
+    fwd_t *f = arg;
+    uint32_t leader = 0;
+    if (mqd_repl_nparts(f->r, topic) == 0)
+        return MQD_FWD_LOCAL; /* not a cluster topic: a dead-letter topic, a reply node */
+    mqd_repl_serve_t how = mqd_repl_leader(f->r, topic, part, &leader);
+    if (how == MQD_REPL_SERVE_HERE && !held_for(f, topic, part))
+        return MQD_FWD_LOCAL;
+    if (flags) {
+        if (!presettled)
+            mqd_delivery_reject(
+                d, "amqp:not-implemented",
+                flags & MQD_FWD_F_TXN
+                    ? "transaction spans partitions led by other nodes: a transactional "
+                      "send is taken only by its partition's leader (for now)"
+                    : "a batched send to a partition led by another node is not forwarded "
+                      "(yet): send the messages one by one, or to the leader");
+        return MQD_FWD_TAKEN;
+    }
+    mqd_conn_t *c = mqd_ls_conn(ls);
+    const char *user = mqd_conn_user(c);
+    size_t tl = strlen(topic) + 1, ul = strlen(user) + 1;
+    fmsg_t *fm = malloc(sizeof *fm + len + tl + ul);
+    clink_t *cl = fm ? cl_find(f->send, ls, true) : NULL;
+    if (!cl) {
+        free(fm);
+        if (!presettled)
+            mqd_delivery_reject(d, "amqp:resource-limit-exceeded", "out of memory");
+        return MQD_FWD_TAKEN;
+    }
+    memset(fm, 0, sizeof *fm);
+    memcpy(fm->msg, msg, len);
+    fm->len = len;
+    fm->topic = (char *)fm->msg + len;
+    memcpy(fm->topic, topic, tl);
+    fm->user = fm->topic + tl;
+    memcpy(fm->user, user, ul);
+    fm->part = part;
+    fm->acks = acks;
+    fm->cl = cl;
+    cl->inflight++;
+    fm->conn = c;
+    mqd_conn_ref(c);
+    fm->d = presettled ? NULL : d;
+    if (fm->d)
+        mqd_delivery_hold(d); /* settled with the leader's outcome */
+    fm->t_ns = mqd_mono_ns();
+    mqd_dlist_init(&fm->node);
+    f->send->n_fwd++;
+    f->send->n_inflight++;
+    route(f, fm, true);
+    return MQD_FWD_TAKEN;
 }
 
 void fwd_send_tick(fwd_t *f, int64_t now_ms)
 {
+    fwd_send_t *fs = f->send;
+    mqd_dlist_t again;
+    mqd_dlist_init(&again);
+    int64_t bound = hold_ms(f);
+    /* held messages: rejected past the bound, else routed again (in order) */
+    while (!mqd_dlist_empty(&fs->held)) {
+        fmsg_t *fm = MQD_CONTAINER(fs->held.next, fmsg_t, node);
+        mqd_dlist_del(&fm->node);
+        if (now_ms - fm->wait_ms >= bound) {
+            fs->n_expired++;
+            finish_reject(f, fm, "amqp:resource-limit-exceeded",
+                          "partition %s/%u has no reachable leader: waited %" PRId64
+                          " ms (the cluster lease + 1 s) for an election; not stored, send "
+                          "it again",
+                          fm->topic, fm->part, now_ms - fm->wait_ms);
+            continue;
+        }
+        mqd_dlist_push(&again, &fm->node);
+    }
+    while (!mqd_dlist_empty(&again)) {
+        fmsg_t *fm = MQD_CONTAINER(again.next, fmsg_t, node);
+        mqd_dlist_del(&fm->node);
+        if (now_ms < fm->retry_ms)
+            mqd_dlist_push(&fs->held, &fm->node);
+        else
+            route(f, fm, false);
+    }
+    /* queued on a link whose connection is not up: the same bound */
+    for (upl_t *u = fs->upls, *next; u; u = next) {
+        next = u->next;
+        if (u->fl.link)
+            continue;
+        while (!mqd_dlist_empty(&u->queue)) {
+            fmsg_t *fm = MQD_CONTAINER(u->queue.next, fmsg_t, node);
+            if (now_ms - fm->wait_ms < bound)
+                break;
+            fs->n_expired++;
+            finish_reject(f, fm, "amqp:resource-limit-exceeded",
+                          "partition %s/%u: its leader, node %" PRIu32
+                          ", cannot be reached: waited %" PRId64
+                          " ms (the cluster lease + 1 s); not stored, send it again",
+                          fm->topic, fm->part, u->node, now_ms - fm->wait_ms);
+        }
+        if (mqd_dlist_empty(&u->queue) && mqd_dlist_empty(&u->sent))
+            upl_free(f, u);
+    }
+}
+
+static void on_metrics(void *arg, struct evbuffer *b)
+{
+    fwd_send_t *fs = ((fwd_t *)arg)->send;
+    evbuffer_add_printf(
+        b,
+        "# HELP mqd_fwd_sends_total Producer sends forwarded to their partition's leader.\n"
+        "# TYPE mqd_fwd_sends_total counter\nmqd_fwd_sends_total %" PRIu64 "\n"
+        "# HELP mqd_fwd_sends_inflight Forwarded sends not settled yet.\n"
+        "# TYPE mqd_fwd_sends_inflight gauge\nmqd_fwd_sends_inflight %" PRIu64 "\n"
+        "# HELP mqd_fwd_sends_resent_total Forwarded sends sent again (leader moved).\n"
+        "# TYPE mqd_fwd_sends_resent_total counter\nmqd_fwd_sends_resent_total %" PRIu64 "\n"
+        "# HELP mqd_fwd_sends_rejected_total Forwarded sends rejected (by the leader, or "
+        "no leader within the lease + 1 s).\n"
+        "# TYPE mqd_fwd_sends_rejected_total counter\nmqd_fwd_sends_rejected_total %" PRIu64
+        "\n"
+        "# HELP mqd_fwd_send_seconds_total Time from a forwarded send's arrival to the "
+        "leader's acceptance, summed (divide by mqd_fwd_sends_accepted_total).\n"
+        "# TYPE mqd_fwd_send_seconds_total counter\nmqd_fwd_send_seconds_total %.6f\n"
+        "# TYPE mqd_fwd_sends_accepted_total counter\nmqd_fwd_sends_accepted_total %" PRIu64
+        "\n",
+        fs->n_fwd, fs->n_inflight, fs->n_resent, fs->n_rejected, (double)fs->added_ns / 1e9,
+        fs->n_done);
+}
+
+int fwd_send_new(fwd_t *f)
+{
+    fwd_send_t *fs = calloc(1, sizeof *fs);
+    if (!fs)
+        return MQD_ENOMEM;
+    mqd_dlist_init(&fs->held);
+    f->send = fs;
+    return fwd_on_peer_up(f, on_peer_up, f);
+}
+
+/* At the end (the loop stopped): the connections are gone, and with them the clients'
+ * deliveries; only memory is left. */
+void fwd_send_free(fwd_t *f)
+{
+    fwd_send_t *fs = f->send;
+    if (!fs)
+        return;
+    while (!mqd_dlist_empty(&fs->held))
+        fmsg_free(f, MQD_CONTAINER(fs->held.next, fmsg_t, node));
+    while (fs->upls) {
+        upl_t *u = fs->upls;
+        mqd_dlist_t *lists[2] = {&u->sent, &u->queue};
+        for (int i = 0; i < 2; i++)
+            while (!mqd_dlist_empty(lists[i])) {
+                fmsg_t *fm = MQD_CONTAINER(lists[i]->next, fmsg_t, node);
+                fm->up = NULL;
+                fmsg_free(f, fm);
+            }
+        u->fl.link = NULL;
+        upl_free(f, u);
+    }
+    for (size_t i = 0; i < FWD_CL_BUCKETS; i++)
+        while (fs->cl[i])
+            cl_forget(fs, fs->cl[i]);
+    free(fs);
+    f->send = NULL;
 }
 
 void fwd_send_hooks(fwd_t *f, mqd_fwd_hooks_t *h)
 {
+    h->send = on_send;
+    h->link_gone = on_link_gone;
+    h->inflight = on_inflight;
+    h->metrics = on_metrics;
 }

@@ -336,6 +336,9 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     const mqd_repl_hooks_t *repl = mqd_srv_repl(m->srv);
     if (repl->metrics) /* cluster = etcd: src/repl's gauges */
         repl->metrics(repl->arg, b);
+    const mqd_fwd_hooks_t *fwd = mqd_srv_fwd(m->srv);
+    if (fwd->metrics) /* src/fwd's forwarded sends */
+        fwd->metrics(fwd->arg, b);
     put_process(b, m);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
