@@ -18,6 +18,7 @@
 #define SELECTOR_CODE 0x0000468C00000004ull
 #define STREAM_SPEC_SYM "rabbitmq:stream-offset-spec"
 #define EPOCH_SYM "com.microsoft:epoch"
+#define LOCAL_ONLY_SYM "mqd:fwd-local-only"
 #define DLQ_SUFFIX "/$DeadLetterQueue"
 
 static void tag_decode(pn_delivery_t *d, uint32_t *part, uint64_t *off)
@@ -31,6 +32,25 @@ static void tag_decode(pn_delivery_t *d, uint32_t *part, uint64_t *off)
     }
 }
 
+/* A local-only link's delivery of partition part made while this node led it: the
+ * lead's generation then, kept as the delivery's context (deliver). */
+static void *lead_mark(const mqd_lstate_t *ls, uint32_t part)
+{
+    return (void *)(uintptr_t)(mqd_part_led_gen(mqd_topic_part(mqd_ls_topic(ls), part)) + 1);
+}
+
+/* A delivery of a local-only link from a lead this node has left since (the partition
+ * moved away, maybe back): its record is the group's on the partition's leader now,
+ * which delivers it again from the group's committed offset; its settlement here only
+ * settles it. */
+static bool from_old_lead(const mqd_lstate_t *ls, pn_delivery_t *d, uint32_t part)
+{
+    if (!mqd_ls_local_only(ls) || part >= mqd_topic_nparts(mqd_ls_topic(ls)))
+        return false;
+    return !mqd_part_led(mqd_topic_part(mqd_ls_topic(ls), part)) ||
+           pn_delivery_get_context(d) != lead_mark(ls, part);
+}
+
 /* Gives back every unsettled delivery of a consumer link to its group. */
 static void release_unsettled(mqd_lstate_t *ls)
 {
@@ -42,7 +62,7 @@ static void release_unsettled(mqd_lstate_t *ls)
         uint64_t off;
         tag_decode(d, &part, &off);
         /* an unsuccessful attempt (3.2.1) */
-        if (part < mqd_group_nparts(g) && !pn_delivery_settled(d))
+        if (part < mqd_group_nparts(g) && !pn_delivery_settled(d) && !from_old_lead(ls, d, part))
             mqd_cursor_release(mqd_group_cursor(g, part), off, true);
     }
 }
@@ -268,34 +288,67 @@ static int parse_filters(mqd_lstate_t *ls, pn_terminus_t *rs, pn_terminus_t *loc
     return rc;
 }
 
-static int read_epoch(pn_link_t *l, mqd_lstate_t *ls)
+/* The value of the attach's link property `key` (a symbol), positioned in the remote
+ * properties it returns; NULL when the peer sent none. The last one counts. */
+static pn_data_t *link_prop(pn_link_t *l, const char *key)
 {
     pn_data_t *p = pn_link_remote_properties(l);
     if (!p)
-        return 0; /* the peer sent no link properties */
+        return NULL; /* the peer sent no link properties */
     pn_data_rewind(p);
     if (!pn_data_next(p) || pn_data_type(p) != PN_MAP)
-        return 0;
-    size_t n = pn_data_get_map(p);
+        return NULL;
+    size_t n = pn_data_get_map(p), at = SIZE_MAX;
     pn_data_enter(p);
     for (size_t i = 0; i + 1 < n; i += 2) {
         if (!pn_data_next(p))
             break;
-        bool is_epoch = pn_data_type(p) == PN_SYMBOL && sym_eq(pn_data_get_symbol(p), EPOCH_SYM);
+        bool is = pn_data_type(p) == PN_SYMBOL && sym_eq(pn_data_get_symbol(p), key);
         if (!pn_data_next(p))
             break;
-        if (!is_epoch)
-            continue;
-        if (pn_data_type(p) == PN_LONG)
-            mqd_ls_set_epoch(ls, pn_data_get_long(p));
-        else if (pn_data_type(p) == PN_INT)
-            mqd_ls_set_epoch(ls, pn_data_get_int(p));
-        else
-            continue;
-        mqd_ls_set_has_epoch(ls, true);
+        if (is)
+            at = i + 1;
     }
-    pn_data_exit(p);
+    pn_data_rewind(p);
+    if (at == SIZE_MAX || !pn_data_next(p))
+        return NULL;
+    pn_data_enter(p);
+    for (size_t i = 0; i <= at; i++)
+        pn_data_next(p);
+    return p;
+}
+
+static int read_epoch(pn_link_t *l, mqd_lstate_t *ls)
+{
+    pn_data_t *p = link_prop(l, EPOCH_SYM);
+    if (p && pn_data_type(p) == PN_LONG)
+        mqd_ls_set_epoch(ls, pn_data_get_long(p));
+    else if (p && pn_data_type(p) == PN_INT)
+        mqd_ls_set_epoch(ls, pn_data_get_int(p));
+    else
+        return 0;
+    mqd_ls_set_has_epoch(ls, true);
     return 0;
+}
+
+/* mqd:fwd-local-only = true (issue 33: one leg of a receiver another node merges over
+ * the partitions' leaders): read only the partitions this node leads. */
+static bool wants_local_only(pn_link_t *l)
+{
+    pn_data_t *p = link_prop(l, LOCAL_ONLY_SYM);
+    return p && pn_data_type(p) == PN_BOOL && pn_data_get_bool(p);
+}
+
+/* Tells the peer the link reads only the partitions led here (its attach's properties). */
+static void echo_local_only(pn_link_t *l)
+{
+    pn_data_t *d = pn_link_properties(l);
+    pn_data_clear(d);
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    pn_data_put_symbol(d, pn_bytes(strlen(LOCAL_ONLY_SYM), LOCAL_ONLY_SYM));
+    pn_data_put_bool(d, true);
+    pn_data_exit(d);
 }
 
 /* The offset of partition i where a start position points. */
@@ -348,24 +401,6 @@ static void apply_start(mqd_lstate_t *ls)
         }
 }
 
-/* Does the link's attach carry link property `key` (a symbol)? */
-static bool has_prop(pn_link_t *l, const char *key)
-{
-    pn_data_t *p = pn_link_remote_properties(l);
-    bool found = false;
-    if (!p)
-        return false;
-    pn_data_rewind(p);
-    if (!pn_data_next(p) || pn_data_type(p) != PN_MAP)
-        return false;
-    size_t n = pn_data_get_map(p);
-    pn_data_enter(p);
-    for (size_t i = 0; i < n && !found && pn_data_next(p); i++)
-        found = i % 2 == 0 && pn_data_type(p) == PN_SYMBOL && sym_eq(pn_data_get_symbol(p), key);
-    pn_data_exit(p);
-    return found;
-}
-
 /* A receiver whose partitions are led by other nodes (route said redirect): served by
  * fwd/recv.c through links to their leaders, the client's link attached here. False:
  * no forwarding here (a single node, fwd not set up): redirect as before. A link another
@@ -374,7 +409,7 @@ static bool has_prop(pn_link_t *l, const char *key)
 static bool forward(mqd_conn_t *c, pn_link_t *l, const mqd_addr_t *a, bool browse)
 {
     mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
-    if (has_prop(l, "mqd:fwd-node")) {
+    if (link_prop(l, "mqd:fwd-node")) {
         mqd_link_refuse(l, "amqp:link:detach-forced",
                         "this node does not lead the partitions of '%s' (a forwarded link is "
                         "not forwarded again)",
@@ -412,7 +447,7 @@ static bool forward(mqd_conn_t *c, pn_link_t *l, const mqd_addr_t *a, bool brows
 
 /* Resolves the source address into topic, group and partition; 0 or refuses. */
 static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool browse,
-                          mqd_topic_t **t, mqd_addr_t *a, bool *fwd_in)
+                          bool local_only, mqd_topic_t **t, mqd_addr_t *a, bool *fwd_in)
 {
     /* $management and $cbs in another spelling (a URL) name no topic either */
     if (mqd_addr_parse(addr, strlen(addr), a) != 0 || a->kind == MQD_ADDR_PARTITION ||
@@ -436,9 +471,11 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
         return MQD_EINVAL;
     }
     *t = mqd_topic_find(mqd_conn_srv(c), a->topic);
+    int64_t part = a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition
+                   : local_only                        ? MQD_ROUTE_PART_LED
+                                                       : -1;
     mqd_route_ans_t ans;
-    int how = mqd_link_route_ask(
-        c, a->topic, a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition : -1, *t, &ans);
+    int how = mqd_link_route_ask(c, a->topic, part, *t, &ans);
     if (how == MQD_ROUTE_REDIRECT && forward(c, l, a, browse))
         return MQD_EAGAIN; /* fwd/ serves it (or it was refused) */
     if (how != MQD_ROUTE_HERE) {
@@ -495,6 +532,7 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     pn_terminus_copy(src, rs);
     pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
     bool browse = pn_terminus_get_distribution_mode(rs) == PN_DIST_MODE_COPY;
+    bool local_only = wants_local_only(l);
     const char *addr = pn_terminus_get_address(rs);
     if (pn_terminus_is_dynamic(rs)) {
         if (dynamic_topic(c, src, &t) != 0)
@@ -509,8 +547,10 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     } else if (strcasecmp(addr, "$management") == 0 || strcasecmp(addr, "$cbs") == 0) {
         if (mqd_reply_attach(c, l, strcasecmp(addr, "$cbs") == 0, &t) != 0)
             return;
-    } else if (resolve_source(c, l, addr, browse, &t, &a, &fwd_in) != 0) {
+    } else if (resolve_source(c, l, addr, browse, local_only, &t, &a, &fwd_in) != 0) {
         return;
+    } else if (local_only) {
+        echo_local_only(l);
     }
     mqd_lstate_t *ls = mqd_lstate_new(c, l, browse ? MQD_LS_BROWSER : MQD_LS_CONSUMER);
     if (!ls)
@@ -523,6 +563,10 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
         mqd_ls_set_acl_perm(ls, browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE);
     bool manual = a.kind == MQD_ADDR_GROUP_PARTITION;
     mqd_ls_set_manual(ls, manual);
+    /* a replicated topic (repl gave it its registration's identity) in a cluster: on a
+       single node, or a node's own topic, this node leads every partition */
+    mqd_ls_set_local_only(ls, local_only && !manual && mqd_srv_repl(mqd_conn_srv(c))->route &&
+                                  mqd_topic_uid(t)[0] != '\0');
     mqd_ls_set_part(ls, a.partition);
     char lname[256]; /* cut to the link state's room by mqd_ls_set_name */
     snprintf(lname, sizeof lname, "%s/%s", mqd_conn_peer(c), pn_link_name(l));
@@ -584,6 +628,8 @@ static int deliver(mqd_lstate_t *ls, uint32_t part, const mqd_rec_t *rec, const 
     memcpy(tag, &part, 4);
     memcpy(tag + 4, &rec->offset, 8);
     pn_delivery_t *d = pn_delivery(l, pn_dtag(tag, sizeof tag));
+    if (mqd_ls_local_only(ls))
+        pn_delivery_set_context(d, lead_mark(ls, part));
     pn_link_send(l, (const char *)out->p, out->len);
     pn_link_advance(l);
     mqd_topic_count_out(mqd_ls_topic(ls), out->len);
@@ -698,7 +744,8 @@ static size_t browse_pump(mqd_lstate_t *ls)
                          : mqd_topic_rr_part(t) % (al->browse_n ? al->browse_n : 1);
     for (uint32_t k = 0; k < al->browse_n; k++) {
         uint32_t i = (first + k) % al->browse_n;
-        if (al->browse_next[i] == UINT64_MAX)
+        if (al->browse_next[i] == UINT64_MAX ||
+            (mqd_ls_local_only(ls) && !mqd_part_led(mqd_topic_part(t, i))))
             continue;
         const mqd_rec_t *rec = browse_next_rec(ls, i);
         if (!rec)
@@ -864,6 +911,8 @@ static size_t selective_pump(mqd_lstate_t *ls)
     for (uint32_t k = 0; k < mqd_group_nparts(g); k++) {
         uint32_t i = (mqd_topic_rr_part(t) + k) % mqd_group_nparts(g);
         mqd_cursor_t *cur = mqd_group_cursor(g, i);
+        if (!mqd_group_may_deliver(g, ls, i))
+            continue; /* a local-only link: not led here */
         if (al->browse_next[i] < mqd_cursor_floor(cur))
             al->browse_next[i] = mqd_cursor_floor(cur);
         int sent = sel_redelivery(ls, i);
@@ -981,8 +1030,11 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
     uint32_t part;
     uint64_t off;
     tag_decode(d, &part, &off);
-    if (state == MQD_TXN_STATE && kind == MQD_LS_CONSUMER)
+    if (from_old_lead(ls, d, part)) {
+        g = NULL; /* the record is the partition's leader's now: only settled here */
+    } else if (state == MQD_TXN_STATE && kind == MQD_LS_CONSUMER) {
         return transactional_disposition(ls, d, part, off);
+    }
     if (kind == MQD_LS_CONSUMER && g && part < mqd_group_nparts(g)) {
         mqd_cursor_t *cur = mqd_group_cursor(g, part);
         if (state == PN_RELEASED) {
@@ -999,8 +1051,8 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
         mqd_group_settled(g, part);
         mqd_topic_dispatch_soon(mqd_ls_topic(ls));
     }
-    if (kind == MQD_LS_BROWSER && al->unsettled)
-        al->unsettled--; /* a copy: any outcome only settles it */
+    if ((kind == MQD_LS_BROWSER || !g) && al->unsettled)
+        al->unsettled--; /* a copy (any outcome only settles it), or from an old lead */
     if (!pn_delivery_settled(d))
         pn_delivery_update(d, state);
     pn_delivery_settle(d);

@@ -365,6 +365,20 @@ uint32_t mqd_part_id(const mqd_part_t *o)
 {
     return o->id;
 }
+bool mqd_part_led(const mqd_part_t *o)
+{
+    return o->led;
+}
+uint32_t mqd_part_led_gen(const mqd_part_t *o)
+{
+    return o->led_gen;
+}
+void mqd_part_set_led(mqd_part_t *o, bool v)
+{
+    if (o->led != v)
+        o->led_gen++;
+    o->led = v;
+}
 mqd_plog_t *mqd_part_log(const mqd_part_t *o)
 {
     return o->log;
@@ -440,6 +454,14 @@ bool mqd_ls_manual(const mqd_lstate_t *o)
 void mqd_ls_set_manual(mqd_lstate_t *o, bool v)
 {
     o->manual = v;
+}
+bool mqd_ls_local_only(const mqd_lstate_t *o)
+{
+    return o->local_only;
+}
+void mqd_ls_set_local_only(mqd_lstate_t *o, bool v)
+{
+    o->local_only = v;
 }
 const char *mqd_ls_name(const mqd_lstate_t *o)
 {

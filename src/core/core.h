@@ -254,10 +254,15 @@ typedef struct mqd_redirect {
 } mqd_redirect_t;
 typedef void (*mqd_repl_done_fn)(void *arg, int status, const char *desc);
 enum { MQD_ROUTE_HERE = 0, MQD_ROUTE_REDIRECT, MQD_ROUTE_WAIT, MQD_ROUTE_REFUSE };
+/* route's `part` for a receiver of the whole topic attached with mqd:fwd-local-only: it
+ * is served by a node that leads at least one partition, over the partitions it leads
+ * (never redirected: refused when this node leads none; docs/replication.md). */
+#define MQD_ROUTE_PART_LED (-2)
 typedef struct mqd_repl_hooks {
     /* A topic was created on this node (management, auto-create, a replica). */
     void (*topic_created)(void *arg, struct mqd_topic *t);
-    /* A link to partition `part` (-1: the whole topic) of topic `name` is attaching, or a
+    /* A link to partition `part` (-1: the whole topic; MQD_ROUTE_PART_LED: the partitions
+     * this node leads) of topic `name` is attaching, or a
      * message of the anonymous relay names it (may_wait false); t is this node's copy,
      * NULL when it has none; may_create: the link could create it (auto_create_topics and
      * the `create` right). Returns MQD_ROUTE_HERE to go on (with t NULL: create it, or
@@ -830,6 +835,13 @@ mqd_pending_t *mqd_part_pend_tail(const mqd_part_t *o);
 /* The acks level (mqd_acks_t) of the send appended last: a sender's mqd:acks. */
 void mqd_part_pend_set_acks(mqd_part_t *o, uint8_t acks);
 mqd_topic_t *mqd_part_topic(const mqd_part_t *o);
+/* Whether this node leads the partition now (set by repl/ when it takes or leaves the
+ * leader's role; false on a node without replication, where nothing reads it: only
+ * local-only links, mqd_ls_local_only, look at it), and a generation bumped at each
+ * change (a delivery made under an older one belongs to a lead this node left). */
+bool mqd_part_led(const mqd_part_t *o);
+uint32_t mqd_part_led_gen(const mqd_part_t *o);
+void mqd_part_set_led(mqd_part_t *o, bool v);
 
 /* mqd_lstate_t */
 uint8_t mqd_ls_acl_perm(const mqd_lstate_t *o);
@@ -846,6 +858,10 @@ mqd_ls_kind_t mqd_ls_kind(const mqd_lstate_t *o);
 pn_link_t *mqd_ls_link(const mqd_lstate_t *o);
 bool mqd_ls_manual(const mqd_lstate_t *o);
 void mqd_ls_set_manual(mqd_lstate_t *o, bool v);
+/* A consumer or browser attached with mqd:fwd-local-only = true to a replicated topic:
+ * it reads only the partitions this node leads at the time (mqd_part_led). */
+bool mqd_ls_local_only(const mqd_lstate_t *o);
+void mqd_ls_set_local_only(mqd_lstate_t *o, bool v);
 const char *mqd_ls_name(const mqd_lstate_t *o);
 uint32_t mqd_ls_part(const mqd_lstate_t *o);
 void mqd_ls_set_part(mqd_lstate_t *o, uint32_t v);

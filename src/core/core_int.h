@@ -13,6 +13,8 @@ struct mqd_part {
     mqd_pending_t *pend_head, *pend_tail; /* FIFO by offset */
     uint32_t pend_weak;                   /* of them with acks below all (part_commit.c) */
     bool failed;                          /* its log failed and the owner knows (partfail.c) */
+    bool led;                             /* repl: this node leads it now (mqd_part_set_led) */
+    uint32_t led_gen;                     /* bumped at each change of `led` */
     int64_t resume_at_ms;                 /* next automatic resume attempt */
     mqd_part_commit_t *commit;            /* its commit point (part_commit.c): use the accessors */
     struct {                              /* topic_count.c: offsets that are no message */
@@ -67,6 +69,8 @@ struct mqd_lstate {
     struct mqd_group *group; /* consumer: its group (group/) */
     mqd_dlist_t gnode;       /* in group->members */
     bool manual;             /* T/ConsumerGroups/G/Partitions/N: owns `part` only */
+    bool local_only;         /* mqd:fwd-local-only on a replicated topic: reads only the
+                                partitions this node leads (mqd_part_led) */
     bool has_epoch;
     int64_t epoch; /* com.microsoft:epoch */
     char name[96]; /* "peer/link-name" for management */

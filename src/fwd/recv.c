@@ -428,13 +428,17 @@ static void rl_detach(rlink_t *rl, const char *cond, const char *desc)
     mqd_ls_detach(rl->ls, cond, desc);
 }
 
-/* A leader's refusal or detach that is the client's too (not a leader change). */
-static bool fatal(const char *cond)
+/* A leader's refusal or detach that is the client's too (not a leader change). A leg of
+ * a source spanning partitions refused with amqp:not-found met a node that leads none of
+ * them any more (its leg goes, the others serve). */
+static bool fatal(const rlink_t *rl, const char *cond)
 {
     static const char *const keep[] = {"amqp:link:detach-forced", "amqp:link:redirect",
                                        "amqp:internal-error", "amqp:resource-limit-exceeded",
                                        "amqp:connection:forced"};
     if (!cond || !*cond)
+        return false;
+    if (rl->part < 0 && strcmp(cond, "amqp:not-found") == 0)
         return false;
     for (size_t i = 0; i < MQD_ARRAY_LEN(keep); i++)
         if (strcmp(cond, keep[i]) == 0)
@@ -544,7 +548,7 @@ static void leg_remote_close(rleg_t *g, pn_link_t *u)
     pn_link_close(u);
     if (p)
         fwd_peer_flush(p);
-    if (fatal(cond) && (!rl->answered || rl->part >= 0 || !live_legs(rl))) {
+    if (fatal(rl, cond) && (!rl->answered || rl->part >= 0 || !live_legs(rl))) {
         leg_forget(g);
         rl_detach(rl, cond, desc ? desc : "refused by the partition's leader");
         return; /* rl is gone */
@@ -554,7 +558,7 @@ static void leg_remote_close(rleg_t *g, pn_link_t *u)
         snprintf(rl->why, sizeof rl->why, "%s", desc ? desc : cond);
     }
     leg_lost(g, why);
-    if (fatal(cond)) /* one leg of several refused: the others serve; tried again later */
+    if (fatal(rl, cond)) /* one leg of several refused: the others serve; tried again later */
         g->retry_ms = mqd_now_ms() + 1000;
     credit(rl);
 }

@@ -319,6 +319,17 @@ void mqd_cursor_seek(mqd_cursor_t *sh, mqd_part_t *p, uint64_t offset)
     sh->dirty = true;
 }
 
+void mqd_cursor_reread(mqd_cursor_t *sh)
+{
+    if (sh->held)
+        memset(sh->held, 0, sh->done_bits / 8);
+    sh->inflight = 0;
+    sh->redeliver.n = 0;
+    sh->redeliver_gen++;
+    sh->next_read = sh->floor;
+    sh->rd_pos = sh->rd.n; /* drop the read-ahead: the log may be cut back by epoch */
+}
+
 void mqd_cursor_free(mqd_cursor_t *sh)
 {
     free(sh->done);

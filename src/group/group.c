@@ -141,6 +141,73 @@ static void try_handoff(mqd_group_t *g, uint32_t i)
         mqd_topic_dispatch_soon(g->topic);
 }
 
+/* ---- local-only members (mqd:fwd-local-only, issue 33) ----
+ * In a cluster a member reading the whole group may be served by several leaders at once:
+ * the node it is connected to opens one leg (a local-only link) on each node that leads
+ * a partition of the topic, and each leader's group assigns only the partitions it leads
+ * among the legs attached there, exclusively, as a single node assigns all of them. If
+ * every leader put its legs in join order, the members that came first would get the
+ * partitions of every leader and later ones none; so legs are ordered by a hash of their
+ * name and this node's id, which differs from node to node: with several leaders the
+ * members get spread partitions overall. */
+
+typedef struct ranked {
+    uint32_t h;
+    mqd_lstate_t *ls;
+} ranked_t;
+
+static uint32_t leg_hash(const char *name, uint32_t node)
+{
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < 4; i++)
+        h = (h ^ ((node >> (8 * i)) & 0xff)) * 16777619u;
+    while (*name)
+        h = (h ^ (uint8_t)*name++) * 16777619u;
+    return h ^ (h >> 15);
+}
+
+static int ranked_cmp(const void *a, const void *b)
+{
+    const ranked_t *x = a, *y = b;
+    if (x->h != y->h)
+        return x->h < y->h ? -1 : 1;
+    return strcmp(mqd_ls_name(x->ls), mqd_ls_name(y->ls));
+}
+
+/* The group's automatically assigned members in the order partitions go to them: the
+ * hash order when one of them is local-only (then *led_only: only the partitions led
+ * here are assigned), else NULL (join order, as on a single node). */
+static ranked_t *auto_order(mqd_group_t *g, size_t nauto, bool *led_only)
+{
+    *led_only = false;
+    for (mqd_dlist_t *n = g->members.next; n != &g->members; n = n->next)
+        *led_only = *led_only || mqd_ls_local_only(mqd_ls_of_gnode(n));
+    ranked_t *v = *led_only ? calloc(nauto, sizeof *v) : NULL;
+    if (!v)
+        return NULL; /* join order (out of memory: still exclusive) */
+    uint32_t self = mqd_srv_conf(mqd_topic_srv(g->topic))->node_id;
+    size_t k = 0;
+    for (mqd_dlist_t *n = g->members.next; n != &g->members && k < nauto; n = n->next) {
+        mqd_lstate_t *m = mqd_ls_of_gnode(n);
+        if (!mqd_ls_manual(m))
+            v[k++] = (ranked_t){leg_hash(mqd_ls_name(m), self), m};
+    }
+    qsort(v, k, sizeof *v, ranked_cmp);
+    return v;
+}
+
+/* The k-th automatically assigned member in join order. */
+static mqd_lstate_t *auto_nth(mqd_group_t *g, size_t want)
+{
+    size_t j = 0;
+    for (mqd_dlist_t *n = g->members.next; n != &g->members; n = n->next) {
+        mqd_lstate_t *m = mqd_ls_of_gnode(n);
+        if (!mqd_ls_manual(m) && j++ == want)
+            return m;
+    }
+    return NULL;
+}
+
 static void rebalance(mqd_group_t *g)
 {
     if (g->mode != MQD_GROUP_EXCLUSIVE)
@@ -155,21 +222,16 @@ static void rebalance(mqd_group_t *g)
         else if (!mqd_ls_manual(m))
             nauto++;
     }
+    bool led_only = false;
+    ranked_t *order = nauto ? auto_order(g, nauto, &led_only) : NULL;
     size_t k = 0;
     for (uint32_t i = 0; i < g->ncur && nauto; i++) {
-        if (g->target[i])
+        if (g->target[i] || (led_only && !mqd_part_led(mqd_topic_part(g->topic, i))))
             continue;
-        size_t want = k++ % nauto, j = 0;
-        for (mqd_dlist_t *n = g->members.next; n != &g->members; n = n->next) {
-            mqd_lstate_t *m = mqd_ls_of_gnode(n);
-            if (mqd_ls_manual(m))
-                continue;
-            if (j++ == want) {
-                g->target[i] = m;
-                break;
-            }
-        }
+        size_t want = k++ % nauto;
+        g->target[i] = order ? order[want].ls : auto_nth(g, want);
     }
+    free(order);
     for (uint32_t i = 0; i < g->ncur; i++)
         try_handoff(g, i);
 }
@@ -210,7 +272,7 @@ void mqd_group_leave(mqd_group_t *g, mqd_lstate_t *ls)
 
 bool mqd_group_may_deliver(mqd_group_t *g, mqd_lstate_t *ls, uint32_t i)
 {
-    if (i >= g->ncur)
+    if (i >= g->ncur || (mqd_ls_local_only(ls) && !mqd_part_led(mqd_topic_part(g->topic, i))))
         return false;
     if (g->mode == MQD_GROUP_SHARED)
         return true;
@@ -437,12 +499,33 @@ bool mqd_group_follow_moves(bool live, uint64_t inflight, uint64_t next_read, ui
 }
 
 /* A link of the group reads partition i here: its owner or the member it goes to next
- * (exclusive groups), any member (the shared group takes any partition). */
+ * (exclusive groups), any member (the shared group takes any partition) but a
+ * local-only one while this node does not lead i (it reads only what is led here). */
 static bool live_at(const mqd_group_t *g, uint32_t i)
 {
-    if (g->mode == MQD_GROUP_SHARED)
-        return g->n_members > 0;
-    return g->owner[i] != NULL || g->target[i] != NULL;
+    if (g->mode != MQD_GROUP_SHARED)
+        return g->owner[i] != NULL || g->target[i] != NULL;
+    bool led = mqd_part_led(mqd_topic_part(g->topic, i));
+    for (const mqd_dlist_t *n = g->members.next; n != &g->members; n = n->next)
+        if (led || !mqd_ls_local_only(mqd_ls_of_gnode((mqd_dlist_t *)n)))
+            return true;
+    return false;
+}
+
+void mqd_groups_lead_moved(mqd_topic_t *t, uint32_t i)
+{
+    mqd_dlist_t *gs = mqd_topic_groups(t);
+    for (mqd_dlist_t *n = gs->next; n != gs; n = n->next) {
+        mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
+        if (i >= g->ncur)
+            continue;
+        mqd_cursor_reread(&g->cur[i]);
+        if (g->mode == MQD_GROUP_EXCLUSIVE) {
+            g->owner[i] = NULL; /* nothing of it is in flight here any more */
+            rebalance(g);
+        }
+    }
+    mqd_topic_dispatch_soon(t);
 }
 
 void mqd_group_follow_floor(mqd_topic_t *t, const char *name, uint32_t i, uint64_t floor)

@@ -89,6 +89,10 @@ bool mqd_cursor_next(mqd_cursor_t *cur, mqd_part_t *p, mqd_rec_t *rec, uint32_t 
  * list) and returns its delivery state. */
 bool mqd_cursor_free_at(const mqd_cursor_t *cur, uint64_t offset);
 uint32_t mqd_cursor_take(mqd_cursor_t *cur, uint64_t offset);
+/* Forgets what is in flight (held offsets, the redelivery list, the read-ahead) and
+ * reads again from the committed offset, skipping what is done: the partition's lead
+ * moved to or from this node (mqd_groups_lead_moved). */
+void mqd_cursor_reread(mqd_cursor_t *cur);
 /* Marks a record never handed out as consumed (control record, aborted, expired). */
 void mqd_cursor_skip(mqd_cursor_t *cur, uint64_t offset);
 /* A delivered record was settled for good (accepted, rejected, expired, filtered). */
@@ -126,6 +130,13 @@ void mqd_group_follow_floor(mqd_topic_t *t, const char *name, uint32_t i, uint64
  * offset again that it had (offsets backwards on one link): forward only, to at least
  * next_read. Never while records are in flight: their settlements keep the bookkeeping. */
 bool mqd_group_follow_moves(bool live, uint64_t inflight, uint64_t next_read, uint64_t floor);
+/* This node took or left the lead of partition i of t (mqd_part_led changed; repl/, after
+ * it detached the links that no longer go here). Every group's cursor of i reads again
+ * from its committed offset (mqd_cursor_reread: what was in flight belongs to the lead
+ * before; a local-only link's late settlement of it is ignored, amqp/consumer.c), an
+ * exclusive group assigns its partitions again (local-only members get only the
+ * partitions led here), and the topic is dispatched. */
+void mqd_groups_lead_moved(mqd_topic_t *t, uint32_t i);
 /* persist.c: writes every dirty group position of every topic in one SQLite
  * transaction (force: even when the last persist was recent). */
 void mqd_topics_persist(mqd_server_t *s, bool force);

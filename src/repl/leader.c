@@ -11,6 +11,7 @@
 #include "config.h"
 #include "repl/repl_int.h"
 #include "auth/auth.h"
+#include "group/group.h"
 
 #include <inttypes.h>
 #include <proton/delivery.h>
@@ -24,6 +25,15 @@ static const char ISR_SMALL[] = "the in-sync set is too small: fewer in-sync rep
 
 static void tap(mqd_plog_t *log, uint64_t first, const uint8_t *data, size_t len, uint32_t count,
                 void *arg);
+
+/* This node took (led) or left the partition's lead: local-only links (mqd:fwd-local-only)
+ * stay attached and start or stop reading it, the groups assign it again. */
+static void lead_moved(rpart_t *rp, bool led)
+{
+    mqd_part_set_led(rp->local, led);
+    if (!rp->r->closing && !rp->dropping)
+        mqd_groups_lead_moved(mqd_part_topic(rp->local), rp->part);
+}
 
 int mqd_repl_lead_start(rpart_t *rp)
 {
@@ -48,6 +58,7 @@ int mqd_repl_lead_start(rpart_t *rp)
     rp->lead = ld;
     mqd_repl_lead_state(rp);
     mqd_repl_lead_isr_changed(rp);
+    lead_moved(rp, true);
     return 0;
 }
 
@@ -87,8 +98,8 @@ static int move_link(rpart_t *rp, mqd_lstate_t *ls)
     int64_t part = link_part(ls);
     mqd_redirect_t to;
     const char *why = NULL;
-    if (part >= 0 && part != (int64_t)rp->part)
-        return -1;
+    if ((part >= 0 && part != (int64_t)rp->part) || mqd_ls_local_only(ls))
+        return -1; /* a local-only link stays: its partitions change (lead_moved) */
     if (mqd_repl_where(rp->r, mqd_part_topic(rp->local), part, &to, &why) ==
         MQD_REPL_SERVE_REDIRECT) {
         mqd_link_detach_redirect(ls, &to);
@@ -158,6 +169,7 @@ void mqd_repl_lead_stop(rpart_t *rp)
         MQD_WARN("repl", "%s/%u: stepped down: %zu waiting sends rejected", rp->topic, rp->part, n);
     if (!rp->r->closing && !rp->dropping)
         mqd_repl_detach_links(rp);
+    lead_moved(rp, false);
     if (ld)
         mqd_repl_gstate_free(ld);
     free(ld);

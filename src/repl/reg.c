@@ -505,7 +505,8 @@ static verdict_t with_copy(mqd_repl_t *r, const rtopic_t *rt, mqd_topic_t *t, in
     const char *name = mqd_topic_name(t);
     if (rt && strcmp(mqd_topic_uid(t), rt->td.id) == 0) {
         const char *why = NULL; /* served only by the partitions' leader (serve.c) */
-        switch (mqd_repl_where(r, t, part, to, &why)) {
+        switch (part == MQD_ROUTE_PART_LED ? mqd_repl_where_led(r, t, &why)
+                                           : mqd_repl_where(r, t, part, to, &why)) {
         case MQD_REPL_SERVE_REDIRECT: return (verdict_t){MQD_ROUTE_REDIRECT, NULL};
         case MQD_REPL_SERVE_WAIT: return (verdict_t){MQD_ROUTE_WAIT, why};
         default: return (verdict_t){MQD_ROUTE_HERE, NULL};
@@ -524,6 +525,19 @@ static verdict_t with_copy(mqd_repl_t *r, const rtopic_t *rt, mqd_topic_t *t, in
              "kept, not served; see the broker's log)",
              name);
     return (verdict_t){MQD_ROUTE_REFUSE, NULL};
+}
+
+/* A receiver with mqd:fwd-local-only on a node that leads no partition of the topic:
+ * refused, never redirected (it asked for this node's partitions only; the node that
+ * opened it picks the leaders from etcd and opens its legs there). */
+static int led_none(mqd_repl_t *r, const char *name, const char **cond, char *err, size_t errlen)
+{
+    *cond = "amqp:not-found";
+    snprintf(err, errlen,
+             "node %" PRIu32 " leads no partition of topic '%s' (a link with "
+             "mqd:fwd-local-only is served only by a leader of at least one of them)",
+             r->conf->node_id, name);
+    return MQD_ROUTE_REFUSE;
 }
 
 int mqd_repl_route(void *arg, const char *name, mqd_topic_t *t, int64_t part, bool may_create,
@@ -552,6 +566,8 @@ int mqd_repl_route(void *arg, const char *name, mqd_topic_t *t, int64_t part, bo
         v.why = "it is being registered in the cluster", *created = true;
     else
         v.why = "etcd could not be asked to register it";
+    if (v.how == MQD_ROUTE_REDIRECT && part == MQD_ROUTE_PART_LED)
+        return led_none(r, name, cond, err, errlen);
     if (v.how != MQD_ROUTE_WAIT)
         return v.how;
     *cond = "amqp:resource-limit-exceeded";

@@ -212,6 +212,24 @@ uint32_t mqd_repl_lease_ms(const mqd_repl_t *r)
     return r->conf->lease_ttl_ms;
 }
 
+int mqd_repl_where_led(mqd_repl_t *r, mqd_topic_t *t, const char **why)
+{
+    const char *name = mqd_topic_name(t);
+    mqd_repl_serve_t acc = MQD_REPL_SERVE_REDIRECT;
+    for (uint32_t p = 0; p < mqd_topic_nparts(t) && acc != MQD_REPL_SERVE_HERE; p++) {
+        mqd_redirect_t lead;
+        const char *w = NULL;
+        mqd_repl_pview_t v = pview(r, mqd_repl_part_find(r, name, p), &lead);
+        mqd_repl_serve_t one = mqd_repl_serve_led(r->conf->node_id, &v, &w);
+        if (mqd_repl_serve_led_join(acc, one) == acc)
+            continue;
+        acc = one;
+        if (one == MQD_REPL_SERVE_WAIT)
+            *why = w;
+    }
+    return acc;
+}
+
 static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int acks,
                                  const char **cond)
 {

@@ -79,6 +79,13 @@ mqd_repl_serve_t mqd_repl_serve(uint32_t self, const mqd_repl_pview_t *v, const 
 /* A link that spans partitions (a whole topic): the verdicts of its partitions folded in
  * order, acc the ones so far (start with MQD_REPL_SERVE_HERE). */
 mqd_repl_serve_t mqd_repl_serve_join(mqd_repl_serve_t acc, mqd_repl_serve_t next);
+/* The same for a receiver of the whole topic with mqd:fwd-local-only, which reads only
+ * the partitions led here: per partition HERE (led here), WAIT (may be soon: state not
+ * read, or named leader here and not leading yet) or REDIRECT (led elsewhere: for such a
+ * link "not here", which the caller refuses); folded with mqd_repl_serve_led_join from
+ * MQD_REPL_SERVE_REDIRECT: one HERE serves it, a WAIT beats the rest. */
+mqd_repl_serve_t mqd_repl_serve_led(uint32_t self, const mqd_repl_pview_t *v, const char **why);
+mqd_repl_serve_t mqd_repl_serve_led_join(mqd_repl_serve_t acc, mqd_repl_serve_t next);
 
 /* ---- the etcd values (pstate.c; parsing is of outside input) ---- */
 /* A topic's identity: 32 lower-case hex digits (128 random bits) written by the node that

@@ -189,6 +189,10 @@ void mqd_repl_kick(mqd_repl_t *r);
  * for) or MQD_REPL_SERVE_REDIRECT (*to: the leader of the first partition led elsewhere). */
 int mqd_repl_where(mqd_repl_t *r, mqd_topic_t *t, int64_t part, mqd_redirect_t *to,
                    const char **why);
+/* The same for a receiver of the whole topic with mqd:fwd-local-only (serve.c's
+ * mqd_repl_serve_led): HERE when this node leads at least one partition of t, WAIT
+ * (*why) while one may soon be led here, else MQD_REPL_SERVE_REDIRECT: it leads none. */
+int mqd_repl_where_led(mqd_repl_t *r, mqd_topic_t *t, const char **why);
 /* The serving rule's verdict for rp alone, as this node stands now. */
 mqd_repl_serve_t mqd_repl_part_serve(const rpart_t *rp);
 /* "HOST:PORT" / "[V6]:PORT" into to's host and port. */

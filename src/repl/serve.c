@@ -45,3 +45,32 @@ mqd_repl_serve_t mqd_repl_serve_join(mqd_repl_serve_t acc, mqd_repl_serve_t next
 {
     return next > acc ? next : acc;
 }
+
+/* A receiver of the whole topic attached with mqd:fwd-local-only (issue 33: one leg of a
+ * receiver that another node merges over the partitions' leaders) reads only the
+ * partitions this node leads, so one led partition is enough to serve it. Per
+ * partition: HERE while this node leads it; WAIT while it may soon (its state not read
+ * yet, or this node is named its leader and has not taken the role); REDIRECT (meaning
+ * "not here": the caller refuses, it never redirects such a link) when another node
+ * leads it. */
+mqd_repl_serve_t mqd_repl_serve_led(uint32_t self, const mqd_repl_pview_t *v, const char **why)
+{
+    if (!v->known) {
+        *why = "its partitions' state is not read from etcd yet";
+        return MQD_REPL_SERVE_WAIT;
+    }
+    if (v->leader != self)
+        return MQD_REPL_SERVE_REDIRECT;
+    if (v->leading)
+        return MQD_REPL_SERVE_HERE;
+    *why = "this node is named the leader of a partition but does not lead it yet (a "
+           "hand-over after a restart, or its replica is not open)";
+    return MQD_REPL_SERVE_WAIT;
+}
+
+/* The fold for such a link: one partition served here serves it; a wait beats "not
+ * here"; start with MQD_REPL_SERVE_REDIRECT. */
+mqd_repl_serve_t mqd_repl_serve_led_join(mqd_repl_serve_t acc, mqd_repl_serve_t next)
+{
+    return next < acc ? next : acc;
+}

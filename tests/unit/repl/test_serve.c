@@ -92,12 +92,54 @@ static void test_join(void **state)
     (void)state;
 }
 
+/* A local-only link (mqd:fwd-local-only): per partition, served while led here, waits
+ * while it may be led here soon (state not read, named leader but not leading yet), "not
+ * here" when another node leads it, whether its address is known or not. */
+static void test_led_per_partition(void **state)
+{
+    const char *why = NULL;
+    mqd_repl_pview_t v = {true, SELF, true, true};
+    assert_int_equal(mqd_repl_serve_led(SELF, &v, &why), MQD_REPL_SERVE_HERE);
+    v = (mqd_repl_pview_t){true, SELF, false, true};
+    assert_int_equal(mqd_repl_serve_led(SELF, &v, &why), MQD_REPL_SERVE_WAIT);
+    assert_non_null(strstr(why, "does not lead it yet"));
+    v = (mqd_repl_pview_t){false, 0, false, false};
+    assert_int_equal(mqd_repl_serve_led(SELF, &v, &why), MQD_REPL_SERVE_WAIT);
+    assert_non_null(strstr(why, "not read"));
+    v = (mqd_repl_pview_t){true, OTHER, false, true};
+    assert_int_equal(mqd_repl_serve_led(SELF, &v, &why), MQD_REPL_SERVE_REDIRECT);
+    v = (mqd_repl_pview_t){true, OTHER, false, false};
+    assert_int_equal(mqd_repl_serve_led(SELF, &v, &why), MQD_REPL_SERVE_REDIRECT);
+    (void)state;
+}
+
+/* Over the topic: one partition led here serves it, whatever the others say; a wait
+ * beats "not here"; all led elsewhere: not here (refused by the caller). */
+static void test_led_join(void **state)
+{
+    const mqd_repl_serve_t H = MQD_REPL_SERVE_HERE, W = MQD_REPL_SERVE_WAIT,
+                           R = MQD_REPL_SERVE_REDIRECT;
+    const mqd_repl_serve_t cases[][4] = {
+        /* three partitions' verdicts, then the fold */
+        {R, R, R, R}, {R, H, R, H}, {H, R, R, H}, {R, R, W, W},
+        {W, H, R, H}, {W, W, R, W}, {H, H, H, H}, {R, W, H, H},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mqd_repl_serve_t acc = R;
+        for (int p = 0; p < 3; p++)
+            acc = mqd_repl_serve_led_join(acc, cases[i][p]);
+        assert_int_equal(acc, cases[i][3]);
+    }
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_leader_serves), cmocka_unit_test(test_follower_redirects),
         cmocka_unit_test(test_unknown_waits), cmocka_unit_test(test_only_the_leader),
-        cmocka_unit_test(test_join),
+        cmocka_unit_test(test_join), cmocka_unit_test(test_led_per_partition),
+        cmocka_unit_test(test_led_join),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
