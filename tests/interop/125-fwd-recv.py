@@ -224,22 +224,39 @@ def case_b(brokers, lead, coll):
 
 
 class Group(mqdtest.Client):
-    """Two members of one group, each on its own node, accepting all; stops when the
-    union reaches `total` and idle."""
+    """Members of one group, each on its own node, accepting all. They get credit only
+    once every member's link is open and 1 s x SLOW passed (every leader's group has all
+    their legs: the partitions are assigned once, not moved by a member joining later);
+    stops when the union reaches `total` and is idle."""
+
+    class _Go:
+        def __init__(self, g):
+            self.g = g
+
+        def on_timer_task(self, e):
+            for r in self.g.rcvs:
+                r.flow(10)
 
     def __init__(self, urls, address, total):
-        super().__init__(prefetch=10)
+        super().__init__(prefetch=0)
         self.urls, self.address, self.total = urls, address, total
         self.got = {}
         self.link_cond = None
-        self.last = None
+        self.last = time.monotonic()
+        self.rcvs = []
+        self.opened = 0
 
     def on_start(self, e):
         for i, url in enumerate(self.urls):
             c = self.connect(e.container, url)
-            e.container.create_receiver(c, self.address, name="member-%d" % i)
+            self.rcvs.append(e.container.create_receiver(c, self.address, name="member-%d" % i))
             self.got["member-%d" % i] = []
         e.container.schedule(0.2, self)
+
+    def on_link_opened(self, e):
+        self.opened += 1
+        if self.opened == len(self.urls):
+            e.container.schedule(1.0 * SLOW, Group._Go(self))
 
     def on_timer_task(self, e):
         if self.done:
@@ -254,6 +271,7 @@ class Group(mqdtest.Client):
         m = e.message
         self.got[e.link.name].append((m.body, int(mqdtest.ann(m, "x-opt-partition-id", "-1"))))
         self.last = time.monotonic()
+        e.link.flow(1)
 
     def on_link_error(self, e):
         c = e.link.remote_condition
