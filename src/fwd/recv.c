@@ -525,8 +525,9 @@ static void answer(rlink_t *rl, pn_link_t *u)
 static void leg_remote_open(rleg_t *g, pn_link_t *u)
 {
     rlink_t *rl = g->rl;
-    if (!pn_terminus_get_address(pn_link_remote_source(u)) &&
-        pn_terminus_get_type(pn_link_remote_source(u)) != PN_SOURCE)
+    if ((pn_link_state(u) & PN_REMOTE_CLOSED) ||
+        (!pn_terminus_get_address(pn_link_remote_source(u)) &&
+         pn_terminus_get_type(pn_link_remote_source(u)) != PN_SOURCE))
         return; /* a refusal: its detach follows */
     g->opened = true;
     rs_of(rl->f)->legs_opened++;
@@ -563,20 +564,25 @@ static void leg_remote_close(rleg_t *g, pn_link_t *u)
     credit(rl);
 }
 
-static void leg_delivery(rleg_t *g, pn_delivery_t *ud)
+/* Takes the leg's current delivery once it arrived whole: 1 when taken (the next one may
+ * be whole already), 0 when there is nothing (more) to take now. */
+static int leg_take(rleg_t *g)
 {
     rlink_t *rl = g->rl;
     pn_link_t *u = g->fl.link;
-    if (ud != pn_link_current(u) || !pn_delivery_readable(ud))
-        return; /* a disposition of the leader for one sent already: nothing to do */
+    pn_delivery_t *ud = u ? pn_link_current(u) : NULL;
+    if (!ud || !pn_delivery_readable(ud))
+        return 0;
     size_t pending = pn_delivery_pending(ud);
     if (g->acc_len + pending > g->acc_cap) {
         size_t cap = g->acc_cap ? g->acc_cap : 4096;
         while (cap < g->acc_len + pending)
             cap *= 2;
         uint8_t *nb = realloc(g->acc, cap);
-        if (!nb)
-            return leg_lost(g, "out of memory");
+        if (!nb) {
+            leg_lost(g, "out of memory");
+            return 0;
+        }
         g->acc = nb;
         g->acc_cap = cap;
     }
@@ -584,12 +590,12 @@ static void leg_delivery(rleg_t *g, pn_delivery_t *ud)
     if (got > 0)
         g->acc_len += (size_t)got;
     if (pn_delivery_partial(ud) && !pn_delivery_aborted(ud))
-        return;
+        return 0;
     pn_link_advance(u);
     if (pn_delivery_aborted(ud)) {
         g->acc_len = 0;
         pn_delivery_settle(ud);
-        return;
+        return 1;
     }
     rdel_t *d = calloc(1, sizeof *d);
     uint8_t *bytes = d ? malloc(g->acc_len ? g->acc_len : 1) : NULL;
@@ -598,7 +604,7 @@ static void leg_delivery(rleg_t *g, pn_delivery_t *ud)
         g->acc_len = 0;
         pn_delivery_update(ud, PN_RELEASED);
         pn_delivery_settle(ud);
-        return;
+        return 1;
     }
     memcpy(bytes, g->acc, g->acc_len);
     d->bytes = bytes;
@@ -620,8 +626,19 @@ static void leg_delivery(rleg_t *g, pn_delivery_t *ud)
         rl->qhead = d;
     rl->qtail = d;
     rl->n_queued++;
-    pump(rl);
+    return 1;
 }
+
+/* Deliveries from the leader: taken in order (an event may stand for several), queued,
+ * sent as the client's credit allows. A disposition of the leader for one it sent
+ * already needs nothing. */
+static void leg_delivery(rleg_t *g)
+{
+    while (leg_take(g))
+        ;
+    pump(g->rl);
+}
+
 
 static void leg_event(fwd_link_t *fl, pn_event_t *e)
 {
@@ -637,7 +654,7 @@ static void leg_event(fwd_link_t *fl, pn_event_t *e)
         drain_check(g->rl);
         credit(g->rl);
         break;
-    case PN_DELIVERY: leg_delivery(g, pn_event_delivery(e)); break;
+    case PN_DELIVERY: leg_delivery(g); break;
     default: break;
     }
 }
