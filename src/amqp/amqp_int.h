@@ -22,6 +22,8 @@ typedef struct mqd_alink {
     uint8_t acks;  /* its mqd_acks_t */
     bool fwd_in;   /* attached by another node for its client (mqd:fwd-user): never
                       forwarded again */
+    char *fwd_name; /* a cluster topic this node holds no copy of: every message is
+                       forwarded (src/fwd), the topic looked up again per message */
     /* producer credit (credit.c): granted since the connection's output generation
        credit_gen, so not yet shown to the peer; the largest message so far */
     int credit_unposted;

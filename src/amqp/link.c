@@ -164,6 +164,8 @@ void mqd_lstate_free(mqd_lstate_t *ls)
     if (al)
         free(al->acc);
     free(mqd_ls_tmp_name(ls));
+    if (al)
+        free(al->fwd_name);
     if (consumer && t && mqd_topic_temporary(t) && mqd_dlist_empty(mqd_topic_consumers(t)))
         mqd_topic_delete(mqd_topic_srv(t), t);
     free(al);
@@ -230,7 +232,9 @@ static void coordinator_attach(mqd_conn_t *c, pn_link_t *l)
  * rules as the client's own attach on its node (least privilege on both). */
 static bool fwd_user_may(mqd_conn_t *c, const char *user, const char *topic)
 {
-    if (mqd_auth_user_may(mqd_conn_srv(c), user, MQD_PERM_SEND, topic))
+    mqd_server_t *s = mqd_conn_srv(c);
+    if ((user[0] || mqd_srv_conf(s)->allow_anonymous) &&
+        mqd_auth_user_may(s, user, MQD_PERM_SEND, topic))
         return true;
     MQD_INFO("auth", "denied send on %s to user %s (forwarded by peer %s)", topic,
              user[0] ? user : "anonymous", mqd_conn_peer(c));
@@ -245,10 +249,40 @@ static int producer_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_
                           mqd_topic_t *t, bool fwd_in)
 {
     mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
-    if (!fwd_in && t && rh->route_send && mqd_srv_fwd(mqd_conn_srv(c))->send &&
+    if (!fwd_in && rh->route_send && mqd_srv_fwd(mqd_conn_srv(c))->send &&
         rh->route_send(rh->arg, topic, t))
         return MQD_ROUTE_HERE;
     return mqd_link_route(c, l, topic, part, t);
+}
+
+/* A producer link to cluster topic `topic` that this node holds no copy of (its
+ * replication_factor is below the node count): served here, every message forwarded.
+ * True when the link was answered (opened by the caller, or refused here). */
+static bool producer_nocopy(mqd_conn_t *c, mqd_lstate_t *ls, const mqd_addr_t *a,
+                            const char *addr)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    pn_link_t *l = mqd_ls_link(ls);
+    uint32_t n = fh->nparts ? fh->nparts(fh->arg, a->topic) : 0;
+    if (mqd_topic_find(mqd_conn_srv(c), a->topic) || n == 0 || al->fwd_in)
+        return false;
+    if (a->kind == MQD_ADDR_PARTITION && a->partition >= n) {
+        mqd_link_refuse(l, "amqp:not-found", "no such partition: '%s'", addr);
+        return true;
+    }
+    if (link_acks(l, &al->acks_set, &al->acks) != 0) {
+        mqd_link_refuse(l, "amqp:invalid-field",
+                        "link property mqd:acks must be leader, quorum or all%s", "");
+        return true;
+    }
+    if (!(al->fwd_name = strdup(a->topic))) {
+        mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+        return true;
+    }
+    al->fixed_part = a->kind == MQD_ADDR_PARTITION;
+    mqd_ls_set_part(ls, a->partition);
+    return false;
 }
 
 static void producer_attach(mqd_conn_t *c, pn_link_t *l)
@@ -300,6 +334,10 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         }
         if (how != MQD_ROUTE_HERE)
             return; /* refused or redirected */
+        if (!t && producer_nocopy(c, ls, &a, addr))
+            return; /* refused */
+        if (al->fwd_name)
+            goto open;
         bool create = mqd_may_create(c, a.topic);
         int trc = mqd_topic_get_as(c, a.topic, create, &t);
         if (trc == MQD_ENOENT && mqd_create_forbidden(c, a.topic))
@@ -333,12 +371,13 @@ open:
     mqd_credit_refill(ls);
 }
 
-static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t *p,
-                                 const mqd_msg_info_t *mi)
+/* The partition of a message among nparts: the link's own (T/Partitions/N, fixed), its
+ * key's, its group-id's, else the link's sticky round robin. */
+static uint32_t choose_partition_n(mqd_lstate_t *ls, uint32_t nparts, bool fixed,
+                                   const uint8_t *p, const mqd_msg_info_t *mi)
 {
     mqd_alink_t *al = mqd_ls_amqp(ls);
-    uint32_t nparts = mqd_topic_nparts(t);
-    if (al->fixed_part && (mqd_ls_topic(ls) == t || mqd_ls_tmp_name(ls)))
+    if (fixed)
         return mqd_ls_part(ls);
     if (mi->partition_key.len)
         return mqd_route_key_partition(p + mi->partition_key.off, mi->partition_key.len, nparts);
@@ -350,6 +389,15 @@ static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t
     }
     al->sticky_left--;
     return mqd_ls_part(ls) % nparts;
+}
+
+static uint32_t choose_partition(mqd_lstate_t *ls, mqd_topic_t *t, const uint8_t *p,
+                                 const mqd_msg_info_t *mi)
+{
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    bool fixed = al->fixed_part &&
+                 (mqd_ls_topic(ls) == t || mqd_ls_tmp_name(ls) || al->fwd_name);
+    return choose_partition_n(ls, mqd_topic_nparts(t), fixed, p, mi);
 }
 
 /* A relayed message to a topic this node has no copy of, in a cluster: where it is (or
@@ -514,8 +562,9 @@ static mqd_topic_t *send_topic(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d
     int why = MQD_ENOENT;
     const char *cond = "amqp:not-found";
     char desc[512] = "";
-    if (tmp_name)
-        t = mqd_topic_find(mqd_conn_srv(c), tmp_name);
+    const mqd_alink_t *al = mqd_ls_amqp(ls);
+    if (tmp_name || al->fwd_name)
+        t = mqd_topic_find(mqd_conn_srv(c), tmp_name ? tmp_name : al->fwd_name);
     else if (!t)
         t = relay_topic(c, msg, mi, fixed, has_fixed, &why, &cond, desc, sizeof desc);
     if (!t) {
@@ -693,7 +742,7 @@ static bool forwarded(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, mqd_top
     if (!fh->send || al->fwd_in || mqd_topic_temporary(t))
         return false;
     return fh->send(fh->arg, ls, d, mqd_topic_name(t), part, msg, size, presettled,
-                    al->acks_set ? al->acks : -1, flags) == MQD_FWD_TAKEN;
+                    al->acks_set ? al->acks : -1, flags, mqd_auth_principal(c)) == MQD_FWD_TAKEN;
 }
 
 static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
@@ -768,6 +817,67 @@ out:
     free(b.v);
 }
 
+/* The cluster topic a message goes to when this node holds no copy of it: its link's
+ * (fwd_name) or, on the anonymous relay, its `to`'s when the cluster registered it and
+ * the user may send there; NULL otherwise. *fixed: the partition the address names. */
+static const char *nocopy_target(mqd_conn_t *c, mqd_lstate_t *ls, const uint8_t *msg,
+                                 const mqd_msg_info_t *mi, mqd_addr_t *a, bool *fixed)
+{
+    mqd_server_t *s = mqd_conn_srv(c);
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(s);
+    *fixed = false;
+    if (!fh->nparts || al->fwd_in)
+        return NULL;
+    if (al->fwd_name) {
+        *fixed = al->fixed_part;
+        return mqd_topic_find(s, al->fwd_name) ? NULL : al->fwd_name;
+    }
+    if (mqd_ls_topic(ls) || mqd_ls_tmp_name(ls) || mi->to.len == 0 ||
+        mqd_addr_parse((const char *)msg + mi->to.off, mi->to.len, a) != 0 ||
+        (a->kind != MQD_ADDR_TOPIC && a->kind != MQD_ADDR_PARTITION) ||
+        mqd_topic_find(s, a->topic) || fh->nparts(fh->arg, a->topic) == 0 ||
+        !mqd_auth_may(c, MQD_PERM_SEND, a->topic))
+        return NULL;
+    *fixed = a->kind == MQD_ADDR_PARTITION;
+    mqd_ls_set_part(ls, *fixed ? a->partition : mqd_ls_part(ls));
+    return a->topic;
+}
+
+/* A message for a cluster topic this node holds no copy of goes to its partition's
+ * leader (src/fwd), the partition chosen by the registered count; true when handled. */
+static bool forward_nocopy(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
+                           size_t size, bool presettled, uint32_t format)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    mqd_alink_t *al = mqd_ls_amqp(ls);
+    mqd_msg_info_t mi;
+    mqd_addr_t a;
+    bool fixed;
+    if (!fh->send || mqd_msg_scan(msg, size, &mi) != 0)
+        return false; /* a scan failure is answered by the usual path */
+    const char *topic = nocopy_target(c, ls, msg, &mi, &a, &fixed);
+    if (!topic)
+        return false;
+    uint32_t n = fh->nparts(fh->arg, topic);
+    uint32_t fixed_part = mqd_ls_part(ls);
+    if (n == 0 || (fixed && fixed_part >= n)) {
+        if (!presettled)
+            mqd_delivery_reject(d, "amqp:not-found", "no such topic or partition in the cluster");
+        return true;
+    }
+    uint32_t part = choose_partition_n(ls, n, fixed, msg, &mi);
+    bool unknown;
+    int flags = format == MQD_MSG_FORMAT_BATCH ? MQD_FWD_F_BATCH : 0;
+    if (mqd_txn_of_delivery(mqd_conn_srv(c), d, &unknown) || unknown)
+        flags |= MQD_FWD_F_TXN;
+    if (fh->send(fh->arg, ls, d, topic, part, msg, size, presettled,
+                 al->acks_set ? al->acks : -1, flags, mqd_auth_principal(c)) == MQD_FWD_LOCAL && !presettled)
+        mqd_delivery_reject(d, "amqp:resource-limit-exceeded",
+                            "this node's copy of the topic is being made: send it again");
+    return true;
+}
+
 /* Stores one complete message; returns after queuing its settlement. */
 static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const uint8_t *msg,
                           size_t size, bool presettled, uint32_t format)
@@ -776,6 +886,8 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
         return management_request(c, ls, d, msg, size, presettled);
     if (mqd_ls_coord(ls))
         return mqd_txn_coordinator_transfer(ls, d, msg, size);
+    if (forward_nocopy(c, ls, d, msg, size, presettled, format))
+        return;
     if (format == MQD_MSG_FORMAT_BATCH)
         return store_batch(c, ls, d, msg, size, presettled);
     mqd_msg_info_t mi;

@@ -102,6 +102,10 @@ bool mqd_auth_may(struct mqd_conn *c, mqd_perm_t perm, const char *address);
  * Never logs. */
 bool mqd_auth_may_anywhere(struct mqd_conn *c, mqd_perm_t perm);
 
+/* The name the [acl] rules know connection c's login by: its user, or "" for an
+ * anonymous login (SASL ANONYMOUS, or none with allow_anonymous). What a node forwarding
+ * c's link names as mqd:fwd-user, for the leader's mqd_auth_user_may. */
+const char *mqd_auth_principal(struct mqd_conn *c);
 /* May the configured user `user` (NULL or "" = anonymous) do `perm` on `address`, by
  * the [acl] rules alone? For a login that is not an AMQP connection (the web console):
  * false for a name the config no longer has. */

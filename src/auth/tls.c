@@ -417,6 +417,12 @@ static const char *login_denied(mqd_conn_t *c, const char **user, const char **g
     return NULL;
 }
 
+const char *mqd_auth_principal(mqd_conn_t *c)
+{
+    const char *user = NULL, *groups;
+    return login_denied(c, &user, &groups) == NULL && user ? user : "";
+}
+
 /* Why c may not do perm on address, or NULL. */
 static const char *denied(mqd_conn_t *c, mqd_perm_t perm, const char *address)
 {

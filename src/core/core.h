@@ -275,10 +275,11 @@ typedef struct mqd_repl_hooks {
     int (*route)(void *arg, const char *name, struct mqd_topic *t, int64_t part, bool may_create,
                  bool may_wait, mqd_redirect_t *to, const char **cond, char *err, size_t errlen,
                  bool *created);
-    /* A producer link (T, T/Partitions/N) to this node's copy t of cluster topic `name`
-     * with node-to-node forwarding on (src/fwd): true when t is the cluster's topic of
-     * that name, so the link is served here whoever leads its partitions (each message
-     * goes to its leader); false: route decides as for any link. */
+    /* A producer link (T, T/Partitions/N) to cluster topic `name` with node-to-node
+     * forwarding on (src/fwd), t this node's copy or NULL: true when the cluster
+     * registered the name and t (if any) is its topic, so the link is served here
+     * whoever leads its partitions (each message goes to its leader); false: route
+     * decides as for any link. */
     bool (*route_send)(void *arg, const char *name, struct mqd_topic *t);
     /* A send with `acks` (mqd_acks_t) to partition part of t: NULL to go on, else the
      * reason to reject it (a static text) and *cond its AMQP error condition. */
@@ -367,10 +368,11 @@ typedef struct mqd_fwd_hooks {
      * held while no leader is known (at most the lease + 1 s), or rejected. acks: the
      * link's mqd:acks (mqd_acks_t) or -1; flags: MQD_FWD_F_TXN (a transactional send),
      * MQD_FWD_F_BATCH (a batched transfer): both refused when the partition is led
-     * elsewhere (not forwarded yet). */
+     * elsewhere (not forwarded yet); user: the client's login as the [acl] knows it
+     * ("" anonymous), named to the leader as mqd:fwd-user. */
     int (*send)(void *arg, struct mqd_lstate *ls, pn_delivery_t *d, const char *topic,
                 uint32_t part, const uint8_t *msg, size_t len, bool presettled, int acks,
-                int flags);
+                int flags, const char *user);
     /* The client link ls is going (its state is freed after): its forwarded sends are
      * no longer its own (their outcome is dropped if the connection is gone). */
     void (*link_gone)(void *arg, struct mqd_lstate *ls);

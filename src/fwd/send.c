@@ -500,7 +500,7 @@ static void route(fwd_t *f, fmsg_t *fm, bool fresh)
 /* The send hook (core.h). */
 static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *topic,
                    uint32_t part, const uint8_t *msg, size_t len, bool presettled, int acks,
-                   int flags)
+                   int flags, const char *user)
 {
     fwd_t *f = arg;
     uint32_t leader = 0;
@@ -521,7 +521,6 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
         return MQD_FWD_TAKEN;
     }
     mqd_conn_t *c = mqd_ls_conn(ls);
-    const char *user = mqd_conn_user(c);
     size_t tl = strlen(topic) + 1, ul = strlen(user) + 1;
     fmsg_t *fm = malloc(sizeof *fm + len + tl + ul);
     clink_t *cl = fm ? cl_find(f->send, ls, true) : NULL;
@@ -584,9 +583,26 @@ void fwd_send_tick(fwd_t *f, int64_t now_ms)
         else
             route(f, fm, false);
     }
-    /* queued on a link whose connection is not up: the same bound */
     for (upl_t *u = fs->upls, *next; u; u = next) {
         next = u->next;
+        /* the leader moved, or its node is gone (stopped, cut off): everything of the
+         * link goes again by the route (held, bounded, while nobody leads) */
+        uint32_t leader = 0;
+        mqd_repl_serve_t how = mqd_repl_leader(f->r, u->topic, u->part, &leader);
+        uint32_t want = how == MQD_REPL_SERVE_HERE ? f->self
+                        : how == MQD_REPL_SERVE_REDIRECT ? leader
+                                                          : 0;
+        if (want != u->node) {
+            MQD_INFO("fwd", "%s/%u: node %" PRIu32 " does not lead it any more (%s): %s",
+                     u->topic, u->part, u->node, want ? "moved" : "no leader known",
+                     mqd_dlist_empty(&u->sent) && mqd_dlist_empty(&u->queue)
+                         ? "link closed"
+                         : "its unsettled sends go again");
+            upl_reroute(f, u);
+            upl_free(f, u);
+            continue;
+        }
+        /* queued on a link whose connection is not up: the same bound */
         if (u->fl.link)
             continue;
         while (!mqd_dlist_empty(&u->queue)) {
@@ -627,6 +643,11 @@ static void on_metrics(void *arg, struct evbuffer *b)
         "\n",
         fs->n_fwd, fs->n_inflight, fs->n_resent, fs->n_rejected, (double)fs->added_ns / 1e9,
         fs->n_done);
+}
+
+static uint32_t on_nparts(void *arg, const char *topic)
+{
+    return mqd_repl_nparts(((fwd_t *)arg)->r, topic);
 }
 
 int fwd_send_new(fwd_t *f)
@@ -673,4 +694,5 @@ void fwd_send_hooks(fwd_t *f, mqd_fwd_hooks_t *h)
     h->link_gone = on_link_gone;
     h->inflight = on_inflight;
     h->metrics = on_metrics;
+    h->nparts = on_nparts;
 }

@@ -336,7 +336,11 @@ static void isr_check(rpart_t *rp, int64_t now)
         f->probe_ms = now;
         bool in = mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, f->id);
         bool fresh = now - f->caught_ms <= lag;
-        bool want = f->leaving ? false : in ? fresh : f->ls && fresh && f->leo >= ld->hw;
+        /* a follower whose node left the cluster (its lease expired) is out at once, as
+         * one that left cleanly: acks = all sends wait the lease, not replica_lag_ms */
+        const mqd_cluster_node_t *node = mqd_repl_node(rp->r, f->id);
+        bool gone = node && !node->alive;
+        bool want = f->leaving || gone ? false : in ? fresh : f->ls && fresh && f->leo >= ld->hw;
         if (want)
             ps.isr[ps.n_isr++] = f->id;
         if (want != in) {

@@ -587,8 +587,13 @@ int mqd_repl_route(void *arg, const char *name, mqd_topic_t *t, int64_t part, bo
 bool mqd_repl_route_send(void *arg, const char *name, mqd_topic_t *t)
 {
     mqd_repl_t *r = arg;
-    if (!r->etcd || !r->topics_loaded || !mqd_repl_cluster_name(name) || mqd_topic_temporary(t))
+    if (!r->etcd || !r->topics_loaded || !mqd_repl_cluster_name(name) ||
+        (t && mqd_topic_temporary(t)))
         return false;
     rtopic_t *rt = mqd_repl_topic_find(r, name);
-    return rt && strcmp(mqd_topic_uid(t), rt->td.id) == 0;
+    if (!rt)
+        return false;
+    if (!t) /* no copy here: served only while none is being made (the copy's id decides) */
+        return !mqd_repl_tn_find(r->regs, name);
+    return strcmp(mqd_topic_uid(t), rt->td.id) == 0;
 }
