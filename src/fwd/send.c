@@ -290,14 +290,19 @@ static upl_t *upl_get(fwd_t *f, uint32_t node, const fmsg_t *fm)
     return u;
 }
 
-/* Frees u (its link closed); its messages must have left it. */
-static void upl_free(fwd_t *f, upl_t *u)
+static void upl_unlist(fwd_t *f, upl_t *u)
 {
     for (upl_t **h = &f->send->upls; *h; h = &(*h)->next)
         if (*h == u) {
             *h = u->next;
             break;
         }
+}
+
+/* Frees u (its link closed); its messages must have left it. */
+static void upl_free(fwd_t *f, upl_t *u)
+{
+    upl_unlist(f, u);
     if (u->fl.link) {
         pn_link_t *l = u->fl.link;
         fwd_peer_t *p = u->fl.peer;
@@ -335,6 +340,9 @@ static void pump(upl_t *u)
 /* Moves every message of u (sent first, then queued: their order) to be routed again. */
 static void upl_reroute(fwd_t *f, upl_t *u)
 {
+    /* out of the list first: route must not find u again (a leader still named for a
+       node whose connection just went gave its sends back to u: a loop without end) */
+    upl_unlist(f, u);
     mqd_dlist_t *lists[2] = {&u->sent, &u->queue};
     for (int i = 0; i < 2; i++)
         while (!mqd_dlist_empty(lists[i])) {
