@@ -35,6 +35,7 @@
 #include <string.h>
 
 #define LEG_RETRY_MS 200  /* a leg that went is attached again after this */
+#define SEEN_MAX 2048     /* the client's last outcomes kept per link (redeliveries) */
 #define TXN_STATE 0x34u   /* transactional-state: not forwarded */
 
 typedef struct rlink rlink_t;
@@ -83,6 +84,16 @@ struct rlink {
     int64_t deadline_ms; /* the attach is refused when not answered by then */
     rleg_t *legs;
     rdel_t *qhead, *qtail; /* deliveries waiting for the client's credit */
+    rdel_t orphans;        /* sent, the client holds them, their leg went (list head) */
+    uint64_t *max_sent;    /* per partition: 1 + the highest offset sent on the link */
+    uint32_t n_max;
+    struct seen {
+        uint32_t part;
+        uint64_t off;
+        uint64_t outcome;
+    } *seen;               /* the client's last SEEN_MAX outcomes (a ring) */
+    uint32_t seen_at, seen_n;
+    uint64_t dups_settled, dups_rebound; /* redeliveries kept from the client */
     uint32_t n_queued;
     uint64_t serial;
     char why[256]; /* the last leg refusal's description (to refuse the client with) */
@@ -142,6 +153,13 @@ static void leg_forget(rleg_t *g)
         d->ud = NULL;
         d->leg = NULL;
         d->dropped = !d->cd; /* waiting: dropped from the client's queue below */
+        if (d->cd && rl) { /* the client holds it: a redelivery is bound to it again */
+            d->prev = &rl->orphans;
+            d->next = rl->orphans.next;
+            if (d->next)
+                d->next->prev = d;
+            rl->orphans.next = d;
+        }
     }
     if (rl) {
         rdel_t **pp = &rl->qhead;
@@ -224,6 +242,88 @@ static void credit(rlink_t *rl)
     drain_check(rl);
 }
 
+/* A leader's delivery tag: partition (u32) and offset (u64), as amqp/consumer.c makes
+ * it; false for another form. */
+static bool tag_pos(const rdel_t *d, uint32_t *part, uint64_t *off)
+{
+    if (d->tag_len != 12)
+        return false;
+    memcpy(part, d->tag, 4);
+    memcpy(off, d->tag + 4, 8);
+    return *part < 65536;
+}
+
+static void note_sent(rlink_t *rl, const rdel_t *d)
+{
+    uint32_t part;
+    uint64_t off;
+    if (!tag_pos(d, &part, &off))
+        return;
+    if (part >= rl->n_max) {
+        uint64_t *nm = realloc(rl->max_sent, (part + 1) * sizeof *nm);
+        if (!nm)
+            return;
+        memset(nm + rl->n_max, 0, (part + 1 - rl->n_max) * sizeof *nm);
+        rl->max_sent = nm;
+        rl->n_max = part + 1;
+    }
+    if (off + 1 > rl->max_sent[part])
+        rl->max_sent[part] = off + 1;
+}
+
+/* The client's outcome of a delivery it settled, kept for a redelivery of it. */
+static void note_outcome(rlink_t *rl, const rdel_t *d, uint64_t outcome)
+{
+    uint32_t part;
+    uint64_t off;
+    if (!tag_pos(d, &part, &off))
+        return;
+    if (!rl->seen && !(rl->seen = calloc(SEEN_MAX, sizeof *rl->seen)))
+        return;
+    rl->seen[rl->seen_at] = (struct seen){part, off, outcome};
+    rl->seen_at = (rl->seen_at + 1) % SEEN_MAX;
+    if (rl->seen_n < SEEN_MAX)
+        rl->seen_n++;
+}
+
+/* A delivery of a position this link sent already (the leader lost with a leg, or a
+ * group's committed offset not yet on the new leader, redelivers it): the client's copy
+ * is bound to it when the client still holds it, and the client's acceptance (or
+ * rejection) is applied to it when it gave one; the client never gets it twice. A
+ * released or modified one goes to the client again (a redelivery after a release).
+ * True when d was kept from the client (and freed). */
+static bool redelivered(rlink_t *rl, rleg_t *g, rdel_t *d, pn_delivery_t *ud)
+{
+    uint32_t part;
+    uint64_t off;
+    if (!tag_pos(d, &part, &off) || part >= rl->n_max || off >= rl->max_sent[part])
+        return false;
+    for (rdel_t *o = rl->orphans.next; o; o = o->next)
+        if (o->tag_len == d->tag_len && memcmp(o->tag, d->tag, d->tag_len) == 0) {
+            del_unlink(o);
+            o->ud = ud;
+            leg_push(g, o);
+            rl->dups_rebound++;
+            free(d->bytes);
+            free(d);
+            return true;
+        }
+    for (uint32_t k = 0; k < rl->seen_n; k++) {
+        const struct seen *e = &rl->seen[(rl->seen_at + SEEN_MAX - 1 - k) % SEEN_MAX];
+        if (e->part != part || e->off != off)
+            continue;
+        if (e->outcome != PN_ACCEPTED && e->outcome != PN_REJECTED)
+            return false;
+        pn_delivery_update(ud, e->outcome);
+        pn_delivery_settle(ud);
+        rl->dups_settled++;
+        free(d->bytes);
+        free(d);
+        return true;
+    }
+    return false;
+}
+
 /* Sends what waits while the client has credit. */
 static void pump(rlink_t *rl)
 {
@@ -238,6 +338,7 @@ static void pump(rlink_t *rl)
         rl->n_queued--;
         d->qnext = NULL;
         pn_delivery_t *cd = pn_delivery(l, pn_dtag(d->tag, d->tag_len));
+        note_sent(rl, d);
         pn_link_send(l, (const char *)d->bytes, d->len);
         pn_link_advance(l);
         rs->relayed++;
@@ -411,7 +512,11 @@ static void rl_free(rlink_t *rl)
         free(d->bytes);
         free(d);
     }
+    while (rl->orphans.next)
+        del_free(rl->orphans.next);
     rl_unlist(rl);
+    free(rl->max_sent);
+    free(rl->seen);
     free(rl->topic);
     free(rl);
 }
@@ -614,6 +719,8 @@ static int leg_take(rleg_t *g)
     d->tag_len = tag.size < sizeof d->tag ? tag.size : sizeof d->tag;
     memcpy(d->tag, tag.start, d->tag_len);
     d->settled = pn_delivery_settled(ud);
+    if (!d->settled && redelivered(rl, g, d, ud))
+        return 1;
     if (d->settled) {
         pn_delivery_settle(ud);
     } else {
@@ -699,6 +806,7 @@ static void client_disposition(rlink_t *rl, pn_delivery_t *cd)
             fwd_peer_flush(d->leg->fl.peer);
     }
     if (d) {
+        note_outcome(rl, d, state ? state : PN_ACCEPTED);
         d->cd = NULL;
         pn_delivery_set_context(cd, NULL);
         del_free(d);
