@@ -160,7 +160,7 @@ def body(t):
             # "Forwarded receivers"): served on the follower, the leader's records
             r = Receiver(brokers[f].url, "r3/ConsumerGroups/gc%d/Partitions/0" % f, 1)
             mqdtest.run_container(r, 30)
-            check(r.link_cond is None and r.bodies == ["m-0"],
+            check(r.link_cond is None and r.bodies[:1] == ["m-0"],
                   "receiver on node %d: %r, got %r" % (f, r.link_cond, r.bodies[:3]))
         log("both followers forwarded a send and a receiver to %s" % L.hostport)
     with coll.case("(h) a fetch link from anyone but replication_user is refused"):
