@@ -441,7 +441,8 @@ static bool forward(mqd_conn_t *c, pn_link_t *l, const mqd_addr_t *a, bool brows
     snprintf(lname, sizeof lname, "%s/%s", mqd_conn_peer(c), pn_link_name(l));
     mqd_ls_set_name(ls, lname);
     fh->recv_attach(fh->arg, ls, a->topic,
-                    a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition : -1);
+                    a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition : -1,
+                    mqd_auth_principal(c));
     return true;
 }
 

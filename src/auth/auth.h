@@ -67,8 +67,6 @@ int mqd_auth_repl_peer_check(struct mqd_conn *c, uint32_t node_id, char *why, si
 /* Did c log in as a node (SASL EXTERNAL with a node certificate, replication_peer_verify)?
  * Such a connection is no user's: it may carry $repl/ fetch links and nothing else. */
 bool mqd_auth_conn_is_node(const struct mqd_conn *c);
-/* Did c log in anonymously (no SASL, or SASL ANONYMOUS, whatever name it gave)? */
-bool mqd_auth_conn_anonymous(const struct mqd_conn *c);
 /* At every attach (amqp, before anything else): NULL when c may attach this link, else
  * the refusal's description (amqp:unauthorized-access). A node connection may attach only
  * links on which mqd sends (`sender`) from a source `$repl/...`. */

@@ -391,12 +391,6 @@ size_t mqd_auth_user_conns(mqd_server_t *s, const mqd_conn_t *self, const char *
 
 /* Why c's login cannot have any right at all, or NULL; *user and *groups are what the
  * [acl] rules match (NULL: anonymous, no groups). */
-bool mqd_auth_conn_anonymous(const mqd_conn_t *c)
-{
-    const mqd_auth_conn_t *ac = mqd_conn_auth(c);
-    return mqd_conn_user(c)[0] == '\0' || (ac && ac->anonymous);
-}
-
 static const char *login_denied(mqd_conn_t *c, const char **user, const char **groups)
 {
     const mqd_conf_t *conf = mqd_srv_conf(mqd_conn_srv(c));

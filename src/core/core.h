@@ -387,10 +387,12 @@ typedef struct mqd_fwd_hooks {
      * source, T or T/ConsumerGroups/G, spanning partitions) of cluster topic `topic` that
      * this node does not lead (all of), after the entry node's own checks (ACL): ls
      * (MQD_LS_FWD, unanswered) is fwd's now, which answers the attach (opens it with the
-     * leader's source, or refuses it) and serves it through links to the leaders.
+     * leader's source, or refuses it) and serves it through links to the leaders; user:
+     * the client's principal ("" anonymous), named to the leaders as mqd:fwd-user.
      * recv_event: PN_LINK_FLOW and PN_DELIVERY of such a link; recv_gone: before its
      * state goes. */
-    void (*recv_attach)(void *arg, struct mqd_lstate *ls, const char *topic, int64_t part);
+    void (*recv_attach)(void *arg, struct mqd_lstate *ls, const char *topic, int64_t part,
+                        const char *user);
     void (*recv_event)(void *arg, struct mqd_lstate *ls, pn_event_t *e);
     void (*recv_gone)(void *arg, struct mqd_lstate *ls);
     void *arg;

@@ -5,7 +5,6 @@
 
 #include "fwd/fwd.h"
 #include "amqp/amqp.h"
-#include "auth/auth.h"
 
 #include <proton/connection.h>
 #include <proton/delivery.h>

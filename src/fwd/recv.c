@@ -78,6 +78,7 @@ struct rlink {
     mqd_conn_t *c;
     pn_link_t *l;
     char *topic;
+    char *user;   /* the client's principal, "" anonymous (mqd:fwd-user) */
     int64_t part; /* -1: the source spans partitions (legs to every leader) */
     bool answered;
     bool draining;
@@ -367,7 +368,6 @@ static void put_str(pn_data_t *d, const char *k, const char *v)
 static void leg_props(rlink_t *rl, pn_link_t *u)
 {
     pn_data_t *out = pn_link_properties(u), *in = pn_link_remote_properties(rl->l);
-    const char *user = mqd_auth_conn_anonymous(rl->c) ? "" : mqd_conn_user(rl->c);
     pn_data_clear(out);
     pn_data_put_map(out);
     pn_data_enter(out);
@@ -390,7 +390,7 @@ static void leg_props(rlink_t *rl, pn_link_t *u)
             pn_data_exit(in);
         }
     }
-    put_str(out, "mqd:fwd-user", user);
+    put_str(out, "mqd:fwd-user", rl->user);
     fwd_put_sym(out, "mqd:fwd-node");
     pn_data_put_uint(out, rl->f->self);
     if (rl->part < 0) {
@@ -518,6 +518,7 @@ static void rl_free(rlink_t *rl)
     free(rl->max_sent);
     free(rl->seen);
     free(rl->topic);
+    free(rl->user);
     free(rl);
 }
 
@@ -851,12 +852,15 @@ static void on_gone(void *arg, mqd_lstate_t *ls)
     rl_free(rl);
 }
 
-static void on_attach(void *arg, mqd_lstate_t *ls, const char *topic, int64_t part)
+static void on_attach(void *arg, mqd_lstate_t *ls, const char *topic, int64_t part,
+                      const char *user)
 {
     fwd_t *f = arg;
     recv_t *rs = rs_of(f);
     rlink_t *rl = calloc(1, sizeof *rl);
-    if (!rl || !(rl->topic = strdup(topic))) {
+    if (!rl || !(rl->topic = strdup(topic)) || !(rl->user = strdup(user))) {
+        if (rl)
+            free(rl->topic);
         free(rl);
         pn_link_t *l = mqd_ls_link(ls);
         pn_link_set_context(l, NULL);
