@@ -26,6 +26,7 @@
 #include "config.h"
 #include "fwd/fwd_int.h"
 
+#include <event2/buffer.h>
 #include <inttypes.h>
 #include <proton/condition.h>
 #include <proton/disposition.h>
@@ -104,7 +105,8 @@ struct rlink {
 typedef struct fwd_recv {
     rlink_t *links;
     uint64_t serial;
-    uint64_t forwarded, relayed, legs_opened, legs_lost;
+    uint64_t forwarded, relayed, legs_opened, legs_lost, dups_kept;
+    void (*send_metrics)(void *arg, struct evbuffer *b); /* send.c's, chained */
 } recv_t;
 
 static recv_t *rs_of(fwd_t *f)
@@ -305,6 +307,7 @@ static bool redelivered(rlink_t *rl, rleg_t *g, rdel_t *d, pn_delivery_t *ud)
             o->ud = ud;
             leg_push(g, o);
             rl->dups_rebound++;
+            rs_of(rl->f)->dups_kept++;
             free(d->bytes);
             free(d);
             return true;
@@ -318,6 +321,7 @@ static bool redelivered(rlink_t *rl, rleg_t *g, rdel_t *d, pn_delivery_t *ud)
         pn_delivery_update(ud, e->outcome);
         pn_delivery_settle(ud);
         rl->dups_settled++;
+        rs_of(rl->f)->dups_kept++;
         free(d->bytes);
         free(d);
         return true;
@@ -959,8 +963,42 @@ void fwd_recv_free(fwd_t *f)
     f->recv = NULL;
 }
 
+/* /metrics: send.c's counters, then the forwarded receivers'. */
+static void on_metrics(void *arg, struct evbuffer *b)
+{
+    fwd_t *f = arg;
+    recv_t *rs = rs_of(f);
+    uint64_t links = 0, legs = 0;
+    if (rs->send_metrics)
+        rs->send_metrics(arg, b);
+    for (const rlink_t *rl = rs->links; rl; rl = rl->next) {
+        links++;
+        legs += live_legs(rl);
+    }
+    evbuffer_add_printf(
+        b,
+        "# HELP mqd_fwd_receivers Client receivers served through the partitions' leaders.\n"
+        "# TYPE mqd_fwd_receivers gauge\nmqd_fwd_receivers %" PRIu64 "\n"
+        "# HELP mqd_fwd_receivers_total Client receivers forwarded since start.\n"
+        "# TYPE mqd_fwd_receivers_total counter\nmqd_fwd_receivers_total %" PRIu64 "\n"
+        "# HELP mqd_fwd_recv_legs Upstream receivers (legs) attached to leaders now.\n"
+        "# TYPE mqd_fwd_recv_legs gauge\nmqd_fwd_recv_legs %" PRIu64 "\n"
+        "# HELP mqd_fwd_recv_legs_lost_total Legs lost (connection, leader change).\n"
+        "# TYPE mqd_fwd_recv_legs_lost_total counter\nmqd_fwd_recv_legs_lost_total %" PRIu64 "\n"
+        "# HELP mqd_fwd_recv_deliveries_total Deliveries relayed from leaders to clients.\n"
+        "# TYPE mqd_fwd_recv_deliveries_total counter\nmqd_fwd_recv_deliveries_total %" PRIu64
+        "\n"
+        "# HELP mqd_fwd_recv_redeliveries_kept_total Redeliveries after a failover of a "
+        "position the client had, not sent to it again.\n"
+        "# TYPE mqd_fwd_recv_redeliveries_kept_total counter\n"
+        "mqd_fwd_recv_redeliveries_kept_total %" PRIu64 "\n",
+        links, rs->forwarded, legs, rs->legs_lost, rs->relayed, rs->dups_kept);
+}
+
 void fwd_recv_hooks(fwd_t *f, mqd_fwd_hooks_t *h)
 {
+    rs_of(f)->send_metrics = h->metrics;
+    h->metrics = on_metrics;
     h->recv_attach = on_attach;
     h->recv_event = on_event;
     h->recv_gone = on_gone;
