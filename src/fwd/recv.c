@@ -81,6 +81,7 @@ struct rlink {
     char *topic;
     char *user;   /* the client's principal, "" anonymous (mqd:fwd-user) */
     int64_t part; /* -1: the source spans partitions (legs to every leader) */
+    bool browser; /* distribution mode copy: a position goes out once, whatever the client did */
     bool answered;
     bool draining;
     int64_t deadline_ms; /* the attach is refused when not answered by then */
@@ -301,6 +302,15 @@ static bool redelivered(rlink_t *rl, rleg_t *g, rdel_t *d, pn_delivery_t *ud)
     uint64_t off;
     if (!tag_pos(d, &part, &off) || part >= rl->n_max || off >= rl->max_sent[part])
         return false;
+    if (rl->browser) { /* a leg attached again browses from its start position again */
+        pn_delivery_update(ud, PN_ACCEPTED);
+        pn_delivery_settle(ud);
+        rl->dups_settled++;
+        rs_of(rl->f)->dups_kept++;
+        free(d->bytes);
+        free(d);
+        return true;
+    }
     for (rdel_t *o = rl->orphans.next; o; o = o->next)
         if (o->tag_len == d->tag_len && memcmp(o->tag, d->tag, d->tag_len) == 0) {
             del_unlink(o);
@@ -877,6 +887,8 @@ static void on_attach(void *arg, mqd_lstate_t *ls, const char *topic, int64_t pa
     rl->c = mqd_ls_conn(ls);
     rl->l = mqd_ls_link(ls);
     rl->part = part;
+    rl->browser = pn_terminus_get_distribution_mode(pn_link_remote_source(rl->l)) ==
+                  PN_DIST_MODE_COPY;
     rl->serial = ++rs->serial;
     rl->deadline_ms = mqd_now_ms() + mqd_repl_lease_ms(f->r) + 1000;
     rl->next = rs->links;

@@ -53,7 +53,7 @@ import mqdtest  # noqa: E402
 from mqdcluster import TTL_MS, Etcd, get_json, read_keys, start_nodes, wait_for  # noqa: E402
 from mqdcrash import (KEY, TOPIC, Consumer, GroupConsumer, Producer, check_end,  # noqa: E402
                       create_topic, drain, settled_state)
-from mqdleaders import delivery_violations, link_order_violations, log_time, scan_nodes  # noqa: E402
+from mqdleaders import link_order_violations, log_time, scan_nodes, served_violations  # noqa: E402
 from mqdtest import SLOW, check, log, skip  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
@@ -242,10 +242,7 @@ def body(t):
         check_end(brokers, ps, cons, want)  # stops the nodes: their logs are whole below
     bad, timelines = scan_nodes(brokers, TOPIC)
     got = cons.got() + gc.got() + [x for v in visitors for x in v.got()]
-    # a client connected to a node that does not lead is served through it by the leader
-    # (forwarded links, issue 33): only the messages of clients whose node led count here
-    late = [v for v in delivery_violations(timelines, got, 2 * SLOW) if "was follower" not in v
-            and "no role" not in v]
+    late = served_violations(timelines, got, 2 * SLOW)  # forwarding: mqdleaders.py
     back = link_order_violations(list(gc.deliveries) + [d for v in visitors for d in v.deliveries])
     log("(c): %d messages to the clients (%d to the group member on %d links), %d role lines; "
         "log violations %d, messages not from the leader %d, offsets backwards on a link %d"
