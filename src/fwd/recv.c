@@ -466,6 +466,21 @@ static void leg_free(rleg_t *g)
 }
 
 /* Closes leg g's upstream link (the leader releases what it holds) and drops the leg. */
+/* Lets the leg's upstream link go: detached (the leader releases what it held there)
+ * and freed once Proton is done with it. */
+static void leg_let_go(rleg_t *g)
+{
+    pn_link_t *u = g->fl.link;
+    fwd_peer_t *p = g->fl.peer;
+    if (!u)
+        return;
+    fwd_link_unbind(&g->fl);
+    if (!(pn_link_state(u) & PN_LOCAL_CLOSED))
+        pn_link_close(u);
+    pn_link_free(u);
+    fwd_peer_flush(p);
+}
+
 static void leg_close(rleg_t *g)
 {
     rlink_t *rl = g->rl;
@@ -474,13 +489,7 @@ static void leg_close(rleg_t *g)
             *pp = g->next;
             break;
         }
-    if (g->fl.link) {
-        pn_link_t *u = g->fl.link;
-        fwd_peer_t *p = g->fl.peer;
-        fwd_link_unbind(&g->fl);
-        pn_link_close(u);
-        fwd_peer_flush(p);
-    }
+    leg_let_go(g);
     leg_free(g);
 }
 
@@ -488,13 +497,7 @@ static void leg_close(rleg_t *g)
 static void leg_lost(rleg_t *g, const char *why)
 {
     recv_t *rs = rs_of(g->rl->f);
-    if (g->fl.link) { /* given up here */
-        pn_link_t *u = g->fl.link;
-        fwd_peer_t *p = g->fl.peer;
-        fwd_link_unbind(&g->fl);
-        pn_link_close(u);
-        fwd_peer_flush(p);
-    }
+    leg_let_go(g); /* when given up here */
     if (g->opened)
         rs->legs_lost++;
     MQD_INFO("fwd", "receiver %s: leg to node %" PRIu32 " lost (%s): attaching again",
@@ -659,16 +662,15 @@ static void leg_remote_close(rleg_t *g, pn_link_t *u)
 {
     rlink_t *rl = g->rl;
     pn_condition_t *c = pn_link_remote_condition(u);
-    const char *cond = pn_condition_is_set(c) ? pn_condition_get_name(c) : NULL;
-    const char *desc = cond ? pn_condition_get_description(c) : NULL;
-    char why[300];
+    char cbuf[64] = "", dbuf[256] = "", why[340];
+    if (pn_condition_is_set(c)) { /* copied: the link goes below */
+        snprintf(cbuf, sizeof cbuf, "%s", pn_condition_get_name(c) ?: "");
+        snprintf(dbuf, sizeof dbuf, "%s", pn_condition_get_description(c) ?: "");
+    }
+    const char *cond = cbuf[0] ? cbuf : NULL, *desc = dbuf[0] ? dbuf : NULL;
     snprintf(why, sizeof why, "%s%s%s", cond ? cond : "detached", desc ? ": " : "",
              desc ? desc : "");
-    fwd_peer_t *p = g->fl.peer;
-    fwd_link_unbind(&g->fl);
-    pn_link_close(u);
-    if (p)
-        fwd_peer_flush(p);
+    leg_let_go(g);
     if (fatal(rl, cond) && (!rl->answered || rl->part >= 0 || !live_legs(rl))) {
         leg_forget(g);
         rl_detach(rl, cond, desc ? desc : "refused by the partition's leader");
