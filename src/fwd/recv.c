@@ -65,6 +65,7 @@ struct rleg {
     uint32_t node;
     bool opened;  /* the leader answered its attach */
     bool closing; /* closed: gone once unbound */
+    bool drain_asked; /* the client's drain was passed on: no more credit until it ends */
     int64_t retry_ms;
     rdel_t dels; /* its deliveries not settled by the client (list head) */
     uint8_t *acc; /* a delivery arriving in several frames */
@@ -207,40 +208,47 @@ static void rl_flush(rlink_t *rl)
     mqd_conn_mark_dirty(rl->c);
 }
 
-/* The client's drain is answered once no leg has credit left and nothing waits here. */
+/* The client's drain is answered once no leg has credit left and nothing waits here
+ * (a leg still attaching may bring messages: it is waited for; one whose node is down
+ * is not). */
 static void drain_check(rlink_t *rl)
 {
-    if (!rl->draining || rl->n_queued)
+    if (!rl->draining || rl->n_queued || !rl->answered)
         return;
     for (rleg_t *g = rl->legs; g; g = g->next)
-        if (leg_live(g) && pn_link_draining(g->fl.link))
+        if (g->fl.link && !g->closing && (!g->opened || pn_link_credit(g->fl.link) > 0))
             return;
-    for (rleg_t *g = rl->legs; g; g = g->next)
+    for (rleg_t *g = rl->legs; g; g = g->next) {
         if (leg_live(g))
             pn_link_set_drain(g->fl.link, false);
+        g->drain_asked = false;
+    }
     rl->draining = false;
     pn_link_drained(rl->l);
     mqd_conn_mark_dirty(rl->c);
 }
 
 /* Each live leg gets its share of the client's credit (minus what waits here), at least
- * one while there is any: never more outstanding than that plus one per leg. */
+ * one while there is any: never more outstanding than that plus one per leg. A drain of
+ * the client's goes to each leg once, with its share: a leg that drained gets no new
+ * credit until every leg did (else they would take turns for ever). */
 static void credit(rlink_t *rl)
 {
     int want = pn_link_credit(rl->l) - (int)rl->n_queued;
     size_t n = live_legs(rl);
-    bool drain = pn_link_get_drain(rl->l);
-    if (drain && !rl->draining)
+    if (pn_link_get_drain(rl->l) && !rl->draining && want > 0)
         rl->draining = true;
     for (rleg_t *g = rl->legs; n && g; g = g->next) {
-        if (!leg_live(g))
+        if (!leg_live(g) || g->drain_asked)
             continue;
         int share = want <= 0 ? 0 : (int)((want + (int)n - 1) / (int)n);
         int have = pn_link_credit(g->fl.link);
-        if (share > have)
+        if (rl->draining) {
+            pn_link_drain(g->fl.link, share > have ? share - have : 0);
+            g->drain_asked = true;
+        } else if (share > have) {
             pn_link_flow(g->fl.link, share - have);
-        if (rl->draining && !pn_link_get_drain(g->fl.link) && pn_link_credit(g->fl.link) > 0)
-            pn_link_drain(g->fl.link, 0);
+        }
     }
     rl_flush(rl);
     drain_check(rl);
@@ -504,6 +512,7 @@ static void leg_lost(rleg_t *g, const char *why)
              mqd_ls_name(g->rl->ls), g->node, why);
     leg_forget(g);
     g->opened = false;
+    g->drain_asked = false;
     g->retry_ms = mqd_now_ms() + LEG_RETRY_MS;
 }
 

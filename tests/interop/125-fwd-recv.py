@@ -14,6 +14,10 @@ bodies "<key>:<seq>", three keys per partition), so that every node leads record
     (legs to every leader, this node included): every message exactly once, per-key order.
 (c) group `fr/ConsumerGroups/g1` with one member on each of two different nodes: every
     message exactly once overall, per-key order, each partition read by one member only.
+(e) a browser of `fr` (copy mode) through a node that does not lead every partition
+    asks for everything with a drain of 1,000 credits: it gets every message once, per-key
+    order, and then its credit is drained (0, not draining): the client's drain went to
+    every leg and came back once all were drained.
 (d) with users and an [acl] (user `reader` may receive from fr, user `nobody` may not),
     `nobody`'s receiver on `fr/ConsumerGroups/gd/Partitions/P` through a non-leader is
     refused at attach with amqp:unauthorized-access; `reader`'s reads P's messages (the
@@ -301,6 +305,57 @@ def case_c(brokers, lead, coll):
         check(all(parts.values()), "a member read nothing: %r" % parts)
 
 
+class Drainer(mqdtest.Client):
+    """A browser of `address` that asks for `n` with drain; done once the drain ended."""
+
+    def __init__(self, url, address, n):
+        super().__init__(prefetch=0)
+        self.url, self.address, self.n = url, address, n
+        self.got = []
+        self.link_cond = None
+        self.drained = False
+
+    def on_start(self, e):
+        from proton.reactor import Copy
+        c = self.connect(e.container, self.url)
+        self.rcv = e.container.create_receiver(c, self.address, options=[Copy()])
+        self.rcv.drain(self.n)
+        e.container.schedule(0.2, self)
+
+    def on_timer_task(self, e):
+        if self.done:
+            return
+        if self.got and self.rcv.credit == 0 and not self.rcv.draining():
+            self.drained = True
+            self.finish()
+            return
+        e.container.schedule(0.1, self)
+
+    def on_message(self, e):
+        self.got.append(e.message.body)
+
+    def on_link_error(self, e):
+        c = e.link.remote_condition
+        self.link_cond = (c.name, c.description) if c else (None, None)
+        self.finish()
+
+    def status(self):
+        return "browser got %d, credit %d, link %s" % (len(self.got), self.rcv.credit, self.link_cond)
+
+
+def case_e(brokers, lead, coll):
+    counts = {i: sum(1 for v in lead.values() if v == i) for i in brokers}
+    x = max(brokers, key=lambda i: counts[i])
+    with coll.case("(e) a browser through node %d drains: everything once, then credit 0" % x):
+        d = Drainer(brokers[x].url, TOPIC, 1000)
+        mqdtest.run_container(d, 60)
+        log("(e) %s" % d.status())
+        check(d.link_cond is None and d.drained, "not drained: %s" % d.status())
+        want = sorted(b for p in range(NPARTS) for b in expected(p))
+        check(sorted(d.got) == want, "got %d (%d distinct) of %d" % (len(d.got), len(set(d.got)), len(want)))
+        check(not per_key_order(d.got), "per-key order broken")
+
+
 def body(t):
     if shutil.which("etcd") is None:
         skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
@@ -336,6 +391,7 @@ def body(t):
     case_a(brokers, lead, coll)
     case_b(brokers, lead, coll)
     case_c(brokers, lead, coll)
+    case_e(brokers, lead, coll)
     p = 1
     x = next(i for i in sorted(brokers) if i != lead[p])
     with coll.case("(d) the ACL holds through a non-leader: refused at attach / read as the client's user"):
