@@ -128,14 +128,16 @@ static int add_record(mqd_topic_t *t, const mqd_rec_t *rec, int64_t since)
     return 0;
 }
 
-/* Reads partition p from (now - window) to its stable end into the window. */
+/* Reads partition p from (now - window) to its stable end into the window: the log's
+ * own, not the high watermark, since a new leader holds records above the watermark it
+ * took over that a producer's resend must still find (forwarded sends after a failover,
+ * docs/replication.md). */
 static int rebuild_part(mqd_topic_t *t, mqd_part_t *p, int64_t since, mqd_read_t *rd, size_t *n)
 {
     uint64_t from;
     int rc = mqd_plog_offset_for_time(p->log, since, &from);
     while (rc == 0) {
-        rc = mqd_plog_read(p->log, from, mqd_part_visible_end(p, MQD_READ_UNCOMMITTED), 8192,
-                           4u << 20, rd);
+        rc = mqd_plog_read(p->log, from, mqd_plog_stable_offset(p->log), 8192, 4u << 20, rd);
         if (rc == MQD_ERANGE) { /* retention moved the start meanwhile */
             from = mqd_plog_start_offset(p->log);
             rc = 0;

@@ -223,6 +223,7 @@ static void finish_reject(fwd_t *f, fmsg_t *fm, const char *cond, const char *fm
 static void upl_on_event(fwd_link_t *fl, pn_event_t *e);
 static void upl_on_down(fwd_link_t *fl, const char *why);
 static void route(fwd_t *f, fmsg_t *fm, bool fresh);
+static void hold(fwd_t *f, fmsg_t *fm);
 
 static void put_str(pn_data_t *d, const char *k, const char *v)
 {
@@ -268,13 +269,12 @@ static upl_t *upl_get(fwd_t *f, uint32_t node, const fmsg_t *fm)
         if (u->node == node && u->part == fm->part && u->acks == fm->acks &&
             strcmp(u->topic, fm->topic) == 0 && strcmp(u->user, fm->user) == 0)
             return u;
-    upl_t *u = calloc(1, sizeof *u);
-    if (!u || !(u->topic = strdup(fm->topic)) || !(u->user = strdup(fm->user))) {
-        if (u)
-            free(u->topic);
-        free(u);
+    size_t tl = strlen(fm->topic) + 1, ul = strlen(fm->user) + 1;
+    upl_t *u = calloc(1, sizeof *u + tl + ul); /* its topic and user after it */
+    if (!u)
         return NULL;
-    }
+    u->topic = memcpy((char *)(u + 1), fm->topic, tl);
+    u->user = memcpy(u->topic + tl, fm->user, ul);
     u->f = f;
     u->node = node;
     u->part = fm->part;
@@ -290,6 +290,7 @@ static upl_t *upl_get(fwd_t *f, uint32_t node, const fmsg_t *fm)
     return u;
 }
 
+/* Takes u out of the table (routing finds it no more); idempotent. */
 static void upl_unlist(fwd_t *f, upl_t *u)
 {
     for (upl_t **h = &f->send->upls; *h; h = &(*h)->next)
@@ -297,6 +298,7 @@ static void upl_unlist(fwd_t *f, upl_t *u)
             *h = u->next;
             break;
         }
+    u->next = NULL;
 }
 
 /* Frees u (its link closed); its messages must have left it. */
@@ -311,8 +313,6 @@ static void upl_free(fwd_t *f, upl_t *u)
         pn_link_free(l);
         fwd_peer_flush(p);
     }
-    free(u->topic);
-    free(u->user);
     free(u);
 }
 
@@ -337,25 +337,35 @@ static void pump(upl_t *u)
         fwd_peer_flush(u->fl.peer);
 }
 
-/* Moves every message of u (sent first, then queued: their order) to be routed again. */
-static void upl_reroute(fwd_t *f, upl_t *u)
+/* Takes u out of the table and routes every message of it again (sent first, then
+ * queued: their order), at once or (later) at the next tick, when the leader refused the
+ * link and this node's view may not have moved yet; the caller frees u. */
+static void upl_reroute(fwd_t *f, upl_t *u, bool later)
 {
-    /* out of the list first: route must not find u again (a leader still named for a
-       node whose connection just went gave its sends back to u: a loop without end) */
-    upl_unlist(f, u);
+    mqd_dlist_t all;
+    mqd_dlist_init(&all);
+    upl_unlist(f, u); /* never routed back onto u */
     mqd_dlist_t *lists[2] = {&u->sent, &u->queue};
     for (int i = 0; i < 2; i++)
         while (!mqd_dlist_empty(lists[i])) {
             fmsg_t *fm = MQD_CONTAINER(lists[i]->next, fmsg_t, node);
             mqd_dlist_del(&fm->node);
-            if (fm->up) {
-                pn_delivery_set_context(fm->up, NULL);
-                fm->up = NULL;
-                f->send->n_resent++;
-            }
-            fm->upl = NULL;
-            route(f, fm, false);
+            mqd_dlist_push(&all, &fm->node);
         }
+    while (!mqd_dlist_empty(&all)) {
+        fmsg_t *fm = MQD_CONTAINER(all.next, fmsg_t, node);
+        mqd_dlist_del(&fm->node);
+        if (fm->up) {
+            pn_delivery_set_context(fm->up, NULL);
+            fm->up = NULL;
+            f->send->n_resent++;
+        }
+        fm->upl = NULL;
+        if (later)
+            hold(f, fm);
+        else
+            route(f, fm, false);
+    }
 }
 
 /* Conditions under which the leader refused a copy because it does not lead the partition
@@ -389,11 +399,11 @@ static void upl_outcome(fwd_t *f, upl_t *u, pn_delivery_t *ud)
     pn_delivery_settle(ud);
     fwd_peer_flush(u->fl.peer);
     if (st == PN_REJECTED) {
-        if (not_leader(cn, cd)) {
+        if (not_leader(cn, cd)) { /* again once this node's view moved too */
             mqd_dlist_del(&fm->node);
             fm->upl = NULL;
             f->send->n_resent++;
-            return route(f, fm, false);
+            return hold(f, fm);
         }
         return finish(f, fm, PN_REJECTED, cn, cd);
     }
@@ -417,7 +427,7 @@ static void upl_closed(fwd_t *f, upl_t *u, pn_link_t *l)
             finish(f, fm, PN_REJECTED, cn, cd ? cd : "refused by the partition's leader");
         }
     }
-    upl_reroute(f, u);
+    upl_reroute(f, u, true);
     upl_free(f, u);
 }
 
@@ -444,7 +454,7 @@ static void upl_on_event(fwd_link_t *fl, pn_event_t *e)
 static void upl_on_down(fwd_link_t *fl, const char *why)
 {
     upl_t *u = MQD_CONTAINER(fl, upl_t, fl);
-    upl_reroute(u->f, u);
+    upl_reroute(u->f, u, false);
     upl_free(u->f, u);
 }
 
@@ -562,13 +572,12 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
     return MQD_FWD_TAKEN;
 }
 
-void fwd_send_tick(fwd_t *f, int64_t now_ms)
+/* Held messages: rejected past the bound, else routed again (in order) once due. */
+static void held_tick(fwd_t *f, int64_t now_ms, int64_t bound)
 {
     fwd_send_t *fs = f->send;
     mqd_dlist_t again;
     mqd_dlist_init(&again);
-    int64_t bound = hold_ms(f);
-    /* held messages: rejected past the bound, else routed again (in order) */
     while (!mqd_dlist_empty(&fs->held)) {
         fmsg_t *fm = MQD_CONTAINER(fs->held.next, fmsg_t, node);
         mqd_dlist_del(&fm->node);
@@ -591,6 +600,13 @@ void fwd_send_tick(fwd_t *f, int64_t now_ms)
         else
             route(f, fm, false);
     }
+}
+
+/* Upstream links: a leader that moved or whose node went has its link's sends routed
+ * again; messages queued for a connection that is not up wait at most the bound. */
+static void upl_tick(fwd_t *f, int64_t now_ms, int64_t bound)
+{
+    fwd_send_t *fs = f->send;
     for (upl_t *u = fs->upls, *next; u; u = next) {
         next = u->next;
         /* the leader moved, or its node is gone (stopped, cut off): everything of the
@@ -606,7 +622,7 @@ void fwd_send_tick(fwd_t *f, int64_t now_ms)
                      mqd_dlist_empty(&u->sent) && mqd_dlist_empty(&u->queue)
                          ? "link closed"
                          : "its unsettled sends go again");
-            upl_reroute(f, u);
+            upl_reroute(f, u, false);
             upl_free(f, u);
             continue;
         }
@@ -627,6 +643,13 @@ void fwd_send_tick(fwd_t *f, int64_t now_ms)
         if (mqd_dlist_empty(&u->queue) && mqd_dlist_empty(&u->sent))
             upl_free(f, u);
     }
+}
+
+void fwd_send_tick(fwd_t *f, int64_t now_ms)
+{
+    int64_t bound = hold_ms(f);
+    held_tick(f, now_ms, bound);
+    upl_tick(f, now_ms, bound);
 }
 
 static void on_metrics(void *arg, struct evbuffer *b)

@@ -17,18 +17,19 @@ Every client below is an unmodified Proton client connected to node E = 1 only:
 (e) least privilege on both nodes: carol's sender to `secret` (registered, 6 partitions)
     through E is refused at attach (amqp:unauthorized-access) and nothing of hers is
     stored in secret; her sender to orders.t through E gets all 200 accepted (the
-    leaders authorize the forwarded links as carol)."""
+    leaders authorize the forwarded links as carol);
+(f) a transactional send through E to a partition another node leads is refused with
+    amqp:not-implemented ("transaction spans partitions led by other nodes"); one in the
+    same transaction to a partition E leads is staged as usual (rolled back after)."""
 
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import Etcd  # noqa: E402
-from mqdfwd import (NPARTS, Sender, check_keyed, create_topic, keyed, read_partitions,  # noqa: E402
-                    send_all, start_cluster, url_as)
-from mqdtest import check, log, skip  # noqa: E402
+from mqdfwd import (NPARTS, Sender, check_keyed, cluster_with_topic, create_topic, keyed,  # noqa: E402
+                    read_partitions, send_all, url_as)
+from mqdtest import check, log  # noqa: E402
 
 from proton import Message  # noqa: E402
 
@@ -38,15 +39,8 @@ T = "orders.t"
 
 
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    etcd = Etcd(t)
-    etcd.start()
-    brokers = start_cluster(t, etcd)
+    etcd, brokers, lead = cluster_with_topic(t, T)
     E = brokers[1]
-    lead = create_topic(etcd, E, T)
-    log("leaders of %s: %r" % (T, lead))
-    check(set(lead.values()) == {1, 2, 3}, "leaders not spread over the 3 nodes: %r" % lead)
     create_topic(etcd, E, "secret")
     elsewhere = [p for p, n in lead.items() if n != 1]
 
@@ -98,6 +92,30 @@ def body(t):
     sec = read_partitions(brokers, etcd, "secret", "chk")
     check(sum(len(v) for v in sec.values()) == 0, "secret holds %r" % sec)
     log("(e) carol: refused on secret, nothing stored; 200 to %s accepted" % T)
+
+    from proton import Delivery
+    from proton.utils import BlockingConnection
+    conn = BlockingConnection(url_as(E, "admin"), timeout=30 * mqdtest.SLOW, allowed_mechs="PLAIN")
+    try:
+        bt = mqdtest.BlockingTxns(conn)
+        tid = bt.declare()
+        away = conn.create_sender("%s/Partitions/%d" % (T, elsewhere[0]))
+        here_p = next(p for p, n in lead.items() if n == 1)
+        here = conn.create_sender("%s/Partitions/%d" % (T, here_p))
+        d1 = bt.send(away, Message(body="txn-away", durable=True), tid)
+        d2 = bt.send(here, Message(body="txn-here", durable=True), tid)
+        (st1, _, c1), (st2, data2, _) = bt.wait_settled([d1, d2])
+        check(st1 == Delivery.REJECTED and c1 is not None and c1.name == "amqp:not-implemented"
+              and "transaction spans partitions led by other nodes" in (c1.description or ""),
+              "transactional send to %s/%d (led by node %d): %s %s" % (T, elsewhere[0],
+                                                                     lead[elsewhere[0]], st1, c1))
+        check(mqdtest.txn_outcome_ok(st2, data2, tid), "transactional send to %s/%d (led here): %s"
+              % (T, here_p, st2))
+        bt.discharge(tid, fail=True)
+    finally:
+        conn.close()
+    log("(f) a transactional send through node 1 to a partition led elsewhere: %s; to one "
+        "led here: staged (rolled back)" % c1.name)
 
 
 if __name__ == "__main__":

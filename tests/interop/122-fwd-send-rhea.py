@@ -15,8 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import Etcd  # noqa: E402
-from mqdfwd import NPARTS, PW, check_keyed, create_topic, read_partitions, start_cluster  # noqa: E402
+from mqdfwd import NPARTS, PW, check_keyed, cluster_with_topic, read_partitions  # noqa: E402
 from mqdtest import SLOW, check, log, skip  # noqa: E402
 
 N = 1200
@@ -25,16 +24,9 @@ T = "orders.r"
 
 
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
     if shutil.which("node") is None:
         skip("node is not on PATH")
-    etcd = Etcd(t)
-    etcd.start()
-    brokers = start_cluster(t, etcd)
-    lead = create_topic(etcd, brokers[1], T)
-    log("leaders of %s: %r" % (T, lead))
-    check(set(lead.values()) == {1, 2, 3}, "leaders not spread over the 3 nodes: %r" % lead)
+    etcd, brokers, lead = cluster_with_topic(t, T)
     client = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fwd-rhea-client.js")
     p = subprocess.run(["node", client, str(brokers[1].port), PW["admin"], T, str(N), str(NKEYS)],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=180 * SLOW)

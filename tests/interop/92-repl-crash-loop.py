@@ -23,8 +23,8 @@ At the end (producer stopped, everything settled):
     the restarted node rejoined the ISR; the median failover time (of the rounds that
     waited for the lease) is at most
     lease_ttl_ms + 1 s x SLOW (the issue's target; the max is logged); the producer
-    followed amqp:link:redirect at least once (after a lost connection it asks, in turn,
-    etcd and the next node, which redirects it when it follows);
+    went on after its node was killed (it reconnects to etcd's leader or the next node;
+    any node takes its sends and forwards them to the leader, src/fwd);
 (b) epochs only grew: the partition's epoch in etcd is 1 + rounds;
 (c) the consumer's offsets ran on one by one (none backwards, no gap but over the control
     records holding the group member's committed offsets) and it got every accepted seq;

@@ -4,12 +4,13 @@ replication_factor 3 led by every node, keyed senders that record every outcome,
 read of every partition from its leader."""
 
 import os
+import shutil
 import time
 
 import consoletest
 import mqdtest
-from mqdcluster import cluster_sets, get_json, read_keys, repl_user_sets, wait_for
-from mqdtest import SLOW, check, fail, log
+from mqdcluster import Etcd, cluster_sets, get_json, read_keys, repl_user_sets, wait_for
+from mqdtest import SLOW, check, log, skip
 
 from proton import Message, symbol
 
@@ -36,6 +37,21 @@ def start_cluster(t, etcd, extra=None):
         b.start()
     wait_for("3 nodes in etcd", lambda: len(read_keys(etcd.port, "/mqd/nodes/")) == 3, 20)
     return brokers
+
+
+def cluster_with_topic(t, topic, spread=True):
+    """etcd, the three nodes and topic (6 partitions, replication_factor 3) created on
+    node 1; with spread, its leaders checked to be on every node. (etcd, brokers, leaders)."""
+    if shutil.which("etcd") is None:
+        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
+    etcd = Etcd(t)
+    etcd.start()
+    brokers = start_cluster(t, etcd)
+    lead = create_topic(etcd, brokers[1], topic)
+    log("leaders of %s: %r" % (topic, lead))
+    if spread:
+        check(set(lead.values()) == {1, 2, 3}, "leaders not spread over the 3 nodes: %r" % lead)
+    return etcd, brokers, lead
 
 
 def url_as(b, user):
