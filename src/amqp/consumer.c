@@ -332,11 +332,14 @@ static int read_epoch(pn_link_t *l, mqd_lstate_t *ls)
 }
 
 /* mqd:fwd-local-only = true (issue 33: one leg of a receiver another node merges over
- * the partitions' leaders): read only the partitions this node leads. */
-static bool wants_local_only(pn_link_t *l)
+ * the partitions' leaders): read only the partitions this node leads. 1 when asked, 0
+ * when not (or false), -1 when the value is not a boolean. */
+static int wants_local_only(pn_link_t *l)
 {
     pn_data_t *p = link_prop(l, LOCAL_ONLY_SYM);
-    return p && pn_data_type(p) == PN_BOOL && pn_data_get_bool(p);
+    if (!p)
+        return 0;
+    return pn_data_type(p) != PN_BOOL ? -1 : pn_data_get_bool(p);
 }
 
 /* Tells the peer the link reads only the partitions led here (its attach's properties). */
@@ -394,11 +397,13 @@ static void apply_start(mqd_lstate_t *ls)
     mqd_group_t *g = mqd_ls_group(ls);
     if (mqd_group_members(g) > 1 && !manual)
         return;
-    for (uint32_t i = 0; i < mqd_group_nparts(g); i++)
-        if (!manual || i == part) {
-            mqd_part_t *p = mqd_topic_part(t, i);
+    for (uint32_t i = 0; i < mqd_group_nparts(g); i++) {
+        mqd_part_t *p = mqd_topic_part(t, i);
+        /* a local-only link moves only the partitions led here: the others' positions
+           are their leaders' (where the other legs of its reader apply the filter) */
+        if ((!manual || i == part) && (!mqd_ls_local_only(ls) || mqd_part_led(p)))
             mqd_cursor_seek(mqd_group_cursor(g, i), p, start_offset(&al->start, p));
-        }
+    }
 }
 
 /* A receiver whose partitions are led by other nodes (route said redirect): served by
@@ -533,9 +538,12 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     pn_terminus_copy(src, rs);
     pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
     bool browse = pn_terminus_get_distribution_mode(rs) == PN_DIST_MODE_COPY;
-    bool local_only = wants_local_only(l);
+    int local_only = wants_local_only(l);
     const char *addr = pn_terminus_get_address(rs);
-    if (pn_terminus_is_dynamic(rs)) {
+    if (local_only < 0) {
+        return mqd_link_refuse(l, "amqp:invalid-field",
+                               "link property " LOCAL_ONLY_SYM " must be a boolean%s", "");
+    } else if (pn_terminus_is_dynamic(rs)) {
         if (dynamic_topic(c, src, &t) != 0)
             return mqd_link_refuse(l, "amqp:internal-error", "cannot create a dynamic node%s", "");
     } else if (!addr) {
@@ -548,7 +556,7 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     } else if (strcasecmp(addr, "$management") == 0 || strcasecmp(addr, "$cbs") == 0) {
         if (mqd_reply_attach(c, l, strcasecmp(addr, "$cbs") == 0, &t) != 0)
             return;
-    } else if (resolve_source(c, l, addr, browse, local_only, &t, &a, &fwd_in) != 0) {
+    } else if (resolve_source(c, l, addr, browse, local_only == 1, &t, &a, &fwd_in) != 0) {
         return;
     } else if (local_only) {
         echo_local_only(l);
@@ -566,8 +574,8 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     mqd_ls_set_manual(ls, manual);
     /* a replicated topic (repl gave it its registration's identity) in a cluster: on a
        single node, or a node's own topic, this node leads every partition */
-    mqd_ls_set_local_only(ls, local_only && !manual && mqd_srv_repl(mqd_conn_srv(c))->route &&
-                                  mqd_topic_uid(t)[0] != '\0');
+    bool replicated = mqd_srv_repl(mqd_conn_srv(c))->route && mqd_topic_uid(t)[0] != '\0';
+    mqd_ls_set_local_only(ls, local_only == 1 && !manual && replicated);
     mqd_ls_set_part(ls, a.partition);
     char lname[256]; /* cut to the link state's room by mqd_ls_set_name */
     snprintf(lname, sizeof lname, "%s/%s", mqd_conn_peer(c), pn_link_name(l));

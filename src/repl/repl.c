@@ -136,6 +136,43 @@ mqd_repl_serve_t mqd_repl_part_serve(const rpart_t *rp)
     return mqd_repl_serve(rp->r->conf->node_id, &v, &why);
 }
 
+/* How a link spanning partitions is decided (serve.c): the verdict per partition, their
+ * fold, where the fold starts and the verdict that ends it at once. */
+typedef struct serve_rule {
+    mqd_repl_serve_t (*one)(uint32_t self, const mqd_repl_pview_t *v, const char **why);
+    mqd_repl_serve_t (*join)(mqd_repl_serve_t acc, mqd_repl_serve_t next);
+    mqd_repl_serve_t start, last;
+} serve_rule_t;
+
+/* Every partition led here (a plain link); one is enough (mqd:fwd-local-only). */
+static const serve_rule_t ALL_LED = {mqd_repl_serve, mqd_repl_serve_join, MQD_REPL_SERVE_HERE,
+                                     MQD_REPL_SERVE_REDIRECT};
+static const serve_rule_t ONE_LED = {mqd_repl_serve_led, mqd_repl_serve_led_join,
+                                     MQD_REPL_SERVE_REDIRECT, MQD_REPL_SERVE_HERE};
+
+/* The rule over partitions [from, end) of t: *why is the reason of the wait that
+ * decided, *to (when to is not NULL) the leader of the redirect that did. */
+static mqd_repl_serve_t fold(mqd_repl_t *r, mqd_topic_t *t, uint32_t from, uint32_t end,
+                             const serve_rule_t *rule, mqd_redirect_t *to, const char **why)
+{
+    const char *name = mqd_topic_name(t);
+    mqd_repl_serve_t acc = rule->start;
+    for (uint32_t p = from; p < end && acc != rule->last; p++) {
+        mqd_redirect_t lead;
+        const char *w = NULL;
+        mqd_repl_pview_t v = pview(r, mqd_repl_part_find(r, name, p), &lead);
+        mqd_repl_serve_t one = rule->one(r->conf->node_id, &v, &w);
+        if (rule->join(acc, one) == acc)
+            continue;
+        acc = one;
+        if (one == MQD_REPL_SERVE_WAIT)
+            *why = w;
+        else if (one == MQD_REPL_SERVE_REDIRECT && to)
+            *to = lead;
+    }
+    return acc;
+}
+
 int mqd_repl_where(mqd_repl_t *r, mqd_topic_t *t, int64_t part, mqd_redirect_t *to,
                    const char **why)
 {
@@ -144,20 +181,7 @@ int mqd_repl_where(mqd_repl_t *r, mqd_topic_t *t, int64_t part, mqd_redirect_t *
     if (part >= (int64_t)n)
         return MQD_REPL_SERVE_HERE; /* the caller refuses it: no such partition */
     uint32_t from = part >= 0 ? (uint32_t)part : 0, end = part >= 0 ? (uint32_t)part + 1 : n;
-    mqd_repl_serve_t acc = MQD_REPL_SERVE_HERE;
-    for (uint32_t p = from; p < end && acc != MQD_REPL_SERVE_REDIRECT; p++) {
-        mqd_redirect_t lead;
-        const char *w = NULL;
-        mqd_repl_pview_t v = pview(r, mqd_repl_part_find(r, name, p), &lead);
-        mqd_repl_serve_t one = mqd_repl_serve(r->conf->node_id, &v, &w);
-        if (mqd_repl_serve_join(acc, one) == acc)
-            continue;
-        acc = one;
-        if (one == MQD_REPL_SERVE_WAIT)
-            *why = w;
-        else
-            *to = lead;
-    }
+    mqd_repl_serve_t acc = fold(r, t, from, end, &ALL_LED, to, why);
     if (acc != MQD_REPL_SERVE_REDIRECT)
         return acc;
     /* a link to the whole topic goes to the leader of the first partition led elsewhere
@@ -214,20 +238,7 @@ uint32_t mqd_repl_lease_ms(const mqd_repl_t *r)
 
 int mqd_repl_where_led(mqd_repl_t *r, mqd_topic_t *t, const char **why)
 {
-    const char *name = mqd_topic_name(t);
-    mqd_repl_serve_t acc = MQD_REPL_SERVE_REDIRECT;
-    for (uint32_t p = 0; p < mqd_topic_nparts(t) && acc != MQD_REPL_SERVE_HERE; p++) {
-        mqd_redirect_t lead;
-        const char *w = NULL;
-        mqd_repl_pview_t v = pview(r, mqd_repl_part_find(r, name, p), &lead);
-        mqd_repl_serve_t one = mqd_repl_serve_led(r->conf->node_id, &v, &w);
-        if (mqd_repl_serve_led_join(acc, one) == acc)
-            continue;
-        acc = one;
-        if (one == MQD_REPL_SERVE_WAIT)
-            *why = w;
-    }
-    return acc;
+    return fold(r, t, 0, mqd_topic_nparts(t), &ONE_LED, NULL, why);
 }
 
 static const char *on_send_check(void *arg, mqd_topic_t *t, uint32_t part, int acks,

@@ -8,11 +8,14 @@ off); topic lq with 6 partitions, replication_factor 3, partition p led by node 
     true: it is attached (not redirected, though its node leads 2 of 6), its attach
     echoes the property, and it reads exactly the messages of the partitions its node
     leads: per partition offsets 0..39 in order with their bodies, every message once
-    overall. A receiver of lq without the property on node 1 is attached too, forwarded to
-    the leaders (fwd/recv.c), and gets nothing: the queue gave every message out.
+    overall. Local-only browsers (distribution-mode copy) on the three nodes see the
+    same split, each message once. A receiver of lq without the property on node 1 is
+    attached too, forwarded to the leaders (fwd/recv.c), and gets nothing: the queue gave
+    every message out.
 (b) A node that leads no partition of a topic refuses such a link with amqp:not-found
-    naming "leads no partition" (topic ls1, one partition led by node 1: refused on 2
-    and 3, attached on 1); it is never redirected.
+    naming "leads no partition" (topic ls1, one partition: refused on the two nodes that
+    do not lead it, attached on its leader); it is never redirected. A value that is
+    not a boolean is refused with amqp:invalid-field.
 (c) The legs stay attached while partition 0 moves from node 1 to node 2 (mqctl cluster
     elect): 20 more messages to partition 0 through node 2 go to node 2's receiver only,
     after offset 39 (none of 0..39 again: they were settled before the move), and
@@ -20,20 +23,23 @@ off); topic lq with 6 partitions, replication_factor 3, partition p led by node 
     starts reading it again at the committed offset, node 2 stops), 20 more; then node 3
     leads it (a node that held no lead of it before), 20 more. No leg is detached;
     every message is read exactly once overall and each partition in offset order.
+(d) Node 2's receiver holds 10 deliveries of partition 1 unsettled while partition 1
+    moves to node 3: node 3's receiver gets those 10 again (they were not settled: the
+    only messages read twice), node 2's late acceptance of them only settles them there;
+    10 more through node 3 go to node 3's receiver; partition 1 back on node 2 (after the
+    1 s persist): node 2's receiver reads the next 10 and none of the 20 before.
 """
 
 import os
-import shutil
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import Etcd, Props, Receiver, create_rf3, start_nodes  # noqa: E402
-from mqdlegs import LOCAL_ONLY, Legs, by_partition, elect, log_legs, send_all, spread_topic  # noqa: E402
-from mqdtest import SLOW, check, log, skip  # noqa: E402
+from mqdcluster import Props, Receiver, create_rf3  # noqa: E402
+from mqdlegs import spread_cluster, LOCAL_ONLY, Legs, by_partition, elect, log_legs, send_all  # noqa: E402
+from mqdtest import SLOW, check, log  # noqa: E402
 
-RACKS = {1: "a", 2: "b", 3: "c"}
 T = "lq"
 N = 40
 MORE = 20
@@ -64,17 +70,11 @@ def check_partition(msgs, p, first, n, what):
 
 
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    etcd = Etcd(t)
-    etcd.start()
-    brokers = start_nodes(t, etcd, RACKS, lambda i: {"auto_leader_rebalance": "off"})
+    etcd, brokers, lead = spread_cluster(t, T)
     coll = mqdtest.Collect()
-    lead = spread_topic(etcd, brokers, T)
-    log("leaders %r" % lead)
     for p, n in sorted(lead.items()):
         send_all(brokers[n].url, "%s/Partitions/%d" % (T, p), ["p%d-%d" % (p, i) for i in range(N)])
-    legs = Legs({"leg%d" % i: (brokers[i].url, T) for i in RACKS}).start()
+    legs = Legs({"leg%d" % i: (brokers[i].url, T) for i in brokers}).start()
     try:
         with coll.case("(a) each node's local-only receiver reads exactly its led partitions"):
             got = legs.wait_count(6 * N)
@@ -89,6 +89,16 @@ def body(t):
                       "partition %d read by %r, led by node %d" % (p, {leg for _, _, leg in msgs}, lead[p]))
                 check_partition(msgs, p, 0, N, "(a)")
                 check([o for o, _, _ in msgs] == list(range(N)), "(a): partition %d offsets %r" % (p, msgs[:5]))
+            brs = Legs({"br%d" % i: (brokers[i].url, T) for i in brokers}, browse=True).start()
+            try:
+                seen = brs.wait_count(6 * N, what="(browsers) ")
+            finally:
+                brs.stop()
+            for p, msgs in sorted(by_partition(seen).items()):
+                check({leg for _, _, leg in msgs} == {"br%d" % lead[p]},
+                      "browsers: partition %d read by %r, led by node %d" % (p, {leg for _, _, leg in msgs}, lead[p]))
+                check_partition(msgs, p, 0, N, "(a) browsers")
+            check(len(seen) == 6 * N, "browsers: %d messages, want %d" % (len(seen), 6 * N))
             plain = PropReceiver(brokers[1].url, T, None)
             mqdtest.run_container(plain, 30)
             # forwarded by node 1 (issue 33, fwd/recv.c: legs to every leader), not
@@ -96,9 +106,9 @@ def body(t):
             check(plain.link_cond is None and not plain.bodies,
                   "a receiver of %s without the property on node 1: %r, %d messages"
                   % (T, plain.link_cond, len(plain.bodies)))
-        with coll.case("(b) a node leading no partition refuses a local-only link: amqp:not-found"):
+        with coll.case("(b) a node leading no partition refuses a local-only link: amqp:not-found; a bad value"):
             ps = create_rf3(etcd, brokers[1], "ls1")
-            for i in RACKS:
+            for i in brokers:
                 r = PropReceiver(brokers[i].url, "ls1", LOCAL_ONLY)
                 mqdtest.run_container(r, 30)
                 if i == ps["leader"]:
@@ -108,6 +118,10 @@ def body(t):
                           "leads no partition" in (r.link_cond[1] or ""),
                           "node %d: %r" % (i, r.link_cond))
                     log("node %d: %s: %s" % (i, r.link_cond[0], r.link_cond[1]))
+            r = PropReceiver(brokers[1].url, T, {"mqd:fwd-local-only": "yes"})
+            mqdtest.run_container(r, 30)
+            check(r.link_cond and r.link_cond[0] == "amqp:invalid-field" and "boolean" in r.link_cond[1],
+                  "mqd:fwd-local-only = \"yes\": %r" % (r.link_cond,))
         with coll.case("(c) partition 0 moves 1 -> 2 -> 1 -> 3: the legs stay, the reads follow"):
             time.sleep(2 * SLOW)  # the committed offsets reach the followers (1 s persist)
             moved_at = len(legs.snapshot())
@@ -134,6 +148,27 @@ def body(t):
             for p in range(1, 6):
                 check_partition(per[p], p, 0, N, "(c) partition %d overall" % p)
             check(len(got) == 5 * N + base, "%d messages overall, want %d" % (len(got), 5 * N + base))
+        with coll.case("(d) deliveries unsettled at a move come again from the new leader, once"):
+            legs.hold_leg("leg2")
+            n0 = len(legs.snapshot())
+            send_all(brokers[2].url, "%s/Partitions/1" % T, ["p1-%d" % s for s in range(N, N + 10)])
+            legs.wait_count(n0 + 10, what="(held on node 2) ")
+            elect(etcd, brokers[1], T, 1, 3)
+            legs.wait_count(n0 + 20, what="(again from node 3) ")
+            legs.accept_held("leg2")  # settles deliveries of a lead node 2 has left: only settled
+            send_all(brokers[3].url, "%s/Partitions/1" % T, ["p1-%d" % s for s in range(N + 10, N + 20)])
+            got = legs.wait_count(n0 + 30, what="(more from node 3) ")
+            time.sleep(2 * SLOW)  # node 3 logs the committed offset; then back to node 2
+            elect(etcd, brokers[1], T, 1, 2)
+            send_all(brokers[2].url, "%s/Partitions/1" % T, ["p1-%d" % s for s in range(N + 20, N + 30)])
+            got = legs.wait_count(n0 + 40, what="(node 2 again) ")
+            new = [(leg, b) for leg, p, _, b, _ in got[n0:]]
+            want = [("leg2", "p1-%d" % s) for s in range(N, N + 10)] + \
+                   [("leg3", "p1-%d" % s) for s in range(N, N + 20)] + \
+                   [("leg2", "p1-%d" % s) for s in range(N + 20, N + 30)]
+            log("(d): %s" % ", ".join("%s %s" % x for x in new[::5]))
+            check(new == want, "(d): %d messages after the hold: %r, want %r" % (len(new), new[:12], want[:12]))
+            check(not legs.ends, "legs ended: %r" % legs.ends)
     finally:
         legs.stop()
     coll.finish()

@@ -24,17 +24,15 @@ partition), body <key>-<seq>.
 """
 
 import os
-import shutil
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import TTL_MS, Etcd, start_nodes, wait_for  # noqa: E402
-from mqdlegs import Legs, by_partition, leaders, log_legs, send_all, spread_topic  # noqa: E402
-from mqdtest import SLOW, check, log, skip  # noqa: E402
+from mqdcluster import TTL_MS, wait_for  # noqa: E402
+from mqdlegs import spread_cluster, Legs, by_partition, leaders, log_legs, send_all  # noqa: E402
+from mqdtest import SLOW, check, log  # noqa: E402
 
-RACKS = {1: "a", 2: "b", 3: "c"}
 T = "lg"
 ADDR = T + "/ConsumerGroups/g"
 N = 40
@@ -77,15 +75,9 @@ def check_more(new, p, what):
 
 
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    etcd = Etcd(t)
-    etcd.start()
-    brokers = start_nodes(t, etcd, RACKS, lambda i: {"auto_leader_rebalance": "off"})
+    etcd, brokers, lead = spread_cluster(t, T)
     coll = mqdtest.Collect()
-    lead = spread_topic(etcd, brokers, T)
-    log("leaders %r" % lead)
-    legs = Legs({"m%d@%d" % (m, i): (brokers[i].url, ADDR) for m in (1, 2) for i in RACKS}).start()
+    legs = Legs({"m%d@%d" % (m, i): (brokers[i].url, ADDR) for m in (1, 2) for i in brokers}).start()
     try:
         # every member's legs first: a member alone in the group reads every partition its
         # leader has until the next one joins (as on a single node)

@@ -4,17 +4,18 @@ property mqd:fwd-local-only = true (what a node that merges a client's receiver 
 partitions' leaders opens on each leader), all in one Proton container on its own
 thread, each recording what it got and how its link ended."""
 
+import shutil
 import threading
 import time
 
 import mqdtest
-from mqdcluster import Props, get_json, wait_for
-from mqdtest import SLOW, check, log
+from mqdcluster import Etcd, Props, get_json, start_nodes, wait_for
+from mqdtest import SLOW, check, log, skip
 
 try:
     from proton import Message
     from proton.handlers import MessagingHandler
-    from proton.reactor import Container
+    from proton.reactor import Container, Copy
 except ImportError:  # pragma: no cover
     Message = None
     MessagingHandler = object
@@ -56,6 +57,19 @@ def spread_topic(etcd, brokers, topic, n=6):
     want = {p: p % 3 + 1 for p in range(n)}
     wait_for("%s led as %r" % (topic, want), lambda: leaders(etcd, topic, n) == want, 20)
     return want
+
+
+def spread_cluster(t, topic):
+    """A real etcd, nodes 1-3 (racks a/b/c, auto_leader_rebalance off) and topic (6
+    partitions, RF 3) led as spread_topic leaves it: (etcd, {id: broker}, {p: leader})."""
+    if shutil.which("etcd") is None:
+        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
+    etcd = Etcd(t)
+    etcd.start()
+    brokers = start_nodes(t, etcd, {1: "a", 2: "b", 3: "c"}, lambda i: {"auto_leader_rebalance": "off"})
+    lead = spread_topic(etcd, brokers, topic)
+    log("leaders %r" % lead)
+    return etcd, brokers, lead
 
 
 def elect(etcd, broker, topic, part, node, n=6):
@@ -114,14 +128,17 @@ def send_all(url, address, bodies, key_of=None):
 
 class Legs(MessagingHandler):
     """Receivers with mqd:fwd-local-only, one per entry of `legs` ({name: (url, address)},
-    the name is also the link's name), each on its own connection; every message is
-    accepted once received. got: (leg, partition, offset, body, time); ends: (leg,
-    condition name, description, time) of every link or connection that ended other
-    than by close(); props: {leg: the link properties of the broker's attach}."""
+    the name is also the link's name), each on its own connection (browse:
+    distribution-mode copy, browsers). Every message is accepted once received, but on a
+    leg held with hold_leg: then at accept_held. got: (leg, partition, offset, body,
+    time); ends: (leg, condition name, description, time) of every link or connection
+    that ended other than by close(); props: {leg: the link properties of the broker's
+    attach}."""
 
-    def __init__(self, legs, credit=20):
-        super().__init__(prefetch=credit, auto_accept=True)
-        self.legs = dict(legs)
+    def __init__(self, legs, credit=20, browse=False):
+        super().__init__(prefetch=credit, auto_accept=False)
+        self.legs, self.browse = dict(legs), browse
+        self.hold, self.held = set(), {}  # legs whose deliveries wait for accept_held()
         self.got, self.ends = [], []
         self.props, self.links, self.conns = {}, {}, {}
         self.closing = set()
@@ -134,7 +151,8 @@ class Legs(MessagingHandler):
         url, address = self.legs[name]
         c = container.connect(url, reconnect=False)
         self.conns[name] = c
-        self.links[name] = container.create_receiver(c, address, name=name, options=[Props(LOCAL_ONLY)])
+        opts = [Props(LOCAL_ONLY)] + ([Copy()] if self.browse else [])
+        self.links[name] = container.create_receiver(c, address, name=name, options=opts)
 
     def _leg(self, link):
         for n, l in self.links.items():
@@ -155,6 +173,10 @@ class Legs(MessagingHandler):
             if cmd == "close":
                 self.closing.add(name)
                 self.links[name].close()
+            elif cmd == "accept":
+                self.hold.discard(name)
+                for d in self.held.pop(name, []):
+                    self.accept(d)
             elif cmd == "open":
                 self.closing.discard(name)
                 self._open(self.container, name)
@@ -175,6 +197,10 @@ class Legs(MessagingHandler):
         part = int(mqdtest.ann(e.message, "x-opt-partition-id", "-1"))
         off = int(mqdtest.ann(e.message, "x-opt-offset", "-1"))
         self.got.append((n, part, off, e.message.body, time.time()))
+        if n in self.hold:
+            self.held.setdefault(n, []).append(e.delivery)
+        else:
+            self.accept(e.delivery)
 
     def _ended(self, name, cond):
         if name and name not in self.closing:
@@ -208,6 +234,15 @@ class Legs(MessagingHandler):
     def close_leg(self, name):
         with self.lock:
             self.cmds.append(("close", name))
+
+    def hold_leg(self, name):
+        """From now on name's deliveries stay unsettled until accept_held(name)."""
+        with self.lock:
+            self.hold.add(name)
+
+    def accept_held(self, name):
+        with self.lock:
+            self.cmds.append(("accept", name))
 
     def open_leg(self, name, url, address):
         with self.lock:
