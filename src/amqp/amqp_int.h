@@ -76,6 +76,24 @@ bool mqd_link_wants_redirect(pn_link_t *l);
  * a link property mqd:redirect that is not a boolean, or its connection closed with
  * amqp:connection:redirect (connection_redirect; repl's conn_redirect hook chose where). */
 bool mqd_link_attach_redirects(mqd_conn_t *c, pn_link_t *l);
+/* The same in two steps: the verdict alone (nothing answered yet; ans holds where or
+ * why), then answering l as mqd_link_route does (a receiver whose partitions are led
+ * elsewhere is forwarded instead: consumer.c). */
+typedef struct mqd_route_ans {
+    mqd_redirect_t to;
+    const char *cond;
+    char err[512];
+} mqd_route_ans_t;
+int mqd_link_route_ask(mqd_conn_t *c, const char *topic, int64_t part, mqd_topic_t *t,
+                       mqd_route_ans_t *ans);
+void mqd_link_route_act(mqd_conn_t *c, pn_link_t *l, const char *topic, int how,
+                        const mqd_route_ans_t *ans);
+/* The client's user a node forwarding a link for it names (link property mqd:fwd-user),
+ * copied into buf: honoured only on a connection of another node (a node certificate's
+ * login, or replication_user when that is set); NULL on any other connection, where the
+ * connection's own user counts. *present: the link carries the property (a forwarded
+ * link, whichever connection it came on). */
+const char *mqd_link_fwd_user(mqd_conn_t *c, pn_link_t *l, char *buf, size_t cap, bool *present);
 /* Allocates a link state and makes it the link's context. */
 mqd_lstate_t *mqd_lstate_new(mqd_conn_t *c, pn_link_t *l, mqd_ls_kind_t kind);
 

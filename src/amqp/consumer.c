@@ -406,9 +406,54 @@ static void apply_start(mqd_lstate_t *ls)
     }
 }
 
+/* A receiver whose partitions are led by other nodes (route said redirect): served by
+ * fwd/recv.c through links to their leaders, the client's link attached here. False:
+ * no forwarding here (a single node, fwd not set up): redirect as before. A link another
+ * node forwarded is never forwarded again (no loops): refused, so that its entry node
+ * looks for the leader again. */
+static bool forward(mqd_conn_t *c, pn_link_t *l, const mqd_addr_t *a, bool browse)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    if (link_prop(l, "mqd:fwd-node")) {
+        mqd_link_refuse(l, "amqp:link:detach-forced",
+                        "this node does not lead the partitions of '%s' (a forwarded link is "
+                        "not forwarded again)",
+                        a->topic);
+        return true;
+    }
+    if (!fh->recv_attach || mqd_link_wants_redirect(l))
+        return false; /* single node, or the client asked for a redirect (redirect.c) */
+    if (a->kind != MQD_ADDR_TOPIC && strcmp(a->group, MQD_SHARED_GROUP) == 0) {
+        mqd_link_refuse(l, "amqp:resource-locked", "group $shared is in shared mode: '%s'",
+                        a->topic);
+        return true;
+    }
+    mqd_lstate_t *ls = mqd_lstate_new(c, l, MQD_LS_FWD);
+    char *name = ls ? strdup(a->topic) : NULL;
+    if (!name) {
+        if (ls) {
+            pn_link_set_context(l, NULL);
+            mqd_lstate_free(ls);
+        }
+        mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+        return true;
+    }
+    mqd_ls_set_tmp_name(ls, name); /* what a reload's ACL check names (auth/recheck.c) */
+    mqd_ls_set_acl_perm(ls, browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE);
+    mqd_ls_set_manual(ls, a->kind == MQD_ADDR_GROUP_PARTITION);
+    mqd_ls_set_part(ls, a->partition);
+    char lname[256];
+    snprintf(lname, sizeof lname, "%s/%s", mqd_conn_peer(c), pn_link_name(l));
+    mqd_ls_set_name(ls, lname);
+    fh->recv_attach(fh->arg, ls, a->topic,
+                    a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition : -1,
+                    mqd_auth_principal(c));
+    return true;
+}
+
 /* Resolves the source address into topic, group and partition; 0 or refuses. */
 static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool browse,
-                          bool local_only, mqd_topic_t **t, mqd_addr_t *a)
+                          bool local_only, mqd_topic_t **t, mqd_addr_t *a, bool *fwd_in)
 {
     /* $management and $cbs in another spelling (a URL) name no topic either */
     if (mqd_addr_parse(addr, strlen(addr), a) != 0 || a->kind == MQD_ADDR_PARTITION ||
@@ -421,7 +466,13 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
                         "'%s' is another connection's temporary node", addr);
         return MQD_EINVAL;
     }
-    if (!mqd_auth_allowed(c, browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE, a->topic)) {
+    char fu_buf[MQD_NAME_MAX + 1];
+    bool present;
+    const char *fu = mqd_link_fwd_user(c, l, fu_buf, sizeof fu_buf, &present);
+    *fwd_in = fu != NULL;
+    mqd_perm_t perm = browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE;
+    if (fu ? !mqd_auth_user_may(mqd_conn_srv(c), fu, perm, a->topic)
+           : !mqd_auth_allowed(c, perm, a->topic)) {
         mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to receive from '%s'", addr);
         return MQD_EINVAL;
     }
@@ -429,9 +480,14 @@ static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool br
     int64_t part = a->kind == MQD_ADDR_GROUP_PARTITION ? (int64_t)a->partition
                    : local_only                        ? MQD_ROUTE_PART_LED
                                                        : -1;
-    int how = mqd_link_route(c, l, a->topic, part, *t);
-    if (how != MQD_ROUTE_HERE)
+    mqd_route_ans_t ans;
+    int how = mqd_link_route_ask(c, a->topic, part, *t, &ans);
+    if (how == MQD_ROUTE_REDIRECT && forward(c, l, a, browse))
+        return MQD_EAGAIN; /* fwd/ serves it (or it was refused) */
+    if (how != MQD_ROUTE_HERE) {
+        mqd_link_route_act(c, l, a->topic, how, &ans);
         return MQD_EAGAIN; /* refused, redirected, or waiting for the cluster */
+    }
     bool create = mqd_may_create(c, a->topic);
     int trc = mqd_topic_get_as(c, a->topic, create, t);
     if (trc == MQD_ENOENT && mqd_create_forbidden(c, a->topic)) {
@@ -486,6 +542,7 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     pn_terminus_t *rs = pn_link_remote_source(l), *src = pn_link_source(l);
     mqd_topic_t *t = NULL;
     mqd_addr_t a = {.kind = MQD_ADDR_TOPIC};
+    bool fwd_in = false; /* another node's link for its client: authorized as that user */
     pn_terminus_copy(src, rs);
     pn_terminus_copy(pn_link_target(l), pn_link_remote_target(l));
     bool browse = pn_terminus_get_distribution_mode(rs) == PN_DIST_MODE_COPY;
@@ -508,7 +565,7 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
                mqd_reply_entity_node(addr, NULL, 0)) {
         if (mqd_reply_attach(c, l, strcasecmp(addr, "$cbs") == 0, &t) != 0)
             return;
-    } else if (resolve_source(c, l, addr, browse, local_only == 1, &t, &a) != 0) {
+    } else if (resolve_source(c, l, addr, browse, local_only == 1, &t, &a, &fwd_in) != 0) {
         return;
     } else if (local_only) {
         echo_local_only(l);
@@ -520,7 +577,7 @@ void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l)
     mqd_ls_set_topic(ls, t);
     /* what resolve_source checked (a temporary node is the connection's own: dynamic, or
        the reply node of a $management / $cbs receiver) */
-    if (!mqd_topic_temporary(t))
+    if (!mqd_topic_temporary(t) && !fwd_in)
         mqd_ls_set_acl_perm(ls, browse ? MQD_PERM_BROWSE : MQD_PERM_RECEIVE);
     bool manual = a.kind == MQD_ADDR_GROUP_PARTITION;
     mqd_ls_set_manual(ls, manual);

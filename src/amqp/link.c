@@ -78,11 +78,8 @@ static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
     return MQD_EINVAL;
 }
 
-/* The client's user a node forwarding a link for it names (link property mqd:fwd-user),
- * copied into buf: honoured only on a connection of another node (a node certificate's
- * login, or replication_user when that is set); NULL on any other connection, where the
- * connection's own user counts. */
-static const char *fwd_user(mqd_conn_t *c, pn_link_t *l, char *buf, size_t cap, bool *present)
+/* amqp_int.h */
+const char *mqd_link_fwd_user(mqd_conn_t *c, pn_link_t *l, char *buf, size_t cap, bool *present)
 {
     const char *ru = mqd_srv_conf(mqd_conn_srv(c))->replication_user;
     pn_bytes_t v;
@@ -127,6 +124,8 @@ void mqd_lstate_free(mqd_lstate_t *ls)
     mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
     if (kind == MQD_LS_PRODUCER && fh->link_gone)
         fh->link_gone(fh->arg, ls);
+    if (kind == MQD_LS_FWD && fh->recv_gone)
+        fh->recv_gone(fh->arg, ls);
     mqd_credit_free(ls);
     mqd_dlist_del(mqd_ls_tnode(ls));
     mqd_budget_partial(c, -(int64_t)(al ? al->acc_cap : 0));
@@ -297,7 +296,7 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
             return mqd_link_refuse(l, "amqp:unauthorized-access",
                                    "'%s' is a reply node: only mqd writes into it", addr);
         char fu_buf[MQD_NAME_MAX + 1];
-        const char *fu = fwd_user(c, l, fu_buf, sizeof fu_buf, &al->fwd_in);
+        const char *fu = mqd_link_fwd_user(c, l, fu_buf, sizeof fu_buf, &al->fwd_in);
         if (fu ? !fwd_user_may(c, fu, a.topic) : !mqd_auth_allowed(c, MQD_PERM_SEND, a.topic))
             return mqd_link_refuse(l, "amqp:unauthorized-access", "not allowed to send to '%s'",
                                    addr);
@@ -1078,31 +1077,45 @@ static void link_own_address(pn_link_t *l, mqd_redirect_t *to)
         snprintf(to->address, sizeof to->address, "%s", addr);
 }
 
-int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part, mqd_topic_t *t)
+int mqd_link_route_ask(mqd_conn_t *c, const char *topic, int64_t part, mqd_topic_t *t,
+                       mqd_route_ans_t *ans)
 {
     mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
-    mqd_redirect_t to;
-    const char *cond = "amqp:not-found";
-    char err[512] = "";
+    ans->cond = "amqp:not-found";
+    ans->err[0] = '\0';
     if (!rh->route)
         return MQD_ROUTE_HERE;
     bool created = false;
-    int how = rh->route(rh->arg, topic, t, part, !t && may_create_quiet(c, topic), true, &to, &cond,
-                        err, sizeof err, &created);
+    int how = rh->route(rh->arg, topic, t, part, !t && may_create_quiet(c, topic), true, &ans->to,
+                        &ans->cond, ans->err, sizeof ans->err, &created);
     if (created)
         mqd_topic_charge_create(c, topic);
+    return how;
+}
+
+void mqd_link_route_act(mqd_conn_t *c, pn_link_t *l, const char *topic, int how,
+                        const mqd_route_ans_t *ans)
+{
     if (how == MQD_ROUTE_REDIRECT) {
         /* led elsewhere and not forwarded (a link that asked for a redirect, redirect.c;
          * a receiver while fwd does not take it; a forwarded link, never forwarded again) */
         bool asked = mqd_link_wants_redirect(l);
+        mqd_redirect_t to = ans->to;
         link_own_address(l, &to);
         mqd_link_redirect(l, &to);
         mqd_srv_count_redirect(mqd_conn_srv(c),
                                asked ? MQD_REDIRECT_LINK_ASKED : MQD_REDIRECT_LINK_UNASKED);
     } else if (how == MQD_ROUTE_REFUSE)
-        mqd_link_refuse(l, cond, "%s", err);
+        mqd_link_refuse(l, ans->cond, "%s", ans->err);
     else if (how == MQD_ROUTE_WAIT)
         MQD_DEBUG("link", "attach of %s to %s waits for the cluster", pn_link_name(l), topic);
+}
+
+int mqd_link_route(mqd_conn_t *c, pn_link_t *l, const char *topic, int64_t part, mqd_topic_t *t)
+{
+    mqd_route_ans_t ans;
+    int how = mqd_link_route_ask(c, topic, part, t, &ans);
+    mqd_link_route_act(c, l, topic, how, &ans);
     return how;
 }
 
@@ -1160,8 +1173,8 @@ static void link_remote_open(mqd_conn_t *c, pn_link_t *l)
     bool fwd_in;
     const char *node = mqd_auth_node_attach_denied(
         c, pn_link_is_sender(l), pn_terminus_get_address(pn_link_remote_source(l)));
-    if (node && pn_link_is_receiver(l) && fwd_user(c, l, fu_buf, sizeof fu_buf, &fwd_in))
-        node = NULL; /* another node forwarding its client's sends */
+    if (node && mqd_link_fwd_user(c, l, fu_buf, sizeof fu_buf, &fwd_in))
+        node = NULL; /* another node forwarding its client's sends or receiver */
     if (node)
         return mqd_link_refuse(l, "amqp:unauthorized-access", "%s", node);
     if (mqd_link_attach_redirects(c, l))
@@ -1183,6 +1196,14 @@ static void link_remote_close(pn_link_t *l)
     if (!(pn_link_state(l) & PN_LOCAL_CLOSED))
         pn_link_close(l);
     mqd_link_reap(l); /* l may be freed: the caller must not touch it again */
+}
+
+/* A forwarded receiver's credit and its client's dispositions: fwd/recv.c's. */
+static void fwd_event(mqd_conn_t *c, mqd_lstate_t *ls, pn_event_t *e)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    if (fh->recv_event)
+        fh->recv_event(fh->arg, ls, e);
 }
 
 /* Proton advertises capacity / max-frame-size as the session's incoming window, in
@@ -1237,6 +1258,8 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
             mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
             if (rh->link_event)
                 rh->link_event(rh->arg, ls, e);
+        } else if (kind == MQD_LS_FWD) {
+            fwd_event(c, ls, e);
         } else if (kind == MQD_LS_CONSUMER || kind == MQD_LS_BROWSER)
             mqd_topic_dispatch_soon(mqd_ls_topic(ls));
         break;
@@ -1267,7 +1290,9 @@ void mqd_amqp_handle(mqd_conn_t *c, pn_event_t *e)
             mqd_repl_hooks_t *rh = mqd_srv_repl(mqd_conn_srv(c));
             if (rh->link_event)
                 rh->link_event(rh->arg, ls, e);
-        } else if (kind == MQD_LS_PRODUCER)
+        } else if (kind == MQD_LS_FWD)
+            fwd_event(c, ls, e);
+        else if (kind == MQD_LS_PRODUCER)
             producer_transfer(c, ls, d);
         else if (pn_delivery_updated(d) || pn_delivery_settled(d))
             mqd_consumer_disposition(ls, d);

@@ -494,6 +494,14 @@ void mqd_ls_set_repl(mqd_lstate_t *o, void *v)
 {
     o->repl = v;
 }
+void *mqd_ls_fwd(const mqd_lstate_t *o)
+{
+    return o->fwd;
+}
+void mqd_ls_set_fwd(mqd_lstate_t *o, void *v)
+{
+    o->fwd = v;
+}
 mqd_dlist_t *mqd_ls_tnode(mqd_lstate_t *o)
 {
     return &o->tnode;
@@ -713,6 +721,7 @@ const char *mqd_ls_kind_name(const mqd_lstate_t *ls)
     case MQD_LS_PRODUCER: return "producer";
     case MQD_LS_CONSUMER: return "consumer";
     case MQD_LS_BROWSER: return "browser";
+    case MQD_LS_FWD: return "forwarded consumer";
     default: return "other";
     }
 }

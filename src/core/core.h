@@ -404,6 +404,18 @@ typedef struct mqd_fwd_hooks {
     uint32_t (*nparts)(void *arg, const char *topic);
     /* /metrics: appends the forwarding counters (Prometheus text). */
     void (*metrics)(void *arg, struct evbuffer *b);
+    /* Receivers (fwd/recv.c): a client's receiver on partition part (-1: the whole
+     * source, T or T/ConsumerGroups/G, spanning partitions) of cluster topic `topic` that
+     * this node does not lead (all of), after the entry node's own checks (ACL): ls
+     * (MQD_LS_FWD, unanswered) is fwd's now, which answers the attach (opens it with the
+     * leader's source, or refuses it) and serves it through links to the leaders; user:
+     * the client's principal ("" anonymous), named to the leaders as mqd:fwd-user.
+     * recv_event: PN_LINK_FLOW and PN_DELIVERY of such a link; recv_gone: before its
+     * state goes. */
+    void (*recv_attach)(void *arg, struct mqd_lstate *ls, const char *topic, int64_t part,
+                        const char *user);
+    void (*recv_event)(void *arg, struct mqd_lstate *ls, pn_event_t *e);
+    void (*recv_gone)(void *arg, struct mqd_lstate *ls);
     void *arg;
 } mqd_fwd_hooks_t;
 
@@ -460,8 +472,16 @@ typedef struct mqd_core_ops {
 
 
 
-/* MQD_LS_REPL: a follower's fetch link ($repl/...), served by src/repl (s->repl). */
-typedef enum { MQD_LS_PRODUCER = 1, MQD_LS_CONSUMER, MQD_LS_BROWSER, MQD_LS_REPL } mqd_ls_kind_t;
+/* MQD_LS_REPL: a follower's fetch link ($repl/...), served by src/repl (s->repl).
+ * MQD_LS_FWD: a client's receiver whose partitions are led elsewhere, served by src/fwd
+ * (recv.c) through upstream links to their leaders (s->fwd). */
+typedef enum {
+    MQD_LS_PRODUCER = 1,
+    MQD_LS_CONSUMER,
+    MQD_LS_BROWSER,
+    MQD_LS_REPL,
+    MQD_LS_FWD
+} mqd_ls_kind_t;
 
 /* Per-link state, the pn_link's context. */
 
@@ -906,6 +926,8 @@ uint32_t mqd_ls_part(const mqd_lstate_t *o);
 void mqd_ls_set_part(mqd_lstate_t *o, uint32_t v);
 void *mqd_ls_repl(const mqd_lstate_t *o);
 void mqd_ls_set_repl(mqd_lstate_t *o, void *v);
+void *mqd_ls_fwd(const mqd_lstate_t *o); /* MQD_LS_FWD: src/fwd's state of it */
+void mqd_ls_set_fwd(mqd_lstate_t *o, void *v);
 mqd_dlist_t *mqd_ls_tnode(mqd_lstate_t *o);
 mqd_topic_t *mqd_ls_topic(const mqd_lstate_t *o);
 void mqd_ls_set_topic(mqd_lstate_t *o, mqd_topic_t *v);

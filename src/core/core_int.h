@@ -76,6 +76,7 @@ struct mqd_lstate {
     int64_t epoch; /* com.microsoft:epoch */
     char name[96]; /* "peer/link-name" for management */
     void *repl;    /* MQD_LS_REPL: the replication layer's state of it */
+    void *fwd;     /* MQD_LS_FWD: the forwarding layer's state of it (fwd/recv.c) */
     void *amqp;    /* amqp/'s state of it (mqd_alink_t, amqp/amqp_int.h: credit,
                       partial transfers, browse and selector positions...);
                       NULL for MQD_LS_REPL */

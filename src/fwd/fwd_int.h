@@ -19,6 +19,7 @@
 typedef struct mqd_fwd fwd_t;
 typedef struct fwd_peer fwd_peer_t;
 typedef struct fwd_send fwd_send_t; /* send.c */
+typedef struct fwd_recv fwd_recv_t; /* recv.c */
 
 /* The owner of one link on a pool connection (an upstream sender of send.c, a leg of
  * recv.c): the pn_link_t's context while bound. The pool hands it every PN_LINK_* and
@@ -60,6 +61,7 @@ struct mqd_fwd {
     struct event *ev_tick;
     bool closing;
     fwd_send_t *send; /* send.c */
+    fwd_recv_t *recv; /* recv.c */
 };
 
 /* ---- pool.c ---- */
@@ -88,5 +90,11 @@ int fwd_send_new(fwd_t *f);
 void fwd_send_free(fwd_t *f);
 void fwd_send_tick(fwd_t *f, int64_t now_ms);
 void fwd_send_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
+
+/* ---- recv.c ---- */
+int fwd_recv_new(fwd_t *f);
+void fwd_recv_free(fwd_t *f);
+void fwd_recv_tick(fwd_t *f, int64_t now_ms);
+void fwd_recv_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
 
 #endif

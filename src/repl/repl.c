@@ -326,6 +326,24 @@ static void set_role(rpart_t *rp, role_t role)
                rp->ps.leader, rp->ps.epoch, rc ? " (start failed)" : "");
 }
 
+void mqd_repl_on_leader(mqd_repl_t *r, mqd_repl_leader_fn fn, void *arg)
+{
+    r->leader_fn = fn;
+    r->leader_arg = arg;
+}
+
+/* Tells mqd_repl_on_leader's callback when rp's leader, or this node's playing it, changed. */
+static void tell_leader(mqd_repl_t *r, rpart_t *rp)
+{
+    bool leading = rp->role == ROLE_LEADER;
+    if (rp->told_leader == rp->ps.leader && rp->told_leading == leading)
+        return;
+    rp->told_leader = rp->ps.leader;
+    rp->told_leading = leading;
+    if (r->leader_fn && !r->closing)
+        r->leader_fn(r->leader_arg, rp->topic, rp->part, rp->ps.leader);
+}
+
 /* Brings this node's role for rp in line with its state in etcd. */
 static void apply(mqd_repl_t *r, rpart_t *rp)
 {
@@ -350,6 +368,7 @@ static void apply(mqd_repl_t *r, rpart_t *rp)
     } else if (want == ROLE_FOLLOWER) {
         mqd_repl_fol_epoch(rp); /* the same leader in a new epoch: attach again */
     }
+    tell_leader(r, rp);
 }
 
 /* ---- etcd: partitions/<T>/<P> and topics/<T> ---- */

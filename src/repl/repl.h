@@ -235,5 +235,13 @@ void mqd_repl_set_forwarding(mqd_repl_t *r, bool on);
 /* The node's own id and the cluster lease (ms). */
 uint32_t mqd_repl_self(const mqd_repl_t *r);
 uint32_t mqd_repl_lease_ms(const mqd_repl_t *r);
+/* ---- leader changes, for forwarded receivers (src/fwd/recv.c) ----
+ * fn(arg, topic, part, leader) runs on the loop whenever the leader this node knows for
+ * a partition changes, or this node starts or stops playing that leader's role (leader
+ * is then its own id, and the partition is served here only once it does). Not from
+ * inside a link's event of the broker: fn may attach and close links of the node
+ * connections. One callback (fn NULL: none). */
+typedef void (*mqd_repl_leader_fn)(void *arg, const char *topic, uint32_t part, uint32_t leader);
+void mqd_repl_on_leader(mqd_repl_t *r, mqd_repl_leader_fn fn, void *arg);
 
 #endif

@@ -109,6 +109,8 @@ struct rpart {
     bool cand_stale_logged; /* a report of an earlier departure was ignored (logged once) */
     /* leader handing the partition back to its preferred replica (rebal.c): sends are
        refused until that replica holds every record, then the move's CAS is sent */
+    uint32_t told_leader;  /* the leader mqd_repl_on_leader's callback last heard of */
+    bool told_leading;     /* and whether this node played it then */
     uint32_t xfer_to;      /* 0: no move */
     uint32_t xfer_epoch;   /* the epoch the move writes, once its CAS was sent (else 0) */
     int64_t xfer_until_ms; /* the move is given up when not sent by then */
@@ -143,6 +145,8 @@ void mqd_repl_tn_free(tname_t **l);
 
 struct mqd_repl {
     mqd_server_t *s;
+    mqd_repl_leader_fn leader_fn; /* mqd_repl_on_leader (fwd/recv.c), or NULL */
+    void *leader_arg;
     const mqd_conf_t *conf;
     mqd_cluster_t *m;
     mqd_etcd_t *etcd;
