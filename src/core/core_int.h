@@ -170,6 +170,7 @@ struct mqd_server {
     size_t parts_failed;     /* partitions whose log failed (partfail.c) */
     uint64_t sends_failed;   /* sends rejected because their partition failed */
     uint64_t group_commit_failures; /* group offset writes to meta.db that failed (group/) */
+    uint64_t login_failures[MQD_LOGIN_MECHS]; /* refused logins by mechanism (auth/, console/) */
     int64_t started_ms;      /* wall clock at start */
     uint64_t tmp_seq;
     uint64_t conn_serial;    /* the last mqd_conn_t.serial given */

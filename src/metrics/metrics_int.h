@@ -1,0 +1,20 @@
+/* metrics/ private: the exposition helpers its files share. */
+#ifndef MQD_METRICS_INT_H
+#define MQD_METRICS_INT_H
+
+#include "metrics/metrics.h"
+
+struct evbuffer;
+
+/* A label value, escaped as format 0.0.4 asks (backslash, double quote, newline). */
+void mqd_metrics_label(struct evbuffer *b, const char *v);
+/* The # HELP and # TYPE lines of a metric family. */
+void mqd_metrics_head(struct evbuffer *b, const char *name, const char *type, const char *help);
+
+/* process.c: CPU seconds, the descriptor limit, build info, refused logins by
+ * mechanism, certificate expiry */
+void mqd_metrics_put_process_extra(struct evbuffer *b, struct mqd_server *s);
+/* process.c: mqd_group_members and mqd_group_inflight per topic and group */
+void mqd_metrics_put_group_extra(struct evbuffer *b, struct mqd_server *s);
+
+#endif
