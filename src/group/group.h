@@ -37,7 +37,17 @@ typedef enum {
     MQD_RESET_LATEST,       /* to its end */
     MQD_RESET_OFFSET,       /* to `value` (clamped to [start, end]) */
     MQD_RESET_TIME,         /* to the first offset with timestamp >= value (ms) */
+    MQD_RESET_SHIFT,        /* by `value` (may be negative) from the committed offset */
 } mqd_reset_t;
+
+/* Where partition i of t would move to by how/value (MQD_RESET_SHIFT: from `committed`),
+ * clamped to the partition's start and visible end as the seek clamps. */
+uint64_t mqd_group_reset_target(struct mqd_topic *t, uint32_t i, mqd_reset_t how, int64_t value,
+                                uint64_t committed);
+/* Moves partition i of the group to to[i] for each i < n whose to[i] is not UINT64_MAX
+ * (the others keep their offsets), persisted in one transaction before returning.
+ * MQD_ESTATE while the group has live links. Creates the group if it does not exist. */
+int mqd_group_seek(struct mqd_topic *t, const char *group, const uint64_t *to, uint32_t n);
 
 /* Moves a group's committed offsets; only while it has no live links (MQD_ESTATE),
  * persisted before returning. Creates the group if it does not exist. */

@@ -101,6 +101,11 @@ int mqd_mgmt_check_strings(mqd_mgmt_req_t *r);
  * properties topic and group; with need_group false, as QUERY reads it, "" when none)
  * into topic[len]; 0, or the 400 set in r. */
 int mqd_mgmt_group_topic(mqd_mgmt_req_t *r, bool need_group, char *topic, size_t len);
+/* The same with the group's name too ("" when absent and not needed). */
+int mqd_mgmt_group_ref(mqd_mgmt_req_t *r, bool need_group, char topic[MQD_NAME_MAX + 1],
+                       char group[MQD_NAME_MAX + 1]);
+/* mgmt_reset.c: com.mqd:consumergroup RESET */
+int mqd_mgmt_group_reset(mqd_mgmt_req_t *r);
 
 extern const mqd_mgmt_op_t mqd_mgmt_topic_ops[];
 extern const size_t mqd_mgmt_n_topic_ops;

@@ -188,7 +188,7 @@ def case_metrics_exist(t, exprs):
     bad = "amqp://alice:wrong@" + b.hostport
     for _ in range(2):
         rc, out, err = mqdtest.mqctl(bad, "topic", "list")
-        check(rc == 2 and "Authentication failed" in err, "wrong password: %d %s" % (rc, err))
+        check(rc == 6 and "Authentication failed" in err, "wrong password: %d %s" % (rc, err))
     # a consumer attached (not consuming) while we scrape: mqd_group_members = 1
     held = subprocess.Popen([mqdtest.mqctl_bin(), "--url", url, "receive", "orders", "--group", "audit",
                              "--count", "1000", "--idle", str(int(30 * SLOW))],

@@ -121,7 +121,7 @@ def mqctl_cases(coll, b, ctl):
         check(any(g["group"] == "$shared" for g in groups), "group list %r" % groups)
         v = ctl.json("group", "describe", "orders", "$shared")
         check(sum(p["lag"] for p in v["partitions"]) == 10, "lag before reset: %r" % v)
-        v = ctl.json("group", "reset", "orders", "billing", "--to", "latest")
+        v = ctl.json("group", "reset", "orders", "billing", "--to", "latest", "--create")
         check(all(p["committed"] == p["log_end"] for p in v["partitions"]), "reset latest: %r" % v)
         v = ctl.json("group", "reset", "orders", "billing", "--to", "earliest")
         check(v["lag"] == 10, "reset earliest: lag %r" % v)
