@@ -2,8 +2,8 @@
  *
  * One request per run: connect (Proton proactor), attach a sender to `$management` and a
  * receiver with a dynamic source for the reply, send, wait (bounded), print. Human tables
- * by default, JSON with --json. Exit codes: 0 ok, 1 usage, 2 connection or
- * authentication error, 3 not found, 4 conflict, 5 any other error. */
+ * by default, JSON with --json. Exit codes: 0 ok, 1 usage, 2 connection, 3 not found,
+ * 4 conflict, 5 any other error, 6 login refused, 7 right refused (mqctl.h). */
 #include "config.h"
 #include "mqd.h"
 #include "mgmt/mgmt_json.h"
@@ -55,7 +55,9 @@ static void usage(FILE *f)
           "  topic alter NAME [--partitions N] [--config KEY=VALUE]...\n"
           "  topic resume NAME[/PARTITION]   (a partition failed by a full disk or an I/O error)\n"
           "  group list [TOPIC] | describe TOPIC GROUP | delete TOPIC GROUP\n"
-          "  group reset TOPIC GROUP --to earliest|latest|OFFSET|@TIME_MS\n"
+          "  group reset TOPIC GROUP|--all-groups  (one of:) --to earliest|latest|OFFSET|@TIME_MS\n"
+          "       --to-datetime ISO | --by-duration DUR | --shift-by N\n"
+          "       [--partitions 0,2] [--dry-run] [--create]  (a missing group is an error)\n"
           "  send TOPIC [BODY...] [--key K] [--partition N] [--property K=V]... [--body-json]\n"
           "       (no BODY: one message per line of stdin)\n"
           "  receive TOPIC [--group G] [--from earliest|latest|OFFSET] [--count N] [--idle SEC]\n"

@@ -11,7 +11,10 @@ the binaries.
 - mqctl takes global options after the command (`topic list --json`) and names the
   option whose value is missing;
 - `make install DESTDIR=...` writes nothing outside the prefix (the unit included) and
-  installs mqd.conf, which holds password hashes, with mode 0640."""
+  installs mqd.conf, which holds password hashes, with mode 0640;
+- issue 38 point 8: every command of `mqctl --help` is in mqctl(1); mqctl(1)'s EXIT
+  STATUS lists 0..7 and operations.md the login (6) and right (7) refusals, not "PLAIN";
+  every metric family of a running mqd's /metrics is named in docs/operations.md."""
 
 import json
 import os
@@ -214,11 +217,59 @@ def case_install(t, coll):
         check(".IR %s ." % conf in page, "installed mqd(8) does not name %s" % conf)
 
 
+def case_ops_docs(t, coll):
+    """Issue 38 point 8: what docs/operations.md and mqctl(1) say of mqctl and /metrics."""
+    ops = open(os.path.join(SRC, "docs", "operations.md")).read()
+    man = man_text(os.path.join(SRC, "man", "mqctl.1"))
+    ctl = mqdtest.mqctl_bin()
+    with coll.case("every command of mqctl --help is in mqctl(1)"):
+        rc, helptext, _ = run([ctl, "--help"])
+        lines = [ln.strip() for ln in helptext.split("commands:")[1].splitlines()
+                 if re.match(r"^  [a-z]", ln)]
+        cmds = set()
+        for ln in lines:  # "topic list | describe NAME", "link list | user list", "status | reload"
+            noun, single = None, True
+            for seg in ln.split("(")[0].split(" | "):
+                w = seg.split()
+                if not w:
+                    continue
+                if len(w) >= 2 and re.match(r"^[a-z]+$", w[1]):  # "noun verb ..."
+                    noun, verb, single = w[0], w[1], False
+                elif noun is None or single:                     # "status", "send TOPIC"
+                    noun, verb, single = w[0], "", True
+                else:                                            # "describe NAME"
+                    verb = w[0]
+                cmds.add((noun + " " + verb).strip())
+        check(len(cmds) >= 20, "commands from --help: %r" % sorted(cmds))
+        missing = [c for c in sorted(cmds) if c not in man]
+        check(not missing, "mqctl(1) lacks %r" % missing)
+    with coll.case("the exit codes of mqctl(1) and docs/operations.md are mqctl's"):
+        codes = re.findall(r"^\.B (\d)$", man.split('.SH "EXIT STATUS"')[1].split(".SH ")[0], re.M)
+        check(codes == [str(i) for i in range(8)], "mqctl(1) EXIT STATUS lists %r" % codes)
+        for code, what in ((6, "authentication"), (7, "right")):
+            check(re.search(r"%d %s" % (code, what), ops), "operations.md lacks exit %d (%s)" % (code, what))
+        check("authenticates\nwith SASL PLAIN" not in ops and "with SASL PLAIN; the user" not in ops,
+              "operations.md still says mqctl logs in with PLAIN")
+        rc, _, err = run([ctl, "--url", "amqp://127.0.0.1:%d" % mqdtest.free_port(), "status"])
+        check(rc == 2, "no broker: exit %d" % rc)
+    with coll.case("every metric of /metrics is in docs/operations.md"):
+        mport = mqdtest.free_port()
+        b = t.broker("metrics-doc", sets={"metrics_listen": "127.0.0.1:%d" % mport})
+        import urllib.request
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=10 * SLOW) as r:
+            names = sorted(set(re.findall(r"^# TYPE (\S+) ", r.read().decode(), re.M)))
+        b.stop()
+        missing = [n for n in names if not re.search(r"`%s`" % re.escape(n), ops)]
+        check(len(names) >= 40 and not missing, "docs/operations.md lacks %r (of %d)" % (missing, len(names)))
+        log("%d metric families, each in docs/operations.md" % len(names))
+
+
 def body(t):
     coll = Collect()
     case_help_and_man(t, coll)
     case_sample(t, coll)
     case_mqctl(t, coll)
+    case_ops_docs(t, coll)
     case_install(t, coll)
     coll.finish()
 
