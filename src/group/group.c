@@ -266,6 +266,12 @@ int mqd_group_list(mqd_topic_t *t, mqd_group_cb cb, void *arg)
     return 0;
 }
 
+bool mqd_group_unused_queue(mqd_topic_t *t, const char *group)
+{
+    mqd_group_t *g = strcmp(group, MQD_SHARED_GROUP) == 0 ? group_find(t, group) : NULL;
+    return g && !g->active && g->n_members == 0;
+}
+
 int mqd_group_describe(mqd_topic_t *t, const char *group, mqd_group_part_cb cb, void *arg)
 {
     mqd_group_t *g = group_find(t, group);

@@ -31,6 +31,10 @@ int mqd_group_list(struct mqd_topic *t, mqd_group_cb cb, void *arg);
 /* One callback per partition; MQD_ENOENT for an unknown group. */
 typedef int (*mqd_group_part_cb)(const mqd_group_part_info_t *pi, void *arg);
 int mqd_group_describe(struct mqd_topic *t, const char *group, mqd_group_part_cb cb, void *arg);
+/* The topic's queue ($shared) before any queue consumer used it (no member ever, no
+ * stored offset): lists, lag metrics and alerts leave it out, since its "lag" is the
+ * whole topic while nobody reads it as a queue (issue 38 point 3). */
+bool mqd_group_unused_queue(struct mqd_topic *t, const char *group);
 
 typedef enum {
     MQD_RESET_EARLIEST = 0, /* every partition to its start offset */

@@ -205,6 +205,8 @@ static int lag_group(const char *group, mqd_group_mode_t mode, size_t members, v
     MQD_UNUSED(mode);
     MQD_UNUSED(members);
     lagctx_t *x = arg;
+    if (mqd_group_unused_queue(x->t, group))
+        return 0; /* its lag would be the whole topic while nobody reads it as a queue */
     x->group = group;
     mqd_group_describe(x->t, group, lag_part, x);
     return 0;

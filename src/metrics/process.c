@@ -127,6 +127,8 @@ static int group_row(const char *group, mqd_group_mode_t mode, size_t members, v
     MQD_UNUSED(mode);
     gctx_t *x = arg;
     uint64_t v = members;
+    if (mqd_group_unused_queue(x->t, group))
+        return 0;
     if (x->inflight) {
         v = 0;
         mqd_group_describe(x->t, group, sum_inflight, &v);

@@ -69,8 +69,11 @@ static mqd_topic_t *find_topic(mqd_mgmt_req_t *r, const char *name)
     return t;
 }
 
-static const char *mode_name(mqd_group_mode_t m)
+/* "queue" for the topic's own $shared group, which plain T consumers share */
+static const char *mode_name(const char *group, mqd_group_mode_t m)
 {
+    if (strcmp(group, MQD_SHARED_GROUP) == 0)
+        return "queue";
     return m == MQD_GROUP_SHARED ? "shared" : "exclusive";
 }
 
@@ -93,12 +96,14 @@ static int query_one(const char *group, mqd_group_mode_t mode, size_t members, v
 {
     qctx_t *q = arg;
     uint64_t sums[2] = {0, 0};
+    if (mqd_group_unused_queue(q->t, group))
+        return 0;
     mqd_group_describe(q->t, group, sum_lag, sums);
     pn_data_put_map(q->d);
     pn_data_enter(q->d);
     mqd_mgmt_kv_str(q->d, "topic", mqd_topic_name(q->t));
     mqd_mgmt_kv_str(q->d, "group", group);
-    mqd_mgmt_kv_str(q->d, "mode", mode_name(mode));
+    mqd_mgmt_kv_str(q->d, "mode", mode_name(group, mode));
     mqd_mgmt_kv_long(q->d, "members", (int64_t)members);
     mqd_mgmt_kv_long(q->d, "lag", (int64_t)sums[0]);
     mqd_mgmt_kv_long(q->d, "backlog", (int64_t)sums[1]);
@@ -182,7 +187,7 @@ static int describe(mqd_mgmt_req_t *r, mqd_topic_t *t, const char *group, int ok
     pn_data_enter(d);
     mqd_mgmt_kv_str(d, "topic", mqd_topic_name(t));
     mqd_mgmt_kv_str(d, "group", group);
-    mqd_mgmt_kv_str(d, "mode", m.found ? mode_name(m.mode) : NULL);
+    mqd_mgmt_kv_str(d, "mode", m.found ? mode_name(group, m.mode) : NULL);
     mqd_mgmt_kv_long(d, "members", (int64_t)m.members);
     mqd_mgmt_kv_enter(d, "partitions", true);
     rctx_t x = {.d = d};

@@ -13,7 +13,10 @@ the group gets, the groups that exist):
 - errors: "no topic 'ordrs'" (not Azure's "messaging entity") with did-you-mean, the
   same for a group; did-you-mean for a misspelt command; a URL of another scheme is a
   usage error, not a host name; a monitor-only user's reset says "needs the manage right"
-  and exits 7, a wrong password exits 6, no broker exits 2."""
+  and exits 7, a wrong password exits 6, no broker exits 2;
+- issue 38 point 3: a topic nobody reads as a queue lists no $shared group and exports no
+  mqd_group_lag for it; after a queue consumer took 2 of 6, $shared is listed as mode
+  "queue" with lag 4, and its lag is exported."""
 
 import json
 import os
@@ -140,6 +143,32 @@ def case_all_groups(b):
     log("--all-groups: every group but $shared; refused whole while one has a member (exit 4)")
 
 
+def case_queue_hidden(b, mport):
+    """Issue 38 point 3: the queue pseudo-group $shared is not listed, and exports no lag,
+    until a queue consumer used it; then it is listed with mode "queue"."""
+    import urllib.request
+
+    def lag_lines(topic):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=10 * SLOW) as r:
+            return [ln for ln in r.read().decode().splitlines()
+                    if ln.startswith('mqd_group_lag{topic="%s",' % topic)]
+    ok_json(b, "topic", "create", "quiet", "--partitions", "2")
+    mqdtest.send(b.url, "quiet", [Message(body="q%d" % i) for i in range(6)])
+    rows = ok_json(b, "group", "list", "quiet")
+    check(rows == [], "group list of a topic nobody reads: %r" % rows)
+    check(lag_lines("quiet") == [], "lag exported for nobody: %r" % lag_lines("quiet"))
+    check(not [g for g in ok_json(b, "group", "list") if g["topic"] == "quiet"], "in the full list")
+    r = mqdtest.receive(b.url, "quiet", 2, credit=2)  # a queue consumer takes 2
+    check(len(r.got) == 2, "queue consumer got %d" % len(r.got))
+    rows = ok_json(b, "group", "list", "quiet")
+    check([(g["group"], g["mode"], g["lag"]) for g in rows] == [("$shared", "queue", 4)],
+          "after a queue consumer: %r" % rows)
+    lines = lag_lines("quiet")
+    check(len(lines) == 2 and sum(int(float(ln.rsplit(" ", 1)[1])) for ln in lines) == 4,
+          "lag exported after a queue consumer: %r" % lines)
+    log("$shared hidden (list and lag) until a queue consumer used it, then mode queue, lag 4")
+
+
 def case_errors(b):
     rc, out, err = ctl(b, "topic", "describe", "ordrs")
     check(rc == 3 and "no topic 'ordrs'" in err and "did you mean 'orders'" in err and
@@ -166,7 +195,8 @@ def case_errors(b):
 
 
 def body(t):
-    b = consoletest.console_broker(t)
+    mport = mqdtest.free_port()
+    b = consoletest.console_broker(t, extra="metrics_listen = 127.0.0.1:%d\n" % mport)
     rc, out, err = ctl(b, "topic", "create", T, "--partitions", "3")
     check(rc == 0, "create: %s" % err)
     send_round(b, "early")
@@ -185,6 +215,8 @@ def body(t):
         case_missing_group(b)
     with coll.case("--all-groups"):
         case_all_groups(b)
+    with coll.case("$shared only once a queue consumer used it"):
+        case_queue_hidden(b, mport)
     with coll.case("error messages and exit codes"):
         case_errors(b)
     coll.finish()
