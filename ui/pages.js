@@ -188,6 +188,31 @@ export async function groups(main, ctx) {
   }, 3000);
 }
 
+// The RESET body of the group page's form: to/value, or shift; a date (ISO 8601, no
+// zone: UTC) and a duration back from now (90s, 15m, 2h, 7d) become a time in ms.
+export function resetBody(mode, v, parts) {
+  const body = {};
+  const int = (x) => { if (!/^-?\d+$/.test(x)) throw new Error(`not a whole number: '${x}'`); return Number(x); };
+  if (mode === 'earliest' || mode === 'latest') body.to = mode;
+  else if (mode === 'offset' || mode === 'time') { body.to = mode; body.value = int(v); }
+  else if (mode === 'shift') body.shift = int(v);
+  else if (mode === 'datetime') {
+    const ms = Date.parse(/[zZ]|[+-]\d\d:?\d\d$/.test(v) ? v : v + 'Z');
+    if (Number.isNaN(ms)) throw new Error(`not an ISO 8601 date and time: '${v}'`);
+    body.to = 'time'; body.value = ms;
+  } else if (mode === 'duration') {
+    const m = /^(\d+)(ms|s|m|h|d)$/.exec(v);
+    if (!m) throw new Error(`not a duration such as 90s, 15m, 2h, 7d: '${v}'`);
+    const unit = { ms: 1, s: 1e3, m: 6e4, h: 36e5, d: 864e5 }[m[2]];
+    body.to = 'time'; body.value = Math.max(0, Date.now() - Number(m[1]) * unit);
+  }
+  if (parts) {
+    if (!/^\d+(,\d+)*$/.test(parts)) throw new Error(`partitions are numbers such as 0,2: '${parts}'`);
+    body.partitions = parts;
+  }
+  return body;
+}
+
 function confirmPanel(text, label, action) {
   const out = h('div', { class: 'confirm', role: 'alertdialog', 'aria-label': text });
   const yes = h('button', { type: 'button', class: 'danger', id: 'confirm-yes', onclick: async () => {
@@ -206,22 +231,43 @@ export async function group(main, ctx, tname, gname) {
   main.append(h('h1', {}, 'Group ', h('span', { id: 'group-name' }, gname), ' on ', topicLink(tname)));
   const facts = h('div', {}), parts = h('div', { class: 'table-wrap' });
   const canvas = h('canvas', { id: 'lag-chart', class: 'chart', role: 'img', 'aria-label': 'lag' });
-  const to = h('select', { id: 'reset-to' }, ['earliest', 'latest', 'offset', 'time'].map((v) => h('option', { value: v }, v)));
-  const value = h('input', { id: 'reset-value', type: 'number', min: '0', inputmode: 'numeric' });
+  const to = h('select', { id: 'reset-to' }, [['earliest', 'earliest'], ['latest', 'latest'], ['offset', 'offset'],
+    ['time', 'time (ms since the epoch)'], ['datetime', 'date and time (ISO 8601)'], ['duration', 'duration back from now'],
+    ['shift', 'shift by N offsets']].map(([v, label]) => h('option', { value: v }, label)));
+  const value = h('input', { id: 'reset-value', type: 'text', size: '24', placeholder: '25 | 2026-12-07T13:00:00Z | 1h | -10' });
+  const partsIn = h('input', { id: 'reset-partitions', type: 'text', size: '10', placeholder: 'all' });
   const confirmSlot = h('div', {});
-  const form = h('form', { class: 'inline', id: 'reset-form', onsubmit: (e) => {
+  const form = h('form', { class: 'inline', id: 'reset-form', onsubmit: async (e) => {
     e.preventDefault();
-    const body = { to: to.value };
-    if (to.value === 'offset' || to.value === 'time') body.value = Number(value.value);
-    confirmSlot.replaceChildren(confirmPanel(
-      `Reset every partition of ${gname} to ${to.value}${'value' in body ? ' ' + body.value : ''}? ` +
+    let body;
+    try { body = resetBody(to.value, value.value.trim(), partsIn.value.trim()); } catch (err) {
+      confirmSlot.replaceChildren(h('p', { class: 'error', id: 'action-result' }, err.message));
+      return;
+    }
+    confirmSlot.replaceChildren(h('p', {}, 'Preview…'));
+    let preview;
+    try { preview = await post(`groups/${enc(tname)}/${enc(gname)}/reset`, { ...body, dry_run: true }); } catch (err) {
+      confirmSlot.replaceChildren(h('p', { class: 'error', id: 'action-result' }, `Refused: ${err.message} (${err.status})`));
+      return;
+    }
+    const table = h('table', { id: 'reset-preview' },
+      h('thead', {}, h('tr', {}, ['Partition', 'Committed now', 'After the reset', 'Log start', 'Log end', 'Lag after'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, preview.partitions.map((p) => h('tr', { 'data-partition': p.partition, class: p.changed ? 'changed' : '' },
+        h('td', {}, p.partition), h('td', { class: 'num before' }, num(p.previous ?? p.committed)),
+        h('td', { class: 'num after' }, num(p.committed)), h('td', { class: 'num' }, num(p.log_start)),
+        h('td', { class: 'num' }, num(p.log_end)), h('td', { class: 'num' }, num(p.lag))))));
+    const panel = confirmPanel(
+      `Reset ${body.partitions ? 'partitions ' + body.partitions : 'every partition'} of ${gname} as previewed? ` +
       'The group must have no live members.', 'Confirm reset',
       async () => {
         const r = await post(`groups/${enc(tname)}/${enc(gname)}/reset`, body);
         return `Reset done: committed ${r.partitions.map((p) => `${p.partition}:${p.committed}`).join(', ')}`;
-      }));
-  } }, h('label', {}, 'Reset offsets to', to), h('label', {}, 'Offset or time (ms)', value),
-     h('button', { type: 'submit', id: 'reset-button', hidden: !ctx.session.manage }, 'Reset offsets…'));
+      });
+    panel.prepend(h('div', { class: 'table-wrap' }, table));
+    confirmSlot.replaceChildren(panel);
+  } }, h('label', {}, 'Reset offsets to', to), h('label', {}, 'Value', value),
+     h('label', {}, 'Partitions (e.g. 0,2)', partsIn),
+     h('button', { type: 'submit', id: 'reset-button', hidden: !ctx.session.manage }, 'Preview reset…'));
   main.append(facts, h('h2', {}, 'Partitions'), parts, h('h2', {}, 'Lag (up to the last 5 minutes)'), canvas,
               h('h2', {}, 'Reset offsets'), ctx.session.manage ? form : h('p', { class: 'muted' }, 'Needs the manage right.'),
               confirmSlot);

@@ -7,7 +7,8 @@
  *   GET  topics/T/groups                     com.mqd:consumergroup QUERY (topic T)
  *   GET  topics/T/partitions/N/messages      com.mqd:topic PEEK (?from=O&count=C)
  *   GET  groups | groups/T/G                 com.mqd:consumergroup QUERY | READ
- *   POST groups/T/G/reset {"to","value"}     com.mqd:consumergroup RESET
+ *   POST groups/T/G/reset {"to","value"} or {"shift"}, "partitions", "dry_run"
+ *                                            com.mqd:consumergroup RESET
  *   GET  connections | links                 com.mqd:connection QUERY | com.mqd:link QUERY
  *   POST connections/ID/close                com.mqd:connection CLOSE (amqp:connection:forced)
  *   GET  users | acl                         com.mqd:user QUERY | com.mqd:acl QUERY
@@ -161,21 +162,32 @@ static void get_route(call_t *c)
     mqd_console_reply_error(c->req, 404, "no such API route");
 }
 
+/* {"to": "earliest|latest|offset|time", "value": N} or {"shift": N}, and optionally
+ * "partitions": "0,2" and "dry_run": true (the page's preview) */
 static void reset(call_t *c, const char *topic, const char *group)
 {
     json_t *body = mqd_console_body_json(c->req, false);
     json_t *to = json_object_get(body, "to"), *value = json_object_get(body, "value");
-    if (!json_is_string(to) || (value && !json_is_integer(value))) {
+    json_t *shift = json_object_get(body, "shift"), *parts = json_object_get(body, "partitions");
+    json_t *dry = json_object_get(body, "dry_run");
+    if (!json_is_string(to) == !shift || (value && !json_is_integer(value)) ||
+        (shift && !json_is_integer(shift)) || (parts && !json_is_string(parts)) ||
+        (dry && !json_is_boolean(dry))) {
         json_decref(body);
         return mqd_console_reply_error(c->req, 400,
                                        "expected {\"to\": \"earliest|latest|offset|time\", "
-                                       "\"value\": N}");
+                                       "\"value\": N} or {\"shift\": N}, with \"partitions\": "
+                                       "\"0,2\" and \"dry_run\": true optional");
     }
-    json_t *args = json_pack("{s:s, s:s, s:O}", "topic", topic, "group", group, "to", to);
-    if (value)
-        json_object_set(args, "value", value);
+    /* the page resets groups it shows: one that does not exist is not made */
+    json_t *args = json_pack("{s:s, s:s, s:b}", "topic", topic, "group", group, "create", 0);
+    static const char *const keys[] = {"to", "value", "shift", "partitions", "dry_run"};
+    for (size_t i = 0; i < MQD_ARRAY_LEN(keys); i++)
+        if (json_object_get(body, keys[i]))
+            json_object_set(args, keys[i], json_object_get(body, keys[i]));
     json_decref(body);
-    MQD_NOTICE("console", "user %s resets group %s of topic %s", c->ss->user, group, topic);
+    if (!json_is_true(dry))
+        MQD_NOTICE("console", "user %s resets group %s of topic %s", c->ss->user, group, topic);
     answer(c, T_GROUP, "RESET", args);
 }
 
