@@ -75,6 +75,16 @@ function rater() {
 
 const WINDOW_MS = 5 * 60 * 1000;
 
+// The server's samples of a series (metrics/history.c) within the chart's window, as
+// [t, v...] rows; none when the broker has none yet (or an older broker).
+async function pastOf(series) {
+  try {
+    const r = await get(`history?series=${enc(series)}&resolution=5s`);
+    const since = Date.now() - WINDOW_MS;
+    return r.points.filter((p) => p[0] >= since);
+  } catch (e) { return []; }
+}
+
 export async function overview(main, ctx) {
   main.append(h('h1', {}, 'Overview'));
   const facts = h('div', {});
@@ -84,6 +94,8 @@ export async function overview(main, ctx) {
               h('p', { class: 'legend' }, h('span', { class: 'in' }, 'in'), h('span', { class: 'out' }, 'out')),
               canvas);
   const rate = rater(), inPts = [], outPts = [];
+  // the broker keeps 5 s samples for an hour: the chart starts with what came before the page
+  for (const [t, ri, ro] of await pastOf('broker')) { inPts.push([t, ri]); outPts.push([t, ro]); }
   await ctx.every(async () => {
     const o = await get('overview');
     const now = Date.now();
@@ -98,6 +110,8 @@ export async function overview(main, ctx) {
       ['Disk used by the data dir', bytes(o.data_dir_size_bytes), 'ov-disk'], ['Of it, topics', bytes(o.size_bytes)], ['Memory (RSS)', bytes(o.rss_bytes)],
       ['Data directory', o.data_dir],
     ]));
+    canvas.dataset.first = inPts.length ? inPts[0][0] : '';
+    canvas.dataset.points = inPts.length;
     drawChart(canvas, [{ label: 'in', color: '#0b5cad', points: inPts },
                        { label: 'out', color: '#15803d', dash: [6, 4], points: outPts }], WINDOW_MS);
   }, 1000);
@@ -271,7 +285,7 @@ export async function group(main, ctx, tname, gname) {
   main.append(facts, h('h2', {}, 'Partitions'), parts, h('h2', {}, 'Lag (up to the last 5 minutes)'), canvas,
               h('h2', {}, 'Reset offsets'), ctx.session.manage ? form : h('p', { class: 'muted' }, 'Needs the manage right.'),
               confirmSlot);
-  const pts = [];
+  const pts = (await pastOf(`group/${tname}/${gname}`)).map(([t, lag]) => [t, lag]);
   await ctx.every(async () => {
     const g = await get(`groups/${enc(tname)}/${enc(gname)}`);
     const now = Date.now();
@@ -285,6 +299,8 @@ export async function group(main, ctx, tname, gname) {
         h('td', { class: 'num committed' }, num(p.committed)), h('td', { class: 'num' }, num(p.log_start)),
         h('td', { class: 'num' }, num(p.log_end)), h('td', { class: 'num lag' }, num(p.lag)),
         h('td', { class: 'num' }, num(p.inflight)), h('td', {}, p.owner || '—'))))));
+    canvas.dataset.first = pts.length ? pts[0][0] : '';
+    canvas.dataset.points = pts.length;
     drawChart(canvas, [{ label: 'lag', color: '#9a3412', points: pts }], WINDOW_MS);
   }, 1000);
 }

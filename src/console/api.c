@@ -12,6 +12,7 @@
  *   GET  connections | links                 com.mqd:connection QUERY | com.mqd:link QUERY
  *   POST connections/ID/close                com.mqd:connection CLOSE (amqp:connection:forced)
  *   GET  users | acl                         com.mqd:user QUERY | com.mqd:acl QUERY
+ *   GET  history?series=S&resolution=R       com.mqd:broker HISTORY (the charts' past)
  * GET needs `monitor` (or `manage`) on $management, PEEK also `browse` on the topic, a
  * POST `manage`. */
 #include "config.h"
@@ -104,11 +105,11 @@ static void partitions(call_t *c, const char *topic)
     mqd_console_reply_json(c->req, 200, p ? p : json_array());
 }
 
-static void peek(call_t *c, const char *topic, const char *part)
+/* The query string's keys[] (those present, non-empty) into args as strings, then runs
+ * type/op; a query string that does not parse is 400. */
+static void answer_query(call_t *c, const char *type, const char *op, json_t *args,
+                         const char *const *keys, size_t n)
 {
-    if (!mqd_auth_user_may(c->k->srv, c->ss->user, MQD_PERM_BROWSE, topic))
-        return mqd_console_reply_error(c->req, 403, "peek needs the browse right on the topic");
-    json_t *args = json_pack("{s:s, s:s}", "name", topic, "partition", part);
     const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(c->req));
     struct evkeyvalq q;
     TAILQ_INIT(&q);
@@ -116,14 +117,29 @@ static void peek(call_t *c, const char *topic, const char *part)
         json_decref(args);
         return mqd_console_reply_error(c->req, 400, "bad query string");
     }
-    static const char *const keys[] = {"from", "count"};
-    for (size_t i = 0; i < MQD_ARRAY_LEN(keys); i++) {
+    for (size_t i = 0; i < n; i++) {
         const char *v = evhttp_find_header(&q, keys[i]);
         if (v && *v)
             json_object_set_new(args, keys[i], json_string(v));
     }
     evhttp_clear_headers(&q);
-    answer(c, T_TOPIC, "PEEK", args);
+    answer(c, type, op, args);
+}
+
+static void peek(call_t *c, const char *topic, const char *part)
+{
+    if (!mqd_auth_user_may(c->k->srv, c->ss->user, MQD_PERM_BROWSE, topic))
+        return mqd_console_reply_error(c->req, 403, "peek needs the browse right on the topic");
+    static const char *const keys[] = {"from", "count"};
+    answer_query(c, T_TOPIC, "PEEK", json_pack("{s:s, s:s}", "name", topic, "partition", part), keys,
+                 MQD_ARRAY_LEN(keys));
+}
+
+/* GET history?series=broker|topic/T|group/T/G&resolution=5s|1m */
+static void history(call_t *c)
+{
+    static const char *const keys[] = {"series", "resolution"};
+    answer_query(c, T_BROKER, "HISTORY", json_object(), keys, MQD_ARRAY_LEN(keys));
 }
 
 static void get_route(call_t *c)
@@ -159,6 +175,8 @@ static void get_route(call_t *c)
         return answer(c, "com.mqd:user", "QUERY", NULL);
     if (n == 2 && strcmp(s[1], "acl") == 0)
         return answer(c, "com.mqd:acl", "QUERY", NULL);
+    if (n == 2 && strcmp(s[1], "history") == 0)
+        return history(c);
     mqd_console_reply_error(c->req, 404, "no such API route");
 }
 

@@ -71,7 +71,8 @@ void mqd_metrics_proc_stats(mqd_proc_stats_t *out)
 
 typedef struct mqd_metrics {
     mqd_server_t *srv;
-    struct evhttp *http;
+    struct evhttp *http;     /* NULL without metrics_listen */
+    mqd_history_t *history;  /* history.c, always */
     mqd_dir_size_t data_dir; /* dirsize.c's last walk of data_dir */
 } mqd_metrics_t;
 
@@ -380,23 +381,29 @@ static void on_readyz(struct evhttp_request *req, void *arg)
         reply_text(req, 503, "Service Unavailable", stopping ? "stopping" : "starting");
 }
 
-int mqd_metrics_start(struct mqd_server *s)
+static void history_tick(void *arg)
 {
-    const char *hp = mqd_srv_conf(s)->metrics_listen;
-    if (!hp || !*hp)
-        return 0;
+    mqd_metrics_t *m = mqd_srv_metrics(arg);
+    if (m && m->history)
+        mqd_history_sample(m->history, m->srv, mqd_now_ms());
+}
+
+mqd_history_t *mqd_metrics_history(struct mqd_server *s)
+{
+    mqd_metrics_t *m = mqd_srv_metrics(s);
+    return m ? m->history : NULL;
+}
+
+static int http_start(mqd_metrics_t *m, const char *hp)
+{
     char host[256];
     uint16_t port;
     if (mqd_conf_parse_hostport(hp, host, sizeof host, &port) != 0) {
         MQD_ERR("metrics", "metrics_listen %s: not HOST:PORT", hp);
         return MQD_EINVAL;
     }
-    mqd_metrics_t *m = calloc(1, sizeof *m);
-    if (!m || !(m->http = evhttp_new(mqd_srv_base(s)))) {
-        free(m);
+    if (!(m->http = evhttp_new(mqd_srv_base(m->srv))))
         return MQD_ENOMEM;
-    }
-    m->srv = s;
     evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
     evhttp_set_timeout(m->http, 10);
     evhttp_set_cb(m->http, "/metrics", on_metrics, m);
@@ -404,13 +411,30 @@ int mqd_metrics_start(struct mqd_server *s)
     evhttp_set_cb(m->http, "/readyz", on_readyz, m);
     if (evhttp_bind_socket(m->http, host, port) != 0) {
         MQD_ERR("metrics", "metrics_listen %s: cannot bind", hp);
-        evhttp_free(m->http);
-        free(m);
         return MQD_EIO;
     }
-    mqd_srv_set_metrics(s, m);
     MQD_NOTICE("metrics", "serving /metrics on %s", hp);
     return 0;
+}
+
+int mqd_metrics_start(struct mqd_server *s)
+{
+    const char *hp = mqd_srv_conf(s)->metrics_listen;
+    mqd_metrics_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return MQD_ENOMEM;
+    m->srv = s;
+    mqd_srv_set_metrics(s, m);
+    int rc = mqd_history_new(&m->history);
+    if (rc == 0) /* the timer's arg is the server: after mqd_metrics_stop it finds nothing */
+        rc = mqd_timer_add(s, "metrics.history", mqd_history_interval_ms(false), history_tick, s);
+    if (rc == 0 && hp && *hp)
+        rc = http_start(m, hp);
+    if (rc != 0)
+        mqd_metrics_stop(s);
+    else
+        mqd_history_sample(m->history, s, mqd_now_ms());
+    return rc;
 }
 
 void mqd_metrics_stop(struct mqd_server *s)
@@ -418,7 +442,9 @@ void mqd_metrics_stop(struct mqd_server *s)
     mqd_metrics_t *m = mqd_srv_metrics(s);
     if (!m)
         return;
-    evhttp_free(m->http);
+    if (m->http)
+        evhttp_free(m->http);
+    mqd_history_free(m->history);
     mqd_metrics_dir_size_free(&m->data_dir);
     free(m);
     mqd_srv_set_metrics(s, NULL);

@@ -17,4 +17,9 @@ void mqd_metrics_put_process_extra(struct evbuffer *b, struct mqd_server *s);
 /* process.c: mqd_group_members and mqd_group_inflight per topic and group */
 void mqd_metrics_put_group_extra(struct evbuffer *b, struct mqd_server *s);
 
+/* history.c */
+int mqd_history_new(mqd_history_t **out);
+void mqd_history_free(mqd_history_t *h);
+void mqd_history_sample(mqd_history_t *h, struct mqd_server *srv, int64_t now_ms);
+
 #endif

@@ -104,6 +104,8 @@ int mqd_mgmt_group_topic(mqd_mgmt_req_t *r, bool need_group, char *topic, size_t
 /* The same with the group's name too ("" when absent and not needed). */
 int mqd_mgmt_group_ref(mqd_mgmt_req_t *r, bool need_group, char topic[MQD_NAME_MAX + 1],
                        char group[MQD_NAME_MAX + 1]);
+/* mgmt_history.c: com.mqd:broker HISTORY (the console's charts) */
+int mqd_mgmt_history(mqd_mgmt_req_t *r);
 /* mgmt_reset.c: com.mqd:consumergroup RESET */
 int mqd_mgmt_group_reset(mqd_mgmt_req_t *r);
 

@@ -34,13 +34,6 @@ TAB, ENTER = "\ue004", "\ue007"
 T, G = "orders", "billing"
 
 
-def artifacts_dir(name):
-    d = os.environ.get("MQD_TEST_ARTIFACTS") or os.path.join(
-        os.environ.get("MQD_BUILDDIR") or os.getcwd(), "tests", "artifacts", name)
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
 def adm(b):
     return b.url.replace("amqp://", "amqp://admin:%s@" % consoletest.PW["admin"])
 
@@ -84,7 +77,7 @@ def confirm(br):
 
 def body(t):
     b = consoletest.console_broker(t)
-    art = artifacts_dir("152-console-reset-preview")
+    art = webdriver.artifacts_dir("152-console-reset-preview")
     rc, out, err = mqdtest.mqctl(adm(b), "topic", "create", T, "--partitions", "3")
     check(rc == 0, "create: %s" % err)
     send_round(b, "early")
