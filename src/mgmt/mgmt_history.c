@@ -30,26 +30,12 @@ static void put_point(int64_t t_ms, const double *v, size_t k, const char *const
     pn_data_exit(d);
 }
 
-/* The topic a series names ("" for the broker's), or NULL when it names none. */
-static const char *series_topic(const char *series, char *buf, size_t len)
-{
-    if (strcmp(series, "broker") == 0)
-        return "";
-    if (strncmp(series, "topic/", 6) == 0 && series[6])
-        return snprintf(buf, len, "%s", series + 6) < (int)len ? buf : NULL;
-    const char *slash = strrchr(series, '/');
-    if (strncmp(series, "group/", 6) != 0 || !slash || slash <= series + 6 || !slash[1])
-        return NULL;
-    int n = snprintf(buf, len, "%.*s", (int)(slash - series - 6), series + 6);
-    return n < (int)len ? buf : NULL;
-}
-
 int mqd_mgmt_history(mqd_mgmt_req_t *r)
 {
     const char *series = mqd_mgmt_arg_str(r, "series"), *res = mqd_mgmt_arg_str(r, "resolution");
     char topic[MQD_NAME_MAX + 1];
     series = series ? series : "broker";
-    const char *t = series_topic(series, topic, sizeof topic);
+    const char *t = mqd_mgmt_series_topic(series, topic, sizeof topic);
     if (!t)
         return mqd_mgmt_fail(r, 400, "series is broker, topic/T or group/T/G, not '%.100s'", series);
     if (res && strcmp(res, "5s") != 0 && strcmp(res, "1m") != 0)

@@ -85,19 +85,14 @@ static int reset_parts(mqd_mgmt_req_t *r, mqd_topic_t *t, how_t *h)
         snprintf(buf, sizeof buf, "%lld", (long long)one);
         list = buf;
     }
-    for (const char *p = list;;) {
-        char *end;
-        long long i = strtoll(p, &end, 10);
-        if (end == p || i < 0 || (*end && *end != ','))
-            return mqd_mgmt_fail(r, 400, "'partitions' is a list of partition numbers: \"0,2\"");
-        if (i >= n)
-            return mqd_mgmt_fail(r, 404, "topic '%s' has no partition %lld (it has %u)",
-                                 mqd_topic_name(t), i, n);
-        h->sel[i] = true;
-        if (!*end)
-            return 0;
-        p = end + 1;
-    }
+    long long bad = 0;
+    int rc = mqd_mgmt_parse_partitions(list, n, h->sel, &bad);
+    if (rc == MQD_EINVAL)
+        return mqd_mgmt_fail(r, 400, "'partitions' is a list of partition numbers: \"0,2\"");
+    if (rc != 0)
+        return mqd_mgmt_fail(r, 404, "topic '%s' has no partition %lld (it has %u)",
+                             mqd_topic_name(t), bad, n);
+    return 0;
 }
 
 static int committed_of(const mqd_group_part_info_t *pi, void *arg)
