@@ -11,7 +11,9 @@ from those samples.
 - a monitor user may read it; a user without monitor gets 403; a bad series is 400;
 - in headless Chromium the overview's rate chart, opened after the traffic, holds points
   from before the page was opened, and still does after a reload; so does the group
-  page's lag chart (screenshots kept)."""
+  page's lag chart (screenshots kept);
+- issue 38 point 6: when the broker stops, the open page shows a banner saying it does not
+  answer, and greys its values as stale."""
 
 import os
 import sys
@@ -116,6 +118,16 @@ def body(t):
                            "return c && c.dataset.first && Number(c.dataset.first)", "lag chart with history")
         check(first < t_open - 5000, "lag chart's first point %d ms before the page" % (t_open - first))
         br.screenshot(os.path.join(art, "group-history.png"))
+        # the broker goes down (issue 38 point 6): a banner says so, the values go grey
+        check(br.js("return document.getElementById('banner').hidden") is True, "a banner while up")
+        b.stop()
+        text = br.wait_js("var e=document.getElementById('banner');"
+                          "return e && !e.hidden && e.textContent", "the broker-down banner", 15)
+        check("does not answer" in text and br.js("return document.getElementById('main')"
+                                                   ".classList.contains('stale')"),
+              "banner %r, main stale %r" % (text, br.js("return document.getElementById('main').className")))
+        br.screenshot(os.path.join(art, "broker-down.png"))
+        log("broker stopped: the page says %r and greys its values" % text)
     finally:
         br.quit()
 
