@@ -618,14 +618,16 @@ static void show_group(json_t *o)
 {
     static const char *const keys[] = {"topic", "group", "mode", "members", "lag"};
     show_kv(o, keys, MQD_ARRAY_LEN(keys));
-    const char *head[] = {"PARTITION", "COMMITTED", "LOG_START", "LOG_END", "LAG", "INFLIGHT", "OWNER"};
-    table_t t = {.ncols = 7, .head = head};
+    const char *head[] = {"PARTITION", "COMMITTED", "LOG_START", "LOG_END",
+                          "LAG",       "BACKLOG",   "INFLIGHT",  "OWNER"};
+    table_t t = {.ncols = 8, .head = head};
     size_t i;
     json_t *p;
-    char b[7][64];
+    char b[8][64];
     json_array_foreach(json_object_get(o, "partitions"), i, p)
         table_add(&t, F(p, "partition", 0), F(p, "committed", 1), F(p, "log_start", 2),
-                  F(p, "log_end", 3), F(p, "lag", 4), F(p, "inflight", 5), F(p, "owner", 6));
+                  F(p, "log_end", 3), F(p, "lag", 4), F(p, "backlog", 5), F(p, "inflight", 6),
+                  F(p, "owner", 7));
     table_print(&t);
 }
 
@@ -699,14 +701,16 @@ static void show_config(json_t *o)
 
 static void show_links(json_t *v)
 {
-    const char *head[] = {"CONNECTION", "ROLE", "KIND", "ADDRESS", "CREDIT", "UNSETTLED"};
-    table_t t = {.ncols = 6, .head = head};
+    const char *head[] = {"CONNECTION", "NAME",  "ROLE",   "KIND",     "ADDRESS",
+                          "TOPIC",      "GROUP", "CREDIT", "UNSETTLED"};
+    table_t t = {.ncols = 9, .head = head};
     size_t i;
     json_t *o;
-    char b[6][32];
+    char b[9][32];
     json_array_foreach(v, i, o)
-        table_add(&t, F(o, "connection", 0), F(o, "role", 1), F(o, "kind", 2), F(o, "address", 3),
-                  F(o, "credit", 4), F(o, "unsettled", 5));
+        table_add(&t, F(o, "connection", 0), F(o, "name", 1), F(o, "role", 2), F(o, "kind", 3),
+                  F(o, "address", 4), F(o, "topic", 5), F(o, "group", 6), F(o, "credit", 7),
+                  F(o, "unsettled", 8));
     table_print(&t);
 }
 

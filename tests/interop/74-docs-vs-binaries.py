@@ -14,7 +14,9 @@ the binaries.
   installs mqd.conf, which holds password hashes, with mode 0640;
 - issue 38 point 8: every command of `mqctl --help` is in mqctl(1); mqctl(1)'s EXIT
   STATUS lists 0..7 and operations.md the login (6) and right (7) refusals, not "PLAIN";
-  every metric family of a running mqd's /metrics is named in docs/operations.md."""
+  every metric family of a running mqd's /metrics is named in docs/operations.md; the
+  columns of group describe and link list are each described in mqctl(1); mqd(8) gives
+  mqd-passwd's iteration defaults and mqd.conf(5)'s [user NAME] names SCRAM."""
 
 import json
 import os
@@ -252,6 +254,31 @@ def case_ops_docs(t, coll):
               "operations.md still says mqctl logs in with PLAIN")
         rc, _, err = run([ctl, "--url", "amqp://127.0.0.1:%d" % mqdtest.free_port(), "status"])
         check(rc == 2, "no broker: exit %d" % rc)
+    with coll.case("the columns mqctl prints are the ones mqctl(1) describes"):
+        b = t.broker("columns")
+        rc, out, err = mqdtest.mqctl(b.url, "send", "cols", "x")
+        check(rc == 0, "send: %s" % err)
+        rc, out, err = mqdtest.mqctl(b.url, "group", "reset", "cols", "g", "--to", "earliest", "--create")
+        check(rc == 0, "reset --create: %s" % err)
+        norm = lambda x: re.sub(r"[\s_\-]", "", x.lower())  # noqa: E731
+        for argv, verb in ((["group", "describe", "cols", "g"], "group describe"),
+                           (["link", "list"], "link list")):
+            rc, out, err = mqdtest.mqctl(b.url, *argv)
+            head = [ln for ln in out.splitlines() if ln.startswith(("PARTITION", "CONNECTION"))]
+            check(rc == 0 and head, "mqctl %s: %d %r" % (verb, rc, out))
+            para = re.split(r"\n\.B[I]? \"?%s" % verb, man, 1)[1].split("\n.TP")[0]
+            missing = [c for c in head[0].split() if norm(c) not in norm(para)]
+            check(not missing, "mqctl %s prints %r, mqctl(1) does not describe %r" % (verb, head[0], missing))
+        b.stop()
+    with coll.case("mqd(8) gives mqd-passwd's iteration defaults; mqd.conf(5)'s [user] has SCRAM"):
+        rc, out, err = run([os.path.join(BUILD, "mqd-passwd"), "--help"])
+        m = re.search(r"default (\d+) for --plain, (\d+) for --scram", out + err)
+        check(m, "mqd-passwd --help names no defaults: %r" % (out + err))
+        page8 = man_text(os.path.join(SRC, "man", "mqd.8"))
+        for n in m.groups():
+            check("default %s iterations" % n in page8, "mqd(8) lacks 'default %s iterations'" % n)
+        user = man_text(os.path.join(SRC, "man", "mqd.conf.5")).split(".B [user NAME]", 1)[1].split(".PP")[0]
+        check("SCRAM-SHA-256" in user and "scram_sha256" in user, "mqd.conf(5) [user NAME]: %r" % user[:300])
     with coll.case("every metric of /metrics is in docs/operations.md"):
         mport = mqdtest.free_port()
         b = t.broker("metrics-doc", sets={"metrics_listen": "127.0.0.1:%d" % mport})
