@@ -120,32 +120,26 @@ static void record(mqd_history_t *h, const char *name, int64_t now, const double
 
 typedef struct gsample {
     mqd_history_t *h;
-    mqd_topic_t *t;
     int64_t now;
     bool coarse;
-    uint64_t lag;
 } gsample_t;
 
 static int add_lag(const mqd_group_part_info_t *pi, void *arg)
 {
-    ((gsample_t *)arg)->lag += pi->lag;
+    *(uint64_t *)arg += pi->lag;
     return 0;
 }
 
-static int sample_group(const char *group, mqd_group_mode_t mode, size_t members, void *arg)
+static void sample_group(mqd_topic_t *t, const char *group, size_t members, void *arg)
 {
-    MQD_UNUSED(mode);
     MQD_UNUSED(members);
     gsample_t *x = arg;
-    if (mqd_group_unused_queue(x->t, group))
-        return 0;
     char name[2 * MQD_NAME_MAX + 16];
-    snprintf(name, sizeof name, "group/%s/%s", mqd_topic_name(x->t), group);
-    x->lag = 0;
-    mqd_group_describe(x->t, group, add_lag, x);
-    double v = (double)x->lag;
+    snprintf(name, sizeof name, "group/%s/%s", mqd_topic_name(t), group);
+    uint64_t lag = 0;
+    mqd_group_describe(t, group, add_lag, &lag);
+    double v = (double)lag;
     record(x->h, name, x->now, &v, 1, x->coarse);
-    return 0;
 }
 
 /* Drops the series not seen in this sample (their topic or group is gone). */
@@ -184,9 +178,9 @@ void mqd_history_sample(mqd_history_t *h, mqd_server_t *srv, int64_t now)
         snprintf(name, sizeof name, "topic/%s", mqd_topic_name(t));
         double v[2] = {(double)st.msgs_in, (double)st.msgs_out};
         record(h, name, now, v, 2, coarse);
-        gsample_t x = {.h = h, .t = t, .now = now, .coarse = coarse};
-        mqd_group_list(t, sample_group, &x);
     }
+    gsample_t x = {.h = h, .now = now, .coarse = coarse};
+    mqd_metrics_each_group(srv, sample_group, &x);
     record(h, "broker", now, b, 5, coarse);
     sweep(h);
     h->last_ms = now;

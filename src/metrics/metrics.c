@@ -201,25 +201,17 @@ static int lag_part(const mqd_group_part_info_t *pi, void *arg)
     return 0;
 }
 
-static int lag_group(const char *group, mqd_group_mode_t mode, size_t members, void *arg)
+static void lag_group(mqd_topic_t *t, const char *group, size_t members, void *arg)
 {
-    MQD_UNUSED(mode);
     MQD_UNUSED(members);
-    lagctx_t *x = arg;
-    if (mqd_group_unused_queue(x->t, group))
-        return 0; /* its lag would be the whole topic while nobody reads it as a queue */
-    x->group = group;
-    mqd_group_describe(x->t, group, lag_part, x);
-    return 0;
+    lagctx_t x = {.b = arg, .t = t, .group = group};
+    mqd_group_describe(t, group, lag_part, &x);
 }
 
 static void put_groups(struct evbuffer *b, mqd_server_t *s)
 {
     mqd_metrics_head(b, "mqd_group_lag", "gauge", "Records between a group's committed offset and the log end.");
-    FOR_TOPICS(s, t) {
-        lagctx_t x = {.b = b, .t = t};
-        mqd_group_list(t, lag_group, &x);
-    }
+    mqd_metrics_each_group(s, lag_group, b); /* $shared once a queue consumer used it */
 }
 
 static void put_process(struct evbuffer *b, mqd_metrics_t *m)

@@ -11,6 +11,14 @@ void mqd_metrics_label(struct evbuffer *b, const char *v);
 /* The # HELP and # TYPE lines of a metric family. */
 void mqd_metrics_head(struct evbuffer *b, const char *name, const char *type, const char *help);
 
+/* process.c: fn(topic, group, members, arg) for every group of every topic but the
+ * temporary ones, the queue $shared left out until a queue consumer used it
+ * (mqd_group_unused_queue): what /metrics and the history show of groups. */
+struct mqd_topic;
+typedef void (*mqd_metrics_group_fn)(struct mqd_topic *t, const char *group, size_t members,
+                                     void *arg);
+void mqd_metrics_each_group(struct mqd_server *s, mqd_metrics_group_fn fn, void *arg);
+
 /* process.c: CPU seconds, the descriptor limit, build info, refused logins by
  * mechanism, certificate expiry */
 void mqd_metrics_put_process_extra(struct evbuffer *b, struct mqd_server *s);

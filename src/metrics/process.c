@@ -110,9 +110,32 @@ void mqd_metrics_put_process_extra(struct evbuffer *b, struct mqd_server *s)
 
 /* ---- per group: members and deliveries in flight ---- */
 
+typedef struct each {
+    mqd_topic_t *t;
+    mqd_metrics_group_fn fn;
+    void *arg;
+} each_t;
+
+static int each_one(const char *group, mqd_group_mode_t mode, size_t members, void *arg)
+{
+    MQD_UNUSED(mode);
+    each_t *e = arg;
+    if (!mqd_group_unused_queue(e->t, group))
+        e->fn(e->t, group, members, e->arg);
+    return 0;
+}
+
+void mqd_metrics_each_group(struct mqd_server *s, mqd_metrics_group_fn fn, void *arg)
+{
+    for (mqd_topic_t *t = mqd_srv_topic_first(s); t; t = mqd_srv_topic_next(t)) {
+        each_t e = {.t = t, .fn = fn, .arg = arg};
+        if (!mqd_topic_temporary(t))
+            mqd_group_list(t, each_one, &e);
+    }
+}
+
 typedef struct gctx {
     struct evbuffer *b;
-    mqd_topic_t *t;
     bool inflight; /* this pass writes mqd_group_inflight, else mqd_group_members */
 } gctx_t;
 
@@ -122,38 +145,28 @@ static int sum_inflight(const mqd_group_part_info_t *pi, void *arg)
     return 0;
 }
 
-static int group_row(const char *group, mqd_group_mode_t mode, size_t members, void *arg)
+static void group_row(mqd_topic_t *t, const char *group, size_t members, void *arg)
 {
-    MQD_UNUSED(mode);
     gctx_t *x = arg;
     uint64_t v = members;
-    if (mqd_group_unused_queue(x->t, group))
-        return 0;
     if (x->inflight) {
         v = 0;
-        mqd_group_describe(x->t, group, sum_inflight, &v);
+        mqd_group_describe(t, group, sum_inflight, &v);
     }
     evbuffer_add_printf(x->b, "%s{topic=\"", x->inflight ? "mqd_group_inflight" : "mqd_group_members");
-    mqd_metrics_label(x->b, mqd_topic_name(x->t));
+    mqd_metrics_label(x->b, mqd_topic_name(t));
     evbuffer_add(x->b, "\",group=\"", 9);
     mqd_metrics_label(x->b, group);
     evbuffer_add_printf(x->b, "\"} %llu\n", (unsigned long long)v);
-    return 0;
 }
 
 void mqd_metrics_put_group_extra(struct evbuffer *b, struct mqd_server *s)
 {
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 0)
-            mqd_metrics_head(b, "mqd_group_members", "gauge", "Links attached as the group's consumers.");
-        else
-            mqd_metrics_head(b, "mqd_group_inflight", "gauge",
-                             "Deliveries of the group sent and not yet settled.");
-        for (mqd_topic_t *t = mqd_srv_topic_first(s); t; t = mqd_srv_topic_next(t)) {
-            if (mqd_topic_temporary(t))
-                continue;
-            gctx_t x = {.b = b, .t = t, .inflight = pass == 1};
-            mqd_group_list(t, group_row, &x);
-        }
-    }
+    mqd_metrics_head(b, "mqd_group_members", "gauge", "Links attached as the group's consumers.");
+    gctx_t x = {.b = b};
+    mqd_metrics_each_group(s, group_row, &x);
+    mqd_metrics_head(b, "mqd_group_inflight", "gauge",
+                     "Deliveries of the group sent and not yet settled.");
+    x.inflight = true;
+    mqd_metrics_each_group(s, group_row, &x);
 }
