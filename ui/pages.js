@@ -162,6 +162,7 @@ export async function topic(main, ctx, name) {
   main.append(h('h1', {}, 'Topic ', h('span', { id: 'topic-name' }, name)));
   const holder = h('div', {});
   main.append(holder);
+  if (ctx.session.manage) main.append(topicActions(name));
   const rate = rater();
   await ctx.every(async () => {
     const [t, groups] = await Promise.all([get(`topics/${enc(name)}`), get(`topics/${enc(name)}/groups`)]);
@@ -186,6 +187,31 @@ export async function topic(main, ctx, name) {
       h('h2', {}, 'Partitions'), h('div', { class: 'table-wrap' }, parts),
       h('h2', {}, 'Consumer groups'), groups.length ? gt : h('p', { class: 'muted' }, 'No groups yet.'));
   }, 3000);
+}
+
+// Alter (partitions, one setting as in mqd.conf: retention_ms = 7d) and delete, each
+// with a confirmation step; the broker checks the manage right on the topic.
+function topicActions(name) {
+  const parts = h('input', { id: 'alter-partitions', type: 'number', min: '1', inputmode: 'numeric' });
+  const key = h('input', { id: 'alter-key', type: 'text', size: '18', placeholder: 'retention_ms' });
+  const value = h('input', { id: 'alter-value', type: 'text', size: '10', placeholder: '7d' });
+  const slot = h('div', {});
+  const alter = h('form', { class: 'inline', id: 'alter-form', onsubmit: (e) => {
+    e.preventDefault();
+    const body = {};
+    if (parts.value) body.partitions = Number(parts.value);
+    if (key.value.trim()) body.config = { [key.value.trim()]: value.value.trim() };
+    const what = [body.partitions ? `${body.partitions} partitions` : '',
+                  body.config ? `${key.value.trim()} = ${value.value.trim()}` : ''].filter(Boolean).join(', ');
+    slot.replaceChildren(confirmPanel(`Alter ${name}: ${what || 'nothing'}? Partitions only grow.`, 'Confirm alter',
+      async () => { const t = await post(`topics/${enc(name)}/alter`, body); return `Altered: ${t.partitions} partitions`; }));
+  } }, h('label', {}, 'Partitions', parts), h('label', {}, 'Setting', key), h('label', {}, 'Value', value),
+     h('button', { type: 'submit', id: 'alter-button' }, 'Alter…'));
+  const del = h('button', { type: 'button', class: 'danger', id: 'delete-button', onclick: () =>
+    slot.replaceChildren(confirmPanel(`Delete topic ${name} with every message and group offset? This cannot be undone.`,
+      'Confirm delete', async () => { await post(`topics/${enc(name)}/delete`); return `Deleted ${name}`; })) },
+    'Delete topic…');
+  return h('section', { 'aria-label': 'change the topic' }, h('h2', {}, 'Change the topic'), alter, del, slot);
 }
 
 export async function groups(main, ctx) {

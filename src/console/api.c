@@ -11,6 +11,7 @@
  *                                            com.mqd:consumergroup RESET
  *   GET  connections | links                 com.mqd:connection QUERY | com.mqd:link QUERY
  *   POST connections/ID/close                com.mqd:connection CLOSE (amqp:connection:forced)
+ *   POST topics/T/alter {"partitions","config"} | topics/T/delete   com.mqd:topic UPDATE | DELETE
  *   GET  users | acl                         com.mqd:user QUERY | com.mqd:acl QUERY
  *   GET  history?series=S&resolution=R       com.mqd:broker HISTORY (the charts' past)
  * GET needs `monitor` (or `manage`) on $management, PEEK also `browse` on the topic, a
@@ -209,6 +210,29 @@ static void reset(call_t *c, const char *topic, const char *group)
     answer(c, T_GROUP, "RESET", args);
 }
 
+/* POST topics/T/alter {"partitions": N, "config": {"KEY": VALUE...}} (UPDATE) and
+ * topics/T/delete (DELETE). In a cluster these answer only once etcd holds the change,
+ * later than a console call can wait: mqctl does them there (501). */
+static void topic_change(call_t *c, const char *topic, bool del)
+{
+    if (mqd_srv_repl(c->k->srv)->topic_alter)
+        return mqd_console_reply_error(c->req, 501,
+                                       "in a cluster, alter and delete topics with mqctl");
+    json_t *body = del ? NULL : mqd_console_body_json(c->req, false);
+    json_t *parts = json_object_get(body, "partitions"), *cfg = json_object_get(body, "config");
+    if (!del && ((parts && !json_is_integer(parts)) || (cfg && !json_is_object(cfg)) ||
+                 (!parts && !cfg))) {
+        json_decref(body);
+        return mqd_console_reply_error(c->req, 400, "expected {\"partitions\": N, \"config\": "
+                                                    "{\"KEY\": VALUE}}");
+    }
+    json_t *args = named(topic);
+    if (body) /* UPDATE reads partitions and the config map from the request's body */
+        json_object_set_new(args, "$body", body);
+    MQD_NOTICE("console", "user %s %s topic %s", c->ss->user, del ? "deletes" : "alters", topic);
+    answer(c, T_TOPIC, del ? "DELETE" : "UPDATE", args);
+}
+
 static void post_route(call_t *c)
 {
     const char **s = c->segs;
@@ -216,6 +240,9 @@ static void post_route(call_t *c)
         return mqd_console_reply_error(c->req, 403, "this needs the manage right");
     if (c->n == 5 && strcmp(s[1], "groups") == 0 && strcmp(s[4], "reset") == 0)
         return reset(c, s[2], s[3]);
+    if (c->n == 4 && strcmp(s[1], "topics") == 0 &&
+        (strcmp(s[3], "alter") == 0 || strcmp(s[3], "delete") == 0))
+        return topic_change(c, s[2], s[3][0] == 'd');
     if (c->n == 4 && strcmp(s[1], "connections") == 0 && strcmp(s[3], "close") == 0) {
         MQD_NOTICE("console", "user %s closes connection %s", c->ss->user, s[2]);
         return answer(c, T_CONN, "CLOSE", named(s[2]));
