@@ -86,6 +86,11 @@ for f in /usr/sbin/mqd /usr/bin/mqctl /usr/bin/mqd-passwd /usr/bin/mqd-bench \
          /usr/share/man/man1/mqd-passwd.1.gz /usr/share/doc/mqd/copyright; do
     check "installed $f" test -f "$root$f"
 done
+# the docs the README links and the contrib/ rules and dashboards (dh_compress may gzip them)
+for f in console.md replication.md eventhubs.md operations.md contrib/prometheus/mqd-alerts.yml \
+         contrib/prometheus/mqd-alerts.test.yml contrib/grafana/mqd-broker.json; do
+    check "installed /usr/share/doc/mqd/$f" test -f "$root/usr/share/doc/mqd/$f" -o -f "$root/usr/share/doc/mqd/$f.gz"
+done
 check "/etc/mqd.conf is a conffile" in_root "dpkg-query -W -f='\${Conffiles}' mqd | grep -q '^ /etc/mqd.conf '"
 perm=$(in_root "stat -c '%a %U:%G' /etc/mqd.conf")
 check "/etc/mqd.conf mode and owner: 640 root:mqd (got $perm)" test "$perm" = "640 root:mqd"

@@ -21,6 +21,7 @@ pkgs=(build-essential autoconf automake pkg-config
       etcd-server   # tests/interop/70-etcd-membership.py: a real etcd 3.4 for cluster = etcd
       iproute2 nftables   # tests/interop/95-repl-netpart.py: network namespaces, veths, nft drop rules
       chromium chromium-driver   # tests/interop/85-console-browser.py: the web console in a real browser
+      prometheus   # promtool: tests/interop/150-alert-rules.py runs `promtool test rules` on contrib/prometheus
       systemd procps)   # systemd-analyze verifies the unit in tests/interop/33-install.py; procps: the tests' pgrep/ps
 # node may come from elsewhere on the image (the CI image ships its own): don't fight it
 if command -v node >/dev/null && command -v npm >/dev/null; then

@@ -26,6 +26,10 @@ enum {
 
 /* A static string naming a return code ("MQD_EIO: I/O error"). */
 const char *mqd_strerror(int rc);
+/* util/misc.c: of the n words in `cands`, the one closest to `word` by edit distance
+ * (ASCII case-insensitive), or NULL when none is close (at most a third of it wrong, and
+ * at most 2 when it is short): the "did you mean" of the config and of mqctl. */
+const char *mqd_closest(const char *word, const char *const *cands, size_t n);
 
 #define MQD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define MQD_UNUSED(x) ((void)(x))

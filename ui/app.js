@@ -27,6 +27,25 @@ function stopPolling() {
   timers = [];
 }
 
+// A broker that does not answer (the fetch itself failed, or a proxy's 502-504) is shown
+// by a banner, and the page's values are greyed as stale until a poll succeeds again.
+let downSince = null;
+function brokerDown(e) {
+  const banner = document.getElementById('banner');
+  if (!downSince) downSince = new Date();
+  banner.textContent = `The broker does not answer since ${downSince.toLocaleTimeString()} ` +
+    `(${e.message}): the values below are from before then and may be stale.`;
+  banner.hidden = false;
+  main.classList.add('stale');
+}
+function brokerUp() {
+  if (!downSince) return;
+  downSince = null;
+  document.getElementById('banner').hidden = true;
+  main.classList.remove('stale');
+}
+const unreachable = (e) => !(e instanceof ApiError) || (e.status >= 502 && e.status <= 504);
+
 function showError(e) {
   if (e instanceof ApiError && e.status === 401) { session = null; return login(); }
   status.textContent = `Error: ${e.message}${e.status ? ` (${e.status})` : ''}`;
@@ -63,7 +82,11 @@ async function route() {
     every: async (fn2, ms) => {
       const tick = async () => {
         if (gen !== generation) return;
-        try { await fn2(); status.textContent = `Updated ${new Date().toLocaleTimeString()}`; } catch (e) { showError(e); }
+        try {
+          await fn2();
+          brokerUp();
+          status.textContent = `Updated ${new Date().toLocaleTimeString()}`;
+        } catch (e) { if (unreachable(e)) brokerDown(e); else showError(e); }
         if (gen === generation) timers.push(setTimeout(tick, ms));
       };
       await tick();

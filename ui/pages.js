@@ -75,6 +75,16 @@ function rater() {
 
 const WINDOW_MS = 5 * 60 * 1000;
 
+// The server's samples of a series (metrics/history.c) within the chart's window, as
+// [t, v...] rows; none when the broker has none yet (or an older broker).
+async function pastOf(series) {
+  try {
+    const r = await get(`history?series=${enc(series)}&resolution=5s`);
+    const since = Date.now() - WINDOW_MS;
+    return r.points.filter((p) => p[0] >= since);
+  } catch (e) { return []; }
+}
+
 export async function overview(main, ctx) {
   main.append(h('h1', {}, 'Overview'));
   const facts = h('div', {});
@@ -84,6 +94,8 @@ export async function overview(main, ctx) {
               h('p', { class: 'legend' }, h('span', { class: 'in' }, 'in'), h('span', { class: 'out' }, 'out')),
               canvas);
   const rate = rater(), inPts = [], outPts = [];
+  // the broker keeps 5 s samples for an hour: the chart starts with what came before the page
+  for (const [t, ri, ro] of await pastOf('broker')) { inPts.push([t, ri]); outPts.push([t, ro]); }
   await ctx.every(async () => {
     const o = await get('overview');
     const now = Date.now();
@@ -98,6 +110,8 @@ export async function overview(main, ctx) {
       ['Disk used by the data dir', bytes(o.data_dir_size_bytes), 'ov-disk'], ['Of it, topics', bytes(o.size_bytes)], ['Memory (RSS)', bytes(o.rss_bytes)],
       ['Data directory', o.data_dir],
     ]));
+    canvas.dataset.first = inPts.length ? inPts[0][0] : '';
+    canvas.dataset.points = inPts.length;
     drawChart(canvas, [{ label: 'in', color: '#0b5cad', points: inPts },
                        { label: 'out', color: '#15803d', dash: [6, 4], points: outPts }], WINDOW_MS);
   }, 1000);
@@ -148,6 +162,7 @@ export async function topic(main, ctx, name) {
   main.append(h('h1', {}, 'Topic ', h('span', { id: 'topic-name' }, name)));
   const holder = h('div', {});
   main.append(holder);
+  if (ctx.session.manage) main.append(topicActions(name));
   const rate = rater();
   await ctx.every(async () => {
     const [t, groups] = await Promise.all([get(`topics/${enc(name)}`), get(`topics/${enc(name)}/groups`)]);
@@ -174,6 +189,31 @@ export async function topic(main, ctx, name) {
   }, 3000);
 }
 
+// Alter (partitions, one setting as in mqd.conf: retention_ms = 7d) and delete, each
+// with a confirmation step; the broker checks the manage right on the topic.
+function topicActions(name) {
+  const parts = h('input', { id: 'alter-partitions', type: 'number', min: '1', inputmode: 'numeric' });
+  const key = h('input', { id: 'alter-key', type: 'text', size: '18', placeholder: 'retention_ms' });
+  const value = h('input', { id: 'alter-value', type: 'text', size: '10', placeholder: '7d' });
+  const slot = h('div', {});
+  const alter = h('form', { class: 'inline', id: 'alter-form', onsubmit: (e) => {
+    e.preventDefault();
+    const body = {};
+    if (parts.value) body.partitions = Number(parts.value);
+    if (key.value.trim()) body.config = { [key.value.trim()]: value.value.trim() };
+    const what = [body.partitions ? `${body.partitions} partitions` : '',
+                  body.config ? `${key.value.trim()} = ${value.value.trim()}` : ''].filter(Boolean).join(', ');
+    slot.replaceChildren(confirmPanel(`Alter ${name}: ${what || 'nothing'}? Partitions only grow.`, 'Confirm alter',
+      async () => { const t = await post(`topics/${enc(name)}/alter`, body); return `Altered: ${t.partitions} partitions`; }));
+  } }, h('label', {}, 'Partitions', parts), h('label', {}, 'Setting', key), h('label', {}, 'Value', value),
+     h('button', { type: 'submit', id: 'alter-button' }, 'Alter…'));
+  const del = h('button', { type: 'button', class: 'danger', id: 'delete-button', onclick: () =>
+    slot.replaceChildren(confirmPanel(`Delete topic ${name} with every message and group offset? This cannot be undone.`,
+      'Confirm delete', async () => { await post(`topics/${enc(name)}/delete`); return `Deleted ${name}`; })) },
+    'Delete topic…');
+  return h('section', { 'aria-label': 'change the topic' }, h('h2', {}, 'Change the topic'), alter, del, slot);
+}
+
 export async function groups(main, ctx) {
   main.append(h('h1', {}, 'Consumer groups'));
   const holder = h('div', {});
@@ -186,6 +226,31 @@ export async function groups(main, ctx) {
         h('td', {}, g.mode), h('td', { class: 'num' }, num(g.members)), h('td', { class: 'num' }, num(g.lag))))))
       : h('p', { class: 'muted' }, 'No consumer groups yet.'));
   }, 3000);
+}
+
+// The RESET body of the group page's form: to/value, or shift; a date (ISO 8601, no
+// zone: UTC) and a duration back from now (90s, 15m, 2h, 7d) become a time in ms.
+export function resetBody(mode, v, parts) {
+  const body = {};
+  const int = (x) => { if (!/^-?\d+$/.test(x)) throw new Error(`not a whole number: '${x}'`); return Number(x); };
+  if (mode === 'earliest' || mode === 'latest') body.to = mode;
+  else if (mode === 'offset' || mode === 'time') { body.to = mode; body.value = int(v); }
+  else if (mode === 'shift') body.shift = int(v);
+  else if (mode === 'datetime') {
+    const ms = Date.parse(/[zZ]|[+-]\d\d:?\d\d$/.test(v) ? v : v + 'Z');
+    if (Number.isNaN(ms)) throw new Error(`not an ISO 8601 date and time: '${v}'`);
+    body.to = 'time'; body.value = ms;
+  } else if (mode === 'duration') {
+    const m = /^(\d+)(ms|s|m|h|d)$/.exec(v);
+    if (!m) throw new Error(`not a duration such as 90s, 15m, 2h, 7d: '${v}'`);
+    const unit = { ms: 1, s: 1e3, m: 6e4, h: 36e5, d: 864e5 }[m[2]];
+    body.to = 'time'; body.value = Math.max(0, Date.now() - Number(m[1]) * unit);
+  }
+  if (parts) {
+    if (!/^\d+(,\d+)*$/.test(parts)) throw new Error(`partitions are numbers such as 0,2: '${parts}'`);
+    body.partitions = parts;
+  }
+  return body;
 }
 
 function confirmPanel(text, label, action) {
@@ -206,26 +271,47 @@ export async function group(main, ctx, tname, gname) {
   main.append(h('h1', {}, 'Group ', h('span', { id: 'group-name' }, gname), ' on ', topicLink(tname)));
   const facts = h('div', {}), parts = h('div', { class: 'table-wrap' });
   const canvas = h('canvas', { id: 'lag-chart', class: 'chart', role: 'img', 'aria-label': 'lag' });
-  const to = h('select', { id: 'reset-to' }, ['earliest', 'latest', 'offset', 'time'].map((v) => h('option', { value: v }, v)));
-  const value = h('input', { id: 'reset-value', type: 'number', min: '0', inputmode: 'numeric' });
+  const to = h('select', { id: 'reset-to' }, [['earliest', 'earliest'], ['latest', 'latest'], ['offset', 'offset'],
+    ['time', 'time (ms since the epoch)'], ['datetime', 'date and time (ISO 8601)'], ['duration', 'duration back from now'],
+    ['shift', 'shift by N offsets']].map(([v, label]) => h('option', { value: v }, label)));
+  const value = h('input', { id: 'reset-value', type: 'text', size: '24', placeholder: '25 | 2026-12-07T13:00:00Z | 1h | -10' });
+  const partsIn = h('input', { id: 'reset-partitions', type: 'text', size: '10', placeholder: 'all' });
   const confirmSlot = h('div', {});
-  const form = h('form', { class: 'inline', id: 'reset-form', onsubmit: (e) => {
+  const form = h('form', { class: 'inline', id: 'reset-form', onsubmit: async (e) => {
     e.preventDefault();
-    const body = { to: to.value };
-    if (to.value === 'offset' || to.value === 'time') body.value = Number(value.value);
-    confirmSlot.replaceChildren(confirmPanel(
-      `Reset every partition of ${gname} to ${to.value}${'value' in body ? ' ' + body.value : ''}? ` +
+    let body;
+    try { body = resetBody(to.value, value.value.trim(), partsIn.value.trim()); } catch (err) {
+      confirmSlot.replaceChildren(h('p', { class: 'error', id: 'action-result' }, err.message));
+      return;
+    }
+    confirmSlot.replaceChildren(h('p', {}, 'Preview…'));
+    let preview;
+    try { preview = await post(`groups/${enc(tname)}/${enc(gname)}/reset`, { ...body, dry_run: true }); } catch (err) {
+      confirmSlot.replaceChildren(h('p', { class: 'error', id: 'action-result' }, `Refused: ${err.message} (${err.status})`));
+      return;
+    }
+    const table = h('table', { id: 'reset-preview' },
+      h('thead', {}, h('tr', {}, ['Partition', 'Committed now', 'After the reset', 'Log start', 'Log end', 'Lag after'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, preview.partitions.map((p) => h('tr', { 'data-partition': p.partition, class: p.changed ? 'changed' : '' },
+        h('td', {}, p.partition), h('td', { class: 'num before' }, num(p.previous ?? p.committed)),
+        h('td', { class: 'num after' }, num(p.committed)), h('td', { class: 'num' }, num(p.log_start)),
+        h('td', { class: 'num' }, num(p.log_end)), h('td', { class: 'num' }, num(p.lag))))));
+    const panel = confirmPanel(
+      `Reset ${body.partitions ? 'partitions ' + body.partitions : 'every partition'} of ${gname} as previewed? ` +
       'The group must have no live members.', 'Confirm reset',
       async () => {
         const r = await post(`groups/${enc(tname)}/${enc(gname)}/reset`, body);
         return `Reset done: committed ${r.partitions.map((p) => `${p.partition}:${p.committed}`).join(', ')}`;
-      }));
-  } }, h('label', {}, 'Reset offsets to', to), h('label', {}, 'Offset or time (ms)', value),
-     h('button', { type: 'submit', id: 'reset-button', hidden: !ctx.session.manage }, 'Reset offsets…'));
+      });
+    panel.prepend(h('div', { class: 'table-wrap' }, table));
+    confirmSlot.replaceChildren(panel);
+  } }, h('label', {}, 'Reset offsets to', to), h('label', {}, 'Value', value),
+     h('label', {}, 'Partitions (e.g. 0,2)', partsIn),
+     h('button', { type: 'submit', id: 'reset-button', hidden: !ctx.session.manage }, 'Preview reset…'));
   main.append(facts, h('h2', {}, 'Partitions'), parts, h('h2', {}, 'Lag (up to the last 5 minutes)'), canvas,
               h('h2', {}, 'Reset offsets'), ctx.session.manage ? form : h('p', { class: 'muted' }, 'Needs the manage right.'),
               confirmSlot);
-  const pts = [];
+  const pts = (await pastOf(`group/${tname}/${gname}`)).map(([t, lag]) => [t, lag]);
   await ctx.every(async () => {
     const g = await get(`groups/${enc(tname)}/${enc(gname)}`);
     const now = Date.now();
@@ -239,6 +325,8 @@ export async function group(main, ctx, tname, gname) {
         h('td', { class: 'num committed' }, num(p.committed)), h('td', { class: 'num' }, num(p.log_start)),
         h('td', { class: 'num' }, num(p.log_end)), h('td', { class: 'num lag' }, num(p.lag)),
         h('td', { class: 'num' }, num(p.inflight)), h('td', {}, p.owner || '—'))))));
+    canvas.dataset.first = pts.length ? pts[0][0] : '';
+    canvas.dataset.points = pts.length;
     drawChart(canvas, [{ label: 'lag', color: '#9a3412', points: pts }], WINDOW_MS);
   }, 1000);
 }

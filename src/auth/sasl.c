@@ -85,6 +85,7 @@ static void fail(pn_transport_t *t, mqd_auth_conn_t *ac, const char *why, const 
     const char *mech = pnx_sasl_get_selected_mechanism(t);
     MQD_NOTICE("auth", "SASL refused peer=%s mech=%s user=%s reason=%s", mqd_conn_peer(ac->c),
                mech ? mech : "none", who, why);
+    mqd_srv_count_login_failure(mqd_conn_srv(ac->c), mech);
     if (ac->scram) {
         mqd_scram_clear(ac->scram);
         free(ac->scram);

@@ -690,41 +690,16 @@ const mqd_conf_row_t *mqd_conf_row_find(const char *name)
     return NULL;
 }
 
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b), row[65];
-    if (la > 64 || lb > 64)
-        return SIZE_MAX;
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t sub = diag + (tolower((unsigned char)a[i - 1]) != b[j - 1]);
-            size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
-            row[j] = sub < best ? sub : best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 const char *mqd_conf_row_suggest(const char *name)
 {
-    const char *best = NULL;
-    size_t best_d = SIZE_MAX;
-    for (size_t i = 0; i < mqd_conf_nrows; i++) {
-        size_t d = edit_distance(name, mqd_conf_rows[i].name);
-        if (d < best_d) {
-            best_d = d;
-            best = mqd_conf_rows[i].name;
-        }
-    }
-    /* a suggestion must be closer than a rewrite: at most a third of the key wrong */
-    size_t limit = strlen(name) / 3 < 2 ? 2 : strlen(name) / 3;
-    return best_d <= limit ? best : NULL;
+    const char **names = malloc(mqd_conf_nrows * sizeof *names);
+    if (!names)
+        return NULL;
+    for (size_t i = 0; i < mqd_conf_nrows; i++)
+        names[i] = mqd_conf_rows[i].name;
+    const char *best = mqd_closest(name, names, mqd_conf_nrows);
+    free(names);
+    return best;
 }
 
 /* ---- number parsing ---- */

@@ -7,10 +7,13 @@
  *   GET  topics/T/groups                     com.mqd:consumergroup QUERY (topic T)
  *   GET  topics/T/partitions/N/messages      com.mqd:topic PEEK (?from=O&count=C)
  *   GET  groups | groups/T/G                 com.mqd:consumergroup QUERY | READ
- *   POST groups/T/G/reset {"to","value"}     com.mqd:consumergroup RESET
+ *   POST groups/T/G/reset {"to","value"} or {"shift"}, "partitions", "dry_run"
+ *                                            com.mqd:consumergroup RESET
  *   GET  connections | links                 com.mqd:connection QUERY | com.mqd:link QUERY
  *   POST connections/ID/close                com.mqd:connection CLOSE (amqp:connection:forced)
+ *   POST topics/T/alter {"partitions","config"} | topics/T/delete   com.mqd:topic UPDATE | DELETE
  *   GET  users | acl                         com.mqd:user QUERY | com.mqd:acl QUERY
+ *   GET  history?series=S&resolution=R       com.mqd:broker HISTORY (the charts' past)
  * GET needs `monitor` (or `manage`) on $management, PEEK also `browse` on the topic, a
  * POST `manage`. */
 #include "config.h"
@@ -103,11 +106,11 @@ static void partitions(call_t *c, const char *topic)
     mqd_console_reply_json(c->req, 200, p ? p : json_array());
 }
 
-static void peek(call_t *c, const char *topic, const char *part)
+/* The query string's keys[] (those present, non-empty) into args as strings, then runs
+ * type/op; a query string that does not parse is 400. */
+static void answer_query(call_t *c, const char *type, const char *op, json_t *args,
+                         const char *const *keys, size_t n)
 {
-    if (!mqd_auth_user_may(c->k->srv, c->ss->user, MQD_PERM_BROWSE, topic))
-        return mqd_console_reply_error(c->req, 403, "peek needs the browse right on the topic");
-    json_t *args = json_pack("{s:s, s:s}", "name", topic, "partition", part);
     const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(c->req));
     struct evkeyvalq q;
     TAILQ_INIT(&q);
@@ -115,14 +118,29 @@ static void peek(call_t *c, const char *topic, const char *part)
         json_decref(args);
         return mqd_console_reply_error(c->req, 400, "bad query string");
     }
-    static const char *const keys[] = {"from", "count"};
-    for (size_t i = 0; i < MQD_ARRAY_LEN(keys); i++) {
+    for (size_t i = 0; i < n; i++) {
         const char *v = evhttp_find_header(&q, keys[i]);
         if (v && *v)
             json_object_set_new(args, keys[i], json_string(v));
     }
     evhttp_clear_headers(&q);
-    answer(c, T_TOPIC, "PEEK", args);
+    answer(c, type, op, args);
+}
+
+static void peek(call_t *c, const char *topic, const char *part)
+{
+    if (!mqd_auth_user_may(c->k->srv, c->ss->user, MQD_PERM_BROWSE, topic))
+        return mqd_console_reply_error(c->req, 403, "peek needs the browse right on the topic");
+    static const char *const keys[] = {"from", "count"};
+    answer_query(c, T_TOPIC, "PEEK", json_pack("{s:s, s:s}", "name", topic, "partition", part), keys,
+                 MQD_ARRAY_LEN(keys));
+}
+
+/* GET history?series=broker|topic/T|group/T/G&resolution=5s|1m */
+static void history(call_t *c)
+{
+    static const char *const keys[] = {"series", "resolution"};
+    answer_query(c, T_BROKER, "HISTORY", json_object(), keys, MQD_ARRAY_LEN(keys));
 }
 
 static void get_route(call_t *c)
@@ -158,25 +176,61 @@ static void get_route(call_t *c)
         return answer(c, "com.mqd:user", "QUERY", NULL);
     if (n == 2 && strcmp(s[1], "acl") == 0)
         return answer(c, "com.mqd:acl", "QUERY", NULL);
+    if (n == 2 && strcmp(s[1], "history") == 0)
+        return history(c);
     mqd_console_reply_error(c->req, 404, "no such API route");
 }
 
+/* {"to": "earliest|latest|offset|time", "value": N} or {"shift": N}, and optionally
+ * "partitions": "0,2" and "dry_run": true (the page's preview) */
 static void reset(call_t *c, const char *topic, const char *group)
 {
     json_t *body = mqd_console_body_json(c->req, false);
     json_t *to = json_object_get(body, "to"), *value = json_object_get(body, "value");
-    if (!json_is_string(to) || (value && !json_is_integer(value))) {
+    json_t *shift = json_object_get(body, "shift"), *parts = json_object_get(body, "partitions");
+    json_t *dry = json_object_get(body, "dry_run");
+    if (!json_is_string(to) == !shift || (value && !json_is_integer(value)) ||
+        (shift && !json_is_integer(shift)) || (parts && !json_is_string(parts)) ||
+        (dry && !json_is_boolean(dry))) {
         json_decref(body);
         return mqd_console_reply_error(c->req, 400,
                                        "expected {\"to\": \"earliest|latest|offset|time\", "
-                                       "\"value\": N}");
+                                       "\"value\": N} or {\"shift\": N}, with \"partitions\": "
+                                       "\"0,2\" and \"dry_run\": true optional");
     }
-    json_t *args = json_pack("{s:s, s:s, s:O}", "topic", topic, "group", group, "to", to);
-    if (value)
-        json_object_set(args, "value", value);
+    /* the page resets groups it shows: one that does not exist is not made */
+    json_t *args = json_pack("{s:s, s:s, s:b}", "topic", topic, "group", group, "create", 0);
+    static const char *const keys[] = {"to", "value", "shift", "partitions", "dry_run"};
+    for (size_t i = 0; i < MQD_ARRAY_LEN(keys); i++)
+        if (json_object_get(body, keys[i]))
+            json_object_set(args, keys[i], json_object_get(body, keys[i]));
     json_decref(body);
-    MQD_NOTICE("console", "user %s resets group %s of topic %s", c->ss->user, group, topic);
+    if (!json_is_true(dry))
+        MQD_NOTICE("console", "user %s resets group %s of topic %s", c->ss->user, group, topic);
     answer(c, T_GROUP, "RESET", args);
+}
+
+/* POST topics/T/alter {"partitions": N, "config": {"KEY": VALUE...}} (UPDATE) and
+ * topics/T/delete (DELETE). In a cluster these answer only once etcd holds the change,
+ * later than a console call can wait: mqctl does them there (501). */
+static void topic_change(call_t *c, const char *topic, bool del)
+{
+    if (mqd_srv_repl(c->k->srv)->topic_alter)
+        return mqd_console_reply_error(c->req, 501,
+                                       "in a cluster, alter and delete topics with mqctl");
+    json_t *body = del ? NULL : mqd_console_body_json(c->req, false);
+    json_t *parts = json_object_get(body, "partitions"), *cfg = json_object_get(body, "config");
+    if (!del && ((parts && !json_is_integer(parts)) || (cfg && !json_is_object(cfg)) ||
+                 (!parts && !cfg))) {
+        json_decref(body);
+        return mqd_console_reply_error(c->req, 400, "expected {\"partitions\": N, \"config\": "
+                                                    "{\"KEY\": VALUE}}");
+    }
+    json_t *args = named(topic);
+    if (body) /* UPDATE reads partitions and the config map from the request's body */
+        json_object_set_new(args, "$body", body);
+    MQD_NOTICE("console", "user %s %s topic %s", c->ss->user, del ? "deletes" : "alters", topic);
+    answer(c, T_TOPIC, del ? "DELETE" : "UPDATE", args);
 }
 
 static void post_route(call_t *c)
@@ -186,6 +240,9 @@ static void post_route(call_t *c)
         return mqd_console_reply_error(c->req, 403, "this needs the manage right");
     if (c->n == 5 && strcmp(s[1], "groups") == 0 && strcmp(s[4], "reset") == 0)
         return reset(c, s[2], s[3]);
+    if (c->n == 4 && strcmp(s[1], "topics") == 0 &&
+        (strcmp(s[3], "alter") == 0 || strcmp(s[3], "delete") == 0))
+        return topic_change(c, s[2], s[3][0] == 'd');
     if (c->n == 4 && strcmp(s[1], "connections") == 0 && strcmp(s[3], "close") == 0) {
         MQD_NOTICE("console", "user %s closes connection %s", c->ss->user, s[2]);
         return answer(c, T_CONN, "CLOSE", named(s[2]));

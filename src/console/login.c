@@ -109,6 +109,8 @@ static void on_checked(void *arg, int rc)
     if (rc != 0) {
         MQD_NOTICE("console", "login refused peer=%s user=%s: %s", l->peer, l->user,
                    rc == MQD_EFAILED ? "wrong password or unknown user" : mqd_strerror(rc));
+        if (rc == MQD_EFAILED)
+            mqd_srv_count_login_failure(k->srv, "PLAIN");
         mqd_console_reply_error(req, rc == MQD_EFAILED ? 401 : 503,
                                 rc == MQD_EFAILED ? "wrong user or password" : "try again");
         goto out;

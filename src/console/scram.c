@@ -107,6 +107,7 @@ static void final(mqd_console_t *k, struct evhttp_request *req, const char *id, 
         return mqd_console_reply_error(req, 400, "malformed SCRAM client-final-message");
     if (rc != 0) {
         MQD_NOTICE("console", "SCRAM login refused: wrong proof or unknown user");
+        mqd_srv_count_login_failure(k->srv, "SCRAM-SHA-256");
         return mqd_console_reply_error(req, 401, "wrong user or password");
     }
     mqd_console_login_ok(k, req, user, "SCRAM-SHA-256", json_pack("{s:s}", "server_final", out));

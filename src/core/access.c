@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 bool mqd_core_txn_committed(mqd_server_t *s, uint64_t txn)
 {
@@ -107,6 +108,20 @@ void mqd_srv_count_redirect(mqd_server_t *o, mqd_redirect_kind_t kind)
 {
     if ((unsigned)kind < MQD_REDIRECT_KINDS)
         o->redirects[kind]++;
+}
+
+const char *const mqd_login_mechs[MQD_LOGIN_MECHS] = {"PLAIN", "SCRAM-SHA-256", "EXTERNAL",
+                                                       "ANONYMOUS", "other"};
+void mqd_srv_count_login_failure(mqd_server_t *o, const char *mech)
+{
+    size_t i = 0;
+    while (i < MQD_LOGIN_MECHS - 1 && (!mech || strcmp(mech, mqd_login_mechs[i]) != 0))
+        i++;
+    __atomic_fetch_add(&o->login_failures[i], 1, __ATOMIC_RELAXED);
+}
+uint64_t mqd_srv_login_failures(const mqd_server_t *o, size_t i)
+{
+    return i < MQD_LOGIN_MECHS ? __atomic_load_n(&o->login_failures[i], __ATOMIC_RELAXED) : 0;
 }
 mqd_hist_t *mqd_srv_h_append_stable(mqd_server_t *o)
 {

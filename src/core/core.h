@@ -788,6 +788,12 @@ typedef enum {
 } mqd_redirect_kind_t;
 uint64_t mqd_srv_redirects(const mqd_server_t *o, mqd_redirect_kind_t kind);
 void mqd_srv_count_redirect(mqd_server_t *o, mqd_redirect_kind_t kind);
+/* Refused logins (SASL on AMQP, the console's password and SCRAM logins) by mechanism,
+ * for mqd_auth_failures_total: index i of mqd_login_mechs (the last: any other). */
+#define MQD_LOGIN_MECHS 5
+extern const char *const mqd_login_mechs[MQD_LOGIN_MECHS];
+void mqd_srv_count_login_failure(mqd_server_t *o, const char *mech);
+uint64_t mqd_srv_login_failures(const mqd_server_t *o, size_t i);
 mqd_hist_t *mqd_srv_h_append_stable(mqd_server_t *o);
 bool mqd_srv_handover_wait(const mqd_server_t *o);
 void mqd_srv_set_handover_wait(mqd_server_t *o, bool v);

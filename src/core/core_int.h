@@ -178,6 +178,7 @@ struct mqd_server {
     uint64_t sends_failed;   /* sends rejected because their partition failed */
     uint64_t group_commit_failures; /* group offset writes to meta.db that failed (group/) */
     uint64_t redirects[MQD_REDIRECT_KINDS]; /* redirects amqp/ sent, by mqd_redirect_kind_t */
+    uint64_t login_failures[MQD_LOGIN_MECHS]; /* refused logins by mechanism (auth/, console/) */
     int64_t started_ms;      /* wall clock at start */
     uint64_t tmp_seq;
     uint64_t conn_serial;    /* the last mqd_conn_t.serial given */

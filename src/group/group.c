@@ -328,6 +328,12 @@ int mqd_group_list(mqd_topic_t *t, mqd_group_cb cb, void *arg)
     return 0;
 }
 
+bool mqd_group_unused_queue(mqd_topic_t *t, const char *group)
+{
+    mqd_group_t *g = strcmp(group, MQD_SHARED_GROUP) == 0 ? group_find(t, group) : NULL;
+    return g && !g->active && g->n_members == 0;
+}
+
 int mqd_group_describe(mqd_topic_t *t, const char *group, mqd_group_part_cb cb, void *arg)
 {
     mqd_group_t *g = group_find(t, group);
@@ -352,7 +358,32 @@ int mqd_group_describe(mqd_topic_t *t, const char *group, mqd_group_part_cb cb, 
     return 0;
 }
 
-int mqd_group_reset(mqd_topic_t *t, const char *group, mqd_reset_t how, int64_t value)
+uint64_t mqd_group_reset_target(mqd_topic_t *t, uint32_t i, mqd_reset_t how, int64_t value,
+                                uint64_t committed)
+{
+    mqd_part_t *p = mqd_topic_part(t, i);
+    mqd_plog_t *log = mqd_part_log(p);
+    uint64_t start = mqd_plog_start_offset(log), end = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
+    uint64_t to = 0;
+    switch (how) {
+    case MQD_RESET_EARLIEST: to = start; break;
+    case MQD_RESET_LATEST: to = end; break;
+    case MQD_RESET_OFFSET: to = value < 0 ? 0 : (uint64_t)value; break;
+    case MQD_RESET_TIME:
+        if (mqd_plog_offset_for_time(log, value, &to) != 0)
+            to = end;
+        break;
+    case MQD_RESET_SHIFT:
+        if (value < 0)
+            to = (uint64_t)-value > committed ? 0 : committed - (uint64_t)-value;
+        else
+            to = committed + (uint64_t)value < committed ? UINT64_MAX - 1 : committed + (uint64_t)value;
+        break;
+    }
+    return to < start ? start : to > end ? end : to; /* as mqd_cursor_seek clamps */
+}
+
+int mqd_group_seek(mqd_topic_t *t, const char *group, const uint64_t *to, uint32_t n)
 {
     mqd_group_t *g;
     int rc = mqd_group_get(t, group, &g);
@@ -360,23 +391,12 @@ int mqd_group_reset(mqd_topic_t *t, const char *group, mqd_reset_t how, int64_t 
         return rc;
     if (g->n_members > 0)
         return MQD_ESTATE;
+    if (n > g->ncur && (rc = mqd_group_resize(g)) != 0)
+        return rc;
     g->active = true;
-    for (uint32_t i = 0; i < g->ncur; i++) {
-        mqd_part_t *p = mqd_topic_part(t, i);
-        mqd_plog_t *log = mqd_part_log(p);
-        uint64_t end = mqd_part_visible_end(p, MQD_READ_UNCOMMITTED);
-        uint64_t to = 0;
-        switch (how) {
-        case MQD_RESET_EARLIEST: to = mqd_plog_start_offset(log); break;
-        case MQD_RESET_LATEST: to = end; break;
-        case MQD_RESET_OFFSET: to = value < 0 ? 0 : (uint64_t)value; break;
-        case MQD_RESET_TIME:
-            if (mqd_plog_offset_for_time(log, value, &to) != 0)
-                to = end;
-            break;
-        }
-        mqd_cursor_seek(&g->cur[i], p, to);
-    }
+    for (uint32_t i = 0; i < g->ncur && i < n; i++)
+        if (to[i] != UINT64_MAX)
+            mqd_cursor_seek(&g->cur[i], mqd_topic_part(t, i), to[i]);
     mqd_meta_t *meta = mqd_srv_meta(mqd_topic_srv(t));
     if ((rc = mqd_meta_begin(meta)) != 0)
         return rc;
@@ -388,8 +408,20 @@ int mqd_group_reset(mqd_topic_t *t, const char *group, mqd_reset_t how, int64_t 
         mqd_meta_rollback(meta);
     if (rc != 0)
         group_save_failed(g, rc, "reset");
-    MQD_INFO("group", "reset topic=%s group=%s how=%d rc=%d", mqd_topic_name(t), g->name, (int)how,
-             rc);
+    MQD_INFO("group", "reset topic=%s group=%s rc=%d", mqd_topic_name(t), g->name, rc);
+    return rc;
+}
+
+int mqd_group_reset(mqd_topic_t *t, const char *group, mqd_reset_t how, int64_t value)
+{
+    uint32_t n = mqd_topic_nparts(t);
+    uint64_t *to = calloc(n ? n : 1, sizeof *to);
+    if (!to)
+        return MQD_ENOMEM;
+    for (uint32_t i = 0; i < n; i++) /* a shift of a group made here: from the log start */
+        to[i] = mqd_group_reset_target(t, i, how, value, 0);
+    int rc = mqd_group_seek(t, group, to, n);
+    free(to);
     return rc;
 }
 

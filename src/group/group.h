@@ -31,13 +31,27 @@ int mqd_group_list(struct mqd_topic *t, mqd_group_cb cb, void *arg);
 /* One callback per partition; MQD_ENOENT for an unknown group. */
 typedef int (*mqd_group_part_cb)(const mqd_group_part_info_t *pi, void *arg);
 int mqd_group_describe(struct mqd_topic *t, const char *group, mqd_group_part_cb cb, void *arg);
+/* The topic's queue ($shared) before any queue consumer used it (no member ever, no
+ * stored offset): lists, lag metrics and alerts leave it out, since its "lag" is the
+ * whole topic while nobody reads it as a queue (issue 38 point 3). */
+bool mqd_group_unused_queue(struct mqd_topic *t, const char *group);
 
 typedef enum {
     MQD_RESET_EARLIEST = 0, /* every partition to its start offset */
     MQD_RESET_LATEST,       /* to its end */
     MQD_RESET_OFFSET,       /* to `value` (clamped to [start, end]) */
     MQD_RESET_TIME,         /* to the first offset with timestamp >= value (ms) */
+    MQD_RESET_SHIFT,        /* by `value` (may be negative) from the committed offset */
 } mqd_reset_t;
+
+/* Where partition i of t would move to by how/value (MQD_RESET_SHIFT: from `committed`),
+ * clamped to the partition's start and visible end as the seek clamps. */
+uint64_t mqd_group_reset_target(struct mqd_topic *t, uint32_t i, mqd_reset_t how, int64_t value,
+                                uint64_t committed);
+/* Moves partition i of the group to to[i] for each i < n whose to[i] is not UINT64_MAX
+ * (the others keep their offsets), persisted in one transaction before returning.
+ * MQD_ESTATE while the group has live links. Creates the group if it does not exist. */
+int mqd_group_seek(struct mqd_topic *t, const char *group, const uint64_t *to, uint32_t n);
 
 /* Moves a group's committed offsets; only while it has no live links (MQD_ESTATE),
  * persisted before returning. Creates the group if it does not exist. */

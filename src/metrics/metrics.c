@@ -6,7 +6,7 @@
  *             cluster) no replica here is catching up, else 503 with the reason
  * The page is built per scrape; its cost grows with topics x partitions x groups. */
 #include "config.h"
-#include "metrics/metrics.h"
+#include "metrics/metrics_int.h"
 #include "group/group.h"
 #include "core/core.h"
 #include "txn/txn.h"
@@ -71,12 +71,13 @@ void mqd_metrics_proc_stats(mqd_proc_stats_t *out)
 
 typedef struct mqd_metrics {
     mqd_server_t *srv;
-    struct evhttp *http;
+    struct evhttp *http;     /* NULL without metrics_listen */
+    mqd_history_t *history;  /* history.c, always */
     mqd_dir_size_t data_dir; /* dirsize.c's last walk of data_dir */
 } mqd_metrics_t;
 
 /* Label values: backslash, double quote and newline are escaped (format 0.0.4). */
-static void put_label(struct evbuffer *b, const char *v)
+void mqd_metrics_label(struct evbuffer *b, const char *v)
 {
     for (; *v; v++) {
         if (*v == '\\' || *v == '"')
@@ -88,14 +89,14 @@ static void put_label(struct evbuffer *b, const char *v)
     }
 }
 
-static void head(struct evbuffer *b, const char *name, const char *type, const char *help)
+void mqd_metrics_head(struct evbuffer *b, const char *name, const char *type, const char *help)
 {
     evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 static void put_hist(struct evbuffer *b, const char *name, const char *help, const mqd_hist_t *h)
 {
-    head(b, name, "histogram", help);
+    mqd_metrics_head(b, name, "histogram", help);
     uint64_t cum = 0;
     for (size_t i = 0; i < MQD_HIST_BUCKETS; i++) {
         cum += h->bucket[i];
@@ -145,10 +146,10 @@ static uint64_t topic_field(const mqd_topic_t *t, tfield_t f)
 static void put_topics(struct evbuffer *b, mqd_server_t *s)
 {
     for (size_t k = 0; k < MQD_ARRAY_LEN(topic_counters); k++) {
-        head(b, topic_counters[k].name, "counter", topic_counters[k].help);
+        mqd_metrics_head(b, topic_counters[k].name, "counter", topic_counters[k].help);
         FOR_TOPICS(s, t) {
             evbuffer_add_printf(b, "%s{topic=\"", topic_counters[k].name);
-            put_label(b, mqd_topic_name(t));
+            mqd_metrics_label(b, mqd_topic_name(t));
             evbuffer_add_printf(b, "\"} %llu\n", (unsigned long long)topic_field(t, topic_counters[k].f));
         }
     }
@@ -162,7 +163,7 @@ static void put_topics(struct evbuffer *b, mqd_server_t *s)
          "failed its CRC or header check (since start).", "counter"},
     };
     for (int k = 0; k < 5; k++) {
-        head(b, pm[k][0], pm[k][2], pm[k][1]);
+        mqd_metrics_head(b, pm[k][0], pm[k][2], pm[k][1]);
         FOR_TOPICS(s, t) {
             for (uint32_t i = 0; i < mqd_topic_nparts(t); i++) {
                 mqd_part_t *p = mqd_topic_part(t, i);
@@ -176,7 +177,7 @@ static void put_topics(struct evbuffer *b, mqd_server_t *s)
                         : k == 2 ? mqd_plog_size_bytes(log)
                                  : mqd_plog_failed(log);
                 evbuffer_add_printf(b, "%s{topic=\"", pm[k][0]);
-                put_label(b, mqd_topic_name(t));
+                mqd_metrics_label(b, mqd_topic_name(t));
                 evbuffer_add_printf(b, "\",partition=\"%u\"} %llu\n", i, (unsigned long long)v);
             }
         }
@@ -193,30 +194,24 @@ static int lag_part(const mqd_group_part_info_t *pi, void *arg)
 {
     lagctx_t *x = arg;
     evbuffer_add(x->b, "mqd_group_lag{topic=\"", 21);
-    put_label(x->b, mqd_topic_name(x->t));
+    mqd_metrics_label(x->b, mqd_topic_name(x->t));
     evbuffer_add(x->b, "\",group=\"", 9);
-    put_label(x->b, x->group);
+    mqd_metrics_label(x->b, x->group);
     evbuffer_add_printf(x->b, "\",partition=\"%u\"} %llu\n", pi->partition, (unsigned long long)pi->lag);
     return 0;
 }
 
-static int lag_group(const char *group, mqd_group_mode_t mode, size_t members, void *arg)
+static void lag_group(mqd_topic_t *t, const char *group, size_t members, void *arg)
 {
-    MQD_UNUSED(mode);
     MQD_UNUSED(members);
-    lagctx_t *x = arg;
-    x->group = group;
-    mqd_group_describe(x->t, group, lag_part, x);
-    return 0;
+    lagctx_t x = {.b = arg, .t = t, .group = group};
+    mqd_group_describe(t, group, lag_part, &x);
 }
 
 static void put_groups(struct evbuffer *b, mqd_server_t *s)
 {
-    head(b, "mqd_group_lag", "gauge", "Records between a group's committed offset and the log end.");
-    FOR_TOPICS(s, t) {
-        lagctx_t x = {.b = b, .t = t};
-        mqd_group_list(t, lag_group, &x);
-    }
+    mqd_metrics_head(b, "mqd_group_lag", "gauge", "Records between a group's committed offset and the log end.");
+    mqd_metrics_each_group(s, lag_group, b); /* $shared once a queue consumer used it */
 }
 
 static void put_process(struct evbuffer *b, mqd_metrics_t *m)
@@ -224,24 +219,24 @@ static void put_process(struct evbuffer *b, mqd_metrics_t *m)
     const mqd_conf_t *conf = mqd_srv_conf(m->srv);
     mqd_proc_stats_t ps;
     mqd_metrics_proc_stats(&ps);
-    head(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+    mqd_metrics_head(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
     evbuffer_add_printf(b, "process_resident_memory_bytes %llu\n", (unsigned long long)ps.rss_bytes);
-    head(b, "process_start_time_seconds", "gauge", "Start time of the process since the epoch.");
+    mqd_metrics_head(b, "process_start_time_seconds", "gauge", "Start time of the process since the epoch.");
     evbuffer_add_printf(b, "process_start_time_seconds %.3f\n", ps.start_time_s);
-    head(b, "process_open_fds", "gauge", "Open file descriptors.");
+    mqd_metrics_head(b, "process_open_fds", "gauge", "Open file descriptors.");
     evbuffer_add_printf(b, "process_open_fds %llu\n", (unsigned long long)ps.open_fds);
     uint64_t used;
     if (mqd_metrics_dir_size(conf->data_dir, mqd_now_ms(), &m->data_dir, &used) == 0) {
-        head(b, "mqd_data_dir_size_bytes", "gauge",
+        mqd_metrics_head(b, "mqd_data_dir_size_bytes", "gauge",
              "Disk space the files under data_dir take (allocated blocks, as du counts).");
         evbuffer_add_printf(b, "mqd_data_dir_size_bytes %llu\n", (unsigned long long)used);
     }
     struct statvfs sv;
     if (statvfs(conf->data_dir, &sv) == 0) {
-        head(b, "mqd_data_dir_fs_size_bytes", "gauge", "Size of the file system holding data_dir.");
+        mqd_metrics_head(b, "mqd_data_dir_fs_size_bytes", "gauge", "Size of the file system holding data_dir.");
         evbuffer_add_printf(b, "mqd_data_dir_fs_size_bytes %llu\n",
                             (unsigned long long)sv.f_blocks * sv.f_frsize);
-        head(b, "mqd_data_dir_free_bytes", "gauge", "Bytes available to mqd on data_dir's file system.");
+        mqd_metrics_head(b, "mqd_data_dir_free_bytes", "gauge", "Bytes available to mqd on data_dir's file system.");
         evbuffer_add_printf(b, "mqd_data_dir_free_bytes %llu\n",
                             (unsigned long long)sv.f_bavail * sv.f_frsize);
     }
@@ -253,7 +248,7 @@ static void put_fsync(struct evbuffer *b, mqd_server_t *s)
     mqd_store_stats_t st;
     mqd_store_stats(mqd_srv_store(s), &st);
     const double *fb = mqd_store_hist_bounds();
-    head(b, "mqd_fsync_seconds", "histogram", "fdatasync latency of partition segments.");
+    mqd_metrics_head(b, "mqd_fsync_seconds", "histogram", "fdatasync latency of partition segments.");
     uint64_t cum = 0;
     for (size_t i = 0; i < MQD_STORE_HIST_BUCKETS; i++) {
         cum += st.bucket[i];
@@ -264,7 +259,7 @@ static void put_fsync(struct evbuffer *b, mqd_server_t *s)
     evbuffer_add_printf(b, "mqd_fsync_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
     evbuffer_add_printf(b, "mqd_fsync_seconds_sum %g\nmqd_fsync_seconds_count %llu\n", st.sum_s,
                         (unsigned long long)st.fsyncs);
-    head(b, "mqd_fsync_slow_total", "counter", "fdatasync calls slower than 1 s (each logged).");
+    mqd_metrics_head(b, "mqd_fsync_slow_total", "counter", "fdatasync calls slower than 1 s (each logged).");
     evbuffer_add_printf(b, "mqd_fsync_slow_total %llu\n", (unsigned long long)st.slow);
 }
 
@@ -272,53 +267,53 @@ static void put_broker(struct evbuffer *b, mqd_server_t *s)
 {
     size_t topics = 0;
     FOR_TOPICS(s, t) topics++;
-    head(b, "mqd_connections", "gauge", "Open AMQP connections.");
+    mqd_metrics_head(b, "mqd_connections", "gauge", "Open AMQP connections.");
     evbuffer_add_printf(b, "mqd_connections %zu\n", mqd_srv_n_conns(s));
-    head(b, "mqd_connections_accepted_total", "counter", "AMQP connections accepted.");
+    mqd_metrics_head(b, "mqd_connections_accepted_total", "counter", "AMQP connections accepted.");
     evbuffer_add_printf(b, "mqd_connections_accepted_total %llu\n",
                         (unsigned long long)mqd_srv_conns_accepted(s));
-    head(b, "mqd_connections_refused_total", "counter", "AMQP connections refused (limits, stopping).");
+    mqd_metrics_head(b, "mqd_connections_refused_total", "counter", "AMQP connections refused (limits, stopping).");
     evbuffer_add_printf(b, "mqd_connections_refused_total %llu\n",
                         (unsigned long long)mqd_srv_conns_refused(s));
-    head(b, "mqd_connection_memory_bytes", "gauge",
+    mqd_metrics_head(b, "mqd_connection_memory_bytes", "gauge",
          "Memory charged to all connections (max_memory; sessions, links, partial "
          "deliveries, unread output).");
     evbuffer_add_printf(b, "mqd_connection_memory_bytes %llu\n",
                         (unsigned long long)mqd_srv_budget_bytes(s));
-    head(b, "mqd_connections_over_budget_total", "counter",
+    mqd_metrics_head(b, "mqd_connections_over_budget_total", "counter",
          "Connections closed with amqp:resource-limit-exceeded by max_connection_memory or "
          "max_memory.");
     evbuffer_add_printf(b, "mqd_connections_over_budget_total %llu\n",
                         (unsigned long long)mqd_srv_budget_closes(s));
-    head(b, "mqd_messages_rejected_total", "counter", "Messages rejected by the broker.");
+    mqd_metrics_head(b, "mqd_messages_rejected_total", "counter", "Messages rejected by the broker.");
     evbuffer_add_printf(b, "mqd_messages_rejected_total %llu\n",
                         (unsigned long long)mqd_srv_msgs_rejected(s));
-    head(b, "mqd_sends_failed_total", "counter", "Sends rejected because their partition failed "
+    mqd_metrics_head(b, "mqd_sends_failed_total", "counter", "Sends rejected because their partition failed "
          "before they were durable.");
     evbuffer_add_printf(b, "mqd_sends_failed_total %llu\n",
                         (unsigned long long)mqd_srv_sends_failed(s));
-    head(b, "mqd_redirects_total", "counter",
+    mqd_metrics_head(b, "mqd_redirects_total", "counter",
          "Clients sent to another node: link_requested (an attach that asked for "
          "amqp:link:redirect), link (one that did not), connection (connection_redirect).");
     static const char *const kinds[MQD_REDIRECT_KINDS] = {"link_requested", "link", "connection"};
     for (int k = 0; k < MQD_REDIRECT_KINDS; k++)
         evbuffer_add_printf(b, "mqd_redirects_total{kind=\"%s\"} %llu\n", kinds[k],
                             (unsigned long long)mqd_srv_redirects(s, (mqd_redirect_kind_t)k));
-    head(b, "mqd_group_offset_commit_failures_total", "counter",
+    mqd_metrics_head(b, "mqd_group_offset_commit_failures_total", "counter",
          "Writes of consumer-group offsets to meta.db that failed (disk full, I/O error), one "
          "per group and attempt; logged with the group and topic.");
     evbuffer_add_printf(b, "mqd_group_offset_commit_failures_total %llu\n",
                         (unsigned long long)mqd_srv_group_commit_failures(s));
-    head(b, "mqd_topics", "gauge", "Topics (temporary reply nodes excluded).");
+    mqd_metrics_head(b, "mqd_topics", "gauge", "Topics (temporary reply nodes excluded).");
     evbuffer_add_printf(b, "mqd_topics %zu\n", topics);
     put_hist(b, "mqd_append_stable_seconds", "Time from append to stable (settlement) of a send.",
              mqd_srv_h_append_stable(s));
     put_fsync(b, s);
     mqd_txn_stats_t ts;
     mqd_txn_stats(s, &ts);
-    head(b, "mqd_transactions_open", "gauge", "Open AMQP transactions.");
+    mqd_metrics_head(b, "mqd_transactions_open", "gauge", "Open AMQP transactions.");
     evbuffer_add_printf(b, "mqd_transactions_open %zu\n", ts.open);
-    head(b, "mqd_transactions_total", "counter", "AMQP transactions by outcome.");
+    mqd_metrics_head(b, "mqd_transactions_total", "counter", "AMQP transactions by outcome.");
     evbuffer_add_printf(b, "mqd_transactions_total{outcome=\"declared\"} %llu\n",
                         (unsigned long long)ts.declared);
     evbuffer_add_printf(b, "mqd_transactions_total{outcome=\"committed\"} %llu\n",
@@ -340,6 +335,7 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     put_broker(b, m->srv);
     put_topics(b, m->srv);
     put_groups(b, m->srv);
+    mqd_metrics_put_group_extra(b, m->srv);
     const mqd_repl_hooks_t *repl = mqd_srv_repl(m->srv);
     if (repl->metrics) /* cluster = etcd: src/repl's gauges */
         repl->metrics(repl->arg, b);
@@ -347,6 +343,7 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     if (fwd->metrics) /* src/fwd's forwarded sends */
         fwd->metrics(fwd->arg, b);
     put_process(b, m);
+    mqd_metrics_put_process_extra(b, m->srv);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
     evhttp_send_reply(req, HTTP_OK, "OK", b);
@@ -386,23 +383,29 @@ static void on_readyz(struct evhttp_request *req, void *arg)
         reply_text(req, 503, "Service Unavailable", stopping ? "stopping" : "starting");
 }
 
-int mqd_metrics_start(struct mqd_server *s)
+static void history_tick(void *arg)
 {
-    const char *hp = mqd_srv_conf(s)->metrics_listen;
-    if (!hp || !*hp)
-        return 0;
+    mqd_metrics_t *m = mqd_srv_metrics(arg);
+    if (m && m->history)
+        mqd_history_sample(m->history, m->srv, mqd_now_ms());
+}
+
+mqd_history_t *mqd_metrics_history(struct mqd_server *s)
+{
+    mqd_metrics_t *m = mqd_srv_metrics(s);
+    return m ? m->history : NULL;
+}
+
+static int http_start(mqd_metrics_t *m, const char *hp)
+{
     char host[256];
     uint16_t port;
     if (mqd_conf_parse_hostport(hp, host, sizeof host, &port) != 0) {
         MQD_ERR("metrics", "metrics_listen %s: not HOST:PORT", hp);
         return MQD_EINVAL;
     }
-    mqd_metrics_t *m = calloc(1, sizeof *m);
-    if (!m || !(m->http = evhttp_new(mqd_srv_base(s)))) {
-        free(m);
+    if (!(m->http = evhttp_new(mqd_srv_base(m->srv))))
         return MQD_ENOMEM;
-    }
-    m->srv = s;
     evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
     evhttp_set_timeout(m->http, 10);
     evhttp_set_cb(m->http, "/metrics", on_metrics, m);
@@ -410,13 +413,30 @@ int mqd_metrics_start(struct mqd_server *s)
     evhttp_set_cb(m->http, "/readyz", on_readyz, m);
     if (evhttp_bind_socket(m->http, host, port) != 0) {
         MQD_ERR("metrics", "metrics_listen %s: cannot bind", hp);
-        evhttp_free(m->http);
-        free(m);
         return MQD_EIO;
     }
-    mqd_srv_set_metrics(s, m);
     MQD_NOTICE("metrics", "serving /metrics on %s", hp);
     return 0;
+}
+
+int mqd_metrics_start(struct mqd_server *s)
+{
+    const char *hp = mqd_srv_conf(s)->metrics_listen;
+    mqd_metrics_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return MQD_ENOMEM;
+    m->srv = s;
+    mqd_srv_set_metrics(s, m);
+    int rc = mqd_history_new(&m->history);
+    if (rc == 0) /* the timer's arg is the server: after mqd_metrics_stop it finds nothing */
+        rc = mqd_timer_add(s, "metrics.history", mqd_history_interval_ms(false), history_tick, s);
+    if (rc == 0 && hp && *hp)
+        rc = http_start(m, hp);
+    if (rc != 0)
+        mqd_metrics_stop(s);
+    else
+        mqd_history_sample(m->history, s, mqd_now_ms());
+    return rc;
 }
 
 void mqd_metrics_stop(struct mqd_server *s)
@@ -424,7 +444,9 @@ void mqd_metrics_stop(struct mqd_server *s)
     mqd_metrics_t *m = mqd_srv_metrics(s);
     if (!m)
         return;
-    evhttp_free(m->http);
+    if (m->http)
+        evhttp_free(m->http);
+    mqd_history_free(m->history);
     mqd_metrics_dir_size_free(&m->data_dir);
     free(m);
     mqd_srv_set_metrics(s, NULL);

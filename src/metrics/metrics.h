@@ -33,7 +33,23 @@ typedef struct mqd_dir_size {
 int mqd_metrics_dir_size(const char *dir, int64_t now_ms, mqd_dir_size_t *cache, uint64_t *out);
 void mqd_metrics_dir_size_free(mqd_dir_size_t *cache);
 
-/* Starts the HTTP endpoint when conf->metrics_listen is set (0 when it is not). */
+/* history.c: the console's chart history, sampled every 5 s on the loop (an hour of 5 s
+ * samples, a day of minutes; bounded). Series: "broker" (in_per_s, out_per_s,
+ * bytes_in_per_s, bytes_out_per_s, connections), "topic/T" (in_per_s, out_per_s),
+ * "group/T/G" (lag). */
+typedef struct mqd_history mqd_history_t;
+/* Called first with t_ms 0 and v NULL (the field names), then once per sample, oldest
+ * first: counters as rates per second between samples, gauges as they were. */
+typedef void (*mqd_history_cb)(int64_t t_ms, const double *v, size_t k,
+                               const char *const *fields, void *arg);
+/* The server's history, or NULL when metrics did not start. */
+mqd_history_t *mqd_metrics_history(struct mqd_server *s);
+/* Reads one series (`coarse`: the minutes of the day, else the 5 s of the hour): 0, or
+ * MQD_ENOENT for a series never sampled. */
+int mqd_history_read(mqd_history_t *h, const char *name, bool coarse, mqd_history_cb cb, void *arg);
+uint32_t mqd_history_interval_ms(bool coarse);
+
+/* Starts the history sampler, and the HTTP endpoint when conf->metrics_listen is set. */
 int mqd_metrics_start(struct mqd_server *s);
 /* Stops and frees the endpoint (s->metrics); safe when it never started. */
 void mqd_metrics_stop(struct mqd_server *s);

@@ -442,6 +442,11 @@ int mqd_mgmt_call(struct mqd_server *s, const char *actor, const char *type, con
     const mqd_mgmt_op_t *o = op_find(type, op);
     *reply = NULL;
     r.props = json_is_object(args) ? json_incref(args) : json_object();
+    json_t *body = json_object_get(r.props, "$body"); /* the request body (UPDATE's settings) */
+    if (json_is_object(body)) {
+        r.body = json_incref(body);
+        json_object_del(r.props, "$body");
+    }
     r.out = pn_data(16);
     json_t *nm = json_object_get(r.props, "name");
     r.name = json_is_string(nm) ? json_string_value(nm) : NULL;
@@ -462,6 +467,7 @@ int mqd_mgmt_call(struct mqd_server *s, const char *actor, const char *type, con
     MQD_DEBUG("mgmt", "%s %s name=%s by %s -> %d %s", op, type, r.name ? r.name : "-",
               mqd_mgmt_actor(&r), r.status, desc);
     json_decref(r.props);
+    json_decref(r.body);
     if (r.out)
         pn_data_free(r.out);
     return r.status;

@@ -35,7 +35,9 @@ int mqd_mgmt_entity_handle(struct mqd_server *s, struct mqd_conn *c, const char 
  * src/console/): the same handlers as mqd_mgmt_handle, authorized the same way with the
  * [acl] rules of the configured user `actor` (NULL or "" = anonymous), whose reply body is converted with mqd_mgmt_data_to_json, as mqctl
  * --json does. `args` (borrowed; a JSON object) are the request's application
- * properties (`name`, `to`, `partition`, ...); `actor` also names the caller in the log.
+ * properties (`name`, `to`, `partition`, ...), but for `$body`, an object that becomes the
+ * request's body (an UPDATE's settings; taken out of args); `actor` also names the caller
+ * in the log.
  * *reply gets the reply body (new reference; NULL when the reply has none) and desc its
  * status description. Returns the status code (200, 204, 404, ...); 501 for operations
  * that answer later (topic CREATE) or do not exist. */

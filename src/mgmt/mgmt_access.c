@@ -77,18 +77,20 @@ static int check_list(mqd_mgmt_req_t *r, const char *what)
         ok = mqd_auth_may_anywhere(r->c, MQD_PERM_MONITOR) ||
              mqd_auth_may_anywhere(r->c, MQD_PERM_MANAGE);
     return ok ? 0
-              : mqd_mgmt_fail(r, 401, "not allowed to list %s: no monitor or manage right", what);
+              : mqd_mgmt_fail(r, 401, "not allowed to list %s: needs the monitor right", what);
 }
 
-static int refuse(mqd_mgmt_req_t *r, const char *what, const char *topic)
+/* "not allowed to WHAT 'TOPIC': needs the RIGHT right" (RIGHT as the [acl] spells it). */
+static int refuse(mqd_mgmt_req_t *r, const char *what, const char *topic, const char *right)
 {
     if (topic)
-        return mqd_mgmt_fail(r, 401, "not allowed to %s '%.200s'", what, topic);
+        return mqd_mgmt_fail(r, 401, "not allowed to %s '%.200s': needs the %s right on it", what,
+                             topic, right);
     return mqd_mgmt_fail(r, 401,
-                         "not allowed to %s: a node-wide operation needs the right on "
+                         "not allowed to %s: a node-wide operation needs the %s right on "
                          "$management (with SAS: a token of an unscoped key for every "
                          "hub)",
-                         what);
+                         what, right);
 }
 
 /* The topic a topic operation names; NULL after a 400. */
@@ -122,22 +124,24 @@ static int check_topic(mqd_mgmt_req_t *r, mqd_mgmt_need_t need, const char *t)
          * would otherwise be checked as the node) */
         if ((why = mqd_mgmt_bad_topic_name(t)))
             return mqd_mgmt_fail(r, 400, "invalid topic name '%.100s': %s", t, why);
-        return may(r, MQD_PERM_MANAGE, t, false) ? 0 : refuse(r, "create", t);
-    case MQD_MGMT_TOPIC_READ: return may_read(r, t, false) ? 0 : refuse(r, "read", t);
+        return may(r, MQD_PERM_MANAGE, t, false) ? 0 : refuse(r, "create", t, "manage");
+    case MQD_MGMT_TOPIC_READ: return may_read(r, t, false) ? 0 : refuse(r, "read", t, "monitor");
     case MQD_MGMT_TOPIC_MANAGE:
-        return may(r, MQD_PERM_MANAGE, t, false) ? 0 : refuse(r, "manage", t);
+        return may(r, MQD_PERM_MANAGE, t, false) ? 0 : refuse(r, "manage", t, "manage");
     case MQD_MGMT_TOPIC_PEEK:
         return may_read(r, t, false) && may(r, MQD_PERM_BROWSE, t, false) ? 0
-                                                                          : refuse(r, "peek at", t);
+                                                                          : refuse(r, "peek at", t,
+                                                                                   "monitor and browse");
     case MQD_MGMT_HUB_READ:
         return may(r, MQD_PERM_RECEIVE, t, true) || may_read(r, t, false) ? 0
-                                                                          : refuse(r, "read", t);
+                                                                          : refuse(r, "read", t,
+                                                                                   "receive or monitor");
     case MQD_MGMT_ROUTE_READ:
         /* the last check logs the refusal, as the others do */
         return mqd_mgmt_may_route(r, t) || may(r, MQD_PERM_MANAGE, t, false)
                    ? 0
-                   : refuse(r, "read the routes of", t);
-    default: return refuse(r, "do this on", t);
+                   : refuse(r, "read the routes of", t, "send, receive, monitor or manage");
+    default: return refuse(r, "do this on", t, "manage");
     }
 }
 
@@ -146,7 +150,10 @@ static int check_group(mqd_mgmt_req_t *r, mqd_mgmt_need_t need)
 {
     char topic[MQD_NAME_MAX + 1];
     bool listing = need == MQD_MGMT_GROUP_LIST;
-    if (mqd_mgmt_group_topic(r, !listing, topic, sizeof topic) != 0)
+    json_t *all = json_object_get(r->props, "all_groups"); /* RESET of every group */
+    bool any_group = listing || json_is_true(all) ||
+                     (json_is_string(all) && strcmp(json_string_value(all), "true") == 0);
+    if (mqd_mgmt_group_topic(r, !any_group, topic, sizeof topic) != 0)
         return r->status;
     if (listing && !topic[0]) /* every topic's groups: filtered by the handler */
         return check_list(r, "consumer groups");
@@ -160,9 +167,10 @@ int mqd_mgmt_authorize(mqd_mgmt_req_t *r, const mqd_mgmt_op_t *op)
     const char *t;
     switch (op->need) {
     case MQD_MGMT_SELF: return 0; /* its handler checks the right on the topic it names */
-    case MQD_MGMT_NODE_READ: return may_read(r, NODE, false) ? 0 : refuse(r, "read this", NULL);
+    case MQD_MGMT_NODE_READ:
+        return may_read(r, NODE, false) ? 0 : refuse(r, "read this", NULL, "monitor");
     case MQD_MGMT_NODE_MANAGE:
-        return may(r, MQD_PERM_MANAGE, NODE, false) ? 0 : refuse(r, "manage", NULL);
+        return may(r, MQD_PERM_MANAGE, NODE, false) ? 0 : refuse(r, "manage", NULL, "manage");
     case MQD_MGMT_LIST: return check_list(r, "topics");
     case MQD_MGMT_ROUTE_LIST:
         return may_route_anywhere(r) ? 0

@@ -40,7 +40,8 @@ static void target_of(mqd_mgmt_req_t *r, char *out, size_t len)
 
 bool mqd_mgmt_audited(const char *op)
 {
-    return op && strcasecmp(op, "READ") != 0 && strcasecmp(op, "QUERY") != 0;
+    return op && strcasecmp(op, "READ") != 0 && strcasecmp(op, "QUERY") != 0 &&
+           strcasecmp(op, "HISTORY") != 0; /* reads, like READ */
 }
 
 void mqd_mgmt_audit(mqd_mgmt_req_t *r)

@@ -84,5 +84,6 @@ static int config_read(mqd_mgmt_req_t *r)
 
 const mqd_mgmt_op_t mqd_mgmt_config_ops[] = {
     {MQD_MGMT_T_CONFIG, "READ", config_read, MQD_MGMT_NODE_READ},
+    {MQD_MGMT_T_BROKER, "HISTORY", mqd_mgmt_history, MQD_MGMT_SELF}, /* mgmt_history.c */
 };
 const size_t mqd_mgmt_n_config_ops = MQD_ARRAY_LEN(mqd_mgmt_config_ops);

@@ -48,6 +48,17 @@ int mqd_mgmt_group_topic(mqd_mgmt_req_t *r, bool need_group, char *topic, size_t
     return 0;
 }
 
+int mqd_mgmt_group_ref(mqd_mgmt_req_t *r, bool need_group, char topic[MQD_NAME_MAX + 1],
+                       char group[MQD_NAME_MAX + 1])
+{
+    gref_t g;
+    if (group_ref(r, &g, need_group) != 0)
+        return r->status;
+    memcpy(topic, g.topic, sizeof g.topic);
+    memcpy(group, g.group, sizeof g.group);
+    return 0;
+}
+
 static mqd_topic_t *find_topic(mqd_mgmt_req_t *r, const char *name)
 {
     mqd_topic_t *t = mqd_topic_find(r->s, name);
@@ -58,8 +69,11 @@ static mqd_topic_t *find_topic(mqd_mgmt_req_t *r, const char *name)
     return t;
 }
 
-static const char *mode_name(mqd_group_mode_t m)
+/* "queue" for the topic's own $shared group, which plain T consumers share */
+static const char *mode_name(const char *group, mqd_group_mode_t m)
 {
+    if (strcmp(group, MQD_SHARED_GROUP) == 0)
+        return "queue";
     return m == MQD_GROUP_SHARED ? "shared" : "exclusive";
 }
 
@@ -82,12 +96,14 @@ static int query_one(const char *group, mqd_group_mode_t mode, size_t members, v
 {
     qctx_t *q = arg;
     uint64_t sums[2] = {0, 0};
+    if (mqd_group_unused_queue(q->t, group))
+        return 0;
     mqd_group_describe(q->t, group, sum_lag, sums);
     pn_data_put_map(q->d);
     pn_data_enter(q->d);
     mqd_mgmt_kv_str(q->d, "topic", mqd_topic_name(q->t));
     mqd_mgmt_kv_str(q->d, "group", group);
-    mqd_mgmt_kv_str(q->d, "mode", mode_name(mode));
+    mqd_mgmt_kv_str(q->d, "mode", mode_name(group, mode));
     mqd_mgmt_kv_long(q->d, "members", (int64_t)members);
     mqd_mgmt_kv_long(q->d, "lag", (int64_t)sums[0]);
     mqd_mgmt_kv_long(q->d, "backlog", (int64_t)sums[1]);
@@ -171,7 +187,7 @@ static int describe(mqd_mgmt_req_t *r, mqd_topic_t *t, const char *group, int ok
     pn_data_enter(d);
     mqd_mgmt_kv_str(d, "topic", mqd_topic_name(t));
     mqd_mgmt_kv_str(d, "group", group);
-    mqd_mgmt_kv_str(d, "mode", m.found ? mode_name(m.mode) : NULL);
+    mqd_mgmt_kv_str(d, "mode", m.found ? mode_name(group, m.mode) : NULL);
     mqd_mgmt_kv_long(d, "members", (int64_t)m.members);
     mqd_mgmt_kv_enter(d, "partitions", true);
     rctx_t x = {.d = d};
@@ -194,52 +210,6 @@ static int group_read(mqd_mgmt_req_t *r)
         return r->status;
     mqd_topic_t *t = find_topic(r, g.topic);
     return t ? describe(r, t, g.group, 200) : r->status;
-}
-
-/* ---- RESET: to = earliest | latest | offset | time (value), or "N" / "@MS" ---- */
-
-static int reset_how(mqd_mgmt_req_t *r, mqd_reset_t *how, int64_t *value)
-{
-    const char *to = mqd_mgmt_arg_str(r, "to");
-    bool has_value = mqd_mgmt_arg_int(r, "value", value);
-    char *end;
-    if (!to)
-        return mqd_mgmt_fail(r, 400, "'to' (earliest|latest|offset|time) is required");
-    if (strcmp(to, "earliest") == 0) {
-        *how = MQD_RESET_EARLIEST;
-    } else if (strcmp(to, "latest") == 0) {
-        *how = MQD_RESET_LATEST;
-    } else if (strcmp(to, "offset") == 0 || strcmp(to, "time") == 0) {
-        if (!has_value || *value < 0)
-            return mqd_mgmt_fail(r, 400, "reset to %s needs a non-negative 'value'", to);
-        *how = to[0] == 'o' ? MQD_RESET_OFFSET : MQD_RESET_TIME;
-    } else if (to[0] == '@' && to[1] && (*value = strtoll(to + 1, &end, 10)) >= 0 && !*end) {
-        *how = MQD_RESET_TIME;
-    } else if (to[0] && (*value = strtoll(to, &end, 10)) >= 0 && !*end) {
-        *how = MQD_RESET_OFFSET;
-    } else {
-        return mqd_mgmt_fail(r, 400, "bad reset target '%s'", to);
-    }
-    return 0;
-}
-
-static int group_reset(mqd_mgmt_req_t *r)
-{
-    gref_t g;
-    mqd_reset_t how = MQD_RESET_EARLIEST;
-    int64_t value = 0;
-    if (group_ref(r, &g, true) != 0 || reset_how(r, &how, &value) != 0)
-        return r->status;
-    mqd_topic_t *t = find_topic(r, g.topic);
-    if (!t)
-        return r->status;
-    int rc = mqd_group_reset(t, g.group, how, value);
-    if (rc == MQD_ESTATE)
-        return mqd_mgmt_fail(r, 409, "group has live members");
-    if (rc != 0)
-        return mqd_mgmt_fail(r, mqd_mgmt_status_of(rc), "reset failed: %s", mqd_strerror(rc));
-    MQD_NOTICE("mgmt", "reset group %s of topic %s", g.group, g.topic);
-    return describe(r, t, g.group, 200);
 }
 
 static int group_delete(mqd_mgmt_req_t *r)
@@ -289,7 +259,7 @@ const mqd_mgmt_op_t mqd_mgmt_group_ops[] = {
     {MQD_MGMT_T_GROUP, "COMMIT", group_commit, MQD_MGMT_GROUP_MANAGE},
     {MQD_MGMT_T_GROUP, "QUERY", group_query, MQD_MGMT_GROUP_LIST},
     {MQD_MGMT_T_GROUP, "READ", group_read, MQD_MGMT_GROUP_READ},
-    {MQD_MGMT_T_GROUP, "RESET", group_reset, MQD_MGMT_GROUP_MANAGE},
+    {MQD_MGMT_T_GROUP, "RESET", mqd_mgmt_group_reset, MQD_MGMT_GROUP_MANAGE}, /* mgmt_reset.c */
     {MQD_MGMT_T_GROUP, "DELETE", group_delete, MQD_MGMT_GROUP_MANAGE},
 };
 const size_t mqd_mgmt_n_group_ops = MQD_ARRAY_LEN(mqd_mgmt_group_ops);

@@ -108,6 +108,19 @@ int mqd_mgmt_check_strings(mqd_mgmt_req_t *r);
  * properties topic and group; with need_group false, as QUERY reads it, "" when none)
  * into topic[len]; 0, or the 400 set in r. */
 int mqd_mgmt_group_topic(mqd_mgmt_req_t *r, bool need_group, char *topic, size_t len);
+/* The same with the group's name too ("" when absent and not needed). */
+int mqd_mgmt_group_ref(mqd_mgmt_req_t *r, bool need_group, char topic[MQD_NAME_MAX + 1],
+                       char group[MQD_NAME_MAX + 1]);
+/* mgmt_history.c: com.mqd:broker HISTORY (the console's charts) */
+int mqd_mgmt_history(mqd_mgmt_req_t *r);
+/* The topic a history series names into buf ("" for "broker"), or NULL when the series
+ * is none of broker, topic/T, group/T/G (fuzzed: tests/fuzz/fuzz_mgmt.c). */
+const char *mqd_mgmt_series_topic(const char *series, char *buf, size_t len);
+/* mgmt_reset.c: a RESET's `partitions` ("0,2,5") into sel[0..n): 0, MQD_EINVAL (not such
+ * a list), MQD_ERANGE (*bad: a partition >= n). Fuzzed (tests/fuzz/fuzz_mgmt.c). */
+int mqd_mgmt_parse_partitions(const char *list, uint32_t n, bool *sel, long long *bad);
+/* mgmt_reset.c: com.mqd:consumergroup RESET */
+int mqd_mgmt_group_reset(mqd_mgmt_req_t *r);
 
 extern const mqd_mgmt_op_t mqd_mgmt_topic_ops[];
 extern const size_t mqd_mgmt_n_topic_ops;

@@ -2,8 +2,8 @@
  *
  * One request per run: connect (Proton proactor), attach a sender to `$management` and a
  * receiver with a dynamic source for the reply, send, wait (bounded), print. Human tables
- * by default, JSON with --json. Exit codes: 0 ok, 1 usage, 2 connection or
- * authentication error, 3 not found, 4 conflict, 5 any other error. */
+ * by default, JSON with --json. Exit codes: 0 ok, 1 usage, 2 connection, 3 not found,
+ * 4 conflict, 5 any other error, 6 login refused, 7 right refused (mqctl.h). */
 #include "config.h"
 #include "mqd.h"
 #include "mgmt/mgmt_json.h"
@@ -56,7 +56,9 @@ static void usage(FILE *f)
           "  topic resume NAME[/PARTITION]   (a partition failed by a full disk or an I/O error)\n"
           "  topic routes [NAME]   each partition's leader and its address, replicas, ISR\n"
           "  group list [TOPIC] | describe TOPIC GROUP | delete TOPIC GROUP\n"
-          "  group reset TOPIC GROUP --to earliest|latest|OFFSET|@TIME_MS\n"
+          "  group reset TOPIC GROUP|--all-groups  (one of:) --to earliest|latest|OFFSET|@TIME_MS\n"
+          "       --to-datetime ISO | --by-duration DUR | --shift-by N\n"
+          "       [--partitions 0,2] [--dry-run] [--create]  (a missing group is an error)\n"
           "  send TOPIC [BODY...] [--key K] [--partition N] [--property K=V]... [--body-json]\n"
           "       (no BODY: one message per line of stdin)\n"
           "  receive TOPIC [--group G] [--from earliest|latest|OFFSET] [--count N] [--idle SEC]\n"
@@ -93,6 +95,8 @@ int mqctl_parse_url(const char *s, mqctl_url_t *u)
         s += 8;
     } else if (strncmp(s, "amqp://", 7) == 0) {
         s += 7;
+    } else if (strstr(s, "://")) {
+        mqctl_die_usage("URL '%s': the scheme is not amqp:// or amqps://", s);
     }
     const char *at = strrchr(s, '@');
     if (at) {
@@ -156,6 +160,20 @@ static void client_fail(client_t *cl, int code, const char *fmt, ...)
     }
     if (cl->conn)
         pn_connection_close(cl->conn);
+}
+
+int mqctl_exit_of_cond(const char *cond, bool on_link, int dflt)
+{
+    if (cond && strcmp(cond, "amqp:not-found") == 0)
+        return EX_NOTFOUND;
+    if (cond && strcmp(cond, "amqp:unauthorized-access") == 0)
+        return on_link ? EX_REFUSED : EX_AUTH;
+    return dflt;
+}
+
+static const char *cond_name(pn_condition_t *c)
+{
+    return c && pn_condition_is_set(c) ? pn_condition_get_name(c) : NULL;
 }
 
 static const char *cond_text(pn_condition_t *c, char *buf, size_t len)
@@ -249,11 +267,12 @@ static void on_delivery(client_t *cl, pn_delivery_t *d)
     }
 }
 
-static void on_remote_close(client_t *cl, pn_condition_t *cond)
+static void on_remote_close(client_t *cl, pn_condition_t *cond, bool on_link)
 {
     char b[512];
     if (!cl->done)
-        client_fail(cl, EX_CONN, "%s", cond_text(cond, b, sizeof b));
+        client_fail(cl, mqctl_exit_of_cond(cond_name(cond), on_link, EX_CONN), "%s",
+                    cond_text(cond, b, sizeof b));
 }
 
 /* Returns false once the proactor has nothing left to do. */
@@ -265,19 +284,21 @@ static bool handle(void *arg, pn_event_t *e)
     case PN_LINK_FLOW: try_send(cl); break;
     case PN_DELIVERY: on_delivery(cl, pn_event_delivery(e)); break;
     case PN_LINK_REMOTE_CLOSE:
-        on_remote_close(cl, pn_link_remote_condition(pn_event_link(e)));
+        on_remote_close(cl, pn_link_remote_condition(pn_event_link(e)), true);
         break;
     case PN_CONNECTION_REMOTE_CLOSE:
-        on_remote_close(cl, pn_connection_remote_condition(cl->conn));
+        on_remote_close(cl, pn_connection_remote_condition(cl->conn), false);
         pn_connection_close(cl->conn);
         break;
     case PN_TRANSPORT_CLOSED:
         pn_proactor_cancel_timeout(cl->px); /* a pending timeout keeps the proactor active */
         if (!cl->done && cl->sasl.error[0]) {
-            client_fail(cl, EX_CONN, "authentication failed: %s", cl->sasl.error);
+            client_fail(cl, EX_AUTH, "authentication failed: %s", cl->sasl.error);
         } else if (!cl->done) {
             char b[512];
-            client_fail(cl, EX_CONN, "%s", cond_text(pn_transport_condition(pn_event_transport(e)), b, sizeof b));
+            pn_condition_t *tc = pn_transport_condition(pn_event_transport(e));
+            client_fail(cl, mqctl_exit_of_cond(cond_name(tc), false, EX_CONN), "%s",
+                        cond_text(tc, b, sizeof b));
         }
         break;
     case PN_PROACTOR_TIMEOUT:
@@ -598,15 +619,48 @@ static void show_group(json_t *o)
 {
     static const char *const keys[] = {"topic", "group", "mode", "members", "lag"};
     show_kv(o, keys, MQD_ARRAY_LEN(keys));
-    const char *head[] = {"PARTITION", "COMMITTED", "LOG_START", "LOG_END", "LAG", "INFLIGHT", "OWNER"};
+    const char *head[] = {"PARTITION", "COMMITTED", "LOG_START", "LOG_END",
+                          "LAG",       "BACKLOG",   "INFLIGHT",  "OWNER"};
+    table_t t = {.ncols = 8, .head = head};
+    size_t i;
+    json_t *p;
+    char b[8][64];
+    json_array_foreach(json_object_get(o, "partitions"), i, p)
+        table_add(&t, F(p, "partition", 0), F(p, "committed", 1), F(p, "log_start", 2),
+                  F(p, "log_end", 3), F(p, "lag", 4), F(p, "backlog", 5), F(p, "inflight", 6),
+                  F(p, "owner", 7));
+    table_print(&t);
+}
+
+/* A reset's result: per partition the offset before and after (a list: --all-groups). */
+static void show_reset_one(json_t *o)
+{
+    char b[7][64];
+    bool dry = json_is_true(json_object_get(o, "dry_run"));
+    printf("%s %s of topic %s%s\n", dry ? "would reset group" : "reset group",
+           F(o, "group", 0), F(o, "topic", 1), dry ? " (dry run: nothing changed)" : "");
+    const char *head[] = {"PARTITION", "PREVIOUS", "NEW", "LOG_START", "LOG_END", "LAG", "CHANGED"};
     table_t t = {.ncols = 7, .head = head};
     size_t i;
     json_t *p;
-    char b[7][64];
     json_array_foreach(json_object_get(o, "partitions"), i, p)
-        table_add(&t, F(p, "partition", 0), F(p, "committed", 1), F(p, "log_start", 2),
-                  F(p, "log_end", 3), F(p, "lag", 4), F(p, "inflight", 5), F(p, "owner", 6));
+        table_add(&t, F(p, "partition", 0), F(p, "previous", 1), F(p, "committed", 2),
+                  F(p, "log_start", 3), F(p, "log_end", 4), F(p, "lag", 5), F(p, "changed", 6));
     table_print(&t);
+}
+
+static void show_reset(json_t *v)
+{
+    size_t i;
+    json_t *o;
+    if (!json_is_array(v))
+        return show_reset_one(v);
+    json_array_foreach(v, i, o)
+    {
+        if (i)
+            putchar('\n');
+        show_reset_one(o);
+    }
 }
 
 static void show_conns(json_t *v)
@@ -648,14 +702,16 @@ static void show_config(json_t *o)
 
 static void show_links(json_t *v)
 {
-    const char *head[] = {"CONNECTION", "ROLE", "KIND", "ADDRESS", "CREDIT", "UNSETTLED"};
-    table_t t = {.ncols = 6, .head = head};
+    const char *head[] = {"CONNECTION", "NAME",  "ROLE",   "KIND",     "ADDRESS",
+                          "TOPIC",      "GROUP", "CREDIT", "UNSETTLED"};
+    table_t t = {.ncols = 9, .head = head};
     size_t i;
     json_t *o;
-    char b[6][32];
+    char b[9][32];
     json_array_foreach(v, i, o)
-        table_add(&t, F(o, "connection", 0), F(o, "role", 1), F(o, "kind", 2), F(o, "address", 3),
-                  F(o, "credit", 4), F(o, "unsettled", 5));
+        table_add(&t, F(o, "connection", 0), F(o, "name", 1), F(o, "role", 2), F(o, "kind", 3),
+                  F(o, "address", 4), F(o, "topic", 5), F(o, "group", 6), F(o, "credit", 7),
+                  F(o, "unsettled", 8));
     table_print(&t);
 }
 
@@ -867,18 +923,12 @@ static void build_group(request_t *rq, char **args, int nargs, int argc, char **
         json_object_set_new(rq->props, "group", json_string(args[1]));
     if (strcmp(rq->op, "RESET") != 0)
         return no_opts(argc, argv);
-    const char *to = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--to") == 0 && i + 1 >= argc)
-            mqctl_die_usage("--to needs a value");
-        if (strcmp(argv[i], "--to") == 0)
-            to = argv[++i];
-        else
-            mqctl_die_usage("unexpected argument '%s'", argv[i]);
-    }
-    if (!to)
-        mqctl_die_usage("group reset needs --to earliest|latest|OFFSET|@TIME_MS");
-    rq->body = json_pack("{s:s}", "to", to);
+    bool all;
+    mqctl_build_reset(rq->props, argc, argv, &all);
+    if (all && nargs > 1)
+        mqctl_die_usage("group reset --all-groups names no GROUP");
+    if (!all && nargs < 2)
+        mqctl_die_usage("group reset needs TOPIC GROUP (or TOPIC --all-groups)");
 }
 
 /* NAME[/PARTITION] [--from OFFSET] [--count N] (`topic peek` and `peek`) */
@@ -939,7 +989,7 @@ static const cmd_t cmds[] = {
     {"topic", "routes", 0, 1, "READ", T_ROUTE, build_routes, show_routes, NULL},
     {"group", "list", 0, 1, "QUERY", T_GROUP, build_group_list, show_groups, NULL},
     {"group", "describe", 2, 2, "READ", T_GROUP, build_group, show_group, NULL},
-    {"group", "reset", 2, 2, "RESET", T_GROUP, build_group, show_group, NULL},
+    {"group", "reset", 1, 2, "RESET", T_GROUP, build_group, show_reset, NULL},
     {"group", "delete", 2, 2, "DELETE", T_GROUP, build_group, NULL, "deleted group"},
     {"topic", "peek", 1, 1, "PEEK", T_TOPIC, build_peek, show_peek, NULL},
     {"peek", NULL, 1, 1, "PEEK", T_TOPIC, build_peek, show_peek, NULL}, /* the same */
@@ -961,16 +1011,49 @@ static int exit_code_of(int status)
         return EX_OK;
     switch (status) {
     case 401:
-    case 403: return EX_CONN;
+    case 403: return EX_REFUSED;
     case 404: return EX_NOTFOUND;
     case 409: return EX_CONFLICT;
     default: return EX_OTHER;
     }
 }
 
+/* A 404's name in mqd's words ("no topic 'ordrs'", not the Azure wording Event Hubs
+ * clients need), and the closest existing name: one more request, a QUERY. */
+static void explain_not_found(const mqctl_opts_t *o, request_t *rq)
+{
+    char name[256], topic[256]; /* %255[ below */
+    if (sscanf(rq->desc, "The messaging entity '%255[^']' could not be found.", name) == 1)
+        snprintf(rq->desc, sizeof rq->desc, "no topic '%s'", name);
+    request_t q = {.op = "QUERY", .type = T_TOPIC};
+    const char *key = "name";
+    if (sscanf(rq->desc, "no group '%255[^']' on topic '%255[^']'", name, topic) == 2) {
+        q.type = T_GROUP;
+        q.props = json_pack("{s:s}", "topic", topic);
+        key = "group";
+    } else if (sscanf(rq->desc, "no topic '%255[^']'", name) != 1) {
+        return;
+    }
+    if (transact(o, &q) == EX_OK && json_is_array(q.reply)) {
+        size_t n = json_array_size(q.reply), i;
+        const char **names = calloc(n ? n : 1, sizeof *names);
+        json_t *e;
+        json_array_foreach(q.reply, i, e) if (names) names[i] = json_string_value(json_object_get(e, key));
+        const char *best = names ? mqd_closest(name, names, n) : NULL;
+        size_t l = strlen(rq->desc);
+        if (best && strcmp(best, name) != 0)
+            snprintf(rq->desc + l, sizeof rq->desc - l, " (did you mean '%s'?)", best);
+        free(names);
+    }
+    json_decref(q.props);
+    json_decref(q.reply);
+}
+
 static int output(const mqctl_opts_t *o, const cmd_t *c, request_t *rq)
 {
     int ex = exit_code_of(rq->status);
+    if (ex == EX_NOTFOUND)
+        explain_not_found(o, rq);
     if (ex != EX_OK) {
         fprintf(stderr, "mqctl: %s (%d)\n", rq->desc[0] ? rq->desc : "request failed", rq->status);
         return ex;
@@ -1063,6 +1146,35 @@ static const cmd_t *find_cmd(const char *noun, const char *verb)
     return NULL;
 }
 
+/* "unknown command 'topic lst' (did you mean 'topic list'?)" */
+static void __attribute__((noreturn)) unknown_command(const char *noun, const char *verb)
+{
+    static const char *const io_cmds[] = {"send", "receive"};
+    const char *cands[MQD_ARRAY_LEN(cmds) + MQD_ARRAY_LEN(io_cmds)];
+    char full[MQD_ARRAY_LEN(cmds)][64], word[128];
+    size_t n = 0;
+    for (size_t i = 0; i < MQD_ARRAY_LEN(cmds); i++) {
+        snprintf(full[i], sizeof full[i], "%s%s%s", cmds[i].noun, cmds[i].verb ? " " : "",
+                 cmds[i].verb ? cmds[i].verb : "");
+        cands[n++] = full[i];
+    }
+    for (size_t i = 0; i < MQD_ARRAY_LEN(io_cmds); i++)
+        cands[n++] = io_cmds[i];
+    bool noun_known = false; /* a known noun with a wrong verb: compare "noun verb" */
+    for (size_t i = 0; i < MQD_ARRAY_LEN(cmds); i++)
+        noun_known = noun_known || strcmp(cmds[i].noun, noun) == 0;
+    snprintf(word, sizeof word, "%s%s%s", noun, verb && noun_known ? " " : "",
+             verb && noun_known ? verb : "");
+    const char *best = mqd_closest(word, cands, n);
+    if (!best && verb && !noun_known) { /* "topc list" */
+        snprintf(word, sizeof word, "%s %s", noun, verb);
+        best = mqd_closest(word, cands, n);
+    }
+    if (best)
+        mqctl_die_usage("unknown command '%s' (did you mean '%s'?)", word, best);
+    mqctl_die_usage("unknown command '%s%s%s'", noun, verb ? " " : "", verb ? verb : "");
+}
+
 int main(int argc, char **argv)
 {
     mqctl_opts_t o = {.url = getenv("MQCTL_URL"), .timeout_s = 10};
@@ -1081,8 +1193,7 @@ int main(int argc, char **argv)
         return mqctl_receive(&o, argc - i - 1, argv + i + 1);
     const cmd_t *c = find_cmd(argv[i], i + 1 < argc ? argv[i + 1] : NULL);
     if (!c)
-        mqctl_die_usage("unknown command '%s%s%s'", argv[i], i + 1 < argc ? " " : "",
-                  i + 1 < argc ? argv[i + 1] : "");
+        unknown_command(argv[i], i + 1 < argc ? argv[i + 1] : NULL);
     i += c->verb ? 2 : 1;
     int nargs = 0;
     while (i + nargs < argc && argv[i + nargs][0] != '-' && nargs < c->max_args)

@@ -10,11 +10,28 @@
 #include <proton/proactor.h>
 #include <proton/transport.h>
 #include <proton/types.h>
+#include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "tools/scram_client.h"
 
-enum { EX_OK = 0, EX_USAGE = 1, EX_CONN = 2, EX_NOTFOUND = 3, EX_CONFLICT = 4, EX_OTHER = 5 };
+/* Exit codes (mqctl(1), EXIT STATUS): connection (no broker, TLS, timeout), refused login
+ * and refused permission are told apart. */
+enum {
+    EX_OK = 0,
+    EX_USAGE = 1,
+    EX_CONN = 2,
+    EX_NOTFOUND = 3,
+    EX_CONFLICT = 4,
+    EX_OTHER = 5,
+    EX_AUTH = 6,    /* the broker refused the login (SASL) */
+    EX_REFUSED = 7, /* logged in, but the user lacks the right (401, amqp:unauthorized-access on a link) */
+};
+
+/* The exit code of an AMQP error condition: amqp:not-found 3, amqp:unauthorized-access 6
+ * on a connection (the login) and 7 on a link; else dflt. */
+int mqctl_exit_of_cond(const char *cond, bool on_link, int dflt);
 
 #define T_TOPIC "com.mqd:topic"
 #define T_GROUP "com.mqd:consumergroup"
@@ -35,7 +52,8 @@ typedef struct mqctl_url {
     char user[256], pass[256], host[256], port[16];
 } mqctl_url_t;
 
-/* Parses amqp[s]://[USER[:PASS]@]HOST[:PORT] (password else from MQCTL_PASSWORD). */
+/* Parses amqp[s]://[USER[:PASS]@]HOST[:PORT] (password else from MQCTL_PASSWORD); a URL
+ * with another scheme (http://...) is a usage error (exit 1), not a host name. */
 int mqctl_parse_url(const char *s, mqctl_url_t *u);
 /* Container id, host name, SASL (sc: SCRAM-SHA-256, PLAIN, ANONYMOUS; the caller clears
  * it after the run) and TLS of a new client connection; the caller opens it. */
@@ -63,5 +81,12 @@ int mqctl_msg_encode(pn_message_t *m, pn_rwbytes_t *buf, size_t max);
  * after the verb (global options taken out); returns the exit code. */
 int mqctl_send(const mqctl_opts_t *o, int argc, char **argv);
 int mqctl_receive(const mqctl_opts_t *o, int argc, char **argv);
+
+/* mqctl_reset.c: group reset's options into props (to, value, shift, partitions, dry_run,
+ * all_groups, create); *all for --all-groups; usage errors exit. */
+void mqctl_build_reset(json_t *props, int argc, char **argv, bool *all);
+/* ISO 8601 date and time (no zone: UTC) / duration (PT1H or 90m) into ms; 0 or -1. */
+int mqctl_parse_datetime(const char *s, int64_t *ms);
+int mqctl_parse_duration(const char *s, int64_t *ms);
 
 #endif

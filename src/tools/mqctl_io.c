@@ -63,22 +63,15 @@ static void io_fail(io_t *io, int code, const char *fmt, ...)
     pn_connection_close(io->conn);
 }
 
-static int code_of(const char *cond)
-{
-    if (cond && strcmp(cond, "amqp:not-found") == 0)
-        return EX_NOTFOUND;
-    if (cond && strcmp(cond, "amqp:unauthorized-access") == 0)
-        return EX_CONN;
-    return EX_OTHER;
-}
-
 static void fail_cond(io_t *io, pn_condition_t *c, int dflt)
 {
     const char *name = c && pn_condition_is_set(c) ? pn_condition_get_name(c) : NULL;
     const char *desc = name ? pn_condition_get_description(c) : NULL;
     if (!name)
         return io_fail(io, dflt, "closed by the broker");
-    io_fail(io, name ? code_of(name) : dflt, "%s%s%s", name, desc ? ": " : "", desc ? desc : "");
+    /* the link's conditions come with EX_OTHER, the connection's with EX_CONN */
+    io_fail(io, mqctl_exit_of_cond(name, dflt != EX_CONN, EX_OTHER), "%s%s%s", name,
+            desc ? ": " : "", desc ? desc : "");
 }
 
 /* ---------------------------------------------------------------- send */
@@ -288,7 +281,7 @@ static bool handle(void *arg, pn_event_t *e)
     case PN_TRANSPORT_CLOSED:
         pn_proactor_cancel_timeout(io->px);
         if (!io->done && io->sasl.error[0])
-            io_fail(io, EX_CONN, "authentication failed: %s", io->sasl.error);
+            io_fail(io, EX_AUTH, "authentication failed: %s", io->sasl.error);
         else if (!io->done)
             fail_cond(io, pn_transport_condition(pn_event_transport(e)), EX_CONN);
         break;

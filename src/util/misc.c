@@ -2,6 +2,7 @@
 #include "config.h"
 #include "util/util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -142,4 +143,41 @@ void *mqd_array_grow(void *p, size_t *cap, size_t n, size_t size, size_t first)
     if (np)
         *cap = ncap;
     return np;
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[65];
+    if (la > 64 || lb > 64)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t sub = diag + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+            row[j] = sub < best ? sub : best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *mqd_closest(const char *word, const char *const *cands, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = cands[i] ? edit_distance(word, cands[i]) : SIZE_MAX;
+        if (d < best_d) {
+            best_d = d;
+            best = cands[i];
+        }
+    }
+    /* a suggestion must be closer than a rewrite: at most a third of the word wrong */
+    size_t limit = strlen(word) / 3 < 2 ? 2 : strlen(word) / 3;
+    return best_d <= limit ? best : NULL;
 }

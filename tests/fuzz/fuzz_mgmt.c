@@ -2,9 +2,11 @@
  * mqd_mgmt_handle feeds it: the input is scanned as a message and its
  * application-properties and body are decoded to JSON; the raw input is also decoded as
  * one AMQP value. Every JSON value produced must encode back to AMQP (within the depth
- * bound), decode again, and print. */
+ * bound), decode again, and print. The input as text also goes to the argument parsers
+ * of mgmt_parse.c (a RESET's partitions list, a HISTORY series name). */
 #include "config.h"
 #include "codec/codec.h"
+#include "mgmt/mgmt_int.h"
 #include "mgmt/mgmt_json.h"
 #include "fuzz.h"
 
@@ -43,6 +45,24 @@ static void decode_span(const uint8_t *p, size_t len)
     }
 }
 
+/* The input as a C string (to its first NUL, at most 4 KiB) through the argument parsers:
+ * every partition marked lies below n; a series' topic is a prefix-free copy. */
+static void args_text(const uint8_t *data, size_t size)
+{
+    char text[4097], topic[256];
+    bool sel[64] = {false};
+    long long bad = -1;
+    size_t n = size < sizeof text - 1 ? size : sizeof text - 1;
+    memcpy(text, data, n);
+    text[n] = '\0';
+    int rc = mqd_mgmt_parse_partitions(text, 64, sel, &bad);
+    if (rc == MQD_ERANGE && bad < 64)
+        abort();
+    const char *t = mqd_mgmt_series_topic(text, topic, sizeof topic);
+    if (t && strlen(t) >= sizeof topic)
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     mqd_msg_info_t mi;
@@ -56,5 +76,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             decode_span(data + mi.body_off, size - mi.body_off);
     }
     decode_span(data, size);
+    args_text(data, size);
     return 0;
 }

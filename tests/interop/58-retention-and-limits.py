@@ -147,7 +147,7 @@ def case_retention_consumed(t):
     # read and g2's first attach would otherwise count only g1 (a distcheck run on a
     # loaded machine lost g2's first 40 that way)
     for g in ("g1", "g2"):
-        rc, out, err = mqdtest.mqctl(b.url, "group", "reset", T, g, "--to", "earliest")
+        rc, out, err = mqdtest.mqctl(b.url, "group", "reset", T, g, "--to", "earliest", "--create")
         check(rc == 0, "mqctl group reset %s %s: exit %d: %s" % (T, g, rc, err))
     check(read(b.url, T + "/ConsumerGroups/g1", 120) == list(range(120)), "g1's first 120")
     check(read(b.url, T + "/ConsumerGroups/g2", 40) == list(range(40)), "g2's first 40")

@@ -139,7 +139,7 @@ def body(t):
         check(log_has(b, r"SASL SCRAM-SHA-256 peer=\S+ user=alice"), "no SCRAM login logged")
     with coll.case("a wrong password is refused and logged with mechanism, user, reason"):
         rc, out, err = ctl("amqp://alice:wrong@%s" % b.hostport, "status")
-        check(rc == 2 and "amqp:unauthorized-access" in err, "wrong password: exit %d %r" % (rc, err))
+        check(rc == 6 and "amqp:unauthorized-access" in err, "wrong password: exit %d %r" % (rc, err))
         check(log_has(b, r"SASL refused peer=\S+ mech=SCRAM-SHA-256 user=alice reason=wrong password"),
               "refusal not logged as such")
     with coll.case("Proton Python over TLS + PLAIN with the 'both' user"):
@@ -180,7 +180,7 @@ def body(t):
     b2 = t.broker("forged", conf=write_conf(t, "forged", forged))
     with coll.case("a wrong server signature (v=) fails mqctl's login"):
         rc, out, err = ctl("amqp://alice:%s@%s" % (PW, b2.hostport), "topic", "create", "nope")
-        check(rc == 2 and "signature (v=) is wrong" in err, "forged v=: exit %d %r" % (rc, err))
+        check(rc == 6 and "signature (v=) is wrong" in err, "forged v=: exit %d %r" % (rc, err))
         check(log_has(b2, r"SASL SCRAM-SHA-256 peer=\S+ user=alice"), "mqd saw no SCRAM success")
     b2.stop()
     b2.start()
@@ -193,7 +193,7 @@ def body(t):
         check(log_has(b3, r"warn auth: user bob cannot log in: the plain-TCP listener \S+ offers "
                           r"SCRAM-SHA-256 only"), "no start warning for bob")
         rc, out, err = ctl("amqp://bob:%s@%s" % (PW, b3.hostport), "status")
-        check(rc == 2, "bob logged in: exit %d" % rc)
+        check(rc == 6, "bob logged in: exit %d" % rc)
     coll.finish()
 
 

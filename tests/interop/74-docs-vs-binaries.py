@@ -11,7 +11,12 @@ the binaries.
 - mqctl takes global options after the command (`topic list --json`) and names the
   option whose value is missing;
 - `make install DESTDIR=...` writes nothing outside the prefix (the unit included) and
-  installs mqd.conf, which holds password hashes, with mode 0640."""
+  installs mqd.conf, which holds password hashes, with mode 0640;
+- issue 38 point 8: every command of `mqctl --help` is in mqctl(1); mqctl(1)'s EXIT
+  STATUS lists 0..7 and operations.md the login (6) and right (7) refusals, not "PLAIN";
+  every metric family of a running mqd's /metrics is named in docs/operations.md; the
+  columns of group describe and link list are each described in mqctl(1); mqd(8) gives
+  mqd-passwd's iteration defaults and mqd.conf(5)'s [user NAME] names SCRAM."""
 
 import json
 import os
@@ -214,11 +219,84 @@ def case_install(t, coll):
         check(".IR %s ." % conf in page, "installed mqd(8) does not name %s" % conf)
 
 
+def case_ops_docs(t, coll):
+    """Issue 38 point 8: what docs/operations.md and mqctl(1) say of mqctl and /metrics."""
+    ops = open(os.path.join(SRC, "docs", "operations.md")).read()
+    man = man_text(os.path.join(SRC, "man", "mqctl.1"))
+    ctl = mqdtest.mqctl_bin()
+    with coll.case("every command of mqctl --help is in mqctl(1)"):
+        rc, helptext, _ = run([ctl, "--help"])
+        lines = [ln.strip() for ln in helptext.split("commands:")[1].splitlines()
+                 if re.match(r"^  [a-z]", ln)]
+        cmds = set()
+        for ln in lines:  # "topic list | describe NAME", "link list | user list", "status | reload"
+            noun, single = None, True
+            for seg in ln.split("(")[0].split(" | "):
+                w = seg.split()
+                if not w:
+                    continue
+                if len(w) >= 2 and re.match(r"^[a-z]+$", w[1]):  # "noun verb ..."
+                    noun, verb, single = w[0], w[1], False
+                elif noun is None or single:                     # "status", "send TOPIC"
+                    noun, verb, single = w[0], "", True
+                else:                                            # "describe NAME"
+                    verb = w[0]
+                cmds.add((noun + " " + verb).strip())
+        check(len(cmds) >= 20, "commands from --help: %r" % sorted(cmds))
+        missing = [c for c in sorted(cmds) if c not in man]
+        check(not missing, "mqctl(1) lacks %r" % missing)
+    with coll.case("the exit codes of mqctl(1) and docs/operations.md are mqctl's"):
+        codes = re.findall(r"^\.B (\d)$", man.split('.SH "EXIT STATUS"')[1].split(".SH ")[0], re.M)
+        check(codes == [str(i) for i in range(8)], "mqctl(1) EXIT STATUS lists %r" % codes)
+        for code, what in ((6, "authentication"), (7, "right")):
+            check(re.search(r"%d %s" % (code, what), ops), "operations.md lacks exit %d (%s)" % (code, what))
+        check("authenticates\nwith SASL PLAIN" not in ops and "with SASL PLAIN; the user" not in ops,
+              "operations.md still says mqctl logs in with PLAIN")
+        rc, _, err = run([ctl, "--url", "amqp://127.0.0.1:%d" % mqdtest.free_port(), "status"])
+        check(rc == 2, "no broker: exit %d" % rc)
+    with coll.case("the columns mqctl prints are the ones mqctl(1) describes"):
+        b = t.broker("columns")
+        rc, out, err = mqdtest.mqctl(b.url, "send", "cols", "x")
+        check(rc == 0, "send: %s" % err)
+        rc, out, err = mqdtest.mqctl(b.url, "group", "reset", "cols", "g", "--to", "earliest", "--create")
+        check(rc == 0, "reset --create: %s" % err)
+        norm = lambda x: re.sub(r"[\s_\-]", "", x.lower())  # noqa: E731
+        for argv, verb in ((["group", "describe", "cols", "g"], "group describe"),
+                           (["link", "list"], "link list")):
+            rc, out, err = mqdtest.mqctl(b.url, *argv)
+            head = [ln for ln in out.splitlines() if ln.startswith(("PARTITION", "CONNECTION"))]
+            check(rc == 0 and head, "mqctl %s: %d %r" % (verb, rc, out))
+            para = re.split(r"\n\.B[I]? \"?%s" % verb, man, 1)[1].split("\n.TP")[0]
+            missing = [c for c in head[0].split() if norm(c) not in norm(para)]
+            check(not missing, "mqctl %s prints %r, mqctl(1) does not describe %r" % (verb, head[0], missing))
+        b.stop()
+    with coll.case("mqd(8) gives mqd-passwd's iteration defaults; mqd.conf(5)'s [user] has SCRAM"):
+        rc, out, err = run([os.path.join(BUILD, "mqd-passwd"), "--help"])
+        m = re.search(r"default (\d+) for --plain, (\d+) for --scram", out + err)
+        check(m, "mqd-passwd --help names no defaults: %r" % (out + err))
+        page8 = man_text(os.path.join(SRC, "man", "mqd.8"))
+        for n in m.groups():
+            check("default %s iterations" % n in page8, "mqd(8) lacks 'default %s iterations'" % n)
+        user = man_text(os.path.join(SRC, "man", "mqd.conf.5")).split(".B [user NAME]", 1)[1].split(".PP")[0]
+        check("SCRAM-SHA-256" in user and "scram_sha256" in user, "mqd.conf(5) [user NAME]: %r" % user[:300])
+    with coll.case("every metric of /metrics is in docs/operations.md"):
+        mport = mqdtest.free_port()
+        b = t.broker("metrics-doc", sets={"metrics_listen": "127.0.0.1:%d" % mport})
+        import urllib.request
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=10 * SLOW) as r:
+            names = sorted(set(re.findall(r"^# TYPE (\S+) ", r.read().decode(), re.M)))
+        b.stop()
+        missing = [n for n in names if not re.search(r"`%s`" % re.escape(n), ops)]
+        check(len(names) >= 40 and not missing, "docs/operations.md lacks %r (of %d)" % (missing, len(names)))
+        log("%d metric families, each in docs/operations.md" % len(names))
+
+
 def body(t):
     coll = Collect()
     case_help_and_man(t, coll)
     case_sample(t, coll)
     case_mqctl(t, coll)
+    case_ops_docs(t, coll)
     case_install(t, coll)
     coll.finish()
 

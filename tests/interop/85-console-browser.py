@@ -44,13 +44,6 @@ TAB, ENTER = "\ue004", "\ue007"
 N = 40
 
 
-def artifacts_dir(name):
-    d = os.environ.get("MQD_TEST_ARTIFACTS") or os.path.join(
-        os.environ.get("MQD_BUILDDIR") or os.getcwd(), "tests", "artifacts", name)
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
 class Victim(MessagingHandler):
     """A connection with a consumer that waits; records how the broker closed it."""
 
@@ -92,7 +85,7 @@ def text_of(css):
 
 def body(t):
     b = consoletest.console_broker(t)
-    art = artifacts_dir("85-console-browser")
+    art = webdriver.artifacts_dir("85-console-browser")
     shots = {}
     conn = BlockingConnection(b.url, timeout=30 * mqdtest.SLOW)
     snd = conn.create_sender("orders")

@@ -18,6 +18,15 @@ from mqdtest import check, log, skip
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
 
 
+def artifacts_dir(name):
+    """Where a browser test keeps its screenshots: MQD_TEST_ARTIFACTS, else
+    tests/artifacts/NAME under the build dir."""
+    d = os.environ.get("MQD_TEST_ARTIFACTS") or os.path.join(
+        os.environ.get("MQD_BUILDDIR") or os.getcwd(), "tests", "artifacts", name)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
 def find_binaries():
     drv = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
     br = None
