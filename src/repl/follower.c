@@ -15,6 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FETCH_IDLE_MS 1000     /* the fetch connection's AMQP idle timeout, at most */
+#define FETCH_IDLE_MIN_MS 250  /* and at least (replica_lag_ms / 2 in between) */
+#define FETCH_CONNECT_MS 250   /* an unanswered connect to the leader is tried again */
+#define FETCH_BACKOFF_MS 250   /* attempts to reach the leader, at most this far apart */
+
 static void put_prop(pn_data_t *d, const char *k, uint64_t v, bool wide)
 {
     pn_data_put_symbol(d, pn_bytes(strlen(k), k));
@@ -290,6 +295,7 @@ static void on_down(mqd_outconn_t *oc, const char *why, void *arg)
     f->link = NULL; /* gone with its connection, and the deliveries with it */
     f->n_wait = 0;
     f->attach_at_ms = 0;
+    mqd_repl_dead_closed(f->rp->r, f->leader); /* probe.c: did its process die? */
 }
 
 static int connect_leader(fol_t *f)
@@ -313,10 +319,18 @@ static int connect_leader(fol_t *f)
     /* the certificate that names this node (mqd-node-<id>) to a leader that asks */
     const char *cert = conf->replication_cert ? conf->replication_cert : conf->tls_cert;
     const char *key = conf->replication_cert ? conf->replication_key : conf->tls_key;
+    /* a leader cut off and back (a partition healed) is found again within a fraction of
+     * a second: the link notices a silent leader after idle ms, a connect nobody answers
+     * is given up after FETCH_CONNECT_MS, and attempts follow at most FETCH_BACKOFF_MS
+     * apart (TCP's own retransmission backoff would wait seconds after a heal) */
+    uint32_t idle = conf->replica_lag_ms / 2;
+    idle = idle < FETCH_IDLE_MIN_MS ? FETCH_IDLE_MIN_MS : idle > FETCH_IDLE_MS ? FETCH_IDLE_MS : idle;
     mqd_outconn_opts_t o = {.url = f->url,
                             .container = container,
-                            .backoff_min_ms = 100,
-                            .backoff_max_ms = 2000,
+                            .backoff_min_ms = 50,
+                            .backoff_max_ms = FETCH_BACKOFF_MS,
+                            .connect_timeout_ms = FETCH_CONNECT_MS,
+                            .idle_timeout_ms = idle,
                             .user = auth ? conf->replication_user : NULL,
                             .password = auth ? conf->replication_password : NULL,
                             .sasl_external = peer && !auth,

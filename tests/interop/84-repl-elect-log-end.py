@@ -18,7 +18,6 @@ rules); skipped without root, `ip` or `nft`.
     cand.c: S was elected and the 200 quorum-accepted sends were gone from every node);
     after L is back, the three logs are byte-equal."""
 
-import importlib.util
 import os
 import shutil
 import sys
@@ -42,22 +41,13 @@ def send(url, n, prefix):
     return s
 
 
-def netpart():
-    """Test 95's namespaced etcd and broker (NsEtcd, NsBroker, the addresses)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "95-repl-netpart.py")
-    spec = importlib.util.spec_from_file_location("netpart95", path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
-
-
 def body(t):
     if shutil.which("etcd") is None:
         skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
     why = mqdnetns.skip_reason()
     if why:
         skip(why)
-    np = netpart()
+    np = mqdnetns.netpart()
     hosts = {"ctl": [np.CLIENT, np.ETCD_ADDR]}
     hosts.update({"n%d" % i: [np.NODE_ADDR[i]] for i in RACKS})
     net = mqdnetns.Net(hosts)

@@ -38,6 +38,17 @@ def skip_reason():
     return None
 
 
+def netpart():
+    """Test 95's namespaced etcd and broker (NsEtcd, NsBroker, the addresses), for the
+    other tests that run nodes in namespaces (84, 134)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "95-repl-netpart.py")
+    spec = importlib.util.spec_from_file_location("netpart95", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
 def _run(argv):
     p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=30)
