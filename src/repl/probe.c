@@ -27,6 +27,12 @@
 #include <unistd.h>
 
 #define PROBE_TIMEOUT_MS 500 /* a connect unanswered this long: no proof either way */
+/* A connect that completed is held this long before it counts as "accepted": a process
+ * being killed closes its established connections before its listening socket, so a
+ * follower's probe can reach the dying listener, whose close then resets it (RST). A
+ * live process, paused or not, keeps it (mqd sends nothing before the client's header);
+ * one that accepts and closes it sends a FIN, which still counts as alive. */
+#define PROBE_HOLD_MS 100
 
 struct rdead {
     struct rdead *next;
@@ -89,6 +95,17 @@ static void probe_done(rdead_t *x, int err)
     feed(x->r, x, ev);
 }
 
+/* The completed connect, held: a reset says the listener that took it is gone. */
+static void on_hold(evutil_socket_t fd, short what, void *arg)
+{
+    rdead_t *x = arg;
+    char b;
+    if (what & EV_TIMEOUT)
+        return probe_done(x, 0);
+    ssize_t n = recv(x->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    probe_done(x, n < 0 && errno == ECONNRESET ? ECONNREFUSED : 0);
+}
+
 static void on_probe(evutil_socket_t fd, short what, void *arg)
 {
     rdead_t *x = arg;
@@ -100,7 +117,14 @@ static void on_probe(evutil_socket_t fd, short what, void *arg)
         err = ETIMEDOUT;
     else if (getsockopt(x->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
         err = errno;
-    probe_done(x, err);
+    if (err != 0)
+        return probe_done(x, err);
+    struct timeval tv = {0, PROBE_HOLD_MS * 1000};
+    event_free(x->ev);
+    x->ev = event_new(mqd_server_base(x->r->s), x->fd, EV_READ, on_hold, x);
+    if (!x->ev)
+        return probe_done(x, 0);
+    event_add(x->ev, &tv);
 }
 
 /* A non-blocking connect to the node's advertised address; its result comes back to
@@ -198,6 +222,9 @@ static void on_revoked(void *arg, const mqd_etcd_reply_t *rep)
     if (rep->rc == 0)
         MQD_NOTICE("repl", "fast failover: node %" PRIu32 "'s lease %" PRIx64 " revoked",
                    o->id, (uint64_t)o->lease);
+    else if (rep->rc == MQD_EINVAL && rep->grpc_code == 5) /* NotFound */
+        MQD_INFO("repl", "fast failover: node %" PRIu32 "'s lease %" PRIx64 " was gone already "
+                 "(another node revoked it)", o->id, (uint64_t)o->lease);
     else if (rep->rc != MQD_ESTATE) /* else the etcd client is being freed: r is gone */
         MQD_WARN("repl", "fast failover: node %" PRIu32 "'s lease %" PRIx64 " not revoked (%s): "
                  "its expiry decides", o->id, (uint64_t)o->lease,

@@ -74,6 +74,13 @@ def kill_round(r, etcd, brokers, prod, to_controller):
     before = count(brokers, FAST % lead)
     t_kill = time.monotonic()
     brokers[lead].kill()
+    try:
+        return measure(r, etcd, brokers, prod, lead, ps, ctl, before, t_kill)
+    finally:
+        brokers[lead].start()  # whatever the checks said: the next round needs it
+
+
+def measure(r, etcd, brokers, prod, lead, ps, ctl, before, t_kill):
     got = wait_for("round %d: an acceptance by a new leader" % r,
                    lambda: prod.first_ack_after(t_kill, node_not=lead), 2 * TTL_MS / 1000 + 10)
     took = got - t_kill
@@ -97,7 +104,6 @@ def kill_round(r, etcd, brokers, prod, to_controller):
         new_ctl = wait_for("a new controller", lambda: (lambda c: c and c["id"] != lead and c)(
             get_json(etcd.port, "/mqd/controller")), 10)
         log("round %d: the controller was node %d, now node %d" % (r, lead, new_ctl["id"]))
-    brokers[lead].start()
     return took
 
 
@@ -161,7 +167,7 @@ def body(t):
         log("FASTFAIL kill -> first ack over %d rounds: p50 %.3f s, p99 %.3f s, max %.3f s, min %.3f s "
             "(lease_ttl_ms %d); all: %s" % (len(times), pct(times, 50), pct(times, 99), max(times),
                                              min(times), TTL_MS, " ".join("%.3f" % x for x in times)))
-    with coll.case("(c) nothing acknowledged lost, each offset once"):
+    with coll.case("(c) nothing acknowledged lost"):
         ps = wait_for("ISR of 3 at the end", lambda: settled_state(etcd), 30)
         rcv = Receiver(brokers[ps["leader"]].url, "r3/ConsumerGroups/end/Partitions/0", None, idle_s=3.0)
         mqdtest.run_container(rcv, 120)
