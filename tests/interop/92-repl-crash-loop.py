@@ -22,9 +22,11 @@ At the end (producer stopped, everything settled):
 (a) every round failed over (an acceptance by the new leader within 2 x lease + 10 s),
     the restarted node rejoined the ISR; the median failover time (of the rounds that
     waited for the lease) is at most
-    lease_ttl_ms + 1 s x SLOW (the issue's target; the max is logged); the producer
-    followed amqp:link:redirect at least once (after a lost connection it asks, in turn,
-    etcd and the next node, which redirects it when it follows);
+    lease_ttl_ms + 1 s x SLOW (the issue's target; the max is logged); the clients
+    followed amqp:link:redirect at least once (the producer after a lost connection asks,
+    in turn, etcd and the next node, which redirects it when it follows; the consumers
+    are sent to the restarted node, a follower, each round: with the fast failover of a
+    killed leader the producer mostly finds the new leader before any redirect);
 (b) epochs only grew: the partition's epoch in etcd is 1 + rounds;
 (c) the consumer's offsets ran on one by one (none backwards, no gap but over the control
     records holding the group member's committed offsets) and it got every accepted seq;
