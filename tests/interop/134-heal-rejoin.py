@@ -21,7 +21,6 @@ its own network namespace (test 95's layout, mqdnetns.py; skipped without root, 
 
 import datetime
 import os
-import shutil
 import signal
 import sys
 import time
@@ -33,7 +32,7 @@ import mqdtest  # noqa: E402
 from mqdcluster import (Receiver, count_records, get_json, partition_bytes,  # noqa: E402
                         read_keys, wait_for)
 from mqdproducer import Producer  # noqa: E402
-from mqdtest import SLOW, check, log, skip  # noqa: E402
+from mqdtest import SLOW, check, log  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 KEY = "/mqd/partitions/r3/0"
@@ -155,22 +154,7 @@ def run(t, net, np):
 
 
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    why = mqdnetns.skip_reason()
-    if why:
-        skip(why)
-    np = mqdnetns.netpart()
-    hosts = {"ctl": [np.CLIENT, np.ETCD_ADDR]}
-    hosts.update({"n%d" % i: [np.NODE_ADDR[i]] for i in RACKS})
-    net = mqdnetns.Net(hosts)
-    try:
-        net.up()
-        net.enter("ctl")
-        run(t, net, np)
-    finally:
-        t.cleanup()
-        net.down()
+    mqdnetns.run_cluster(t, RACKS, run)
 
 
 if __name__ == "__main__":
