@@ -73,6 +73,8 @@ mqd_repl_dead_act_t mqd_repl_dead_step(mqd_repl_dead_t *d, const mqd_repl_dead_c
     case MQD_REPL_DEAD_EV_ACCEPTED:
     case MQD_REPL_DEAD_EV_NO_ANSWER:
         return probing ? clear(d) : MQD_REPL_DEAD_NONE;
+    case MQD_REPL_DEAD_EV_EXPIRED: /* the controller found it alive, or is gone too */
+        return d->st == MQD_REPL_DEAD_REPORTED ? clear(d) : MQD_REPL_DEAD_NONE;
     }
     return MQD_REPL_DEAD_NONE;
 }
@@ -85,6 +87,7 @@ const char *mqd_repl_dead_ev_name(mqd_repl_dead_ev_t ev)
     case MQD_REPL_DEAD_EV_REFUSED: return "its port refused a connection";
     case MQD_REPL_DEAD_EV_ACCEPTED: return "its port accepted a connection";
     case MQD_REPL_DEAD_EV_NO_ANSWER: return "its port did not answer";
+    case MQD_REPL_DEAD_EV_EXPIRED: return "the controller did not confirm it";
     }
     return "?";
 }

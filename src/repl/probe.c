@@ -33,6 +33,7 @@
  * live process, paused or not, keeps it (mqd sends nothing before the client's header);
  * one that accepts and closes it sends a FIN, which still counts as alive. */
 #define PROBE_HOLD_MS 100
+#define REPORT_WAIT_MS 1000 /* a report the controller has not acted on by then is stale */
 
 struct rdead {
     struct rdead *next;
@@ -44,6 +45,7 @@ struct rdead {
     int fd;           /* the connect in flight, -1: none */
     int err;          /* its result when known at once (connect's own errno, or 0) */
     struct event *ev; /* the connect finished, timed out, or its result is known */
+    int64_t reported_ms; /* when this node reported it (the controller's answer due) */
 };
 
 static mqd_repl_dead_ctx_t ctx_of(mqd_repl_t *r, const rdead_t *x)
@@ -55,6 +57,8 @@ static mqd_repl_dead_ctx_t ctx_of(mqd_repl_t *r, const rdead_t *x)
                                  .self_controller = r->controller,
                                  .target_controller = v && v->controller == x->id};
 }
+
+static void on_probe(evutil_socket_t fd, short what, void *arg);
 
 /* The node's entry, reset to the lease its key is under now (evidence about an earlier
  * lease never counts for a later one). NULL without memory or a key. */
@@ -70,6 +74,11 @@ static rdead_t *entry(mqd_repl_t *r, uint32_t id)
         x->r = r;
         x->id = id;
         x->fd = -1;
+        x->ev = event_new(mqd_server_base(r->s), -1, 0, on_probe, x);
+        if (!x->ev) {
+            free(x);
+            return NULL;
+        }
         x->next = r->dead;
         r->dead = x;
     }
@@ -106,6 +115,15 @@ static void on_hold(evutil_socket_t fd, short what, void *arg)
     probe_done(x, n < 0 && errno == ECONNRESET ? ECONNREFUSED : 0);
 }
 
+/* (Re)arms the entry's one event; it is never pending here (a probe in flight is ended
+ * first, and a non-persistent event is not pending in its own callback). */
+static void arm(rdead_t *x, int fd, short what, event_callback_fn cb, uint32_t ms)
+{
+    struct timeval tv = {ms / 1000, (suseconds_t)(ms % 1000) * 1000};
+    event_assign(x->ev, mqd_server_base(x->r->s), fd, what, cb, x);
+    event_add(x->ev, &tv);
+}
+
 static void on_probe(evutil_socket_t fd, short what, void *arg)
 {
     rdead_t *x = arg;
@@ -119,12 +137,7 @@ static void on_probe(evutil_socket_t fd, short what, void *arg)
         err = errno;
     if (err != 0)
         return probe_done(x, err);
-    struct timeval tv = {0, PROBE_HOLD_MS * 1000};
-    event_free(x->ev);
-    x->ev = event_new(mqd_server_base(x->r->s), x->fd, EV_READ, on_hold, x);
-    if (!x->ev)
-        return probe_done(x, 0);
-    event_add(x->ev, &tv);
+    arm(x, x->fd, EV_READ, on_hold, PROBE_HOLD_MS);
 }
 
 /* A non-blocking connect to the node's advertised address; its result comes back to
@@ -136,34 +149,26 @@ static void probe(mqd_repl_t *r, rdead_t *x)
     struct addrinfo *ai = NULL;
     mqd_redirect_t a;
     char port[8];
-    struct timeval tv = {0, 0};
+    event_del(x->ev); /* a probe about an earlier lease still in flight: ended */
+    if (x->fd >= 0)
+        close(x->fd);
+    x->fd = -1;
     x->err = EHOSTUNREACH;
-    if (x->ev)
-        event_free(x->ev);
-    x->ev = NULL;
     if (n && mqd_repl_split_hostport(n->address, &a)) {
         snprintf(port, sizeof port, "%u", a.port);
         if (getaddrinfo(a.host, port, &hints, &ai) == 0) {
             x->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
             int rc = x->fd >= 0 ? connect(x->fd, ai->ai_addr, ai->ai_addrlen) : -1;
-            int err = rc == 0 ? 0 : errno;
-            if (rc != 0 && x->fd >= 0 && err == EINPROGRESS) {
-                tv.tv_usec = PROBE_TIMEOUT_MS * 1000;
-                x->ev = event_new(mqd_server_base(r->s), x->fd, EV_WRITE, on_probe, x);
-            } else {
-                x->err = err;
-            }
+            x->err = rc == 0 ? 0 : errno;
             freeaddrinfo(ai);
+            if (rc != 0 && x->fd >= 0 && x->err == EINPROGRESS)
+                return arm(x, x->fd, EV_WRITE, on_probe, PROBE_TIMEOUT_MS);
         }
     }
-    if (!x->ev) { /* the answer is known now (or nothing could be tried): deliver it later */
-        if (x->fd >= 0)
-            close(x->fd);
-        x->fd = -1;
-        x->ev = event_new(mqd_server_base(r->s), -1, 0, on_probe, x);
-    }
-    if (x->ev)
-        event_add(x->ev, &tv);
+    if (x->fd >= 0) /* the answer is known now (or nothing could be tried): later */
+        close(x->fd);
+    x->fd = -1;
+    arm(x, -1, 0, on_probe, 0);
 }
 
 static void on_put(void *arg, const mqd_etcd_reply_t *rep)
@@ -185,6 +190,7 @@ static void report(mqd_repl_t *r, rdead_t *x)
     }
     snprintf(key, kl, "%s%" PRIu32 "/%" PRId64 "/%" PRIu32, r->dead_prefix, x->id, x->lease,
              r->conf->node_id);
+    x->reported_ms = mqd_now_ms();
     MQD_NOTICE("repl",
                "node %" PRIu32 ": a fetch connection to it ended and its port refuses "
                "connections: asking the controller to confirm that its process is dead",
@@ -283,6 +289,8 @@ void mqd_repl_dead_closed(mqd_repl_t *r, uint32_t id)
     rdead_t *x;
     if (id == r->conf->node_id || r->closing || !r->conf->fast_failover || !(x = entry(r, id)))
         return;
+    if (x->d.st == MQD_REPL_DEAD_REPORTED && mqd_now_ms() - x->reported_ms > REPORT_WAIT_MS)
+        feed(r, x, MQD_REPL_DEAD_EV_EXPIRED); /* the controller did not act on it: afresh */
     feed(r, x, MQD_REPL_DEAD_EV_CLOSED);
 }
 

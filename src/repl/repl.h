@@ -101,6 +101,7 @@ typedef enum {
     MQD_REPL_DEAD_EV_REFUSED,   /* the connect in flight was refused (nothing listens) */
     MQD_REPL_DEAD_EV_ACCEPTED,  /* the connect in flight completed (a kernel listens) */
     MQD_REPL_DEAD_EV_NO_ANSWER, /* the connect in flight timed out or failed otherwise */
+    MQD_REPL_DEAD_EV_EXPIRED,   /* this node's report went unanswered for too long */
 } mqd_repl_dead_ev_t;
 typedef enum {
     MQD_REPL_DEAD_NONE = 0,

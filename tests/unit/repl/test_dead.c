@@ -161,6 +161,19 @@ static void test_after_revoke_and_clear(void **state)
     (void)state;
 }
 
+/* A report the controller never answered (it found the node alive, or died too) goes
+ * stale: the next close starts afresh instead of waiting forever. */
+static void test_report_expires(void **state)
+{
+    mqd_repl_dead_t d = {0};
+    revokes = 0;
+    RUN(&d, {&FOLLOWER, CLOSED, PROBE}, {&FOLLOWER, REFUSED, REPORT}, {&FOLLOWER, CLOSED, NONE},
+        {&FOLLOWER, MQD_REPL_DEAD_EV_EXPIRED, CLEAR}, {&FOLLOWER, CLOSED, PROBE},
+        {&FOLLOWER, MQD_REPL_DEAD_EV_EXPIRED, NONE}, {&FOLLOWER, REFUSED, REPORT});
+    assert_int_equal(revokes, 0);
+    (void)state;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -171,6 +184,7 @@ int main(void)
         cmocka_unit_test(test_one_signal_is_not_enough),
         cmocka_unit_test(test_lease_and_switch),
         cmocka_unit_test(test_after_revoke_and_clear),
+        cmocka_unit_test(test_report_expires),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
