@@ -71,8 +71,7 @@ mqd_repl_dead_act_t mqd_repl_dead_step(mqd_repl_dead_t *d, const mqd_repl_dead_c
     case MQD_REPL_DEAD_EV_REFUSED:
         return probing ? refused(d, c) : MQD_REPL_DEAD_NONE; /* no connect in flight: stale */
     case MQD_REPL_DEAD_EV_ACCEPTED:
-    case MQD_REPL_DEAD_EV_NO_ANSWER:
-        return probing ? clear(d) : MQD_REPL_DEAD_NONE;
+    case MQD_REPL_DEAD_EV_NO_ANSWER: return probing ? clear(d) : MQD_REPL_DEAD_NONE;
     case MQD_REPL_DEAD_EV_EXPIRED: /* the controller found it alive, or is gone too */
         return d->st == MQD_REPL_DEAD_REPORTED ? clear(d) : MQD_REPL_DEAD_NONE;
     }

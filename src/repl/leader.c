@@ -633,10 +633,10 @@ void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e)
         if (pn_delivery_remote_state(d) == PN_ACCEPTED && end > f->leo) {
             f->leo = end;
             rejoin_now(f);
-        }
-        else if (pn_delivery_remote_state(d) != PN_ACCEPTED)
+        } else if (pn_delivery_remote_state(d) != PN_ACCEPTED) {
             MQD_WARN("repl", "%s/%u: node %" PRIu32 " did not take the run ending at %" PRIu64,
                      f->rp->topic, f->rp->part, f->id, end);
+        }
         pn_delivery_settle(d);
     }
     mqd_repl_lead_work(f->rp, 0);

@@ -39,12 +39,12 @@ struct rdead {
     struct rdead *next;
     mqd_repl_t *r;
     uint32_t id;
-    int64_t lease;    /* the lease of the node's key the evidence is about */
-    uint32_t by;      /* the node whose report is being confirmed, 0: none */
+    int64_t lease; /* the lease of the node's key the evidence is about */
+    uint32_t by;   /* the node whose report is being confirmed, 0: none */
     mqd_repl_dead_t d;
-    int fd;           /* the connect in flight, -1: none */
-    int err;          /* its result when known at once (connect's own errno, or 0) */
-    struct event *ev; /* the connect finished, timed out, or its result is known */
+    int fd;              /* the connect in flight, -1: none */
+    int err;             /* its result when known at once (connect's own errno, or 0) */
+    struct event *ev;    /* the connect finished, timed out, or its result is known */
     int64_t reported_ms; /* when this node reported it (the controller's answer due) */
 };
 
@@ -100,7 +100,9 @@ static void probe_done(rdead_t *x, int err)
     mqd_repl_dead_ev_t ev = err == 0              ? MQD_REPL_DEAD_EV_ACCEPTED
                             : err == ECONNREFUSED ? MQD_REPL_DEAD_EV_REFUSED
                                                   : MQD_REPL_DEAD_EV_NO_ANSWER;
-    x->r->dead_probes[ev == MQD_REPL_DEAD_EV_ACCEPTED ? 0 : ev == MQD_REPL_DEAD_EV_REFUSED ? 1 : 2]++;
+    x->r->dead_probes[ev == MQD_REPL_DEAD_EV_ACCEPTED  ? 0
+                      : ev == MQD_REPL_DEAD_EV_REFUSED ? 1
+                                                       : 2]++;
     feed(x->r, x, ev);
 }
 
@@ -145,7 +147,8 @@ static void on_probe(evutil_socket_t fd, short what, void *arg)
 static void probe(mqd_repl_t *r, rdead_t *x)
 {
     const mqd_cluster_node_t *n = mqd_repl_node(r, x->id);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     mqd_redirect_t a;
     char port[8];
@@ -175,7 +178,8 @@ static void on_put(void *arg, const mqd_etcd_reply_t *rep)
 {
     char *key = arg;
     if (rep->rc != 0)
-        MQD_WARN("repl", "%s: not written (%s)", key, rep->error ? rep->error : mqd_strerror(rep->rc));
+        MQD_WARN("repl", "%s: not written (%s)", key,
+                 rep->error ? rep->error : mqd_strerror(rep->rc));
     free(key);
 }
 
@@ -226,15 +230,18 @@ static void on_revoked(void *arg, const mqd_etcd_reply_t *rep)
 {
     revoke_op_t *o = arg;
     if (rep->rc == 0)
-        MQD_NOTICE("repl", "fast failover: node %" PRIu32 "'s lease %" PRIx64 " revoked",
-                   o->id, (uint64_t)o->lease);
+        MQD_NOTICE("repl", "fast failover: node %" PRIu32 "'s lease %" PRIx64 " revoked", o->id,
+                   (uint64_t)o->lease);
     else if (rep->rc == MQD_EINVAL && rep->grpc_code == 5) /* NotFound */
-        MQD_INFO("repl", "fast failover: node %" PRIu32 "'s lease %" PRIx64 " was gone already "
-                 "(another node revoked it)", o->id, (uint64_t)o->lease);
+        MQD_INFO("repl",
+                 "fast failover: node %" PRIu32 "'s lease %" PRIx64 " was gone already "
+                 "(another node revoked it)",
+                 o->id, (uint64_t)o->lease);
     else if (rep->rc != MQD_ESTATE) /* else the etcd client is being freed: r is gone */
-        MQD_WARN("repl", "fast failover: node %" PRIu32 "'s lease %" PRIx64 " not revoked (%s): "
-                 "its expiry decides", o->id, (uint64_t)o->lease,
-                 rep->error ? rep->error : mqd_strerror(rep->rc));
+        MQD_WARN("repl",
+                 "fast failover: node %" PRIu32 "'s lease %" PRIx64 " not revoked (%s): "
+                 "its expiry decides",
+                 o->id, (uint64_t)o->lease, rep->error ? rep->error : mqd_strerror(rep->rc));
     free(o);
 }
 
@@ -242,10 +249,13 @@ static void revoke_lease(mqd_repl_t *r, rdead_t *x)
 {
     char ev[160];
     if (x->by && !x->d.closed)
-        snprintf(ev, sizeof ev, "a fetch connection of node %" PRIu32 " to it ended, its port "
-                 "refused a connect of node %" PRIu32 " and one of this node", x->by, x->by);
+        snprintf(ev, sizeof ev,
+                 "a fetch connection of node %" PRIu32 " to it ended, its port "
+                 "refused a connect of node %" PRIu32 " and one of this node",
+                 x->by, x->by);
     else
-        snprintf(ev, sizeof ev, "a fetch connection to it ended, its port refused two connects "
+        snprintf(ev, sizeof ev,
+                 "a fetch connection to it ended, its port refused two connects "
                  "of this node");
     MQD_NOTICE("repl",
                "fast failover: node %" PRIu32 "'s process is dead (%s; its key is still under "
@@ -274,7 +284,8 @@ static void feed(mqd_repl_t *r, rdead_t *x, mqd_repl_dead_ev_t ev)
             MQD_NOTICE("repl",
                        "node %" PRIu32 ": %s, but %s: not taken as dead (a paused, hung or "
                        "cut-off process is left to its lease)",
-                       x->id, reported ? "reported by another node" : "a fetch connection to it ended",
+                       x->id,
+                       reported ? "reported by another node" : "a fetch connection to it ended",
                        mqd_repl_dead_ev_name(ev));
         if (reported)
             forget_reports(r, x->id);
@@ -336,9 +347,8 @@ static void on_dead(void *arg, mqd_etcd_ev_t ev, const mqd_etcd_kv_t *kvs, size_
         uint32_t id, by;
         int64_t lease;
         rdead_t *x;
-        if (!r->controller || !report_key(r, &kvs[i], &id, &lease, &by) ||
-            by == r->conf->node_id || id == r->conf->node_id || !(x = entry(r, id)) ||
-            x->lease != lease)
+        if (!r->controller || !report_key(r, &kvs[i], &id, &lease, &by) || by == r->conf->node_id ||
+            id == r->conf->node_id || !(x = entry(r, id)) || x->lease != lease)
             continue; /* not for this node to confirm, or about a lease that is over */
         if (x->d.st == MQD_REPL_DEAD_IDLE)
             x->by = by;
