@@ -18,7 +18,8 @@
 #define FETCH_IDLE_MS 1000     /* the fetch connection's AMQP idle timeout, at most */
 #define FETCH_IDLE_MIN_MS 250  /* and at least (replica_lag_ms / 2 in between) */
 #define FETCH_CONNECT_MS 250   /* an unanswered connect to the leader is tried again */
-#define FETCH_BACKOFF_MS 250   /* attempts to reach the leader, at most this far apart */
+#define FETCH_BACKOFF_MS 2000  /* refused or failed attempts back off up to this (an
+                                  unanswered connect retries after the minimum) */
 
 static void put_prop(pn_data_t *d, const char *k, uint64_t v, bool wide)
 {
@@ -261,7 +262,10 @@ static void on_event(mqd_outconn_t *oc, pn_event_t *e, void *arg)
 {
     fol_t *f = arg;
     switch (pn_event_type(e)) {
-    case PN_CONNECTION_REMOTE_OPEN: attach(f); break;
+    case PN_CONNECTION_REMOTE_OPEN:
+        f->opened = true;
+        attach(f);
+        break;
     case PN_LINK_REMOTE_CLOSE: {
         pn_link_t *l = pn_event_link(e);
         if (l != f->link)
@@ -295,7 +299,11 @@ static void on_down(mqd_outconn_t *oc, const char *why, void *arg)
     f->link = NULL; /* gone with its connection, and the deliveries with it */
     f->n_wait = 0;
     f->attach_at_ms = 0;
-    mqd_repl_dead_closed(f->rp->r, f->leader); /* probe.c: did its process die? */
+    /* an open connection that ended is evidence (probe.c: did its process die?); one
+     * that never opened (a TLS or login failure, a paused leader's backlog) is not */
+    if (f->opened)
+        mqd_repl_dead_closed(f->rp->r, f->leader);
+    f->opened = false;
 }
 
 static int connect_leader(fol_t *f)
@@ -321,13 +329,13 @@ static int connect_leader(fol_t *f)
     const char *key = conf->replication_cert ? conf->replication_key : conf->tls_key;
     /* a leader cut off and back (a partition healed) is found again within a fraction of
      * a second: the link notices a silent leader after idle ms, a connect nobody answers
-     * is given up after FETCH_CONNECT_MS, and attempts follow at most FETCH_BACKOFF_MS
-     * apart (TCP's own retransmission backoff would wait seconds after a heal) */
+     * is given up after FETCH_CONNECT_MS and tried again 100 ms later (TCP's own SYN
+     * retransmissions would wait seconds after a heal) */
     uint32_t idle = conf->replica_lag_ms / 2;
     idle = idle < FETCH_IDLE_MIN_MS ? FETCH_IDLE_MIN_MS : idle > FETCH_IDLE_MS ? FETCH_IDLE_MS : idle;
     mqd_outconn_opts_t o = {.url = f->url,
                             .container = container,
-                            .backoff_min_ms = 50,
+                            .backoff_min_ms = 100,
                             .backoff_max_ms = FETCH_BACKOFF_MS,
                             .connect_timeout_ms = FETCH_CONNECT_MS,
                             .idle_timeout_ms = idle,

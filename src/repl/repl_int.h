@@ -70,6 +70,8 @@ typedef struct fol {
     size_t n_wait, cap_wait;
     int64_t attach_at_ms; /* 0: attached or no connection */
     uint32_t link_epoch;  /* the partition epoch `link` was attached under (its mqd:epoch) */
+    bool opened;          /* the connection's open was answered (probe.c takes its end as
+                             evidence only then) */
     uint64_t runs;
 } fol_t;
 

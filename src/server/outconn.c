@@ -78,6 +78,11 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 static void connect_failed(mqd_outconn_t *oc, int err)
 {
     char why[160];
+    /* a connect nobody answered within the owner's connect_timeout_ms has waited that
+     * long already: the next one follows after the minimum, so a peer behind a healed
+     * partition is reached within about connect_timeout_ms + backoff_min_ms */
+    if (err == ETIMEDOUT && oc->connect_timeout)
+        oc->backoff = oc->backoff_min;
     snprintf(why, sizeof why, "connect: %s", strerror(err));
     if (oc->ev_connect) {
         event_free(oc->ev_connect);
