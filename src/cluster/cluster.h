@@ -122,6 +122,7 @@ typedef struct mqd_cluster_node {
     char rack[64];
     int64_t started_ms; /* wall clock of the node's start */
     int64_t create_rev; /* its key's create_revision: new at each registration (etcd) */
+    int64_t lease;      /* the lease its key is under (a new one at each registration) */
     bool alive;         /* its key is present (its lease lives) */
 } mqd_cluster_node_t;
 
@@ -160,6 +161,8 @@ bool mqd_cluster_is_controller(const mqd_cluster_t *m);
  * monotonic clock (a process paused past its lease sees false at once, before any
  * keepalive answers; the margin covers etcd expiring it slightly earlier). */
 bool mqd_cluster_lease_live(const mqd_cluster_t *m);
+/* The lease this node's keys are under now, 0 while it has none. */
+int64_t mqd_cluster_lease(const mqd_cluster_t *m);
 /* The member's etcd client, for the replication layer's own keys and watches (lives as
  * long as the member; free those watches before mqd_cluster_free). */
 mqd_etcd_t *mqd_cluster_etcd(mqd_cluster_t *m);

@@ -382,6 +382,7 @@ static void node_up(mqd_cluster_t *m, const mqd_etcd_kv_t *kv)
         return;
     bool was = slot->alive;
     nd.create_rev = kv->create_revision;
+    nd.lease = kv->lease;
     *slot = nd;
     if (!was && m->cbs.node_joined)
         m->cbs.node_joined(m->cbs.arg, slot);
@@ -557,6 +558,11 @@ bool mqd_cluster_lease_live(const mqd_cluster_t *m)
 {
     uint64_t margin = (uint64_t)m->ttl_s * 1000000000u / 3;
     return m->lease != 0 && m->registered && mqd_mono_ns() + margin < m->deadline_ns;
+}
+
+int64_t mqd_cluster_lease(const mqd_cluster_t *m)
+{
+    return m->registered ? m->lease : 0;
 }
 
 mqd_etcd_t *mqd_cluster_etcd(mqd_cluster_t *m)

@@ -171,6 +171,7 @@ typedef struct mqd_conf {
     uint32_t replica_lag_ms;      /* 10000: a follower this far behind leaves the ISR */
     uint32_t default_replication_factor; /* 1: of a topic created in a cluster without one */
     bool auto_leader_rebalance;   /* on: leaders go back to their preferred replica */
+    bool fast_failover;           /* on: a node proven dead loses its lease at once (repl) */
     uint32_t leader_rebalance_interval_ms; /* 300000: how often a leader checks */
     uint32_t leader_imbalance_percent;     /* 10: a node's share of its preferred
                                               partitions led elsewhere that moves them */

@@ -482,6 +482,14 @@ const mqd_conf_row_t mqd_conf_rows[] = {
      "default.replication.factor). A value above the live nodes waits for them, as any "
      "placement does. Reloadable (SIGHUP).",
      true},
+    {"fast_failover", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "on", NULL, NULL,
+     G_FIELD(fast_failover), NULL, NULL,
+     "On: a node whose process died is replaced without waiting for its etcd lease. When "
+     "a connection to it ends, its port refuses a new TCP connection and the controller's "
+     "own connect is refused too (a paused or cut-off process still completes the "
+     "handshake, or answers nothing), its lease is revoked and its partitions fail over "
+     "at once. Off: only the lease's expiry tells the cluster. Reloadable (SIGHUP).",
+     true},
     {"auto_leader_rebalance", MQD_CT_BOOL, MQD_CS_GLOBAL, 0, 0, "on", NULL, NULL,
      G_FIELD(auto_leader_rebalance), NULL, NULL,
      "On: every leader_rebalance_interval_ms each leader looks at the nodes whose share of "

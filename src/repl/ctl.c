@@ -268,9 +268,13 @@ void mqd_repl_ctl_failover(mqd_repl_t *r)
             continue;
         }
         MQD_NOTICE("repl",
-                   "controller: %s/%u: leader %" PRIu32 " gone: node %" PRIu32
+                   "controller: %s/%u: leader %" PRIu32 " gone%s: node %" PRIu32
                    " leads in epoch %" PRIu32,
-                   rp->topic, rp->part, rp->ps.leader, next.leader, next.epoch);
+                   rp->topic, rp->part, rp->ps.leader,
+                   mqd_repl_dead_revoked(r, rp->ps.leader)
+                       ? " (fast failover: its process died, this node revoked its lease)"
+                       : "",
+                   next.leader, next.epoch);
         mqd_repl_cand_reset(rp);
         elect_cas(r, rp, &next);
     }

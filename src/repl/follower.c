@@ -15,6 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FETCH_IDLE_MS 1000     /* the fetch connection's AMQP idle timeout, at most */
+#define FETCH_IDLE_MIN_MS 250  /* and at least (replica_lag_ms / 2 in between) */
+#define FETCH_CONNECT_MS 250   /* an unanswered connect to the leader is tried again */
+#define FETCH_BACKOFF_MS 2000  /* refused or failed attempts back off up to this (an
+                                  unanswered connect retries after the minimum) */
+
 static void put_prop(pn_data_t *d, const char *k, uint64_t v, bool wide)
 {
     pn_data_put_symbol(d, pn_bytes(strlen(k), k));
@@ -256,7 +262,10 @@ static void on_event(mqd_outconn_t *oc, pn_event_t *e, void *arg)
 {
     fol_t *f = arg;
     switch (pn_event_type(e)) {
-    case PN_CONNECTION_REMOTE_OPEN: attach(f); break;
+    case PN_CONNECTION_REMOTE_OPEN:
+        f->opened = true;
+        attach(f);
+        break;
     case PN_LINK_REMOTE_CLOSE: {
         pn_link_t *l = pn_event_link(e);
         if (l != f->link)
@@ -290,6 +299,11 @@ static void on_down(mqd_outconn_t *oc, const char *why, void *arg)
     f->link = NULL; /* gone with its connection, and the deliveries with it */
     f->n_wait = 0;
     f->attach_at_ms = 0;
+    /* an open connection that ended is evidence (probe.c: did its process die?); one
+     * that never opened (a TLS or login failure, a paused leader's backlog) is not */
+    if (f->opened)
+        mqd_repl_dead_closed(f->rp->r, f->leader);
+    f->opened = false;
 }
 
 static int connect_leader(fol_t *f)
@@ -301,6 +315,15 @@ static int connect_leader(fol_t *f)
         return MQD_ENOENT; /* not known yet: the tick tries again */
     snprintf(f->url, sizeof f->url, "%s", peer.url);
     peer.o.url = f->url;
+    /* a leader cut off and back (a partition healed) is found again within a fraction of
+     * a second: the link notices a silent leader after idle ms, a connect nobody answers
+     * is given up after FETCH_CONNECT_MS and tried again 100 ms later (TCP's own SYN
+     * retransmissions would wait seconds after a heal) */
+    uint32_t idle = f->rp->r->conf->replica_lag_ms / 2;
+    idle = idle < FETCH_IDLE_MIN_MS ? FETCH_IDLE_MIN_MS : idle > FETCH_IDLE_MS ? FETCH_IDLE_MS : idle;
+    peer.o.backoff_max_ms = FETCH_BACKOFF_MS;
+    peer.o.connect_timeout_ms = FETCH_CONNECT_MS;
+    peer.o.idle_timeout_ms = idle;
     mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
     return mqd_outconn_new(f->rp->r->s, &peer.o, &ops, f, &f->oc);
 }

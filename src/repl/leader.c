@@ -355,6 +355,27 @@ static void isr_check(rpart_t *rp, int64_t now)
         mqd_repl_part_cas(rp, &ps);
 }
 
+/* A follower out of the in-sync set whose settlement just reached the watermark and the
+ * log end of the last tick: isr_check's own rule for a rejoin, applied when the report
+ * arrives instead of at the next tick (a follower back from a partition rejoins within
+ * milliseconds of catching up). */
+static void rejoin_now(rflw_t *f)
+{
+    rpart_t *rp = f->rp;
+    lead_t *ld = rp->lead;
+    if (!ld || !f->ls || f->leaving || rp->cas_out || f->leo < f->probe_end || f->leo < ld->hw ||
+        mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, f->id) || rp->ps.n_isr >= MQD_REPL_MAX_RF)
+        return;
+    mqd_repl_pstate_t ps = rp->ps;
+    f->caught_ms = f->probe_ms;
+    ps.isr[ps.n_isr++] = f->id;
+    MQD_NOTICE("repl",
+               "%s/%u: node %" PRIu32 " rejoins the in-sync set (its end %" PRIu64
+               ", leader's %" PRIu64 "): caught up",
+               rp->topic, rp->part, f->id, f->leo, mqd_plog_end_offset(mqd_part_log(rp->local)));
+    mqd_repl_part_cas(rp, &ps);
+}
+
 void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms)
 {
     if (!rp->lead)
@@ -625,11 +646,13 @@ void mqd_repl_lead_event(mqd_repl_t *r, mqd_lstate_t *ls, pn_event_t *e)
         if (!pn_delivery_settled(d) && !pn_delivery_updated(d))
             return;
         uint64_t end = (uint64_t)(uintptr_t)pn_delivery_get_context(d);
-        if (pn_delivery_remote_state(d) == PN_ACCEPTED && end > f->leo)
+        if (pn_delivery_remote_state(d) == PN_ACCEPTED && end > f->leo) {
             f->leo = end;
-        else if (pn_delivery_remote_state(d) != PN_ACCEPTED)
+            rejoin_now(f);
+        } else if (pn_delivery_remote_state(d) != PN_ACCEPTED) {
             MQD_WARN("repl", "%s/%u: node %" PRIu32 " did not take the run ending at %" PRIu64,
                      f->rp->topic, f->rp->part, f->id, end);
+        }
         pn_delivery_settle(d);
     }
     mqd_repl_lead_work(f->rp, 0);

@@ -51,6 +51,21 @@ void mqd_repl_metrics(mqd_repl_t *r, struct evbuffer *b)
     for (size_t i = 0; v && i < v->n_nodes; i++)
         evbuffer_add_printf(b, "mqd_repl_partitions_led{node=\"%u\"} %u\n", v->nodes[i].id,
                             mqd_repl_led_by(r, v->nodes[i].id));
+    evbuffer_add_printf(b,
+                        "# HELP mqd_repl_dead_node_probes_total TCP connects to a node "
+                        "suspected dead (fast_failover), by result.\n"
+                        "# TYPE mqd_repl_dead_node_probes_total counter\n"
+                        "mqd_repl_dead_node_probes_total{result=\"accepted\"} %llu\n"
+                        "mqd_repl_dead_node_probes_total{result=\"refused\"} %llu\n"
+                        "mqd_repl_dead_node_probes_total{result=\"no_answer\"} %llu\n"
+                        "# HELP mqd_repl_fast_failover_revokes_total Leases of nodes whose process "
+                        "was proven dead that this node revoked (fast_failover).\n"
+                        "# TYPE mqd_repl_fast_failover_revokes_total counter\n"
+                        "mqd_repl_fast_failover_revokes_total %llu\n",
+                        (unsigned long long)r->dead_probes[0],
+                        (unsigned long long)r->dead_probes[1],
+                        (unsigned long long)r->dead_probes[2],
+                        (unsigned long long)r->dead_revokes);
     head(b, "mqd_repl_preferred_leader",
          "1 if the partition's preferred replica (its first, as placed) leads it, else 0.");
     for (rpart_t *rp = r->parts; rp; rp = rp->next)

@@ -754,6 +754,7 @@ int mqd_repl_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t **out)
     snprintf(r->parts_prefix, sizeof r->parts_prefix, "/%s/partitions/", name);
     snprintf(r->cand_prefix, sizeof r->cand_prefix, "/%s/candidates/", name);
     snprintf(r->deleted_prefix, sizeof r->deleted_prefix, "/%s/deleted/", name);
+    snprintf(r->dead_prefix, sizeof r->dead_prefix, "/%s/dead/", name);
     r->ev_tick = event_new(mqd_server_base(s), -1, EV_PERSIST, on_tick, r);
     r->ev_kick = event_new(mqd_server_base(s), -1, 0, on_kick, r);
     r->ev_cand = evtimer_new(mqd_server_base(s), mqd_repl_cand_again, r);
@@ -798,6 +799,8 @@ int mqd_repl_start(mqd_repl_t *r, mqd_cluster_t *m)
     if (rc == 0)
         rc = mqd_etcd_watch_new(r->etcd, r->parts_prefix, strlen(r->parts_prefix), true, 0,
                                 on_parts, r, &r->w_parts);
+    if (rc == 0)
+        rc = mqd_repl_dead_start(r); /* probe.c: reports of dead processes */
     if (rc != 0)
         return rc;
     /* the topics here from before (a restart) are compared with etcd's registrations once
@@ -836,6 +839,7 @@ void mqd_repl_free(mqd_repl_t *r)
     free(r->idx);
     mqd_etcd_watch_free(r->w_topics);
     mqd_etcd_watch_free(r->w_parts);
+    mqd_repl_dead_free(r);
     if (r->ev_tick)
         event_free(r->ev_tick);
     if (r->ev_cand)

@@ -87,6 +87,53 @@ mqd_repl_serve_t mqd_repl_serve_join(mqd_repl_serve_t acc, mqd_repl_serve_t next
 mqd_repl_serve_t mqd_repl_serve_led(uint32_t self, const mqd_repl_pview_t *v, const char **why);
 mqd_repl_serve_t mqd_repl_serve_led_join(mqd_repl_serve_t acc, mqd_repl_serve_t next);
 
+/* ---- a node whose process died (dead.c, pure): fast failover (issue 40 point 4) ----
+ * The state one node keeps about one other node X it suspects, and the step that takes
+ * one piece of evidence and says what to do next. X is taken as dead, and its lease
+ * revoked, only on: a connection to X that ended (seen here or reported by another node)
+ * AND two TCP connects to X's port refused, the second begun after the first was
+ * answered (by the controller when the report came from another node) AND X's key still
+ * under the lease the evidence is about. A paused (SIGSTOP) or hung process still
+ * completes TCP handshakes in its kernel, a partition answers nothing: either clears it. */
+typedef enum {
+    MQD_REPL_DEAD_IDLE = 0, /* nothing suspected */
+    MQD_REPL_DEAD_PROBING,  /* first connect to X's port in flight (after a close here) */
+    MQD_REPL_DEAD_CONFIRMING, /* the second, confirming connect in flight */
+    MQD_REPL_DEAD_REPORTED, /* first connect refused: reported, the controller confirms */
+    MQD_REPL_DEAD_REVOKED,  /* lease revoked: done until X's key changes */
+} mqd_repl_dead_state_t;
+typedef enum {
+    MQD_REPL_DEAD_EV_CLOSED,    /* a connection of this node to X ended */
+    MQD_REPL_DEAD_EV_REPORT,    /* another node reported a close and a refused connect */
+    MQD_REPL_DEAD_EV_REFUSED,   /* the connect in flight was refused (nothing listens) */
+    MQD_REPL_DEAD_EV_ACCEPTED,  /* the connect in flight completed (a kernel listens) */
+    MQD_REPL_DEAD_EV_NO_ANSWER, /* the connect in flight timed out or failed otherwise */
+    MQD_REPL_DEAD_EV_EXPIRED,   /* this node's report went unanswered for too long */
+} mqd_repl_dead_ev_t;
+typedef enum {
+    MQD_REPL_DEAD_NONE = 0,
+    MQD_REPL_DEAD_PROBE,  /* start a connect to X's port */
+    MQD_REPL_DEAD_REPORT, /* write the evidence to etcd for the controller */
+    MQD_REPL_DEAD_REVOKE, /* revoke X's lease: its keys go, the usual election follows */
+    MQD_REPL_DEAD_CLEAR,  /* not dead (or not provable): forget it, left to its lease */
+} mqd_repl_dead_act_t;
+typedef struct mqd_repl_dead {
+    mqd_repl_dead_state_t st;
+    bool closed;      /* this node saw a connection to X end */
+    bool reported;    /* another node's report */
+    unsigned refused; /* refused connects so far (this node's and the report's) */
+} mqd_repl_dead_t;
+/* What the step needs to know of the cluster, read when the event arrives. */
+typedef struct mqd_repl_dead_ctx {
+    bool enabled;           /* fast_failover = on */
+    bool same_lease;        /* X's key is present, under the lease the state is about */
+    bool self_controller;   /* this node is the controller */
+    bool target_controller; /* X holds the controller key (nobody else would confirm) */
+} mqd_repl_dead_ctx_t;
+mqd_repl_dead_act_t mqd_repl_dead_step(mqd_repl_dead_t *d, const mqd_repl_dead_ctx_t *c,
+                                       mqd_repl_dead_ev_t ev);
+const char *mqd_repl_dead_ev_name(mqd_repl_dead_ev_t ev);
+
 /* ---- the etcd values (pstate.c; parsing is of outside input) ---- */
 /* A topic's identity: 32 lower-case hex digits (128 random bits) written by the node that
  * registers it; "" for a registration of an mqd that wrote none. */

@@ -15,6 +15,7 @@
 typedef enum { ROLE_NONE = 0, ROLE_LEADER, ROLE_FOLLOWER } role_t;
 
 typedef struct rpart rpart_t;
+typedef struct rdead rdead_t; /* probe.c: a node suspected dead */
 
 /* The leader's view of one follower of a partition. */
 typedef struct rflw {
@@ -69,6 +70,8 @@ typedef struct fol {
     size_t n_wait, cap_wait;
     int64_t attach_at_ms; /* 0: attached or no connection */
     uint32_t link_epoch;  /* the partition epoch `link` was attached under (its mqd:epoch) */
+    bool opened;          /* the connection's open was answered (probe.c takes its end as
+                             evidence only then) */
     uint64_t runs;
 } fol_t;
 
@@ -152,6 +155,11 @@ struct mqd_repl {
     mqd_etcd_t *etcd;
     char topics_prefix[192], parts_prefix[192], cand_prefix[192];
     char deleted_prefix[192];
+    char dead_prefix[192];   /* probe.c: evidence of dead processes, for the controller */
+    mqd_etcd_watch_t *w_dead;
+    rdead_t *dead;           /* probe.c: the nodes suspected, one entry each */
+    uint64_t dead_probes[3]; /* connects to suspected nodes: accepted, refused, no answer */
+    uint64_t dead_revokes;   /* leases this node revoked on proof of a dead process */
     mqd_etcd_watch_t *w_topics, *w_parts;
     rpart_t *parts;
     rpart_t **idx; /* parts by (topic, partition): idx_cap buckets, n_parts entries */
@@ -407,5 +415,14 @@ void mqd_repl_cand_reset(rpart_t *rp);
 void mqd_repl_cand_clear(mqd_repl_t *r, const char *topic, uint32_t part);
 /* The ev_cand callback: reads again (mqd_repl_ctl_failover) sooner than the tick. */
 void mqd_repl_cand_again(evutil_socket_t fd, short what, void *arg);
+
+/* probe.c: fast failover for a node whose process died (dead.c decides). closed: a
+ * connection of this node to node id ended (a follower's fetch connection); start: the
+ * watch of the dead/ reports (the controller confirms them); revoked: this node revoked
+ * id's current lease on that proof. */
+void mqd_repl_dead_closed(mqd_repl_t *r, uint32_t id);
+int mqd_repl_dead_start(mqd_repl_t *r);
+void mqd_repl_dead_free(mqd_repl_t *r);
+bool mqd_repl_dead_revoked(mqd_repl_t *r, uint32_t id);
 
 #endif

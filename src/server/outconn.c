@@ -44,6 +44,7 @@ struct mqd_outconn {
     struct event *ev_retry;   /* the backoff */
     mqd_conn_t *conn;         /* the live connection, NULL while down */
     uint32_t backoff_min, backoff_max, backoff;
+    uint32_t connect_timeout, idle_timeout; /* ms; 0: the defaults */
     mqd_outconn_stats_t st;
 };
 
@@ -77,6 +78,11 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 static void connect_failed(mqd_outconn_t *oc, int err)
 {
     char why[160];
+    /* a connect nobody answered within the owner's connect_timeout_ms has waited that
+     * long already: the next one follows after the minimum, so a peer behind a healed
+     * partition is reached within about connect_timeout_ms + backoff_min_ms */
+    if (err == ETIMEDOUT && oc->connect_timeout)
+        oc->backoff = oc->backoff_min;
     snprintf(why, sizeof why, "connect: %s", strerror(err));
     if (oc->ev_connect) {
         event_free(oc->ev_connect);
@@ -114,7 +120,8 @@ static void connected(mqd_outconn_t *oc)
                              .authzid = oc->authzid,
                              .container = oc->container,
                              .hostname = oc->hostname,
-                             .plain_over_tcp = oc->plain_over_tcp};
+                             .plain_over_tcp = oc->plain_over_tcp,
+                             .idle_timeout_ms = oc->idle_timeout};
     oc->st.connects++;
     /* the connection owns fd and ssl from here, failure included */
     oc->conn = mqd_server_adopt_out(oc->srv, fd, peer, oc, ssl, &id);
@@ -161,7 +168,8 @@ static void try_connect(mqd_outconn_t *oc)
     oc->ev_connect = event_new(mqd_srv_base(oc->srv), oc->fd, EV_WRITE, on_connect, oc);
     if (oc->ev_connect == NULL)
         return connect_failed(oc, ENOMEM);
-    struct timeval tv = {.tv_sec = 10, .tv_usec = 0}; /* an unanswered SYN: try again */
+    uint32_t ms = oc->connect_timeout ? oc->connect_timeout : 10000; /* an unanswered SYN */
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000};
     event_add(oc->ev_connect, &tv);
 }
 
@@ -300,6 +308,8 @@ int mqd_outconn_new(mqd_server_t *s, const mqd_outconn_opts_t *o, const mqd_outc
     if (oc->backoff_max < oc->backoff_min)
         oc->backoff_max = oc->backoff_min;
     oc->backoff = oc->backoff_min;
+    oc->connect_timeout = o->connect_timeout_ms;
+    oc->idle_timeout = o->idle_timeout_ms;
     rc = MQD_ENOMEM;
     if (!oc->container || !oc->hostname || (o->user && !oc->user) ||
         (o->password && !oc->password) || (o->authzid && !oc->authzid) ||

@@ -85,6 +85,8 @@ static int conn_setup_client(mqd_conn_t *c, const mqd_outconn_opts_t *id)
         return MQD_ENOMEM;
     pn_transport_t *t = d->transport;
     transport_limits(t, mqd_srv_conf(mqd_conn_srv(c)));
+    if (id->idle_timeout_ms) /* the owner's: a fetch connection notices a silent leader */
+        pn_transport_set_idle_timeout(t, id->idle_timeout_ms);
     pn_sasl_t *sasl = pn_sasl(t);
     /* EXTERNAL when the peer offers it (it asked for and verified our certificate), else
      * ANONYMOUS as before: a leader without replication_peer_verify, a rolling change */

@@ -58,6 +58,12 @@ typedef struct mqd_outconn_opts {
     const char *container;  /* open's container-id; NULL: "mqd" */
     bool plain_over_tcp;    /* allow PLAIN on amqp:// (the password in clear) */
     uint32_t backoff_min_ms, backoff_max_ms; /* 0: 100 ms, 30 s */
+    uint32_t connect_timeout_ms; /* a TCP connect unanswered this long is given up and
+                                    tried again after backoff_min_ms (no doubling: it
+                                    waited already); 0: 10 s, then the backoff */
+    uint32_t idle_timeout_ms;    /* the connection's AMQP idle timeout (the peer sends
+                                    empty frames at half of it; silence this long ends
+                                    the connection); 0: idle_timeout_ms of the config */
 } mqd_outconn_opts_t;
 
 typedef struct mqd_outconn_ops {

@@ -18,9 +18,7 @@ rules); skipped without root, `ip` or `nft`.
     cand.c: S was elected and the 200 quorum-accepted sends were gone from every node);
     after L is back, the three logs are byte-equal."""
 
-import importlib.util
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -29,7 +27,7 @@ import mqdcluster  # noqa: E402
 import mqdnetns  # noqa: E402
 from mqdcluster import (TTL_MS, Receiver, Sender, count_records, get_json,  # noqa: E402
                         partition_bytes, read_keys, stopped_logs_equal, wait_for)
-from mqdtest import check, log, skip  # noqa: E402
+from mqdtest import check, log  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 KEY = "/mqd/partitions/q3/0"
@@ -42,32 +40,8 @@ def send(url, n, prefix):
     return s
 
 
-def netpart():
-    """Test 95's namespaced etcd and broker (NsEtcd, NsBroker, the addresses)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "95-repl-netpart.py")
-    spec = importlib.util.spec_from_file_location("netpart95", path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
-
-
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    why = mqdnetns.skip_reason()
-    if why:
-        skip(why)
-    np = netpart()
-    hosts = {"ctl": [np.CLIENT, np.ETCD_ADDR]}
-    hosts.update({"n%d" % i: [np.NODE_ADDR[i]] for i in RACKS})
-    net = mqdnetns.Net(hosts)
-    try:
-        net.up()
-        net.enter("ctl")
-        run(t, net, np)
-    finally:
-        t.cleanup()
-        net.down()
+    mqdnetns.run_cluster(t, RACKS, run)
 
 
 def run(t, net, np):

@@ -78,8 +78,9 @@ def scan_nodes(brokers, topic, part=0):
 def not_led(timelines, node, t, slack):
     """Why a message that a client got from `node` at wall-clock time t did not come from
     the partition's leader, or None. It did if the node's last role event at or before t
-    is `leader`, or is a step-down (or start) at most `slack` seconds after a `leader`
-    event (sent before the step-down, read late by a busy client)."""
+    is `leader`, or if its last `leader` period ended (a step-down, or a start of a new
+    process) at most `slack` seconds before t (sent before the step-down, read late by a
+    busy client)."""
     tl = timelines.get(node) or []
     k = bisect.bisect_right([e[0] for e in tl], t)
     if k == 0:
@@ -87,7 +88,11 @@ def not_led(timelines, node, t, slack):
     when, role = tl[k - 1]
     if role == "leader":
         return None
-    if t - when <= slack and k >= 2 and tl[k - 2][1] == "leader":
+    # the node's last leader period ended (a step-down, or its process died and a new
+    # one started: a fast failover makes that restart follow within 0.1 s) at most slack
+    # before t
+    j = max((i for i in range(k - 1) if tl[i][1] == "leader"), default=None)
+    if j is not None and t - tl[j + 1][0] <= slack:
         return None
     return "node %r was %s since %.3f s before" % (node, "starting" if role == "start" else role, t - when)
 

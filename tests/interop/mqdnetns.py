@@ -38,6 +38,40 @@ def skip_reason():
     return None
 
 
+def netpart():
+    """Test 95's namespaced etcd and broker (NsEtcd, NsBroker, the addresses), for the
+    other tests that run nodes in namespaces (84, 134)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "95-repl-netpart.py")
+    spec = importlib.util.spec_from_file_location("netpart95", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def run_cluster(t, racks, run):
+    """The body of a test whose etcd and nodes (one per id of racks) run in namespaces
+    with test 95's layout (84, 134): skipped without etcd, root, ip or nft; run(t, net,
+    np) is called inside the test's own namespace, np being netpart()."""
+    import mqdtest
+    if shutil.which("etcd") is None:
+        mqdtest.skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
+    why = skip_reason()
+    if why:
+        mqdtest.skip(why)
+    np = netpart()
+    hosts = {"ctl": [np.CLIENT, np.ETCD_ADDR]}
+    hosts.update({"n%d" % i: [np.NODE_ADDR[i]] for i in racks})
+    net = Net(hosts)
+    try:
+        net.up()
+        net.enter("ctl")
+        run(t, net, np)
+    finally:
+        t.cleanup()
+        net.down()
+
+
 def _run(argv):
     p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=30)
