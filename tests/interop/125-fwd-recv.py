@@ -316,9 +316,13 @@ class Drainer(mqdtest.Client):
         self.drained = False
 
     def on_start(self, e):
-        from proton.reactor import Copy
+        from proton import symbol
+        from proton.reactor import Copy, Filter
         c = self.connect(e.container, self.url)
-        self.rcv = e.container.create_receiver(c, self.address, options=[Copy()])
+        # a replay from the first record: a plain browser of T shows only what is still on
+        # the queue (issue 39 point 1), and (b) consumed everything before
+        first = Filter({symbol("rabbitmq:stream-offset-spec"): "first"})
+        self.rcv = e.container.create_receiver(c, self.address, options=[Copy(), first])
         self.rcv.drain(self.n)
         e.container.schedule(0.2, self)
 

@@ -13,9 +13,9 @@ from mqdcluster import Etcd, Props, get_json, start_nodes, wait_for
 from mqdtest import SLOW, check, log, skip
 
 try:
-    from proton import Message
+    from proton import Message, symbol
     from proton.handlers import MessagingHandler
-    from proton.reactor import Container, Copy
+    from proton.reactor import Container, Copy, Filter
 except ImportError:  # pragma: no cover
     Message = None
     MessagingHandler = object
@@ -151,7 +151,10 @@ class Legs(MessagingHandler):
         url, address = self.legs[name]
         c = container.connect(url, reconnect=False)
         self.conns[name] = c
-        opts = [Props(LOCAL_ONLY)] + ([Copy()] if self.browse else [])
+        # a browser replays from the first record (a plain one of T shows only what is
+        # still on the queue, issue 39 point 1: the queue legs read everything before)
+        first = Filter({symbol("rabbitmq:stream-offset-spec"): "first"})
+        opts = [Props(LOCAL_ONLY)] + ([Copy(), first] if self.browse else [])
         self.links[name] = container.create_receiver(c, address, name=name, options=opts)
 
     def _leg(self, link):
