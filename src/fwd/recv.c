@@ -473,9 +473,10 @@ static void leg_free(rleg_t *g)
     free(g);
 }
 
-/* Closes leg g's upstream link (the leader releases what it holds) and drops the leg. */
-/* Lets the leg's upstream link go: detached (the leader releases what it held there)
- * and freed once Proton is done with it. */
+/* Lets the leg's upstream link go: detached and freed once Proton is done with it.
+ * Every delivery still unsettled there is released first: pn_link_free settles them, and
+ * a delivery settled without an outcome counts as accepted at the leader (a group's
+ * offset committed past records the client never got). */
 static void leg_let_go(rleg_t *g)
 {
     pn_link_t *u = g->fl.link;
@@ -483,6 +484,9 @@ static void leg_let_go(rleg_t *g)
     if (!u)
         return;
     fwd_link_unbind(&g->fl);
+    for (pn_delivery_t *ud = pn_unsettled_head(u); ud; ud = pn_unsettled_next(ud))
+        if (!pn_delivery_local_state(ud))
+            pn_delivery_update(ud, PN_RELEASED);
     if (!(pn_link_state(u) & PN_LOCAL_CLOSED))
         pn_link_close(u);
     pn_link_free(u);
