@@ -7,8 +7,8 @@ a producer (100 a second, at-least-once, mqdcrash.Producer), a member of group g
 (`r3/ConsumerGroups/gc/Partitions/0`) and a `$shared` queue receiver of `r3`, both
 accepting each message as it comes (mqdcrash.GroupConsumer).
 
-Three moves with `mqctl cluster elect`, each waited for until both consumers read a
-record sent after it: L -> F (L's consumer links become forwarded links: before, they
+Three moves with `mqctl cluster elect`, each waited for until both consumers read 50
+records sent after it: L -> F (L's consumer links become forwarded links: before, they
 were detached with amqp:link:redirect), F -> G (their legs move), G -> L (L leads again
 while serving them forwarded: they keep that form, their leg is L's connection to
 itself).
@@ -66,10 +66,10 @@ def move(etcd, brokers, to, prod, readers):
     wait_for("node %d leading r3/0" % to, lambda: get_json(etcd.port, KEY)["leader"] == to, 20)
     t0, seq0 = time.time(), prod.next_seq
 
-    def fresh(rd):
-        return any(t > t0 and int(b.split("-")[-1]) >= seq0 for _, _, _, b, t in list(rd.deliveries))
+    def fresh(rd):  # 50 records sent after the move (half a second) read through it
+        return sum(t > t0 and int(b.split("-")[-1]) >= seq0 for _, _, _, b, t in list(rd.deliveries)) >= 50
     for rd in readers:
-        wait_for("reading records sent after the move to node %d (%s)" % (to, rd.status()),
+        wait_for("50 records sent after the move to node %d read (%s)" % (to, rd.status()),
                  lambda: fresh(rd), 30)
     log("r3/0 moved to node %d; %s; %s" % (to, prod.status(), "; ".join(r.status() for r in readers)))
 
