@@ -15,6 +15,11 @@ size_t mqd_consumer_pump(mqd_lstate_t *ls);
 void mqd_lstate_free(mqd_lstate_t *ls);
 /* Detaches a consumer link with an error (epoch takeover), releasing what it held. */
 void mqd_consumer_detach(mqd_lstate_t *ls, const char *cond, const char *desc);
+/* The leader here of a consumer's partition stepped down: the client's link stays
+ * attached and fwd serves it from the new leader (issue 33 point 3), its position the
+ * group's committed offset there. False (ls untouched): not such a link (a browser, a
+ * local-only or forwarded leg, one that asked for a redirect, no fwd here). */
+bool mqd_consumer_forward(mqd_lstate_t *ls);
 /* link.c: detaches an attached producer or consumer link with amqp:link:redirect naming
  * `to` (its info as an attach refused by mqd_link_redirect has it), releasing what it
  * held: a leader that stepped down sends its clients to the new one. */

@@ -451,6 +451,73 @@ static bool forward(mqd_conn_t *c, pn_link_t *l, const mqd_addr_t *a, bool brows
     return true;
 }
 
+/* The link state ls's successor copies (what the ACL recheck and logs name). */
+typedef struct fwd_ident {
+    char *topic, *tmp_name, *name;
+    uint8_t perm;
+    bool manual;
+    uint32_t part;
+} fwd_ident_t;
+
+static void ident_free(fwd_ident_t *id)
+{
+    free(id->topic);
+    free(id->tmp_name);
+    free(id->name);
+}
+
+/* A group member's link (not a browser; not a leg another node forwards, nor a
+ * local-only one: those follow the leads themselves; not one that asked for redirects)
+ * goes to fwd/recv.c when its leader here steps down: the group here forgets it (its
+ * unsettled deliveries go back to the cursor of a lead this node no longer has), and a
+ * new MQD_LS_FWD state on the same link reads from the new leader, where the group's
+ * committed offset (replicated in the log, gstate.c) is its position. */
+bool mqd_consumer_forward(mqd_lstate_t *ls)
+{
+    mqd_conn_t *c = mqd_ls_conn(ls);
+    pn_link_t *l = mqd_ls_link(ls);
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
+    mqd_group_t *g = mqd_ls_group(ls);
+    if (!fh->recv_adopt || mqd_ls_kind(ls) != MQD_LS_CONSUMER || !g || mqd_ls_local_only(ls) ||
+        mqd_link_wants_redirect(l) || link_prop(l, "mqd:fwd-node"))
+        return false;
+    uint32_t n = mqd_group_nparts(g);
+    uint64_t *floor = calloc(n ? n : 1, sizeof *floor);
+    fwd_ident_t id = {.topic = strdup(mqd_topic_name(mqd_ls_topic(ls))),
+                      .tmp_name = strdup(mqd_topic_name(mqd_ls_topic(ls))),
+                      .name = strdup(mqd_ls_name(ls)),
+                      .perm = mqd_ls_acl_perm(ls),
+                      .manual = mqd_ls_manual(ls),
+                      .part = mqd_ls_part(ls)};
+    if (!floor || !id.topic || !id.tmp_name || !id.name) {
+        free(floor);
+        ident_free(&id);
+        return false; /* out of memory: detached as before */
+    }
+    for (uint32_t i = 0; i < n; i++)
+        floor[i] = mqd_cursor_floor(mqd_group_cursor(g, i));
+    mqd_lstate_free(ls); /* leaves the group; the link and its deliveries stay */
+    pn_link_set_context(l, NULL);
+    mqd_lstate_t *nls = mqd_lstate_new(c, l, MQD_LS_FWD);
+    if (!nls) {
+        pn_condition_set_name(pn_link_condition(l), "amqp:resource-limit-exceeded");
+        pn_link_close(l);
+        mqd_conn_mark_dirty(c);
+    } else {
+        mqd_ls_set_tmp_name(nls, id.tmp_name);
+        id.tmp_name = NULL;
+        mqd_ls_set_acl_perm(nls, id.perm);
+        mqd_ls_set_manual(nls, id.manual);
+        mqd_ls_set_part(nls, id.part);
+        mqd_ls_set_name(nls, id.name);
+        fh->recv_adopt(fh->arg, nls, id.topic, id.manual ? (int64_t)id.part : -1,
+                       mqd_auth_principal(c), floor, n);
+    }
+    free(floor);
+    ident_free(&id);
+    return true;
+}
+
 /* Resolves the source address into topic, group and partition; 0 or refuses. */
 static int resolve_source(mqd_conn_t *c, pn_link_t *l, const char *addr, bool browse,
                           bool local_only, mqd_topic_t **t, mqd_addr_t *a, bool *fwd_in)

@@ -416,6 +416,15 @@ typedef struct mqd_fwd_hooks {
                         const char *user);
     void (*recv_event)(void *arg, struct mqd_lstate *ls, pn_event_t *e);
     void (*recv_gone)(void *arg, struct mqd_lstate *ls);
+    /* A local consumer whose leader here stepped down (issue 33 point 3): ls (MQD_LS_FWD)
+     * is a new state on the client's link, attached and answered already, that fwd
+     * serves from now on like recv_attach's. The link's unsettled deliveries (no context)
+     * are the client's still: the new leader's redelivery of one is bound to it; floor[i]
+     * (n of them): the group's committed offset of partition i here when it stepped
+     * down (a redelivery below it was settled by the client: accepted upstream, kept
+     * from the client). */
+    void (*recv_adopt)(void *arg, struct mqd_lstate *ls, const char *topic, int64_t part,
+                       const char *user, const uint64_t *floor, uint32_t n);
     void *arg;
 } mqd_fwd_hooks_t;
 

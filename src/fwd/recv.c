@@ -91,6 +91,8 @@ struct rlink {
     rdel_t orphans;        /* sent, the client holds them, their leg went (list head) */
     uint64_t *max_sent;    /* per partition: 1 + the highest offset sent on the link */
     uint32_t n_max;
+    uint64_t *floor;       /* adopted (recv_adopt): per partition, settled below it */
+    uint32_t n_floor;
     struct seen {
         uint32_t part;
         uint64_t off;
@@ -265,12 +267,8 @@ static bool tag_pos(const rdel_t *d, uint32_t *part, uint64_t *off)
     return *part < 65536;
 }
 
-static void note_sent(rlink_t *rl, const rdel_t *d)
+static void note_pos(rlink_t *rl, uint32_t part, uint64_t off)
 {
-    uint32_t part;
-    uint64_t off;
-    if (!tag_pos(d, &part, &off))
-        return;
     if (part >= rl->n_max) {
         uint64_t *nm = realloc(rl->max_sent, (part + 1) * sizeof *nm);
         if (!nm)
@@ -281,6 +279,27 @@ static void note_sent(rlink_t *rl, const rdel_t *d)
     }
     if (off + 1 > rl->max_sent[part])
         rl->max_sent[part] = off + 1;
+}
+
+static void note_sent(rlink_t *rl, const rdel_t *d)
+{
+    uint32_t part;
+    uint64_t off;
+    if (tag_pos(d, &part, &off))
+        note_pos(rl, part, off);
+}
+
+/* A redelivery the client settled already: the leader's copy gets its outcome, the
+ * client nothing. */
+static bool keep_settled(rlink_t *rl, rdel_t *d, pn_delivery_t *ud, uint64_t outcome)
+{
+    pn_delivery_update(ud, outcome);
+    pn_delivery_settle(ud);
+    rl->dups_settled++;
+    rs_of(rl->f)->dups_kept++;
+    free(d->bytes);
+    free(d);
+    return true;
 }
 
 /* The client's outcome of a delivery it settled, kept for a redelivery of it. */
@@ -310,15 +329,8 @@ static bool redelivered(rlink_t *rl, rleg_t *g, rdel_t *d, pn_delivery_t *ud)
     uint64_t off;
     if (!tag_pos(d, &part, &off) || part >= rl->n_max || off >= rl->max_sent[part])
         return false;
-    if (rl->browser) { /* a leg attached again browses from its start position again */
-        pn_delivery_update(ud, PN_ACCEPTED);
-        pn_delivery_settle(ud);
-        rl->dups_settled++;
-        rs_of(rl->f)->dups_kept++;
-        free(d->bytes);
-        free(d);
-        return true;
-    }
+    if (rl->browser) /* a leg attached again browses from its start position again */
+        return keep_settled(rl, d, ud, PN_ACCEPTED);
     for (rdel_t *o = rl->orphans.next; o; o = o->next)
         if (o->tag_len == d->tag_len && memcmp(o->tag, d->tag, d->tag_len) == 0) {
             del_unlink(o);
@@ -336,14 +348,12 @@ static bool redelivered(rlink_t *rl, rleg_t *g, rdel_t *d, pn_delivery_t *ud)
             continue;
         if (e->outcome != PN_ACCEPTED && e->outcome != PN_REJECTED)
             return false;
-        pn_delivery_update(ud, e->outcome);
-        pn_delivery_settle(ud);
-        rl->dups_settled++;
-        rs_of(rl->f)->dups_kept++;
-        free(d->bytes);
-        free(d);
-        return true;
+        return keep_settled(rl, d, ud, e->outcome);
     }
+    /* below the group's committed offset on the node this link was a consumer of before
+       its lead moved (recv_adopt): settled there, maybe not logged to the new leader */
+    if (part < rl->n_floor && off < rl->floor[part])
+        return keep_settled(rl, d, ud, PN_ACCEPTED);
     return false;
 }
 
@@ -546,6 +556,7 @@ static void rl_free(rlink_t *rl)
         del_free(rl->orphans.next);
     rl_unlist(rl);
     free(rl->max_sent);
+    free(rl->floor);
     free(rl->seen);
     free(rl->topic);
     free(rl->user);
@@ -881,21 +892,17 @@ static void on_gone(void *arg, mqd_lstate_t *ls)
     rl_free(rl);
 }
 
-static void on_attach(void *arg, mqd_lstate_t *ls, const char *topic, int64_t part,
-                      const char *user)
+/* The forwarding state of client link ls (listed, bound to ls), NULL without memory. */
+static rlink_t *rl_new(fwd_t *f, mqd_lstate_t *ls, const char *topic, int64_t part,
+                       const char *user)
 {
-    fwd_t *f = arg;
     recv_t *rs = rs_of(f);
     rlink_t *rl = calloc(1, sizeof *rl);
     if (!rl || !(rl->topic = strdup(topic)) || !(rl->user = strdup(user))) {
         if (rl)
             free(rl->topic);
         free(rl);
-        pn_link_t *l = mqd_ls_link(ls);
-        pn_link_set_context(l, NULL);
-        mqd_lstate_free(ls);
-        mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
-        return;
+        return NULL;
     }
     rl->f = f;
     rl->ls = ls;
@@ -910,8 +917,71 @@ static void on_attach(void *arg, mqd_lstate_t *ls, const char *topic, int64_t pa
     rs->links = rl;
     rs->forwarded++;
     mqd_ls_set_fwd(ls, rl);
+    return rl;
+}
+
+static void on_attach(void *arg, mqd_lstate_t *ls, const char *topic, int64_t part,
+                      const char *user)
+{
+    rlink_t *rl = rl_new(arg, ls, topic, part, user);
+    if (!rl) {
+        pn_link_t *l = mqd_ls_link(ls);
+        pn_link_set_context(l, NULL);
+        mqd_lstate_free(ls);
+        mqd_link_refuse(l, "amqp:resource-limit-exceeded", "out of memory%s", "");
+        return;
+    }
     MQD_INFO("fwd", "receiver %s on %s%s: forwarded to the leaders", mqd_ls_name(ls), topic,
              part >= 0 ? " (one partition)" : "");
+    reconcile(rl);
+}
+
+/* The client's unsettled delivery cd (a local consumer's) as an orphan of rl: the new
+ * leader's redelivery of its position is bound to it (redelivered). */
+static bool adopt_delivery(rlink_t *rl, pn_delivery_t *cd)
+{
+    pn_delivery_tag_t t = pn_delivery_tag(cd);
+    rdel_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return false;
+    d->tag_len = t.size < sizeof d->tag ? t.size : sizeof d->tag;
+    memcpy(d->tag, t.start, d->tag_len);
+    d->cd = cd;
+    pn_delivery_set_context(cd, d);
+    d->prev = &rl->orphans;
+    d->next = rl->orphans.next;
+    if (d->next)
+        d->next->prev = d;
+    rl->orphans.next = d;
+    note_sent(rl, d);
+    return true;
+}
+
+/* A local consumer whose lead here stepped down (issue 33 point 3): served from the new
+ * leader(s) from now on, the client's link attached all along. */
+static void on_adopt(void *arg, mqd_lstate_t *ls, const char *topic, int64_t part,
+                     const char *user, const uint64_t *floor, uint32_t n)
+{
+    rlink_t *rl = rl_new(arg, ls, topic, part, user);
+    bool ok = rl && (!n || (rl->floor = malloc(n * sizeof *floor)));
+    for (pn_delivery_t *cd = pn_unsettled_head(mqd_ls_link(ls)); ok && cd;
+         cd = pn_unsettled_next(cd))
+        ok = pn_delivery_settled(cd) || adopt_delivery(rl, cd);
+    if (!ok) {
+        mqd_ls_detach(ls, "amqp:resource-limit-exceeded",
+                      "out of memory while moving the link to the partition's new leader");
+        return; /* recv_gone freed rl */
+    }
+    rl->answered = true;
+    rl->n_floor = n;
+    for (uint32_t i = 0; i < n; i++) {
+        rl->floor[i] = floor[i];
+        if (floor[i])
+            note_pos(rl, i, floor[i] - 1);
+    }
+    MQD_NOTICE("fwd", "receiver %s on %s%s: its leader here stepped down: served from the "
+               "new leader, the link stays attached", mqd_ls_name(ls), topic,
+               part >= 0 ? " (one partition)" : "");
     reconcile(rl);
 }
 
@@ -1029,4 +1099,5 @@ void fwd_recv_hooks(fwd_t *f, mqd_fwd_hooks_t *h)
     h->recv_attach = on_attach;
     h->recv_event = on_event;
     h->recv_gone = on_gone;
+    h->recv_adopt = on_adopt;
 }

@@ -89,10 +89,13 @@ static int64_t link_part(mqd_lstate_t *ls)
     return -1;
 }
 
-/* Detaches a link of rp's topic that rp's move concerns (bound to rp or to the whole
- * topic): with amqp:link:redirect to where an attach would now be sent (the same answer
- * as the attach-time redirect: mqd_repl_where), else detach-forced. Returns 1 when
- * redirected, 0 when forced, -1 when the link stays (bound to another partition). */
+/* Moves a link of rp's topic that rp's move concerns (bound to rp or to the whole
+ * topic): a group member's or queue consumer's link is served through fwd from the new
+ * leader, attached all along (mqd_consumer_forward); any other is detached with
+ * amqp:link:redirect to where an attach would now be sent (the same answer as the
+ * attach-time redirect: mqd_repl_where), else detach-forced. Returns 2 when forwarded,
+ * 1 when redirected, 0 when forced, -1 when the link stays (bound to another
+ * partition). */
 static int move_link(rpart_t *rp, mqd_lstate_t *ls)
 {
     int64_t part = link_part(ls);
@@ -100,6 +103,8 @@ static int move_link(rpart_t *rp, mqd_lstate_t *ls)
     const char *why = NULL;
     if ((part >= 0 && part != (int64_t)rp->part) || mqd_ls_local_only(ls))
         return -1; /* a local-only link stays: its partitions change (lead_moved) */
+    if (mqd_ls_kind(ls) != MQD_LS_PRODUCER && mqd_consumer_forward(ls))
+        return 2;
     if (mqd_repl_where(rp->r, mqd_part_topic(rp->local), part, &to, &why) ==
         MQD_REPL_SERVE_REDIRECT) {
         mqd_link_detach_redirect(ls, &to);
@@ -115,7 +120,10 @@ static int move_link(rpart_t *rp, mqd_lstate_t *ls)
  * watermark it no longer moves from a log that may be cut back by epoch. Kafka clients
  * get NOT_LEADER and refresh their metadata at once; here the topic's producer and
  * consumer links bound to this partition (or to the whole topic) are detached with
- * amqp:link:redirect naming the new leader, so a client moves without asking every node.
+ * amqp:link:redirect naming the new leader, so a client moves without asking every node;
+ * with forwarding (issue 33 point 3), a consumer's link stays attached instead and is
+ * served from the new leader through this node (fwd/recv.c), unless it asked for
+ * redirects; producers' links stay anyway (their sends are forwarded).
  * While the new leader is not known here (no address yet) they are detached with
  * amqp:link:detach-forced: they attach again and are redirected or wait then. A link
  * bound to a partition still led here stays. The same holds for a node that never led
@@ -124,7 +132,7 @@ void mqd_repl_detach_links(rpart_t *rp)
 {
     mqd_topic_t *t = mqd_part_topic(rp->local);
     mqd_server_t *s = rp->r->s;
-    size_t moved[2] = {0, 0};
+    size_t moved[3] = {0, 0, 0};
     mqd_dlist_t *head = mqd_topic_consumers(t);
     for (mqd_dlist_t *it = head->next, *next; it != head; it = next) {
         next = it->next; /* the detach unlinks it */
@@ -144,12 +152,13 @@ void mqd_repl_detach_links(rpart_t *rp)
             }
         }
     }
-    if (moved[0] + moved[1])
+    if (moved[0] + moved[1] + moved[2])
         MQD_NOTICE("repl",
-                   "%s/%u: %s: %zu links detached with a redirect to node %" PRIu32
-                   ", %zu forced (the new leader's address is not known here)",
+                   "%s/%u: %s: %zu consumer links now served from node %" PRIu32
+                   " through this one, %zu links detached with a redirect, %zu forced (the "
+                   "new leader's address is not known here)",
                    rp->topic, rp->part, rp->role == ROLE_LEADER ? "stepped down" : "not its leader",
-                   moved[1], rp->ps.leader, moved[0]);
+                   moved[2], rp->ps.leader, moved[1], moved[0]);
 }
 
 void mqd_repl_lead_stop(rpart_t *rp)

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Links on a leader that steps down (docs/replication.md, Moving leadership): the topic's
-consumer links bound to the partition that moved (or to the whole topic) are detached
-with amqp:link:redirect naming the new leader (network-host, port, address: the
+browsing consumer links bound to the partition that moved (or to the whole topic) are
+detached with amqp:link:redirect naming the new leader (a group member's or queue
+consumer's link stays attached instead, forwarded: test 160) (network-host, port, address: the
 attach-time redirect's answer), so a client moves at once, as a Kafka client does on
 NOT_LEADER; a producer's link stays where it is and its sends are forwarded to the new
 leader (src/fwd, issue 33). A real etcd and three mqd nodes (racks a/b/c), topic r3 with
