@@ -44,7 +44,7 @@ def start_cluster(t, etcd, extra=None, anonymous=None, more=""):
     return brokers
 
 
-def cluster_with_topic(t, topic, spread=True, **kw):
+def cluster_with_topic(t, topic, spread=True, topic_extra=(), **kw):
     """etcd, the three nodes and topic (6 partitions, replication_factor 3) created on
     node 1; with spread, its leaders checked to be on every node. (etcd, brokers, leaders)."""
     if shutil.which("etcd") is None:
@@ -52,7 +52,7 @@ def cluster_with_topic(t, topic, spread=True, **kw):
     etcd = Etcd(t)
     etcd.start()
     brokers = start_cluster(t, etcd, **kw)
-    lead = create_topic(etcd, brokers[1], topic)
+    lead = create_topic(etcd, brokers[1], topic, extra=topic_extra)
     log("leaders of %s: %r" % (topic, lead))
     if spread:
         check(set(lead.values()) == {1, 2, 3}, "leaders not spread over the 3 nodes: %r" % lead)
@@ -66,7 +66,9 @@ def url_as(b, user):
 def create_topic(etcd, b, topic, nparts=NPARTS, extra=()):
     """mqctl topic create (as admin), replication_factor 3; waits for every partition's
     state with a full in-sync set; {partition: leader}."""
-    cfg = ["--config", "replication_factor=3", "--config", "dedup_window_ms=600000"]
+    cfg = ["--config", "replication_factor=3"]
+    if not any(e.startswith("dedup_window_ms=") for e in extra):
+        cfg += ["--config", "dedup_window_ms=600000"]
     for e in extra:
         cfg += ["--config", e]
     rc, out, err = mqdtest.mqctl(url_as(b, "admin"), "topic", "create", topic, "--partitions",
