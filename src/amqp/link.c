@@ -78,19 +78,6 @@ static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
     return MQD_EINVAL;
 }
 
-/* The link property mqd:batch = true: on a forwarded link (fwd_in), every transfer is an
- * Event Hubs batch (message-format 0x80013700): the entry node's fwd/send forwards a
- * client's batches on such a link, as Proton 0.37's C API sets no transfer's format. */
-static bool link_batch(pn_link_t *l)
-{
-    pn_data_t *d = mqd_link_prop(l, "mqd:batch");
-    if (!d)
-        return false;
-    bool on = pn_data_type(d) == PN_BOOL && pn_data_get_bool(d);
-    pn_data_exit(d);
-    return on;
-}
-
 /* Answers a link taken with mqd:batch with the same property: the entry node forwards
  * batches on it only when the leader says it reads them so. */
 static void echo_batch(pn_link_t *l)
@@ -329,8 +316,9 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         if (!fu) /* a forwarded link's user is not the connection's: an ACL reload does not
                     judge it by the connection's */
             mqd_ls_set_acl_perm(ls, MQD_PERM_SEND);
-        else if ((al->batch_in = link_batch(l)))
-            echo_batch(l);
+        else if ((al->batch_in = mqd_link_prop_true(l, "mqd:batch")))
+            echo_batch(l); /* a batch forwarded per transfer: Proton 0.37's C API sets no
+                              transfer's message-format (fwd/send.c) */
         mqd_topic_t *t = mqd_topic_find(s, a.topic);
         int how = producer_route(c, l, a.topic,
                                  a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t,

@@ -331,30 +331,6 @@ static void upl_free(fwd_t *f, upl_t *u)
     free(u);
 }
 
-/* Whether the leader answered a mqd:batch link with mqd:batch = true (it reads the
- * link's transfers as batches). */
-static bool batch_echoed(pn_link_t *l)
-{
-    pn_data_t *d = pn_link_remote_properties(l);
-    bool on = false;
-    if (!d || pn_data_size(d) == 0)
-        return false;
-    pn_data_rewind(d);
-    if (!pn_data_next(d) || pn_data_type(d) != PN_MAP)
-        return false;
-    pn_data_enter(d);
-    while (!on && pn_data_next(d)) {
-        pn_type_t kt = pn_data_type(d);
-        pn_bytes_t k = kt == PN_SYMBOL ? pn_data_get_symbol(d) : pn_bytes(0, "");
-        if (!pn_data_next(d))
-            break;
-        on = k.size == 9 && memcmp(k.start, "mqd:batch", 9) == 0 &&
-             pn_data_type(d) == PN_BOOL && pn_data_get_bool(d);
-    }
-    pn_data_exit(d);
-    return on;
-}
-
 static void pump(upl_t *u)
 {
     pn_link_t *l = u->fl.link;
@@ -483,7 +459,7 @@ static void upl_on_event(fwd_link_t *fl, pn_event_t *e)
     switch (pn_event_type(e)) {
     case PN_LINK_REMOTE_OPEN:
         u->opened = pn_terminus_get_address(pn_link_remote_target(l)) != NULL;
-        u->no_batch = u->batch && !batch_echoed(l);
+        u->no_batch = u->batch && !mqd_link_prop_true(l, "mqd:batch"); /* not echoed */
         pump(u);
         break;
     case PN_LINK_FLOW: pump(u); break;
@@ -533,8 +509,22 @@ static void hold(fwd_t *f, fmsg_t *fm)
     mqd_dlist_push(&f->send->held, &fm->node);
 }
 
+/* An upstream link of partition topic/part to a node other than `node` that still has
+ * messages (the leader moved and the tick has not routed them again yet), or NULL. */
+static upl_t *stale_upl(fwd_t *f, const char *topic, uint32_t part, uint32_t node)
+{
+    for (upl_t *u = f->send->upls; u; u = u->next)
+        if (u->node != node && u->part == part && strcmp(u->topic, topic) == 0 &&
+            !(mqd_dlist_empty(&u->sent) && mqd_dlist_empty(&u->queue)))
+            return u;
+    return NULL;
+}
+
 /* To the leader's upstream link, or held while none is known. fresh: a new message
- * (behind any held one of its partition, so that a key's order holds). */
+ * (behind any held one of its partition, so that a key's order holds). Held too while a
+ * link to the partition's previous leader still has messages: the tick sends those to
+ * the new leader first (a new leader known before the old link went would otherwise
+ * store a key's later messages before its earlier ones). */
 static void route(fwd_t *f, fmsg_t *fm, bool fresh)
 {
     uint32_t leader = 0;
@@ -544,6 +534,8 @@ static void route(fwd_t *f, fmsg_t *fm, bool fresh)
     if (how == MQD_REPL_SERVE_WAIT || (fresh && held_for(f, fm->topic, fm->part)))
         return hold(f, fm);
     uint32_t node = how == MQD_REPL_SERVE_HERE ? f->self : leader; /* here: the loopback leg */
+    if (stale_upl(f, fm->topic, fm->part, node))
+        return hold(f, fm);
     upl_t *u = upl_get(f, node, fm);
     if (!u)
         return finish_reject(f, fm, "amqp:resource-limit-exceeded", "out of memory");
@@ -570,8 +562,9 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
     if (mqd_repl_nparts(f->r, topic) == 0)
         return MQD_FWD_LOCAL; /* not a cluster topic: a dead-letter topic, a reply node */
     mqd_repl_serve_t how = mqd_repl_leader(f->r, topic, part, &leader);
-    if (how == MQD_REPL_SERVE_HERE && !held_for(f, topic, part))
-        return MQD_FWD_LOCAL;
+    if (how == MQD_REPL_SERVE_HERE && !held_for(f, topic, part) &&
+        !stale_upl(f, topic, part, f->self))
+        return MQD_FWD_LOCAL; /* else behind the earlier ones, through the loopback leg */
     if (flags & MQD_FWD_F_TXN) {
         if (!presettled)
             mqd_delivery_reject(d, "amqp:not-implemented",

@@ -16,7 +16,9 @@ forwarded on mqd:batch links. Checked:
 - an EventHubConsumerClient on node 2 reads every partition from the earliest position
   (through forwarded receivers for the partitions node 2 does not lead): every event
   exactly once, sequence numbers 0..n-1 in order per partition, offsets as strings equal
-  to them, bodies and partition keys as sent."""
+  to them, bodies and partition keys as sent;
+- mqd:batch from a client (not a node) is ignored: a Proton sender with it, straight to
+  a partition's leader, gets its plain messages stored as such."""
 
 import json
 import os
@@ -26,6 +28,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
+from mqdcluster import Sender  # noqa: E402
 from mqdfwd import NPARTS, cluster_with_topic, read_partitions  # noqa: E402
 from mqdtest import SLOW, check, log, skip  # noqa: E402
 
@@ -101,6 +104,19 @@ def body(t):
                 check(e[4] == "key-%s-%s" % tuple(e[2].split(":")[1:]), "message id %r of %r" % (e[4], e[2]))
     log("%d events in %d batches through node 1, read once each through node 2"
         % (total, NPARTS + 1 + NKEYS + 1))
+
+    # mqd:batch is honoured only from another node
+    q = 0
+    addr = "%s/Partitions/%d" % (HUB, q)
+    s = Sender(brokers[lead[q]].url, addr, 3, "plain", props={"mqd:batch": True})
+    mqdtest.run_container(s, 60)
+    check(s.link_cond is None and s.accepted == 3 and not s.rejected,
+          "a client's sender with mqd:batch: %s, %r %r" % (s.status(), s.link_cond, s.rejected[:2]))
+    r = mqdtest.Receiver(brokers[lead[q]].url, "%s/ConsumerGroups/chk2/Partitions/%d" % (HUB, q), idle=2.0 * SLOW)
+    mqdtest.run_container(r, 60)
+    got = [m.body for m in r.got]
+    check(got[len(want[q]):] == ["plain-0", "plain-1", "plain-2"],
+          "after a client's mqd:batch sender, partition %d ends with %r" % (q, got[len(want[q]):]))
 
 
 if __name__ == "__main__":
