@@ -15,6 +15,7 @@ fi
 
 pkgs=(build-essential autoconf automake pkg-config
       libqpid-proton11-dev libevent-dev libsqlite3-dev libssl-dev libcmocka-dev libjansson-dev
+      libqpid-proton11-dev-examples   # tests/interop/163-fwd-proton-c.py builds its C send.c / receive.c
       librabbitmq-dev python3-pika python3-kombu amqp-tools   # src/amqp091 (codec) and its tests 140-143
       python3 python3-qpid-proton python3-uamqp socat stunnel4 openssl nodejs npm
       fuse3 libfuse3-dev   # powercutfs (tests/fault): the power-cut crash tests

@@ -37,6 +37,9 @@ void mqd_producers_refill(mqd_server_t *s);
  * run at the next loop iteration, after I/O). */
 void mqd_server_run_dispatch(mqd_server_t *s);
 void mqd_server_run_later(mqd_server_t *s);
+/* redirect.c: whether the peer's attach of l carries link property `key` (a symbol or
+ * string key) with the boolean value true (mqd:batch between nodes). */
+bool mqd_link_prop_true(pn_link_t *l, const char *key);
 /* The hooks core calls for links (mqd_core_ops_t: link_detach), set by server/. */
 void mqd_amqp_core_ops(mqd_core_ops_t *ops);
 /* Registers amqp's periodic work (the producers' credit refill) on s. */

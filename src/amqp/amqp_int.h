@@ -22,6 +22,8 @@ typedef struct mqd_alink {
     uint8_t acks;  /* its mqd_acks_t */
     bool fwd_in;   /* attached by another node for its client (mqd:fwd-user): never
                       forwarded again */
+    bool batch_in; /* such a link with mqd:batch = true: every transfer on it is a batch
+                      (message-format 0x80013700), which Proton's C API cannot set */
     char *fwd_name; /* a cluster topic this node holds no copy of: every message is
                        forwarded (src/fwd), the topic looked up again per message */
     /* producer credit (credit.c): granted since the connection's output generation

@@ -78,6 +78,19 @@ static int link_acks(pn_link_t *l, bool *set, uint8_t *acks)
     return MQD_EINVAL;
 }
 
+/* Answers a link taken with mqd:batch with the same property: the entry node forwards
+ * batches on it only when the leader says it reads them so. */
+static void echo_batch(pn_link_t *l)
+{
+    pn_data_t *d = pn_link_properties(l);
+    pn_data_clear(d);
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    pn_data_put_symbol(d, pn_bytes(strlen("mqd:batch"), "mqd:batch"));
+    pn_data_put_bool(d, true);
+    pn_data_exit(d);
+}
+
 /* amqp_int.h */
 const char *mqd_link_fwd_user(mqd_conn_t *c, pn_link_t *l, char *buf, size_t cap, bool *present)
 {
@@ -303,6 +316,9 @@ static void producer_attach(mqd_conn_t *c, pn_link_t *l)
         if (!fu) /* a forwarded link's user is not the connection's: an ACL reload does not
                     judge it by the connection's */
             mqd_ls_set_acl_perm(ls, MQD_PERM_SEND);
+        else if ((al->batch_in = mqd_link_prop_true(l, "mqd:batch")))
+            echo_batch(l); /* a batch forwarded per transfer: Proton 0.37's C API sets no
+                              transfer's message-format (fwd/send.c) */
         mqd_topic_t *t = mqd_topic_find(s, a.topic);
         int how = producer_route(c, l, a.topic,
                                  a.kind == MQD_ADDR_PARTITION ? (int64_t)a.partition : -1, t,
@@ -1012,6 +1028,8 @@ static void producer_transfer(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d)
         al->acc_len = 0;
     }
     uint32_t format = transfer_format(c, l, d);
+    if (al->batch_in)
+        format = MQD_MSG_FORMAT_BATCH; /* a batch forwarded by another node (mqd:batch) */
     pn_link_advance(l);
     if (size > al->msg_max)
         al->msg_max = size; /* sizes its next credit windows near disk_free_limit */

@@ -70,6 +70,17 @@ pn_data_t *mqd_link_prop(pn_link_t *l, const char *key)
     return NULL;
 }
 
+/* amqp.h */
+bool mqd_link_prop_true(pn_link_t *l, const char *key)
+{
+    pn_data_t *d = mqd_link_prop(l, key);
+    if (!d)
+        return false;
+    bool on = pn_data_type(d) == PN_BOOL && pn_data_get_bool(d);
+    pn_data_exit(d);
+    return on;
+}
+
 /* The link property mqd:redirect: 0 (*want set; false when absent) or MQD_EINVAL when its
  * value is not a boolean. */
 static int redirect_prop(pn_link_t *l, bool *want)

@@ -387,9 +387,9 @@ typedef struct mqd_fwd_hooks {
      * this node leads the partition, the caller appends it as before. MQD_FWD_TAKEN: fwd
      * owns the outcome: forwarded to the leader (d held until the leader settles it),
      * held while no leader is known (at most the lease + 1 s), or rejected. acks: the
-     * link's mqd:acks (mqd_acks_t) or -1; flags: MQD_FWD_F_TXN (a transactional send),
-     * MQD_FWD_F_BATCH (a batched transfer): both refused when the partition is led
-     * elsewhere (not forwarded yet); user: the client's login as the [acl] knows it
+     * link's mqd:acks (mqd_acks_t) or -1; flags: MQD_FWD_F_TXN (a transactional send:
+     * refused when the partition is led elsewhere, not forwarded yet), MQD_FWD_F_BATCH (a
+     * batched transfer, message-format 0x80013700: forwarded on a mqd:batch link); user: the client's login as the [acl] knows it
      * ("" anonymous), named to the leader as mqd:fwd-user. */
     int (*send)(void *arg, struct mqd_lstate *ls, pn_delivery_t *d, const char *topic,
                 uint32_t part, const uint8_t *msg, size_t len, bool presettled, int acks,

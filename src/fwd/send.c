@@ -18,8 +18,15 @@
  * - Flow control: a client link's forwarded sends in flight keep their credit (amqp's
  *   refill asks `inflight`), so a slow leader slows the client; past FWD_BUDGET bytes
  *   in flight to one node, no producer link of this node gets new credit for it.
- * - Transactional and batched sends to a partition led elsewhere are refused
- *   (amqp:not-implemented) for now. */
+ * - Event Hubs batches (message-format 0x80013700, one transfer holding many messages) go
+ *   on a link of their own per (leader, topic, partition, ...) whose attach carries
+ *   mqd:batch = true: Proton 0.37's C API sets no transfer's message-format, so the leader
+ *   (which honours mqd:batch only from a node, and answers with it) reads every transfer
+ *   of that link as a batch and stores it as a direct one: one record per inner message,
+ *   duplicates dropped by each inner message's id. A leader that does not answer with
+ *   mqd:batch gets none (the client's batch is rejected, amqp:not-implemented).
+ * - Transactional sends to a partition led elsewhere are refused (amqp:not-implemented)
+ *   for now. */
 #include "config.h"
 #include "fwd/fwd_int.h"
 
@@ -57,6 +64,7 @@ typedef struct fmsg {
     pn_delivery_t *up;
     uint32_t part, to; /* to: the node its bytes are counted against (0: none) */
     int acks;
+    bool batch;       /* an Event Hubs batch: goes on a mqd:batch link */
     int64_t wait_ms;  /* waiting for a leader (or its connection) since; 0: not waiting */
     int64_t retry_ms; /* held: routed again then */
     uint64_t t_ns;
@@ -73,7 +81,9 @@ struct upl {
     uint32_t node, part;
     int acks;
     char *topic, *user;
+    bool batch;    /* a mqd:batch link: its transfers are batches */
     bool opened;   /* the leader answered the attach with a target */
+    bool no_batch; /* a batch link the leader answered without mqd:batch */
     mqd_dlist_t queue, sent;
     uint64_t tag;
 };
@@ -239,8 +249,8 @@ static void upl_attach(upl_t *u)
         return;
     char addr[MQD_NAME_MAX + 32], name[MQD_NAME_MAX + 96];
     snprintf(addr, sizeof addr, "%s/Partitions/%" PRIu32, u->topic, u->part);
-    snprintf(name, sizeof name, "fwd-%" PRIu32 "-%s-%" PRIu32 "-%" PRIu64, u->f->self, u->topic,
-             u->part, ++u->f->send->seq);
+    snprintf(name, sizeof name, "fwd-%" PRIu32 "-%s-%" PRIu32 "%s-%" PRIu64, u->f->self,
+             u->topic, u->part, u->batch ? "-batch" : "", ++u->f->send->seq);
     pn_link_t *l = pn_sender(ss, name);
     pn_terminus_set_address(pn_link_target(l), addr);
     pn_terminus_set_address(pn_link_source(l), name);
@@ -256,6 +266,10 @@ static void upl_attach(upl_t *u)
         fwd_put_sym(d, "mqd:acks");
         pn_data_put_symbol(d, pn_bytes(strlen(ACKS[u->acks]), ACKS[u->acks]));
     }
+    if (u->batch) {
+        fwd_put_sym(d, "mqd:batch");
+        pn_data_put_bool(d, true);
+    }
     pn_data_exit(d);
     u->opened = false;
     fwd_link_bind(p, &u->fl, l);
@@ -267,7 +281,7 @@ static upl_t *upl_get(fwd_t *f, uint32_t node, const fmsg_t *fm)
 {
     for (upl_t *u = f->send->upls; u; u = u->next)
         if (u->node == node && u->part == fm->part && u->acks == fm->acks &&
-            strcmp(u->topic, fm->topic) == 0 && strcmp(u->user, fm->user) == 0)
+            u->batch == fm->batch && strcmp(u->topic, fm->topic) == 0 && strcmp(u->user, fm->user) == 0)
             return u;
     size_t tl = strlen(fm->topic) + 1, ul = strlen(fm->user) + 1;
     upl_t *u = calloc(1, sizeof *u + tl + ul); /* its topic and user after it */
@@ -279,6 +293,7 @@ static upl_t *upl_get(fwd_t *f, uint32_t node, const fmsg_t *fm)
     u->node = node;
     u->part = fm->part;
     u->acks = fm->acks;
+    u->batch = fm->batch;
     u->fl.on_event = upl_on_event;
     u->fl.on_down = upl_on_down;
     mqd_dlist_init(&u->queue);
@@ -320,6 +335,11 @@ static void pump(upl_t *u)
 {
     pn_link_t *l = u->fl.link;
     bool any = false;
+    while (u->opened && u->no_batch && !mqd_dlist_empty(&u->queue))
+        finish(u->f, MQD_CONTAINER(u->queue.next, fmsg_t, node), PN_REJECTED,
+               "amqp:not-implemented",
+               "the partition's leader does not take batches forwarded by another node "
+               "(an older version): send the messages one by one, or to the leader");
     while (l && u->opened && pn_link_credit(l) > 0 && !mqd_dlist_empty(&u->queue)) {
         fmsg_t *fm = MQD_CONTAINER(u->queue.next, fmsg_t, node);
         uint64_t tag = ++u->tag;
@@ -439,6 +459,7 @@ static void upl_on_event(fwd_link_t *fl, pn_event_t *e)
     switch (pn_event_type(e)) {
     case PN_LINK_REMOTE_OPEN:
         u->opened = pn_terminus_get_address(pn_link_remote_target(l)) != NULL;
+        u->no_batch = u->batch && !mqd_link_prop_true(l, "mqd:batch"); /* not echoed */
         pump(u);
         break;
     case PN_LINK_FLOW: pump(u); break;
@@ -488,8 +509,22 @@ static void hold(fwd_t *f, fmsg_t *fm)
     mqd_dlist_push(&f->send->held, &fm->node);
 }
 
+/* An upstream link of partition topic/part to a node other than `node` that still has
+ * messages (the leader moved and the tick has not routed them again yet), or NULL. */
+static upl_t *stale_upl(fwd_t *f, const char *topic, uint32_t part, uint32_t node)
+{
+    for (upl_t *u = f->send->upls; u; u = u->next)
+        if (u->node != node && u->part == part && strcmp(u->topic, topic) == 0 &&
+            !(mqd_dlist_empty(&u->sent) && mqd_dlist_empty(&u->queue)))
+            return u;
+    return NULL;
+}
+
 /* To the leader's upstream link, or held while none is known. fresh: a new message
- * (behind any held one of its partition, so that a key's order holds). */
+ * (behind any held one of its partition, so that a key's order holds). Held too while a
+ * link to the partition's previous leader still has messages: the tick sends those to
+ * the new leader first (a new leader known before the old link went would otherwise
+ * store a key's later messages before its earlier ones). */
 static void route(fwd_t *f, fmsg_t *fm, bool fresh)
 {
     uint32_t leader = 0;
@@ -499,6 +534,8 @@ static void route(fwd_t *f, fmsg_t *fm, bool fresh)
     if (how == MQD_REPL_SERVE_WAIT || (fresh && held_for(f, fm->topic, fm->part)))
         return hold(f, fm);
     uint32_t node = how == MQD_REPL_SERVE_HERE ? f->self : leader; /* here: the loopback leg */
+    if (stale_upl(f, fm->topic, fm->part, node))
+        return hold(f, fm);
     upl_t *u = upl_get(f, node, fm);
     if (!u)
         return finish_reject(f, fm, "amqp:resource-limit-exceeded", "out of memory");
@@ -525,17 +562,15 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
     if (mqd_repl_nparts(f->r, topic) == 0)
         return MQD_FWD_LOCAL; /* not a cluster topic: a dead-letter topic, a reply node */
     mqd_repl_serve_t how = mqd_repl_leader(f->r, topic, part, &leader);
-    if (how == MQD_REPL_SERVE_HERE && !held_for(f, topic, part))
-        return MQD_FWD_LOCAL;
-    if (flags) {
+    if (how == MQD_REPL_SERVE_HERE && !held_for(f, topic, part) &&
+        !stale_upl(f, topic, part, f->self))
+        return MQD_FWD_LOCAL; /* else behind the earlier ones, through the loopback leg */
+    if (flags & MQD_FWD_F_TXN) {
         if (!presettled)
-            mqd_delivery_reject(
-                d, "amqp:not-implemented",
-                flags & MQD_FWD_F_TXN
-                    ? "transaction spans partitions led by other nodes: a transactional "
-                      "send is taken only by its partition's leader (for now)"
-                    : "a batched send to a partition led by another node is not forwarded "
-                      "(yet): send the messages one by one, or to the leader");
+            mqd_delivery_reject(d, "amqp:not-implemented",
+                                "transaction spans partitions led by other nodes: a "
+                                "transactional send is taken only by its partition's leader "
+                                "(for now)");
         return MQD_FWD_TAKEN;
     }
     mqd_conn_t *c = mqd_ls_conn(ls);
@@ -557,6 +592,7 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
     memcpy(fm->user, user, ul);
     fm->part = part;
     fm->acks = acks;
+    fm->batch = flags & MQD_FWD_F_BATCH;
     fm->cl = cl;
     cl->inflight++;
     fm->conn = c;

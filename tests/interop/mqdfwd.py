@@ -19,16 +19,21 @@ PW = {"admin": "admin-pw", "carol": "carol-pw"}
 NPARTS = 6
 
 
-def start_cluster(t, etcd, extra=None):
+def start_cluster(t, etcd, extra=None, anonymous=None, more=""):
     """Three nodes sharing one config file (users admin and carol, an [acl] that gives
-    carol orders.* only, the replication user), started; {id: Broker}."""
+    carol orders.* only, the replication user), started; {id: Broker}. anonymous: a topic
+    pattern anonymous clients (the Event Hubs SDKs' SASL ANONYMOUS) get every right on;
+    more: config sections appended."""
     conf = os.path.join(t.tmpdir, "fwd.conf")
     with open(conf, "w") as f:
-        f.write("allow_anonymous = off\nallow_plain_without_tls = on\n"
-                "auto_leader_rebalance = off\n")
+        f.write("allow_anonymous = %s\nallow_plain_without_tls = on\n"
+                "auto_leader_rebalance = off\n" % ("on" if anonymous else "off"))
         for u, p in PW.items():
             f.write(consoletest.mqd_passwd(u, p))
         f.write("[acl]\nallow admin all *\nallow carol all orders.*\n")
+        if anonymous:
+            f.write("allow * all %s\n" % anonymous)
+        f.write(more)
     sets = dict(repl_user_sets())
     sets.update(extra or {})
     brokers = {i: t.broker("n%d" % i, start=False, conf=conf,
@@ -39,15 +44,15 @@ def start_cluster(t, etcd, extra=None):
     return brokers
 
 
-def cluster_with_topic(t, topic, spread=True):
+def cluster_with_topic(t, topic, spread=True, topic_extra=(), **kw):
     """etcd, the three nodes and topic (6 partitions, replication_factor 3) created on
     node 1; with spread, its leaders checked to be on every node. (etcd, brokers, leaders)."""
     if shutil.which("etcd") is None:
         skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
     etcd = Etcd(t)
     etcd.start()
-    brokers = start_cluster(t, etcd)
-    lead = create_topic(etcd, brokers[1], topic)
+    brokers = start_cluster(t, etcd, **kw)
+    lead = create_topic(etcd, brokers[1], topic, extra=topic_extra)
     log("leaders of %s: %r" % (topic, lead))
     if spread:
         check(set(lead.values()) == {1, 2, 3}, "leaders not spread over the 3 nodes: %r" % lead)
@@ -61,7 +66,9 @@ def url_as(b, user):
 def create_topic(etcd, b, topic, nparts=NPARTS, extra=()):
     """mqctl topic create (as admin), replication_factor 3; waits for every partition's
     state with a full in-sync set; {partition: leader}."""
-    cfg = ["--config", "replication_factor=3", "--config", "dedup_window_ms=600000"]
+    cfg = ["--config", "replication_factor=3"]
+    if not any(e.startswith("dedup_window_ms=") for e in extra):
+        cfg += ["--config", "dedup_window_ms=600000"]
     for e in extra:
         cfg += ["--config", e]
     rc, out, err = mqdtest.mqctl(url_as(b, "admin"), "topic", "create", topic, "--partitions",
