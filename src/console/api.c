@@ -14,6 +14,8 @@
  *   POST topics/T/alter {"partitions","config"} | topics/T/delete   com.mqd:topic UPDATE | DELETE
  *   GET  users | acl                         com.mqd:user QUERY | com.mqd:acl QUERY
  *   GET  history?series=S&resolution=R       com.mqd:broker HISTORY (the charts' past)
+ *   GET  cluster                             com.mqd:cluster READ (nodes, controller, every
+ *                                            partition's leader, replicas, ISR; 404 if none)
  * GET needs `monitor` (or `manage`) on $management, PEEK also `browse` on the topic, a
  * POST `manage`. */
 #include "config.h"
@@ -178,6 +180,8 @@ static void get_route(call_t *c)
         return answer(c, "com.mqd:acl", "QUERY", NULL);
     if (n == 2 && strcmp(s[1], "history") == 0)
         return history(c);
+    if (n == 2 && strcmp(s[1], "cluster") == 0)
+        return answer(c, "com.mqd:cluster", "READ", NULL);
     mqd_console_reply_error(c->req, 404, "no such API route");
 }
 
