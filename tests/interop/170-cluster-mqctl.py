@@ -5,6 +5,10 @@ leaders spread over the nodes (two each). 10 + P messages sent to orders/Partiti
 through node 1 (forwarded to each leader); a consumer group g1 takes and
 accepts the first 3 messages of every partition (through the partition's leader). Asserts, with mqctl --json run against
 each of the three nodes:
+- node 1's /metrics: mqd_fwd_sends_accepted_total and the count of the new histogram
+  mqd_fwd_send_added_seconds are the sends it forwarded (those to partitions 1 does not
+  lead); mqd_fwd_node_up{node} 1 for nodes 2 and 3, connected at least once, no drop,
+  and mqd_fwd_node_send_backlog_bytes 0 once all are settled;
 - topic list: orders with 6 partitions and 6 * 10 + 15 messages, on every node;
 - topic describe orders: per partition start 0, end 10 + P, messages 10 + P, and the
   partition's leader as etcd names it, the same on every node (a follower's figures are
@@ -21,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import Etcd, create_spread, start_nodes, wait_for  # noqa: E402
+from mqdcluster import Etcd, create_spread, metrics_text, start_nodes, wait_for  # noqa: E402
 from mqdtest import SLOW, check, log  # noqa: E402
 
 from proton import Message  # noqa: E402
@@ -30,6 +34,16 @@ from proton.utils import BlockingConnection  # noqa: E402
 RACKS = {1: "a", 2: "b", 3: "c"}
 NPARTS = 6
 FIRST = 3
+
+
+def metric_values(text):
+    """{'name{labels}': value} of a /metrics page."""
+    out = {}
+    for ln in text.splitlines():
+        if ln and not ln.startswith("#"):
+            k, v = ln.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
 
 
 def ctl_json(b, *args):
@@ -45,7 +59,8 @@ def parts_of(doc, key):
 def body(t):
     etcd = Etcd(t)
     etcd.start()
-    brokers = start_nodes(t, etcd, RACKS)
+    mport = mqdtest.free_port()
+    brokers = start_nodes(t, etcd, RACKS, sets_of=lambda i: {"metrics_listen": "127.0.0.1:%d" % mport} if i == 1 else {})
     ps = create_spread(etcd, brokers[1].url)
     leader = {p: ps[p]["leader"] for p in range(NPARTS)}
     check(sorted(leader.values()) == [1, 1, 2, 2, 3, 3], "leaders spread: %r" % leader)
@@ -58,6 +73,19 @@ def body(t):
         s.close()
     c.close()
     log("sent 10 + P to each partition through node 1")
+    forwarded = sum(10 + p for p in range(NPARTS) if leader[p] != 1)
+    m = metric_values(metrics_text(mport))
+    check(m.get("mqd_fwd_sends_accepted_total") == forwarded == m.get("mqd_fwd_send_added_seconds_count")
+          and m.get('mqd_fwd_send_added_seconds_bucket{le="+Inf"}') == forwarded,
+          "node 1 forwarded %d sends: %r" % (forwarded, {k: v for k, v in m.items() if "fwd_send" in k}))
+    for n in (2, 3):
+        lab = '{node="%d"}' % n
+        check(m.get("mqd_fwd_node_up" + lab) == 1 and m.get("mqd_fwd_node_connects_total" + lab) >= 1
+              and m.get("mqd_fwd_node_disconnects_total" + lab) == 0
+              and m.get("mqd_fwd_node_send_backlog_bytes" + lab) == 0,
+              "node 1's forwarding connection to node %d: %r" % (n, {k: v for k, v in m.items() if lab in k}))
+    log("node 1 /metrics: %d forwarded sends accepted, added time sum %.4f s; connections to 2, 3 up"
+        % (forwarded, m.get("mqd_fwd_send_added_seconds_sum", 0)))
     for p in range(NPARTS):  # through each partition's leader: committed exactly FIRST
         c = BlockingConnection(brokers[leader[p]].url, timeout=30 * SLOW)
         r = c.create_receiver("orders/ConsumerGroups/g1/Partitions/%d" % p, credit=FIRST)

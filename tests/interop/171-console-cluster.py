@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import consoletest  # noqa: E402
 import mqdtest  # noqa: E402
 import webdriver  # noqa: E402
-from mqdcluster import Etcd, cluster_sets, create_spread, get_json, read_keys, wait_for  # noqa: E402
+from mqdcluster import Etcd, create_spread, get_json, start_nodes, wait_for  # noqa: E402
 from mqdtest import check, log  # noqa: E402
 
 TAB, ENTER = "\ue004", "\ue007"
@@ -59,20 +59,12 @@ def page_matches(br, ps):
 def body(t):
     etcd = Etcd(t)
     etcd.start()
-    conf = os.path.join(t.tmpdir, "nodes.conf")
-    with open(conf, "w") as f:
-        f.write("allow_anonymous = on\nallow_plain_without_tls = on\n")
-        f.write(consoletest.mqd_passwd("admin", consoletest.PW["admin"]))
     cport = mqdtest.free_port()
-    brokers = {}
-    for i, r in RACKS.items():
-        sets = cluster_sets(etcd, i, r)
-        if i == 1:
-            sets["console_listen"] = "127.0.0.1:%d" % cport
-        brokers[i] = t.broker("n%d" % i, start=False, sets=sets, conf=conf)
-    for b in brokers.values():
-        b.start()
-    wait_for("3 nodes in etcd", lambda: len(read_keys(etcd.port, "/mqd/nodes/")) == 3, 20)
+    user = {"user.admin." + k.strip(): v.strip() for k, v in (
+        ln.split("=", 1) for ln in consoletest.mqd_passwd("admin", consoletest.PW["admin"]).splitlines()
+        if "=" in ln)}
+    brokers = start_nodes(t, etcd, RACKS, sets_of=lambda i: dict(
+        user, **({"console_listen": "127.0.0.1:%d" % cport} if i == 1 else {})))
     mqdtest.wait_port(cport, 10 * mqdtest.SLOW, brokers[1].proc, "console")
     ps = create_spread(etcd, brokers[1].url)
     check(len({s["leader"] for s in ps.values()}) == 3, "leaders spread over 3 nodes: %r" % ps)
