@@ -233,14 +233,19 @@ static int reset_at_leaders(const mqctl_opts_t *o, request_t *rq, const routes_t
     int ex = 0;
     json_object_foreach(by_leader, id, parts)
     {
+        const char *addr = json_string_value(json_object_get(addr_of, id));
+        if (strcmp(id, "0") == 0 || !addr || !*addr) { /* checked before anything changes */
+            snprintf(rq->desc, sizeof rq->desc, "partitions %.400s of the topic have no leader "
+                     "now: nothing reset", json_string_value(parts));
+            rq->status = 503;
+        }
+    }
+    json_object_foreach(by_leader, id, parts)
+    {
         request_t r = {0};
         const char *addr = json_string_value(json_object_get(addr_of, id));
-        if (strcmp(id, "0") == 0 || !addr || !*addr) {
-            snprintf(rq->desc, sizeof rq->desc, "partitions %s of the topic have no leader now: "
-                     "nothing reset there", json_string_value(parts));
-            rq->status = 503;
+        if (rq->status >= 300)
             break;
-        }
         ex = ask_node(o, rq, addr, json_pack("{s:O}", "partitions", parts), &r);
         if (ex == 0 && r.status >= 300) {
             rq->status = r.status;
