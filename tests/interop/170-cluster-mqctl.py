@@ -9,7 +9,9 @@ each of the three nodes:
   mqd_fwd_send_added_seconds are the sends it forwarded (those to partitions 1 does not
   lead); mqd_fwd_node_up{node} 1 for nodes 2 and 3, connected at least once, no drop,
   and mqd_fwd_node_send_backlog_bytes 0 once all are settled;
-- topic list: orders with 6 partitions and 6 * 10 + 15 messages, on every node;
+- topic list: orders with 6 partitions and 6 * 10 + 15 messages, on every node (a
+  follower's own count: the consumer group's offset records its replica copied are no
+  messages there either);
 - topic describe orders: per partition start 0, end 10 + P, messages 10 + P, and the
   partition's leader as etcd names it, the same on every node (a follower's figures are
   its replica's, caught up to the leader's high watermark: the command waits for that);
@@ -98,10 +100,13 @@ def body(t):
     log("g1 took %d of each partition through its leader" % FIRST)
 
     want_msgs = {p: 10 + p for p in range(NPARTS)}
-    for i, b in brokers.items():
-        lst = ctl_json(b, "topic", "list")
-        row = [x for x in lst if x["name"] == "orders"]
+    def listed(i):
+        row = [x for x in ctl_json(brokers[i], "topic", "list") if x["name"] == "orders"]
         check(len(row) == 1 and row[0]["partitions"] == NPARTS, "node %d topic list: %r" % (i, row))
+        return row[0]["messages"] == sum(want_msgs.values()) and row[0]
+
+    for i in brokers:  # a replica's count leaves out the group records it copied, as the leader's
+        wait_for("node %d lists orders with %d messages" % (i, sum(want_msgs.values())), lambda: listed(i), 10)
 
     def describe_all():
         """{node: {partition: (start, end, messages, from_node, from)}} of topic describe."""
