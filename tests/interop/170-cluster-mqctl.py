@@ -8,7 +8,8 @@ each of the three nodes:
 - node 1's /metrics: mqd_fwd_sends_accepted_total and the count of the new histogram
   mqd_fwd_send_added_seconds are the sends it forwarded (those to partitions 1 does not
   lead); mqd_fwd_node_up{node} 1 for nodes 2 and 3, connected at least once, no drop,
-  and mqd_fwd_node_send_backlog_bytes 0 once all are settled;
+  and mqd_fwd_node_send_backlog_bytes 0 once all are settled; the consumer below, through
+  node 1 (not partition 0's leader), counted in mqd_fwd_recv_relay_seconds;
 - topic list: orders with 6 partitions and 6 * 10 + 15 messages, on every node (a
   follower's own count: the consumer group's offset records its replica copied are no
   messages there either);
@@ -19,7 +20,8 @@ each of the three nodes:
   on every node; total lag sum(7 + P);
 - group reset orders g1 --to offset 5 through a node that leads none of partitions 0 and
   1 (--partitions 0,1 led elsewhere): every node's describe then shows committed 5 for
-  those two, and a consumer of g1 through a third node gets offset 5 of partition 0 first."""
+  those two, and a consumer of g1 through another node than partition 0's leader gets offset 5 of
+  partition 0 first."""
 
 import json
 import os
@@ -163,7 +165,7 @@ def body(t):
     want = {p: 5 if p < 2 else FIRST for p in range(NPARTS)}
     g = wait_for("committed 5 on partitions 0, 1 from every node", lambda: group_all(want), 10)
     log("after the reset through node %d (leaders of 0, 1: %d, %d): %r" % (via, leader[0], leader[1], g[1]))
-    third = [n for n in RACKS if n != via][0]
+    third = 1 if leader[0] != 1 else [n for n in RACKS if n != leader[0]][0]  # not partition 0's leader
     c = BlockingConnection(brokers[third].url, timeout=30 * SLOW)
     r = c.create_receiver("orders/ConsumerGroups/g1/Partitions/0", credit=1)
     m = r.receive(timeout=20 * SLOW)
@@ -171,6 +173,11 @@ def body(t):
     c.close()
     check(m.body == "p0-5", "g1 partition 0 through node %d starts at %r" % (third, m.body))
     log("a g1 consumer through node %d starts partition 0 at %s" % (third, m.body))
+    if third == 1:  # forwarded from partition 0's leader: node 1 timed its relay
+        m = metric_values(metrics_text(mport))
+        check(m.get("mqd_fwd_recv_deliveries_total", 0) >= 1
+              and m.get("mqd_fwd_recv_relay_seconds_count") == m.get("mqd_fwd_recv_deliveries_total"),
+              "node 1's forwarded receive metrics: %r" % {k: v for k, v in m.items() if "fwd_recv" in k})
 
 
 mqdtest.main(body, timeout=300)
