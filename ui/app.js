@@ -19,6 +19,7 @@ const routes = [
   [/^group\/([^/]+)\/([^/]+)$/, pages.group, 'Group'],
   [/^connections$/, pages.connections, 'Connections'],
   [/^users$/, pages.users, 'Users'],
+  [/^cluster$/, pages.cluster, 'Cluster'],
   [/^browse(?:\/([^/]+)(?:\/([^/]+))?)?$/, pages.browse, 'Messages'],
 ];
 
@@ -54,7 +55,8 @@ function showError(e) {
 function markNav(path) {
   const top = path.split('/')[0];
   const match = { '': '#/', topics: '#/topics', topic: '#/topics', groups: '#/groups', group: '#/groups',
-                  connections: '#/connections', browse: '#/browse', users: '#/users' }[top];
+                  connections: '#/connections', browse: '#/browse', users: '#/users',
+                  cluster: '#/cluster' }[top];
   for (const a of document.querySelectorAll('nav a')) {
     if (a.getAttribute('href') === match) a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');

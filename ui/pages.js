@@ -442,3 +442,58 @@ export async function users(main, ctx) {
         : h('p', {}, 'No [acl] section: every user may do everything.'));
   }, 10000);
 }
+
+// The cluster as the node the console runs on sees it in etcd (com.mqd:cluster READ):
+// its nodes (alive, controller, client address, rack) and every partition's leader,
+// replicas and in-sync set. A partition whose ISR is smaller than its replica set is
+// under-replicated (row marked, and counted at the top); one without a live leader is
+// offline.
+export function partitionState(p, alive) {
+  if (!p.leader || !alive.has(p.leader)) return 'offline';
+  return (p.isr || []).length < (p.replicas || []).length ? 'under-replicated' : 'ok';
+}
+
+export async function cluster(main, ctx) {
+  main.append(h('h1', {}, 'Cluster'));
+  const holder = h('div', {});
+  main.append(holder);
+  await ctx.every(async () => {
+    let c;
+    try {
+      c = await get('cluster');
+    } catch (e) {
+      if (e.status !== 404) throw e;
+      holder.replaceChildren(h('p', { id: 'cluster-none' }, 'Not a cluster node (cluster = none): this broker serves every partition itself.'));
+      return;
+    }
+    const alive = new Set(c.nodes.filter((n) => n.alive).map((n) => n.id));
+    const parts = [...c.partitions].sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
+    const states = parts.map((p) => partitionState(p, alive));
+    const urp = states.filter((s) => s === 'under-replicated').length;
+    const offline = states.filter((s) => s === 'offline').length;
+    const ids = (v) => (v || []).join(', ');
+    holder.replaceChildren(
+      kv([['Controller', c.controller ? `node ${c.controller}` : 'none', 'cluster-controller'],
+          ['Answered by', `node ${c.node_id}`, 'cluster-self'],
+          ['Nodes alive', `${alive.size} of ${c.nodes.length}`, 'cluster-alive'],
+          ['Under-replicated partitions', String(urp), 'cluster-urp'],
+          ['Offline partitions', String(offline), 'cluster-offline']]),
+      h('h2', {}, 'Nodes'),
+      h('div', { class: 'table-wrap' }, h('table', { id: 'nodes-table' },
+        h('thead', {}, h('tr', {}, ['Node', 'Alive', 'Controller', 'Address', 'Rack', 'Leads'].map((t) => h('th', { scope: 'col' }, t)))),
+        h('tbody', {}, c.nodes.map((n) => h('tr', { 'data-node': n.id, class: n.alive ? null : 'down' },
+          h('td', { class: 'id' }, n.id), h('td', { class: 'alive' }, n.alive ? 'yes' : 'no'),
+          h('td', { class: 'controller' }, n.id === c.controller ? 'yes' : ''),
+          h('td', { class: 'address' }, n.address), h('td', {}, n.rack || '—'),
+          h('td', { class: 'num leads' }, parts.filter((p) => p.leader === n.id).length)))))),
+      h('h2', {}, 'Partitions'),
+      h('div', { class: 'table-wrap' }, h('table', { id: 'cluster-partitions' },
+        h('thead', {}, h('tr', {}, ['Topic', 'Partition', 'Leader', 'Replicas', 'In sync', 'Epoch', 'State'].map((t) => h('th', { scope: 'col' }, t)))),
+        h('tbody', {}, parts.map((p, i) => h('tr', { 'data-topic': p.topic, 'data-partition': p.partition, 'data-state': states[i],
+                                                   class: states[i] === 'ok' ? null : states[i] },
+          h('td', {}, topicLink(p.topic)), h('td', { class: 'num' }, p.partition),
+          h('td', { class: 'leader' }, p.leader || 'none'), h('td', { class: 'replicas' }, ids(p.replicas)),
+          h('td', { class: 'isr' }, ids(p.isr)), h('td', { class: 'num' }, p.epoch),
+          h('td', { class: 'state' }, states[i])))))));
+  }, 2000);
+}

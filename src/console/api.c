@@ -14,6 +14,8 @@
  *   POST topics/T/alter {"partitions","config"} | topics/T/delete   com.mqd:topic UPDATE | DELETE
  *   GET  users | acl                         com.mqd:user QUERY | com.mqd:acl QUERY
  *   GET  history?series=S&resolution=R       com.mqd:broker HISTORY (the charts' past)
+ *   GET  cluster                             com.mqd:cluster READ (nodes, controller, every
+ *                                            partition's leader, replicas, ISR; 404 if none)
  * GET needs `monitor` (or `manage`) on $management, PEEK also `browse` on the topic, a
  * POST `manage`. */
 #include "config.h"
@@ -178,6 +180,8 @@ static void get_route(call_t *c)
         return answer(c, "com.mqd:acl", "QUERY", NULL);
     if (n == 2 && strcmp(s[1], "history") == 0)
         return history(c);
+    if (n == 2 && strcmp(s[1], "cluster") == 0)
+        return answer(c, "com.mqd:cluster", "READ", NULL);
     mqd_console_reply_error(c->req, 404, "no such API route");
 }
 
@@ -212,12 +216,16 @@ static void reset(call_t *c, const char *topic, const char *group)
 
 /* POST topics/T/alter {"partitions": N, "config": {"KEY": VALUE...}} (UPDATE) and
  * topics/T/delete (DELETE). In a cluster these answer only once etcd holds the change,
- * later than a console call can wait: mqctl does them there (501). */
+ * later than the console's synchronous mqd_mgmt_call can wait: mqctl does them there,
+ * against any node (501 naming the command). */
 static void topic_change(call_t *c, const char *topic, bool del)
 {
     if (mqd_srv_repl(c->k->srv)->topic_alter)
-        return mqd_console_reply_error(c->req, 501,
-                                       "in a cluster, alter and delete topics with mqctl");
+        return mqd_console_reply_error(
+            c->req, 501,
+            del ? "in a cluster, delete topics with mqctl against any node: mqctl topic delete TOPIC"
+                : "in a cluster, alter topics with mqctl against any node: mqctl topic alter "
+                  "TOPIC --partitions N | --config KEY=VALUE");
     json_t *body = del ? NULL : mqd_console_body_json(c->req, false);
     json_t *parts = json_object_get(body, "partitions"), *cfg = json_object_get(body, "config");
     if (!del && ((parts && !json_is_integer(parts)) || (cfg && !json_is_object(cfg)) ||

@@ -82,6 +82,10 @@ void fwd_link_unbind(fwd_link_t *fl);
 int fwd_on_peer_up(fwd_t *f, fwd_up_fn fn, void *arg);
 void fwd_pool_tick(fwd_t *f, int64_t now_ms);
 void fwd_pool_free(fwd_t *f);
+/* /metrics: per peer node, its connection (up, connects, drops), links, unsettled
+ * deliveries, bytes waiting in the session, and forwarded-send bytes in flight. */
+struct evbuffer;
+void fwd_pool_metrics(fwd_t *f, struct evbuffer *b);
 /* Puts a symbol-keyed entry into the map d is inside. */
 void fwd_put_sym(pn_data_t *d, const char *k);
 
@@ -90,6 +94,8 @@ int fwd_send_new(fwd_t *f);
 void fwd_send_free(fwd_t *f);
 void fwd_send_tick(fwd_t *f, int64_t now_ms);
 void fwd_send_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
+/* Bytes of forwarded sends in flight to node (not settled by the leader yet). */
+uint64_t fwd_send_node_bytes(fwd_t *f, uint32_t node);
 
 /* ---- recv.c ---- */
 int fwd_recv_new(fwd_t *f);

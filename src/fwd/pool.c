@@ -8,6 +8,7 @@
 #include "config.h"
 #include "fwd/fwd_int.h"
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -181,4 +182,67 @@ void fwd_pool_free(fwd_t *f)
         free(p);
     }
     f->n_peers = 0;
+}
+
+typedef uint64_t (*peer_fig_fn)(fwd_peer_t *p);
+
+static uint64_t fig_up(fwd_peer_t *p) { return p->ss != NULL; }
+static uint64_t fig_ups(fwd_peer_t *p) { return p->ups; }
+static uint64_t fig_downs(fwd_peer_t *p) { return p->downs; }
+static uint64_t fig_out_bytes(fwd_peer_t *p) { return p->ss ? pn_session_outgoing_bytes(p->ss) : 0; }
+static uint64_t fig_in_bytes(fwd_peer_t *p) { return p->ss ? pn_session_incoming_bytes(p->ss) : 0; }
+static uint64_t fig_send_bytes(fwd_peer_t *p) { return fwd_send_node_bytes(p->f, p->id); }
+
+static uint64_t fig_links(fwd_peer_t *p)
+{
+    uint64_t n = 0;
+    for (mqd_dlist_t *i = p->owners.next; i != &p->owners; i = i->next)
+        n++;
+    return n;
+}
+
+static uint64_t fig_unsettled(fwd_peer_t *p)
+{
+    uint64_t n = 0;
+    for (mqd_dlist_t *i = p->owners.next; i != &p->owners; i = i->next) {
+        fwd_link_t *fl = MQD_CONTAINER(i, fwd_link_t, node);
+        n += fl->link ? (uint64_t)pn_link_unsettled(fl->link) : 0;
+    }
+    return n;
+}
+
+void fwd_pool_metrics(fwd_t *f, struct evbuffer *b)
+{
+    static const struct {
+        const char *name, *type, *help;
+        peer_fig_fn fig;
+    } figs[] = {
+        {"mqd_fwd_node_up", "gauge",
+         "1 while the pooled forwarding connection to the node is open (the peer answered).",
+         fig_up},
+        {"mqd_fwd_node_connects_total", "counter",
+         "Times the forwarding connection to the node came up.", fig_ups},
+        {"mqd_fwd_node_disconnects_total", "counter",
+         "Times the forwarding connection to the node went down.", fig_downs},
+        {"mqd_fwd_node_links", "gauge",
+         "Links on the forwarding connection to the node (forwarded senders and receivers' legs).",
+         fig_links},
+        {"mqd_fwd_node_unsettled", "gauge",
+         "Deliveries on the connection's links not settled yet (both directions).", fig_unsettled},
+        {"mqd_fwd_node_outgoing_bytes", "gauge",
+         "Bytes waiting in the connection's session to be written to the node.", fig_out_bytes},
+        {"mqd_fwd_node_incoming_bytes", "gauge",
+         "Bytes received from the node not consumed yet.", fig_in_bytes},
+        {"mqd_fwd_node_send_backlog_bytes", "gauge",
+         "Bytes of forwarded sends in flight to the node (not settled by the leader yet; each "
+         "node's budget is 64 MiB).",
+         fig_send_bytes},
+    };
+    for (size_t k = 0; k < MQD_ARRAY_LEN(figs); k++) {
+        evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", figs[k].name, figs[k].help,
+                            figs[k].name, figs[k].type);
+        for (size_t i = 0; i < f->n_peers; i++)
+            evbuffer_add_printf(b, "%s{node=\"%" PRIu32 "\"} %" PRIu64 "\n", figs[k].name,
+                                f->peers[i]->id, figs[k].fig(f->peers[i]));
+    }
 }

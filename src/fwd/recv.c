@@ -56,6 +56,7 @@ typedef struct rdel {
     size_t tag_len;
     bool settled; /* came pre-settled */
     bool dropped; /* waiting, and its leg went: never sent */
+    uint64_t t_ns; /* arrival from the leader (mqd_mono_ns) */
 } rdel_t;
 
 struct rleg {
@@ -110,6 +111,7 @@ typedef struct fwd_recv {
     rlink_t *links;
     uint64_t serial;
     uint64_t forwarded, relayed, legs_opened, legs_lost, dups_kept;
+    mqd_hist_t relay; /* arrival from the leader to the write on the client's link */
     void (*send_metrics)(void *arg, struct evbuffer *b); /* send.c's, chained */
 } recv_t;
 
@@ -375,6 +377,7 @@ static void pump(rlink_t *rl)
         pn_link_send(l, (const char *)d->bytes, d->len);
         pn_link_advance(l);
         rs->relayed++;
+        mqd_hist_observe(&rs->relay, (double)(mqd_mono_ns() - d->t_ns) / 1e9);
         free(d->bytes);
         d->bytes = NULL;
         if (d->settled) {
@@ -755,6 +758,7 @@ static int leg_take(rleg_t *g)
     memcpy(bytes, g->acc, g->acc_len);
     d->bytes = bytes;
     d->len = g->acc_len;
+    d->t_ns = mqd_mono_ns();
     g->acc_len = 0;
     pn_delivery_tag_t tag = pn_delivery_tag(ud);
     d->tag_len = tag.size < sizeof d->tag ? tag.size : sizeof d->tag;
@@ -1090,6 +1094,11 @@ static void on_metrics(void *arg, struct evbuffer *b)
         "# TYPE mqd_fwd_recv_redeliveries_kept_total counter\n"
         "mqd_fwd_recv_redeliveries_kept_total %" PRIu64 "\n",
         links, rs->forwarded, legs, rs->legs_lost, rs->relayed, rs->dups_kept);
+    mqd_hist_put(b, "mqd_fwd_recv_relay_seconds",
+                 "Time a forwarded delivery spends on this node: from its arrival from the "
+                 "leader to its write on the client's link (waiting for the client's credit "
+                 "included).",
+                 &rs->relay);
 }
 
 void fwd_recv_hooks(fwd_t *f, mqd_fwd_hooks_t *h)

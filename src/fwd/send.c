@@ -94,6 +94,7 @@ struct fwd_send {
     clink_t *cl[FWD_CL_BUCKETS];
     uint64_t bytes[FWD_MAX_PEERS + 1]; /* in flight per node id (id > FWD_MAX_PEERS: last) */
     uint64_t n_fwd, n_inflight, n_resent, n_rejected, n_expired, added_ns, n_done;
+    mqd_hist_t added; /* per accepted send: arrival to the leader's acceptance */
     uint64_t seq;
 };
 
@@ -208,8 +209,10 @@ static void finish(fwd_t *f, fmsg_t *fm, uint64_t outcome, const char *cond, con
         mqd_conn_mark_dirty(fm->conn);
     }
     if (outcome == PN_ACCEPTED) {
+        uint64_t ns = mqd_mono_ns() - fm->t_ns;
         fs->n_done++;
-        fs->added_ns += mqd_mono_ns() - fm->t_ns;
+        fs->added_ns += ns;
+        mqd_hist_observe(&fs->added, (double)ns / 1e9);
     } else if (outcome == PN_REJECTED) {
         fs->n_rejected++;
     }
@@ -710,6 +713,16 @@ static void on_metrics(void *arg, struct evbuffer *b)
         "\n",
         fs->n_fwd, fs->n_inflight, fs->n_resent, fs->n_rejected, (double)fs->added_ns / 1e9,
         fs->n_done);
+    mqd_hist_put(b, "mqd_fwd_send_added_seconds",
+                 "Time a forwarded send adds: from its arrival on this node to the leader's "
+                 "acceptance (under the topic's acks).",
+                 &fs->added);
+    fwd_pool_metrics(arg, b);
+}
+
+uint64_t fwd_send_node_bytes(fwd_t *f, uint32_t node)
+{
+    return f->send ? *node_bytes(f, node) : 0;
 }
 
 static uint32_t on_nparts(void *arg, const char *topic)

@@ -94,19 +94,6 @@ void mqd_metrics_head(struct evbuffer *b, const char *name, const char *type, co
     evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void put_hist(struct evbuffer *b, const char *name, const char *help, const mqd_hist_t *h)
-{
-    mqd_metrics_head(b, name, "histogram", help);
-    uint64_t cum = 0;
-    for (size_t i = 0; i < MQD_HIST_BUCKETS; i++) {
-        cum += h->bucket[i];
-        evbuffer_add_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, mqd_hist_bounds()[i], (unsigned long long)cum);
-    }
-    evbuffer_add_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name,
-                        (unsigned long long)h->count, name, h->sum, name,
-                        (unsigned long long)h->count);
-}
-
 typedef enum { F_MSGS_IN, F_BYTES_IN, F_MSGS_OUT, F_BYTES_OUT, F_EXPIRED, F_DEAD, F_REJECTED, F_DUP } tfield_t;
 
 static const struct topic_counter {
@@ -306,7 +293,7 @@ static void put_broker(struct evbuffer *b, mqd_server_t *s)
                         (unsigned long long)mqd_srv_group_commit_failures(s));
     mqd_metrics_head(b, "mqd_topics", "gauge", "Topics (temporary reply nodes excluded).");
     evbuffer_add_printf(b, "mqd_topics %zu\n", topics);
-    put_hist(b, "mqd_append_stable_seconds", "Time from append to stable (settlement) of a send.",
+    mqd_hist_put(b, "mqd_append_stable_seconds", "Time from append to stable (settlement) of a send.",
              mqd_srv_h_append_stable(s));
     put_fsync(b, s);
     mqd_txn_stats_t ts;

@@ -147,6 +147,11 @@ void mqd_repl_fol_epoch(rpart_t *rp)
     mqd_outconn_flush(f->oc);
 }
 
+static void count_rec(void *arg, uint64_t offset, uint32_t flags)
+{
+    mqd_part_count_append(arg, offset, flags);
+}
+
 static void receive(fol_t *f, pn_delivery_t *d)
 {
     mqd_repl_t *r = f->rp->r;
@@ -187,6 +192,11 @@ static void receive(fol_t *f, pn_delivery_t *d)
             rc = MQD_ECORRUPT; /* the annotations disagree with the records */
         if (rc != 0)
             return resync(f, d, mqd_strerror(rc));
+        uint32_t e;
+        bool st;
+        /* each record into the partition's message count, as a leader's append does:
+         * control records (group offsets, transaction markers) hold an offset, no message */
+        mqd_repl_run_walk(run.data, run.len, &e, &st, count_rec, f->rp->local);
         mqd_server_tick_soon(r->s); /* commit: the flusher makes it stable */
         f->runs++;
     }

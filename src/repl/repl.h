@@ -212,6 +212,9 @@ int mqd_repl_run_parse(const uint8_t *msg, size_t len, mqd_repl_run_t *out);
  * the follower need not walk them again). MQD_ECORRUPT, outputs untouched, when a record
  * is shorter than its header or runs past len. */
 int mqd_repl_run_scan(const uint8_t *data, size_t len, uint32_t *max_epoch, bool *has_state);
+/* The same, calling fn(arg, offset, flags) for each record (fn NULL: none). */
+int mqd_repl_run_walk(const uint8_t *data, size_t len, uint32_t *max_epoch, bool *has_state,
+                      void (*fn)(void *arg, uint64_t offset, uint32_t flags), void *arg);
 
 /* ---- the group-offset control record (gstate.c; parsing is of replicated input) ----
  * Body of a MQD_REC_CTRL_GROUP record: committed offset u64 (little-endian), then the

@@ -199,8 +199,14 @@ static uint32_t le32(const uint8_t *p)
 
 int mqd_repl_run_scan(const uint8_t *data, size_t len, uint32_t *max_epoch, bool *has_state)
 {
-    /* MQD_STORE_RAW_HDR; the epoch and flags words after len, crc, offset, ts */
-    enum { HDR = MQD_STORE_RAW_HDR, EPOCH_AT = 24, FLAGS_AT = 28 };
+    return mqd_repl_run_walk(data, len, max_epoch, has_state, NULL, NULL);
+}
+
+int mqd_repl_run_walk(const uint8_t *data, size_t len, uint32_t *max_epoch, bool *has_state,
+                      void (*fn)(void *arg, uint64_t offset, uint32_t flags), void *arg)
+{
+    /* MQD_STORE_RAW_HDR; the offset, epoch and flags words after len, crc (, offset, ts) */
+    enum { HDR = MQD_STORE_RAW_HDR, OFFSET_AT = 8, EPOCH_AT = 24, FLAGS_AT = 28 };
     uint32_t max = 0;
     bool state = false;
     size_t pos = 0;
@@ -214,6 +220,9 @@ int mqd_repl_run_scan(const uint8_t *data, size_t len, uint32_t *max_epoch, bool
                  kind = le32(data + pos + FLAGS_AT) & MQD_REC_KIND_MASK;
         max = e > max ? e : max;
         state |= kind == MQD_REC_CTRL_GROUP || kind == MQD_REC_CTRL_COMMIT;
+        if (fn)
+            fn(arg, (uint64_t)le32(data + pos + OFFSET_AT) | (uint64_t)le32(data + pos + OFFSET_AT + 4) << 32,
+               le32(data + pos + FLAGS_AT));
         pos += n;
     }
     *max_epoch = max;

@@ -32,16 +32,6 @@
 #define T_CLUSTER "com.mqd:cluster"
 #define T_ROUTE "com.mqd:route"
 
-/* One management request and its reply. */
-typedef struct request {
-    const char *op, *type, *name;
-    json_t *props; /* extra application properties (strings), owned */
-    json_t *body;  /* amqp-value map, owned, or NULL */
-    /* reply */
-    int status;
-    char desc[512];
-    json_t *reply; /* owned, or NULL */
-} request_t;
 
 
 static void usage(FILE *f)
@@ -379,7 +369,7 @@ static void setup_connection(client_t *cl, const mqctl_url_t *u, const mqctl_opt
 }
 
 /* Sends rq and fills its reply; returns 0 or an exit code (message printed). */
-static int transact(const mqctl_opts_t *o, request_t *rq)
+int mqctl_transact(const mqctl_opts_t *o, request_t *rq)
 {
     mqctl_url_t u;
     if (mqctl_parse_url(o->url, &u) != 0)
@@ -1034,7 +1024,7 @@ static void explain_not_found(const mqctl_opts_t *o, request_t *rq)
     } else if (sscanf(rq->desc, "no topic '%255[^']'", name) != 1) {
         return;
     }
-    if (transact(o, &q) == EX_OK && json_is_array(q.reply)) {
+    if (mqctl_transact(o, &q) == EX_OK && json_is_array(q.reply)) {
         size_t n = json_array_size(q.reply), i;
         const char **names = calloc(n ? n : 1, sizeof *names);
         json_t *e;
@@ -1203,7 +1193,7 @@ int main(int argc, char **argv)
                         c->verb ? c->verb : "", c->min_args, c->min_args == 1 ? "" : "s");
     request_t rq = {.op = c->op, .type = c->type};
     c->build(&rq, argv + i, nargs, argc - i - nargs, argv + i + nargs);
-    int ex = transact(&o, &rq);
+    int ex = mqctl_cluster_transact(&o, &rq);
     if (ex == EX_OK)
         ex = output(&o, c, &rq);
     json_decref(rq.props);

@@ -47,6 +47,17 @@ typedef struct mqctl_opts {
     double timeout_s;
 } mqctl_opts_t;
 
+/* One management request and its reply. */
+typedef struct request {
+    const char *op, *type, *name;
+    json_t *props; /* extra application properties (strings), owned */
+    json_t *body;  /* amqp-value map, owned, or NULL */
+    /* reply */
+    int status;
+    char desc[512];
+    json_t *reply; /* owned, or NULL */
+} request_t;
+
 typedef struct mqctl_url {
     bool tls;
     char user[256], pass[256], host[256], port[16];
@@ -67,6 +78,14 @@ void mqctl_run(pn_proactor_t *px, pn_connection_t *conn, pn_transport_t *t, cons
                double timeout_s, bool (*on_event)(void *arg, pn_event_t *e), void *arg);
 /* "mqctl: ... (see mqctl --help)" on stderr, exit 1. */
 void mqctl_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* mqctl.c: one request to o->url (connect, send, wait for the reply): 0, or the exit
+ * code of a failed connection (told on stderr); rq's status, desc and reply are set. */
+int mqctl_transact(const mqctl_opts_t *o, request_t *rq);
+/* mqctl_cluster.c: mqctl_transact, and in a cluster the cluster's truth from any node:
+ * topic describe and group describe take each partition's figures from its leader,
+ * group reset goes to each partition's leader (mqctl(1), "In a cluster"). */
+int mqctl_cluster_transact(const mqctl_opts_t *o, request_t *rq);
 
 /* mqctl_msg.c: reads delivery d's message from link l into buf (reused, grown as
  * needed) and decodes it into *out (new; the caller frees it): 0, MQD_ENOMEM, or

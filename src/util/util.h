@@ -118,5 +118,9 @@ typedef struct mqd_hist {
 void mqd_hist_observe(mqd_hist_t *h, double seconds);
 /* Upper bounds of the buckets, in seconds (MQD_HIST_BUCKETS values). */
 const double *mqd_hist_bounds(void);
+struct evbuffer;
+/* Writes h in the Prometheus text format as histogram `name` (HELP, TYPE, buckets, sum,
+ * count). */
+void mqd_hist_put(struct evbuffer *b, const char *name, const char *help, const mqd_hist_t *h);
 
 #endif

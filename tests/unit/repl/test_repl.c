@@ -249,6 +249,48 @@ static void put_le32(uint8_t *p, uint32_t v)
 /* The follower's one walk over a run: the largest record epoch and whether a control
  * record it acts on is there, records as stored (len u32 LE counting the bytes after
  * itself, the epoch at byte 24, the flags word, kind in its low byte, at byte 28). */
+typedef struct walked {
+    uint64_t off[4];
+    uint32_t flags[4];
+    size_t n;
+} walked_t;
+
+static void walk_rec(void *arg, uint64_t offset, uint32_t flags)
+{
+    walked_t *w = arg;
+    if (w->n < 4) {
+        w->off[w->n] = offset;
+        w->flags[w->n++] = flags;
+    }
+}
+
+/* mqd_repl_run_walk: every record's offset (u64 LE at byte 8) and flags, in order (the
+ * follower counts control records out of a replica's messages with them). */
+static void test_run_walk(void **state)
+{
+    (void)state;
+    uint8_t recs[3 * 40 + 5] = {0};
+    size_t pos = 0;
+    for (int i = 0; i < 3; i++) {
+        uint32_t extra = i == 1 ? 5 : 0;
+        put_le32(recs + pos, 36 + extra);
+        put_le32(recs + pos + 8, (uint32_t)(0x100000000ull + 7 + (uint64_t)i));
+        put_le32(recs + pos + 12, 1); /* offset 2^32 + 7 + i: the high word counts */
+        put_le32(recs + pos + 28, i == 1 ? MQD_REC_CTRL_GROUP : 0);
+        pos += 40 + extra;
+    }
+    assert_int_equal(pos, sizeof recs);
+    walked_t w = {0};
+    uint32_t e;
+    bool st;
+    assert_int_equal(mqd_repl_run_walk(recs, sizeof recs, &e, &st, walk_rec, &w), 0);
+    assert_int_equal(w.n, 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_true(w.off[i] == 0x100000000ull + 7 + i);
+    assert_true(w.flags[0] == 0 && w.flags[1] == MQD_REC_CTRL_GROUP && w.flags[2] == 0);
+    assert_true(st);
+}
+
 static void test_run_scan(void **state)
 {
     static const uint32_t epochs[] = {1, 3, 2};
@@ -372,7 +414,7 @@ int main(void)
         cmocka_unit_test(test_watermarks),  cmocka_unit_test(test_pstate),
         cmocka_unit_test(test_identity),    cmocka_unit_test(test_home),
         cmocka_unit_test(test_wire),        cmocka_unit_test(test_grec),
-        cmocka_unit_test(test_run_scan),    cmocka_unit_test(test_report),
+        cmocka_unit_test(test_run_scan),    cmocka_unit_test(test_run_walk),    cmocka_unit_test(test_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
