@@ -97,4 +97,10 @@ void fwd_recv_free(fwd_t *f);
 void fwd_recv_tick(fwd_t *f, int64_t now_ms);
 void fwd_recv_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
 
+/* ---- ext.c: a front end's consumers (0-9-1) through legs to the leaders ---- */
+int fwd_ext_new(fwd_t *f);
+void fwd_ext_free(fwd_t *f);
+void fwd_ext_tick(fwd_t *f, int64_t now_ms);
+void fwd_ext_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
+
 #endif
