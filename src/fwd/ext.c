@@ -49,8 +49,7 @@ struct xleg {
     bool opened, closing;
     uint32_t ready; /* its messages in the ready queue */
     int64_t retry_ms;
-    uint8_t *acc;
-    size_t acc_len, acc_cap;
+    fwd_acc_t acc;
 };
 
 struct xcons {
@@ -143,7 +142,7 @@ static void xleg_forget(xleg_t *g)
             m->ud = NULL;
         }
     g->ready = 0;
-    g->acc_len = 0;
+    g->acc.len = 0;
     g->opened = false;
 }
 
@@ -172,7 +171,7 @@ static void xleg_free(xleg_t *g)
             *pp = g->next;
             break;
         }
-    free(g->acc);
+    free(g->acc.p);
     free(g);
 }
 
@@ -183,34 +182,20 @@ static bool xleg_take(xleg_t *g)
     pn_delivery_t *ud = u ? pn_link_current(u) : NULL;
     if (!ud || !pn_delivery_readable(ud))
         return false;
-    size_t pending = pn_delivery_pending(ud);
-    if (g->acc_len + pending > g->acc_cap) {
-        size_t cap = g->acc_cap ? g->acc_cap : 4096;
-        while (cap < g->acc_len + pending)
-            cap *= 2;
-        uint8_t *nb = realloc(g->acc, cap);
-        if (!nb)
-            return false;
-        g->acc = nb;
-        g->acc_cap = cap;
-    }
-    ssize_t got = pending ? pn_link_recv(u, (char *)g->acc + g->acc_len, pending) : 0;
-    if (got > 0)
-        g->acc_len += (size_t)got;
-    if (pn_delivery_partial(ud) && !pn_delivery_aborted(ud))
-        return false;
-    pn_link_advance(u);
+    int got = fwd_acc_read(&g->acc, u, ud);
+    if (got <= 0)
+        return false; /* more to come (or no memory: it waits for the next frame) */
     xcons_t *x = g->x;
-    xmsg_t *m = pn_delivery_aborted(ud) || x->closing ? NULL : malloc(sizeof *m + g->acc_len);
+    xmsg_t *m = pn_delivery_aborted(ud) || x->closing ? NULL : malloc(sizeof *m + g->acc.len);
     if (!m) { /* aborted, out of memory, or nobody takes it any more: the group keeps it */
         pn_delivery_update(ud, PN_RELEASED);
         pn_delivery_settle(ud);
-        g->acc_len = 0;
+        g->acc.len = 0;
         return true;
     }
-    memcpy(m->bytes, g->acc, g->acc_len);
-    m->len = g->acc_len;
-    g->acc_len = 0;
+    memcpy(m->bytes, g->acc.p, g->acc.len);
+    m->len = g->acc.len;
+    g->acc.len = 0;
     m->next = NULL;
     m->leg = g;
     m->id = ++x->next_id;
@@ -270,31 +255,12 @@ static void xleg_down(fwd_link_t *fl, const char *why)
  * again. */
 static void xcons_reconcile(xcons_t *x, int64_t now)
 {
-    fwd_t *f = x->f;
-    uint32_t n = mqd_repl_nparts(f->r, x->topic);
     uint32_t want[FWD_MAX_PEERS];
-    size_t n_want = 0;
-    bool all_known = n > 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t node = 0;
-        mqd_repl_serve_t how = mqd_repl_leader(f->r, x->topic, i, &node);
-        node = how == MQD_REPL_SERVE_HERE ? f->self : how == MQD_REPL_SERVE_REDIRECT ? node : 0;
-        if (!node) {
-            all_known = false;
-            continue;
-        }
-        bool dup = false;
-        for (size_t k = 0; k < n_want; k++)
-            dup |= want[k] == node;
-        if (!dup && n_want < FWD_MAX_PEERS)
-            want[n_want++] = node;
-    }
+    bool all_known;
+    size_t n_want = fwd_leader_nodes(x->f, x->topic, -1, want, &all_known);
     for (xleg_t *g = x->legs, *next; g; g = next) {
         next = g->next;
-        bool wanted = false;
-        for (size_t k = 0; k < n_want; k++)
-            wanted |= want[k] == g->node;
-        if (!wanted && all_known)
+        if (!fwd_nodes_has(want, n_want, g->node) && all_known)
             xleg_free(g);
     }
     for (size_t k = 0; k < n_want; k++) {

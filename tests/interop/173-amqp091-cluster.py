@@ -85,29 +85,23 @@ def stored(brokers, etcd, q, group):
     return parts, [x.decode() if isinstance(x, bytes) else str(x) for x in bodies]
 
 
+def deliveries(ch, q, wait):
+    """The deliveries of a consumer of q on ch, until `wait` seconds (x SLOW) passed."""
+    deadline = time.monotonic() + wait * SLOW
+    for m, p, body in ch.consume(q, auto_ack=False, inactivity_timeout=0.5 * SLOW):
+        if m is not None:
+            yield m, body.decode()
+        elif time.monotonic() > deadline:
+            return
+
+
 def consume(b, q, n, prefetch=50, wait=90):
     c = conn(b)
     ch = c.channel()
     ch.basic_qos(prefetch_count=prefetch)
-    got, unacked, max_unacked = [], [], 0
-    deadline = time.monotonic() + wait * SLOW
     t0 = time.monotonic()
-    for m, p, body in ch.consume(q, auto_ack=False, inactivity_timeout=1.0 * SLOW):
-        if m is None:
-            if time.monotonic() > deadline or len(got) >= n:
-                break
-            continue
-        got.append((m, body.decode()))
-        unacked.append(m.delivery_tag)
-        max_unacked = max(max_unacked, len(unacked))
-        if len(unacked) >= 10:
-            ch.basic_ack(unacked[-1], multiple=True)
-            unacked = []
-        if len(got) >= n:
-            break
-    if unacked:
-        ch.basic_ack(unacked[-1], multiple=True)
-    ch.cancel()
+    got, max_unacked = a9.consume_acked(ch, q, n, wait)
+    got = [(m, body.decode()) for m, _, body in got]
     c.close()
     log("consumed %d of %s through node 1 in %.2f s" % (len(got), q, time.monotonic() - t0))
     return got, max_unacked
@@ -171,13 +165,8 @@ def body(t):
         c = conn(E)
         ch = c.channel()
         seen = []
-        deadline = time.monotonic() + 30 * SLOW
-        for m, p, b in ch.consume(Q, auto_ack=False, inactivity_timeout=1.0 * SLOW):
-            if m is None:
-                if time.monotonic() > deadline:
-                    break
-                continue
-            seen.append((b.decode(), m.redelivered))
+        for m, text in deliveries(ch, Q, 30):
+            seen.append((text, m.redelivered))
             if len(seen) == 1:
                 ch.basic_nack(m.delivery_tag, requeue=True)
             else:
