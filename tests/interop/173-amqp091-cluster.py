@@ -22,7 +22,10 @@ mqd:fwd-user).
     (message-id set) with confirms to orders.kill; after 300 confirms the node leading a
     partition (not E) is SIGKILLed; the publisher goes on (a nack is allowed, a hang is
     not). After the run and the node's restart, every message that was confirmed is
-    stored (read from the leaders), none twice."""
+    stored (read from the leaders), none twice.
+(f) a queue node 1 holds no replica of (1 partition, replication_factor 1, made on node 2):
+    20 confirmed publishes and a consume through node 1 (its partition count comes from
+    the cluster's registration)."""
 
 import os
 import sys
@@ -40,6 +43,7 @@ NP = 3
 N = 1000
 Q = "orders.a091"
 QK = "orders.kill"
+QS = "orders.solo"
 
 
 def spread(etcd, brokers, topic):
@@ -175,6 +179,21 @@ def body(t):
         ch.cancel()
         c.close()
         check(seen == [("n:0", False), ("n:0", True)], "nack/requeue: %r" % seen)
+
+    with coll.case("(f) a queue node 1 holds no copy of (replication_factor 1 on node 2)"):
+        rc, out, err = mqdtest.mqctl(url_as(brokers[2], "admin"), "topic", "create", QS,
+                                     "--partitions", "1", "--config", "replication_factor=1")
+        check(rc == 0, "create %s: %s" % (QS, out + err))
+        st = wait_for("%s placed" % QS, lambda: get_json(etcd.port, "/mqd/partitions/%s/0" % QS), 20)
+        log("%s: leader %r, replicas %r" % (QS, st.get("leader"), st.get("isr")))
+        check(1 not in (st.get("isr") or []), "node 1 holds a copy of %s: %r" % (QS, st))
+        publish(E, QS, 20, "s")
+        c = conn(E)
+        ch = c.channel()
+        got, _ = a9.consume_acked(ch, QS, 20, 30)
+        c.close()
+        check(sorted(b.decode() for _, _, b in got) == sorted("s:%d" % i for i in range(20)),
+              "consumed %r" % [b for _, _, b in got][:5])
 
     with coll.case("(e) a leader SIGKILLed during confirmed publishing: nothing confirmed lost"):
         create_topic(etcd, E, QK, NP)
