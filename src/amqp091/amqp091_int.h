@@ -69,6 +69,8 @@ typedef struct a091_unacked {
     struct a091_consumer *cons; /* NULL: basic.get */
     bool stream;                /* a stream consumer's: an ack only frees a prefetch slot */
     char *topic;                /* the queue's name (owned) */
+    void *fx;                   /* read through the leaders (fwd's ext consumer): its id */
+    uint64_t fid;
 } a091_unacked_t;
 
 typedef struct a091_consumer {
@@ -77,6 +79,7 @@ typedef struct a091_consumer {
     char *topic;
     bool no_ack;
     uint32_t rr; /* next partition to look at */
+    void *fx;    /* cluster: read through the partitions' leaders (fwd's ext consumer) */
     /* x-stream-offset (stream.c): its own position per partition, its own reads */
     bool stream;
     uint64_t *pos;
@@ -108,6 +111,8 @@ struct a091_chan {
     uint64_t next_dtag;
     a091_unacked_t *unacked; /* ascending tags */
     size_t n_unacked, cap_unacked;
+    void *get_fx; /* basic.get of a queue read through the leaders: fwd's consumer */
+    char *get_q;
 };
 
 struct a091_conn {
@@ -193,8 +198,10 @@ int a091_map_to_amqp10(const amqp_basic_properties_t *props, const char *exchang
                        const uint8_t *body, size_t len, struct mqd_buf *out);
 /* Decodes a stored AMQP 1.0 message into props (allocated in pool) and its body (a data
  * section's bytes, an amqp-value string or binary as its bytes, otherwise the encoded
- * value); *rkey: its x-routing-key annotation, else NULL. 0 or MQD_EINVAL. */
+ * value); *rkey: its x-routing-key annotation, else NULL; *dcount (when not NULL): its
+ * header's delivery-count. 0 or MQD_EINVAL. */
 int a091_map_from_amqp10(const uint8_t *msg, size_t len, amqp_pool_t *pool,
-                         amqp_basic_properties_t *props, amqp_bytes_t *body, char **rkey);
+                         amqp_basic_properties_t *props, amqp_bytes_t *body, char **rkey,
+                         uint32_t *dcount);
 
 #endif

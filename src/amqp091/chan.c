@@ -112,8 +112,29 @@ static void publish_return(a091_conn_t *c, a091_chan_t *ch)
     a091_send_content(c, ch->id, ch->pub_props, ch->body, ch->body_len);
 }
 
-/* Stores the record; in confirm mode the ack (or nack) comes from the commit point. */
-static void publish_store(a091_conn_t *c, a091_chan_t *ch, mqd_topic_t *t, uint64_t seq)
+/* In a cluster, a partition led by another node: the message goes to its leader through
+ * fwd (src/fwd, as a 1.0 producer's), and the confirm carries the leader's outcome. true:
+ * fwd took it (forwarded, held for an election, or nacked). */
+static bool publish_forward(a091_conn_t *c, a091_chan_t *ch, const char *topic, uint32_t part,
+                            int acks, const mqd_buf_t *buf, uint64_t seq)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
+    if (!fh || !fh->send_notify)
+        return false;
+    if (seq)
+        a091_conn_ref(c); /* until the outcome */
+    int rc = fh->send_notify(fh->arg, topic, part, buf->p, buf->len, acks, c->user,
+                             seq ? on_confirm : NULL, c, confirm_tag(ch, seq));
+    if (rc == MQD_FWD_LOCAL && seq)
+        a091_conn_unref(c);
+    return rc == MQD_FWD_TAKEN;
+}
+
+/* Stores the record of queue `topic` (t: this node's copy, NULL when it holds none but
+ * the cluster has the topic: nparts partitions); in confirm mode the ack (or nack) comes
+ * from the commit point, or from the leader when the partition is led elsewhere. */
+static void publish_store(a091_conn_t *c, a091_chan_t *ch, const char *topic, mqd_topic_t *t,
+                          uint32_t nparts, uint64_t seq)
 {
     mqd_server_t *s = c->srv;
     mqd_buf_t *buf = mqd_srv_scratch(s);
@@ -122,11 +143,16 @@ static void publish_store(a091_conn_t *c, a091_chan_t *ch, mqd_topic_t *t, uint6
     if (a091_map_to_amqp10(ch->pub_props, ch->pub_exchange, ch->pub_rkey, ch->body, ch->body_len,
                            buf) != 0)
         why = "message could not be encoded";
-    uint32_t part = ch->rr++ % mqd_topic_nparts(t);
+    uint32_t part = ch->rr++ % nparts;
+    int acks = t ? (int)mqd_topic_conf(t)->acks : -1;
+    if (!why && publish_forward(c, ch, topic, part, acks, buf, seq))
+        return;
+    if (!why && !t)
+        why = "no copy of the queue on this node and no forwarding";
     mqd_repl_hooks_t *rh = mqd_srv_repl(s);
     const char *cond = NULL;
     if (!why && rh->send_check)
-        why = rh->send_check(rh->arg, t, part, mqd_topic_conf(t)->acks, &cond);
+        why = rh->send_check(rh->arg, t, part, acks, &cond);
     if (!why && !mqd_watermark_disk_take(s, buf->len + MQD_WATERMARK_REC_OVERHEAD))
         why = "free disk space on the broker is at disk_free_limit";
     int rc = 0;
@@ -143,19 +169,31 @@ static void publish_store(a091_conn_t *c, a091_chan_t *ch, mqd_topic_t *t, uint6
     if (rc != 0)
         why = mqd_strerror(rc);
     if (why) {
-        MQD_WARN_RL("amqp091", "publish to %s/%u not stored: %s", mqd_topic_name(t), part, why);
+        MQD_WARN_RL("amqp091", "publish to %s/%u not stored: %s", topic, part, why);
         if (seq)
             send_confirm(c, ch->id, seq, false);
         a091_block_check(c); /* a watermark: take no more input until it clears */
     }
 }
 
+/* The partition count of queue q: this node's copy's, else the cluster's registration
+ * (a topic this node holds no replica of); 0: no such queue. */
+static uint32_t queue_nparts(a091_conn_t *c, const char *q, mqd_topic_t **t)
+{
+    *t = q[0] ? mqd_topic_find(c->srv, q) : NULL;
+    if (*t)
+        return mqd_topic_nparts(*t);
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
+    return q[0] && fh && fh->nparts ? fh->nparts(fh->arg, q) : 0;
+}
+
 static void publish_complete(a091_conn_t *c, a091_chan_t *ch)
 {
     c->published = true;
     uint64_t seq = ch->confirm ? ++ch->pub_seq : 0;
-    mqd_topic_t *t = ch->pub_rkey[0] ? mqd_topic_find(c->srv, ch->pub_rkey) : NULL;
-    if (!t) {
+    mqd_topic_t *t = NULL;
+    uint32_t nparts = queue_nparts(c, ch->pub_rkey, &t);
+    if (!nparts) {
         if (ch->pub_mandatory)
             publish_return(c, ch);
         if (seq)
@@ -166,7 +204,7 @@ static void publish_complete(a091_conn_t *c, a091_chan_t *ch)
                        AMQP_BASIC_PUBLISH_METHOD);
         return;
     } else {
-        publish_store(c, ch, t, seq);
+        publish_store(c, ch, ch->pub_rkey, t, nparts, seq);
     }
     pub_reset(ch);
 }

@@ -292,8 +292,10 @@ void a091_conn_error(a091_conn_t *c, int code, const char *text, amqp_method_num
 void a091_block_check(a091_conn_t *c)
 {
     uint64_t reserved = 0;
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
     bool now = c->published && c->state == A091_UP &&
-               mqd_watermark_window(c->srv, 1, 0, 0, &reserved) == 0;
+               (mqd_watermark_window(c->srv, 1, 0, 0, &reserved) == 0 ||
+                (fh && fh->send_busy && fh->send_busy(fh->arg))); /* forwarding's budget */
     if (now == c->blocked)
         return;
     c->blocked = now;

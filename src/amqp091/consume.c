@@ -31,6 +31,13 @@ static mqd_group_t *queue_group(mqd_server_t *s, const char *q, mqd_topic_t **tp
 /* Gives an unacked delivery back (requeue) or marks it done. */
 static void settle(a091_conn_t *c, a091_unacked_t *u, bool done)
 {
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
+    if (u->fx && fh->ext_settle) { /* read through the leaders: settled there */
+        fh->ext_settle(fh->arg, u->fx, u->fid, done ? PN_ACCEPTED : PN_MODIFIED);
+        free(u->topic);
+        u->topic = NULL;
+        return;
+    }
     if (u->stream) { /* read by offset: nothing to give back */
         free(u->topic);
         u->topic = NULL;
@@ -57,6 +64,9 @@ static void consumer_free(a091_conn_t *c, a091_consumer_t *k)
     mqd_topic_t *t = mqd_topic_find(c->srv, k->topic);
     if (t)
         mqd_topic_ext_consumers(t, -1);
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
+    if (k->fx && fh->ext_close)
+        fh->ext_close(fh->arg, k->fx);
     a091_stream_free(k);
     free(k->tag);
     free(k->topic);
@@ -68,6 +78,12 @@ void a091_release_all(a091_conn_t *c, a091_chan_t *ch)
     for (size_t i = 0; i < ch->n_unacked; i++)
         settle(c, &ch->unacked[i], false);
     ch->n_unacked = 0;
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
+    if (ch->get_fx && fh->ext_close)
+        fh->ext_close(fh->arg, ch->get_fx);
+    ch->get_fx = NULL;
+    free(ch->get_q);
+    ch->get_q = NULL;
     while (ch->consumers) {
         a091_consumer_t *k = ch->consumers;
         ch->consumers = k->next;
@@ -93,15 +109,19 @@ static void add_offset_header(amqp_pool_t *pool, amqp_basic_properties_t *props,
     props->_flags |= AMQP_BASIC_HEADERS_FLAG;
 }
 
-/* Sends record rec of q (partition part) as basic.deliver (k) or basic.get-ok (k NULL). */
+/* Sends record rec of q (partition part) as basic.deliver (k) or basic.get-ok (k NULL);
+ * fx: read through the leaders, as fwd's message fid. */
 static void deliver(a091_conn_t *c, a091_chan_t *ch, a091_consumer_t *k, const char *q,
-                    uint32_t part, const mqd_rec_t *rec, uint32_t dc, bool no_ack)
+                    uint32_t part, const mqd_rec_t *rec, uint32_t dc, bool no_ack, void *fx,
+                    uint64_t fid)
 {
     bool stream = k && k->stream;
     amqp_basic_properties_t props = {0};
     amqp_bytes_t body = {.len = rec->len, .bytes = (void *)rec->data};
     char *rkey = NULL;
-    if (a091_map_from_amqp10(rec->data, rec->len, &c->pool, &props, &body, &rkey) != 0) {
+    uint32_t count = 0; /* the header's: the leader's count of earlier deliveries */
+    if (a091_map_from_amqp10(rec->data, rec->len, &c->pool, &props, &body, &rkey,
+                             fx ? &count : NULL) != 0) {
         memset(&props, 0, sizeof props); /* not a 1.0 message: its bytes as they are */
         body = (amqp_bytes_t){.len = rec->len, .bytes = (void *)rec->data};
         rkey = NULL;
@@ -109,7 +129,7 @@ static void deliver(a091_conn_t *c, a091_chan_t *ch, a091_consumer_t *k, const c
     if (stream)
         add_offset_header(&c->pool, &props, rec->offset);
     uint64_t tag = ch->next_dtag++;
-    bool redelivered = (dc & MQD_DC_SEEN) || MQD_DC_COUNT(dc) > 0;
+    bool redelivered = (dc & MQD_DC_SEEN) || MQD_DC_COUNT(dc) > 0 || count > 0;
     amqp_bytes_t rk = amqp_cstring_bytes(rkey ? rkey : q);
     if (k) {
         amqp_basic_deliver_t m = {.consumer_tag = amqp_cstring_bytes(k->tag),
@@ -129,7 +149,8 @@ static void deliver(a091_conn_t *c, a091_chan_t *ch, a091_consumer_t *k, const c
     a091_send_content(c, ch->id, &props, body.bytes, body.len);
     recycle_amqp_pool(&c->pool);
     a091_unacked_t u = {
-        .tag = tag, .offset = rec->offset, .part = part, .stream = stream, .topic = strdup(q)};
+        .tag = tag, .offset = rec->offset, .part = part, .stream = stream, .topic = strdup(q),
+        .fx = fx, .fid = fid};
     if (no_ack || !u.topic) {
         settle(c, &u, true);
         return;
@@ -145,6 +166,21 @@ static void deliver(a091_conn_t *c, a091_chan_t *ch, a091_consumer_t *k, const c
         ch->cap_unacked = cap;
     }
     ch->unacked[ch->n_unacked++] = u;
+}
+
+/* The next message of a queue read through the leaders (fwd's consumer fx) as a record
+ * (offset 0: the leader's offsets are not shown); false: none now. */
+static bool take_fx(a091_conn_t *c, void *fx, mqd_rec_t *rec, uint64_t *fid)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
+    const uint8_t *p;
+    size_t len;
+    if (!fh->ext_next || !fh->ext_next(fh->arg, fx, fid, &p, &len))
+        return false;
+    memset(rec, 0, sizeof *rec);
+    rec->data = p;
+    rec->len = (uint32_t)len;
+    return true;
 }
 
 /* Takes the next record of q's `$shared` group, from partition *rr on; false: none now. */
@@ -187,12 +223,14 @@ static size_t pump_chan(a091_conn_t *c, a091_chan_t *ch)
         bool denied = !mqd_auth_user_may(c->srv, c->user, MQD_PERM_RECEIVE, k->topic);
         bool full = !k->no_ack && ch->prefetch && ch->n_unacked >= ch->prefetch;
         mqd_rec_t rec;
-        uint32_t dc = 0, part;
+        uint32_t dc = 0, part = 0;
+        uint64_t fid = 0;
         bool gone = false;
         if (!denied && !full &&
-            (k->stream ? a091_stream_next(c, k, &rec, &part, &gone)
-                       : take(c, k->topic, &k->rr, &rec, &dc, &part, &gone))) {
-            deliver(c, ch, k, k->topic, part, &rec, dc, k->no_ack);
+            (k->fx       ? take_fx(c, k->fx, &rec, &fid)
+             : k->stream ? a091_stream_next(c, k, &rec, &part, &gone)
+                         : take(c, k->topic, &k->rr, &rec, &dc, &part, &gone))) {
+            deliver(c, ch, k, k->topic, part, &rec, dc, k->no_ack, k->fx, fid);
             sent++;
         } else if (gone || denied) { /* RabbitMQ's consumer cancel notification */
             MQD_NOTICE_RL("amqp091", "peer=%s consumer %s on %s cancelled: %s", c->peer, k->tag,
@@ -238,14 +276,34 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-void a091_topic_wake(mqd_topic_t *t)
+/* Every connection's consumers look again, soon (s: the server). */
+static void wake_srv(void *s)
 {
     if (!wake_ev) {
-        wake_ev = event_new(mqd_srv_base(mqd_topic_srv(t)), -1, 0, on_wake, NULL);
+        wake_ev = event_new(mqd_srv_base(s), -1, 0, on_wake, NULL);
         if (!wake_ev)
             return;
     }
     event_active(wake_ev, EV_TIMEOUT, 1);
+}
+
+void a091_topic_wake(mqd_topic_t *t)
+{
+    wake_srv(mqd_topic_srv(t));
+}
+
+/* In a cluster, a queue whose partitions this node does not all lead is read through
+ * the leaders (fwd's consumer, as `c`'s user): its handle, or NULL to read it here. *err:
+ * true when it should have been but could not (out of memory). */
+static void *open_fx(a091_conn_t *c, const char *q, bool *err)
+{
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
+    *err = false;
+    if (!fh->ext_wanted || !fh->ext_open || !fh->ext_wanted(fh->arg, q))
+        return NULL;
+    void *fx = fh->ext_open(fh->arg, q, c->user, wake_srv, c->srv);
+    *err = !fx;
+    return fx;
 }
 
 void a091_wake_free(void)
@@ -263,12 +321,14 @@ static int consume(a091_conn_t *c, a091_chan_t *ch, amqp_basic_consume_t *m)
     a091_cstr(m->queue, q);
     a091_cstr(m->consumer_tag, tag);
     mqd_topic_t *t = q[0] ? mqd_topic_find(c->srv, q) : NULL;
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
+    bool remote = !t && q[0] && fh->nparts && fh->nparts(fh->arg, q) > 0; /* no copy here */
     if (!t && !mqd_auth_user_may(c->srv, c->user, MQD_PERM_RECEIVE, q))
         return a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
                               "ACCESS_REFUSED - read access to queue '%s' "
                               "refused",
                               q, AMQP_BASIC_CONSUME_METHOD);
-    if (!t)
+    if (!t && !remote)
         return a091_chan_fail(c, ch, A091_NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'", q,
                               AMQP_BASIC_CONSUME_METHOD);
     if (!a091_may(c, MQD_PERM_RECEIVE, q))
@@ -294,11 +354,12 @@ static int consume(a091_conn_t *c, a091_chan_t *ch, amqp_basic_consume_t *m)
         return A091_RESOURCE_ERROR;
     }
     k->no_ack = m->no_ack;
+    bool err = false;
     for (int i = 0; i < m->arguments.num_entries; i++) {
         amqp_table_entry_t *e = &m->arguments.entries[i];
         if (e->key.len != 15 || memcmp(e->key.bytes, "x-stream-offset", 15) != 0)
             continue;
-        int rc = a091_stream_start(k, t, &e->value);
+        int rc = t ? a091_stream_start(k, t, &e->value) : A091_NOT_IMPLEMENTED;
         if (rc != 0) {
             free(k->tag);
             free(k->topic);
@@ -306,14 +367,23 @@ static int consume(a091_conn_t *c, a091_chan_t *ch, amqp_basic_consume_t *m)
             return a091_chan_fail(c, ch, rc,
                                   "PRECONDITION_FAILED - x-stream-offset: want first, "
                                   "last, next, an offset or a timestamp%s",
-                                  "", AMQP_BASIC_CONSUME_METHOD);
+                                  t ? "" : " (and a copy of the queue on this node)",
+                                  AMQP_BASIC_CONSUME_METHOD);
         }
+    }
+    if (!k->stream && !(k->fx = open_fx(c, q, &err)) && (err || !t)) {
+        free(k->tag);
+        free(k->topic);
+        free(k);
+        a091_conn_error(c, A091_RESOURCE_ERROR, "RESOURCE_ERROR - out of memory", 0);
+        return A091_RESOURCE_ERROR;
     }
     a091_consumer_t **tail = &ch->consumers;
     while (*tail)
         tail = &(*tail)->next;
     *tail = k;
-    mqd_topic_ext_consumers(t, 1);
+    if (t)
+        mqd_topic_ext_consumers(t, 1);
     if (m->nowait)
         return 0;
     amqp_basic_consume_ok_t ok = {.consumer_tag = amqp_cstring_bytes(tag)};
@@ -366,6 +436,28 @@ static int settle_tags(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool multi
     return 0;
 }
 
+/* basic.get of a queue read through the leaders: the channel's consumer of it (one
+ * queue at a time; its legs stay until the channel closes or gets another queue, so that
+ * the next get finds messages ready); NULL: read it here. */
+static void *get_fx(a091_conn_t *c, a091_chan_t *ch, const char *q)
+{
+    if (ch->get_fx && strcmp(ch->get_q, q) == 0)
+        return ch->get_fx;
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
+    if (ch->get_fx && fh->ext_close)
+        fh->ext_close(fh->arg, ch->get_fx);
+    free(ch->get_q);
+    ch->get_fx = NULL;
+    ch->get_q = NULL;
+    bool err;
+    void *fx = open_fx(c, q, &err);
+    if (fx && !(ch->get_q = strdup(q))) {
+        fh->ext_close(fh->arg, fx);
+        fx = NULL;
+    }
+    return ch->get_fx = fx;
+}
+
 static int get(a091_conn_t *c, a091_chan_t *ch, amqp_basic_get_t *m)
 {
     char q[256];
@@ -376,14 +468,21 @@ static int get(a091_conn_t *c, a091_chan_t *ch, amqp_basic_get_t *m)
                               "ACCESS_REFUSED - read access to queue '%s' "
                               "refused",
                               q, AMQP_BASIC_GET_METHOD);
-    if (!t)
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
+    if (!t && !(fh->nparts && fh->nparts(fh->arg, q) > 0))
         return a091_chan_fail(c, ch, A091_NOT_FOUND, "NOT_FOUND - no queue '%s' in vhost '/'", q,
                               AMQP_BASIC_GET_METHOD);
     mqd_rec_t rec;
     uint32_t dc, part, rr = 0;
     bool gone;
-    if (take(c, q, &rr, &rec, &dc, &part, &gone)) {
-        deliver(c, ch, NULL, q, part, &rec, dc, m->no_ack);
+    if (get_fx(c, ch, q)) { /* read through the leaders */
+        uint64_t fid;
+        if (take_fx(c, ch->get_fx, &rec, &fid)) {
+            deliver(c, ch, NULL, q, 0, &rec, 0, m->no_ack, ch->get_fx, fid);
+            return 0;
+        }
+    } else if (take(c, q, &rr, &rec, &dc, &part, &gone)) {
+        deliver(c, ch, NULL, q, part, &rec, dc, m->no_ack, NULL, 0);
         return 0;
     }
     amqp_basic_get_empty_t e = {.cluster_id = amqp_cstring_bytes("")};

@@ -336,11 +336,14 @@ static void str_prop(amqp_pool_t *pool, const char *s, amqp_bytes_t *out, amqp_f
 }
 
 int a091_map_from_amqp10(const uint8_t *msg, size_t len, amqp_pool_t *pool,
-                         amqp_basic_properties_t *p, amqp_bytes_t *body, char **rkey)
+                         amqp_basic_properties_t *p, amqp_bytes_t *body, char **rkey,
+                         uint32_t *dcount)
 {
     pn_message_t *m = msg_get();
     if (!m || pn_message_decode(m, (const char *)msg, len) != 0)
         return MQD_EINVAL;
+    if (dcount)
+        *dcount = pn_message_get_delivery_count(m);
     memset(p, 0, sizeof *p);
     *rkey = NULL;
     amqp_flags_t f = AMQP_BASIC_DELIVERY_MODE_FLAG;

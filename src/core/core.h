@@ -394,6 +394,18 @@ typedef struct mqd_fwd_hooks {
     int (*send)(void *arg, struct mqd_lstate *ls, pn_delivery_t *d, const char *topic,
                 uint32_t part, const uint8_t *msg, size_t len, bool presettled, int acks,
                 int flags, const char *user);
+    /* A front end's message without a Proton delivery (0-9-1's basic.publish), after its
+     * own checks: as send, but with MQD_FWD_TAKEN the outcome goes to fn(fn_arg, tag,
+     * outcome, cond, desc) exactly once (PN_ACCEPTED when the leader stored it,
+     * PN_REJECTED with the leader's condition or after the lease + 1 s without a leader,
+     * PN_RELEASED / PN_MODIFIED as the leader said), maybe before this returns; fn NULL:
+     * nobody waits (no confirm). */
+    int (*send_notify)(void *arg, const char *topic, uint32_t part, const uint8_t *msg,
+                       size_t len, int acks, const char *user, mqd_pend_notify_fn fn,
+                       void *fn_arg, uint64_t tag);
+    /* True while forwarded bytes in flight to some node are over fwd's budget: a front end
+     * without credit stops reading its publishers meanwhile. */
+    bool (*send_busy)(void *arg);
     /* The client link ls is going (its state is freed after): its forwarded sends are
      * no longer its own (their outcome is dropped if the connection is gone). */
     void (*link_gone)(void *arg, struct mqd_lstate *ls);
@@ -425,6 +437,21 @@ typedef struct mqd_fwd_hooks {
      * from the client). */
     void (*recv_adopt)(void *arg, struct mqd_lstate *ls, const char *topic, int64_t part,
                        const char *user, const uint64_t *floor, uint32_t n);
+    /* A front end's consumer (0-9-1's basic.consume / get) of topic's `$shared` group
+     * through the partitions' leaders (fwd/ext.c). ext_wanted: true when this node does
+     * not lead every partition of cluster topic `topic` (read through the leaders).
+     * ext_open: a consumer reading as `user` (mqd:fwd-user; the front end authorized it
+     * first), NULL without memory; wake(wake_arg) when messages became ready. ext_next:
+     * the next ready message (bytes valid until it is settled) and its id; false: none
+     * now. ext_settle: the front end's outcome for message id (PN_ACCEPTED, PN_MODIFIED
+     * to requeue, PN_REJECTED), applied on the leader. ext_close: no more messages; the
+     * taken ones may still be settled, the handle goes with the last. */
+    bool (*ext_wanted)(void *arg, const char *topic);
+    void *(*ext_open)(void *arg, const char *topic, const char *user, void (*wake)(void *),
+                      void *wake_arg);
+    bool (*ext_next)(void *arg, void *h, uint64_t *id, const uint8_t **p, size_t *len);
+    void (*ext_settle)(void *arg, void *h, uint64_t id, uint64_t outcome);
+    void (*ext_close)(void *arg, void *h);
     void *arg;
 } mqd_fwd_hooks_t;
 

@@ -12,6 +12,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     fwd_pool_tick(f, now);
     fwd_send_tick(f, now);
     fwd_recv_tick(f, now);
+    fwd_ext_tick(f, now);
 }
 
 int mqd_fwd_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t *r, mqd_fwd_t **out)
@@ -24,7 +25,8 @@ int mqd_fwd_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t *r, mqd_fwd_
     f->r = r;
     f->self = mqd_repl_self(r);
     f->ev_tick = event_new(mqd_server_base(s), -1, EV_PERSIST, on_tick, f);
-    if (!f->ev_tick || fwd_send_new(f) != 0 || fwd_recv_new(f) != 0) {
+    if (!f->ev_tick || fwd_send_new(f) != 0 || fwd_recv_new(f) != 0 ||
+        fwd_ext_new(f) != 0) {
         mqd_fwd_free(f);
         return MQD_ENOMEM;
     }
@@ -33,6 +35,7 @@ int mqd_fwd_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t *r, mqd_fwd_
     mqd_fwd_hooks_t h = {.arg = f};
     fwd_send_hooks(f, &h);
     fwd_recv_hooks(f, &h);
+    fwd_ext_hooks(f, &h);
     mqd_server_set_fwd(s, &h);
     mqd_repl_set_forwarding(r, true);
     *out = f;
@@ -49,6 +52,7 @@ void mqd_fwd_free(mqd_fwd_t *f)
     if (f->ev_tick)
         event_free(f->ev_tick);
     fwd_recv_free(f);
+    fwd_ext_free(f);
     fwd_pool_free(f);
     fwd_send_free(f);
     free(f);

@@ -89,6 +89,20 @@ void fwd_pool_metrics(fwd_t *f, struct evbuffer *b);
 /* Puts a symbol-keyed entry into the map d is inside. */
 void fwd_put_sym(pn_data_t *d, const char *k);
 
+/* The distinct nodes that lead partition `part` (-1: every partition) of topic now (this
+ * node: f->self) into want[FWD_MAX_PEERS]; *all_known: every partition's leader known. */
+size_t fwd_leader_nodes(fwd_t *f, const char *topic, int64_t part, uint32_t *want,
+                        bool *all_known);
+bool fwd_nodes_has(const uint32_t *nodes, size_t n, uint32_t node);
+/* A delivery arriving in several frames, gathered. */
+typedef struct fwd_acc {
+    uint8_t *p;
+    size_t len, cap;
+} fwd_acc_t;
+/* Appends what arrived of receiver u's current delivery ud: 1 when it is whole (or
+ * aborted) and the link advanced past it, 0 when more is to come, -1 without memory. */
+int fwd_acc_read(fwd_acc_t *a, pn_link_t *u, pn_delivery_t *ud);
+
 /* ---- send.c ---- */
 int fwd_send_new(fwd_t *f);
 void fwd_send_free(fwd_t *f);
@@ -102,5 +116,11 @@ int fwd_recv_new(fwd_t *f);
 void fwd_recv_free(fwd_t *f);
 void fwd_recv_tick(fwd_t *f, int64_t now_ms);
 void fwd_recv_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
+
+/* ---- ext.c: a front end's consumers (0-9-1) through legs to the leaders ---- */
+int fwd_ext_new(fwd_t *f);
+void fwd_ext_free(fwd_t *f);
+void fwd_ext_tick(fwd_t *f, int64_t now_ms);
+void fwd_ext_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
 
 #endif

@@ -246,3 +246,58 @@ void fwd_pool_metrics(fwd_t *f, struct evbuffer *b)
                                 f->peers[i]->id, figs[k].fig(f->peers[i]));
     }
 }
+
+/* ---- shared by the receivers (recv.c, ext.c) ---- */
+
+size_t fwd_leader_nodes(fwd_t *f, const char *topic, int64_t part, uint32_t *want,
+                        bool *all_known)
+{
+    uint32_t n = part >= 0 ? 1 : mqd_repl_nparts(f->r, topic);
+    size_t n_want = 0;
+    *all_known = n > 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t node = 0;
+        switch (mqd_repl_leader(f->r, topic, part >= 0 ? (uint32_t)part : i, &node)) {
+        case MQD_REPL_SERVE_HERE: node = f->self; break;
+        case MQD_REPL_SERVE_REDIRECT: break;
+        default: node = 0; break;
+        }
+        if (!node) {
+            *all_known = false;
+            continue;
+        }
+        if (!fwd_nodes_has(want, n_want, node) && n_want < FWD_MAX_PEERS)
+            want[n_want++] = node;
+    }
+    return n_want;
+}
+
+bool fwd_nodes_has(const uint32_t *nodes, size_t n, uint32_t node)
+{
+    for (size_t k = 0; k < n; k++)
+        if (nodes[k] == node)
+            return true;
+    return false;
+}
+
+int fwd_acc_read(fwd_acc_t *a, pn_link_t *u, pn_delivery_t *ud)
+{
+    size_t pending = pn_delivery_pending(ud);
+    if (a->len + pending > a->cap) {
+        size_t cap = a->cap ? a->cap : 4096;
+        while (cap < a->len + pending)
+            cap *= 2;
+        uint8_t *nb = realloc(a->p, cap);
+        if (!nb)
+            return -1;
+        a->p = nb;
+        a->cap = cap;
+    }
+    ssize_t got = pending ? pn_link_recv(u, (char *)a->p + a->len, pending) : 0;
+    if (got > 0)
+        a->len += (size_t)got;
+    if (pn_delivery_partial(ud) && !pn_delivery_aborted(ud))
+        return 0;
+    pn_link_advance(u);
+    return 1;
+}

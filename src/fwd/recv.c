@@ -69,8 +69,7 @@ struct rleg {
     bool drain_asked; /* the client's drain was passed on: no more credit until it ends */
     int64_t retry_ms;
     rdel_t dels; /* its deliveries not settled by the client (list head) */
-    uint8_t *acc; /* a delivery arriving in several frames */
-    size_t acc_len, acc_cap;
+    fwd_acc_t acc; /* a delivery arriving in several frames */
     uint64_t serial;
 };
 
@@ -186,7 +185,7 @@ static void leg_forget(rleg_t *g)
             }
         }
     }
-    g->acc_len = 0;
+    g->acc.len = 0;
 }
 
 /* ---------------------------------------------------------------- credit */
@@ -482,7 +481,7 @@ static rleg_t *leg_add(rlink_t *rl, uint32_t node)
 static void leg_free(rleg_t *g)
 {
     leg_forget(g);
-    free(g->acc);
+    free(g->acc.p);
     free(g);
 }
 
@@ -620,28 +619,12 @@ static rleg_t *leg_find(rlink_t *rl, uint32_t node)
  * legs it has); a leg that went is attached again. */
 static void reconcile(rlink_t *rl)
 {
-    uint32_t n = rl->part >= 0 ? 1 : mqd_repl_nparts(rl->f->r, rl->topic);
     uint32_t want[FWD_MAX_PEERS];
-    size_t n_want = 0;
-    bool all_known = n > 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t node = leader_of(rl, rl->part >= 0 ? (uint32_t)rl->part : i);
-        bool dup = false;
-        if (!node) {
-            all_known = false;
-            continue;
-        }
-        for (size_t k = 0; k < n_want; k++)
-            dup |= want[k] == node;
-        if (!dup && n_want < FWD_MAX_PEERS)
-            want[n_want++] = node;
-    }
+    bool all_known;
+    size_t n_want = fwd_leader_nodes(rl->f, rl->topic, rl->part, want, &all_known);
     for (rleg_t *g = rl->legs, *next; g; g = next) {
         next = g->next;
-        bool wanted = false;
-        for (size_t k = 0; k < n_want; k++)
-            wanted |= want[k] == g->node;
-        if (!wanted && all_known)
+        if (!fwd_nodes_has(want, n_want, g->node) && all_known)
             leg_close(g);
     }
     for (size_t k = 0; k < n_want; k++)
@@ -722,44 +705,32 @@ static int leg_take(rleg_t *g)
     pn_delivery_t *ud = u ? pn_link_current(u) : NULL;
     if (!ud || !pn_delivery_readable(ud))
         return 0;
-    size_t pending = pn_delivery_pending(ud);
-    if (g->acc_len + pending > g->acc_cap) {
-        size_t cap = g->acc_cap ? g->acc_cap : 4096;
-        while (cap < g->acc_len + pending)
-            cap *= 2;
-        uint8_t *nb = realloc(g->acc, cap);
-        if (!nb) {
-            leg_lost(g, "out of memory");
-            return 0;
-        }
-        g->acc = nb;
-        g->acc_cap = cap;
-    }
-    ssize_t got = pending ? pn_link_recv(u, (char *)g->acc + g->acc_len, pending) : 0;
-    if (got > 0)
-        g->acc_len += (size_t)got;
-    if (pn_delivery_partial(ud) && !pn_delivery_aborted(ud))
+    int got = fwd_acc_read(&g->acc, u, ud);
+    if (got < 0) {
+        leg_lost(g, "out of memory");
         return 0;
-    pn_link_advance(u);
+    }
+    if (got == 0)
+        return 0;
     if (pn_delivery_aborted(ud)) {
-        g->acc_len = 0;
+        g->acc.len = 0;
         pn_delivery_settle(ud);
         return 1;
     }
     rdel_t *d = calloc(1, sizeof *d);
-    uint8_t *bytes = d ? malloc(g->acc_len ? g->acc_len : 1) : NULL;
+    uint8_t *bytes = d ? malloc(g->acc.len ? g->acc.len : 1) : NULL;
     if (!bytes) {
         free(d);
-        g->acc_len = 0;
+        g->acc.len = 0;
         pn_delivery_update(ud, PN_RELEASED);
         pn_delivery_settle(ud);
         return 1;
     }
-    memcpy(bytes, g->acc, g->acc_len);
+    memcpy(bytes, g->acc.p, g->acc.len);
     d->bytes = bytes;
-    d->len = g->acc_len;
+    d->len = g->acc.len;
     d->t_ns = mqd_mono_ns();
-    g->acc_len = 0;
+    g->acc.len = 0;
     pn_delivery_tag_t tag = pn_delivery_tag(ud);
     d->tag_len = tag.size < sizeof d->tag ? tag.size : sizeof d->tag;
     memcpy(d->tag, tag.start, d->tag_len);

@@ -59,7 +59,10 @@ typedef struct fmsg {
     mqd_dlist_t node; /* in its upstream link's queue or sent list, or the held list */
     clink_t *cl;
     mqd_conn_t *conn; /* a reference */
-    pn_delivery_t *d; /* held; NULL for a presettled send */
+    pn_delivery_t *d; /* held; NULL for a presettled send or a front end's message */
+    mqd_pend_notify_fn fn; /* a front end's message (0-9-1): its outcome goes here */
+    void *fn_arg;
+    uint64_t fn_tag;
     upl_t *upl;       /* while queued or sent on it */
     pn_delivery_t *up;
     uint32_t part, to; /* to: the node its bytes are counted against (0: none) */
@@ -188,7 +191,10 @@ static void fmsg_free(fwd_t *f, fmsg_t *fm)
         free(c);
     else if (c && c->ls)
         mqd_amqp_producer_refill(c->ls);
-    mqd_conn_unref(fm->conn);
+    if (fm->conn)
+        mqd_conn_unref(fm->conn);
+    if (fm->fn) /* dropped (stopping): the front end hears of it once all the same */
+        fm->fn(fm->fn_arg, fm->fn_tag, PN_RELEASED, NULL, NULL);
     free(fm);
 }
 
@@ -207,6 +213,11 @@ static void finish(fwd_t *f, fmsg_t *fm, uint64_t outcome, const char *cond, con
         }
         mqd_link_reap(l);
         mqd_conn_mark_dirty(fm->conn);
+    }
+    if (fm->fn) {
+        mqd_pend_notify_fn fn = fm->fn;
+        fm->fn = NULL;
+        fn(fm->fn_arg, fm->fn_tag, outcome, cond, desc);
     }
     if (outcome == PN_ACCEPTED) {
         uint64_t ns = mqd_mono_ns() - fm->t_ns;
@@ -555,18 +566,55 @@ static void route(fwd_t *f, fmsg_t *fm, bool fresh)
     pump(u);
 }
 
+/* A forwarded message: a copy of msg with its topic and user after it; NULL without
+ * memory. */
+static fmsg_t *fmsg_new(const char *topic, uint32_t part, const uint8_t *msg, size_t len,
+                        int acks, const char *user)
+{
+    size_t tl = strlen(topic) + 1, ul = strlen(user) + 1;
+    fmsg_t *fm = malloc(sizeof *fm + len + tl + ul);
+    if (!fm)
+        return NULL;
+    memset(fm, 0, sizeof *fm);
+    memcpy(fm->msg, msg, len);
+    fm->len = len;
+    fm->topic = (char *)fm->msg + len;
+    memcpy(fm->topic, topic, tl);
+    fm->user = fm->topic + tl;
+    memcpy(fm->user, user, ul);
+    fm->part = part;
+    fm->acks = acks;
+    fm->t_ns = mqd_mono_ns();
+    mqd_dlist_init(&fm->node);
+    return fm;
+}
+
+static void fmsg_go(fwd_t *f, fmsg_t *fm)
+{
+    f->send->n_fwd++;
+    f->send->n_inflight++;
+    route(f, fm, true);
+}
+
+/* MQD_FWD_LOCAL when this node takes a message of partition part itself: a topic of no
+ * cluster, or one it leads with nothing of the partition held before it (held for an
+ * election, or still on a link to its previous leader). */
+static bool send_here(fwd_t *f, const char *topic, uint32_t part)
+{
+    uint32_t leader = 0;
+    if (mqd_repl_nparts(f->r, topic) == 0)
+        return true; /* not a cluster topic: a dead-letter topic, a reply node */
+    return mqd_repl_leader(f->r, topic, part, &leader) == MQD_REPL_SERVE_HERE &&
+           !held_for(f, topic, part) && !stale_upl(f, topic, part, f->self);
+}
+
 /* The send hook (core.h). */
 static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *topic,
                    uint32_t part, const uint8_t *msg, size_t len, bool presettled, int acks,
                    int flags, const char *user)
 {
     fwd_t *f = arg;
-    uint32_t leader = 0;
-    if (mqd_repl_nparts(f->r, topic) == 0)
-        return MQD_FWD_LOCAL; /* not a cluster topic: a dead-letter topic, a reply node */
-    mqd_repl_serve_t how = mqd_repl_leader(f->r, topic, part, &leader);
-    if (how == MQD_REPL_SERVE_HERE && !held_for(f, topic, part) &&
-        !stale_upl(f, topic, part, f->self))
+    if (send_here(f, topic, part))
         return MQD_FWD_LOCAL; /* else behind the earlier ones, through the loopback leg */
     if (flags & MQD_FWD_F_TXN) {
         if (!presettled)
@@ -577,8 +625,7 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
         return MQD_FWD_TAKEN;
     }
     mqd_conn_t *c = mqd_ls_conn(ls);
-    size_t tl = strlen(topic) + 1, ul = strlen(user) + 1;
-    fmsg_t *fm = malloc(sizeof *fm + len + tl + ul);
+    fmsg_t *fm = fmsg_new(topic, part, msg, len, acks, user);
     clink_t *cl = fm ? cl_find(f->send, ls, true) : NULL;
     if (!cl) {
         free(fm);
@@ -586,15 +633,6 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
             mqd_delivery_reject(d, "amqp:resource-limit-exceeded", "out of memory");
         return MQD_FWD_TAKEN;
     }
-    memset(fm, 0, sizeof *fm);
-    memcpy(fm->msg, msg, len);
-    fm->len = len;
-    fm->topic = (char *)fm->msg + len;
-    memcpy(fm->topic, topic, tl);
-    fm->user = fm->topic + tl;
-    memcpy(fm->user, user, ul);
-    fm->part = part;
-    fm->acks = acks;
     fm->batch = flags & MQD_FWD_F_BATCH;
     fm->cl = cl;
     cl->inflight++;
@@ -603,12 +641,40 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
     fm->d = presettled ? NULL : d;
     if (fm->d)
         mqd_delivery_hold(d); /* settled with the leader's outcome */
-    fm->t_ns = mqd_mono_ns();
-    mqd_dlist_init(&fm->node);
-    f->send->n_fwd++;
-    f->send->n_inflight++;
-    route(f, fm, true);
+    fmsg_go(f, fm);
     return MQD_FWD_TAKEN;
+}
+
+/* The send_notify hook (core.h): a front end's message (0-9-1's basic.publish). */
+static int on_send_notify(void *arg, const char *topic, uint32_t part, const uint8_t *msg,
+                          size_t len, int acks, const char *user, mqd_pend_notify_fn fn,
+                          void *fn_arg, uint64_t tag)
+{
+    fwd_t *f = arg;
+    if (send_here(f, topic, part))
+        return MQD_FWD_LOCAL;
+    fmsg_t *fm = fmsg_new(topic, part, msg, len, acks, user);
+    if (!fm) {
+        if (fn)
+            fn(fn_arg, tag, PN_REJECTED, "amqp:resource-limit-exceeded", "out of memory");
+        return MQD_FWD_TAKEN;
+    }
+    fm->fn = fn;
+    fm->fn_arg = fn_arg;
+    fm->fn_tag = tag;
+    fmsg_go(f, fm);
+    return MQD_FWD_TAKEN;
+}
+
+/* Bytes of forwarded messages in flight to the most loaded node (a front end without
+ * credit, 0-9-1, stops reading its publishers past the budget). */
+static bool on_send_busy(void *arg)
+{
+    fwd_t *f = arg;
+    for (size_t i = 0; i <= FWD_MAX_PEERS; i++)
+        if (f->send->bytes[i] > FWD_BUDGET)
+            return true;
+    return false;
 }
 
 /* Held messages: rejected past the bound, else routed again (in order) once due. */
@@ -771,6 +837,8 @@ void fwd_send_free(fwd_t *f)
 void fwd_send_hooks(fwd_t *f, mqd_fwd_hooks_t *h)
 {
     h->send = on_send;
+    h->send_notify = on_send_notify;
+    h->send_busy = on_send_busy;
     h->link_gone = on_link_gone;
     h->inflight = on_inflight;
     h->metrics = on_metrics;

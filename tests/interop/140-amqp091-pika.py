@@ -66,28 +66,9 @@ def consume_all(b, q, n, prefetch):
     conn = pika.BlockingConnection(params(b, "alice"))
     ch = conn.channel()
     ch.basic_qos(prefetch_count=prefetch)
-    got = []
-    unacked = []
-    max_unacked = [0]
-    deadline = time.time() + 60 * mqdtest.SLOW
-    for method, props, body in ch.consume(q, auto_ack=False, inactivity_timeout=2 * mqdtest.SLOW):
-        if method is None:
-            if time.time() > deadline or len(got) >= n:
-                break
-            continue
-        got.append((method, props, body))
-        unacked.append(method.delivery_tag)
-        max_unacked[0] = max(max_unacked[0], len(unacked))
-        if len(unacked) >= 10:  # ack in batches: the prefetch window is what limits
-            ch.basic_ack(unacked[-1], multiple=True)
-            unacked = []
-        if len(got) >= n:
-            break
-    if unacked:
-        ch.basic_ack(unacked[-1], multiple=True)
-    ch.cancel()
+    got, max_unacked = a9.consume_acked(ch, q, n, 60)
     conn.close()
-    return got, max_unacked[0]
+    return got, max_unacked
 
 
 def body(t):

@@ -8,6 +8,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import time
 
 import mqdtest
 from mqdtest import check, skip
@@ -49,6 +50,32 @@ def params(port, user, pw, ca=None):
 
 def connect(port, user, pw, ca=None):
     return pika.BlockingConnection(params(port, user, pw, ca))
+
+
+def consume_acked(ch, q, n, wait):
+    """Consumes up to n messages of q on channel ch (its qos already set) for at most `wait`
+    seconds (x SLOW), acking in batches of 10 (multiple): ([(method, props, body)], the
+    most deliveries unacked at once)."""
+    got, unacked, max_unacked = [], [], 0
+    deadline = time.monotonic() + wait * mqdtest.SLOW
+    for method, props, body in ch.consume(q, auto_ack=False,
+                                          inactivity_timeout=0.5 * mqdtest.SLOW):
+        if method is None:
+            if time.monotonic() > deadline:
+                break
+            continue
+        got.append((method, props, body))
+        unacked.append(method.delivery_tag)
+        max_unacked = max(max_unacked, len(unacked))
+        if len(unacked) >= 10 or len(got) >= n:  # the prefetch window is what limits
+            ch.basic_ack(unacked[-1], multiple=True)
+            unacked = []
+        if len(got) >= n:
+            break
+    if unacked:
+        ch.basic_ack(unacked[-1], multiple=True)
+    ch.cancel()
+    return got, max_unacked
 
 
 def proton_conn(url, user, pw, **kw):
