@@ -20,6 +20,7 @@ typedef struct mqd_fwd fwd_t;
 typedef struct fwd_peer fwd_peer_t;
 typedef struct fwd_send fwd_send_t; /* send.c */
 typedef struct fwd_recv fwd_recv_t; /* recv.c */
+typedef struct fwd_txn fwd_txn_t;   /* txn.c */
 
 /* The owner of one link on a pool connection (an upstream sender of send.c, a leg of
  * recv.c): the pn_link_t's context while bound. The pool hands it every PN_LINK_* and
@@ -62,6 +63,7 @@ struct mqd_fwd {
     bool closing;
     fwd_send_t *send; /* send.c */
     fwd_recv_t *recv; /* recv.c */
+    fwd_txn_t *txn;   /* txn.c */
 };
 
 /* ---- pool.c ---- */
@@ -90,11 +92,24 @@ int fwd_send_new(fwd_t *f);
 void fwd_send_free(fwd_t *f);
 void fwd_send_tick(fwd_t *f, int64_t now_ms);
 void fwd_send_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
+/* The link properties of an upstream sender (mqd:fwd-user, mqd:fwd-node, mqd:acks unless
+ * acks < 0) and its settle modes. */
+void fwd_sender_props(fwd_t *f, pn_link_t *l, const char *user, int acks);
 
 /* ---- recv.c ---- */
 int fwd_recv_new(fwd_t *f);
 void fwd_recv_free(fwd_t *f);
 void fwd_recv_tick(fwd_t *f, int64_t now_ms);
 void fwd_recv_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
+
+/* ---- txn.c ---- */
+int fwd_txn_new(fwd_t *f);
+void fwd_txn_free(fwd_t *f);
+void fwd_txn_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
+/* A transactional send (send.c's hook hands it over): forwarded with the transaction to
+ * the partition's leader, refused when the transaction spans leaders, or MQD_FWD_LOCAL
+ * (led here, as before). */
+int fwd_txn_send(fwd_t *f, mqd_lstate_t *ls, pn_delivery_t *d, const char *topic, uint32_t part,
+                 const uint8_t *msg, size_t len, bool presettled, int acks, const char *user);
 
 #endif

@@ -18,8 +18,8 @@
  * - Flow control: a client link's forwarded sends in flight keep their credit (amqp's
  *   refill asks `inflight`), so a slow leader slows the client; past FWD_BUDGET bytes
  *   in flight to one node, no producer link of this node gets new credit for it.
- * - Transactional and batched sends to a partition led elsewhere are refused
- *   (amqp:not-implemented) for now. */
+ * - Transactional sends go to fwd/txn.c (the transaction forwarded whole); batched sends
+ *   to a partition led elsewhere are refused (amqp:not-implemented) for now. */
 #include "config.h"
 #include "fwd/fwd_int.h"
 
@@ -231,6 +231,23 @@ static void put_str(pn_data_t *d, const char *k, const char *v)
     pn_data_put_string(d, pn_bytes(strlen(v), v));
 }
 
+void fwd_sender_props(fwd_t *f, pn_link_t *l, const char *user, int acks)
+{
+    pn_link_set_snd_settle_mode(l, PN_SND_UNSETTLED);
+    pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
+    pn_data_t *d = pn_link_properties(l);
+    pn_data_put_map(d);
+    pn_data_enter(d);
+    put_str(d, "mqd:fwd-user", user);
+    fwd_put_sym(d, "mqd:fwd-node");
+    pn_data_put_uint(d, f->self);
+    if (acks >= 0 && acks < (int)MQD_ARRAY_LEN(ACKS)) {
+        fwd_put_sym(d, "mqd:acks");
+        pn_data_put_symbol(d, pn_bytes(strlen(ACKS[acks]), ACKS[acks]));
+    }
+    pn_data_exit(d);
+}
+
 static void upl_attach(upl_t *u)
 {
     fwd_peer_t *p = fwd_peer_get(u->f, u->node);
@@ -244,19 +261,7 @@ static void upl_attach(upl_t *u)
     pn_link_t *l = pn_sender(ss, name);
     pn_terminus_set_address(pn_link_target(l), addr);
     pn_terminus_set_address(pn_link_source(l), name);
-    pn_link_set_snd_settle_mode(l, PN_SND_UNSETTLED);
-    pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
-    pn_data_t *d = pn_link_properties(l);
-    pn_data_put_map(d);
-    pn_data_enter(d);
-    put_str(d, "mqd:fwd-user", u->user);
-    fwd_put_sym(d, "mqd:fwd-node");
-    pn_data_put_uint(d, u->f->self);
-    if (u->acks >= 0 && u->acks < (int)MQD_ARRAY_LEN(ACKS)) {
-        fwd_put_sym(d, "mqd:acks");
-        pn_data_put_symbol(d, pn_bytes(strlen(ACKS[u->acks]), ACKS[u->acks]));
-    }
-    pn_data_exit(d);
+    fwd_sender_props(u->f, l, u->user, u->acks);
     u->opened = false;
     fwd_link_bind(p, &u->fl, l);
     pn_link_open(l);
@@ -524,6 +529,8 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
     uint32_t leader = 0;
     if (mqd_repl_nparts(f->r, topic) == 0)
         return MQD_FWD_LOCAL; /* not a cluster topic: a dead-letter topic, a reply node */
+    if (flags & MQD_FWD_F_TXN && !(flags & MQD_FWD_F_BATCH)) /* fwd/txn.c */
+        return fwd_txn_send(f, ls, d, topic, part, msg, len, presettled, acks, user);
     mqd_repl_serve_t how = mqd_repl_leader(f->r, topic, part, &leader);
     if (how == MQD_REPL_SERVE_HERE && !held_for(f, topic, part))
         return MQD_FWD_LOCAL;
