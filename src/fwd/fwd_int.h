@@ -79,6 +79,8 @@ void fwd_peer_flush(fwd_peer_t *p);
 void fwd_link_bind(fwd_peer_t *p, fwd_link_t *fl, pn_link_t *l);
 /* Unbinds fl (its link's context cleared; the link itself is the caller's to close). */
 void fwd_link_unbind(fwd_link_t *fl);
+/* Unbinds fl and closes and frees its link (nothing when unbound). */
+void fwd_link_drop(fwd_link_t *fl);
 /* fn(p, arg) runs whenever a peer's connection was opened by the peer (a new session:
  * owners attach their links again). */
 int fwd_on_peer_up(fwd_t *f, fwd_up_fn fn, void *arg);
@@ -92,9 +94,11 @@ int fwd_send_new(fwd_t *f);
 void fwd_send_free(fwd_t *f);
 void fwd_send_tick(fwd_t *f, int64_t now_ms);
 void fwd_send_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
-/* The link properties of an upstream sender (mqd:fwd-user, mqd:fwd-node, mqd:acks unless
- * acks < 0) and its settle modes. */
-void fwd_sender_props(fwd_t *f, pn_link_t *l, const char *user, int acks);
+/* Attaches an upstream sender `<prefix>-<self>-<topic>-<part>-<seq>` to topic/Partitions/part
+ * on node's pool connection, bound to fl (link properties mqd:fwd-user, mqd:fwd-node,
+ * mqd:acks unless acks < 0); false while that connection is down or fl has a link. */
+bool fwd_sender_open(fwd_t *f, fwd_link_t *fl, uint32_t node, const char *prefix,
+                     const char *topic, uint32_t part, const char *user, int acks, uint64_t seq);
 
 /* ---- recv.c ---- */
 int fwd_recv_new(fwd_t *f);

@@ -231,7 +231,7 @@ static void put_str(pn_data_t *d, const char *k, const char *v)
     pn_data_put_string(d, pn_bytes(strlen(v), v));
 }
 
-void fwd_sender_props(fwd_t *f, pn_link_t *l, const char *user, int acks)
+static void sender_props(fwd_t *f, pn_link_t *l, const char *user, int acks)
 {
     pn_link_set_snd_settle_mode(l, PN_SND_UNSETTLED);
     pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
@@ -248,24 +248,32 @@ void fwd_sender_props(fwd_t *f, pn_link_t *l, const char *user, int acks)
     pn_data_exit(d);
 }
 
-static void upl_attach(upl_t *u)
+bool fwd_sender_open(fwd_t *f, fwd_link_t *fl, uint32_t node, const char *prefix,
+                     const char *topic, uint32_t part, const char *user, int acks, uint64_t seq)
 {
-    fwd_peer_t *p = fwd_peer_get(u->f, u->node);
-    pn_session_t *ss = fwd_peer_session(p);
-    if (!ss || u->fl.link)
-        return;
+    fwd_peer_t *p = fwd_peer_get(f, node);
+    pn_session_t *ss = p ? fwd_peer_session(p) : NULL;
+    if (!ss || fl->link)
+        return false;
     char addr[MQD_NAME_MAX + 32], name[MQD_NAME_MAX + 96];
-    snprintf(addr, sizeof addr, "%s/Partitions/%" PRIu32, u->topic, u->part);
-    snprintf(name, sizeof name, "fwd-%" PRIu32 "-%s-%" PRIu32 "-%" PRIu64, u->f->self, u->topic,
-             u->part, ++u->f->send->seq);
+    snprintf(addr, sizeof addr, "%s/Partitions/%" PRIu32, topic, part);
+    snprintf(name, sizeof name, "%s-%" PRIu32 "-%s-%" PRIu32 "-%" PRIu64, prefix, f->self, topic,
+             part, seq);
     pn_link_t *l = pn_sender(ss, name);
     pn_terminus_set_address(pn_link_target(l), addr);
     pn_terminus_set_address(pn_link_source(l), name);
-    fwd_sender_props(u->f, l, u->user, u->acks);
-    u->opened = false;
-    fwd_link_bind(p, &u->fl, l);
+    sender_props(f, l, user, acks);
+    fwd_link_bind(p, fl, l);
     pn_link_open(l);
     fwd_peer_flush(p);
+    return true;
+}
+
+static void upl_attach(upl_t *u)
+{
+    if (fwd_sender_open(u->f, &u->fl, u->node, "fwd", u->topic, u->part, u->user, u->acks,
+                        u->fl.link ? 0 : ++u->f->send->seq))
+        u->opened = false;
 }
 
 static upl_t *upl_get(fwd_t *f, uint32_t node, const fmsg_t *fm)
@@ -310,14 +318,7 @@ static void upl_unlist(fwd_t *f, upl_t *u)
 static void upl_free(fwd_t *f, upl_t *u)
 {
     upl_unlist(f, u);
-    if (u->fl.link) {
-        pn_link_t *l = u->fl.link;
-        fwd_peer_t *p = u->fl.peer;
-        fwd_link_unbind(&u->fl);
-        pn_link_close(l);
-        pn_link_free(l);
-        fwd_peer_flush(p);
-    }
+    fwd_link_drop(&u->fl);
     free(u);
 }
 

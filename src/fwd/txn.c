@@ -339,14 +339,7 @@ static void link_free(fwd_t *f, tlink_t *k)
             *h = k->next;
             break;
         }
-    if (k->fl.link) {
-        pn_link_t *l = k->fl.link;
-        fwd_peer_t *p = k->fl.peer;
-        fwd_link_unbind(&k->fl);
-        pn_link_close(l);
-        pn_link_free(l);
-        fwd_peer_flush(p);
-    }
+    fwd_link_drop(&k->fl);
     free(k);
 }
 
@@ -429,22 +422,9 @@ static void link_on_down(fwd_link_t *fl, const char *why)
 
 static void link_attach(tlink_t *k)
 {
-    fwd_peer_t *p = fwd_peer_get(k->f, k->node);
-    pn_session_t *ss = p ? fwd_peer_session(p) : NULL;
-    if (!ss || k->fl.link)
-        return;
-    char addr[MQD_NAME_MAX + 32], name[MQD_NAME_MAX + 96];
-    snprintf(addr, sizeof addr, "%s/Partitions/%" PRIu32, k->topic, k->part);
-    snprintf(name, sizeof name, "fwd-txn-%" PRIu32 "-%s-%" PRIu32 "-%" PRIu64, k->f->self,
-             k->topic, k->part, ++FT(k->f)->seq);
-    pn_link_t *l = pn_sender(ss, name);
-    pn_terminus_set_address(pn_link_target(l), addr);
-    pn_terminus_set_address(pn_link_source(l), name);
-    fwd_sender_props(k->f, l, k->user, k->acks);
-    k->opened = false;
-    fwd_link_bind(p, &k->fl, l);
-    pn_link_open(l);
-    fwd_peer_flush(p);
+    if (fwd_sender_open(k->f, &k->fl, k->node, "fwd-txn", k->topic, k->part, k->user, k->acks,
+                        k->fl.link ? 0 : ++FT(k->f)->seq))
+        k->opened = false;
 }
 
 static tlink_t *link_get(fwd_t *f, uint32_t node, const char *topic, uint32_t part, int acks,
@@ -631,10 +611,7 @@ static void coord_on_event(fwd_link_t *fl, pn_event_t *e)
     }
     case PN_LINK_REMOTE_DETACH:
     case PN_LINK_REMOTE_CLOSE: {
-        pn_link_t *l = fl->link;
-        fwd_link_unbind(fl);
-        pn_link_close(l);
-        pn_link_free(l);
+        fwd_link_drop(fl);
         coord_lost(f, c, "closed by the leader");
         coord_attach(c);
         break;
