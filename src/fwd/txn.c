@@ -568,15 +568,19 @@ static void coord_declare(fwd_t *f, uint32_t node)
 static void coord_lost(fwd_t *f, tcoord_t *c, const char *why)
 {
     char desc[300];
+    char unknown[300];
     snprintf(desc, sizeof desc, "the coordinator link to node %" PRIu32 ", the partitions' "
              "leader, was lost (%s): the transaction was rolled back", c->node, why);
+    snprintf(unknown, sizeof unknown, "the coordinator link to node %" PRIu32 ", the "
+             "partitions' leader, was lost (%s) after the discharge was sent: the outcome is "
+             "unknown", c->node, why);
     for (ftxn_t *t = FT(f)->txns, *next; t; t = next) {
         next = t->next;
         if (t->node != c->node)
             continue;
         if (t->up_dis && t->cd) {
             t->up_dis = NULL;
-            client_discharge(t, false, "amqp:transaction:unknown-outcome", desc);
+            client_discharge(t, false, "amqp:internal-error", unknown);
             tx_free(f, t);
             continue;
         }
