@@ -55,6 +55,7 @@ struct ftxn {
     char why[300];           /* FT_FAILED: why (spans leaders, connection lost) */
     bool spans;
     bool gone; /* txn/ rolled it back: freed once its sends settled */
+    bool commit_sent; /* the client's commit went to the leader: its answer decides */
 };
 
 /* A forwarded transactional send. */
@@ -230,7 +231,8 @@ static void tx_discharge_go(fwd_t *f, ftxn_t *t)
     }
     if (t->state != FT_DECLARED)
         return; /* the declare's answer first */
-    t->up_dis = coord_send(f, t, true, t->fail);
+    t->up_dis = coord_send(f, t, true, t->fail); /* NULL: again at the link's next credit */
+    t->commit_sent = t->up_dis && !t->fail;
 }
 
 /* ---- transactional sends ---- */
@@ -539,8 +541,10 @@ static void coord_attach(tcoord_t *c)
 static tcoord_t *coord_get(fwd_t *f, uint32_t node)
 {
     for (tcoord_t *c = FT(f)->coords; c; c = c->next)
-        if (c->node == node)
+        if (c->node == node) {
+            coord_attach(c); /* closed by the leader before: again */
             return c;
+        }
     tcoord_t *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
@@ -578,7 +582,7 @@ static void coord_lost(fwd_t *f, tcoord_t *c, const char *why)
         next = t->next;
         if (t->node != c->node)
             continue;
-        if (t->up_dis && t->cd) {
+        if (t->commit_sent && t->cd) {
             t->up_dis = NULL;
             client_discharge(t, false, "amqp:internal-error", unknown);
             tx_free(f, t);
@@ -599,7 +603,10 @@ static void coord_on_event(fwd_link_t *fl, pn_event_t *e)
         c->opened = pn_link_remote_target(pn_event_link(e)) != NULL;
         coord_declare(f, c->node);
         break;
-    case PN_LINK_FLOW: coord_declare(f, c->node); break;
+    case PN_LINK_FLOW:
+        coord_declare(f, c->node);
+        go_all(f); /* discharges that found no credit */
+        break;
     case PN_DELIVERY: {
         pn_delivery_t *ud = pn_event_delivery(e);
         ftxn_t *t = pn_delivery_get_context(ud);
@@ -616,8 +623,7 @@ static void coord_on_event(fwd_link_t *fl, pn_event_t *e)
     case PN_LINK_REMOTE_DETACH:
     case PN_LINK_REMOTE_CLOSE: {
         fwd_link_drop(fl);
-        coord_lost(f, c, "closed by the leader");
-        coord_attach(c);
+        coord_lost(f, c, "closed by the leader"); /* attached again at the next use */
         break;
     }
     default: break;
