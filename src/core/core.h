@@ -452,6 +452,16 @@ typedef struct mqd_fwd_hooks {
     bool (*ext_next)(void *arg, void *h, uint64_t *id, const uint8_t **p, size_t *len);
     void (*ext_settle)(void *arg, void *h, uint64_t id, uint64_t outcome);
     void (*ext_close)(void *arg, void *h);
+    /* Transactions (fwd/txn.c; `txn` is this node's id of a client's transaction): the
+     * client discharges it with its delivery d on connection c (fail: roll back);
+     * local_work: it wrote to or acknowledged on partitions this node leads. MQD_FWD_TAKEN:
+     * the transaction was forwarded to a leader, fwd settles d with the outcome (and txn/
+     * drops its own part: rolled back when local_work); MQD_FWD_LOCAL: txn/ discharges it
+     * as before. txn_gone: txn/ rolled it back on its own (timeout, coordinator gone): fwd
+     * rolls back what it forwarded. */
+    int (*txn_discharge)(void *arg, uint64_t txn, bool fail, bool local_work, pn_delivery_t *d,
+                         mqd_conn_t *c);
+    void (*txn_gone)(void *arg, uint64_t txn);
     void *arg;
 } mqd_fwd_hooks_t;
 

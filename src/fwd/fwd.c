@@ -26,7 +26,8 @@ int mqd_fwd_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t *r, mqd_fwd_
     f->self = mqd_repl_self(r);
     f->ev_tick = event_new(mqd_server_base(s), -1, EV_PERSIST, on_tick, f);
     if (!f->ev_tick || fwd_send_new(f) != 0 || fwd_recv_new(f) != 0 ||
-        fwd_ext_new(f) != 0) {
+        fwd_ext_new(f) != 0 ||
+        fwd_txn_new(f) != 0) {
         mqd_fwd_free(f);
         return MQD_ENOMEM;
     }
@@ -36,6 +37,7 @@ int mqd_fwd_new(mqd_server_t *s, const mqd_conf_t *conf, mqd_repl_t *r, mqd_fwd_
     fwd_send_hooks(f, &h);
     fwd_recv_hooks(f, &h);
     fwd_ext_hooks(f, &h);
+    fwd_txn_hooks(f, &h);
     mqd_server_set_fwd(s, &h);
     mqd_repl_set_forwarding(r, true);
     *out = f;
@@ -55,5 +57,6 @@ void mqd_fwd_free(mqd_fwd_t *f)
     fwd_ext_free(f);
     fwd_pool_free(f);
     fwd_send_free(f);
+    fwd_txn_free(f);
     free(f);
 }

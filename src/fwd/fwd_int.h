@@ -20,6 +20,7 @@ typedef struct mqd_fwd fwd_t;
 typedef struct fwd_peer fwd_peer_t;
 typedef struct fwd_send fwd_send_t; /* send.c */
 typedef struct fwd_recv fwd_recv_t; /* recv.c */
+typedef struct fwd_txn fwd_txn_t;   /* txn.c */
 
 /* The owner of one link on a pool connection (an upstream sender of send.c, a leg of
  * recv.c): the pn_link_t's context while bound. The pool hands it every PN_LINK_* and
@@ -62,6 +63,7 @@ struct mqd_fwd {
     bool closing;
     fwd_send_t *send; /* send.c */
     fwd_recv_t *recv; /* recv.c */
+    fwd_txn_t *txn;   /* txn.c */
 };
 
 /* ---- pool.c ---- */
@@ -77,6 +79,8 @@ void fwd_peer_flush(fwd_peer_t *p);
 void fwd_link_bind(fwd_peer_t *p, fwd_link_t *fl, pn_link_t *l);
 /* Unbinds fl (its link's context cleared; the link itself is the caller's to close). */
 void fwd_link_unbind(fwd_link_t *fl);
+/* Unbinds fl and closes and frees its link (nothing when unbound). */
+void fwd_link_drop(fwd_link_t *fl);
 /* fn(p, arg) runs whenever a peer's connection was opened by the peer (a new session:
  * owners attach their links again). */
 int fwd_on_peer_up(fwd_t *f, fwd_up_fn fn, void *arg);
@@ -110,6 +114,12 @@ void fwd_send_tick(fwd_t *f, int64_t now_ms);
 void fwd_send_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
 /* Bytes of forwarded sends in flight to node (not settled by the leader yet). */
 uint64_t fwd_send_node_bytes(fwd_t *f, uint32_t node);
+/* Attaches an upstream sender `<prefix>-<self>-<topic>-<part>-<seq>` to topic/Partitions/part
+ * on node's pool connection, bound to fl (link properties mqd:fwd-user, mqd:fwd-node,
+ * mqd:acks unless acks < 0, mqd:batch when batch); false while that connection is down or fl has a link. */
+bool fwd_sender_open(fwd_t *f, fwd_link_t *fl, uint32_t node, const char *prefix,
+                     const char *topic, uint32_t part, const char *user, int acks, bool batch,
+                     uint64_t seq);
 
 /* ---- recv.c ---- */
 int fwd_recv_new(fwd_t *f);
@@ -122,5 +132,14 @@ int fwd_ext_new(fwd_t *f);
 void fwd_ext_free(fwd_t *f);
 void fwd_ext_tick(fwd_t *f, int64_t now_ms);
 void fwd_ext_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
+/* ---- txn.c ---- */
+int fwd_txn_new(fwd_t *f);
+void fwd_txn_free(fwd_t *f);
+void fwd_txn_hooks(fwd_t *f, mqd_fwd_hooks_t *h);
+/* A transactional send (send.c's hook hands it over): forwarded with the transaction to
+ * the partition's leader, refused when the transaction spans leaders, or MQD_FWD_LOCAL
+ * (led here, as before). */
+int fwd_txn_send(fwd_t *f, mqd_lstate_t *ls, pn_delivery_t *d, const char *topic, uint32_t part,
+                 const uint8_t *msg, size_t len, bool presettled, int acks, const char *user);
 
 #endif

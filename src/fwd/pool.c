@@ -42,6 +42,18 @@ void fwd_link_unbind(fwd_link_t *fl)
     fl->link = NULL;
 }
 
+void fwd_link_drop(fwd_link_t *fl)
+{
+    if (!fl->link)
+        return;
+    pn_link_t *l = fl->link;
+    fwd_peer_t *p = fl->peer;
+    fwd_link_unbind(fl);
+    pn_link_close(l);
+    pn_link_free(l);
+    fwd_peer_flush(p);
+}
+
 pn_session_t *fwd_peer_session(fwd_peer_t *p)
 {
     return p ? p->ss : NULL;

@@ -25,8 +25,8 @@
  *   of that link as a batch and stores it as a direct one: one record per inner message,
  *   duplicates dropped by each inner message's id. A leader that does not answer with
  *   mqd:batch gets none (the client's batch is rejected, amqp:not-implemented).
- * - Transactional sends to a partition led elsewhere are refused (amqp:not-implemented)
- *   for now. */
+ * - Transactional sends go to fwd/txn.c (the transaction forwarded whole); transactional
+ *   batches to a partition led elsewhere are refused (amqp:not-implemented) for now. */
 #include "config.h"
 #include "fwd/fwd_int.h"
 
@@ -255,40 +255,55 @@ static void put_str(pn_data_t *d, const char *k, const char *v)
     pn_data_put_string(d, pn_bytes(strlen(v), v));
 }
 
-static void upl_attach(upl_t *u)
+static void sender_props(fwd_t *f, pn_link_t *l, const char *user, int acks, bool batch)
 {
-    fwd_peer_t *p = fwd_peer_get(u->f, u->node);
-    pn_session_t *ss = fwd_peer_session(p);
-    if (!ss || u->fl.link)
-        return;
-    char addr[MQD_NAME_MAX + 32], name[MQD_NAME_MAX + 96];
-    snprintf(addr, sizeof addr, "%s/Partitions/%" PRIu32, u->topic, u->part);
-    snprintf(name, sizeof name, "fwd-%" PRIu32 "-%s-%" PRIu32 "%s-%" PRIu64, u->f->self,
-             u->topic, u->part, u->batch ? "-batch" : "", ++u->f->send->seq);
-    pn_link_t *l = pn_sender(ss, name);
-    pn_terminus_set_address(pn_link_target(l), addr);
-    pn_terminus_set_address(pn_link_source(l), name);
     pn_link_set_snd_settle_mode(l, PN_SND_UNSETTLED);
     pn_link_set_rcv_settle_mode(l, PN_RCV_FIRST);
     pn_data_t *d = pn_link_properties(l);
     pn_data_put_map(d);
     pn_data_enter(d);
-    put_str(d, "mqd:fwd-user", u->user);
+    put_str(d, "mqd:fwd-user", user);
     fwd_put_sym(d, "mqd:fwd-node");
-    pn_data_put_uint(d, u->f->self);
-    if (u->acks >= 0 && u->acks < (int)MQD_ARRAY_LEN(ACKS)) {
+    pn_data_put_uint(d, f->self);
+    if (acks >= 0 && acks < (int)MQD_ARRAY_LEN(ACKS)) {
         fwd_put_sym(d, "mqd:acks");
-        pn_data_put_symbol(d, pn_bytes(strlen(ACKS[u->acks]), ACKS[u->acks]));
+        pn_data_put_symbol(d, pn_bytes(strlen(ACKS[acks]), ACKS[acks]));
     }
-    if (u->batch) {
+    if (batch) {
         fwd_put_sym(d, "mqd:batch");
         pn_data_put_bool(d, true);
     }
     pn_data_exit(d);
-    u->opened = false;
-    fwd_link_bind(p, &u->fl, l);
+}
+
+bool fwd_sender_open(fwd_t *f, fwd_link_t *fl, uint32_t node, const char *prefix,
+                     const char *topic, uint32_t part, const char *user, int acks, bool batch,
+                     uint64_t seq)
+{
+    fwd_peer_t *p = fwd_peer_get(f, node);
+    pn_session_t *ss = p ? fwd_peer_session(p) : NULL;
+    if (!ss || fl->link)
+        return false;
+    char addr[MQD_NAME_MAX + 32], name[MQD_NAME_MAX + 96];
+    snprintf(addr, sizeof addr, "%s/Partitions/%" PRIu32, topic, part);
+    snprintf(name, sizeof name, "%s-%" PRIu32 "-%s-%" PRIu32 "-%" PRIu64, prefix, f->self, topic,
+             part, seq);
+    pn_link_t *l = pn_sender(ss, name);
+    pn_terminus_set_address(pn_link_target(l), addr);
+    pn_terminus_set_address(pn_link_source(l), name);
+    sender_props(f, l, user, acks, batch);
+    fwd_link_bind(p, fl, l);
     pn_link_open(l);
     fwd_peer_flush(p);
+    return true;
+}
+
+static void upl_attach(upl_t *u)
+{
+    if (fwd_sender_open(u->f, &u->fl, u->node, u->batch ? "fwd-batch" : "fwd", u->topic,
+                        u->part, u->user, u->acks, u->batch,
+                        u->fl.link ? 0 : ++u->f->send->seq))
+        u->opened = false;
 }
 
 static upl_t *upl_get(fwd_t *f, uint32_t node, const fmsg_t *fm)
@@ -334,14 +349,7 @@ static void upl_unlist(fwd_t *f, upl_t *u)
 static void upl_free(fwd_t *f, upl_t *u)
 {
     upl_unlist(f, u);
-    if (u->fl.link) {
-        pn_link_t *l = u->fl.link;
-        fwd_peer_t *p = u->fl.peer;
-        fwd_link_unbind(&u->fl);
-        pn_link_close(l);
-        pn_link_free(l);
-        fwd_peer_flush(p);
-    }
+    fwd_link_drop(&u->fl);
     free(u);
 }
 
@@ -614,14 +622,17 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
                    int flags, const char *user)
 {
     fwd_t *f = arg;
+    if (mqd_repl_nparts(f->r, topic) == 0)
+        return MQD_FWD_LOCAL; /* not a cluster topic: a dead-letter topic, a reply node */
+    if (flags & MQD_FWD_F_TXN && !(flags & MQD_FWD_F_BATCH)) /* fwd/txn.c */
+        return fwd_txn_send(f, ls, d, topic, part, msg, len, presettled, acks, user);
     if (send_here(f, topic, part))
         return MQD_FWD_LOCAL; /* else behind the earlier ones, through the loopback leg */
     if (flags & MQD_FWD_F_TXN) {
         if (!presettled)
             mqd_delivery_reject(d, "amqp:not-implemented",
-                                "transaction spans partitions led by other nodes: a "
-                                "transactional send is taken only by its partition's leader "
-                                "(for now)");
+                                "a transactional batched send to a partition led by another "
+                                "node is not forwarded (yet): send it to the leader");
         return MQD_FWD_TAKEN;
     }
     mqd_conn_t *c = mqd_ls_conn(ls);

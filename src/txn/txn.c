@@ -820,6 +820,9 @@ static void release_acks(mqd_txn_t *t)
 
 static void rollback(mqd_server_t *s, mqd_txn_t *t, const char *why)
 {
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(s);
+    if (fh->txn_gone) /* what it forwarded to a leader goes too */
+        fh->txn_gone(fh->arg, t->id);
     markers(mqd_srv_txns(s), t, MQD_REC_CTRL_ABORT);
     release_acks(t);
     mqd_srv_txns(s)->st.aborted++;
@@ -1087,6 +1090,17 @@ static void discharge(mqd_lstate_t *ls, pn_delivery_t *d, uint64_t id, bool fail
     if (t->discharge)
         return mqd_delivery_reject(d, "amqp:illegal-state",
                                    "the transaction is already being discharged");
+    mqd_fwd_hooks_t *fh = mqd_srv_fwd(s);
+    bool local_work = t->n_parts || t->n_acks;
+    if (fh->txn_discharge &&
+        fh->txn_discharge(fh->arg, id, fail, local_work, d, c) == MQD_FWD_TAKEN) {
+        /* forwarded whole to a leader, which decides: what is left here (nothing, or
+           the part of a transaction that spanned leaders) is rolled back */
+        if (local_work)
+            return rollback(s, t, "forwarded transaction discharged");
+        mqd_srv_txns(s)->st.aborted += fail;
+        return txn_free(t);
+    }
     if (t->doomed && !fail) {
         rollback(s, t, "a send could not be staged");
         return mqd_delivery_reject(d, "amqp:transaction:rollback",
