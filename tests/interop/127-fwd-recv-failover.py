@@ -31,20 +31,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
 from mqdcluster import TTL_MS, Etcd, get_json, start_nodes, wait_for  # noqa: E402
-from mqdcrash import KEY, TOPIC, GroupConsumer, Producer, create_topic, settled_state  # noqa: E402
+from mqdcrash import (KEY, TOPIC, GroupConsumer, Producer, create_topic, on_node,  # noqa: E402
+                     settled_state, twice)
 from mqdtest import SLOW, check, log, skip  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 ROUNDS = int(os.environ.get("MQD_FWD_FAILOVER_ROUNDS", "3") or "3")
-
-
-def on_node(cls, port):
-    """cls (an mqdcrash client) kept on one node: after a lost link or connection it
-    attaches again there, never at the leader etcd names (its node forwards)."""
-    class OnNode(cls):
-        def relocate(self, _port, delay=0.1):
-            super().relocate(port, delay)
-    return OnNode
 
 
 def elect_away(etcd, brokers, m):
@@ -86,16 +78,6 @@ def one_round(r, etcd, brokers, m, prod, gc):
         "receive pause %.2f s; %s; %s" % (r, lead, ps["epoch"], ps2["leader"], ps2["epoch"],
                                           send_pause, recv_pause, prod.status(), gc.status()))
     return wall_kill, send_pause, recv_pause
-
-
-def twice(deliveries):
-    """(link, offset) pairs delivered more than once, in arrival order."""
-    seen, bad = set(), []
-    for link, _, off, _, _ in deliveries:
-        if (link, off) in seen:
-            bad.append((link, off))
-        seen.add((link, off))
-    return bad
 
 
 def body(t):
