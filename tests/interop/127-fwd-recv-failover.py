@@ -24,16 +24,15 @@ and started again once a new leader accepted.
   receive pause is at most 2 x lease + 10 s x SLOW."""
 
 import os
-import shutil
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import TTL_MS, Etcd, get_json, start_nodes, wait_for  # noqa: E402
+from mqdcluster import TTL_MS, get_json, wait_for  # noqa: E402
 from mqdcrash import (KEY, TOPIC, GroupConsumer, Producer, create_topic, on_node,  # noqa: E402
-                     settled_state, twice)
-from mqdtest import SLOW, check, log, skip  # noqa: E402
+                     fwd_cluster, settled_state, twice)
+from mqdtest import SLOW, check, log  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 ROUNDS = int(os.environ.get("MQD_FWD_FAILOVER_ROUNDS", "3") or "3")
@@ -81,11 +80,7 @@ def one_round(r, etcd, brokers, m, prod, gc):
 
 
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    etcd = Etcd(t)
-    etcd.start()
-    brokers = start_nodes(t, etcd, RACKS, lambda i: {"auto_leader_rebalance": "off"})
+    etcd, brokers = fwd_cluster(t, RACKS)
     ps = create_topic(etcd, brokers[1])
     wait_for("ISR of 3", lambda: settled_state(etcd), 40)
     ps = get_json(etcd.port, KEY)

@@ -32,15 +32,15 @@ At the end (producer paused, everything settled), the checks:
 The FWDCRASH line has the figures: rounds, accepted, lost, duplicates, pauses p50/p99/max."""
 
 import os
-import shutil
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import TTL_MS, Etcd, get_json, start_nodes, wait_for  # noqa: E402
-from mqdcrash import Producer, TopicMember, drain_fwd, fwd_checks, on_node, pct  # noqa: E402
-from mqdtest import SLOW, check, log, skip  # noqa: E402
+from mqdcluster import TTL_MS, get_json, wait_for  # noqa: E402
+from mqdcrash import (Producer, TopicMember, drain_fwd, fwd_checks, fwd_cluster, on_node,  # noqa: E402
+                     pct)
+from mqdtest import SLOW, check, log  # noqa: E402
 
 ROUNDS = int(os.environ.get("MQD_FWD_CRASH_ROUNDS", "20") or "20")
 TOPIC, PARTS = "f3", 3
@@ -109,11 +109,7 @@ def one_round(r, etcd, brokers, m, prod, members):
 
 
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    etcd = Etcd(t)
-    etcd.start()
-    brokers = start_nodes(t, etcd, RACKS, lambda i: {"auto_leader_rebalance": "off"})
+    etcd, brokers = fwd_cluster(t, RACKS)
     rc, out, err = mqdtest.mqctl(brokers[1].url, "topic", "create", TOPIC, "--partitions", str(PARTS),
                                  "--config", "replication_factor=3", "--config", "acks=all",
                                  "--config", "min_insync_replicas=2", "--config", "flush=sync",

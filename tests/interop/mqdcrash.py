@@ -382,6 +382,18 @@ class GroupConsumer(_Follower):
                                                       self.redirects, self.reconnects, errs))
 
 
+def fwd_cluster(t, racks):
+    """etcd and one node per rack with auto_leader_rebalance off (the forwarding loops 127,
+    165: a lead stays where a failover put it); skipped without etcd."""
+    import shutil
+    if shutil.which("etcd") is None:
+        mqdtest.skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
+    from mqdcluster import Etcd, start_nodes
+    etcd = Etcd(t)
+    etcd.start()
+    return etcd, start_nodes(t, etcd, racks, lambda i: {"auto_leader_rebalance": "off"})
+
+
 class TopicMember(GroupConsumer):
     """A member of group `group` on the whole topic (T/ConsumerGroups/G: a node that does
     not lead every partition serves it with one leg per leader, src/fwd/recv.c).
