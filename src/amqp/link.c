@@ -787,9 +787,14 @@ static void store_batch(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, const
         if (b.v[i].at.len) /* the outer key may grow an inner message's annotations */
             bytes += b.v[i].at.len + omi.partition_key.len + 32 + MQD_WATERMARK_REC_OVERHEAD;
     }
-    if (any && !send_allowed(c, ls, t, part, d, presettled))
+    if (any && !send_allowed(c, ls, t, part, d, presettled)) {
+        if (tc->dedup_window_ms) /* refused before the append: its ids go */
+            batch_keys(t, pp, &b, msg, NULL);
         goto out;
+    }
     if (any && !mqd_watermark_disk_take(s, bytes)) {
+        if (tc->dedup_window_ms) /* refused before the append: its ids go */
+            batch_keys(t, pp, &b, msg, NULL);
         disk_full(d, presettled);
         goto out;
     }
@@ -913,15 +918,21 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
         }
         return;
     }
+    /* refused before the append: the id the check entered goes, or a retry of this send
+     * would be taken for a duplicate of a message never stored (acknowledged and lost) */
+    uint64_t dkey = tc->dedup_window_ms ? mqd_dedup_key(msg, &mi) : 0;
     if (unknown) {
+        mqd_dedup_forget(t, dkey);
         if (!presettled)
             mqd_delivery_reject(d, mqd_txn_unknown_condition(s, d), "no such open transaction");
         return;
     }
     if (!send_allowed(c, ls, t, part, d, presettled))
-        return;
-    if (!mqd_watermark_disk_take(s, size + MQD_WATERMARK_REC_OVERHEAD))
+        return mqd_dedup_forget(t, dkey);
+    if (!mqd_watermark_disk_take(s, size + MQD_WATERMARK_REC_OVERHEAD)) {
+        mqd_dedup_forget(t, dkey);
         return disk_full(d, presettled);
+    }
     uint64_t off;
     int rc = mqd_part_append_ex(pp, msg, size, txn ? MQD_REC_TXN : MQD_REC_DATA,
                                 txn ? mqd_txn_id(txn) : 0, c, presettled ? NULL : d, &off);
@@ -939,8 +950,8 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
                     mqd_strerror(rc));
         return;
     }
-    if (rc == MQD_EFAILED && tc->dedup_window_ms)
-        mqd_dedup_forget(t, mqd_dedup_key(msg, &mi)); /* not stored: a retry must be */
+    if (rc == MQD_EFAILED)
+        mqd_dedup_forget(t, dkey); /* not stored: a retry must be */
     if (rc != 0)
         append_failed(t, part, d, presettled, rc);
 }

@@ -784,6 +784,9 @@ uint64_t mqd_dedup_key(const uint8_t *msg, const mqd_msg_info_t *mi);
 /* Takes a key out of the window: its send was refused or failed and stored nothing, so a
  * retry must be stored, not taken for a duplicate. 0 is a no-op. */
 void mqd_dedup_forget(mqd_topic_t *t, uint64_t key);
+/* Forgets the message-ids of a pending send that is refused (nothing of it counts as
+ * stored): the client's retry must be stored, not taken for a duplicate. */
+void mqd_dedup_forget_pending(mqd_topic_t *t, const mqd_pending_t *pe);
 /* Rebuilds the topic's window from its logs now, if it has dedup and no window yet. */
 void mqd_dedup_warm(mqd_topic_t *t);
 /* topic.c: mqd_dedup_warm for every topic (start-up, after the transactions load). */

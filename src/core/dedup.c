@@ -231,6 +231,13 @@ void mqd_dedup_forget(mqd_topic_t *t, uint64_t key)
         erase(t->dedup, key);
 }
 
+void mqd_dedup_forget_pending(mqd_topic_t *t, const mqd_pending_t *pe)
+{
+    mqd_dedup_forget(t, pe->dedup_key);
+    for (size_t i = 0; i < pe->n_batch_keys; i++)
+        mqd_dedup_forget(t, pe->batch_keys[i]);
+}
+
 void mqd_dedup_free(mqd_topic_t *t)
 {
     if (!t->dedup)

@@ -180,6 +180,10 @@ size_t mqd_part_reject_waiting(mqd_part_t *p, int min_acks, const char *cond, co
         *pp = pe->next;
         if (p->pend_tail == pe)
             p->pend_tail = prev;
+        /* refused: its message-ids leave the topic's dedup window, or the client's retry
+         * (through any partition of the topic) would be taken for a duplicate of a send
+         * that a step-down may cut from the log (acknowledged and lost; test 165) */
+        mqd_dedup_forget_pending(p->topic, pe);
         settle_one(p, pe, PN_REJECTED, cond, desc);
         n++;
     }

@@ -109,9 +109,7 @@ static size_t fail_pending(mqd_part_t *p)
             mqd_link_reap(l);
             mqd_conn_mark_dirty(pe->conn);
         }
-        mqd_dedup_forget(p->topic, pe->dedup_key); /* nothing stored: a retry must be */
-        for (size_t i = 0; i < pe->n_batch_keys; i++)
-            mqd_dedup_forget(p->topic, pe->batch_keys[i]);
+        mqd_dedup_forget_pending(p->topic, pe); /* nothing stored: a retry must be */
         if (!pe->notify)
             mqd_conn_unref(pe->conn);
         s->sends_failed++;

@@ -17,6 +17,12 @@
 
 #define FWD_SESSION_CAPACITY (16u << 20)
 #define FWD_RETRY_MS 200
+/* as the fetch connections (repl/follower.c): a peer cut off and back (a partition healed)
+ * is found again within a fraction of a second, not after TCP's retransmission backoff
+ * (seen: 13 s of forwarded sends stuck after a heal, test 166) */
+#define FWD_IDLE_MS 1000    /* the AMQP idle timeout: a silent peer's connection goes */
+#define FWD_CONNECT_MS 250  /* an unanswered connect is tried again */
+#define FWD_BACKOFF_MS 2000 /* refused or failed attempts back off up to this */
 
 void fwd_put_sym(pn_data_t *d, const char *k)
 {
@@ -146,6 +152,9 @@ static void peer_connect(fwd_peer_t *p)
         p->retry_ms = mqd_now_ms() + FWD_RETRY_MS; /* not alive in this node's view yet */
         return;
     }
+    peer.o.idle_timeout_ms = FWD_IDLE_MS;
+    peer.o.connect_timeout_ms = FWD_CONNECT_MS;
+    peer.o.backoff_max_ms = FWD_BACKOFF_MS;
     mqd_outconn_ops_t ops = {.on_event = on_event, .on_down = on_down};
     if (mqd_outconn_new(f->s, &peer.o, &ops, p, &p->oc) != 0) {
         p->oc = NULL;

@@ -57,6 +57,8 @@ typedef struct rdel {
     bool settled; /* came pre-settled */
     bool dropped; /* waiting, and its leg went: never sent */
     uint64_t t_ns; /* arrival from the leader (mqd_mono_ns) */
+    bool is_twin; /* a redelivery of a copy the client still holds: waits for its outcome */
+    struct rdel *twin; /* that copy's twin (or, for a twin, the copy) */
 } rdel_t;
 
 struct rleg {
@@ -131,11 +133,26 @@ static void del_unlink(rdel_t *d)
     d->next = d->prev = NULL;
 }
 
+/* A twin whose copy went without an outcome from the client: released to its leader. */
+static void twin_drop(rdel_t *t)
+{
+    if (t->ud) {
+        pn_delivery_update(t->ud, PN_RELEASED);
+        pn_delivery_settle(t->ud);
+    }
+    del_unlink(t);
+    free(t);
+}
+
 static void del_free(rdel_t *d)
 {
     del_unlink(d);
     if (d->cd)
         pn_delivery_set_context(d->cd, NULL);
+    if (d->twin && d->is_twin)
+        d->twin->twin = NULL;
+    else if (d->twin)
+        twin_drop(d->twin);
     free(d->bytes);
     free(d);
 }
@@ -158,6 +175,12 @@ static void leg_forget(rleg_t *g)
     while (g->dels.next) {
         rdel_t *d = g->dels.next;
         del_unlink(d);
+        if (d->is_twin) { /* its link went with it: the copy is settled alone */
+            if (d->twin)
+                d->twin->twin = NULL;
+            free(d);
+            continue;
+        }
         d->ud = NULL;
         d->leg = NULL;
         d->dropped = !d->cd; /* waiting: dropped from the client's queue below */
@@ -318,6 +341,21 @@ static void note_outcome(rlink_t *rl, const rdel_t *d, uint64_t outcome)
         rl->seen_n++;
 }
 
+/* The copy of d's position (its tag) that the client holds, sent from a leg that is still
+ * there, with no twin yet: a leader that took a partition's lead again re-reads its group
+ * from the committed offset while its leg stays attached (local-only legs), and another
+ * leader redelivers from the floor it was told, so a position can come again while the
+ * client has not settled the first copy yet. NULL when there is none. */
+static rdel_t *held_copy(rlink_t *rl, const rdel_t *d)
+{
+    for (rleg_t *g = rl->legs; g; g = g->next)
+        for (rdel_t *o = g->dels.next; o; o = o->next)
+            if (o->cd && !o->is_twin && !o->twin && o->tag_len == d->tag_len &&
+                memcmp(o->tag, d->tag, d->tag_len) == 0)
+                return o;
+    return NULL;
+}
+
 /* A delivery of a position this link sent already (the leader lost with a leg, or a
  * group's committed offset not yet on the new leader, redelivers it): the client's copy
  * is bound to it when the client still holds it, and the client's acceptance (or
@@ -343,6 +381,19 @@ static bool redelivered(rlink_t *rl, rleg_t *g, rdel_t *d, pn_delivery_t *ud)
             free(d);
             return true;
         }
+    rdel_t *h = held_copy(rl, d);
+    if (h) { /* the client's outcome of its copy settles this one too */
+        free(d->bytes);
+        d->bytes = NULL;
+        d->ud = ud;
+        d->is_twin = true;
+        d->twin = h;
+        h->twin = d;
+        leg_push(g, d);
+        rl->dups_rebound++;
+        rs_of(rl->f)->dups_kept++;
+        return true;
+    }
     for (uint32_t k = 0; k < rl->seen_n; k++) {
         const struct seen *e = &rl->seen[(rl->seen_at + SEEN_MAX - 1 - k) % SEEN_MAX];
         if (e->part != part || e->off != off)
@@ -794,6 +845,24 @@ static void leg_down(fwd_link_t *fl, const char *why)
 /* ---------------------------------------------------------------- client events */
 
 /* The client's outcome for a delivery goes to the leader's (both settled). */
+/* The client's outcome of cd applied to d's upstream delivery, settled. */
+static void settle_upstream(rdel_t *d, pn_delivery_t *cd, uint64_t state)
+{
+    pn_disposition_t *rd = pn_delivery_remote(cd), *ld = pn_delivery_local(d->ud);
+    if (state == PN_MODIFIED) {
+        pn_disposition_set_failed(ld, pn_disposition_is_failed(rd));
+        pn_disposition_set_undeliverable(ld, pn_disposition_is_undeliverable(rd));
+        pn_data_copy(pn_disposition_annotations(ld), pn_disposition_annotations(rd));
+    } else if (state == PN_REJECTED) {
+        pn_condition_copy(pn_disposition_condition(ld), pn_disposition_condition(rd));
+    }
+    if (state)
+        pn_delivery_update(d->ud, state);
+    pn_delivery_settle(d->ud);
+    if (d->leg && d->leg->fl.peer)
+        fwd_peer_flush(d->leg->fl.peer);
+}
+
 static void client_disposition(rlink_t *rl, pn_delivery_t *cd)
 {
     uint64_t state = pn_delivery_remote_state(cd);
@@ -806,20 +875,15 @@ static void client_disposition(rlink_t *rl, pn_delivery_t *cd)
                   "led by another node)");
         return;
     }
-    if (d && d->ud) {
-        pn_disposition_t *rd = pn_delivery_remote(cd), *ld = pn_delivery_local(d->ud);
-        if (state == PN_MODIFIED) {
-            pn_disposition_set_failed(ld, pn_disposition_is_failed(rd));
-            pn_disposition_set_undeliverable(ld, pn_disposition_is_undeliverable(rd));
-            pn_data_copy(pn_disposition_annotations(ld), pn_disposition_annotations(rd));
-        } else if (state == PN_REJECTED) {
-            pn_condition_copy(pn_disposition_condition(ld), pn_disposition_condition(rd));
-        }
-        if (state)
-            pn_delivery_update(d->ud, state);
-        pn_delivery_settle(d->ud);
-        if (d->leg && d->leg->fl.peer)
-            fwd_peer_flush(d->leg->fl.peer);
+    if (d && d->ud)
+        settle_upstream(d, cd, state);
+    if (d && d->twin) {
+        rdel_t *t = d->twin;
+        d->twin = NULL;
+        if (t->ud)
+            settle_upstream(t, cd, state);
+        del_unlink(t);
+        free(t);
     }
     if (d) {
         note_outcome(rl, d, state ? state : PN_ACCEPTED);

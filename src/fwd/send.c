@@ -70,6 +70,7 @@ typedef struct fmsg {
     bool batch;       /* an Event Hubs batch: goes on a mqd:batch link */
     int64_t wait_ms;  /* waiting for a leader (or its connection) since; 0: not waiting */
     int64_t retry_ms; /* held: routed again then */
+    int64_t sent_ms;  /* sent upstream then (its outcome awaited) */
     uint64_t t_ns;
     char *topic, *user;
     size_t len;
@@ -371,6 +372,7 @@ static void pump(upl_t *u)
         pn_link_advance(l);
         fm->up = ud;
         fm->wait_ms = 0;
+        fm->sent_ms = mqd_now_ms();
         mqd_dlist_del(&fm->node);
         mqd_dlist_push(&u->sent, &fm->node);
         any = true;
@@ -567,8 +569,8 @@ static void route(fwd_t *f, fmsg_t *fm, bool fresh)
         *node_bytes(f, node) += fm->len;
         fm->to = node;
     }
-    if (!u->fl.link && !fm->wait_ms)
-        fm->wait_ms = mqd_now_ms(); /* its connection is not up: bounded like a held one */
+    if (!fm->wait_ms) /* its connection not up, the link not answered: bounded like a held one */
+        fm->wait_ms = mqd_now_ms();
     fm->upl = u;
     mqd_dlist_push(&u->queue, &fm->node);
     pump(u);
@@ -718,6 +720,43 @@ static void held_tick(fwd_t *f, int64_t now_ms, int64_t bound)
     }
 }
 
+/* The bound on u's messages: one queued (its connection not up, the leader not answering
+ * its attach or giving no credit) or sent and not answered (a leader cut off: the
+ * connection looks up until its idle timeout) for the lease + 1 s is rejected, never
+ * held for ever; a sent one may have been stored: its client sends it again (its
+ * message-id lets the topic's dedup window keep one). */
+static void upl_expire(fwd_t *f, upl_t *u, int64_t now_ms, int64_t bound)
+{
+    fwd_send_t *fs = f->send;
+    while (!mqd_dlist_empty(&u->queue)) {
+        fmsg_t *fm = MQD_CONTAINER(u->queue.next, fmsg_t, node);
+        if (now_ms - fm->wait_ms < bound)
+            break;
+        fs->n_expired++;
+        finish_reject(f, fm, "amqp:resource-limit-exceeded",
+                      "partition %s/%u: its leader, node %" PRIu32 ", cannot be reached: waited %" PRId64
+                      " ms (the cluster lease + 1 s); not stored, send it again",
+                      fm->topic, fm->part, u->node, now_ms - fm->wait_ms);
+    }
+    for (mqd_dlist_t *n = u->sent.next, *next; n != &u->sent; n = next) {
+        next = n->next;
+        fmsg_t *fm = MQD_CONTAINER(n, fmsg_t, node);
+        if (now_ms - fm->sent_ms < bound)
+            continue;
+        fs->n_expired++;
+        if (fm->up) { /* its outcome, if one ever comes, is not awaited any more */
+            pn_delivery_set_context(fm->up, NULL);
+            pn_delivery_settle(fm->up);
+            fm->up = NULL;
+        }
+        finish_reject(f, fm, "amqp:resource-limit-exceeded",
+                      "partition %s/%u: its leader, node %" PRIu32 ", did not answer within %" PRId64
+                      " ms (the cluster lease + 1 s): it may or may not have stored the message; "
+                      "send it again (a message-id lets the topic's dedup window keep one)",
+                      fm->topic, fm->part, u->node, now_ms - fm->sent_ms);
+    }
+}
+
 /* Upstream links: a leader that moved or whose node went has its link's sends routed
  * again; messages queued for a connection that is not up wait at most the bound. */
 static void upl_tick(fwd_t *f, int64_t now_ms, int64_t bound)
@@ -742,21 +781,8 @@ static void upl_tick(fwd_t *f, int64_t now_ms, int64_t bound)
             upl_free(f, u);
             continue;
         }
-        /* queued on a link whose connection is not up: the same bound */
-        if (u->fl.link)
-            continue;
-        while (!mqd_dlist_empty(&u->queue)) {
-            fmsg_t *fm = MQD_CONTAINER(u->queue.next, fmsg_t, node);
-            if (now_ms - fm->wait_ms < bound)
-                break;
-            fs->n_expired++;
-            finish_reject(f, fm, "amqp:resource-limit-exceeded",
-                          "partition %s/%u: its leader, node %" PRIu32
-                          ", cannot be reached: waited %" PRId64
-                          " ms (the cluster lease + 1 s); not stored, send it again",
-                          fm->topic, fm->part, u->node, now_ms - fm->wait_ms);
-        }
-        if (mqd_dlist_empty(&u->queue) && mqd_dlist_empty(&u->sent))
+        upl_expire(f, u, now_ms, bound);
+        if (!u->fl.link && mqd_dlist_empty(&u->queue) && mqd_dlist_empty(&u->sent))
             upl_free(f, u);
     }
 }

@@ -24,27 +24,18 @@ and started again once a new leader accepted.
   receive pause is at most 2 x lease + 10 s x SLOW."""
 
 import os
-import shutil
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import TTL_MS, Etcd, get_json, start_nodes, wait_for  # noqa: E402
-from mqdcrash import KEY, TOPIC, GroupConsumer, Producer, create_topic, settled_state  # noqa: E402
-from mqdtest import SLOW, check, log, skip  # noqa: E402
+from mqdcluster import TTL_MS, get_json, wait_for  # noqa: E402
+from mqdcrash import (KEY, TOPIC, GroupConsumer, Producer, create_topic, on_node,  # noqa: E402
+                     fwd_cluster, settled_state, twice)
+from mqdtest import SLOW, check, log  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 ROUNDS = int(os.environ.get("MQD_FWD_FAILOVER_ROUNDS", "3") or "3")
-
-
-def on_node(cls, port):
-    """cls (an mqdcrash client) kept on one node: after a lost link or connection it
-    attaches again there, never at the leader etcd names (its node forwards)."""
-    class OnNode(cls):
-        def relocate(self, _port, delay=0.1):
-            super().relocate(port, delay)
-    return OnNode
 
 
 def elect_away(etcd, brokers, m):
@@ -88,22 +79,8 @@ def one_round(r, etcd, brokers, m, prod, gc):
     return wall_kill, send_pause, recv_pause
 
 
-def twice(deliveries):
-    """(link, offset) pairs delivered more than once, in arrival order."""
-    seen, bad = set(), []
-    for link, _, off, _, _ in deliveries:
-        if (link, off) in seen:
-            bad.append((link, off))
-        seen.add((link, off))
-    return bad
-
-
 def body(t):
-    if shutil.which("etcd") is None:
-        skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
-    etcd = Etcd(t)
-    etcd.start()
-    brokers = start_nodes(t, etcd, RACKS, lambda i: {"auto_leader_rebalance": "off"})
+    etcd, brokers = fwd_cluster(t, RACKS)
     ps = create_topic(etcd, brokers[1])
     wait_for("ISR of 3", lambda: settled_state(etcd), 40)
     ps = get_json(etcd.port, KEY)

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
 from mqdcluster import (TTL_MS, Etcd, Receiver, get_json, read_keys, start_nodes,  # noqa: E402
                         wait_for)
-from mqdcrash import KEY, TOPIC, Producer, create_topic, settled_state  # noqa: E402
+from mqdcrash import KEY, TOPIC, Producer, create_topic, pct, settled_state  # noqa: E402
 from mqdtest import SLOW, check, log, skip  # noqa: E402
 
 ROUNDS = int(os.environ.get("MQD_FASTFAIL_ROUNDS", "4") or "4")
@@ -44,11 +44,6 @@ DECLINED = "node %d: a fetch connection to it ended, but its port accepted a con
 
 def count(brokers, text):
     return sum(b.log_text().count(text) for b in brokers.values())
-
-
-def pct(xs, p):
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))]
 
 
 def move_to_controller(etcd, brokers):

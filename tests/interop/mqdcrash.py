@@ -55,7 +55,10 @@ def redirect_port(cond):
 class _Follower(MessagingHandler):
     """A client that keeps one link to the partition's leader: on a redirect it goes
     where the info says; after a lost connection or a refusal (100 ms later) it tries,
-    in turn, the leader etcd names and the next node (which redirects it if it follows)."""
+    in turn, the leader etcd names and the next node (which redirects it if it follows).
+    `host`: the nodes' address (their namespaces' in 166)."""
+
+    host = "127.0.0.1"
 
     def __init__(self, etcd, key, ports, **kw):
         super().__init__(**kw)
@@ -114,7 +117,7 @@ class _Follower(MessagingHandler):
             return
         self.reconnects += 1
         self.node = self.by_port.get(port)
-        self.conn = self.container.connect("amqp://127.0.0.1:%d" % port, reconnect=False,
+        self.conn = self.container.connect("amqp://%s:%d" % (self.host, port), reconnect=False,
                                            heartbeat=2 * SLOW)
         self.link = self.attach(self.conn)
 
@@ -187,6 +190,16 @@ class _Follower(MessagingHandler):
         self.thread.join(timeout * SLOW)
         if self.thread.is_alive():
             mqdtest.fail("%s did not stop" % type(self).__name__)
+
+
+def on_node(cls, port, host="127.0.0.1"):
+    """cls (a client of this module) kept on one node (at host:port): after a lost link or
+    connection it attaches again there, never at the leader etcd names (its node forwards)."""
+    class OnNode(cls):
+        def relocate(self, _port, delay=0.1):
+            super().relocate(port, delay)
+    OnNode.host = host
+    return OnNode
 
 
 class Producer(_Follower):
@@ -367,6 +380,109 @@ class GroupConsumer(_Follower):
         return ("group consumer: %d deliveries, %d distinct bodies, %d links, redirects %d, "
                 "reconnects %d, other detaches %r" % (len(self.deliveries), len(self.bodies), self.links,
                                                       self.redirects, self.reconnects, errs))
+
+
+def fwd_cluster(t, racks):
+    """etcd and one node per rack with auto_leader_rebalance off (the forwarding loops 127,
+    165: a lead stays where a failover put it); skipped without etcd."""
+    import shutil
+    if shutil.which("etcd") is None:
+        mqdtest.skip("etcd is not on PATH (Debian: apt-get install etcd-server)")
+    from mqdcluster import Etcd, start_nodes
+    etcd = Etcd(t)
+    etcd.start()
+    return etcd, start_nodes(t, etcd, racks, lambda i: {"auto_leader_rebalance": "off"})
+
+
+class TopicMember(GroupConsumer):
+    """A member of group `group` on the whole topic (T/ConsumerGroups/G: a node that does
+    not lead every partition serves it with one leg per leader, src/fwd/recv.c).
+    `deliveries` are keyed ((link number, partition), node, offset, body, wall-clock time)
+    so that the per-link checks (twice, mqdleaders.link_order_violations) run per partition."""
+
+    def __init__(self, etcd, key, ports, topic, group="g", name="member"):
+        super().__init__(etcd, key, ports, topic, group)
+        self.address = "%s/ConsumerGroups/%s" % (topic, group)
+        self.name = name
+
+    def on_message(self, e):
+        if e.link != self.link:
+            return
+        off = int(ann(e.message, "x-opt-offset", "-1"))
+        part = int(ann(e.message, "x-opt-partition-id", "-1"))
+        self.deliveries.append(((self.links, part), self.node, off, e.message.body, time.time()))
+        self.bodies.add(e.message.body)
+
+
+def twice(deliveries):
+    """(link, offset) pairs delivered more than once, in arrival order (a GroupConsumer's or
+    TopicMember's deliveries)."""
+    seen, bad = set(), []
+    for link, _, off, _, _ in deliveries:
+        if (link, off) in seen:
+            bad.append((link, off))
+        seen.add((link, off))
+    return bad
+
+
+def pct(xs, p):
+    """The p-th percentile of xs (nearest rank), NaN when empty."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))] if s else float("nan")
+
+
+def drain_fwd(prod, members, timeout=40):
+    """Pauses the producer, waits until its sends all settled and the members read every
+    accepted seq (at most timeout); the accepted bodies."""
+    prod.paused = True
+    for _ in range(2):  # a send begun just before the pause can show up late (see drain)
+        wait_for("the producer's sends all settled (%s)" % prod.status(), lambda: prod.unsettled() == 0, 30)
+        time.sleep(0.3 * SLOW)
+    want = set("%s-%d" % (prod.prefix, s) for s in list(prod.acked))
+    try:
+        wait_for("the group has every accepted seq", lambda: want <= read_by(members), timeout)
+    except mqdtest.TestFailure:
+        pass  # fwd_checks says how many
+    return want
+
+
+def read_by(members):
+    return set().union(*[set(list(c.bodies)) for c in members])
+
+
+def fwd_checks(coll, tag, prod, members, want, refused_ok=False):
+    """The invariants of the forwarding loops (165, 166) over clients that stayed on one
+    surviving node: (a) 0 acknowledged lost, (b) no offset twice on one member link (they
+    never release; offsets that go backwards on a link, a redelivery by a new leader of
+    what another member had, are counted and logged), (c) no link error, reattach or reconnect, no send
+    refused (with refused_ok, sends refused while nothing could acknowledge them are
+    allowed: the producer sent them again). Logs the figures, returns (lost, duplicates)."""
+    from mqdleaders import link_order_violations
+    lost = want - read_by(members)
+    dups = [(c.name, x) for c in members for x in twice(list(c.deliveries))]
+    back = [(c.name, x) for c in members for x in link_order_violations(list(c.deliveries))]
+    offs = [(k[1], o) for c in members for k, _, o, _, _ in list(c.deliveries)]
+    again = len(offs) - len(set(offs))  # redelivered to the group (another link, or after a gap)
+    log("%s: %s; %s" % (tag, prod.status(), "; ".join("%s %s" % (c.name, c.status()) for c in members)))
+    log("%s: accepted %d, lost %d, read %d (%s), duplicates on one link %d; offsets backwards on a "
+        "link %d, (partition, offset) read more than once by the group %d (a new leader redelivers "
+        "what its group's last logged floor left: acceptances of the last persist period)"
+        % (tag, len(want), len(lost), sum(len(c.deliveries) for c in members),
+           ", ".join("%s %d" % (c.name, len(c.deliveries)) for c in members), len(dups), len(back),
+           again))
+    if back:
+        log("%s: backwards, first: %r" % (tag, back[:5]))
+    with coll.case("(a) 0 acknowledged lost: the group read every accepted seq"):
+        check(want and not lost, "%d accepted, %d never read: %r" % (len(want), len(lost), sorted(lost)[:5]))
+    with coll.case("(b) no (partition, offset) twice on one link"):
+        check(not dups, "%d twice (member, ((link, partition), offset)): %r" % (len(dups), dups[:5]))
+    with coll.case("(c) no link error, reattach or reconnect; no send refused"):
+        for c in [prod] + list(members):
+            check(not c.errors and c.reconnects == 1, "%s: link errors %r, connections %d"
+                  % (getattr(c, "name", "producer"), c.errors, c.reconnects))
+        check(all(c.links == 1 for c in members), "member links %r" % [c.links for c in members])
+        check(refused_ok or not prod.rejects, "sends not accepted: %r" % prod.rejects)
+    return lost, dups
 
 
 def raw_records(raw):
