@@ -346,9 +346,13 @@ static void isr_check(rpart_t *rp, int64_t now)
         bool in = mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, f->id);
         bool fresh = now - f->caught_ms <= lag;
         /* a follower whose node left the cluster (its lease expired) is out at once, as
-         * one that left cleanly: acks = all sends wait the lease, not replica_lag_ms */
+         * one that left cleanly: acks = all sends wait the lease, not replica_lag_ms;
+         * unless it still fetches and caught up within half a lease: its process lives,
+         * only its link to etcd is cut (test 95 (c)), while a dead one's fetch link went
+         * or it stopped catching up a lease ago */
         const mqd_cluster_node_t *node = mqd_repl_node(rp->r, f->id);
-        bool gone = node && !node->alive;
+        bool fetching = f->ls && now - f->caught_ms <= (int64_t)rp->r->conf->lease_ttl_ms / 2;
+        bool gone = node && !node->alive && !fetching;
         bool want = f->leaving || gone ? false : in ? fresh : f->ls && fresh && f->leo >= ld->hw;
         if (want)
             ps.isr[ps.n_isr++] = f->id;

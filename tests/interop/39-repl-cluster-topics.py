@@ -7,10 +7,11 @@ node 4 that first runs alone).
     name is registered (etcd: topics/orders with replication_factor 1 and home 1, its
     partition state leader 1, replicas [1], isr [1], epoch 1, the registration's id) and
     all N sends are accepted; on nodes 2 and 3 a sender (the topic and one partition) is
-    served, its message forwarded to node 1 (src/fwd), and a receiver is refused with
-    amqp:link:redirect naming node 1, neither node makes a copy (no topics/orders in
-    their data dirs); a receiver that follows the redirect from node 2 reads every
-    accepted message once, in order, and a sender on node 3 gets 50 more accepted; the
+    served, its message forwarded to node 1 (src/fwd), and a receiver (the topic's
+    queue and one group's partition) is served too, forwarded to node 1 (src/fwd/recv.c:
+    no redirect, it reads node 1's first message), neither node makes a copy (no
+    topics/orders in their data dirs); a group receiver on node 2 reads every accepted
+    message once, in order, and a sender on node 3 gets 50 more accepted; the
     anonymous relay on node 2 gets a message to orders accepted (forwarded); `mqctl --json topic list` and `topic show` on
     node 2 list orders with its placement (leader 1, not held there).
 (a2) node 2 has max_topics_per_connection 2: one connection attaching senders to three
@@ -27,10 +28,12 @@ node 4 that first runs alone).
 (d) upgrade: node 4 runs alone first (cluster = none) with `legacy` (100 messages),
     `orders` (30 of its own) and a declared, empty `decl` (node 1 auto-created the
     cluster's `decl`); then it joins the cluster (its config now says replication_factor
-    3 for every topic): it registers legacy with itself as its only replica and leader (nodes 1-3 forward a sender's message to it, a receiver redirected there reads the 100),
+    3 for every topic): it registers legacy with itself as its only replica and leader (nodes 1-3 forward a sender's message to it, a receiver on node 1 reads the 100 forwarded from it),
     its empty decl gives way to the cluster's (copy deleted, a sender's message forwarded to node 1),
-    and its own orders is kept (30 records on disk) but not served (logged loudly, links
-    to orders on node 4 go to node 1, `topic show` says quarantined).
+    and its own orders is kept (30 records on disk) but not served (logged loudly, a
+    sender to orders on node 4 is redirected to node 1, a receiver there is forwarded to
+    node 1's orders and reads the cluster's messages, none of node 4's own; `topic show`
+    says quarantined).
 (e) delete and re-create of an RF-1 topic from another node: `mqctl topic delete legacy`
     on node 2 removes it from etcd (tombstone) and node 4 deletes its copy; `mqctl topic
     create legacy` on node 2 registers it with node 2 as its home, and 10 sends through
@@ -173,19 +176,20 @@ def case_autocreate(etcd, brokers):
             mqdtest.run_container(x, 30)
             check(x.link_cond is None and x.accepted == 1,
                   "sender to %s on node %d: %r %s" % (addr, i, x.link_cond, x.status()))
-        for addr in ("orders", "orders/ConsumerGroups/g/Partitions/0"):
+        # a group of its own per node (g, read below, keeps every message); the queue
+        # gives each node one message of the topic
+        for addr in ("orders", "orders/ConsumerGroups/g%d/Partitions/0" % i):
             x = Receiver(b.url, addr, 1, idle_s=1.0)
             mqdtest.run_container(x, 30)
-            r = redirect_of(x.link_cond)
-            check(r is not None and r[0] == brokers[1].port, "receiver of %s on node %d: %r"
-                  % (addr, i, x.link_cond))
+            check(x.link_cond is None and x.bodies and x.bodies[0].startswith("o-") and
+                  (addr == "orders" or x.bodies[0] == "o-0"),
+                  "receiver of %s on node %d: %r, read %r" % (addr, i, x.link_cond, x.bodies))
         check(not has_copy(b, "orders"), "node %d made a copy of orders" % i)
-    log("(a) nodes 2 and 3 forward senders' messages to node 1 and redirect receivers there, "
-        "hold no copy")
+    log("(a) nodes 2 and 3 forward senders' messages and receivers to node 1, hold no copy")
     r, path = follow(brokers, lambda url: Receiver(url, "orders/ConsumerGroups/g", N), 2)
-    check(path == [2, 1], "receiver path %r" % path)
+    check(path == [2], "receiver path %r (forwarded, not redirected)" % path)
     check(r.bodies[:N] == ["o-%d" % k for k in range(N)],
-          "read %d through the redirect, first wrong at %s" % (len(r.bodies), next(
+          "read %d through node 2, first wrong at %s" % (len(r.bodies), next(
               (k for k, v in enumerate(r.bodies) if v != "o-%d" % k), None)))
     x, path = follow(brokers, lambda url: Sender(url, "orders", 50, "p"), 3)
     check(path == [3] and x.accepted == 50, "sender from node 3: %r %s" % (path, x.status()))
@@ -198,7 +202,7 @@ def case_autocreate(etcd, brokers):
           "topic show on node 2: %r" % sh)
     txt = mqctl_ok(brokers[2], "topic", "list")
     check("LEADERS" in txt and "orders" in txt, "table %r" % txt)
-    log("(a) read %d through node 2's redirect, 50 more sent through node 3; node 2 lists "
+    log("(a) read %d through node 2 (forwarded), 50 more sent through node 3; node 2 lists "
         "orders:\n%s" % (N, txt))
     # the anonymous relay: a message to a topic led elsewhere is forwarded there; a new
     # name is registered by the first message, which is rejected (send it again), and
@@ -405,8 +409,8 @@ def case_upgrade(t, etcd, brokers):
         mqdtest.run_container(x, 30)
         check(x.link_cond is None and x.accepted == 1, "node %d: %r %s" % (i, x.link_cond, x.status()))
     r, path = follow(brokers, lambda url: Receiver(url, "legacy/ConsumerGroups/g", 100), 1)
-    check(path == [1, 4] and r.bodies[:100] == ["l-%d" % k for k in range(100)],
-          "legacy through node 1: %r, read %d" % (path, len(r.bodies)))
+    check(path == [1] and r.bodies[:100] == ["l-%d" % k for k in range(100)],
+          "legacy through node 1 (forwarded to node 4): %r, read %d" % (path, len(r.bodies)))
     log("(d) node 4 registered its legacy (leader 4, isr [4]); read its 100 through node 1")
     wait_for("node 4's empty decl deleted", lambda: not has_copy(b4, "decl"), 10)
     x = Sender(b4.url, "decl", 1, "x")
@@ -422,9 +426,11 @@ def case_upgrade(t, etcd, brokers):
     x = Sender(b4.url, "orders", 1, "x")
     mqdtest.run_container(x, 30)
     check(redirect_of(x.link_cond) == (brokers[1].port, "orders"), "orders on node 4: %r" % (x.link_cond,))
+    # a receiver is forwarded to the cluster's orders (node 1): node 4's own is not served
     x = Receiver(b4.url, "orders/ConsumerGroups/q", 1, idle_s=1.0)
     mqdtest.run_container(x, 30)
-    check(redirect_of(x.link_cond) is not None and not x.bodies, "receiver of orders on node 4: %r %r"
+    check(x.link_cond is None and x.bodies and x.bodies[0] == "o-0" and
+          not any(v.startswith("own-") for v in x.bodies), "receiver of orders on node 4: %r %r"
           % (x.link_cond, x.bodies))
     sh = show(b4, "orders")
     check(sh and sh.get("quarantined") is True and sh["messages"] == 30, "topic show on node 4: %r" % sh)
@@ -469,7 +475,7 @@ def case_delete_recreate(etcd, brokers):
                                                               else None)(registration(etcd, "orders")), 15)
     wait_for("node 1 drops the old orders", lambda: not has_copy(brokers[1], "orders"), 10)
     r, path = follow(brokers, lambda url: Receiver(url, "orders/ConsumerGroups/g", 30), 1)
-    check(path == [1, 4] and r.bodies == ["own-%d" % k for k in range(30)],
+    check(path == [1] and r.bodies == ["own-%d" % k for k in range(30)],
           "orders after the swap: %r, read %d" % (path, len(r.bodies)))
     log("(e) the cluster's orders deleted: node 4's own (30) registered in its place (id %s)"
         % td["id"])
@@ -530,7 +536,7 @@ def body(t):
     brokers = start_nodes(t, etcd, RACKS, lambda i: {"default_replication_factor": 3} if i == 3 else
                           {"max_topics_per_connection": 2} if i == 2 else {})
     coll = mqdtest.Collect()
-    with coll.case("(a) auto-create on node 1, redirects from nodes 2 and 3"):
+    with coll.case("(a) auto-create on node 1, forwarded from nodes 2 and 3"):
         case_autocreate(etcd, brokers)
     with coll.case("(a2) a connection's creates count against max_topics_per_connection"):
         case_quota(etcd, brokers)

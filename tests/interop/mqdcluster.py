@@ -365,7 +365,7 @@ class EtcdProxy:
                 if not data:
                     break
                 b.sendall(data)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: the other pump closed it (fd -1)
                 break
         for s in (a, b):
             try:
