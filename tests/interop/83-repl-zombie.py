@@ -163,10 +163,11 @@ def body(t):
         wait_for("N follows in epoch 3", lambda: "r3/0: follower (leader %d, epoch 3)" % ps3["leader"]
                  in N.log_text(), 20)
         wait_for("ISR of 3", lambda: sorted(get_json(etcd.port, KEY)["isr"]) == [1, 2, 3], 30)
-        rt.join(20 * SLOW)
-        check(not rt.is_alive() and rcv.link_cond is not None and
-              rcv.link_cond[0] == "amqp:link:redirect" and
-              int({str(k): v for k, v in rcv.link_cond[2].items()}.get("port", 0)) == brokers[ps3["leader"]].port,
+        # N's consumer stays attached when N steps down: its link is forwarded to the new
+        # leader (src/fwd/recv.c, "Consumers of a leader that steps down"), read on from
+        # the group's committed offset there, nothing twice on the link
+        rt.join(3 * SLOW)
+        check(rt.is_alive() and rcv.link_cond is None,
               "the receiver on N after it stepped down: %r (read %d)" % (rcv.link_cond, len(rcv.bodies)))
         check(len(rcv.bodies) == 600 + zombie.accepted, "the receiver read %d" % len(rcv.bodies))
     with coll.case("(f) the logs are equal byte for byte"):
