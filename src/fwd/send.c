@@ -1,8 +1,10 @@
 /* fwd/send: producers' messages forwarded per message to their partition's leader.
  *
  * amqp chooses the partition of each message exactly as on a single node and asks the
- * send hook; a partition led here is appended here as before. Otherwise the message
- * (copied) goes on an upstream sender link `T/Partitions/N` to the leader over the pool
+ * send hook. The message (copied) goes on an upstream sender link `T/Partitions/N` to the
+ * leader, this node too (the loopback leg: a send it appended itself would be rejected
+ * to the client if it stepped down before replicating it; a forwarded one is sent
+ * again), over the pool
  * connection (one link per leader node, topic, partition, acks level and client user;
  * link properties mqd:fwd-user, mqd:fwd-node and the client's mqd:acks), and the client's
  * delivery is held until the leader settles the copy: then it gets the leader's outcome
@@ -15,6 +17,13 @@
  *   longer leads: every unsettled copy is routed again, to the new leader once known.
  *   The leader's duplicate detection by message-id (dedup_window_ms) keeps a copy it
  *   already stored once.
+ * - A partition's messages keep their arrival order (seq) through all of it: held and
+ *   queued lists are in seq order, a message is held behind an earlier held one of its
+ *   partition, a refusal by the leader takes everything after it on the link along, and
+ *   the partition's copies still on the link to the leader that was move to the new one
+ *   before anything newer goes there (move_partition).
+ * - A fenced leader here (lease lost) is waited for like an election; past the bound the
+ *   message gets what a local send gets: amqp:precondition-failed, lease lost.
  * - Flow control: a client link's forwarded sends in flight keep their credit (amqp's
  *   refill asks `inflight`), so a slow leader slows the client; past FWD_BUDGET bytes
  *   in flight to one node, no producer link of this node gets new credit for it.
@@ -26,7 +35,8 @@
  *   duplicates dropped by each inner message's id. A leader that does not answer with
  *   mqd:batch gets none (the client's batch is rejected, amqp:not-implemented).
  * - Transactional sends go to fwd/txn.c (the transaction forwarded whole); transactional
- *   batches to a partition led elsewhere are refused (amqp:not-implemented) for now. */
+ *   batches to a partition led elsewhere are refused (amqp:not-implemented) for now; a
+ *   batch to a partition led here is appended here, as on a single node. */
 #include "config.h"
 #include "fwd/fwd_int.h"
 
@@ -72,6 +82,7 @@ typedef struct fmsg {
     int64_t retry_ms; /* held: routed again then */
     int64_t sent_ms;  /* sent upstream then (its outcome awaited) */
     uint64_t t_ns;
+    uint64_t seq; /* arrival order: a partition's messages go (again) in this order */
     char *topic, *user;
     size_t len;
     uint8_t msg[];
@@ -99,7 +110,7 @@ struct fwd_send {
     uint64_t bytes[FWD_MAX_PEERS + 1]; /* in flight per node id (id > FWD_MAX_PEERS: last) */
     uint64_t n_fwd, n_inflight, n_resent, n_rejected, n_expired, added_ns, n_done;
     mqd_hist_t added; /* per accepted send: arrival to the leader's acceptance */
-    uint64_t seq;
+    uint64_t seq, mseq;
 };
 
 static const char *const ACKS[] = {"leader", "quorum", "all"};
@@ -243,11 +254,21 @@ static void finish_reject(fwd_t *f, fmsg_t *fm, const char *cond, const char *fm
     finish(f, fm, PN_REJECTED, cond, desc);
 }
 
+/* Puts fm into list in arrival order (nearly always at the end): a partition's messages
+ * held or queued again after a leader change keep their order. */
+static void push_ordered(mqd_dlist_t *list, fmsg_t *fm)
+{
+    mqd_dlist_t *at = list->prev;
+    while (at != list && MQD_CONTAINER(at, fmsg_t, node)->seq > fm->seq)
+        at = at->prev;
+    mqd_dlist_push(at->next, &fm->node);
+}
+
 /* ---- upstream links ---- */
 
 static void upl_on_event(fwd_link_t *fl, pn_event_t *e);
 static void upl_on_down(fwd_link_t *fl, const char *why);
-static void route(fwd_t *f, fmsg_t *fm, bool fresh);
+static void route(fwd_t *f, fmsg_t *fm);
 static void hold(fwd_t *f, fmsg_t *fm);
 
 static void put_str(pn_data_t *d, const char *k, const char *v)
@@ -408,7 +429,7 @@ static void upl_reroute(fwd_t *f, upl_t *u, bool later)
         if (later)
             hold(f, fm);
         else
-            route(f, fm, false);
+            route(f, fm);
     }
 }
 
@@ -443,11 +464,16 @@ static void upl_outcome(fwd_t *f, upl_t *u, pn_delivery_t *ud)
     pn_delivery_settle(ud);
     fwd_peer_flush(u->fl.peer);
     if (st == PN_REJECTED) {
-        if (not_leader(cn, cd)) { /* again once this node's view moved too */
-            mqd_dlist_del(&fm->node);
-            fm->upl = NULL;
+        if (not_leader(cn, cd)) {
+            /* again once this node's view moved too, and with it everything sent or queued
+             * on the link after it (which that node may still take if it leads again):
+             * nothing of the partition may overtake it */
+            MQD_INFO("fwd", "%s/%u: node %" PRIu32 " does not lead it (%s): its unsettled "
+                     "sends go again", u->topic, u->part, u->node, cd);
             f->send->n_resent++;
-            return hold(f, fm);
+            upl_reroute(f, u, true);
+            upl_free(f, u);
+            return;
         }
         return finish(f, fm, PN_REJECTED, cn, cd);
     }
@@ -513,15 +539,35 @@ static void on_peer_up(fwd_peer_t *p, void *arg)
 
 /* ---- routing ---- */
 
-static bool held_for(fwd_t *f, const char *topic, uint32_t part)
+/* A held message of the partition that arrived before seq (UINT64_MAX: any). */
+static bool held_for(fwd_t *f, const char *topic, uint32_t part, uint64_t seq)
 {
     mqd_dlist_t *h = &f->send->held;
     for (mqd_dlist_t *n = h->next; n != h; n = n->next) {
         fmsg_t *fm = MQD_CONTAINER(n, fmsg_t, node);
-        if (fm->part == part && strcmp(fm->topic, topic) == 0)
+        if (fm->seq < seq && fm->part == part && strcmp(fm->topic, topic) == 0)
             return true;
     }
     return false;
+}
+
+/* The partition's messages still on a link to another node than `node` (the leader that
+ * was, whose link the tick has not let go yet) go first, ahead of anything newer. A link
+ * whose connection is going down right now is left to its own on_down. */
+static void move_partition(fwd_t *f, const fmsg_t *fm, uint32_t node)
+{
+    for (upl_t *u = f->send->upls, *next; u; u = next) {
+        next = u->next;
+        if (u->node != node && u->part == fm->part && strcmp(u->topic, fm->topic) == 0 &&
+            !(u->fl.link && !fwd_peer_session(u->fl.peer)) &&
+            !(mqd_dlist_empty(&u->sent) && mqd_dlist_empty(&u->queue))) {
+            MQD_INFO("fwd", "%s/%u: now led by node %" PRIu32 ": the unsettled sends to node "
+                     "%" PRIu32 " go there first", u->topic, u->part, node, u->node);
+            upl_reroute(f, u, false);
+            upl_free(f, u);
+            next = f->send->upls; /* the table changed */
+        }
+    }
 }
 
 static void hold(fwd_t *f, fmsg_t *fm)
@@ -530,7 +576,7 @@ static void hold(fwd_t *f, fmsg_t *fm)
     if (!fm->wait_ms)
         fm->wait_ms = now;
     fm->retry_ms = now + FWD_RETRY_MS;
-    mqd_dlist_push(&f->send->held, &fm->node);
+    push_ordered(&f->send->held, fm);
 }
 
 /* An upstream link of partition topic/part to a node other than `node` that still has
@@ -544,22 +590,19 @@ static upl_t *stale_upl(fwd_t *f, const char *topic, uint32_t part, uint32_t nod
     return NULL;
 }
 
-/* To the leader's upstream link, or held while none is known. fresh: a new message
- * (behind any held one of its partition, so that a key's order holds). Held too while a
- * link to the partition's previous leader still has messages: the tick sends those to
- * the new leader first (a new leader known before the old link went would otherwise
- * store a key's later messages before its earlier ones). */
-static void route(fwd_t *f, fmsg_t *fm, bool fresh)
+/* To the leader's upstream link, or held while none is known. A partition's messages go
+ * in arrival order: behind any held one of it that came before, and after the ones still
+ * on a link to the leader that was. */
+static void route(fwd_t *f, fmsg_t *fm)
 {
     uint32_t leader = 0;
     if (f->closing)
         return fmsg_free(f, fm); /* stopping: the clients' connections go too */
     mqd_repl_serve_t how = mqd_repl_leader(f->r, fm->topic, fm->part, &leader);
-    if (how == MQD_REPL_SERVE_WAIT || (fresh && held_for(f, fm->topic, fm->part)))
+    if (how == MQD_REPL_SERVE_WAIT || held_for(f, fm->topic, fm->part, fm->seq))
         return hold(f, fm);
     uint32_t node = how == MQD_REPL_SERVE_HERE ? f->self : leader; /* here: the loopback leg */
-    if (stale_upl(f, fm->topic, fm->part, node))
-        return hold(f, fm);
+    move_partition(f, fm, node);
     upl_t *u = upl_get(f, node, fm);
     if (!u)
         return finish_reject(f, fm, "amqp:resource-limit-exceeded", "out of memory");
@@ -572,7 +615,7 @@ static void route(fwd_t *f, fmsg_t *fm, bool fresh)
     if (!fm->wait_ms) /* its connection not up, the link not answered: bounded like a held one */
         fm->wait_ms = mqd_now_ms();
     fm->upl = u;
-    mqd_dlist_push(&u->queue, &fm->node);
+    push_ordered(&u->queue, fm);
     pump(u);
 }
 
@@ -603,19 +646,20 @@ static void fmsg_go(fwd_t *f, fmsg_t *fm)
 {
     f->send->n_fwd++;
     f->send->n_inflight++;
-    route(f, fm, true);
+    fm->seq = ++f->send->mseq;
+    route(f, fm);
 }
 
-/* MQD_FWD_LOCAL when this node takes a message of partition part itself: a topic of no
- * cluster, or one it leads with nothing of the partition held before it (held for an
- * election, or still on a link to its previous leader). */
+/* MQD_FWD_LOCAL when this node takes a front end's message of partition part itself: a
+ * topic of no cluster, or one it leads with nothing of the partition held before it (held
+ * for an election, or still on a link to its previous leader). */
 static bool send_here(fwd_t *f, const char *topic, uint32_t part)
 {
     uint32_t leader = 0;
     if (mqd_repl_nparts(f->r, topic) == 0)
         return true; /* not a cluster topic: a dead-letter topic, a reply node */
     return mqd_repl_leader(f->r, topic, part, &leader) == MQD_REPL_SERVE_HERE &&
-           !held_for(f, topic, part) && !stale_upl(f, topic, part, f->self);
+           !held_for(f, topic, part, UINT64_MAX) && !stale_upl(f, topic, part, f->self);
 }
 
 /* The send hook (core.h). */
@@ -628,8 +672,14 @@ static int on_send(void *arg, mqd_lstate_t *ls, pn_delivery_t *d, const char *to
         return MQD_FWD_LOCAL; /* not a cluster topic: a dead-letter topic, a reply node */
     if (flags & MQD_FWD_F_TXN && !(flags & MQD_FWD_F_BATCH)) /* fwd/txn.c */
         return fwd_txn_send(f, ls, d, topic, part, msg, len, presettled, acks, user);
-    if (send_here(f, topic, part))
-        return MQD_FWD_LOCAL; /* else behind the earlier ones, through the loopback leg */
+    uint32_t leader = 0;
+    /* A partition led here takes a batch as on a single node. Anything else goes through
+     * fwd even then, on the loopback leg: a send this node appended itself would be
+     * rejected to the client if the node stepped down before it was replicated (a send
+     * forwarded is sent again to the new leader), and it could overtake the partition's
+     * sends still in flight to the leader that was. */
+    if (flags && mqd_repl_leader(f->r, topic, part, &leader) == MQD_REPL_SERVE_HERE)
+        return MQD_FWD_LOCAL;
     if (flags & MQD_FWD_F_TXN) {
         if (!presettled)
             mqd_delivery_reject(d, "amqp:not-implemented",
@@ -701,6 +751,14 @@ static void held_tick(fwd_t *f, int64_t now_ms, int64_t bound)
         mqd_dlist_del(&fm->node);
         if (now_ms - fm->wait_ms >= bound) {
             fs->n_expired++;
+            if (mqd_repl_fenced(f->r, fm->topic, fm->part)) { /* what a local send gets */
+                finish_reject(f, fm, "amqp:precondition-failed",
+                              "this node lost its cluster lease: it may no longer lead "
+                              "partition %s/%u (waited %" PRId64 " ms, the cluster lease + "
+                              "1 s, for it to be settled); not stored, send it again",
+                              fm->topic, fm->part, now_ms - fm->wait_ms);
+                continue;
+            }
             finish_reject(f, fm, "amqp:resource-limit-exceeded",
                           "partition %s/%u has no reachable leader: waited %" PRId64
                           " ms (the cluster lease + 1 s) for an election; not stored, send "
@@ -716,7 +774,7 @@ static void held_tick(fwd_t *f, int64_t now_ms, int64_t bound)
         if (now_ms < fm->retry_ms)
             mqd_dlist_push(&fs->held, &fm->node);
         else
-            route(f, fm, false);
+            route(f, fm);
     }
 }
 
@@ -779,6 +837,7 @@ static void upl_tick(fwd_t *f, int64_t now_ms, int64_t bound)
                          : "its unsettled sends go again");
             upl_reroute(f, u, false);
             upl_free(f, u);
+            next = fs->upls; /* routing may have moved (freed) other links too */
             continue;
         }
         upl_expire(f, u, now_ms, bound);

@@ -215,6 +215,12 @@ mqd_repl_serve_t mqd_repl_leader(mqd_repl_t *r, const char *topic, uint32_t part
     return how;
 }
 
+bool mqd_repl_fenced(mqd_repl_t *r, const char *topic, uint32_t part)
+{
+    const rpart_t *rp = mqd_repl_part_find(r, topic, part);
+    return rp && rp->role == ROLE_LEADER && rp->local && !mqd_repl_may_ack(rp);
+}
+
 uint32_t mqd_repl_nparts(mqd_repl_t *r, const char *topic)
 {
     rtopic_t *rt = mqd_repl_topic_find(r, topic);

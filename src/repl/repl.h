@@ -278,6 +278,9 @@ int mqd_repl_peer_opts(mqd_repl_t *r, uint32_t node, const char *container, mqd_
  * address is known) or MQD_REPL_SERVE_WAIT (not known: no state read, an election). */
 mqd_repl_serve_t mqd_repl_leader(mqd_repl_t *r, const char *topic, uint32_t part,
                                  uint32_t *leader);
+/* This node leads partition part of `topic` in its view but may not acknowledge sends:
+ * its cluster lease is lost or about to be (Fencing), so mqd_repl_leader says WAIT. */
+bool mqd_repl_fenced(mqd_repl_t *r, const char *topic, uint32_t part);
 /* The registered partition count of `topic`, 0 when the cluster has no such topic. */
 uint32_t mqd_repl_nparts(mqd_repl_t *r, const char *topic);
 /* Producer links are forwarded (src/fwd): a leader change no longer detaches them. */
