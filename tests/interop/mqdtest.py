@@ -996,11 +996,17 @@ class BlockingTxns:
         ok, state, cond = bt.discharge(tid, fail=False)
     """
 
+    _serial = 0
+
     def __init__(self, conn, timeout=30):
         from proton.utils import BlockingSender
         self.conn = conn
         self.timeout = timeout * SLOW
-        self.coord = conn.create_sender(None, name="txn-ctrl-%d" % id(self), options=CoordinatorTarget())
+        # a name no other coordinator link of this process had: id(self) is reused once an
+        # earlier BlockingTxns is collected, while its link may still be attached
+        BlockingTxns._serial += 1
+        self.coord = conn.create_sender(None, name="txn-ctrl-%d-%d" % (os.getpid(), BlockingTxns._serial),
+                                        options=CoordinatorTarget())
         check(isinstance(self.coord, BlockingSender), "coordinator link not a sender")
 
     def _ctrl(self, descriptor, value):
