@@ -78,7 +78,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (repl_user_sets, Etcd, Props, Sender, b64, cluster_sets, count_records,  # noqa: E402
+from mqdcluster import (repl_user_sets, Etcd, Props, Sender, b64, cluster_sets, count_records, fetch_conn,  # noqa: E402
                         get_json, partition_bytes, post, read_keys, wait_for)
 from mqdtest import SLOW, check, fail, log, skip  # noqa: E402
 from proton import SSLDomain, uint, ulong  # noqa: E402
@@ -411,7 +411,7 @@ def body(t):
                                          else None)(partition(etcd)), 10)
         rc, out, err = mqdtest.mqctl(L.url, "--json", "connection", "list")
         check(rc == 0, "connection list: %d %s" % (rc, err))
-        peers = [c for c in json.loads(out) if c.get("user") == "repl"]
+        peers = [c for c in json.loads(out) if c.get("user") == "repl" and fetch_conn(c)]
         log("ISR %r; repl connections: %r" % (isr, [(c.get("tls_version"), c.get("sasl_mechanism"))
                                                    for c in peers]))
         check(len(peers) == 2 and all(c["tls"] is True and c["sasl_mechanism"] == "PLAIN"
@@ -603,7 +603,7 @@ def certificates_alone(t, coll, etcd, brokers, pki, total):
         ps = wait_for("ISR 3", lambda: isr3(etcd), 10)
         rc, out, err = mqdtest.mqctl(L.url, "--json", "connection", "list")
         check(rc == 0, "connection list: %d %s" % (rc, err))
-        peers = [c for c in json.loads(out) if str(c.get("user", "")).startswith("mqd-node-")]
+        peers = [c for c in json.loads(out) if str(c.get("user", "")).startswith("mqd-node-") and fetch_conn(c)]
         log("leader %d, ISR %r, epoch %d; fetch connections: %r" % (
             leader, ps["isr"], ps["epoch"], [(c.get("user"), c.get("sasl_mechanism"),
                                               c.get("tls_version")) for c in peers]))

@@ -36,7 +36,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
-from mqdcluster import (repl_user_sets, Etcd, Props, Sender, cluster_sets, count_records,  # noqa: E402
+from mqdcluster import (repl_user_sets, Etcd, Props, Sender, cluster_sets, count_records, fetch_conn,  # noqa: E402
                         get_json, partition_bytes, read_keys, wait_for)
 from mqdtest import SLOW, check, fail, log, skip  # noqa: E402
 from proton import SSLDomain, uint, ulong  # noqa: E402
@@ -183,7 +183,7 @@ def body(t):
         rc, out, err = mqdtest.mqctl(L.url, "--json", "connection", "list")
         check(rc == 0, "connection list: %d %s" % (rc, err))
         conns = json.loads(out)
-        peers = [c for c in conns if c.get("user") == "repl"]
+        peers = [c for c in conns if c.get("user") == "repl" and fetch_conn(c)]
         log("repl connections: %r" % [(c.get("id"), c.get("tls_version"), c.get("tls_cipher"),
                                        c.get("sasl_mechanism")) for c in peers])
         check(len(peers) == 2, "%d connections of user repl on the leader: %r" % (len(peers), peers))

@@ -65,6 +65,13 @@ class Etcd:
         return "http://127.0.0.1:%d" % self.port
 
 
+def fetch_conn(c):
+    """Is c (a row of mqctl connection list --json) a follower's fetch connection (container
+    mqd-node-<id>), not a node's pooled forwarding connection (mqd-fwd-<id>, src/fwd: a node
+    keeps one to itself too, for the sends to partitions it leads)?"""
+    return str(c.get("container", "")).startswith("mqd-node-")
+
+
 def b64(s):
     return base64.b64encode(s.encode()).decode()
 
