@@ -22,7 +22,7 @@ declare -A srcs=(
     [fuzz_addr]="src/route/route.c"
     [fuzz_selector]="src/codec/selector.c src/codec/msg.c"
     [fuzz_store]="$(echo src/store/*.c)"
-    [fuzz_mgmt]="src/mgmt/mgmt_json.c src/codec/msg.c"
+    [fuzz_mgmt]="src/mgmt/mgmt_json.c src/mgmt/mgmt_parse.c src/codec/msg.c"
     [fuzz_conf]="$(echo src/conf/conf*.c | sed 's#src/conf/conf_gen.c##')"
     [fuzz_framepeek]="src/codec/framepeek.c"
     [fuzz_gate]="src/auth/gate.c"
@@ -31,12 +31,15 @@ declare -A srcs=(
     [fuzz_raw]="$(echo src/store/*.c)"
     [fuzz_scramc]="src/tools/scram_client.c"
     [fuzz_console]="src/console/parse.c"
+    [fuzz_repl]="src/repl/wire.c src/repl/pstate.c src/repl/hwck_file.c"
+    [fuzz_sbus]="src/mgmt/mgmt_sbus_args.c src/codec/msg.c"
+    [fuzz_amqp091]="src/amqp091/frame.c"
     # the whole broker; the console's pages are a generated file of the build (make)
     [fuzz_conn]="$(ls src/*/*.c | grep -v -e '^src/tools/' -e '^src/util/' -e '^src/conf/conf_gen.c$') build/src/console/ui_files.c"
 )
-libs=(-lqpid-proton -ljansson -lssl -lcrypto -levent_core -levent_pthreads -levent -lsqlite3 -lpthread -lm)
+libs=(-lqpid-proton -ljansson -lssl -lcrypto -levent_core -levent_pthreads -levent -lsqlite3 -lrabbitmq -lpthread -lm)
 total=0
-for t in ${MQD_FUZZ_TARGETS:-fuzz_msg fuzz_addr fuzz_selector fuzz_store fuzz_mgmt fuzz_conf fuzz_framepeek fuzz_gate fuzz_sas fuzz_etcd fuzz_raw fuzz_scramc fuzz_console fuzz_conn}; do
+for t in ${MQD_FUZZ_TARGETS:-fuzz_msg fuzz_addr fuzz_selector fuzz_store fuzz_mgmt fuzz_conf fuzz_framepeek fuzz_gate fuzz_sas fuzz_etcd fuzz_raw fuzz_scramc fuzz_console fuzz_repl fuzz_sbus fuzz_amqp091 fuzz_conn}; do
     # shellcheck disable=SC2086
     clang "${cflags[@]}" tests/fuzz/$t.c ${srcs[$t]} "${u[@]}" "${libs[@]}" -o "$out/$t"
     corpus=tests/fuzz/corpus/$t
