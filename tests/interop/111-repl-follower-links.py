@@ -140,6 +140,7 @@ def restart_round(r, etcd, brokers, clients, visitors):
     lead = ps["leader"]
     b = brokers[lead]
     red0 = [c.redirects for c in clients]
+    err0 = [len(c.errors) for c in clients]
     t0 = time.time()
     b.kill()
     b.start()
@@ -161,14 +162,15 @@ def restart_round(r, etcd, brokers, clients, visitors):
     early = bool(reached)
     # not served from its own log (the logs' check, (c)): forwarded to the new leader once
     # it handed over (issue 33), or, on a build without forwarding, redirected there
-    redirected = all(c.redirects > n or not c.errors for c, n in zip(clients, red0) if c in reached)
+    errs = [c.errors[e:] for c, e in zip(clients, err0)]
+    redirected = all(c.redirects > n or not er for c, n, er in zip(clients, red0, errs) if c in reached)
     ps2 = get_json(etcd.port, KEY)
     log("round a%d: node %d killed and started (epoch %d -> leader %d in epoch %d); its first role "
         "line %.3f s after the kill; the clients' connections opened there after %s s%s; the "
-        "ones that did were forwarded (or redirected) since: %s"
+        "ones that did were forwarded (or redirected) since: %s (link errors this round: %r)"
         % (r, lead, ps["epoch"], ps2["leader"], ps2["epoch"], (role_t or t0) - t0,
            " ".join("%.3f" % (t - t0) for t in opens), " (before its role: in the window)" if early else "",
-           redirected))
+           redirected, errs))
     return early, redirected
 
 
