@@ -734,6 +734,15 @@ void mqd_part_set_repl_ends(mqd_part_t *p, uint64_t hw, uint64_t quorum_end);
  * below min_insync_replicas, so the watermark will not reach them in time. Returns the
  * number rejected. Their records stay in the log (docs/replication.md). */
 size_t mqd_part_reject_waiting(mqd_part_t *p, int min_acks, const char *cond, const char *desc);
+/* The same for the waiting sends whose last record is at or past `from` (a follower's
+ * log cut back to `from`: those records are gone). */
+size_t mqd_part_reject_waiting_from(mqd_part_t *p, uint64_t from, int min_acks, const char *cond,
+                                    const char *desc);
+/* A leader that stepped down: its waiting sends (transactions' aside) are in doubt; each
+ * from now on waits for the high watermark whatever its acks (the new leader's, as this
+ * node follows it), or a cut of the log below it (mqd_part_reject_waiting_from). Returns
+ * how many. */
+size_t mqd_part_waiting_in_doubt(mqd_part_t *p);
 /* At most 4 per partition (MQD_ENOMEM past that); `arg` is the caller's and must outlive
  * the subscription. Subscribers run in the order they subscribed. */
 int mqd_part_commit_subscribe(mqd_part_t *p, mqd_part_commit_fn fn, void *arg);

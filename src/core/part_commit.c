@@ -166,13 +166,15 @@ static void settle_sends(mqd_part_t *p, uint64_t visible)
     }
 }
 
-size_t mqd_part_reject_waiting(mqd_part_t *p, int min_acks, const char *cond, const char *desc)
+size_t mqd_part_reject_waiting_from(mqd_part_t *p, uint64_t from, int min_acks, const char *cond,
+                                    const char *desc)
 {
     mqd_pending_t **pp = &p->pend_head, *prev = NULL;
     size_t n = 0;
     while (*pp) {
         mqd_pending_t *pe = *pp;
-        if (pe->acks < min_acks || pe->txn) { /* a transaction fails at its discharge */
+        /* a transaction fails at its discharge */
+        if (pe->acks < min_acks || pe->txn || pe->last_offset < from) {
             prev = pe;
             pp = &pe->next;
             continue;
@@ -185,6 +187,24 @@ size_t mqd_part_reject_waiting(mqd_part_t *p, int min_acks, const char *cond, co
          * that a step-down may cut from the log (acknowledged and lost; test 165) */
         mqd_dedup_forget_pending(p->topic, pe);
         settle_one(p, pe, PN_REJECTED, cond, desc);
+        n++;
+    }
+    return n;
+}
+
+size_t mqd_part_reject_waiting(mqd_part_t *p, int min_acks, const char *cond, const char *desc)
+{
+    return mqd_part_reject_waiting_from(p, 0, min_acks, cond, desc);
+}
+
+size_t mqd_part_waiting_in_doubt(mqd_part_t *p)
+{
+    size_t n = 0;
+    for (mqd_pending_t *pe = p->pend_head; pe; pe = pe->next) {
+        if (pe->txn)
+            continue;
+        p->pend_weak -= pe->acks < MQD_ACKS_ALL;
+        pe->acks = MQD_ACKS_ALL;
         n++;
     }
     return n;

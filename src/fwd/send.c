@@ -13,15 +13,20 @@
  * - No leader known (an election): the message is held, in order, and routed again each
  *   tick; one that waited the lease + 1 s is rejected (amqp:resource-limit-exceeded,
  *   "no leader ..."). A leader whose connection is not up is waited for as long.
- * - The upstream link or connection goes, or the leader refuses the copy because it no
- *   longer leads: every unsettled copy is routed again, to the new leader once known.
- *   The leader's duplicate detection by message-id (dedup_window_ms) keeps a copy it
- *   already stored once.
+ * - The upstream link or connection goes: every unsettled copy is routed again, to the
+ *   new leader once known; the leader refuses a copy because it no longer leads: that
+ *   copy and the later ones of the link are. The leader's duplicate detection by
+ *   message-id (dedup_window_ms) keeps a copy it already stored once.
+ * - The leader moved while copies sent to it are unsettled on a link that is up: they
+ *   stay, their outcomes awaited (upl_drain): the node that stepped down settles them by
+ *   the new leader's watermark, or rejects the ones cut from its log (repl/follower.c),
+ *   so that a copy the new leader holds is not stored twice.
  * - A partition's messages keep their arrival order (seq) through all of it: held and
  *   queued lists are in seq order, a message is held behind an earlier held one of its
  *   partition, a refusal by the leader takes everything after it on the link along, and
- *   the partition's copies still on the link to the leader that was move to the new one
- *   before anything newer goes there (move_partition).
+ *   the partition's copies queued on the link to the leader that was move to the new one,
+ *   and the ones sent on it are settled, before anything newer goes there
+ *   (move_partition).
  * - A fenced leader here (lease lost) is waited for like an election; past the bound the
  *   message gets what a local send gets: amqp:precondition-failed, lease lost.
  * - Flow control: a client link's forwarded sends in flight keep their credit (amqp's
@@ -99,6 +104,7 @@ struct upl {
     bool batch;    /* a mqd:batch link: its transfers are batches */
     bool opened;   /* the leader answered the attach with a target */
     bool no_batch; /* a batch link the leader answered without mqd:batch */
+    bool draining; /* its node no longer leads: only its sent copies' outcomes awaited */
     mqd_dlist_t queue, sent;
     uint64_t tag;
 };
@@ -402,18 +408,26 @@ static void pump(upl_t *u)
         fwd_peer_flush(u->fl.peer);
 }
 
-/* Takes u out of the table and routes every message of it again (sent first, then
- * queued: their order), at once or (later) at the next tick, when the leader refused the
- * link and this node's view may not have moved yet; the caller frees u. */
-static void upl_reroute(fwd_t *f, upl_t *u, bool later)
+static bool upl_link_up(const upl_t *u)
+{
+    return u->fl.link && fwd_peer_session(u->fl.peer);
+}
+
+/* Routes again, in their order, u's sent copies from arrival `seq` on and everything
+ * queued on it: at once or (later) at the next tick, when the leader refused the link
+ * and this node's view may not have moved yet. The sent copies before `seq` stay on u,
+ * their outcomes awaited. */
+static void upl_reroute_from(fwd_t *f, upl_t *u, uint64_t seq, bool later)
 {
     mqd_dlist_t all;
     mqd_dlist_init(&all);
-    upl_unlist(f, u); /* never routed back onto u */
     mqd_dlist_t *lists[2] = {&u->sent, &u->queue};
     for (int i = 0; i < 2; i++)
-        while (!mqd_dlist_empty(lists[i])) {
-            fmsg_t *fm = MQD_CONTAINER(lists[i]->next, fmsg_t, node);
+        for (mqd_dlist_t *n = lists[i]->next, *next; n != lists[i]; n = next) {
+            next = n->next;
+            fmsg_t *fm = MQD_CONTAINER(n, fmsg_t, node);
+            if (i == 0 && fm->seq < seq)
+                continue;
             mqd_dlist_del(&fm->node);
             mqd_dlist_push(&all, &fm->node);
         }
@@ -431,6 +445,33 @@ static void upl_reroute(fwd_t *f, upl_t *u, bool later)
         else
             route(f, fm);
     }
+}
+
+/* Takes u out of the table and routes every message of it again (sent first, then
+ * queued: their order); the caller frees u. */
+static void upl_reroute(fwd_t *f, upl_t *u, bool later)
+{
+    upl_unlist(f, u); /* never routed back onto u */
+    upl_reroute_from(f, u, 0, later);
+}
+
+/* u's node no longer leads its partition but the link is up and copies sent on it await
+ * their outcome: they stay (the node that stepped down settles each as the next leader's
+ * watermark passes it, or rejects it when its record was cut: repl/follower.c), so that
+ * a copy the new leader already holds is not stored twice; what is queued goes by the
+ * route, held behind them (route). Returns false when u is not in that state. */
+static bool upl_drain(fwd_t *f, upl_t *u, uint32_t leader)
+{
+    if (!upl_link_up(u) || mqd_dlist_empty(&u->sent))
+        return false;
+    if (!u->draining)
+        MQD_INFO("fwd", "%s/%u: now led by node %" PRIu32 ": the sends still unsettled on "
+                 "node %" PRIu32 " wait for its outcome, later ones for them",
+                 u->topic, u->part, leader, u->node);
+    u->draining = true;
+    if (!mqd_dlist_empty(&u->queue))
+        upl_reroute_from(f, u, UINT64_MAX, false);
+    return true;
 }
 
 /* Conditions under which the leader refused a copy because it does not lead the partition
@@ -468,11 +509,14 @@ static void upl_outcome(fwd_t *f, upl_t *u, pn_delivery_t *ud)
             /* again once this node's view moved too, and with it everything sent or queued
              * on the link after it (which that node may still take if it leads again):
              * nothing of the partition may overtake it */
-            MQD_INFO("fwd", "%s/%u: node %" PRIu32 " does not lead it (%s): its unsettled "
-                     "sends go again", u->topic, u->part, u->node, cd);
+            MQD_INFO("fwd", "%s/%u: node %" PRIu32 " does not lead it (%s): this send and "
+                     "the later ones go again", u->topic, u->part, u->node, cd);
             f->send->n_resent++;
-            upl_reroute(f, u, true);
-            upl_free(f, u);
+            /* the earlier ones still unsettled there stay, their outcomes awaited; this
+             * one and the later ones wait behind them (route) */
+            upl_reroute_from(f, u, fm->seq, true);
+            if (mqd_dlist_empty(&u->sent))
+                upl_free(f, u);
             return;
         }
         return finish(f, fm, PN_REJECTED, cn, cd);
@@ -552,15 +596,25 @@ static bool held_for(fwd_t *f, const char *topic, uint32_t part, uint64_t seq)
 }
 
 /* The partition's messages still on a link to another node than `node` (the leader that
- * was, whose link the tick has not let go yet) go first, ahead of anything newer. A link
- * whose connection is going down right now is left to its own on_down. */
-static void move_partition(fwd_t *f, const fmsg_t *fm, uint32_t node)
+ * was, whose link the tick has not let go yet) go first, ahead of anything newer: queued
+ * ones go again; sent ones stay there, their outcomes awaited (upl_drain), unless the
+ * link is gone. A link whose connection is going down right now is left to its own
+ * on_down. Returns true while such sent copies are awaited: fm must wait for them. */
+static bool move_partition(fwd_t *f, const fmsg_t *fm, uint32_t node)
 {
+    bool wait = false;
     for (upl_t *u = f->send->upls, *next; u; u = next) {
         next = u->next;
         if (u->node != node && u->part == fm->part && strcmp(u->topic, fm->topic) == 0 &&
             !(u->fl.link && !fwd_peer_session(u->fl.peer)) &&
             !(mqd_dlist_empty(&u->sent) && mqd_dlist_empty(&u->queue))) {
+            bool had_queue = !mqd_dlist_empty(&u->queue);
+            if (upl_drain(f, u, node)) {
+                wait = true;
+                if (had_queue)
+                    next = f->send->upls; /* routing may have changed the table */
+                continue;
+            }
             MQD_INFO("fwd", "%s/%u: now led by node %" PRIu32 ": the unsettled sends to node "
                      "%" PRIu32 " go there first", u->topic, u->part, node, u->node);
             upl_reroute(f, u, false);
@@ -568,6 +622,7 @@ static void move_partition(fwd_t *f, const fmsg_t *fm, uint32_t node)
             next = f->send->upls; /* the table changed */
         }
     }
+    return wait;
 }
 
 static void hold(fwd_t *f, fmsg_t *fm)
@@ -602,7 +657,8 @@ static void route(fwd_t *f, fmsg_t *fm)
     if (how == MQD_REPL_SERVE_WAIT || held_for(f, fm->topic, fm->part, fm->seq))
         return hold(f, fm);
     uint32_t node = how == MQD_REPL_SERVE_HERE ? f->self : leader; /* here: the loopback leg */
-    move_partition(f, fm, node);
+    if (move_partition(f, fm, node))
+        return hold(f, fm);
     upl_t *u = upl_get(f, node, fm);
     if (!u)
         return finish_reject(f, fm, "amqp:resource-limit-exceeded", "out of memory");
@@ -829,6 +885,10 @@ static void upl_tick(fwd_t *f, int64_t now_ms, int64_t bound)
         uint32_t want = how == MQD_REPL_SERVE_HERE ? f->self
                         : how == MQD_REPL_SERVE_REDIRECT ? leader
                                                           : 0;
+        if (want != u->node && want && upl_drain(f, u, want)) {
+            upl_expire(f, u, now_ms, bound);
+            continue;
+        }
         if (want != u->node) {
             MQD_INFO("fwd", "%s/%u: node %" PRIu32 " does not lead it any more (%s): %s",
                      u->topic, u->part, u->node, want ? "moved" : "no leader known",
@@ -840,6 +900,7 @@ static void upl_tick(fwd_t *f, int64_t now_ms, int64_t bound)
             next = fs->upls; /* routing may have moved (freed) other links too */
             continue;
         }
+        u->draining = false; /* its node leads (again) */
         upl_expire(f, u, now_ms, bound);
         if (!u->fl.link && mqd_dlist_empty(&u->queue) && mqd_dlist_empty(&u->sent))
             upl_free(f, u);

@@ -264,6 +264,7 @@ static void truncate_to_leader(fol_t *f, pn_data_t *info)
                "%s/%u: diverged from leader %" PRIu32 ": truncating %" PRIu64 " -> %" PRIu64
                " (leader's epoch %" PRIu32 " ends at %" PRIu64 ")",
                f->rp->topic, f->rp->part, f->leader, mqd_plog_end_offset(log), to, epoch, end);
+    mqd_repl_fol_doubt_end(f->rp, to); /* what this node took as leader above `to` is gone */
     if (mqd_plog_truncate_start(log, to, on_truncated, f->rp) == 0)
         f->rp->truncating = true;
 }
@@ -402,9 +403,59 @@ void mqd_repl_fol_stop(rpart_t *rp)
     rp->fol = NULL;
 }
 
+#define DOUBT_WHY                                                                           \
+    "the partition's leader changed before the send was replicated: send it again to the new " \
+    "leader"
+
+/* A leader that steps down does not know yet whether the next one holds what it appended
+ * and has not settled: a hand-over (mqctl cluster elect, rebalancing) names an in-sync
+ * replica that may have fetched all of it, some or none. Rejecting those sends ("send it
+ * again") made the node that forwarded them send them again, and the copies the new
+ * leader had were stored twice (test 98). So they wait, as acks = all sends, while this
+ * node follows the new leader: its fetch first cuts this log back to where the two agree
+ * (truncate_to_leader rejects the sends above that point: their records are gone), then
+ * the new leader's watermark settles the rest as it passes them (accepted: that leader
+ * holds them). If neither happens within the lease + 1 s (the new leader out of reach)
+ * they are rejected as before; so are they when this node will not follow. */
+void mqd_repl_fol_doubt(rpart_t *rp)
+{
+    mqd_repl_t *r = rp->r;
+    if (!rp->local)
+        return;
+    if (r->closing || r->stopping || rp->dropping) {
+        mqd_repl_fol_doubt_end(rp, 0);
+        return;
+    }
+    size_t n = mqd_part_waiting_in_doubt(rp->local);
+    rp->doubt_until_ms = 0;
+    if (!n)
+        return;
+    rp->doubt_until_ms = mqd_now_ms() + (int64_t)r->conf->lease_ttl_ms + 1000;
+    MQD_NOTICE("repl",
+               "%s/%u: stepped down with %zu sends waiting: each is accepted once the next "
+               "leader's watermark passes it, rejected if its record is cut from this log",
+               rp->topic, rp->part, n);
+}
+
+void mqd_repl_fol_doubt_end(rpart_t *rp, uint64_t from)
+{
+    if (!rp->local)
+        return;
+    size_t n = mqd_part_reject_waiting_from(
+        rp->local, from, MQD_ACKS_LEADER, "amqp:resource-limit-exceeded",
+        rp->dropping ? "the topic was deleted before the send was replicated" : DOUBT_WHY);
+    if (from == 0)
+        rp->doubt_until_ms = 0;
+    if (n)
+        MQD_WARN("repl", "%s/%u: %zu waiting sends rejected (%s)", rp->topic, rp->part, n,
+                 from ? "their records were cut from the log" : "stepped down");
+}
+
 void mqd_repl_fol_work(rpart_t *rp, int64_t now_ms)
 {
     fol_t *f = rp->fol;
+    if (rp->doubt_until_ms && now_ms >= rp->doubt_until_ms)
+        mqd_repl_fol_doubt_end(rp, 0); /* the new leader's watermark did not come */
     if (!f)
         return;
     if (!f->oc) {

@@ -167,15 +167,7 @@ void mqd_repl_lead_stop(rpart_t *rp)
     mqd_plog_set_commit_tap(mqd_part_log(rp->local), NULL, NULL);
     for (uint32_t i = 0; ld && i < ld->n; i++)
         drop_link(&ld->f[i]);
-    /* a leader that stepped down settles nothing more, acks = leader included: the new
-     * leader may not have these, and this log is cut back to its epoch's end */
-    size_t n = mqd_part_reject_waiting(
-        rp->local, MQD_ACKS_LEADER, "amqp:resource-limit-exceeded",
-        rp->dropping ? "the topic was deleted before the send was replicated"
-                     : "the partition's leader changed before the send was replicated: send it "
-                       "again to the new leader");
-    if (n)
-        MQD_WARN("repl", "%s/%u: stepped down: %zu waiting sends rejected", rp->topic, rp->part, n);
+    mqd_repl_fol_doubt(rp); /* its waiting sends: settled by the next leader's watermark */
     if (!rp->r->closing && !rp->dropping)
         mqd_repl_detach_links(rp);
     lead_moved(rp, false);

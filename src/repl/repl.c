@@ -319,6 +319,8 @@ static void set_role(rpart_t *rp, role_t role)
         rc = mqd_repl_fol_start(rp);
     if (rc == 0)
         rp->role = role;
+    if (rp->role == ROLE_NONE && rp->doubt_until_ms)
+        mqd_repl_fol_doubt_end(rp, 0); /* no follower here to learn their fate */
     /* from any role (a leader's links went in lead_stop already): no link stays that an
      * attach would not be served for now (serve.c) */
     if (rp->local && !rp->r->closing && !rp->dropping &&

@@ -117,6 +117,8 @@ struct rpart {
     uint32_t xfer_to;      /* 0: no move */
     uint32_t xfer_epoch;   /* the epoch the move writes, once its CAS was sent (else 0) */
     int64_t xfer_until_ms; /* the move is given up when not sent by then */
+    int64_t doubt_until_ms; /* stepped down with sends waiting (follower.c): rejected then
+                               if the new leader's watermark has not settled them; 0: none */
 };
 
 /* A topic's registration as etcd holds it (topics/<T>). */
@@ -354,6 +356,13 @@ void mqd_repl_gstate_free(lead_t *ld);
 int mqd_repl_fol_start(rpart_t *rp);
 void mqd_repl_fol_stop(rpart_t *rp);
 void mqd_repl_fol_work(rpart_t *rp, int64_t now_ms);
+/* A leader stepping down (lead_stop): its waiting sends wait for the next leader's
+ * watermark as this node follows it, unless it will not (closing, stopping, the topic
+ * going): then they are rejected "send it again". */
+void mqd_repl_fol_doubt(rpart_t *rp);
+/* Rejects the sends still in doubt (from offset `from` on): their records are gone, or
+ * this node does not follow the partition to learn their fate. */
+void mqd_repl_fol_doubt_end(rpart_t *rp, uint64_t from);
 /* The node stops cleanly: the fetch link is closed with MQD_REPL_LEAVING (sent at once)
  * and not attached again. */
 void mqd_repl_fol_leave(rpart_t *rp);

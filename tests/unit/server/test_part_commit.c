@@ -13,7 +13,10 @@
  *     (exactly hw - floor records), a rise notifies the subscribers once, in the order
  *     they subscribed, a repeat or a fall does not, and a stable advance no longer moves
  *     the watermark;
- *   - a grow moves no partition; replaced overrides and the identity persist. */
+ *   - a grow moves no partition; replaced overrides and the identity persist;
+ *   - a leader that stepped down: its waiting sends are in doubt (acks = leader ones
+ *     too): none settles at the local stable offset, those at or past a cut are
+ *     rejected, the rest accepted as the next leader's watermark passes them. */
 #include "config.h"
 #include "server/server_int.h"
 #include "server/server.h"
@@ -25,6 +28,8 @@
 #include <cmocka.h>
 
 #include "../server_fixture.h"
+
+#include <proton/disposition.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +222,52 @@ static void test_high_watermark(void **state)
     mqd_part_commit_unsubscribe(p, sub_b, &seen);
 }
 
+typedef struct outcomes {
+    uint64_t accepted, rejected; /* bit per tag */
+    char cond[64];
+} outcomes_t;
+
+static void note_outcome(void *arg, uint64_t tag, uint64_t outcome, const char *cond,
+                         const char *desc)
+{
+    outcomes_t *o = arg;
+    (void)desc;
+    if (outcome == PN_ACCEPTED)
+        o->accepted |= 1ull << tag;
+    else if (outcome == PN_REJECTED) {
+        o->rejected |= 1ull << tag;
+        snprintf(o->cond, sizeof o->cond, "%s", cond ? cond : "");
+    }
+}
+
+static void test_in_doubt(void **state)
+{
+    fx_t *f = *state;
+    mqd_part_t *p = f->t->parts[0];
+    outcomes_t o = {0};
+    mqd_part_set_hw(p, 0); /* replicated */
+    for (uint64_t i = 0; i < 5; i++) {
+        char body[16];
+        int len = snprintf(body, sizeof body, "rec %llu", (unsigned long long)i);
+        assert_int_equal(mqd_part_append_notify(p, (const uint8_t *)body, (size_t)len,
+                                                note_outcome, &o, i, NULL), 0);
+        p->pend_tail->acks = i < 2 ? MQD_ACKS_LEADER : MQD_ACKS_ALL;
+        p->pend_weak += i < 2;
+    }
+    assert_int_equal(mqd_part_waiting_in_doubt(p), 5);
+    assert_int_equal(p->pend_weak, 0);
+    sync_all(f, p); /* stable 5, watermark 0: an acks = leader send no longer settles */
+    assert_int_equal(o.accepted | o.rejected, 0);
+    assert_int_equal(mqd_part_reject_waiting_from(p, 3, MQD_ACKS_LEADER, "amqp:x", "cut"), 2);
+    assert_int_equal(o.rejected, 0x18); /* offsets 3 and 4 */
+    assert_string_equal(o.cond, "amqp:x");
+    mqd_part_set_hw(p, 2);
+    assert_int_equal(o.accepted, 0x3);
+    mqd_part_set_hw(p, 5);
+    assert_int_equal(o.accepted, 0x7);
+    assert_null(p->pend_head);
+}
+
 /* Growing a topic moves none of its partitions (the replication layer keeps pointers to
  * them across `mqctl topic alter --partitions`): the same addresses after 1 -> 64, the
  * old partition's subscriber and stable callback still fire, the new ones take appends.
@@ -295,6 +346,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_committed_lso, setup, teardown),
         cmocka_unit_test_setup_teardown(test_high_watermark, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grow_keeps_partitions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_in_doubt, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
