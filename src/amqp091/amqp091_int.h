@@ -174,6 +174,32 @@ int a091_chan_fail(a091_conn_t *c, a091_chan_t *ch, int code, const char *fmt, c
 /* a short string as a C string of at most 255 bytes (a NUL in it ends it early) */
 void a091_cstr(amqp_bytes_t b, char out[256]);
 
+/* The queue (topic) a queue method names, created by a declare when allowed (create);
+ * NULL after the channel error. Any right on it lets a client see that it exists. */
+mqd_topic_t *a091_queue_topic(a091_conn_t *c, a091_chan_t *ch, const char *q, bool create,
+                              amqp_method_number_t id);
+
+/* ---- exch.c: exchanges, bindings, routing ---- */
+/* exchange.declare / delete, queue.bind / unbind (exchange.bind: 540) */
+int a091_exchange_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id, void *m);
+/* The queues a publish goes to (each once; names borrowed until the next exchange or
+ * binding change, i.e. within the event) */
+typedef struct a091_targets {
+    const char **q;
+    size_t n, cap;
+} a091_targets_t;
+void a091_targets_free(a091_targets_t *t);
+/* 0 (the exchange may be published to), 404 (no such exchange), 403 (internal) */
+int a091_exchange_check(a091_conn_t *c, const char *ex);
+/* Adds to out the queues exchange ex routes rk (and headers) to: 0, 404 or MQD_ENOMEM. */
+int a091_route(a091_conn_t *c, const char *ex, const char *rk, const amqp_table_t *headers,
+               a091_targets_t *out);
+/* A topic-exchange pattern (`*` one word, `#` zero or more) against a routing key */
+bool a091_topic_match(const char *pattern, const char *key);
+/* queue.delete: the queue's bindings go (meta.db's went with the topic's row) */
+void a091_exch_queue_gone(const char *q);
+void a091_exch_free(void);
+
 /* ---- consume.c: basic.consume/cancel/qos/ack/nack/reject/get/recover, delivery ---- */
 int a091_basic_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id, void *m);
 void a091_release_all(a091_conn_t *c, a091_chan_t *ch); /* channel or connection closed */
