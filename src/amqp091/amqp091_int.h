@@ -179,6 +179,25 @@ void a091_cstr(amqp_bytes_t b, char out[256]);
 mqd_topic_t *a091_queue_topic(a091_conn_t *c, a091_chan_t *ch, const char *q, bool create,
                               amqp_method_number_t id);
 
+/* ---- match.c: how a binding matches (no broker state: the fuzz target runs it) ---- */
+/* A topic-exchange pattern (`*` one word, `#` zero or more) against a routing key */
+bool a091_topic_match(const char *pattern, const char *key);
+/* A headers binding: x-match, the headers it compares (name -> canonical value) and its
+ * arguments in the canonical JSON kept in meta.db */
+struct json_t;
+typedef struct a091_hdr {
+    int xmatch;
+    struct json_t *match;
+    char *args;
+} a091_hdr_t;
+/* From queue.bind's arguments: 0, or 406 (*why: a bad x-match, a value of a type not
+ * compared) or 541 */
+int a091_headers_parse(const amqp_table_t *args, a091_hdr_t *b, const char **why);
+/* From the stored form: 0 or MQD_EINVAL / MQD_ENOMEM */
+int a091_headers_load(const char *args_json, a091_hdr_t *b);
+bool a091_headers_match(const a091_hdr_t *b, const amqp_table_t *headers);
+void a091_headers_clear(a091_hdr_t *b);
+
 /* ---- exch.c: exchanges, bindings, routing ---- */
 /* exchange.declare / delete, queue.bind / unbind (exchange.bind: 540) */
 int a091_exchange_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id, void *m);
@@ -194,8 +213,6 @@ int a091_exchange_check(a091_conn_t *c, const char *ex);
 /* Adds to out the queues exchange ex routes rk (and headers) to: 0, 404 or MQD_ENOMEM. */
 int a091_route(a091_conn_t *c, const char *ex, const char *rk, const amqp_table_t *headers,
                a091_targets_t *out);
-/* A topic-exchange pattern (`*` one word, `#` zero or more) against a routing key */
-bool a091_topic_match(const char *pattern, const char *key);
 /* queue.delete: the queue's bindings go (meta.db's went with the topic's row) */
 void a091_exch_queue_gone(const char *q);
 void a091_exch_free(void);

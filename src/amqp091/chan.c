@@ -10,13 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void a091_cstr(amqp_bytes_t b, char out[256])
-{
-    size_t n = b.len < 255 ? b.len : 255;
-    memcpy(out, b.bytes, n);
-    out[n] = 0;
-}
-
 static void pub_reset(a091_chan_t *ch)
 {
     free(ch->pub_exchange);
