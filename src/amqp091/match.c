@@ -87,11 +87,12 @@ int a091_headers_parse(const amqp_table_t *args, a091_hdr_t *b, const char **why
             b->xmatch = x;
             continue;
         }
-        if (!canon(&e->value, val, sizeof val) || !json_string(val)) {
+        json_t *js = canon(&e->value, val, sizeof val) ? json_string(val) : NULL;
+        if (!js) { /* json_string: NULL for a value that is not UTF-8 */
             *why = "a header value of a type mqd does not compare (tables, arrays, decimals)";
             goto bad;
         }
-        json_object_set_new(all, key, json_string(val));
+        json_object_set_new(all, key, js);
     }
     const char *k;
     json_t *v;
