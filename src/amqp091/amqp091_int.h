@@ -241,10 +241,13 @@ int a091_map_to_amqp10(const amqp_basic_properties_t *props, const char *exchang
                        const uint8_t *body, size_t len, struct mqd_buf *out);
 /* Decodes a stored AMQP 1.0 message into props (allocated in pool) and its body (a data
  * section's bytes, an amqp-value string or binary as its bytes, otherwise the encoded
- * value); *rkey: its x-routing-key annotation, else NULL; *dcount (when not NULL): its
- * header's delivery-count. 0 or MQD_EINVAL. */
+ * value); *rt: its x-exchange and x-routing-key annotations (in pool), else NULL;
+ * *dcount (when not NULL): its header's delivery-count. 0 or MQD_EINVAL. */
+typedef struct a091_routed {
+    char *exchange, *rkey;
+} a091_routed_t;
 int a091_map_from_amqp10(const uint8_t *msg, size_t len, amqp_pool_t *pool,
-                         amqp_basic_properties_t *props, amqp_bytes_t *body, char **rkey,
+                         amqp_basic_properties_t *props, amqp_bytes_t *body, a091_routed_t *rt,
                          uint32_t *dcount);
 
 #endif

@@ -33,15 +33,20 @@ def conn_of(b, user):
     return pika.BlockingConnection(a9.params(b.port, user, PW[user]))
 
 
-def drain(ch, q, limit=500):
-    """Every message of q now, in order (basic.get with auto-ack until get-empty)."""
+def drain_full(ch, q, limit=500):
+    """Every message of q now, in order (basic.get with auto-ack until get-empty):
+    [(body, exchange, routing key)]."""
     out = []
     for _ in range(limit):
         m, p, bd = ch.basic_get(q, auto_ack=True)
         if m is None:
             break
-        out.append((bd.decode(), p))
-    return [x[0] for x in out]
+        out.append((bd.decode(), m.exchange, m.routing_key))
+    return out
+
+
+def drain(ch, q, limit=500):
+    return [x[0] for x in drain_full(ch, q, limit)]
 
 
 def expect_close(fn, code, what):
@@ -125,7 +130,12 @@ def route_and_check(ch, tag):
         "q.p": ["p"],
     }
     want.update({q: ["t:%s" % k for k in v] for q, v in TOPIC_WANT.items()})
+    eu = drain_full(ch, "q.t.eu")
+    w = [("%s:t:%s" % (tag, k), "ex.topic", k) for k in TOPIC_WANT["q.t.eu"]]
+    check(eu == w, "q.t.eu with exchange and routing key: %r, want %r" % (eu, w))
     for q, w in sorted(want.items()):
+        if q == "q.t.eu":
+            continue
         got = drain(ch, q)
         w = ["%s:%s" % (tag, x) for x in w]
         check(got == w, "%s: got %r, want %r" % (q, got, w))

@@ -6,7 +6,8 @@
 //   type, persistent): every one acked; both bound queues hold all 200;
 // - the topic exchange: `log.*` and `log.#` bindings get what they match, in order; a
 //   mandatory publish that matches nothing comes back (basic.return 312) and is acked;
-// - amqplib consumes one fanout queue: 200 in order with their properties and routing keys;
+// - amqplib consumes one fanout queue: 200 in order with their properties, exchange and
+//   routing keys;
 // - a Proton (python3-qpid-proton) AMQP 1.0 receiver reads the other fanout queue: 200 in
 //   order with message-id, content-type, durable, application-properties from the headers,
 //   and the annotations x-exchange / x-routing-key.
@@ -105,7 +106,8 @@ async function consumeFanout(url) {
         check(p.messageId === 'f-' + i && p.contentType === 'application/json' && p.deliveryMode === 2,
           'message ' + i + ': ' + JSON.stringify(p));
         check(p.headers.index === i && p.headers.kind === 'fan', 'headers ' + JSON.stringify(p.headers));
-        check(msg.fields.routingKey === 'k-' + i, 'routing key ' + msg.fields.routingKey);
+        check(msg.fields.routingKey === 'k-' + i && msg.fields.exchange === 'ex.js.fan',
+          'exchange and routing key ' + JSON.stringify(msg.fields));
         ch.ack(msg);
         if (n === N) { clearTimeout(timer); resolve(); }
       } catch (e) { clearTimeout(timer); reject(e); }
