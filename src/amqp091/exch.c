@@ -277,13 +277,15 @@ static int exchange_declare(a091_conn_t *c, a091_chan_t *ch, amqp_exchange_decla
     char ex[256], type[256];
     a091_cstr(m->exchange, ex);
     a091_cstr(m->type, type);
-    if (!ex[0])
+    if (!ex[0] && !m->passive)
         return a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
                               "ACCESS_REFUSED - operation not permitted on the default exchange%s",
                               "", id);
     exch_load(c->srv);
     a091_exch_t *e = exch_find(ex);
-    if (m->passive || e) {
+    if (!ex[0]) {
+        /* the default exchange exists (a passive declare of it) */
+    } else if (m->passive || e) {
         if (!(e = exch_named(c, ch, ex, id)))
             return A091_NOT_FOUND;
         if (!m->passive && (type_of(type) != e->type || m->durable != e->durable))

@@ -22,23 +22,12 @@ const h = require('./mqdnode')('175-amqp091-amqplib-exchanges', 180000);
 const { tmp, log, end, check, freePort } = h;
 const { SLOW } = require('./mqdnode');
 
-let amqp;
-try {
-  amqp = require(path.join(__dirname, 'node', 'node_modules', 'amqplib'));
-} catch (e) {
-  console.log('SKIP: amqplib not installed (cd tests/interop/node && npm ci)');
-  process.exit(77);
-}
+const amqp = h.amqplib();
 try {
   execFileSync('/usr/bin/python3', ['-c', 'import proton.utils']);
 } catch (e) {
   console.log('SKIP: python3-qpid-proton is not installed');
   process.exit(77);
-}
-
-function passwd(user, pw) {
-  return execFileSync(path.join(path.dirname(h.bin), 'mqd-passwd'),
-    ['--both', '--iterations', '4096', user], { input: pw + '\n' }).toString();
 }
 
 function confirmed(ch, ex, key, body, opts) {
@@ -154,7 +143,7 @@ freePort((port) => {
   const dataDir = path.join(tmp, 'data');
   fs.mkdirSync(dataDir);
   const conf = path.join(tmp, 'mqd.conf');
-  fs.writeFileSync(conf, 'allow_anonymous = off\n' + passwd('alice', 'alice-pw') +
+  fs.writeFileSync(conf, 'allow_anonymous = off\n' + h.passwd('alice', 'alice-pw') +
     '[acl]\nallow alice send,receive,create,manage q.*\nallow alice create,manage ex.*\n');
   const argv = ['--foreground', '--listen', '127.0.0.1:' + port, '--data-dir', dataDir, '-c', conf];
   const url = 'amqp://alice:alice-pw@127.0.0.1:' + port;
