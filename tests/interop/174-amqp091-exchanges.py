@@ -4,7 +4,7 @@
   non-durable one; queue.bind with routing keys; publishes with confirms routed to every
   bound queue: each queue's contents, counts and order asserted (basic.get until empty);
 - topic patterns with `*` and `#` (RabbitMQ's: `#` matches zero words too); headers
-  x-match all / any; a queue bound twice gets one copy;
+  x-match all / any / any-with-x; a queue bound twice gets one copy;
 - mandatory publish with no route: basic.return 312 NO_ROUTE (pika's UnroutableError),
   then the confirm; the channel goes on;
 - queue.unbind, exchange.delete if-unused (406 while bound), the predeclared amq.direct,
@@ -59,7 +59,7 @@ def expect_close(fn, code, what):
 
 
 QUEUES = ["q.d1", "q.d2", "q.f1", "q.f2", "q.f3", "q.t.stock", "q.t.all", "q.t.eu", "q.t.ab",
-          "q.h.all", "q.h.any", "q.p", "q.tmp"]
+          "q.h.all", "q.h.any", "q.h.x", "q.h.plainx", "q.p", "q.tmp"]
 
 
 def setup_model(ch):
@@ -85,6 +85,9 @@ def setup_model(ch):
                   arguments={"x-match": "all", "format": "pdf", "type": "report"})
     ch.queue_bind("q.h.any", "ex.headers", "",
                   arguments={"x-match": "any", "format": "pdf", "type": "log"})
+    # any-with-x compares x- headers too; plain any ignores them (then nothing to match)
+    ch.queue_bind("q.h.x", "amq.match", "", arguments={"x-match": "any-with-x", "x-tag": "blue"})
+    ch.queue_bind("q.h.plainx", "amq.match", "", arguments={"x-match": "any", "x-tag": "blue"})
     ch.queue_bind("q.tmp", "ex.temp")
     ch.queue_bind("q.p", "amq.topic", "p.#")
 
@@ -120,6 +123,8 @@ def route_and_check(ch, tag):
     publish(ch, "ex.headers", "", "%s:h-log" % tag, headers={"type": "log", "x": 1})
     publish(ch, "ex.headers", "", "%s:h-none" % tag, headers={"type": "report"})
     publish(ch, "amq.topic", "p.x.y", "%s:p" % tag)
+    publish(ch, "amq.match", "", "%s:x-blue" % tag, headers={"x-tag": "blue"})
+    publish(ch, "amq.match", "", "%s:x-red" % tag, headers={"x-tag": "red", "n": 1})
     want = {
         "q.d1": ["red0", "red1", "red2", "blue0"],
         "q.d2": ["red0", "red1", "red2", "green0"],
@@ -128,6 +133,8 @@ def route_and_check(ch, tag):
         "q.h.all": ["h-both"],
         "q.h.any": ["h-both", "h-pdf", "h-log"],
         "q.p": ["p"],
+        "q.h.x": ["x-blue"],
+        "q.h.plainx": [],
     }
     want.update({q: ["t:%s" % k for k in v] for q, v in TOPIC_WANT.items()})
     eu = drain_full(ch, "q.t.eu")
