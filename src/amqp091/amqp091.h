@@ -17,7 +17,8 @@ void mqd_amqp091_close_all(mqd_server_t *s);
 
 /* The parser of client bytes, alone (the fuzz target, tests/fuzz/fuzz_amqp091.c): reads
  * p[0..n) as a client's stream after its protocol header: frames (at most frame_max
- * bytes each), methods, content headers and their field tables, as the connection does.
+ * bytes each), methods, content headers and their field tables, as the connection does,
+ * and runs queue.bind's topic patterns and headers arguments against the publishes.
  * 0 when everything parsed (a cut frame at the end is fine), else the 0-9-1 reply code
  * the connection would close with (501 frame error, 502 syntax error, 503 command
  * invalid, 505 unexpected frame). */

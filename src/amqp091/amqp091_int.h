@@ -174,6 +174,49 @@ int a091_chan_fail(a091_conn_t *c, a091_chan_t *ch, int code, const char *fmt, c
 /* a short string as a C string of at most 255 bytes (a NUL in it ends it early) */
 void a091_cstr(amqp_bytes_t b, char out[256]);
 
+/* The queue (topic) a queue method names, created by a declare when allowed (create);
+ * NULL after the channel error. Any right on it lets a client see that it exists. */
+mqd_topic_t *a091_queue_topic(a091_conn_t *c, a091_chan_t *ch, const char *q, bool create,
+                              amqp_method_number_t id);
+
+/* ---- match.c: how a binding matches (no broker state: the fuzz target runs it) ---- */
+/* A topic-exchange pattern (`*` one word, `#` zero or more) against a routing key */
+bool a091_topic_match(const char *pattern, const char *key);
+/* A headers binding: x-match, the headers it compares (name -> canonical value) and its
+ * arguments in the canonical JSON kept in meta.db */
+struct json_t;
+typedef struct a091_hdr {
+    int xmatch;
+    struct json_t *match;
+    char *args;
+} a091_hdr_t;
+/* From queue.bind's arguments: 0, or 406 (*why: a bad x-match, a value of a type not
+ * compared) or 541 */
+int a091_headers_parse(const amqp_table_t *args, a091_hdr_t *b, const char **why);
+/* From the stored form: 0 or MQD_EINVAL / MQD_ENOMEM */
+int a091_headers_load(const char *args_json, a091_hdr_t *b);
+bool a091_headers_match(const a091_hdr_t *b, const amqp_table_t *headers);
+void a091_headers_clear(a091_hdr_t *b);
+
+/* ---- exch.c: exchanges, bindings, routing ---- */
+/* exchange.declare / delete, queue.bind / unbind (exchange.bind: 540) */
+int a091_exchange_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id, void *m);
+/* The queues a publish goes to (each once; names borrowed until the next exchange or
+ * binding change, i.e. within the event) */
+typedef struct a091_targets {
+    const char **q;
+    size_t n, cap;
+} a091_targets_t;
+void a091_targets_free(a091_targets_t *t);
+/* 0 (the exchange may be published to), 404 (no such exchange), 403 (internal) */
+int a091_exchange_check(a091_conn_t *c, const char *ex);
+/* Adds to out the queues exchange ex routes rk (and headers) to: 0, 404 or MQD_ENOMEM. */
+int a091_route(a091_conn_t *c, const char *ex, const char *rk, const amqp_table_t *headers,
+               a091_targets_t *out);
+/* queue.delete: the queue's bindings go (meta.db's went with the topic's row) */
+void a091_exch_queue_gone(const char *q);
+void a091_exch_free(void);
+
 /* ---- consume.c: basic.consume/cancel/qos/ack/nack/reject/get/recover, delivery ---- */
 int a091_basic_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id, void *m);
 void a091_release_all(a091_conn_t *c, a091_chan_t *ch); /* channel or connection closed */
@@ -198,10 +241,13 @@ int a091_map_to_amqp10(const amqp_basic_properties_t *props, const char *exchang
                        const uint8_t *body, size_t len, struct mqd_buf *out);
 /* Decodes a stored AMQP 1.0 message into props (allocated in pool) and its body (a data
  * section's bytes, an amqp-value string or binary as its bytes, otherwise the encoded
- * value); *rkey: its x-routing-key annotation, else NULL; *dcount (when not NULL): its
- * header's delivery-count. 0 or MQD_EINVAL. */
+ * value); *rt: its x-exchange and x-routing-key annotations (in pool), else NULL;
+ * *dcount (when not NULL): its header's delivery-count. 0 or MQD_EINVAL. */
+typedef struct a091_routed {
+    char *exchange, *rkey;
+} a091_routed_t;
 int a091_map_from_amqp10(const uint8_t *msg, size_t len, amqp_pool_t *pool,
-                         amqp_basic_properties_t *props, amqp_bytes_t *body, char **rkey,
+                         amqp_basic_properties_t *props, amqp_bytes_t *body, a091_routed_t *rt,
                          uint32_t *dcount);
 
 #endif

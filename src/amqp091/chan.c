@@ -10,13 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void a091_cstr(amqp_bytes_t b, char out[256])
-{
-    size_t n = b.len < 255 ? b.len : 255;
-    memcpy(out, b.bytes, n);
-    out[n] = 0;
-}
-
 static void pub_reset(a091_chan_t *ch)
 {
     free(ch->pub_exchange);
@@ -112,29 +105,54 @@ static void publish_return(a091_conn_t *c, a091_chan_t *ch)
     a091_send_content(c, ch->id, ch->pub_props, ch->body, ch->body_len);
 }
 
+/* One publish's confirm over its appends, one per queue it was routed to: the ack when
+ * every append is durable (each under its topic's flush and acks, or its leader's),
+ * the nack when any failed. `left` counts the appends not told yet plus one held by
+ * publish_complete until every append was started. */
+typedef struct a091_multi {
+    a091_conn_t *c; /* one reference, given back by on_confirm */
+    uint64_t tag;
+    uint32_t left;
+    bool nack;
+} a091_multi_t;
+
+static void on_multi(void *arg, uint64_t tag, uint64_t outcome, const char *cond,
+                     const char *desc)
+{
+    a091_multi_t *mu = arg;
+    (void)tag;
+    if (outcome != PN_ACCEPTED) {
+        if (!mu->nack && (cond || desc))
+            MQD_NOTICE_RL("amqp091", "peer=%s publish not stored in every queue: %s %s",
+                          mu->c->peer, cond ? cond : "", desc ? desc : "");
+        mu->nack = true;
+    }
+    if (--mu->left > 0)
+        return;
+    on_confirm(mu->c, mu->tag, mu->nack ? PN_REJECTED : PN_ACCEPTED, NULL, NULL);
+    free(mu);
+}
+
 /* In a cluster, a partition led by another node: the message goes to its leader through
  * fwd (src/fwd, as a 1.0 producer's), and the confirm carries the leader's outcome. true:
- * fwd took it (forwarded, held for an election, or nacked). */
-static bool publish_forward(a091_conn_t *c, a091_chan_t *ch, const char *topic, uint32_t part,
-                            int acks, const mqd_buf_t *buf, uint64_t seq)
+ * fwd took it (forwarded, held for an election, or nacked: mu is told). */
+static bool publish_forward(a091_conn_t *c, const char *topic, uint32_t part, int acks,
+                            const mqd_buf_t *buf, a091_multi_t *mu)
 {
     mqd_fwd_hooks_t *fh = mqd_srv_fwd(c->srv);
     if (!fh || !fh->send_notify)
         return false;
-    if (seq)
-        a091_conn_ref(c); /* until the outcome */
     int rc = fh->send_notify(fh->arg, topic, part, buf->p, buf->len, acks, c->user,
-                             seq ? on_confirm : NULL, c, confirm_tag(ch, seq));
-    if (rc == MQD_FWD_LOCAL && seq)
-        a091_conn_unref(c);
+                             mu ? on_multi : NULL, mu, mu ? mu->tag : 0);
     return rc == MQD_FWD_TAKEN;
 }
 
 /* Stores the record of queue `topic` (t: this node's copy, NULL when it holds none but
- * the cluster has the topic: nparts partitions); in confirm mode the ack (or nack) comes
- * from the commit point, or from the leader when the partition is led elsewhere. */
+ * the cluster has the topic: nparts partitions); in confirm mode (mu) its outcome goes to
+ * mu: from the commit point, from the leader when the partition is led elsewhere, or
+ * from here when it is not stored. */
 static void publish_store(a091_conn_t *c, a091_chan_t *ch, const char *topic, mqd_topic_t *t,
-                          uint32_t nparts, uint64_t seq)
+                          uint32_t nparts, a091_multi_t *mu)
 {
     mqd_server_t *s = c->srv;
     mqd_buf_t *buf = mqd_srv_scratch(s);
@@ -145,7 +163,9 @@ static void publish_store(a091_conn_t *c, a091_chan_t *ch, const char *topic, mq
         why = "message could not be encoded";
     uint32_t part = ch->rr++ % nparts;
     int acks = t ? (int)mqd_topic_conf(t)->acks : -1;
-    if (!why && publish_forward(c, ch, topic, part, acks, buf, seq))
+    if (mu)
+        mu->left++; /* told exactly once from here on */
+    if (!why && publish_forward(c, topic, part, acks, buf, mu))
         return;
     if (!why && !t)
         why = "no copy of the queue on this node and no forwarding";
@@ -156,22 +176,18 @@ static void publish_store(a091_conn_t *c, a091_chan_t *ch, const char *topic, mq
     if (!why && !mqd_watermark_disk_take(s, buf->len + MQD_WATERMARK_REC_OVERHEAD))
         why = "free disk space on the broker is at disk_free_limit";
     int rc = 0;
-    if (!why && seq) {
-        a091_conn_ref(c);
-        rc = mqd_part_append_notify(mqd_topic_part(t, part), buf->p, buf->len, on_confirm, c,
-                                    confirm_tag(ch, seq), NULL);
-        if (rc != 0 && rc != MQD_ENOMEM)
-            a091_conn_unref(c); /* nothing pends: no confirm will come */
-    } else if (!why) {
+    if (!why && mu)
+        rc = mqd_part_append_notify(mqd_topic_part(t, part), buf->p, buf->len, on_multi, mu,
+                                    mu->tag, NULL);
+    else if (!why)
         rc = mqd_part_append_ex(mqd_topic_part(t, part), buf->p, buf->len, MQD_REC_DATA, 0, NULL,
                                 NULL, NULL);
-    }
     if (rc != 0)
         why = mqd_strerror(rc);
     if (why) {
         MQD_WARN_RL("amqp091", "publish to %s/%u not stored: %s", topic, part, why);
-        if (seq)
-            send_confirm(c, ch->id, seq, false);
+        if (mu)
+            on_multi(mu, mu->tag, PN_REJECTED, NULL, NULL); /* no outcome will come */
         a091_block_check(c); /* a watermark: take no more input until it clears */
     }
 }
@@ -187,25 +203,65 @@ static uint32_t queue_nparts(a091_conn_t *c, const char *q, mqd_topic_t **t)
     return q[0] && fh && fh->nparts ? fh->nparts(fh->arg, q) : 0;
 }
 
+/* The queues that exist among the routed ones (a binding may name a topic deleted by
+ * other means); 0, or 403 after the channel error when the user may not send to one
+ * of them (then nothing is stored anywhere). */
+static int publish_targets(a091_conn_t *c, a091_chan_t *ch, a091_targets_t *tg)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < tg->n; i++) {
+        mqd_topic_t *t;
+        if (queue_nparts(c, tg->q[i], &t))
+            tg->q[n++] = tg->q[i];
+    }
+    tg->n = n;
+    for (size_t i = 0; i < n; i++)
+        if (!a091_may(c, MQD_PERM_SEND, tg->q[i]))
+            return a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
+                                  "ACCESS_REFUSED - write access to queue '%s' refused", tg->q[i],
+                                  AMQP_BASIC_PUBLISH_METHOD);
+    return 0;
+}
+
 static void publish_complete(a091_conn_t *c, a091_chan_t *ch)
 {
     c->published = true;
     uint64_t seq = ch->confirm ? ++ch->pub_seq : 0;
-    mqd_topic_t *t = NULL;
-    uint32_t nparts = queue_nparts(c, ch->pub_rkey, &t);
-    if (!nparts) {
+    a091_targets_t tg = {0};
+    const amqp_table_t *hdrs = ch->pub_props && (ch->pub_props->_flags & AMQP_BASIC_HEADERS_FLAG)
+                                   ? &ch->pub_props->headers
+                                   : NULL;
+    int rc = a091_route(c, ch->pub_exchange, ch->pub_rkey, hdrs, &tg);
+    if (rc == 0)
+        rc = publish_targets(c, ch, &tg);
+    if (rc == A091_ACCESS_REFUSED) {
+        a091_targets_free(&tg);
+        return;
+    }
+    if (rc != 0 || tg.n == 0) {
         if (ch->pub_mandatory)
             publish_return(c, ch);
         if (seq)
-            send_confirm(c, ch->id, seq, true); /* RabbitMQ acks an unroutable publish */
-    } else if (!a091_may(c, MQD_PERM_SEND, ch->pub_rkey)) {
-        a091_chan_fail(c, ch, A091_ACCESS_REFUSED,
-                       "ACCESS_REFUSED - write access to queue '%s' refused", ch->pub_rkey,
-                       AMQP_BASIC_PUBLISH_METHOD);
-        return;
+            send_confirm(c, ch->id, seq, rc == 0); /* RabbitMQ acks an unroutable publish */
     } else {
-        publish_store(c, ch, ch->pub_rkey, t, nparts, seq);
+        a091_multi_t *mu = seq ? calloc(1, sizeof *mu) : NULL;
+        if (mu) {
+            a091_conn_ref(c);
+            *mu = (a091_multi_t){.c = c, .tag = confirm_tag(ch, seq), .left = 1};
+        }
+        if (seq && !mu) {
+            send_confirm(c, ch->id, seq, false);
+        } else {
+            for (size_t i = 0; i < tg.n; i++) {
+                mqd_topic_t *t;
+                uint32_t nparts = queue_nparts(c, tg.q[i], &t);
+                publish_store(c, ch, tg.q[i], t, nparts, mu);
+            }
+        }
+        if (mu)
+            on_multi(mu, mu->tag, PN_ACCEPTED, NULL, NULL); /* publish_complete's hold */
     }
+    a091_targets_free(&tg);
     pub_reset(ch);
 }
 
@@ -217,10 +273,12 @@ static int publish_begin(a091_conn_t *c, a091_chan_t *ch, amqp_basic_publish_t *
     if (m->immediate)
         return a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s", "immediate=true",
                               AMQP_BASIC_PUBLISH_METHOD);
-    if (ex[0] && strcmp(ex, "amq.direct") != 0)
-        return a091_chan_fail(c, ch, A091_NOT_FOUND,
-                              "NOT_FOUND - no exchange '%s' in vhost '/' (mqd routes the default "
-                              "exchange and amq.direct)",
+    int rc = a091_exchange_check(c, ex);
+    if (rc != 0)
+        return a091_chan_fail(c, ch, rc,
+                              rc == A091_NOT_FOUND
+                                  ? "NOT_FOUND - no exchange '%s' in vhost '/'"
+                                  : "ACCESS_REFUSED - cannot publish to internal exchange '%s'",
                               ex, AMQP_BASIC_PUBLISH_METHOD);
     pub_reset(ch);
     ch->pub_exchange = strdup(ex);
@@ -318,10 +376,8 @@ static uint32_t queue_consumers(mqd_topic_t *t)
     return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
-/* The topic a queue method names, created by a declare when allowed; NULL after the
- * channel error. Any right on it lets a client see that it exists. */
-static mqd_topic_t *queue_topic(a091_conn_t *c, a091_chan_t *ch, const char *q, bool create,
-                                amqp_method_number_t id)
+mqd_topic_t *a091_queue_topic(a091_conn_t *c, a091_chan_t *ch, const char *q, bool create,
+                              amqp_method_number_t id)
 {
     if (!q[0]) {
         a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED,
@@ -379,7 +435,7 @@ static int queue_declare(a091_conn_t *c, a091_chan_t *ch, amqp_queue_declare_t *
         return a091_chan_fail(
             c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s queues are not supported yet",
             m->exclusive ? "exclusive" : "auto-delete", AMQP_QUEUE_DECLARE_METHOD);
-    mqd_topic_t *t = queue_topic(c, ch, q, !m->passive, AMQP_QUEUE_DECLARE_METHOD);
+    mqd_topic_t *t = a091_queue_topic(c, ch, q, !m->passive, AMQP_QUEUE_DECLARE_METHOD);
     if (!t)
         return A091_NOT_FOUND;
     if (m->nowait)
@@ -391,31 +447,6 @@ static int queue_declare(a091_conn_t *c, a091_chan_t *ch, amqp_queue_declare_t *
     return a091_send_method(c, ch->id, AMQP_QUEUE_DECLARE_OK_METHOD, &ok);
 }
 
-static int queue_bind(a091_conn_t *c, a091_chan_t *ch, amqp_queue_bind_t *m, bool unbind)
-{
-    char q[256], ex[256], rk[256];
-    amqp_method_number_t id = unbind ? AMQP_QUEUE_UNBIND_METHOD : AMQP_QUEUE_BIND_METHOD;
-    a091_cstr(m->queue, q);
-    a091_cstr(m->exchange, ex);
-    a091_cstr(m->routing_key, rk);
-    /* amq.direct routes by queue name, as the default exchange: that binding exists */
-    if (strcmp(ex, "amq.direct") != 0 || strcmp(q, rk) != 0)
-        return a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED,
-                              "NOT_IMPLEMENTED - bindings other than amq.direct with the queue's "
-                              "name are not supported yet (queue '%s')",
-                              q, id);
-    if (!queue_topic(c, ch, q, false, id))
-        return A091_NOT_FOUND;
-    if (unbind) {
-        amqp_queue_unbind_ok_t ok = {0};
-        return a091_send_method(c, ch->id, AMQP_QUEUE_UNBIND_OK_METHOD, &ok);
-    }
-    if (m->nowait)
-        return 0;
-    amqp_queue_bind_ok_t ok = {0};
-    return a091_send_method(c, ch->id, AMQP_QUEUE_BIND_OK_METHOD, &ok);
-}
-
 /* queue.purge and queue.delete: a log is not emptied by one reader; purge moves the
  * `$shared` group past everything (RabbitMQ's purge for this queue's consumers), delete
  * deletes the topic (needs 'manage'). */
@@ -424,7 +455,7 @@ static int queue_drop(a091_conn_t *c, a091_chan_t *ch, amqp_bytes_t queue, bool 
     amqp_method_number_t id = delete ? AMQP_QUEUE_DELETE_METHOD : AMQP_QUEUE_PURGE_METHOD;
     char q[256];
     a091_cstr(queue, q);
-    mqd_topic_t *t = queue_topic(c, ch, q, false, id);
+    mqd_topic_t *t = a091_queue_topic(c, ch, q, false, id);
     if (!t)
         return A091_NOT_FOUND;
     if (!a091_may(c, delete ? MQD_PERM_MANAGE : MQD_PERM_RECEIVE, q))
@@ -444,27 +475,14 @@ static int queue_drop(a091_conn_t *c, a091_chan_t *ch, amqp_bytes_t queue, bool 
     if (rc != 0)
         return a091_chan_fail(c, ch, A091_INTERNAL_ERROR, "INTERNAL_ERROR - %s", mqd_strerror(rc),
                               id);
+    if (delete)
+        a091_exch_queue_gone(q);
     if (nowait)
         return 0;
     /* purge-ok and delete-ok have the same one field */
     amqp_queue_delete_ok_t ok = {.message_count = n};
     return a091_send_method(c, ch->id,
                             delete ? AMQP_QUEUE_DELETE_OK_METHOD : AMQP_QUEUE_PURGE_OK_METHOD, &ok);
-}
-
-static int exchange_declare(a091_conn_t *c, a091_chan_t *ch, amqp_exchange_declare_t *m)
-{
-    char ex[256];
-    a091_cstr(m->exchange, ex);
-    if (strcmp(ex, "amq.direct") != 0 && ex[0])
-        return a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED,
-                              "NOT_IMPLEMENTED - exchange '%s': mqd routes only the default "
-                              "exchange and amq.direct so far",
-                              ex, AMQP_EXCHANGE_DECLARE_METHOD);
-    if (m->nowait)
-        return 0;
-    amqp_exchange_declare_ok_t ok = {0};
-    return a091_send_method(c, ch->id, AMQP_EXCHANGE_DECLARE_OK_METHOD, &ok);
 }
 
 /* ---- the channel class ---- */
@@ -543,8 +561,8 @@ int a091_chan_method(a091_conn_t *c, uint16_t id, amqp_method_number_t mid, void
         return a091_send_method(c, id, AMQP_CONFIRM_SELECT_OK_METHOD, &ok);
     }
     case AMQP_QUEUE_DECLARE_METHOD: return queue_declare(c, ch, m);
-    case AMQP_QUEUE_BIND_METHOD: return queue_bind(c, ch, m, false);
-    case AMQP_QUEUE_UNBIND_METHOD: return queue_bind(c, ch, m, true);
+    case AMQP_QUEUE_BIND_METHOD:
+    case AMQP_QUEUE_UNBIND_METHOD: return a091_exchange_method(c, ch, mid, m);
     case AMQP_QUEUE_PURGE_METHOD: {
         amqp_queue_purge_t *p = m;
         return queue_drop(c, ch, p->queue, p->nowait, false);
@@ -553,9 +571,10 @@ int a091_chan_method(a091_conn_t *c, uint16_t id, amqp_method_number_t mid, void
         amqp_queue_delete_t *d = m;
         return queue_drop(c, ch, d->queue, d->nowait, true);
     }
-    case AMQP_EXCHANGE_DECLARE_METHOD: return exchange_declare(c, ch, m);
     default: break;
     }
+    if ((mid >> 16) == AMQP_EXCHANGE_CLASS)
+        return a091_exchange_method(c, ch, mid, m);
     if ((mid >> 16) == AMQP_BASIC_CLASS)
         return a091_basic_method(c, ch, mid, m);
     return a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s",

@@ -835,6 +835,7 @@ void mqd_amqp091_close_all(mqd_server_t *s)
     }
     a091_wake_free();
     a091_map_free();
+    a091_exch_free();
 }
 
 void mqd_amqp091_core_ops(mqd_core_ops_t *ops)

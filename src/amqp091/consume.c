@@ -118,30 +118,31 @@ static void deliver(a091_conn_t *c, a091_chan_t *ch, a091_consumer_t *k, const c
     bool stream = k && k->stream;
     amqp_basic_properties_t props = {0};
     amqp_bytes_t body = {.len = rec->len, .bytes = (void *)rec->data};
-    char *rkey = NULL;
+    a091_routed_t rt = {0};
     uint32_t count = 0; /* the header's: the leader's count of earlier deliveries */
-    if (a091_map_from_amqp10(rec->data, rec->len, &c->pool, &props, &body, &rkey,
+    if (a091_map_from_amqp10(rec->data, rec->len, &c->pool, &props, &body, &rt,
                              fx ? &count : NULL) != 0) {
         memset(&props, 0, sizeof props); /* not a 1.0 message: its bytes as they are */
         body = (amqp_bytes_t){.len = rec->len, .bytes = (void *)rec->data};
-        rkey = NULL;
+        rt = (a091_routed_t){0};
     }
     if (stream)
         add_offset_header(&c->pool, &props, rec->offset);
     uint64_t tag = ch->next_dtag++;
     bool redelivered = (dc & MQD_DC_SEEN) || MQD_DC_COUNT(dc) > 0 || count > 0;
-    amqp_bytes_t rk = amqp_cstring_bytes(rkey ? rkey : q);
+    amqp_bytes_t rk = amqp_cstring_bytes(rt.rkey ? rt.rkey : q);
+    amqp_bytes_t ex = amqp_cstring_bytes(rt.exchange ? rt.exchange : ""); /* as published */
     if (k) {
         amqp_basic_deliver_t m = {.consumer_tag = amqp_cstring_bytes(k->tag),
                                   .delivery_tag = tag,
                                   .redelivered = redelivered,
-                                  .exchange = amqp_cstring_bytes(""),
+                                  .exchange = ex,
                                   .routing_key = rk};
         a091_send_method(c, ch->id, AMQP_BASIC_DELIVER_METHOD, &m);
     } else {
         amqp_basic_get_ok_t m = {.delivery_tag = tag,
                                  .redelivered = redelivered,
-                                 .exchange = amqp_cstring_bytes(""),
+                                 .exchange = ex,
                                  .routing_key = rk,
                                  .message_count = 0};
         a091_send_method(c, ch->id, AMQP_BASIC_GET_OK_METHOD, &m);

@@ -91,10 +91,41 @@ int a091_header_decode(const a091_frame_t *f, amqp_pool_t *pool, uint64_t *body_
 }
 
 /* The parser alone, as the connection runs it (fuzz target). */
+/* What the connection does with a decoded queue.bind or content header that needs no
+ * broker state: a headers binding's arguments (parsed, stored form loaded back), a
+ * topic pattern against the last routing key, a message's headers against the binding. */
+static void parse_route(amqp_method_number_t id, const void *m, a091_hdr_t *hdr, char rk[256])
+{
+    if (id == AMQP_QUEUE_BIND_METHOD) {
+        const amqp_queue_bind_t *b = m;
+        char pat[256];
+        const char *why = NULL;
+        a091_cstr(b->routing_key, pat);
+        (void)a091_topic_match(pat, rk);
+        a091_hdr_t h = {0}, back = {0};
+        if (a091_headers_parse(&b->arguments, &h, &why) == 0 && h.args &&
+            a091_headers_load(h.args, &back) == 0) {
+            a091_headers_clear(hdr);
+            *hdr = back;
+            back = (a091_hdr_t){0};
+        }
+        a091_headers_clear(&h);
+        a091_headers_clear(&back);
+    } else if (id == AMQP_BASIC_PUBLISH_METHOD) {
+        a091_cstr(((const amqp_basic_publish_t *)m)->routing_key, rk);
+    } else if (id == 0 && hdr->match) {
+        const amqp_basic_properties_t *props = m;
+        if (props->_flags & AMQP_BASIC_HEADERS_FLAG)
+            (void)a091_headers_match(hdr, &props->headers);
+    }
+}
+
 int mqd_amqp091_parse(const uint8_t *p, size_t n, uint32_t frame_max)
 {
     amqp_pool_t pool;
     init_amqp_pool(&pool, 4096);
+    a091_hdr_t hdr = {0};
+    char rk[256] = "";
     int rc = 0;
     for (size_t guard = 0; guard < 100000 && rc == 0; guard++) {
         a091_frame_t f;
@@ -109,15 +140,20 @@ int mqd_amqp091_parse(const uint8_t *p, size_t n, uint32_t frame_max)
             amqp_method_number_t id;
             void *m;
             rc = a091_method_decode(&f, &pool, &id, &m, &why);
+            if (rc == 0)
+                parse_route(id, m, &hdr, rk);
         } else if (f.type == AMQP_FRAME_HEADER) {
             uint64_t size;
             amqp_basic_properties_t *props;
             rc = a091_header_decode(&f, &pool, &size, &props, &why);
+            if (rc == 0)
+                parse_route(0, props, &hdr, rk);
         }
         recycle_amqp_pool(&pool);
         p += used;
         n -= used;
     }
     empty_amqp_pool(&pool);
+    a091_headers_clear(&hdr);
     return rc;
 }

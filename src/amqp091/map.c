@@ -277,8 +277,18 @@ static void get_headers(pn_data_t *ap, amqp_pool_t *pool, amqp_basic_properties_
     }
 }
 
+static char *pool_cstr(amqp_pool_t *pool, pn_bytes_t v)
+{
+    char *s = amqp_pool_alloc(pool, v.size + 1);
+    if (s) {
+        memcpy(s, v.start, v.size);
+        s[v.size] = 0;
+    }
+    return s;
+}
+
 static void get_annotations(pn_data_t *ma, amqp_pool_t *pool, amqp_basic_properties_t *p,
-                            char **rkey)
+                            a091_routed_t *rt)
 {
     pn_data_rewind(ma);
     if (!pn_data_next(ma) || pn_data_type(ma) != PN_MAP)
@@ -295,13 +305,10 @@ static void get_annotations(pn_data_t *ma, amqp_pool_t *pool, amqp_basic_propert
         if (v.size > 255)
             continue;
         amqp_bytes_t b = dup_bytes(pool, v.start, v.size);
-        if (key.size == 13 && memcmp(key.start, "x-routing-key", 13) == 0 && b.bytes) {
-            char *s = amqp_pool_alloc(pool, v.size + 1);
-            if (s) {
-                memcpy(s, v.start, v.size);
-                s[v.size] = 0;
-                *rkey = s;
-            }
+        if (key.size == 13 && memcmp(key.start, "x-routing-key", 13) == 0) {
+            rt->rkey = pool_cstr(pool, v);
+        } else if (key.size == 10 && memcmp(key.start, "x-exchange", 10) == 0) {
+            rt->exchange = pool_cstr(pool, v);
         } else if (key.size == 12 && memcmp(key.start, "x-basic-type", 12) == 0) {
             p->type = b;
             p->_flags |= AMQP_BASIC_TYPE_FLAG;
@@ -336,7 +343,7 @@ static void str_prop(amqp_pool_t *pool, const char *s, amqp_bytes_t *out, amqp_f
 }
 
 int a091_map_from_amqp10(const uint8_t *msg, size_t len, amqp_pool_t *pool,
-                         amqp_basic_properties_t *p, amqp_bytes_t *body, char **rkey,
+                         amqp_basic_properties_t *p, amqp_bytes_t *body, a091_routed_t *rt,
                          uint32_t *dcount)
 {
     pn_message_t *m = msg_get();
@@ -345,7 +352,7 @@ int a091_map_from_amqp10(const uint8_t *msg, size_t len, amqp_pool_t *pool,
     if (dcount)
         *dcount = pn_message_get_delivery_count(m);
     memset(p, 0, sizeof *p);
-    *rkey = NULL;
+    *rt = (a091_routed_t){0};
     amqp_flags_t f = AMQP_BASIC_DELIVERY_MODE_FLAG;
     p->delivery_mode = pn_message_is_durable(m) ? 2 : 1;
     if (pn_message_get_priority(m) != PN_DEFAULT_PRIORITY) {
@@ -378,7 +385,7 @@ int a091_map_from_amqp10(const uint8_t *msg, size_t len, amqp_pool_t *pool,
     }
     p->_flags = f;
     get_headers(pn_message_properties(m), pool, p);
-    get_annotations(pn_message_annotations(m), pool, p, rkey);
+    get_annotations(pn_message_annotations(m), pool, p, rt);
     get_body(m, pool, body);
     return 0;
 }

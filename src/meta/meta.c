@@ -67,6 +67,19 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_KV_PUT] = "INSERT INTO kv (key, value) VALUES (?1, ?2)"
                   " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     [ST_KV_GET] = "SELECT value FROM kv WHERE key = ?1",
+    [ST_EXCH_PUT] = "INSERT INTO amqp_exchanges (name, type, flags, created_ms)"
+                    " VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name) DO UPDATE SET"
+                    " type = excluded.type, flags = excluded.flags",
+    [ST_EXCH_DELETE] = "DELETE FROM amqp_exchanges WHERE name = ?1",
+    [ST_EXCH_LIST] = "SELECT name, type, flags FROM amqp_exchanges ORDER BY name",
+    [ST_BIND_PUT] = "INSERT OR IGNORE INTO amqp_bindings (exchange, queue, routing_key, args_json)"
+                    " VALUES (?1, ?2, ?3, ?4)",
+    [ST_BIND_DELETE] = "DELETE FROM amqp_bindings WHERE exchange = ?1 AND queue = ?2"
+                       " AND routing_key = ?3 AND args_json = ?4",
+    [ST_BIND_LIST] = "SELECT exchange, queue, routing_key, args_json FROM amqp_bindings"
+                     " ORDER BY exchange, queue, routing_key, args_json",
+    [ST_BINDS_DEL_EXCH] = "DELETE FROM amqp_bindings WHERE exchange = ?1",
+    [ST_BINDS_DEL_QUEUE] = "DELETE FROM amqp_bindings WHERE queue = ?1",
 };
 
 int meta_dberr(mqd_meta_t *m, const char *what)
@@ -563,7 +576,8 @@ static int delete_by(mqd_meta_t *m, enum meta_stmt i, const char *topic, const c
 int mqd_meta_topic_delete(mqd_meta_t *m, const char *name)
 {
     static const enum meta_stmt dels[] = {ST_OFFSETS_DEL_TOPIC, ST_ACKS_DEL_TOPIC,
-                                          ST_EPOCHS_DEL_TOPIC, ST_TOPIC_DELETE};
+                                          ST_EPOCHS_DEL_TOPIC, ST_BINDS_DEL_QUEUE,
+                                          ST_TOPIC_DELETE};
     bool own = false;
     int rc = wbegin(m, &own);
     if (rc != 0)
@@ -866,4 +880,97 @@ int mqd_meta_kv_get(mqd_meta_t *m, const char *key, char **value)
         return MQD_ENOMEM;
     *value = copy;
     return 0;
+}
+
+/* ---- AMQP 0-9-1 exchanges and bindings ---- */
+
+int mqd_meta_exchange_put(mqd_meta_t *m, const char *name, const char *type, uint32_t flags)
+{
+    bool own = false;
+    if (name == NULL || type == NULL)
+        return MQD_EINVAL;
+    int rc = wbegin(m, &own);
+    if (rc != 0)
+        return rc;
+    sqlite3_stmt *s = stmt(m, ST_EXCH_PUT);
+    if (!b_text(s, 1, name) || !b_text(s, 2, type) || !b_int(s, 3, flags) ||
+        !b_int(s, 4, mqd_now_ms()))
+        rc = bind_fail(m, s, "exchange bind");
+    else
+        rc = step_done(m, s, "exchange put");
+    return wend(m, own, rc);
+}
+
+int mqd_meta_exchange_delete(mqd_meta_t *m, const char *name)
+{
+    bool own = false;
+    int rc = wbegin(m, &own);
+    if (rc != 0)
+        return rc;
+    rc = delete_by(m, ST_BINDS_DEL_EXCH, name, NULL);
+    if (rc == 0)
+        rc = delete_by(m, ST_EXCH_DELETE, name, NULL);
+    bool existed = rc == 0 && sqlite3_changes(m->db) > 0;
+    rc = wend(m, own, rc);
+    return rc == 0 && !existed ? MQD_ENOENT : rc;
+}
+
+int mqd_meta_exchange_list(mqd_meta_t *m, mqd_meta_exchange_cb cb, void *arg)
+{
+    sqlite3_stmt *s = stmt(m, ST_EXCH_LIST);
+    int rc;
+    while ((rc = step_row(m, s, "exchange list")) == 1) {
+        rc = cb((const char *)sqlite3_column_text(s, 0), (const char *)sqlite3_column_text(s, 1),
+                (uint32_t)sqlite3_column_int64(s, 2), arg);
+        if (rc != 0) {
+            sqlite3_reset(s);
+            return rc;
+        }
+    }
+    return rc;
+}
+
+static int binding_write(mqd_meta_t *m, enum meta_stmt i, const mqd_meta_binding_t *b)
+{
+    bool own = false;
+    if (!b->exchange || !b->queue || !b->key)
+        return MQD_EINVAL;
+    int rc = wbegin(m, &own);
+    if (rc != 0)
+        return rc;
+    sqlite3_stmt *s = stmt(m, i);
+    if (!b_text(s, 1, b->exchange) || !b_text(s, 2, b->queue) || !b_text(s, 3, b->key) ||
+        !b_text(s, 4, b->args_json ? b->args_json : ""))
+        rc = bind_fail(m, s, "binding bind");
+    else
+        rc = step_done(m, s, stmt_sql[i]);
+    return wend(m, own, rc);
+}
+
+int mqd_meta_binding_put(mqd_meta_t *m, const mqd_meta_binding_t *b)
+{
+    return binding_write(m, ST_BIND_PUT, b);
+}
+
+int mqd_meta_binding_delete(mqd_meta_t *m, const mqd_meta_binding_t *b)
+{
+    return binding_write(m, ST_BIND_DELETE, b);
+}
+
+int mqd_meta_binding_list(mqd_meta_t *m, mqd_meta_binding_cb cb, void *arg)
+{
+    sqlite3_stmt *s = stmt(m, ST_BIND_LIST);
+    int rc;
+    while ((rc = step_row(m, s, "binding list")) == 1) {
+        mqd_meta_binding_t b = {.exchange = (const char *)sqlite3_column_text(s, 0),
+                                .queue = (const char *)sqlite3_column_text(s, 1),
+                                .key = (const char *)sqlite3_column_text(s, 2),
+                                .args_json = (const char *)sqlite3_column_text(s, 3)};
+        rc = cb(&b, arg);
+        if (rc != 0) {
+            sqlite3_reset(s);
+            return rc;
+        }
+    }
+    return rc;
 }

@@ -112,4 +112,21 @@ int mqd_meta_next_id(mqd_meta_t *m, const char *name, uint64_t *out);
 int mqd_meta_kv_put(mqd_meta_t *m, const char *key, const char *value);
 int mqd_meta_kv_get(mqd_meta_t *m, const char *key, char **value); /* malloc'd; MQD_ENOENT */
 
+/* ---- AMQP 0-9-1 durable exchanges and their bindings (amqp091) ----
+ * The predeclared amq.* exchanges have no row; their durable bindings do. */
+int mqd_meta_exchange_put(mqd_meta_t *m, const char *name, const char *type, uint32_t flags);
+/* Deletes the exchange and its bindings in one transaction; MQD_ENOENT: no such row. */
+int mqd_meta_exchange_delete(mqd_meta_t *m, const char *name);
+typedef int (*mqd_meta_exchange_cb)(const char *name, const char *type, uint32_t flags, void *arg);
+int mqd_meta_exchange_list(mqd_meta_t *m, mqd_meta_exchange_cb cb, void *arg);
+/* A binding is the whole of (exchange, queue, key, args_json); args_json NULL = "".
+ * mqd_meta_topic_delete deletes the bindings of the queue it names. */
+typedef struct mqd_meta_binding {
+    const char *exchange, *queue, *key, *args_json;
+} mqd_meta_binding_t;
+int mqd_meta_binding_put(mqd_meta_t *m, const mqd_meta_binding_t *b);
+int mqd_meta_binding_delete(mqd_meta_t *m, const mqd_meta_binding_t *b);
+typedef int (*mqd_meta_binding_cb)(const mqd_meta_binding_t *b, void *arg);
+int mqd_meta_binding_list(mqd_meta_t *m, mqd_meta_binding_cb cb, void *arg);
+
 #endif

@@ -47,6 +47,14 @@ enum meta_stmt {
     ST_COUNTER_GET,
     ST_KV_PUT,
     ST_KV_GET,
+    ST_EXCH_PUT,
+    ST_EXCH_DELETE,
+    ST_EXCH_LIST,
+    ST_BIND_PUT,
+    ST_BIND_DELETE,
+    ST_BIND_LIST,
+    ST_BINDS_DEL_EXCH,
+    ST_BINDS_DEL_QUEUE,
     ST__COUNT
 };
 

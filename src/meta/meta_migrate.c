@@ -56,6 +56,22 @@ static const char *const migrations[] = {
      * topic IDs of KIP-516): '' for a topic never registered, or registered by an mqd
      * that wrote none. It goes with the row, so a deleted topic's id goes too. */
     "ALTER TABLE topics ADD COLUMN uid TEXT NOT NULL DEFAULT '';",
+    /* 3: AMQP 0-9-1 durable exchanges and their bindings (amqp091/exch.c). The predeclared
+     * amq.* exchanges have no row, so a binding carries no foreign key to its exchange:
+     * mqd_meta_exchange_delete removes an exchange's bindings, mqd_meta_topic_delete a
+     * queue's (a queue is a topic). args_json: a headers binding's arguments, '' else. */
+    "CREATE TABLE amqp_exchanges ("
+    "  name TEXT PRIMARY KEY NOT NULL,"
+    "  type TEXT NOT NULL,"
+    "  flags INTEGER NOT NULL,"
+    "  created_ms INTEGER NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE amqp_bindings ("
+    "  exchange TEXT NOT NULL,"
+    "  queue TEXT NOT NULL,"
+    "  routing_key TEXT NOT NULL,"
+    "  args_json TEXT NOT NULL,"
+    "  PRIMARY KEY (exchange, queue, routing_key, args_json)) WITHOUT ROWID;"
+    "CREATE INDEX amqp_bindings_queue ON amqp_bindings (queue);",
 };
 
 int meta_schema_latest(void)

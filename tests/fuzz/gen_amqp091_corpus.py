@@ -63,6 +63,19 @@ ack = method(1, 60, 80, struct.pack(">Q", 1) + b"\x01")
 heartbeat = frame(8, 0, b"")
 close = method(0, 10, 50, struct.pack(">H", 200) + shortstr("bye") + struct.pack(">HH", 0, 0))
 
+# exchanges and bindings (exch.c, match.c): declare, bind with a topic pattern and with
+# headers arguments, a publish to the exchange whose headers are matched, unbind, delete
+ex_declare = method(1, 40, 10, struct.pack(">H", 0) + shortstr("ex.h") + shortstr("headers") + b"\x02" + table({}))
+ex_delete = method(1, 40, 20, struct.pack(">H", 0) + shortstr("ex.h") + b"\x01")
+bind_topic = method(1, 50, 20, struct.pack(">H", 0) + shortstr("q.orders") + shortstr("amq.topic") +
+                    shortstr("a.#.c.*") + b"\0" + table({}))
+bind_headers = method(1, 50, 20, struct.pack(">H", 0) + shortstr("q.orders") + shortstr("ex.h") + shortstr("") +
+                      b"\0" + table({"x-match": "any", "colour": "red", "seq": 7, "flag": True}))
+unbind = method(1, 50, 50, struct.pack(">H", 0) + shortstr("q.orders") + shortstr("ex.h") + shortstr("") +
+                table({"x-match": "any", "colour": "red", "seq": 7, "flag": True}))
+publish_ex = method(1, 60, 40, struct.pack(">H", 0) + shortstr("ex.h") + shortstr("a.b.b.c.d") + b"\x01")
+exchanges = (ex_declare + bind_topic + bind_headers + publish_ex + hdr + body + unbind + ex_delete)
+
 session = start_ok + tune_ok + open_ + ch_open + declare + confirm + publish + hdr + body + heartbeat + consume + ack + close
 seeds = {
     "session": b"\x02" + session,
@@ -79,6 +92,13 @@ seeds = {
     "bad-type": b"\x02" + frame(9, 0, b""),
     "tiny-max": b"\x03" + heartbeat + heartbeat,
     "cut": b"\x02" + session[:137],
+    "exchanges": b"\x02" + start_ok + tune_ok + open_ + ch_open + exchanges,
+    "bind-bad-xmatch": b"\x02" + method(1, 50, 20, struct.pack(">H", 0) + shortstr("q") + shortstr("ex.h") +
+                                        shortstr("") + b"\0" + table({"x-match": "some", "k": "v"})),
+    "bind-nested-arg": b"\x02" + method(1, 50, 20, struct.pack(">H", 0) + shortstr("q") + shortstr("ex.h") +
+                                        shortstr("") + b"\0" + table({"x-match": "all-with-x", "x-k": {"n": 1}})),
+    "topic-words": b"\x02" + publish + method(1, 50, 20, struct.pack(">H", 0) + shortstr("q") + shortstr("t") +
+                                              shortstr("#.#.*..#") + b"\0" + table({})),
 }
 out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus", "fuzz_amqp091")
 os.makedirs(out, exist_ok=True)

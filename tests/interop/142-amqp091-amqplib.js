@@ -11,25 +11,13 @@
 'use strict';
 const path = require('path');
 const fs = require('fs');
-const { execFileSync } = require('child_process');
 
 const N = 1000;
 const PREFETCH = 20;
 const h = require('./mqdnode')('142-amqp091-amqplib', 120000);
 const { tmp, log, end, check, freePort } = h;
 
-let amqp;
-try {
-  amqp = require(path.join(__dirname, 'node', 'node_modules', 'amqplib'));
-} catch (e) {
-  console.log('SKIP: amqplib not installed (cd tests/interop/node && npm ci)');
-  process.exit(77);
-}
-
-function passwd(user, pw) {
-  return execFileSync(path.join(path.dirname(h.bin), 'mqd-passwd'),
-    ['--both', '--iterations', '4096', user], { input: pw + '\n' }).toString();
-}
+const amqp = h.amqplib();
 
 async function publishAll(url) {
   const conn = await amqp.connect(url);
@@ -118,7 +106,7 @@ freePort((port) => {
   const dataDir = path.join(tmp, 'data');
   fs.mkdirSync(dataDir);
   const conf = path.join(tmp, 'mqd.conf');
-  fs.writeFileSync(conf, 'allow_anonymous = off\n' + passwd('alice', 'alice-pw') + passwd('bob', 'bob-pw') +
+  fs.writeFileSync(conf, 'allow_anonymous = off\n' + h.passwd('alice', 'alice-pw') + h.passwd('bob', 'bob-pw') +
     '[acl]\nallow alice send,receive,create q.*\nallow bob receive q.*\n');
   const argv = ['--foreground', '--listen', '127.0.0.1:' + port, '--data-dir', dataDir, '-c', conf];
   const url = 'amqp://alice:alice-pw@127.0.0.1:' + port;

@@ -148,6 +148,20 @@ module.exports = function harness(name, hardTimeoutMs) {
     conn.on('connection_error', (ctx) => h.end(false, id + ': connection error ' + JSON.stringify(ctx.connection.error)));
     return conn;
   };
+  // The AMQP 0-9-1 tests' amqplib (npm, tests/interop/node; exit 77 to skip without it)
+  // and the [user] section mqd-passwd prints for user/pw.
+  h.amqplib = () => {
+    try {
+      return require(path.join(__dirname, 'node', 'node_modules', 'amqplib'));
+    } catch (e) {
+      console.log('SKIP: amqplib not installed (cd tests/interop/node && npm ci)');
+      process.exit(77);
+    }
+    return null;
+  };
+  h.passwd = (user, pw) => require('child_process').execFileSync(
+    path.join(path.dirname(bin), 'mqd-passwd'), ['--both', '--iterations', '4096', user],
+    { input: pw + '\n' }).toString();
   return h;
 };
 

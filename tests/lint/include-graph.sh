@@ -8,6 +8,7 @@
 # fwd -> amqp, repl, server came with node-to-node forwarding (issue 33), fwd -> txn with
 # transactions forwarded to their leader (fwd/txn.c reads the client's transaction id);
 # amqp091 -> auth, codec, conf, core, group, store: the AMQP 0-9-1 front end uses the core as
-# amqp does (store: its stream consumers read a partition by offset, as a cursor does).
+# amqp does (store: its stream consumers read a partition by offset, as a cursor does);
+# amqp091 -> meta: its durable exchanges and bindings are rows of meta.db (exch.c).
 srcdir=${MQD_SRCDIR:-$(dirname "$0")/../..}
-exec python3 "$srcdir/scripts/include-graph.py" --src "$srcdir/src" --max-edges 61
+exec python3 "$srcdir/scripts/include-graph.py" --src "$srcdir/src" --max-edges 62

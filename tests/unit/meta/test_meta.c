@@ -213,7 +213,8 @@ static void test_topic_uid(void **state)
                                   "created_ms INTEGER NOT NULL, config_json TEXT); "
                                   "INSERT INTO t2 SELECT name, partitions, created_ms, "
                                   "config_json FROM topics; DROP TABLE topics; "
-                                  "ALTER TABLE t2 RENAME TO topics; PRAGMA user_version = 1",
+                                  "ALTER TABLE t2 RENAME TO topics; DROP TABLE amqp_bindings; "
+                                  "DROP TABLE amqp_exchanges; PRAGMA user_version = 1",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
     sqlite3_close(db);
@@ -494,6 +495,54 @@ static void test_nosync_commit(void **state)
     assert_string_equal(s, "9:2:{},");
 }
 
+static int count_row(const char *a, const char *b, uint32_t flags, void *arg)
+{
+    (void)a;
+    (void)b;
+    (void)flags;
+    (*(int *)arg)++;
+    return 0;
+}
+
+static int count_binding(const mqd_meta_binding_t *b, void *arg)
+{
+    (void)b;
+    (*(int *)arg)++;
+    return 0;
+}
+
+/* AMQP 0-9-1 exchanges and bindings: a binding is its whole tuple; deleting the
+ * exchange deletes its bindings, deleting a topic (the queue) deletes the queue's. */
+static void test_exchanges(void **state)
+{
+    fx_t *f = *state;
+    int n = 0;
+    assert_int_equal(mqd_meta_exchange_put(f->m, "ex.f", "fanout", 0), 0);
+    assert_int_equal(mqd_meta_exchange_put(f->m, "ex.h", "headers", 1), 0);
+    assert_int_equal(mqd_meta_exchange_list(f->m, count_row, &n), 0);
+    assert_int_equal(n, 2);
+    mqd_meta_binding_t b1 = {"ex.f", "q1", "", NULL}, b2 = {"ex.h", "q1", "", "{\"a\":\"s:1\"}"},
+                       b3 = {"amq.topic", "q2", "a.#", NULL};
+    assert_int_equal(mqd_meta_binding_put(f->m, &b1), 0);
+    assert_int_equal(mqd_meta_binding_put(f->m, &b1), 0); /* again: one row */
+    assert_int_equal(mqd_meta_binding_put(f->m, &b2), 0);
+    assert_int_equal(mqd_meta_binding_put(f->m, &b3), 0);
+    n = 0;
+    assert_int_equal(mqd_meta_binding_list(f->m, count_binding, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(mqd_meta_exchange_delete(f->m, "ex.f"), 0);
+    assert_int_equal(mqd_meta_exchange_delete(f->m, "ex.f"), MQD_ENOENT);
+    assert_int_equal(mqd_meta_topic_put(f->m, "q2", 1, NULL), 0);
+    assert_int_equal(mqd_meta_topic_delete(f->m, "q2"), 0);
+    n = 0;
+    assert_int_equal(mqd_meta_binding_list(f->m, count_binding, &n), 0);
+    assert_int_equal(n, 1); /* b2 */
+    assert_int_equal(mqd_meta_binding_delete(f->m, &b2), 0);
+    n = 0;
+    assert_int_equal(mqd_meta_binding_list(f->m, count_binding, &n), 0);
+    assert_int_equal(n, 0);
+}
+
 static void test_open_bad_path(void **state)
 {
     mqd_meta_t *m = NULL;
@@ -516,6 +565,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_next_id_and_kv, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_rolls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nosync_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exchanges, setup, teardown),
         cmocka_unit_test(test_open_bad_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
