@@ -33,7 +33,7 @@ declare -A srcs=(
     [fuzz_console]="src/console/parse.c"
     [fuzz_repl]="src/repl/wire.c src/repl/pstate.c src/repl/hwck_file.c"
     [fuzz_sbus]="src/mgmt/mgmt_sbus_args.c src/codec/msg.c"
-    [fuzz_amqp091]="src/amqp091/frame.c"
+    [fuzz_amqp091]="src/amqp091/frame.c src/amqp091/match.c"
     # the whole broker; the console's pages are a generated file of the build (make)
     [fuzz_conn]="$(ls src/*/*.c | grep -v -e '^src/tools/' -e '^src/util/' -e '^src/conf/conf_gen.c$') build/src/console/ui_files.c"
 )
