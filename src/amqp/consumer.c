@@ -466,22 +466,25 @@ static void ident_free(fwd_ident_t *id)
     free(id->name);
 }
 
-/* A group member's link (not a browser; not a leg another node forwards, nor a
+/* A group member's or a browser's link (not a leg another node forwards, nor a
  * local-only one: those follow the leads themselves; not one that asked for redirects)
  * goes to fwd/recv.c when its leader here steps down: the group here forgets it (its
  * unsettled deliveries go back to the cursor of a lead this node no longer has), and a
  * new MQD_LS_FWD state on the same link reads from the new leader, where the group's
- * committed offset (replicated in the log, gstate.c) is its position. */
+ * committed offset (replicated in the log, gstate.c) is its position. A browser's
+ * position is its own: what it was sent (below browse_next) is not sent again. */
 bool mqd_consumer_forward(mqd_lstate_t *ls)
 {
     mqd_conn_t *c = mqd_ls_conn(ls);
     pn_link_t *l = mqd_ls_link(ls);
     mqd_fwd_hooks_t *fh = mqd_srv_fwd(mqd_conn_srv(c));
     mqd_group_t *g = mqd_ls_group(ls);
-    if (!fh->recv_adopt || mqd_ls_kind(ls) != MQD_LS_CONSUMER || !g || mqd_ls_local_only(ls) ||
-        mqd_link_wants_redirect(l) || link_prop(l, "mqd:fwd-node"))
+    const mqd_alink_t *al = mqd_ls_amqp(ls);
+    bool browser = mqd_ls_kind(ls) == MQD_LS_BROWSER;
+    if (!fh->recv_adopt || (!browser && (mqd_ls_kind(ls) != MQD_LS_CONSUMER || !g)) ||
+        mqd_ls_local_only(ls) || mqd_link_wants_redirect(l) || link_prop(l, "mqd:fwd-node"))
         return false;
-    uint32_t n = mqd_group_nparts(g);
+    uint32_t n = browser ? al->browse_n : mqd_group_nparts(g);
     uint64_t *floor = calloc(n ? n : 1, sizeof *floor);
     fwd_ident_t id = {.topic = strdup(mqd_topic_name(mqd_ls_topic(ls))),
                       .tmp_name = strdup(mqd_topic_name(mqd_ls_topic(ls))),
@@ -495,7 +498,7 @@ bool mqd_consumer_forward(mqd_lstate_t *ls)
         return false; /* out of memory: detached as before */
     }
     for (uint32_t i = 0; i < n; i++)
-        floor[i] = mqd_cursor_floor(mqd_group_cursor(g, i));
+        floor[i] = browser ? al->browse_next[i] : mqd_cursor_floor(mqd_group_cursor(g, i));
     mqd_lstate_free(ls); /* leaves the group; the link and its deliveries stay */
     pn_link_set_context(l, NULL);
     mqd_lstate_t *nls = mqd_lstate_new(c, l, MQD_LS_FWD);

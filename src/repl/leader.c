@@ -90,7 +90,7 @@ static int64_t link_part(mqd_lstate_t *ls)
 }
 
 /* Moves a link of rp's topic that rp's move concerns (bound to rp or to the whole
- * topic): a group member's or queue consumer's link is served through fwd from the new
+ * topic): a group member's, queue consumer's or browser's link is served through fwd from the new
  * leader, attached all along (mqd_consumer_forward); any other is detached with
  * amqp:link:redirect to where an attach would now be sent (the same answer as the
  * attach-time redirect: mqd_repl_where), else detach-forced. Returns 2 when forwarded,
