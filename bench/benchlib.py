@@ -2,6 +2,7 @@
 bench/fwd-hop.py): one mqd-bench run and its RESULT line, a process's CPU seconds from
 /proc, the machine's busy/idle jiffies, and the page-cache warm-up."""
 
+import argparse
 import os
 import re
 import subprocess
@@ -66,3 +67,14 @@ def warm(dirpath, gib):
         if os.path.exists(path):
             os.unlink(path)
     print("warmed the page cache: %.1f GiB in %.1f s" % (gib, time.monotonic() - t0), flush=True)
+
+
+def arg_parser():
+    """The options every cluster benchmark takes: --count, --reps, --window, --out, --warm."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--count", type=int, default=200000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--window", type=int, default=1000)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--warm", type=float, default=0, help="GiB to write and delete first (0: none)")
+    return ap

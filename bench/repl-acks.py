@@ -17,7 +17,6 @@ Every process it starts (etcd, four brokers) is stopped by PID at the end (the t
 harness's Test.cleanup). Needs build/mqd, build/mqd-bench, build/mqctl and etcd on PATH.
 """
 
-import argparse
 import os
 import re
 import statistics
@@ -30,7 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
 os.environ.setdefault("MQD_BUILDDIR", os.path.join(ROOT, "build"))
 import mqdtest  # noqa: E402
 from mqdcluster import Etcd, get_json, start_nodes, wait_for  # noqa: E402
-from benchlib import client_cpu_s, cpu_s, machine, num, run_bench, warm  # noqa: E402
+from benchlib import arg_parser, client_cpu_s, cpu_s, machine, num, run_bench, warm  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 PROFILES = ("single", "leader", "quorum", "all")
@@ -64,12 +63,7 @@ def create(broker, topic, acks=None):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--count", type=int, default=200000)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--window", type=int, default=1000)
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--warm", type=float, default=0, help="GiB to write and delete first (0: none)")
+    ap = arg_parser()
     ap.add_argument("--cluster-flush", default=None,
                     help="flush policy of the three cluster nodes (default: the config default, sync)")
     ap.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated subset of %s" % (PROFILES,))
