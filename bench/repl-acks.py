@@ -17,12 +17,9 @@ Every process it starts (etcd, four brokers) is stopped by PID at the end (the t
 harness's Test.cleanup). Needs build/mqd, build/mqd-bench, build/mqctl and etcd on PATH.
 """
 
-import argparse
-import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 
@@ -32,45 +29,15 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
 os.environ.setdefault("MQD_BUILDDIR", os.path.join(ROOT, "build"))
 import mqdtest  # noqa: E402
 from mqdcluster import Etcd, get_json, start_nodes, wait_for  # noqa: E402
+from benchlib import arg_parser, client_cpu_s, cpu_s, machine, num, run_bench, warm  # noqa: E402
 
 RACKS = {1: "a", 2: "b", 3: "c"}
 PROFILES = ("single", "leader", "quorum", "all")
 
 
 def bench(url, address, count, window, pid):
-    b = os.path.join(os.environ["MQD_BUILDDIR"], "mqd-bench")
-    argv = [b, "send", "--url", url, "--address", address, "--count", str(count), "--size", "1024",
-            "--durable", "--window", str(window), "--duration-cap", "120", "--quiet",
-            "--broker-pid", str(pid)]
-    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=180)
-    out = r.stdout.decode() + r.stderr.decode()
-    if r.returncode != 0:
-        raise SystemExit("mqd-bench failed: %s\n%s" % (" ".join(argv), out))
-    m = re.search(r"^RESULT .*$", out, re.M)
-    if not m:
-        raise SystemExit("no RESULT line from mqd-bench:\n" + out)
-    kv = dict(f.split("=", 1) for f in m.group(0).split()[1:] if "=" in f)
-    num = lambda k: float(kv[k]) if re.match(r"^[0-9.]+$", kv.get(k, "")) else None  # noqa: E731
-    client_s = (num("client_cpu_pct") or 0) / 100 * (num("secs") or 0)
-    return num("msgs_per_s"), (num("p50_ms"), num("p99_ms")), out, client_s
-
-
-def machine():
-    """(busy, idle, steal) jiffies of the whole machine (/proc/stat's cpu line)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, idle, iowait, irq, softirq, steal = (v + [0] * 8)[:8]
-    return user + nice + system + irq + softirq, idle + iowait, steal
-
-
-def cpu_s(pid):
-    """utime + stime of a process, in seconds (/proc/PID/stat fields 14 and 15)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return 0.0
+    kv, out = run_bench("send", url, address, count, window, pid)
+    return num(kv, "msgs_per_s"), (num(kv, "p50_ms"), num(kv, "p99_ms")), out, client_cpu_s(kv)
 
 
 def cpu_threads(pid):
@@ -88,21 +55,6 @@ def cpu_threads(pid):
     return out
 
 
-def warm(dirpath, gib):
-    """Writes gib GiB of zeros into dirpath and deletes it: touches the page cache's memory."""
-    path = os.path.join(dirpath, "warm.tmp")
-    chunk = b"\0" * (1 << 20)
-    t0 = time.monotonic()
-    try:
-        with open(path, "wb") as f:
-            for _ in range(int(gib * 1024)):
-                f.write(chunk)
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
-    print("warmed the page cache: %.1f GiB in %.1f s" % (gib, time.monotonic() - t0), flush=True)
-
-
 def create(broker, topic, acks=None):
     cfg = ["--config", "replication_factor=3", "--config", "acks=%s" % acks] if acks else []
     rc, out, err = mqdtest.mqctl(broker.url, "topic", "create", topic, "--partitions", "1", *cfg)
@@ -111,12 +63,7 @@ def create(broker, topic, acks=None):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--count", type=int, default=200000)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--window", type=int, default=1000)
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--warm", type=float, default=0, help="GiB to write and delete first (0: none)")
+    ap = arg_parser()
     ap.add_argument("--cluster-flush", default=None,
                     help="flush policy of the three cluster nodes (default: the config default, sync)")
     ap.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated subset of %s" % (PROFILES,))
