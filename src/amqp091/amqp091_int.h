@@ -113,6 +113,7 @@ struct a091_chan {
     size_t n_unacked, cap_unacked;
     void *get_fx; /* basic.get of a queue read through the leaders: fwd's consumer */
     char *get_q;
+    struct a091_tx *tx; /* tx.select: publishes and acks kept until tx.commit (tx.c) */
 };
 
 struct a091_conn {
@@ -217,7 +218,32 @@ int a091_route(a091_conn_t *c, const char *ex, const char *rk, const amqp_table_
 void a091_exch_queue_gone(const char *q);
 void a091_exch_free(void);
 
+/* ---- chan.c: stores and confirms ---- */
+/* One publish's (or one tx.commit's) outcome over its stores: a091_store adds one per
+ * store; a091_multi_done gives back the creator's hold. */
+typedef struct a091_multi a091_multi_t;
+a091_multi_t *a091_multi_new(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool commit);
+void a091_multi_done(a091_multi_t *mu);
+void a091_store(a091_conn_t *c, a091_chan_t *ch, const char *topic, const struct mqd_buf *buf,
+                a091_multi_t *mu);
+
+/* ---- tx.c: tx.select / commit / rollback ---- */
+typedef struct a091_tx a091_tx_t;
+int a091_tx_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id);
+/* A publish (routed to tg's queues) or an acknowledgement kept until the commit. */
+int a091_tx_keep_publish(a091_conn_t *c, a091_chan_t *ch, const struct mqd_buf *msg,
+                         const a091_targets_t *tg);
+int a091_tx_keep_settle(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool multiple, bool done,
+                        amqp_method_number_t id);
+/* chan.c: every store of the commit told (ok: all stored) */
+void a091_tx_committed(a091_conn_t *c, a091_chan_t *ch, bool ok);
+void a091_tx_free(a091_chan_t *ch);
+
 /* ---- consume.c: basic.consume/cancel/qos/ack/nack/reject/get/recover, delivery ---- */
+/* Applies an ack (done) or a requeue to the deliveries tag names: 0, or 406 after the
+ * channel error for an unknown tag. */
+int a091_settle_tags(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool multiple, bool done,
+                     amqp_method_number_t id);
 int a091_basic_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id, void *m);
 void a091_release_all(a091_conn_t *c, a091_chan_t *ch); /* channel or connection closed */
 void a091_pump(a091_conn_t *c);

@@ -27,6 +27,7 @@ void a091_chan_free(a091_conn_t *c, a091_chan_t *ch)
 {
     a091_release_all(c, ch);
     pub_reset(ch);
+    a091_tx_free(ch);
     empty_amqp_pool(&ch->pool);
     free(ch->unacked);
     free(ch);
@@ -109,12 +110,37 @@ static void publish_return(a091_conn_t *c, a091_chan_t *ch)
  * every append is durable (each under its topic's flush and acks, or its leader's),
  * the nack when any failed. `left` counts the appends not told yet plus one held by
  * publish_complete until every append was started. */
-typedef struct a091_multi {
+struct a091_multi {
     a091_conn_t *c; /* one reference, given back by on_confirm */
     uint64_t tag;
     uint32_t left;
     bool nack;
-} a091_multi_t;
+    bool commit;  /* a tx.commit's stores (tx.c): its end is the commit-ok */
+    uint16_t chan; /* the commit's channel, of generation gen */
+    uint8_t gen;
+};
+
+a091_multi_t *a091_multi_new(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool commit)
+{
+    a091_multi_t *mu = calloc(1, sizeof *mu);
+    if (!mu)
+        return NULL;
+    a091_conn_ref(c);
+    *mu = (a091_multi_t){.c = c, .tag = tag, .left = 1, .commit = commit, .chan = ch->id,
+                         .gen = ch->gen};
+    return mu;
+}
+
+static void commit_done(a091_multi_t *mu)
+{
+    a091_conn_t *c = mu->c;
+    a091_chan_t *ch = !c->dead && mu->chan <= c->channel_max ? c->chans[mu->chan] : NULL;
+    if (ch && ch->open && !ch->closing && ch->gen == mu->gen) {
+        a091_tx_committed(c, ch, !mu->nack);
+        a091_flush(c);
+    }
+    a091_conn_unref(c);
+}
 
 static void on_multi(void *arg, uint64_t tag, uint64_t outcome, const char *cond,
                      const char *desc)
@@ -129,8 +155,16 @@ static void on_multi(void *arg, uint64_t tag, uint64_t outcome, const char *cond
     }
     if (--mu->left > 0)
         return;
-    on_confirm(mu->c, mu->tag, mu->nack ? PN_REJECTED : PN_ACCEPTED, NULL, NULL);
+    if (mu->commit)
+        commit_done(mu);
+    else
+        on_confirm(mu->c, mu->tag, mu->nack ? PN_REJECTED : PN_ACCEPTED, NULL, NULL);
     free(mu);
+}
+
+void a091_multi_done(a091_multi_t *mu)
+{
+    on_multi(mu, mu->tag, PN_ACCEPTED, NULL, NULL);
 }
 
 /* In a cluster, a partition led by another node: the message goes to its leader through
@@ -147,21 +181,20 @@ static bool publish_forward(a091_conn_t *c, const char *topic, uint32_t part, in
     return rc == MQD_FWD_TAKEN;
 }
 
-/* Stores the record of queue `topic` (t: this node's copy, NULL when it holds none but
- * the cluster has the topic: nparts partitions); in confirm mode (mu) its outcome goes to
- * mu: from the commit point, from the leader when the partition is led elsewhere, or
- * from here when it is not stored. */
-static void publish_store(a091_conn_t *c, a091_chan_t *ch, const char *topic, mqd_topic_t *t,
-                          uint32_t nparts, a091_multi_t *mu)
+static uint32_t queue_nparts(a091_conn_t *c, const char *q, mqd_topic_t **t);
+
+/* Stores the record buf in queue `topic` (this node's copy, or through fwd when it holds
+ * none but the cluster has the topic, or the partition is led elsewhere); in confirm or
+ * commit mode (mu) its outcome goes to mu: from the commit point, from the leader when
+ * the partition is led elsewhere, or from here when it is not stored. */
+void a091_store(a091_conn_t *c, a091_chan_t *ch, const char *topic, const mqd_buf_t *buf,
+                a091_multi_t *mu)
 {
     mqd_server_t *s = c->srv;
-    mqd_buf_t *buf = mqd_srv_scratch(s);
-    buf->len = 0;
-    const char *why = NULL;
-    if (a091_map_to_amqp10(ch->pub_props, ch->pub_exchange, ch->pub_rkey, ch->body, ch->body_len,
-                           buf) != 0)
-        why = "message could not be encoded";
-    uint32_t part = ch->rr++ % nparts;
+    mqd_topic_t *t;
+    uint32_t nparts = queue_nparts(c, topic, &t);
+    const char *why = nparts ? NULL : "the queue was deleted";
+    uint32_t part = nparts ? ch->rr++ % nparts : 0;
     int acks = t ? (int)mqd_topic_conf(t)->acks : -1;
     if (mu)
         mu->left++; /* told exactly once from here on */
@@ -190,6 +223,21 @@ static void publish_store(a091_conn_t *c, a091_chan_t *ch, const char *topic, mq
             on_multi(mu, mu->tag, PN_REJECTED, NULL, NULL); /* no outcome will come */
         a091_block_check(c); /* a watermark: take no more input until it clears */
     }
+}
+
+/* The publish being assembled as an AMQP 1.0 message in the server's scratch buffer;
+ * NULL when it cannot be encoded. */
+static const mqd_buf_t *publish_encode(a091_conn_t *c, a091_chan_t *ch)
+{
+    mqd_buf_t *buf = mqd_srv_scratch(c->srv);
+    buf->len = 0;
+    if (a091_map_to_amqp10(ch->pub_props, ch->pub_exchange, ch->pub_rkey, ch->body, ch->body_len,
+                           buf) != 0) {
+        MQD_WARN_RL("amqp091", "peer=%s publish to exchange '%s' not stored: message could not "
+                    "be encoded", c->peer, ch->pub_exchange);
+        return NULL;
+    }
+    return buf;
 }
 
 /* The partition count of queue q: this node's copy's, else the cluster's registration
@@ -243,23 +291,24 @@ static void publish_complete(a091_conn_t *c, a091_chan_t *ch)
             publish_return(c, ch);
         if (seq)
             send_confirm(c, ch->id, seq, rc == 0); /* RabbitMQ acks an unroutable publish */
+    } else if (ch->tx) { /* kept until tx.commit (tx.c) */
+        const mqd_buf_t *buf = publish_encode(c, ch);
+        if (buf)
+            a091_tx_keep_publish(c, ch, buf, &tg);
     } else {
-        a091_multi_t *mu = seq ? calloc(1, sizeof *mu) : NULL;
-        if (mu) {
-            a091_conn_ref(c);
-            *mu = (a091_multi_t){.c = c, .tag = confirm_tag(ch, seq), .left = 1};
-        }
+        a091_multi_t *mu = seq ? a091_multi_new(c, ch, confirm_tag(ch, seq), false) : NULL;
+        const mqd_buf_t *buf = publish_encode(c, ch);
         if (seq && !mu) {
             send_confirm(c, ch->id, seq, false);
-        } else {
-            for (size_t i = 0; i < tg.n; i++) {
-                mqd_topic_t *t;
-                uint32_t nparts = queue_nparts(c, tg.q[i], &t);
-                publish_store(c, ch, tg.q[i], t, nparts, mu);
-            }
+        } else if (buf) {
+            /* the scratch buffer is reused by nothing a store calls */
+            for (size_t i = 0; i < tg.n; i++)
+                a091_store(c, ch, tg.q[i], buf, mu);
+        } else if (mu) {
+            mu->nack = true;
         }
         if (mu)
-            on_multi(mu, mu->tag, PN_ACCEPTED, NULL, NULL); /* publish_complete's hold */
+            a091_multi_done(mu); /* publish_complete's hold */
     }
     a091_targets_free(&tg);
     pub_reset(ch);
@@ -554,6 +603,10 @@ int a091_chan_method(a091_conn_t *c, uint16_t id, amqp_method_number_t mid, void
     }
     case AMQP_BASIC_PUBLISH_METHOD: return publish_begin(c, ch, m);
     case AMQP_CONFIRM_SELECT_METHOD: {
+        if (ch->tx)
+            return a091_chan_fail(c, ch, A091_PRECONDITION_FAILED,
+                                  "PRECONDITION_FAILED - cannot switch from tx to confirm mode%s",
+                                  "", mid);
         ch->confirm = true;
         if (((amqp_confirm_select_t *)m)->nowait)
             return 0;
@@ -577,6 +630,8 @@ int a091_chan_method(a091_conn_t *c, uint16_t id, amqp_method_number_t mid, void
         return a091_exchange_method(c, ch, mid, m);
     if ((mid >> 16) == AMQP_BASIC_CLASS)
         return a091_basic_method(c, ch, mid, m);
+    if ((mid >> 16) == AMQP_TX_CLASS)
+        return a091_tx_method(c, ch, mid);
     return a091_chan_fail(c, ch, A091_NOT_IMPLEMENTED, "NOT_IMPLEMENTED - %s",
                           amqp_method_name(mid), mid);
 }

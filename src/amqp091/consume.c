@@ -413,8 +413,13 @@ static int cancel(a091_conn_t *c, a091_chan_t *ch, amqp_basic_cancel_t *m)
 }
 
 /* ack / nack / reject: tag, or every tag up to it (multiple; 0 with multiple = all). */
-static int settle_tags(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool multiple, bool done,
-                       amqp_method_number_t id)
+/* A transactional channel's ack, nack or reject: its tag checked now, kept until the
+ * commit (tx.c). */
+static int settle_or_keep(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool multiple,
+                          bool done, amqp_method_number_t id);
+
+int a091_settle_tags(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool multiple, bool done,
+                     amqp_method_number_t id)
 {
     size_t w = 0, hit = 0;
     for (size_t i = 0; i < ch->n_unacked; i++) {
@@ -435,6 +440,23 @@ static int settle_tags(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool multi
                               "PRECONDITION_FAILED - unknown delivery tag %s", num, id);
     }
     return 0;
+}
+
+static int settle_or_keep(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool multiple,
+                          bool done, amqp_method_number_t id)
+{
+    if (!ch->tx)
+        return a091_settle_tags(c, ch, tag, multiple, done, id);
+    bool known = multiple && tag == 0;
+    for (size_t i = 0; i < ch->n_unacked && !known; i++)
+        known = multiple ? ch->unacked[i].tag <= tag : ch->unacked[i].tag == tag;
+    if (!known) {
+        char num[32];
+        snprintf(num, sizeof num, "%llu", (unsigned long long)tag);
+        return a091_chan_fail(c, ch, A091_PRECONDITION_FAILED,
+                              "PRECONDITION_FAILED - unknown delivery tag %s", num, id);
+    }
+    return a091_tx_keep_settle(c, ch, tag, multiple, done, id);
 }
 
 /* basic.get of a queue read through the leaders: the channel's consumer of it (one
@@ -503,19 +525,19 @@ int a091_basic_method(a091_conn_t *c, a091_chan_t *ch, amqp_method_number_t id, 
     case AMQP_BASIC_GET_METHOD: return get(c, ch, m);
     case AMQP_BASIC_ACK_METHOD: {
         amqp_basic_ack_t *a = m;
-        return settle_tags(c, ch, a->delivery_tag, a->multiple, true, id);
+        return settle_or_keep(c, ch, a->delivery_tag, a->multiple, true, id);
     }
     case AMQP_BASIC_NACK_METHOD: {
         amqp_basic_nack_t *a = m;
-        return settle_tags(c, ch, a->delivery_tag, a->multiple, !a->requeue, id);
+        return settle_or_keep(c, ch, a->delivery_tag, a->multiple, !a->requeue, id);
     }
     case AMQP_BASIC_REJECT_METHOD: {
         amqp_basic_reject_t *a = m;
-        return settle_tags(c, ch, a->delivery_tag, false, !a->requeue, id);
+        return settle_or_keep(c, ch, a->delivery_tag, false, !a->requeue, id);
     }
     case AMQP_BASIC_RECOVER_METHOD:
     case AMQP_BASIC_RECOVER_ASYNC_METHOD:
-        settle_tags(c, ch, 0, true, false, id);
+        a091_settle_tags(c, ch, 0, true, false, id);
         if (id == AMQP_BASIC_RECOVER_METHOD) {
             amqp_basic_recover_ok_t ok = {0};
             return a091_send_method(c, ch->id, AMQP_BASIC_RECOVER_OK_METHOD, &ok);
