@@ -158,8 +158,8 @@ static void publish_store(a091_conn_t *c, a091_chan_t *ch, const char *topic, mq
     int rc = 0;
     if (!why && seq) {
         a091_conn_ref(c);
-        rc = mqd_part_append_notify(mqd_topic_part(t, part), buf->p, buf->len, on_confirm, c,
-                                    confirm_tag(ch, seq), NULL);
+        rc = mqd_part_append_notify(mqd_topic_part(t, part), buf->p, buf->len, MQD_REC_DATA,
+                                    on_confirm, c, confirm_tag(ch, seq), NULL);
         if (rc != 0 && rc != MQD_ENOMEM)
             a091_conn_unref(c); /* nothing pends: no confirm will come */
     } else if (!why) {

@@ -44,6 +44,8 @@ typedef struct mqd_msg_info {
     int64_t creation_time;        /* 0 = none */
     /* message-annotations */
     mqd_span_t partition_key;     /* raw bytes of x-opt-partition-key (string or symbol) */
+    int64_t scheduled_ms;         /* x-opt-scheduled-enqueue-time (timestamp), 0 = none:
+                                     Service Bus' scheduled message (docs/servicebus.md) */
 } mqd_msg_info_t;
 
 /* Scans an encoded message. 0, or MQD_EINVAL if it is not a well-formed sequence of

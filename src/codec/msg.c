@@ -525,6 +525,8 @@ static void scan_message_ann(const uint8_t *p, const val_t *map, mqd_msg_info_t 
         if (k.code == 0xa3 || k.code == 0xb3) {
             if (str_eq(p, &k, "x-opt-partition-key") && is_strsym(&v))
                 mi->partition_key = raw_span(&v);
+            else if (v.code == 0x83 && str_eq(p, &k, "x-opt-scheduled-enqueue-time"))
+                mi->scheduled_ms = (int64_t)be64(p + v.data);
         }
     }
 }

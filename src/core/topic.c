@@ -652,11 +652,11 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
     return 0;
 }
 
-int mqd_part_append_notify(mqd_part_t *p, const uint8_t *data, size_t len, mqd_pend_notify_fn fn,
-                           void *arg, uint64_t tag, uint64_t *offset_out)
+int mqd_part_append_notify(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t flags,
+                           mqd_pend_notify_fn fn, void *arg, uint64_t tag, uint64_t *offset_out)
 {
     uint64_t off;
-    int rc = mqd_part_append_ex(p, data, len, MQD_REC_DATA, 0, NULL, NULL, &off);
+    int rc = mqd_part_append_ex(p, data, len, flags, 0, NULL, NULL, &off);
     if (rc != 0)
         return rc;
     if (offset_out)
