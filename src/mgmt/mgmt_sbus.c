@@ -114,9 +114,19 @@ static pn_uuid_t lock_token(uint64_t off)
     return u;
 }
 
+/* Service Bus' message state of a record still on the queue: 1 deferred, 2 scheduled
+ * (its time ahead), else 0 (active: no annotation). */
+static int32_t message_state(mqd_cursor_t *cur, const mqd_rec_t *rec)
+{
+    if (cur && mqd_cursor_is_deferred(cur, rec->offset))
+        return 1;
+    return mqd_rec_scheduled_ms(rec) > mqd_now_ms() ? 2 : 0;
+}
+
 /* Appends {message: <the record as a receiver gets it>} to d's open list, with its
- * lock-token when `locked`. */
-static int put_message(pn_data_t *d, const mqd_rec_t *rec, mqd_buf_t *buf, bool locked)
+ * lock-token when `locked`, and its state (x-opt-message-state) as of cursor `cur`. */
+static int put_message(pn_data_t *d, const mqd_rec_t *rec, mqd_buf_t *buf, bool locked,
+                       mqd_cursor_t *cur)
 {
     mqd_msg_info_t mi;
     if (mqd_msg_scan_stored(rec->data, rec->len, &mi) != 0)
@@ -126,7 +136,8 @@ static int put_message(pn_data_t *d, const mqd_rec_t *rec, mqd_buf_t *buf, bool 
                          .enqueued_ms = rec->timestamp_ms,
                          .pkey = mi.partition_key.len ? rec->data + mi.partition_key.off : NULL,
                          .pkey_len = mi.partition_key.len,
-                         .delivery_count = mi.delivery_count};
+                         .delivery_count = mi.delivery_count,
+                         .message_state = message_state(cur, rec)};
     int rc = mqd_msg_annotate(rec->data, rec->len, &mi, &ann, buf);
     if (rc != 0)
         return rc;
@@ -167,7 +178,7 @@ static int peek_records(pn_data_t *d, mqd_topic_t *t, uint64_t from, int64_t cou
                 ((rec->flags & MQD_REC_TXN) && !mqd_txn_committed(mqd_topic_srv(t), rec->txn)) ||
                 (cur && mqd_cursor_settled(cur, rec->offset)))
                 continue;
-            if ((rc = put_message(d, rec, &buf, false)) == 0) {
+            if ((rc = put_message(d, rec, &buf, false, cur)) == 0) {
                 count--;
                 (*n)++;
             }
@@ -277,7 +288,7 @@ static int put_deferred(mqd_mgmt_req_t *r, mqd_topic_t *t, const mqd_sbus_args_t
     mqd_mgmt_kv_enter(r->out, "messages", true);
     for (size_t i = 0; i < a->n_seqs && rc == 0; i++)
         rc = read_record(t, (uint64_t)a->seqs[i], &rd)
-                 ? put_message(r->out, &rd.recs[0], &buf, a->settle_mode != 0)
+                 ? put_message(r->out, &rd.recs[0], &buf, a->settle_mode != 0, queue_cursor(t))
                  : MQD_EIO;
     pn_data_exit(r->out);
     pn_data_exit(r->out);

@@ -17,7 +17,8 @@
 //   scheduledEnqueueTimeUtc at the same time), s-c 60 s ahead cancelled by its sequence
 //   number, s-d 12 s ahead: nothing is received before 3 s, then exactly s-a and s-b; the
 //   broker restarts; s-d is still not received before its time, then it is, alone (s-c
-//   never); a listen-only key may not schedule (UnauthorizedAccess); cancelling a sequence
+//   never); peek shows the scheduled ones (state "scheduled", the deferred ones "deferred");
+//   a listen-only key may not schedule (UnauthorizedAccess); cancelling a sequence
 //   number that is not a scheduled message is refused (MessageNotFound).
 // Exit 0 pass, 1 fail, 77 skip (SDK not installed).
 'use strict';
@@ -90,6 +91,7 @@ async function deferral(port, argv) {
   check(none.length === 0, 'deferred messages redelivered: ' + bodies(none));
   const peeked = await c.createReceiver(Q).peekMessages(10, { fromSequenceNumber: Long.ZERO });
   check(bodies(peeked).join() === 'm1,m2', 'peek of the deferred got ' + bodies(peeked));
+  check(peeked.every((m) => m.state === 'deferred'), 'peeked states ' + peeked.map((m) => m.state));
   log('defer m1, m2; m0 completed, m3 abandoned and received again; the deferred go to no receiver');
   await c.close();
 
@@ -100,6 +102,7 @@ async function deferral(port, argv) {
   check(after.length === 0, 'after the restart the deferred were delivered: ' + bodies(after));
   const d = await r.receiveDeferredMessages([seqs[1], seqs[2]]);
   check(bodies(d).join() === 'm1,m2', 'receiveDeferredMessages got ' + bodies(d));
+  check(d.every((m) => m.state === 'deferred'), 'received deferred states ' + d.map((m) => m.state));
   check(d.map((m) => String(m.sequenceNumber)).join() === '1,2', 'deferred sequence numbers ' + d.map((m) => String(m.sequenceNumber)));
   check(d.every((m, i) => typeof m.lockToken === 'string' && m.lockToken.length === 36 && m.applicationProperties.i === i + 1 && m.messageId === 'id-' + (i + 1)),
     'deferred lock tokens/properties ' + JSON.stringify(d.map((m) => [m.lockToken, m.messageId, m.applicationProperties])));
@@ -142,6 +145,9 @@ async function scheduled(port, argv) {
   const c3 = new sb.ServiceBusClient(cs(port, 'listenonly'), opts);
   await refused('listen-only key schedules', 'UnauthorizedAccess', () => c3.createSender(Q).scheduleMessages([{ body: 'no' }], at(1000)));
   await c3.close();
+  const sp = await c.createReceiver(Q).peekMessages(10, { fromSequenceNumber: Long.ZERO });
+  check(bodies(sp).join() === 's-a,s-b,s-d' && sp.every((m) => m.state === 'scheduled'),
+    'peek of the scheduled got ' + JSON.stringify(sp.map((m) => [m.body, m.state])));
   const r = c.createReceiver(Q, lockOpts);
   const early = await r.receiveMessages(5, { maxWaitTimeInMs: 1500 * SLOW });
   check(Date.now() < t0 + 3000 * SLOW, 'the machine was too slow to check before the time');
@@ -149,7 +155,7 @@ async function scheduled(port, argv) {
   await sleep(Math.max(0, t0 + 3000 * SLOW - Date.now()));
   const due = await receiveAll(r, 2, 5000 * SLOW);
   check(bodies(due).sort().join() === 's-a,s-b', 'at the scheduled time got ' + bodies(due));
-  check(due.every((m) => m.enqueuedTimeUtc instanceof Date), 'no enqueued time');
+  check(due.every((m) => m.enqueuedTimeUtc instanceof Date && m.state === 'active'), 'due: ' + JSON.stringify(due.map((m) => [m.enqueuedTimeUtc, m.state])));
   for (const m of due) await r.completeMessage(m);
   log('s-a (scheduleMessages) and s-b (scheduledEnqueueTimeUtc) received at their time, not before; s-c cancelled');
   await c.close();
