@@ -394,9 +394,20 @@ static void sched_stored(void *arg, uint64_t tag, uint64_t outcome, const char *
     free(q);
 }
 
-/* Every message is well formed and within the broker's limits: 0, or the reply's 400. */
-static int sched_check(mqd_mgmt_req_t *r, const mqd_sbus_args_t *a, uint32_t *flags)
+/* Every message is well formed and within the broker's limits, and the partition takes
+ * sends here (cluster: this node leads it): 0, or the reply's 400, 503. */
+static int sched_check(mqd_mgmt_req_t *r, mqd_topic_t *t, const mqd_sbus_args_t *a,
+                       uint32_t *flags)
 {
+    const mqd_repl_hooks_t *rh = mqd_srv_repl(r->s);
+    const char *cond = NULL;
+    const char *why = rh->send_check ? rh->send_check(rh->arg, t, 0, (int)mqd_topic_conf(t)->acks,
+                                                      &cond)
+                                     : NULL;
+    if (why) {
+        r->cond = cond;
+        return mqd_mgmt_fail(r, 503, "'%.200s' takes no sends here: %s", mqd_topic_name(t), why);
+    }
     uint64_t max = mqd_srv_conf(r->s)->max_message_size, total = 0;
     for (size_t i = 0; i < a->n_msgs; i++) {
         mqd_msg_info_t mi;
@@ -421,7 +432,7 @@ static int sbus_schedule(mqd_mgmt_req_t *r, const char *entity, const mqd_sbus_a
     if (!a->has_msgs || a->msgs_bad || a->n_msgs == 0)
         return mqd_mgmt_fail(r, 400, "messages (a list of at most %d maps with a binary "
                                      "'message') is required", MQD_SBUS_SEQS_MAX);
-    if (sched_check(r, a, flags) != 0)
+    if (sched_check(r, t, a, flags) != 0)
         return r->status;
     sched_req_t *q = calloc(1, sizeof *q);
     if (!q || !(q->later = mqd_mgmt_defer(r))) {
