@@ -706,6 +706,10 @@ int mqd_message_encode(struct pn_message_t *m, mqd_buf_t *out, size_t hint);
  * (delta +1 / -1 per consumer), every move of t's commit point calls ops.topic_wake.
  * Returns the count after the change. */
 uint32_t mqd_topic_ext_consumers(mqd_topic_t *t, int delta);
+/* Lets every consumer of t look for records again: its links (dispatch) and a front
+ * end's (ops.topic_wake); what a move of the commit point does, and a scheduled record
+ * that came due (group/). */
+void mqd_topic_wake_consumers(mqd_topic_t *t);
 /* Appends one data record (flags: MQD_REC_DATA, and MQD_REC_SCHEDULED for a scheduled
  * message) for a sender without Proton deliveries (amqp091/, mgmt's schedule-message):
  * fn(arg, tag, ...) is told its outcome later (mqd_pending_t's notify), never from inside

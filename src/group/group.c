@@ -435,7 +435,7 @@ void mqd_groups_sched_tick(mqd_server_t *s)
                 due = mqd_cursor_sched_next(&g->cur[i]) <= now;
         }
         if (due)
-            mqd_topic_dispatch_soon(t);
+            mqd_topic_wake_consumers(t);
     }
 }
 

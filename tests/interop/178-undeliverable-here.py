@@ -11,7 +11,12 @@ A: 4 messages on a queue T; one receiver (credit 4) settles u-0 modified(undeliv
    still shows u-0.
 B: a consumer group (T/ConsumerGroups/g): modified(undeliverable-here) is not a deferral
    there: the group's next reader gets the message again (delivery-count 0).
+C: a scheduled message from plain clients (docs/servicebus.md): Proton sends "now" and
+   then "later" with x-opt-scheduled-enqueue-time 3 s ahead; a pika (AMQP 0-9-1) consumer
+   of the queue gets "now" at once and "later" only at its time (within 2 s of it), woken
+   by the scheduled-message timer with no other traffic.
 """
+import time
 
 import os
 import sys
@@ -20,7 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mqdtest  # noqa: E402
 from mqdtest import check, log, receive, send  # noqa: E402
 
-from proton import Delivery, Message  # noqa: E402
+import amqp091test as a9  # noqa: E402
+from proton import Delivery, Message, symbol, timestamp  # noqa: E402
 from proton.reactor import Copy  # noqa: E402
 
 
@@ -88,11 +94,47 @@ def case_group(b):
     log("B: on a consumer group undeliverable-here is not a deferral: g-0 came back")
 
 
+def case_scheduled_091(t):
+    a9.need_pika()
+    conf = os.path.join(t.tmpdir, "mqd091.conf")
+    with open(conf, "w") as f:
+        f.write("allow_anonymous = off\n" + a9.mqd_passwd("alice", "alice-pw"))
+        f.write("[acl]\nallow alice send,receive,create uh.*\n")
+    b = t.broker("sched091", conf=conf)
+    due = time.time() + 3.0 * mqdtest.SLOW
+    c = a9.proton_conn(b.url, "alice", "alice-pw")
+    s = c.create_sender("uh.sched")
+    s.send(Message(body="now"))
+    s.send(Message(body="later", annotations={symbol("x-opt-scheduled-enqueue-time"):
+                                              timestamp(int(due * 1000))}))
+    c.close()
+    conn = a9.connect(b.port, "alice", "alice-pw")
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    got = []
+    deadline = due + 10 * mqdtest.SLOW
+    for method, props, body in ch.consume("uh.sched", auto_ack=False, inactivity_timeout=0.2):
+        if method is not None:
+            got.append((body.decode(), time.time()))
+            ch.basic_ack(method.delivery_tag)
+        if len(got) == 2 or time.time() > deadline:
+            break
+    ch.cancel()
+    conn.close()
+    names = [g[0] for g in got]
+    check(names == ["now", "later"], "the 0-9-1 consumer got %s" % names)
+    check(got[0][1] < due, "'now' came %.2f s after the scheduled time" % (got[0][1] - due))
+    late = got[1][1] - due
+    check(-0.05 <= late <= 2.0 * mqdtest.SLOW, "'later' came %.2f s after its time" % late)
+    log("C: a pika consumer got the scheduled message %.2f s after its time, not before" % late)
+
+
 def body(t):
     b = t.broker(sets={"topic.uh178.partitions": 1, "topic.uh178g.partitions": 1})
     coll = mqdtest.Collect()
     for name, fn in (("B: consumer group", lambda: case_group(b)),
-                     ("A: queue", lambda: case_queue(b))):
+                     ("A: queue", lambda: case_queue(b)),
+                     ("C: scheduled, 0-9-1 consumer", lambda: case_scheduled_091(t))):
         with coll.case(name):
             fn()
     coll.finish()
