@@ -959,8 +959,9 @@ static int sel_take(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec)
         mqd_cursor_skip(cur, rec->offset); /* never delivered to anyone */
         return 0;
     }
-    if (!mqd_selector_match(al->sel, rec->data, rec->len, &mi))
-        return 0;
+    if (!mqd_selector_match(al->sel, rec->data, rec->len, &mi) ||
+        ((rec->flags & MQD_REC_SCHEDULED) && mqd_cursor_sched_hide(cur, rec)))
+        return 0; /* not selected, or scheduled ahead (offered again when due) */
     uint32_t dc = mqd_cursor_take(cur, rec->offset);
     if (admit(ls, i, rec, &mi, dc) == 0 && deliver(ls, i, rec, &mi, dc) == 0)
         return 1;

@@ -239,12 +239,13 @@ static void sched_drop(mqd_cursor_t *sh, size_t i)
     sh->sched[i] = sh->sched[--sh->sched_n];
 }
 
-/* A scheduled record the scan reached: hidden (true) while its time is ahead. */
-static bool sched_hide(mqd_cursor_t *sh, const mqd_rec_t *r)
+bool mqd_cursor_sched_hide(mqd_cursor_t *sh, const mqd_rec_t *r)
 {
     int64_t due = mqd_rec_scheduled_ms(r);
     if (due <= mqd_now_ms())
         return false;
+    if (sched_find(sh, r->offset) != SIZE_MAX)
+        return true;
     struct mqd_sched *ns = mqd_array_grow(sh->sched, &sh->sched_cap, sh->sched_n, sizeof *ns, 8);
     if (!ns)
         return false; /* out of memory: delivered now rather than lost */
@@ -253,20 +254,22 @@ static bool sched_hide(mqd_cursor_t *sh, const mqd_rec_t *r)
     return true;
 }
 
-/* Scheduled records whose time came join the redelivery list (offset order). */
-static void sched_release_due(mqd_cursor_t *sh)
+bool mqd_cursor_sched_release(mqd_cursor_t *sh)
 {
     int64_t now = sh->sched_n ? mqd_now_ms() : 0;
+    bool any = false;
     for (size_t i = 0; i < sh->sched_n;) {
         if (sh->sched[i].due > now) {
             i++;
             continue;
         }
         if (redeliver_add(&sh->redeliver, sh->sched[i].off) != 0)
-            return; /* out of memory: stays hidden until the next try */
+            break; /* out of memory: stays hidden until the next try */
         sh->redeliver_gen++;
         sched_drop(sh, i);
+        any = true;
     }
+    return any;
 }
 
 int64_t mqd_cursor_sched_next(const mqd_cursor_t *sh)
@@ -513,7 +516,7 @@ static bool next_redelivery(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uin
 
 bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount)
 {
-    sched_release_due(sh);
+    mqd_cursor_sched_release(sh);
     if (next_redelivery(sh, p, rec, dcount))
         return true;
     for (int guard = 0; guard < 1024; guard++) {
@@ -548,8 +551,8 @@ bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *
             mark_done(sh, r->offset); /* control records and aborted sends are never delivered */
             continue;
         }
-        if ((r->flags & MQD_REC_SCHEDULED) && sched_hide(sh, r))
-            continue; /* its time is ahead: redelivered then (sched_release_due) */
+        if ((r->flags & MQD_REC_SCHEDULED) && mqd_cursor_sched_hide(sh, r))
+            continue; /* its time is ahead: redelivered then (mqd_cursor_sched_release) */
         *rec = *r;
         *dcount = mqd_cursor_take(sh, r->offset);
         return true;

@@ -429,10 +429,11 @@ void mqd_groups_sched_tick(mqd_server_t *s)
     for (mqd_topic_t *t = mqd_srv_topic_first(s); t; t = mqd_srv_topic_next(t)) {
         bool due = false;
         mqd_dlist_t *groups = mqd_topic_groups(t);
-        for (mqd_dlist_t *n = groups->next; n != groups && !due; n = n->next) {
+        for (mqd_dlist_t *n = groups->next; n != groups; n = n->next) {
             mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
-            for (uint32_t i = 0; i < g->ncur && !due; i++)
-                due = mqd_cursor_sched_next(&g->cur[i]) <= now;
+            for (uint32_t i = 0; i < g->ncur; i++)
+                if (mqd_cursor_sched_next(&g->cur[i]) <= now)
+                    due |= mqd_cursor_sched_release(&g->cur[i]);
         }
         if (due)
             mqd_topic_wake_consumers(t);

@@ -15,6 +15,9 @@ C: a scheduled message from plain clients (docs/servicebus.md): Proton sends "no
    then "later" with x-opt-scheduled-enqueue-time 3 s ahead; a pika (AMQP 0-9-1) consumer
    of the queue gets "now" at once and "later" only at its time (within 2 s of it), woken
    by the scheduled-message timer with no other traffic.
+D: the same for a Proton receiver with a selector (color = 'red') on a queue: it gets the
+   red "now" at once, the red "later" (scheduled 3 s ahead) only at its time, never the
+   blue one.
 """
 import time
 
@@ -27,7 +30,7 @@ from mqdtest import check, log, receive, send  # noqa: E402
 
 import amqp091test as a9  # noqa: E402
 from proton import Delivery, Message, symbol, timestamp  # noqa: E402
-from proton.reactor import Copy  # noqa: E402
+from proton.reactor import Copy, Selector  # noqa: E402
 
 
 def modified(undeliverable, failed):
@@ -129,12 +132,32 @@ def case_scheduled_091(t):
     log("C: a pika consumer got the scheduled message %.2f s after its time, not before" % late)
 
 
+def case_scheduled_selector(b):
+    topic = "uh178sel"
+    due = time.time() + 3.0 * mqdtest.SLOW
+    later = {symbol("x-opt-scheduled-enqueue-time"): timestamp(int(due * 1000))}
+    send(b.url, topic, [Message(body="blue", properties={"color": "blue"}),
+                        Message(body="later", properties={"color": "red"}, annotations=later),
+                        Message(body="now", properties={"color": "red"})])
+    times = []
+    r = mqdtest.Receiver(b.url, topic, count=2, linger=1.0 * mqdtest.SLOW,
+                         options=Selector("color = 'red'"))
+    r.on_each = lambda rr, m, d: times.append(time.time())
+    mqdtest.run_container(r, 60)
+    check(r.bodies() == ["now", "later"], "the selector receiver got %s" % r.bodies())
+    check(times[0] < due, "'now' came %.2f s after the scheduled time" % (times[0] - due))
+    late = times[1] - due
+    check(-0.05 <= late <= 2.0 * mqdtest.SLOW, "'later' came %.2f s after its time" % late)
+    log("D: a selector receiver got the scheduled message %.2f s after its time" % late)
+
+
 def body(t):
     b = t.broker(sets={"topic.uh178.partitions": 1, "topic.uh178g.partitions": 1})
     coll = mqdtest.Collect()
     for name, fn in (("B: consumer group", lambda: case_group(b)),
                      ("A: queue", lambda: case_queue(b)),
-                     ("C: scheduled, 0-9-1 consumer", lambda: case_scheduled_091(t))):
+                     ("C: scheduled, 0-9-1 consumer", lambda: case_scheduled_091(t)),
+                     ("D: scheduled, selector", lambda: case_scheduled_selector(b))):
         with coll.case(name):
             fn()
     coll.finish()
