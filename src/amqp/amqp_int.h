@@ -154,6 +154,9 @@ typedef struct mqd_sbus_dl {
 } mqd_sbus_dl_t;
 bool mqd_sbus_dead_letter_of(pn_delivery_t *d, mqd_sbus_dl_t *dl);
 int mqd_sbus_dead_letter_props(const mqd_buf_t *in, const mqd_sbus_dl_t *dl, mqd_buf_t *out);
+/* consumer.c: mqd_core_ops_t's dead_letter (mgmt's update-disposition "suspended"). */
+void mqd_consumer_dead_letter(mqd_topic_t *t, uint32_t part, uint64_t off, const char *reason,
+                              const char *desc);
 
 /* consumer.c */
 void mqd_consumer_attach(mqd_conn_t *c, pn_link_t *l);

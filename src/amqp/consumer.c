@@ -962,8 +962,9 @@ static int sel_take(mqd_lstate_t *ls, uint32_t i, const mqd_rec_t *rec)
         mqd_cursor_skip(cur, rec->offset); /* never delivered to anyone */
         return 0;
     }
-    if (!mqd_selector_match(al->sel, rec->data, rec->len, &mi))
-        return 0;
+    if (!mqd_selector_match(al->sel, rec->data, rec->len, &mi) ||
+        ((rec->flags & MQD_REC_SCHEDULED) && mqd_cursor_sched_hide(cur, rec)))
+        return 0; /* not selected, or scheduled ahead (offered again when due) */
     uint32_t dc = mqd_cursor_take(cur, rec->offset);
     if (admit(ls, i, rec, &mi, dc) == 0 && deliver(ls, i, rec, &mi, dc) == 0)
         return 1;
@@ -1124,6 +1125,26 @@ size_t mqd_consumer_pump(mqd_lstate_t *ls)
     return n;
 }
 
+/* Reads record `off` of partition `part` and dead-letters it. */
+static void dead_letter_at(mqd_topic_t *t, uint32_t part, uint64_t off, const mqd_sbus_dl_t *sb)
+{
+    mqd_read_t *rd = mqd_srv_browse_rd(mqd_topic_srv(t));
+    mqd_msg_info_t mi;
+    if (mqd_plog_read(mqd_part_log(mqd_topic_part(t, part)), off, off + 1, 1, 1, rd) == 0 &&
+        rd->n == 1 && mqd_msg_scan_stored(rd->recs[0].data, rd->recs[0].len, &mi) == 0)
+        dead_letter(t, part, &rd->recs[0], &mi, "rejected", sb);
+}
+
+void mqd_consumer_dead_letter(mqd_topic_t *t, uint32_t part, uint64_t off, const char *reason,
+                              const char *desc)
+{
+    mqd_sbus_dl_t sb;
+    snprintf(sb.reason, sizeof sb.reason, "%s", reason ? reason : "");
+    snprintf(sb.desc, sizeof sb.desc, "%s", desc ? desc : "");
+    mqd_topic_count_rejected(t);
+    dead_letter_at(t, part, off, &sb);
+}
+
 /* A rejected record goes to the dead-letter queue when the topic asks for it, or the
  * rejection does (Service Bus' com.microsoft:dead-letter: sbus.c). */
 static void rejected(mqd_lstate_t *ls, pn_delivery_t *d, uint32_t part, uint64_t off)
@@ -1132,13 +1153,8 @@ static void rejected(mqd_lstate_t *ls, pn_delivery_t *d, uint32_t part, uint64_t
     mqd_sbus_dl_t sb;
     bool asked = mqd_sbus_dead_letter_of(d, &sb);
     mqd_topic_count_rejected(t);
-    if (!mqd_topic_conf(t)->dead_letter && !asked)
-        return;
-    mqd_read_t *rd = mqd_srv_browse_rd(mqd_topic_srv(t));
-    mqd_msg_info_t mi;
-    if (mqd_plog_read(mqd_part_log(mqd_topic_part(t, part)), off, off + 1, 1, 1, rd) == 0 &&
-        rd->n == 1 && mqd_msg_scan_stored(rd->recs[0].data, rd->recs[0].len, &mi) == 0)
-        dead_letter(t, part, &rd->recs[0], &mi, "rejected", asked ? &sb : NULL);
+    if (mqd_topic_conf(t)->dead_letter || asked)
+        dead_letter_at(t, part, off, asked ? &sb : NULL);
 }
 
 /* A disposition inside a transaction: staged; the transaction owns the record now. */
@@ -1163,6 +1179,24 @@ static void transactional_disposition(mqd_lstate_t *ls, pn_delivery_t *d, uint32
     pn_delivery_settle(d);
 }
 
+/* Service Bus' deferMessage: `modified` with undeliverable-here, not failed, on the queue
+ * ($shared): the record leaves delivery (docs/servicebus.md, docs/conformance.md). */
+static bool deferral(mqd_group_t *g, pn_delivery_t *d)
+{
+    pn_disposition_t *rd = pn_delivery_remote(d);
+    return mqd_group_mode(g) == MQD_GROUP_SHARED && pn_disposition_is_undeliverable(rd) &&
+           !pn_disposition_is_failed(rd);
+}
+
+/* Deferred, and saved before the settlement answers it (durable). */
+static void deferred(mqd_lstate_t *ls, mqd_group_t *g, mqd_cursor_t *cur, uint32_t part,
+                     uint64_t off)
+{
+    if (mqd_cursor_defer(cur, off) == 0 && mqd_group_save_now(g, "defer") != 0)
+        MQD_WARN_RL("amqp", "%s/%u@%llu: deferral not saved: a restart redelivers it",
+                    mqd_topic_name(mqd_ls_topic(ls)), part, (unsigned long long)off);
+}
+
 void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
 {
     uint64_t state = pn_delivery_remote_state(d);
@@ -1183,6 +1217,8 @@ void mqd_consumer_disposition(mqd_lstate_t *ls, pn_delivery_t *d)
         mqd_cursor_t *cur = mqd_group_cursor(g, part);
         if (state == PN_RELEASED) {
             mqd_cursor_release(cur, off, false);
+        } else if (state == PN_MODIFIED && deferral(g, d)) {
+            deferred(ls, g, cur, part, off);
         } else if (state == PN_MODIFIED) {
             mqd_cursor_release(cur, off, pn_disposition_is_failed(pn_delivery_remote(d)));
         } else {

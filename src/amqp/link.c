@@ -676,7 +676,7 @@ static int batch_append(mqd_conn_t *c, mqd_topic_t *t, uint32_t part, const batc
             n = out->len;
         }
         pn_delivery_t *dlv = i == last && !presettled ? d : NULL;
-        int rc = mqd_part_append_ex(pp, p, n, MQD_REC_DATA, 0, c, dlv, NULL);
+        int rc = mqd_part_append_ex(pp, p, n, mqd_rec_data_flags(mi), 0, c, dlv, NULL);
         if (rc != 0)
             return rc;
         if (dlv)
@@ -934,7 +934,7 @@ static void store_message(mqd_conn_t *c, mqd_lstate_t *ls, pn_delivery_t *d, con
         return disk_full(d, presettled);
     }
     uint64_t off;
-    int rc = mqd_part_append_ex(pp, msg, size, txn ? MQD_REC_TXN : MQD_REC_DATA,
+    int rc = mqd_part_append_ex(pp, msg, size, (txn ? MQD_REC_TXN : 0) | mqd_rec_data_flags(&mi),
                                 txn ? mqd_txn_id(txn) : 0, c, presettled ? NULL : d, &off);
     if (rc == 0 && !presettled) {
         mqd_alink_t *al = mqd_ls_amqp(ls);
@@ -1351,4 +1351,5 @@ int mqd_amqp_start(mqd_server_t *s)
 void mqd_amqp_core_ops(mqd_core_ops_t *ops)
 {
     ops->link_detach = mqd_consumer_detach;
+    ops->dead_letter = mqd_consumer_dead_letter;
 }

@@ -210,8 +210,8 @@ void a091_store(a091_conn_t *c, a091_chan_t *ch, const char *topic, const mqd_bu
         why = "free disk space on the broker is at disk_free_limit";
     int rc = 0;
     if (!why && mu)
-        rc = mqd_part_append_notify(mqd_topic_part(t, part), buf->p, buf->len, on_multi, mu,
-                                    mu->tag, NULL);
+        rc = mqd_part_append_notify(mqd_topic_part(t, part), buf->p, buf->len, MQD_REC_DATA,
+                                    on_multi, mu, mu->tag, NULL);
     else if (!why)
         rc = mqd_part_append_ex(mqd_topic_part(t, part), buf->p, buf->len, MQD_REC_DATA, 0, NULL,
                                 NULL, NULL);

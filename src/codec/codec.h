@@ -44,6 +44,8 @@ typedef struct mqd_msg_info {
     int64_t creation_time;        /* 0 = none */
     /* message-annotations */
     mqd_span_t partition_key;     /* raw bytes of x-opt-partition-key (string or symbol) */
+    int64_t scheduled_ms;         /* x-opt-scheduled-enqueue-time (timestamp), 0 = none:
+                                     Service Bus' scheduled message (docs/servicebus.md) */
 } mqd_msg_info_t;
 
 /* Scans an encoded message. 0, or MQD_EINVAL if it is not a well-formed sequence of
@@ -73,6 +75,9 @@ typedef struct mqd_msg_ann {
     /* extra annotations for dead-lettered copies; NULL when unused */
     const char *dlq_reason;  /* x-opt-deadletter-reason */
     const char *dlq_origin;  /* x-opt-deadletter-source (origin "T/Partitions/N@offset") */
+    /* x-opt-message-state (int) when not 0: Service Bus' 1 deferred, 2 scheduled (peek and
+       receive-by-sequence-number answers, docs/servicebus.md) */
+    int32_t message_state;
     /* only pkey is written (and replaces the message's own): what a batch's inner message
        is stored with when the outer message had a partition key; the fixed x-opt entries
        are neither written nor replaced */
@@ -98,7 +103,8 @@ int mqd_buf_reserve(mqd_buf_t *b, size_t need);
  * created after header/delivery-annotations when there is none. Everything else is
  * copied unchanged. 0 or MQD_ENOMEM / MQD_EINVAL (out->len is then 0).
  * Replaced keys: x-opt-partition-id/-offset/-sequence-number/-enqueued-time always;
- * x-opt-partition-key and the dead-letter keys only when ann gives them (otherwise the
+ * x-opt-partition-key, the dead-letter keys and the message state only when ann gives
+ * them (otherwise the
  * message's own entries stay). Keys are written as symbols. `info` must come from
  * mqd_msg_scan of the same bytes; its spans are re-checked, never trusted blindly. */
 int mqd_msg_annotate(const uint8_t *p, size_t n, const mqd_msg_info_t *info,

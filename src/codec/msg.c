@@ -525,6 +525,8 @@ static void scan_message_ann(const uint8_t *p, const val_t *map, mqd_msg_info_t 
         if (k.code == 0xa3 || k.code == 0xb3) {
             if (str_eq(p, &k, "x-opt-partition-key") && is_strsym(&v))
                 mi->partition_key = raw_span(&v);
+            else if (v.code == 0x83 && str_eq(p, &k, "x-opt-scheduled-enqueue-time"))
+                mi->scheduled_ms = (int64_t)be64(p + v.data);
         }
     }
 }
@@ -704,6 +706,7 @@ static int close_compound(mqd_buf_t *b, size_t head, uint8_t code8, uint64_t cou
 #define K_PKEY "x-opt-partition-key"
 #define K_DLQ_REASON "x-opt-deadletter-reason"
 #define K_DLQ_SOURCE "x-opt-deadletter-source"
+#define K_STATE "x-opt-message-state"
 
 /* Whether an existing annotation with this key is replaced by one we write. String keys
  * are matched too: a client that (wrongly) used one would otherwise see two entries. */
@@ -718,7 +721,8 @@ static bool key_replaced(const uint8_t *p, const val_t *k, const mqd_msg_ann_t *
            str_eq(p, k, K_SEQUENCE) || str_eq(p, k, K_ENQUEUED) ||
            (ann->pkey != NULL && str_eq(p, k, K_PKEY)) ||
            (ann->dlq_reason != NULL && str_eq(p, k, K_DLQ_REASON)) ||
-           (ann->dlq_origin != NULL && str_eq(p, k, K_DLQ_SOURCE));
+           (ann->dlq_origin != NULL && str_eq(p, k, K_DLQ_SOURCE)) ||
+           (ann->message_state != 0 && str_eq(p, k, K_STATE));
 }
 
 static int put_key(mqd_buf_t *b, const char *k)
@@ -805,6 +809,10 @@ static int put_our_entries(mqd_buf_t *b, const mqd_msg_ann_t *ann, uint64_t *cou
     if (ann->dlq_origin != NULL) {
         rc |= put_key(b, K_DLQ_SOURCE) | put_str(b, 0xa1, ann->dlq_origin,
                                                   strlen(ann->dlq_origin));
+        *count += 1;
+    }
+    if (ann->message_state != 0) {
+        rc |= put_key(b, K_STATE) | put_u8(b, 0x71) | put_be32(b, (uint32_t)ann->message_state);
         *count += 1;
     }
     return rc ? MQD_ENOMEM : 0;

@@ -505,6 +505,11 @@ typedef struct mqd_core_ops {
     /* amqp/: detaches a link with an error (topic deleted, epoch takeover, ACL reload),
        releasing what it held */
     void (*link_detach)(mqd_lstate_t *ls, const char *cond, const char *desc);
+    /* amqp/: copies record `off` of partition `part` of t to T/$DeadLetterQueue, with the
+       Service Bus reason and description (either may be "") as a rejection with
+       com.microsoft:dead-letter would (mgmt's update-disposition "suspended") */
+    void (*dead_letter)(mqd_topic_t *t, uint32_t part, uint64_t off, const char *reason,
+                        const char *desc);
     /* amqp091/: takes over an accepted socket whose first bytes are the AMQP 0-9-1
        protocol header: plain (ssl NULL; the header still unread) or TLS (ssl set to fd,
        handshake done, its first plaintext pre[0..n) already read); false: not taken
@@ -687,16 +692,30 @@ int mqd_part_append(mqd_part_t *p, const uint8_t *data, size_t len, mqd_conn_t *
 /* pnmsg.c: appends Proton message m, encoded, to out (first trying `hint` bytes of room,
  * 0 = 1 KiB). 0, MQD_ENOMEM, MQD_EINVAL (Proton's error), MQD_ETOOBIG. */
 struct pn_message_t;
+/* pnmsg.c: the x-opt-scheduled-enqueue-time (ms) of a stored record flagged
+ * MQD_REC_SCHEDULED, else 0 (docs/servicebus.md, scheduled messages). */
+int64_t mqd_rec_scheduled_ms(const mqd_rec_t *rec);
+/* The flags of a data record for a message scanned as *mi (MQD_REC_SCHEDULED when it has
+ * a scheduled enqueue time). */
+static inline uint32_t mqd_rec_data_flags(const mqd_msg_info_t *mi)
+{
+    return mi->scheduled_ms ? MQD_REC_DATA | MQD_REC_SCHEDULED : MQD_REC_DATA;
+}
 int mqd_message_encode(struct pn_message_t *m, mqd_buf_t *out, size_t hint);
 /* Consumers of a front end without link states (amqp091/) on t: while there are any
  * (delta +1 / -1 per consumer), every move of t's commit point calls ops.topic_wake.
  * Returns the count after the change. */
 uint32_t mqd_topic_ext_consumers(mqd_topic_t *t, int delta);
-/* Appends one data record for a front end without Proton deliveries: fn(arg, tag, ...)
- * is told its outcome later (mqd_pending_t's notify), never from inside this call;
- * without an error from here it is always told. */
-int mqd_part_append_notify(mqd_part_t *p, const uint8_t *data, size_t len, mqd_pend_notify_fn fn,
-                           void *arg, uint64_t tag, uint64_t *offset_out);
+/* Lets every consumer of t look for records again: its links (dispatch) and a front
+ * end's (ops.topic_wake); what a move of the commit point does, and a scheduled record
+ * that came due (group/). */
+void mqd_topic_wake_consumers(mqd_topic_t *t);
+/* Appends one data record (flags: MQD_REC_DATA, and MQD_REC_SCHEDULED for a scheduled
+ * message) for a sender without Proton deliveries (amqp091/, mgmt's schedule-message):
+ * fn(arg, tag, ...) is told its outcome later (mqd_pending_t's notify), never from inside
+ * this call; without an error from here it is always told. */
+int mqd_part_append_notify(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t flags,
+                           mqd_pend_notify_fn fn, void *arg, uint64_t tag, uint64_t *offset_out);
 /* topic.c: a settled send back to the free list. */
 void mqd_pending_release(mqd_server_t *s, mqd_pending_t *pe);
 

@@ -1,9 +1,17 @@
 /* core/pnmsg: a Proton message encoded into a growable buffer (management replies,
- * 0-9-1 publishes stored as AMQP 1.0 messages). */
+ * 0-9-1 publishes stored as AMQP 1.0 messages); a stored record's scheduled time. */
 #include "config.h"
 #include "core/core.h"
 
 #include <proton/message.h>
+
+int64_t mqd_rec_scheduled_ms(const mqd_rec_t *rec)
+{
+    mqd_msg_info_t mi;
+    if (!(rec->flags & MQD_REC_SCHEDULED) || mqd_msg_scan_stored(rec->data, rec->len, &mi) != 0)
+        return 0;
+    return mi.scheduled_ms;
+}
 
 int mqd_message_encode(pn_message_t *m, mqd_buf_t *out, size_t hint)
 {

@@ -88,16 +88,20 @@ static void on_stable(mqd_plog_t *log, uint64_t stable, void *arg)
     mqd_part_stable_advanced(arg, stable);
 }
 
-/* Commit point subscribers: consumers waiting for data, commits waiting for records. */
-static void wake_consumers(mqd_part_t *p, uint64_t visible_end, void *arg)
+void mqd_topic_wake_consumers(mqd_topic_t *t)
 {
-    mqd_topic_t *t = arg;
-    MQD_UNUSED(p);
-    MQD_UNUSED(visible_end);
     if (!mqd_dlist_empty(&t->consumers))
         mqd_topic_dispatch_soon(t);
     if (t->ext_consumers && t->srv->ops.topic_wake)
         t->srv->ops.topic_wake(t);
+}
+
+/* Commit point subscribers: consumers waiting for data, commits waiting for records. */
+static void wake_consumers(mqd_part_t *p, uint64_t visible_end, void *arg)
+{
+    MQD_UNUSED(p);
+    MQD_UNUSED(visible_end);
+    mqd_topic_wake_consumers(arg);
 }
 
 uint32_t mqd_topic_ext_consumers(mqd_topic_t *t, int delta)
@@ -652,11 +656,11 @@ int mqd_part_append_ex(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t 
     return 0;
 }
 
-int mqd_part_append_notify(mqd_part_t *p, const uint8_t *data, size_t len, mqd_pend_notify_fn fn,
-                           void *arg, uint64_t tag, uint64_t *offset_out)
+int mqd_part_append_notify(mqd_part_t *p, const uint8_t *data, size_t len, uint32_t flags,
+                           mqd_pend_notify_fn fn, void *arg, uint64_t tag, uint64_t *offset_out)
 {
     uint64_t off;
-    int rc = mqd_part_append_ex(p, data, len, MQD_REC_DATA, 0, NULL, NULL, &off);
+    int rc = mqd_part_append_ex(p, data, len, flags, 0, NULL, NULL, &off);
     if (rc != 0)
         return rc;
     if (offset_out)

@@ -4,6 +4,11 @@
  *   held bits  offsets handed out to a link and not settled yet
  *   redeliver  released offsets and those of consumers that went away, sorted
  *   next_read  the first offset the plain (unfiltered) scan has not reached
+ *   deferred   offsets a Service Bus receiver deferred: neither free nor done until
+ *              settled through <queue>/$management (docs/servicebus.md); saved
+ *   sched      scheduled records (MQD_REC_SCHEDULED) the scan reached before their
+ *              time: hidden until then, then redelivered; the time is the record's, so
+ *              a restart's scan hides them again
  * A link with a selector on the shared group scans from its own position and takes only
  * free offsets (neither done nor held), so what it does not select stays for the others
  * and the floor never passes it.
@@ -215,6 +220,67 @@ static void redeliver_remove(mqd_redeliver_t *r, uint64_t off)
     }
 }
 
+static bool is_deferred(const mqd_cursor_t *sh, uint64_t off)
+{
+    size_t i = sh->deferred.n ? redeliver_at(&sh->deferred, off) : 0;
+    return i < sh->deferred.n && sh->deferred.v[i] == off;
+}
+
+static size_t sched_find(const mqd_cursor_t *sh, uint64_t off)
+{
+    for (size_t i = 0; i < sh->sched_n; i++)
+        if (sh->sched[i].off == off)
+            return i;
+    return SIZE_MAX;
+}
+
+static void sched_drop(mqd_cursor_t *sh, size_t i)
+{
+    sh->sched[i] = sh->sched[--sh->sched_n];
+}
+
+bool mqd_cursor_sched_hide(mqd_cursor_t *sh, const mqd_rec_t *r)
+{
+    int64_t due = mqd_rec_scheduled_ms(r);
+    if (due <= mqd_now_ms())
+        return false;
+    if (sched_find(sh, r->offset) != SIZE_MAX)
+        return true;
+    struct mqd_sched *ns = mqd_array_grow(sh->sched, &sh->sched_cap, sh->sched_n, sizeof *ns, 8);
+    if (!ns)
+        return false; /* out of memory: delivered now rather than lost */
+    sh->sched = ns;
+    sh->sched[sh->sched_n++] = (struct mqd_sched){.off = r->offset, .due = due};
+    return true;
+}
+
+bool mqd_cursor_sched_release(mqd_cursor_t *sh)
+{
+    int64_t now = sh->sched_n ? mqd_now_ms() : 0;
+    bool any = false;
+    for (size_t i = 0; i < sh->sched_n;) {
+        if (sh->sched[i].due > now) {
+            i++;
+            continue;
+        }
+        if (redeliver_add(&sh->redeliver, sh->sched[i].off) != 0)
+            break; /* out of memory: stays hidden until the next try */
+        sh->redeliver_gen++;
+        sched_drop(sh, i);
+        any = true;
+    }
+    return any;
+}
+
+int64_t mqd_cursor_sched_next(const mqd_cursor_t *sh)
+{
+    int64_t first = INT64_MAX;
+    for (size_t i = 0; i < sh->sched_n; i++)
+        if (sh->sched[i].due < first)
+            first = sh->sched[i].due;
+    return first;
+}
+
 /* Blob: floor u64, count u32, then count x (start u64, end u64) done ranges; then,
  * optional (older blobs end before it), BLOB_DC_MAGIC u32, m u32, m x (offset u64,
  * state u32): the delivery states of offsets not done, where an offset that was held
@@ -222,22 +288,46 @@ static void redeliver_remove(mqd_redeliver_t *r, uint64_t off)
 #define BLOB_DC_MAGIC 0x32434451u /* "QDC2" */
 #define BLOB_MAX_RANGE (1u << 26)
 
-static void load_states(mqd_cursor_t *sh, const uint8_t *b, size_t len)
+/* Returns the bytes it read. */
+static size_t load_states(mqd_cursor_t *sh, const uint8_t *b, size_t len)
 {
     uint32_t magic, m;
     if (len < 8)
-        return;
+        return len;
     memcpy(&magic, b, 4);
     memcpy(&m, b + 4, 4);
     if (magic != BLOB_DC_MAGIC)
-        return;
-    for (uint32_t i = 0; i < m && 8 + (size_t)(i + 1) * 12 <= len; i++) {
+        return 0;
+    if (8 + (size_t)m * 12 > len)
+        m = (uint32_t)((len - 8) / 12);
+    for (uint32_t i = 0; i < m; i++) {
         uint64_t off;
         uint32_t v;
         memcpy(&off, b + 8 + (size_t)i * 12, 8);
         memcpy(&v, b + 8 + (size_t)i * 12 + 8, 4);
         if (!is_done(sh, off))
             dc_set(sh, off, v);
+    }
+    return 8 + (size_t)m * 12;
+}
+
+/* Optional, after the delivery states (older blobs end before it): BLOB_DEFER_MAGIC u32,
+ * n u32, n x offset u64: the deferred offsets. */
+#define BLOB_DEFER_MAGIC 0x31464451u /* "QDF1" */
+
+static void load_deferred(mqd_cursor_t *sh, const uint8_t *b, size_t len)
+{
+    uint32_t magic, n;
+    if (len < 8)
+        return;
+    memcpy(&magic, b, 4);
+    memcpy(&n, b + 4, 4);
+    for (uint32_t i = 0; magic == BLOB_DEFER_MAGIC && i < n && 8 + (size_t)(i + 1) * 8 <= len;
+         i++) {
+        uint64_t off;
+        memcpy(&off, b + 8 + (size_t)i * 8, 8);
+        if (!is_done(sh, off) && redeliver_add(&sh->deferred, off) != 0)
+            return;
     }
 }
 
@@ -257,8 +347,11 @@ static int load_blob(mqd_cursor_t *sh, const void *blob, size_t len)
             bit_set(sh, &sh->done, o);
     }
     floor_advance(sh);
-    if (i == n && 12 + (size_t)n * 16 <= len)
-        load_states(sh, b + 12 + (size_t)n * 16, len - 12 - (size_t)n * 16);
+    if (i == n && 12 + (size_t)n * 16 <= len) {
+        size_t at = 12 + (size_t)n * 16;
+        at += load_states(sh, b + at, len - at);
+        load_deferred(sh, b + at, len - at);
+    }
     return 0;
 }
 
@@ -315,6 +408,8 @@ void mqd_cursor_seek(mqd_cursor_t *sh, mqd_part_t *p, uint64_t offset)
     sh->redeliver.n = 0;
     sh->redeliver_gen++;
     sh->dc_n = 0;
+    sh->deferred.n = 0;
+    sh->sched_n = 0;
     sh->rd_pos = sh->rd.n; /* drop the read-ahead */
     sh->dirty = true;
 }
@@ -327,6 +422,7 @@ void mqd_cursor_reread(mqd_cursor_t *sh)
     sh->redeliver.n = 0;
     sh->redeliver_gen++;
     sh->next_read = sh->floor;
+    sh->sched_n = 0; /* the scan finds them again */
     sh->rd_pos = sh->rd.n; /* drop the read-ahead: the log may be cut back by epoch */
 }
 
@@ -337,6 +433,8 @@ void mqd_cursor_free(mqd_cursor_t *sh)
     free(sh->redeliver.v);
     free(sh->dc_off);
     free(sh->dc_val);
+    free(sh->deferred.v);
+    free(sh->sched);
     mqd_read_free(&sh->rd);
     memset(sh, 0, sizeof *sh);
 }
@@ -358,13 +456,28 @@ static void mark_done(mqd_cursor_t *sh, uint64_t off)
         return;
     bit_clear(sh, sh->held, off);
     dc_remove(sh, off);
+    redeliver_remove(&sh->deferred, off);
+    size_t si = sched_find(sh, off);
+    if (si != SIZE_MAX)
+        sched_drop(sh, si);
     floor_advance(sh);
     sh->dirty = true;
 }
 
 bool mqd_cursor_free_at(const mqd_cursor_t *sh, uint64_t off)
 {
-    return !is_done(sh, off) && !is_held(sh, off);
+    return !is_done(sh, off) && !is_held(sh, off) && !is_deferred(sh, off) &&
+           (!sh->sched_n || sched_find(sh, off) == SIZE_MAX);
+}
+
+bool mqd_cursor_is_deferred(const mqd_cursor_t *sh, uint64_t off)
+{
+    return is_deferred(sh, off);
+}
+
+bool mqd_cursor_is_held(const mqd_cursor_t *sh, uint64_t off)
+{
+    return !is_done(sh, off) && is_held(sh, off);
 }
 
 bool mqd_cursor_settled(const mqd_cursor_t *sh, uint64_t off)
@@ -403,6 +516,7 @@ static bool next_redelivery(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uin
 
 bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *dcount)
 {
+    mqd_cursor_sched_release(sh);
     if (next_redelivery(sh, p, rec, dcount))
         return true;
     for (int guard = 0; guard < 1024; guard++) {
@@ -437,6 +551,8 @@ bool mqd_cursor_next(mqd_cursor_t *sh, mqd_part_t *p, mqd_rec_t *rec, uint32_t *
             mark_done(sh, r->offset); /* control records and aborted sends are never delivered */
             continue;
         }
+        if ((r->flags & MQD_REC_SCHEDULED) && mqd_cursor_sched_hide(sh, r))
+            continue; /* its time is ahead: redelivered then (mqd_cursor_sched_release) */
         *rec = *r;
         *dcount = mqd_cursor_take(sh, r->offset);
         return true;
@@ -462,6 +578,23 @@ void mqd_cursor_release(mqd_cursor_t *sh, uint64_t off, bool failed)
     redeliver_add(&sh->redeliver, off);
     sh->redeliver_gen++;
     sh->dirty = true;
+}
+
+int mqd_cursor_defer(mqd_cursor_t *sh, uint64_t off)
+{
+    if (sh->inflight)
+        sh->inflight--;
+    if (is_done(sh, off))
+        return 0;
+    bit_clear(sh, sh->held, off);
+    dc_attempt(sh, off, false);
+    sh->dirty = true;
+    int rc = redeliver_add(&sh->deferred, off);
+    if (rc != 0) { /* out of memory: back to the queue rather than lost */
+        redeliver_add(&sh->redeliver, off);
+        sh->redeliver_gen++;
+    }
+    return rc;
 }
 
 static int put_bytes(uint8_t **b, size_t *cap, size_t at, const void *v, size_t n)
@@ -536,6 +669,17 @@ static int encode_states(const mqd_cursor_t *sh, uint8_t **b, size_t *cap, size_
     return rc ? rc : put_bytes(b, cap, head + 4, &m, 4);
 }
 
+static int encode_deferred(const mqd_cursor_t *sh, uint8_t **b, size_t *cap, size_t *at)
+{
+    uint32_t magic = BLOB_DEFER_MAGIC, n = (uint32_t)sh->deferred.n;
+    int rc = put_bytes(b, cap, *at, &magic, 4);
+    rc = rc ? rc : put_bytes(b, cap, *at + 4, &n, 4);
+    *at += 8;
+    for (size_t i = 0; rc == 0 && i < sh->deferred.n; i++, *at += 8)
+        rc = put_bytes(b, cap, *at, &sh->deferred.v[i], 8);
+    return rc;
+}
+
 static uint8_t *encode_blob(const mqd_cursor_t *sh, size_t *len)
 {
     size_t cap = 64;
@@ -545,7 +689,8 @@ static uint8_t *encode_blob(const mqd_cursor_t *sh, size_t *len)
     int64_t n = encode_ranges(sh, &b, &cap);
     size_t at = 12 + (size_t)(n < 0 ? 0 : n) * 16;
     uint32_t n32 = (uint32_t)n;
-    if (n < 0 || encode_states(sh, &b, &cap, &at) != 0) {
+    if (n < 0 || encode_states(sh, &b, &cap, &at) != 0 ||
+        (sh->deferred.n && encode_deferred(sh, &b, &cap, &at) != 0)) {
         free(b);
         return NULL;
     }

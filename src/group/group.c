@@ -397,19 +397,47 @@ int mqd_group_seek(mqd_topic_t *t, const char *group, const uint64_t *to, uint32
     for (uint32_t i = 0; i < g->ncur && i < n; i++)
         if (to[i] != UINT64_MAX)
             mqd_cursor_seek(&g->cur[i], mqd_topic_part(t, i), to[i]);
+    for (uint32_t i = 0; i < g->ncur; i++)
+        g->cur[i].dirty = true; /* every partition's position is written */
+    rc = mqd_group_save_now(g, "reset");
+    MQD_INFO("group", "reset topic=%s group=%s rc=%d", mqd_topic_name(t), g->name, rc);
+    return rc;
+}
+
+int mqd_group_save_now(mqd_group_t *g, const char *what)
+{
+    mqd_topic_t *t = g->topic;
     mqd_meta_t *meta = mqd_srv_meta(mqd_topic_srv(t));
-    if ((rc = mqd_meta_begin(meta)) != 0)
+    int rc = mqd_meta_begin(meta);
+    if (rc != 0)
         return rc;
     for (uint32_t i = 0; i < g->ncur && rc == 0; i++)
-        rc = mqd_cursor_save(&g->cur[i], mqd_topic_part(t, i), g->name);
+        if (g->cur[i].dirty)
+            rc = mqd_cursor_save(&g->cur[i], mqd_topic_part(t, i), g->name);
     if (rc == 0)
         rc = mqd_meta_commit(meta);
     else
         mqd_meta_rollback(meta);
     if (rc != 0)
-        group_save_failed(g, rc, "reset");
-    MQD_INFO("group", "reset topic=%s group=%s rc=%d", mqd_topic_name(t), g->name, rc);
+        group_save_failed(g, rc, what);
     return rc;
+}
+
+void mqd_groups_sched_tick(mqd_server_t *s)
+{
+    int64_t now = mqd_now_ms();
+    for (mqd_topic_t *t = mqd_srv_topic_first(s); t; t = mqd_srv_topic_next(t)) {
+        bool due = false;
+        mqd_dlist_t *groups = mqd_topic_groups(t);
+        for (mqd_dlist_t *n = groups->next; n != groups; n = n->next) {
+            mqd_group_t *g = MQD_CONTAINER(n, mqd_group_t, node);
+            for (uint32_t i = 0; i < g->ncur; i++)
+                if (mqd_cursor_sched_next(&g->cur[i]) <= now)
+                    due |= mqd_cursor_sched_release(&g->cur[i]);
+        }
+        if (due)
+            mqd_topic_wake_consumers(t);
+    }
 }
 
 int mqd_group_reset(mqd_topic_t *t, const char *group, mqd_reset_t how, int64_t value)
@@ -457,18 +485,7 @@ int mqd_group_commit(mqd_topic_t *t, const char *group, uint32_t partition, uint
         mqd_cursor_seek(&g->cur[i], mqd_topic_part(t, i),
                         mqd_plog_start_offset(mqd_part_log(mqd_topic_part(t, i))));
     mqd_cursor_seek(&g->cur[partition], mqd_topic_part(t, partition), offset);
-    mqd_meta_t *meta = mqd_srv_meta(mqd_topic_srv(t));
-    if ((rc = mqd_meta_begin(meta)) != 0)
-        return rc;
-    for (uint32_t i = 0; i < g->ncur && rc == 0; i++)
-        if (g->cur[i].dirty)
-            rc = mqd_cursor_save(&g->cur[i], mqd_topic_part(t, i), g->name);
-    if (rc == 0)
-        rc = mqd_meta_commit(meta);
-    else
-        mqd_meta_rollback(meta);
-    if (rc != 0)
-        group_save_failed(g, rc, "commit");
+    rc = mqd_group_save_now(g, "commit");
     MQD_DEBUG("group", "commit topic=%s group=%s partition=%u offset=%llu rc=%d", mqd_topic_name(t),
               g->name, partition, (unsigned long long)g->cur[partition].floor, rc);
     return rc;

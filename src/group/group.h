@@ -106,6 +106,24 @@ bool mqd_cursor_free_at(const mqd_cursor_t *cur, uint64_t offset);
  * it)? What a queue browser leaves out (amqp/consumer.c). */
 bool mqd_cursor_settled(const mqd_cursor_t *cur, uint64_t offset);
 uint32_t mqd_cursor_take(mqd_cursor_t *cur, uint64_t offset);
+/* Service Bus deferral (docs/servicebus.md). A delivered record is deferred: out of the
+ * delivery of every link, not done, kept until settled through the queue's management
+ * node (mqd_cursor_skip completes it); saved with the group's state (0, or MQD_ENOMEM:
+ * then it went back to the queue). */
+int mqd_cursor_defer(mqd_cursor_t *cur, uint64_t offset);
+bool mqd_cursor_is_deferred(const mqd_cursor_t *cur, uint64_t offset);
+/* Is `offset` delivered to a link and not settled? */
+bool mqd_cursor_is_held(const mqd_cursor_t *cur, uint64_t offset);
+/* The earliest time (ms) a scheduled record the cursor hides is due, INT64_MAX if none
+ * (scheduled messages: records flagged MQD_REC_SCHEDULED are not handed out before the
+ * time in their x-opt-scheduled-enqueue-time; mqd_cursor_next hands them out after). */
+int64_t mqd_cursor_sched_next(const mqd_cursor_t *cur);
+/* A scheduled record (MQD_REC_SCHEDULED) a scan reached: true when its time is ahead,
+ * then it is hidden (not free) until mqd_cursor_sched_release frees it (the plain scan
+ * calls it; a link with a selector does, amqp/consumer.c). */
+bool mqd_cursor_sched_hide(mqd_cursor_t *cur, const mqd_rec_t *rec);
+/* Hidden scheduled records whose time came join the redelivery list; true if any did. */
+bool mqd_cursor_sched_release(mqd_cursor_t *cur);
 /* Forgets what is in flight (held offsets, the redelivery list, the read-ahead) and
  * reads again from the committed offset, skipping what is done: the partition's lead
  * moved to or from this node (mqd_groups_lead_moved). */
@@ -154,6 +172,12 @@ bool mqd_group_follow_moves(bool live, uint64_t inflight, uint64_t next_read, ui
  * exclusive group assigns its partitions again (local-only members get only the
  * partitions led here), and the topic is dispatched. */
 void mqd_groups_lead_moved(mqd_topic_t *t, uint32_t i);
+/* Writes g's changed cursors to meta.db now, in one transaction (synchronous = FULL:
+ * durable when it returns); a failure is counted and logged as `what`. */
+int mqd_group_save_now(mqd_group_t *g, const char *what);
+/* Frees the scheduled records that came due in every cursor (mqd_cursor_sched_release)
+ * and wakes their topics' consumers (the server's groups.scheduled timer). */
+void mqd_groups_sched_tick(mqd_server_t *s);
 /* persist.c: writes every dirty group position of every topic in one SQLite
  * transaction (force: even when the last persist was recent). */
 void mqd_topics_persist(mqd_server_t *s, bool force);

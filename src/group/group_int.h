@@ -26,6 +26,13 @@ struct mqd_cursor {
     uint64_t *dc_off;
     uint32_t *dc_val;
     size_t dc_n, dc_cap;
+    /* deferred offsets (Service Bus' deferMessage, sorted): out of delivery, not done,
+       settled through <queue>/$management (mgmt_sbus.c); saved with the done ranges */
+    mqd_redeliver_t deferred;
+    /* scheduled records the scan reached before their time: offset, due (ms), unordered;
+       not saved (the time is in the record: a restart's scan hides them again) */
+    struct mqd_sched { uint64_t off; int64_t due; } *sched;
+    size_t sched_n, sched_cap;
     uint64_t inflight;   /* delivered, unsettled */
     bool dirty;          /* changed since last persisted */
     mqd_read_t rd;       /* read-ahead from next_read */

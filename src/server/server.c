@@ -199,6 +199,11 @@ static void budget_timer(void *arg)
     mqd_budget_tick(arg);
 }
 
+static void sched_timer(void *arg)
+{
+    mqd_groups_sched_tick(arg);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     mqd_server_t *s = arg;
@@ -385,6 +390,9 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
         goto err;
     /* budget.c is the server's own: heap trims after connections' charges fell */
     if ((rc = mqd_timer_add(s, "budget.trim", 1000, budget_timer, s)) != 0)
+        goto err;
+    /* scheduled messages hidden by a cursor are handed out within this of their time */
+    if ((rc = mqd_timer_add(s, "groups.scheduled", 200, sched_timer, s)) != 0)
         goto err;
     if ((rc = mqd_metrics_start(s)) != 0)
         goto err;

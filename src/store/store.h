@@ -54,6 +54,10 @@ void mqd_plog_config_default(mqd_plog_config_t *c);
                                    * (repl/gstate.c: replicated with the partition) */
 #define MQD_REC_KIND_MASK 0xffu
 #define MQD_REC_TXN 0x100u        /* data record written inside transaction `txn` */
+#define MQD_REC_SCHEDULED 0x200u  /* data record whose message annotations carry
+                                   * x-opt-scheduled-enqueue-time: cursors hide it until
+                                   * then (a hint only: the payload is unchanged, and a
+                                   * reader that does not know the bit delivers it at once) */
 
 /* A record to append. `data` is copied before the call returns. */
 typedef struct mqd_rec_in {

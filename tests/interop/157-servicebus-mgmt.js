@@ -14,8 +14,8 @@
 // - authorization on the entity: a send-only key's peekMessages is refused
 //   (UnauthorizedAccess); peeking an entity with 2 partitions is refused with a message
 //   that says why; a peek of an emptied queue gives [];
-// - left out, refused clearly: scheduleMessages (501 "not implemented by mqd", nothing
-//   stored), acceptSession (SessionCannotBeLocked: mqd does not apply the session filter).
+// - left out, refused clearly: acceptSession (SessionCannotBeLocked: mqd does not apply
+//   the session filter). Deferral and scheduled messages: test 177.
 // Exit 0 pass, 1 fail, 77 skip (SDK not installed).
 'use strict';
 const path = require('path');
@@ -109,11 +109,7 @@ async function main(port) {
   const e = await refused('peek on 2 partitions', 'GeneralError', () => c.createReceiver('sb157wide').peekMessages(1, { fromSequenceNumber: Long.ZERO }));
   check(String(e.message).includes('single-partition'), 'multi-partition refusal says ' + e.message);
   // what is left out answers clearly (docs/servicebus.md)
-  const e2 = await refused('scheduleMessages', 'GeneralError', () => s.scheduleMessages({ body: 'later', messageId: 'later' }, new Date(Date.now() + 60000)));
-  check(String(e2.message).includes('not implemented by mqd'), 'schedule refusal says ' + e2.message);
   await refused('acceptSession', 'SessionCannotBeLocked', () => c.acceptSession(Q, 'session-1'));
-  const after = await peeker.peekMessages(10, { fromSequenceNumber: Long.ZERO });
-  check(after.length === 0, 'the refused schedule stored ' + bodies(after));
   await c2.close();
   await c.close();
   end(true, 'peek, renew-lock, lock lost, dead-letter properties, rights, refusals');

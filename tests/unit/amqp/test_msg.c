@@ -563,6 +563,42 @@ static void test_annotate_dlq_and_negative(void **state)
     free(e2.p);
 }
 
+/* Service Bus' x-opt-message-state (an int) and the scheduled time the scanner reads:
+ * written when given, replaced (not duplicated) when the message already has one. */
+static void test_annotate_message_state(void **state)
+{
+    pn_message_t *m = pn_message();
+    pn_data_t *ma = pn_message_annotations(m);
+    pn_data_put_map(ma);
+    pn_data_enter(ma);
+    put_sym_key(ma, "x-opt-scheduled-enqueue-time");
+    pn_data_put_timestamp(ma, 1800000000123LL);
+    put_sym_key(ma, "x-opt-message-state");
+    pn_data_put_int(ma, 0);
+    pn_data_exit(ma);
+    put_string(pn_message_body(m), "later");
+    enc_t e = encode(m);
+    mqd_msg_info_t mi;
+    assert_int_equal(mqd_msg_scan(e.p, e.n, &mi), 0);
+    assert_int_equal(mi.scheduled_ms, 1800000000123LL);
+    assert_int_equal(mqd_msg_scan_stored(e.p, e.n, &mi), 0);
+    assert_int_equal(mi.scheduled_ms, 1800000000123LL);
+    mqd_buf_t res = { 0 };
+    mqd_msg_ann_t a = std_ann();
+    a.message_state = 2;
+    int times;
+    pn_message_t *d = annotate_decode(e, &a, &res);
+    pn_atom_t v = ann_get(pn_message_annotations(d), "x-opt-message-state", &times);
+    assert_int_equal(times, 1);
+    assert_int_equal(v.type, PN_INT);
+    assert_int_equal(v.u.as_int, 2);
+    assert_int_equal(map_entries(pn_message_annotations(d)), 6);
+    pn_message_free(d);
+    pn_message_free(m);
+    mqd_buf_free(&res);
+    free(e.p);
+}
+
 /* Placement: created right after header and delivery-annotations, before properties. */
 static void test_annotate_placement(void **state)
 {
@@ -1137,6 +1173,7 @@ int main(void)
         cmocka_unit_test(test_annotate_bodies),
         cmocka_unit_test(test_annotate_partition_key),
         cmocka_unit_test(test_annotate_dlq_and_negative),
+        cmocka_unit_test(test_annotate_message_state),
         cmocka_unit_test(test_annotate_placement),
         cmocka_unit_test(test_annotate_map32),
         cmocka_unit_test(test_delivery_count),

@@ -249,7 +249,7 @@ static void test_in_doubt(void **state)
     for (uint64_t i = 0; i < 5; i++) {
         char body[16];
         int len = snprintf(body, sizeof body, "rec %llu", (unsigned long long)i);
-        assert_int_equal(mqd_part_append_notify(p, (const uint8_t *)body, (size_t)len,
+        assert_int_equal(mqd_part_append_notify(p, (const uint8_t *)body, (size_t)len, MQD_REC_DATA,
                                                 note_outcome, &o, i, NULL), 0);
         p->pend_tail->acks = i < 2 ? MQD_ACKS_LEADER : MQD_ACKS_ALL;
         p->pend_weak += i < 2;
