@@ -678,8 +678,10 @@ static void state(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev
         return; /* older than what a CAS answer told us */
     s->ps = ev->ps;
     s->mod_rev = ev->mod_rev;
-    if (ev->flag && s->role == MQD_RSM_ROLE_NONE && s->ps.leader == ctx->self && s->ps.n_isr > 1)
-        s->handover_ms = s->now_ms + (int64_t)ctx->lease_ms; /* led before this start */
+    /* led before this start: hand over, or lead again in a new epoch (handover_tick) */
+    if (ev->flag && s->role == MQD_RSM_ROLE_NONE && s->ps.leader == ctx->self &&
+        s->ps.n_replicas > 1)
+        s->handover_ms = s->now_ms + (s->ps.n_isr > 1 ? (int64_t)ctx->lease_ms : 0);
     apply(ctx, s, out);
 }
 
@@ -711,6 +713,8 @@ static void cas_done(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t 
     s->mod_rev = ev->mod_rev;
     if (kind == MQD_RSM_CAS_ELECT)
         emit(out, MQD_RSM_ACT_CLEAR_REPORTS); /* the reports it read are spent */
+    if (kind == MQD_RSM_CAS_BUMP && s->ps.leader == ctx->self)
+        s->handover_ms = 0; /* leads, in its new epoch */
     apply(ctx, s, out);
 }
 
@@ -730,7 +734,13 @@ static void lease(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev
     refresh(s, out);
 }
 
-/* A restarted leader hands over, or leads after all once nobody took it in a lease. */
+/* A restarted leader hands over, or leads after all once nobody took it in a lease: in
+ * a new epoch. Main leads again in the same epoch there (and at once when it was alone in
+ * sync); but its followers may hold a tail of that epoch it shipped before its own fsync
+ * and lost in the crash: appending other records at those offsets in the same epoch, the
+ * epoch check of their attach cannot tell, and the replicas disagree below the watermark
+ * (sim_rsm found it: docs/replication.md "Decision core and simulation"). A new epoch
+ * makes them truncate to where the old one ends here. */
 static void handover_tick(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out)
 {
     mqd_repl_pstate_t next;
@@ -747,9 +757,12 @@ static void handover_tick(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t 
     }
     if (s->now_ms < s->handover_ms)
         return;
-    say(out, MQD_RSM_LOG_WARN, "no live in-sync replica to hand over to: this node leads");
-    s->handover_ms = 0;
-    apply(ctx, s, out);
+    c = (mqd_rsm_chg_t){.kind = MQD_RSM_CHG_MOVE, .to = ctx->self};
+    if (mqd_rsm_change(ctx, &s->ps, &c, &next, NULL) != 0)
+        return; /* this node's own key is not in its view yet */
+    say(out, MQD_RSM_LOG_WARN,
+        "no live in-sync replica to hand over to: this node leads, in epoch %" PRIu32, next.epoch);
+    cas(s, &next, MQD_RSM_CAS_BUMP, out);
 }
 
 /* A clean shutdown: a follower leaves the fetch stream, a leader hands over to the first

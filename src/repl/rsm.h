@@ -57,7 +57,8 @@ typedef enum {
     MQD_RSM_CAS_ISR,      /* the leader's in-sync set */
     MQD_RSM_CAS_ELECT,    /* the controller's failover: reports cleared once it holds */
     MQD_RSM_CAS_HANDOVER, /* a restarted leader's */
-    MQD_RSM_CAS_MOVE      /* a move: rebalance, operator, shutdown */
+    MQD_RSM_CAS_MOVE,     /* a move: rebalance, operator, shutdown */
+    MQD_RSM_CAS_BUMP      /* a restarted leader that nobody could take it from: a new epoch */
 } mqd_rsm_cas_kind_t;
 
 /* The leader's view of one follower. */
@@ -97,7 +98,8 @@ typedef struct mqd_rsm {
     uint32_t link_epoch;
     uint64_t settled;
     int64_t attach_at_ms; /* 0: no attach waiting */
-    /* a restarted leader: hand over, or lead after all at this time (0: not one) */
+    /* a restarted leader: hand over, or lead after all (in a new epoch) at this time (0:
+       not one) */
     int64_t handover_ms;
     /* the controller's election wait (cand.c) */
     int64_t cand_until_ms;

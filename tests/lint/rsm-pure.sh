@@ -10,9 +10,11 @@ if [ -z "$files" ]; then
     exit 1
 fi
 pattern='\b(mqd_etcd_[a-z_]*|pn_[a-z_]*|mqd_plog_[a-z_]*|mqd_store_[a-z_]*|clock_gettime|gettimeofday|time|mqd_now[a-z_]*|mqd_log[a-z_]*|MQD_(LOG|DEBUG|INFO|NOTICE|WARN|ERROR))[[:space:]]*\('
-# comments do not count: strip /* ... */ (one line) and // ... first
+# comments and strings do not count: the C preprocessor drops comments (-fpreprocessed:
+# no include or macro expanded), then string literals are blanked
 bad=$(for f in $files; do
-    sed -e 's@/\*.*\*/@@g' -e 's@//.*$@@' "$f" | grep -nE "$pattern" | sed "s@^@$f:@"
+    gcc -fpreprocessed -dD -E -P -x c "$f" 2>/dev/null | sed -e 's/"[^"]*"/""/g' |
+        grep -E "$pattern" | sed "s@^@$f: @"
 done)
 if [ -n "$bad" ]; then
     echo "rsm-pure: the decision core calls I/O, the clock or the logger:" >&2
