@@ -135,6 +135,18 @@ static mqd_rsm_flw_t *flw_of(mqd_rsm_t *s, uint32_t id)
     return NULL;
 }
 
+/* In the in-sync set as the watermark counts it: the state's, and a member that the CAS
+ * in flight adds (Kafka's "maximal ISR"). Once etcd holds the larger set, any of its
+ * members may be elected; main's watermark() counts the state's set alone until the
+ * CAS's answer, and may settle, in that window, a record the joining follower lacks
+ * (sim_rsm found it: docs/replication.md "Decision core and simulation"). */
+static bool in_max_isr(const mqd_rsm_t *s, uint32_t id)
+{
+    bool joining = s->cas_out && s->cas_kind == MQD_RSM_CAS_ISR &&
+                   mqd_repl_pstate_has(s->cas_ps.isr, s->cas_ps.n_isr, id);
+    return in_isr(s, id) || (joining && !MQD_RSM_BUG(STATE_ISR));
+}
+
 static void watermark(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out)
 {
     uint64_t hw, q;
@@ -147,7 +159,7 @@ static void watermark(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out
         size_t n_isr = 0;
         for (uint32_t i = 0; i < s->n_flw; i++) {
             all_leo[i] = s->flw[i].leo;
-            if (in_isr(s, s->flw[i].id))
+            if (in_max_isr(s, s->flw[i].id))
                 isr_leo[n_isr++] = s->flw[i].leo;
         }
         hw = mqd_repl_hw(s->stable, isr_leo, n_isr);
@@ -177,6 +189,16 @@ static void isr_cas(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const uint32_t *isr,
         cas(s, &next, MQD_RSM_CAS_ISR, out);
 }
 
+/* Whether f may rejoin the in-sync set: at the watermark, and at the start of this
+ * leader's epoch. A new leader's watermark is the one it was told as a follower and may
+ * lag what the previous leader settled; a follower let in below the epoch's start may
+ * lack a settled record and be elected (main checks the watermark alone; sim_rsm found it,
+ * as Kafka did in KAFKA-7128: docs/replication.md "Decision core and simulation"). */
+static bool caught_up(const mqd_rsm_t *s, const mqd_rsm_flw_t *f)
+{
+    return f->leo >= s->hw && (f->leo >= s->epoch_start || MQD_RSM_BUG(REJOIN_HW));
+}
+
 /* The in-sync set the leader wants (leader.c isr_check). */
 static void isr_check(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out)
 {
@@ -195,7 +217,7 @@ static void isr_check(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out
            within half a lease: only its link to etcd is cut */
         bool fetching = f->link && now - f->caught_ms <= (int64_t)ctx->lease_ms / 2;
         bool gone = !mqd_rsm_alive(ctx, f->id) && !fetching;
-        bool want = f->leaving || gone ? false : in ? fresh : f->link && fresh && f->leo >= s->hw;
+        bool want = f->leaving || gone ? false : in ? fresh : f->link && fresh && caught_up(s, f);
         if (want)
             isr[n++] = f->id;
         if (want != in) {
@@ -213,15 +235,15 @@ static void isr_check(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out
  * of the last tick rejoins at once rather than at the next tick. */
 static void rejoin_now(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_flw_t *f, mqd_rsm_out_t *out)
 {
-    if (!f->link || f->leaving || s->cas_out || f->leo < f->probe_end || f->leo < s->hw ||
+    if (!f->link || f->leaving || s->cas_out || f->leo < f->probe_end || !caught_up(s, f) ||
         in_isr(s, f->id) || s->ps.n_isr >= MQD_REPL_MAX_RF)
         return;
     uint32_t isr[MQD_REPL_MAX_RF];
     memcpy(isr, s->ps.isr, s->ps.n_isr * sizeof *isr);
     isr[s->ps.n_isr] = f->id;
     f->caught_ms = f->probe_ms;
-    say(out, MQD_RSM_LOG_NOTICE, "node %" PRIu32 " rejoins the in-sync set (its end %" PRIu64 "): caught up",
-        f->id, f->leo);
+    say(out, MQD_RSM_LOG_NOTICE,
+        "node %" PRIu32 " rejoins the in-sync set (its end %" PRIu64 "): caught up", f->id, f->leo);
     isr_cas(ctx, s, isr, s->ps.n_isr + 1, out);
 }
 
@@ -247,6 +269,7 @@ static void lead_start(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *ou
             s->flw[s->n_flw++] = (mqd_rsm_flw_t){
                 .id = s->ps.replicas[i], .caught_ms = s->now_ms, .probe_ms = s->now_ms};
     s->lead_epoch = s->ps.epoch;
+    s->epoch_start = s->end;
     /* what it knew as a follower; after a restart nothing: records only this node has
        must not become visible before the followers report */
     if (MQD_RSM_BUG(HW_FROM_LOG))
@@ -277,12 +300,14 @@ static void lead_epoch(mqd_rsm_t *s, mqd_rsm_out_t *out)
     say(out, MQD_RSM_LOG_NOTICE, "still the leader, now in epoch %" PRIu32 " (was %" PRIu32 ")",
         s->ps.epoch, s->lead_epoch);
     s->lead_epoch = s->ps.epoch;
+    s->epoch_start = s->end;
     emit(out, MQD_RSM_ACT_DROP_LINK);
     for (uint32_t i = 0; i < s->n_flw; i++)
         s->flw[i].link = 0;
 }
 
-static void attach(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev, mqd_rsm_out_t *out)
+static void attach(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev,
+                   mqd_rsm_out_t *out)
 {
     mqd_rsm_flw_t *f = s->role == MQD_RSM_ROLE_LEADER ? flw_of(s, ev->node) : NULL;
     if (s->role != MQD_RSM_ROLE_LEADER)
@@ -337,7 +362,8 @@ static void progress(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t 
     watermark(ctx, s, out);
 }
 
-static void leave(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev, mqd_rsm_out_t *out)
+static void leave(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev,
+                  mqd_rsm_out_t *out)
 {
     mqd_rsm_flw_t *f = s->role == MQD_RSM_ROLE_LEADER ? flw_of(s, ev->node) : NULL;
     if (!f || f->link != ev->link)
@@ -346,7 +372,8 @@ static void leave(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev
     if (!ev->flag)
         return;
     f->leaving = true; /* unless its node said it is stopping */
-    say(out, MQD_RSM_LOG_NOTICE, "node %" PRIu32 " is stopping: it leaves the in-sync set now", f->id);
+    say(out, MQD_RSM_LOG_NOTICE, "node %" PRIu32 " is stopping: it leaves the in-sync set now",
+        f->id);
     isr_check(ctx, s, out);
 }
 
@@ -495,7 +522,8 @@ static void truncated(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t
 
 /* ---- roles ---- */
 
-static void set_role(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_role_t role, mqd_rsm_out_t *out)
+static void set_role(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_role_t role,
+                     mqd_rsm_out_t *out)
 {
     mqd_rsm_role_t was = s->role;
     if (was == MQD_RSM_ROLE_LEADER)
@@ -517,10 +545,10 @@ static void apply(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out)
     bool member = mqd_repl_pstate_has(s->ps.replicas, s->ps.n_replicas, ctx->self);
     if (s->ps.leader != ctx->self)
         s->handover_ms = 0;
-    mqd_rsm_role_t want = !member || s->handover_ms       ? MQD_RSM_ROLE_NONE
-                          : s->ps.leader == ctx->self      ? MQD_RSM_ROLE_LEADER
-                          : ctx->stopping                  ? MQD_RSM_ROLE_NONE
-                                                           : MQD_RSM_ROLE_FOLLOWER;
+    mqd_rsm_role_t want = !member || s->handover_ms   ? MQD_RSM_ROLE_NONE
+                          : s->ps.leader == ctx->self ? MQD_RSM_ROLE_LEADER
+                          : ctx->stopping             ? MQD_RSM_ROLE_NONE
+                                                      : MQD_RSM_ROLE_FOLLOWER;
     if (want != s->role || (want == MQD_RSM_ROLE_FOLLOWER && s->fol_leader != s->ps.leader)) {
         set_role(ctx, s, want, out);
     } else if (want == MQD_RSM_ROLE_LEADER) {
@@ -594,7 +622,8 @@ static void failover(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out)
         prefer = 0;
     mqd_repl_pstate_t next;
     bool unclean = false;
-    mqd_rsm_chg_t c = {.kind = MQD_RSM_CHG_FAILOVER, .to = prefer,
+    mqd_rsm_chg_t c = {.kind = MQD_RSM_CHG_FAILOVER,
+                       .to = prefer,
                        .unclean = ctx->unclean || MQD_RSM_BUG(UNCLEAN)};
     if (mqd_rsm_change(ctx, &s->ps, &c, &next, &unclean) != 0) {
         if (!s->offline) {
@@ -610,8 +639,9 @@ static void failover(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out)
         say(out, MQD_RSM_LOG_WARN,
             "unclean election of node %" PRIu32 " (not in sync: acknowledged records may be lost)",
             next.leader);
-    say(out, MQD_RSM_LOG_NOTICE, "leader %" PRIu32 " gone: node %" PRIu32 " leads in epoch %" PRIu32,
-        s->ps.leader, next.leader, next.epoch);
+    say(out, MQD_RSM_LOG_NOTICE,
+        "leader %" PRIu32 " gone: node %" PRIu32 " leads in epoch %" PRIu32, s->ps.leader,
+        next.leader, next.epoch);
     cand_reset(s);
     cas(s, &next, MQD_RSM_CAS_ELECT, out);
 }
@@ -654,7 +684,8 @@ static void reports_read(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *
     s->cand_done = true;
     if (pick)
         say(out, MQD_RSM_LOG_INFO,
-            "every live in-sync replica reported; the longest log is node %" PRIu32 "'s (end %" PRIu64 ")",
+            "every live in-sync replica reported; the longest log is node %" PRIu32
+            "'s (end %" PRIu64 ")",
             pick, best);
     failover(ctx, s, out);
 }
@@ -672,7 +703,8 @@ static void node_left(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t
 
 /* ---- the state, the CAS, the lease ---- */
 
-static void state(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev, mqd_rsm_out_t *out)
+static void state(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev,
+                  mqd_rsm_out_t *out)
 {
     if (ev->mod_rev < s->mod_rev)
         return; /* older than what a CAS answer told us */
@@ -702,7 +734,8 @@ static void refreshed(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t
         watermark(ctx, s, out);
 }
 
-static void cas_done(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev, mqd_rsm_out_t *out)
+static void cas_done(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev,
+                     mqd_rsm_out_t *out)
 {
     mqd_rsm_cas_kind_t kind = s->cas_kind;
     s->cas_out = false;
@@ -718,7 +751,8 @@ static void cas_done(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t 
     apply(ctx, s, out);
 }
 
-static void lease(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev, mqd_rsm_out_t *out)
+static void lease(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev,
+                  mqd_rsm_out_t *out)
 {
     bool was = s->lease_live;
     s->lease_live = ev->flag;
@@ -730,7 +764,8 @@ static void lease(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev
     if (!was || s->role != MQD_RSM_ROLE_LEADER || s->ps.n_replicas == 1)
         return;
     s->fenced = true; /* the controller may have moved it meanwhile */
-    say(out, MQD_RSM_LOG_WARN, "lease lost: acknowledging nothing until the partition's state is read again");
+    say(out, MQD_RSM_LOG_WARN,
+        "lease lost: acknowledging nothing until the partition's state is read again");
     refresh(s, out);
 }
 
@@ -758,6 +793,10 @@ static void handover_tick(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t 
     if (s->now_ms < s->handover_ms)
         return;
     c = (mqd_rsm_chg_t){.kind = MQD_RSM_CHG_MOVE, .to = ctx->self};
+    if (MQD_RSM_BUG(SAME_EPOCH)) {
+        s->handover_ms = 0;
+        return apply(ctx, s, out);
+    }
     if (mqd_rsm_change(ctx, &s->ps, &c, &next, NULL) != 0)
         return; /* this node's own key is not in its view yet */
     say(out, MQD_RSM_LOG_WARN,
@@ -781,8 +820,8 @@ static void stopping(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out)
         mqd_repl_pstate_t next;
         mqd_rsm_chg_t c = {.kind = MQD_RSM_CHG_MOVE, .to = id, .drop = ctx->self};
         if (id != ctx->self && mqd_rsm_change(ctx, &s->ps, &c, &next, NULL) == 0) {
-            say(out, MQD_RSM_LOG_NOTICE, "shutdown: handing over to node %" PRIu32 " (epoch %" PRIu32 ")",
-                id, next.epoch);
+            say(out, MQD_RSM_LOG_NOTICE,
+                "shutdown: handing over to node %" PRIu32 " (epoch %" PRIu32 ")", id, next.epoch);
             cas(s, &next, MQD_RSM_CAS_MOVE, out);
             return;
         }
@@ -813,14 +852,15 @@ static void move(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev,
     if (ev->node == s->ps.leader)
         return say(out, MQD_RSM_LOG_INFO, "node %" PRIu32 " already leads", ev->node);
     if (mqd_rsm_change(ctx, &s->ps, &c, &next, NULL) != 0)
-        return say(out, MQD_RSM_LOG_WARN, "node %" PRIu32 " is not a live in-sync replica: not moved",
-                   ev->node);
+        return say(out, MQD_RSM_LOG_WARN,
+                   "node %" PRIu32 " is not a live in-sync replica: not moved", ev->node);
     if (cas(s, &next, MQD_RSM_CAS_MOVE, out))
         say(out, MQD_RSM_LOG_NOTICE, "moving the lead to node %" PRIu32 " (epoch %" PRIu32 ")",
             ev->node, next.epoch);
 }
 
-void mqd_rsm_step(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev, mqd_rsm_out_t *out)
+void mqd_rsm_step(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev,
+                  mqd_rsm_out_t *out)
 {
     if (ev->now_ms > s->now_ms)
         s->now_ms = ev->now_ms; /* time never goes back inside the core */
@@ -854,14 +894,22 @@ void mqd_rsm_step(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev
 /* ---- names (the scenario scripts and the simulation's traces use them) ---- */
 
 static const char *const EV_NAMES[] = {
-    [MQD_RSM_EV_STATE] = "state",         [MQD_RSM_EV_REFRESHED] = "refreshed",
-    [MQD_RSM_EV_LEASE] = "lease",         [MQD_RSM_EV_TICK] = "tick",
-    [MQD_RSM_EV_STABLE] = "stable",       [MQD_RSM_EV_PROGRESS] = "progress",
-    [MQD_RSM_EV_ATTACH] = "attach",       [MQD_RSM_EV_LEAVE] = "leave",
-    [MQD_RSM_EV_NODE_LEFT] = "node-left", [MQD_RSM_EV_REPORT] = "report",
-    [MQD_RSM_EV_REPORTS_READ] = "reports-read", [MQD_RSM_EV_CAS] = "cas-result",
-    [MQD_RSM_EV_RUN] = "run",             [MQD_RSM_EV_LINK_DOWN] = "link-down",
-    [MQD_RSM_EV_TRUNCATED] = "truncated", [MQD_RSM_EV_SEND] = "send",
+    [MQD_RSM_EV_STATE] = "state",
+    [MQD_RSM_EV_REFRESHED] = "refreshed",
+    [MQD_RSM_EV_LEASE] = "lease",
+    [MQD_RSM_EV_TICK] = "tick",
+    [MQD_RSM_EV_STABLE] = "stable",
+    [MQD_RSM_EV_PROGRESS] = "progress",
+    [MQD_RSM_EV_ATTACH] = "attach",
+    [MQD_RSM_EV_LEAVE] = "leave",
+    [MQD_RSM_EV_NODE_LEFT] = "node-left",
+    [MQD_RSM_EV_REPORT] = "report",
+    [MQD_RSM_EV_REPORTS_READ] = "reports-read",
+    [MQD_RSM_EV_CAS] = "cas-result",
+    [MQD_RSM_EV_RUN] = "run",
+    [MQD_RSM_EV_LINK_DOWN] = "link-down",
+    [MQD_RSM_EV_TRUNCATED] = "truncated",
+    [MQD_RSM_EV_SEND] = "send",
     [MQD_RSM_EV_MOVE] = "move",
 };
 
@@ -892,9 +940,12 @@ static const char *const ACT_NAMES[] = {
 };
 
 static const char *const COND_NAMES[] = {
-    [MQD_RSM_COND_CLOSED] = "closed",           [MQD_RSM_COND_DIVERGED] = "diverged",
-    [MQD_RSM_COND_BELOW_START] = "below-start", [MQD_RSM_COND_STALE_EPOCH] = "stale-epoch",
-    [MQD_RSM_COND_NOT_FOUND] = "not-found",     [MQD_RSM_COND_UNAUTHORIZED] = "unauthorized",
+    [MQD_RSM_COND_CLOSED] = "closed",
+    [MQD_RSM_COND_DIVERGED] = "diverged",
+    [MQD_RSM_COND_BELOW_START] = "below-start",
+    [MQD_RSM_COND_STALE_EPOCH] = "stale-epoch",
+    [MQD_RSM_COND_NOT_FOUND] = "not-found",
+    [MQD_RSM_COND_UNAUTHORIZED] = "unauthorized",
     [MQD_RSM_COND_PRECONDITION] = "precondition",
     [MQD_RSM_COND_RESOURCE_LIMIT] = "resource-limit",
 };

@@ -87,7 +87,8 @@ typedef struct mqd_rsm {
     mqd_rsm_cas_kind_t cas_kind;
     mqd_repl_pstate_t cas_ps;
     /* leader */
-    uint32_t lead_epoch; /* the epoch its appends carry */
+    uint32_t lead_epoch;  /* the epoch its appends carry */
+    uint64_t epoch_start; /* its log end when it began to lead in lead_epoch */
     uint32_t n_flw;
     mqd_rsm_flw_t flw[MQD_REPL_MAX_RF];
     uint64_t ends_hw, ends_q; /* the visible ends last set */
@@ -116,29 +117,29 @@ bool mqd_rsm_may_ack(const mqd_rsm_ctx_t *ctx, const mqd_rsm_t *s);
 
 /* ---- events ---- */
 typedef enum {
-    MQD_RSM_EV_STATE = 1, /* ps, mod_rev; flag: read with the snapshot at start */
-    MQD_RSM_EV_REFRESHED, /* the state read again (flag: read; ps, mod_rev): lifts the fence */
-    MQD_RSM_EV_LEASE,     /* flag: the lease is live */
-    MQD_RSM_EV_TICK,      /* time passed */
-    MQD_RSM_EV_STABLE,    /* offset: this log's stable offset, end: its end */
-    MQD_RSM_EV_PROGRESS,  /* leader: node settled up to offset on link */
-    MQD_RSM_EV_ATTACH,    /* leader: node attaches link: offset (its end), last_epoch (its
-                             last record's), epoch (the leader epoch it expects, 0: none);
-                             epoch_end, largest: where epochs <= last_epoch end in this log
-                             and the largest such epoch; log_start */
-    MQD_RSM_EV_LEAVE,     /* leader: node's link went (flag: its node said it stops) */
-    MQD_RSM_EV_NODE_LEFT, /* node's key went (ctx already without it) */
-    MQD_RSM_EV_REPORT,    /* controller: node reported end in epoch */
+    MQD_RSM_EV_STATE = 1,    /* ps, mod_rev; flag: read with the snapshot at start */
+    MQD_RSM_EV_REFRESHED,    /* the state read again (flag: read; ps, mod_rev): lifts the fence */
+    MQD_RSM_EV_LEASE,        /* flag: the lease is live */
+    MQD_RSM_EV_TICK,         /* time passed */
+    MQD_RSM_EV_STABLE,       /* offset: this log's stable offset, end: its end */
+    MQD_RSM_EV_PROGRESS,     /* leader: node settled up to offset on link */
+    MQD_RSM_EV_ATTACH,       /* leader: node attaches link: offset (its end), last_epoch (its
+                                last record's), epoch (the leader epoch it expects, 0: none);
+                                epoch_end, largest: where epochs <= last_epoch end in this log
+                                and the largest such epoch; log_start */
+    MQD_RSM_EV_LEAVE,        /* leader: node's link went (flag: its node said it stops) */
+    MQD_RSM_EV_NODE_LEFT,    /* node's key went (ctx already without it) */
+    MQD_RSM_EV_REPORT,       /* controller: node reported end in epoch */
     MQD_RSM_EV_REPORTS_READ, /* controller: every report of one read was delivered */
-    MQD_RSM_EV_CAS,       /* flag: the CAS held; mod_rev: its revision */
-    MQD_RSM_EV_RUN,       /* follower: a run at offset of count records, newest record's
-                             epoch, the leader's hw */
-    MQD_RSM_EV_LINK_DOWN, /* follower: the fetch link closed: cond (mqd_rsm_cond_t); for
-                             DIVERGED epoch, epoch_end (the leader's) and offset (where that
-                             epoch ends here); for BELOW_START log_start */
-    MQD_RSM_EV_TRUNCATED, /* follower: the truncation is done (end: the new end) */
-    MQD_RSM_EV_SEND,      /* leader: a send of acks level (mqd_acks_t) asks to be taken */
-    MQD_RSM_EV_MOVE,      /* move the lead to node (rebalance, operator) */
+    MQD_RSM_EV_CAS,          /* flag: the CAS held; mod_rev: its revision */
+    MQD_RSM_EV_RUN,          /* follower: a run at offset of count records, newest record's
+                                epoch, the leader's hw */
+    MQD_RSM_EV_LINK_DOWN,    /* follower: the fetch link closed: cond (mqd_rsm_cond_t); for
+                                DIVERGED epoch, epoch_end (the leader's) and offset (where that
+                                epoch ends here); for BELOW_START log_start */
+    MQD_RSM_EV_TRUNCATED,    /* follower: the truncation is done (end: the new end) */
+    MQD_RSM_EV_SEND,         /* leader: a send of acks level (mqd_acks_t) asks to be taken */
+    MQD_RSM_EV_MOVE,         /* move the lead to node (rebalance, operator) */
 } mqd_rsm_ev_type_t;
 
 typedef enum {
@@ -259,6 +260,10 @@ enum {
     MQD_RSM_BUG_HW_FROM_LOG = 1u << 3,     /* a new leader's watermark is its stable offset */
     MQD_RSM_BUG_UNCLEAN = 1u << 4,         /* unclean election whatever the topic says */
     MQD_RSM_BUG_STALE_FETCH = 1u << 5,     /* progress taken from any link of the follower */
+    /* main's rules the simulation found wrong (docs/replication.md) */
+    MQD_RSM_BUG_SAME_EPOCH = 1u << 6, /* a restarted leader leads again in its old epoch */
+    MQD_RSM_BUG_STATE_ISR = 1u << 7,  /* the watermark ignores a rejoin CAS in flight */
+    MQD_RSM_BUG_REJOIN_HW = 1u << 8,  /* a follower rejoins at the watermark alone */
 };
 extern unsigned mqd_rsm_bugs;
 #define MQD_RSM_BUG(b) ((mqd_rsm_bugs & MQD_RSM_BUG_##b) != 0)

@@ -51,8 +51,7 @@ static uint32_t elect(const mqd_rsm_ctx_t *ctx, const mqd_repl_pstate_t *cur, ui
     return pick;
 }
 
-static int isr_change(const mqd_repl_pstate_t *cur, const mqd_rsm_chg_t *c,
-                      mqd_repl_pstate_t *next)
+static int isr_change(const mqd_repl_pstate_t *cur, const mqd_rsm_chg_t *c, mqd_repl_pstate_t *next)
 {
     if (c->n_isr == 0 || c->n_isr > cur->n_replicas || c->isr[0] != cur->leader)
         return MQD_EINVAL;
@@ -72,8 +71,7 @@ int mqd_rsm_change(const mqd_rsm_ctx_t *ctx, const mqd_repl_pstate_t *cur, const
     uint32_t pick = 0;
     *next = *cur;
     switch (c->kind) {
-    case MQD_RSM_CHG_ISR:
-        return isr_change(cur, c, next);
+    case MQD_RSM_CHG_ISR: return isr_change(cur, c, next);
     case MQD_RSM_CHG_FAILOVER:
     case MQD_RSM_CHG_HANDOVER:
         pick = elect(ctx, cur, c->kind == MQD_RSM_CHG_FAILOVER ? c->to : 0,
@@ -83,7 +81,8 @@ int mqd_rsm_change(const mqd_rsm_ctx_t *ctx, const mqd_repl_pstate_t *cur, const
         leader_first(next, pick);
         /* a restarted leader stays in sync, after the new one: it truncates by epoch
            and catches up like any follower (ctl.c mqd_repl_ctl_handover) */
-        if (c->kind == MQD_RSM_CHG_HANDOVER && !mqd_repl_pstate_has(next->isr, next->n_isr, cur->leader))
+        if (c->kind == MQD_RSM_CHG_HANDOVER &&
+            !mqd_repl_pstate_has(next->isr, next->n_isr, cur->leader))
             next->isr[next->n_isr++] = cur->leader;
         break;
     case MQD_RSM_CHG_MOVE:
@@ -97,8 +96,7 @@ int mqd_rsm_change(const mqd_rsm_ctx_t *ctx, const mqd_repl_pstate_t *cur, const
             if (cur->isr[i] != pick && cur->isr[i] != c->drop)
                 next->isr[next->n_isr++] = cur->isr[i];
         break;
-    default:
-        return MQD_EINVAL;
+    default: return MQD_EINVAL;
     }
     next->leader = pick;
     next->epoch = cur->epoch + 1;

@@ -6,9 +6,9 @@
  * after a delay, requests that fail while a node is cut from etcd), the network between
  * nodes (fetch links as ordered streams with random delays; links that break; partitions
  * between two nodes; attaches duplicated), logs (append, fsync at random moments, a crash
- * drops what was not synced, truncation) and clocks (a fixed offset per node; leases
- * measured from the keepalive's send time). Producers send with acks = all or quorum
- * through the core's send check and are acknowledged by its watermark and quorum end; a
+ * drops what was not synced, power cuts of every node, truncation) and clocks (a fixed
+ * offset per node; leases measured from the keepalive's send time). Producers send with acks = all
+ * or quorum through the core's send check and are acknowledged by its watermark and quorum end; a
  * consumer reads below the watermark.
  *
  * Invariants, checked after every step (some incrementally, at the step that could break
@@ -22,8 +22,10 @@
  *   sim_rsm --seeds N --from S   seeds S .. S+N-1
  *   sim_rsm --seed S --trace     one seed, every event and action printed
  *   sim_rsm --bug NAME           a past bug put back (elect-first, skip-divergence,
- *                                ack-unsynced, hw-from-log, unclean, stale-fetch):
- *                                exits 0 when some seed finds it, printing which and where
+ *                                ack-unsynced, hw-from-log, unclean, stale-fetch, and
+ *                                main's rules it found wrong: same-epoch, state-isr,
+ *                                rejoin-at-hw): exits 0 when some seed finds it, printing
+ *                                which and where
  */
 #include "config.h"
 #include "repl/rsm.h"
@@ -63,13 +65,33 @@ static bool chance(unsigned pct)
 
 /* ---- the queue of things to happen ---- */
 typedef enum {
-    Q_TICK, Q_FSYNC, Q_KEEPALIVE, Q_MSG, Q_ETCD, Q_REPLY, Q_WATCH, Q_RESTART, Q_TRUNC_DONE,
-    Q_PRODUCE, Q_CONSUME, Q_FAULT, Q_HEAL_ETCD, Q_HEAL_NET, Q_HEAL_ALL
+    Q_TICK,
+    Q_FSYNC,
+    Q_KEEPALIVE,
+    Q_MSG,
+    Q_ETCD,
+    Q_REPLY,
+    Q_WATCH,
+    Q_RESTART,
+    Q_TRUNC_DONE,
+    Q_PRODUCE,
+    Q_CONSUME,
+    Q_FAULT,
+    Q_HEAL_ETCD,
+    Q_HEAL_NET,
+    Q_HEAL_ALL
 } qkind_t;
 
 typedef enum { M_ATTACH, M_RUN, M_SETTLE, M_CLOSE, M_REFUSE } mtype_t;
 typedef enum {
-    E_KEEPALIVE, E_GRANT, E_CAS, E_REFRESH, E_READ, E_REPORT, E_CLEAR, E_SNAPSHOT
+    E_KEEPALIVE,
+    E_GRANT,
+    E_CAS,
+    E_REFRESH,
+    E_READ,
+    E_REPORT,
+    E_CLEAR,
+    E_SNAPSHOT
 } etype_t;
 
 typedef struct item {
@@ -169,9 +191,9 @@ typedef struct node {
     uint32_t lep[MAXLOG];
     uint64_t lval[MAXLOG];
     uint64_t end, synced;
-    bool lease_live, registered, etcd_cut;
+    bool lease_live, registered, snap_out, etcd_cut;
     uint64_t lease;
-    int64_t deadline, clock_off, watch_t;
+    int64_t deadline, clock_off, watch_t, snap_rev;
     uint64_t flink; /* follower: its fetch link */
     uint32_t fleader;
     lk_t lk[MAXN + 1]; /* leader: each follower's link */
@@ -264,8 +286,10 @@ static item_t at(qkind_t k, int node, int64_t delay)
 
 /* ---- etcd ---- */
 
+/* Every change has a revision; a watch delivers them in order after the snapshot's. */
 static void watch_all(bool state, int id, bool present)
 {
+    int64_t rev = state ? W.ps_rev : ++W.rev;
     for (int i = 1; i <= W.n; i++) {
         node_t *nd = &W.nodes[i];
         if (!nd->up)
@@ -280,7 +304,7 @@ static void watch_all(bool state, int id, bool present)
         it.from = id;
         it.cond = present ? 1 : 0;
         it.ps = W.ps;
-        it.rev = W.ps_rev;
+        it.rev = rev;
         push(it);
     }
 }
@@ -320,7 +344,8 @@ static void etcd_cas(item_t *r)
         violation("epoch went back");
     W.ps = *nx;
     W.ps_rev = ++W.rev;
-    trace("etcd: state leader=%u epoch=%u isr=%u rev=%" PRId64, nx->leader, nx->epoch, nx->n_isr, W.ps_rev);
+    trace("etcd: state leader=%u epoch=%u isr=%u rev=%" PRId64, nx->leader, nx->epoch, nx->n_isr,
+          W.ps_rev);
     r->flag = true;
     r->rev = W.ps_rev;
     watch_all(true, 0, false);
@@ -351,6 +376,7 @@ static void etcd_apply(item_t *r)
     case E_SNAPSHOT:
         r->ps = W.ps;
         r->rev = W.ps_rev;
+        r->hw = (uint64_t)W.rev; /* the snapshot's revision */
         r->flag = true;
         break;
     case E_READ: r->flag = true; break;
@@ -374,7 +400,8 @@ static void etcd_request(node_t *nd, int id, item_t it)
     it.inc = nd->inc;
     it.sent = local(nd);
     if (nd->etcd_cut) { /* not applied: it fails after the client's timeout */
-        if (it.type == E_CAS || it.type == E_REFRESH || it.type == E_READ) {
+        if (it.type == E_CAS || it.type == E_REFRESH || it.type == E_READ ||
+            it.type == E_SNAPSHOT) {
             it.kind = Q_REPLY;
             it.flag = false;
             it.t = W.now + 500;
@@ -465,7 +492,8 @@ static void check_agree(node_t *nd, uint64_t upto, int id)
         return; /* an unclean election may lose and rewrite what was committed */
     for (uint64_t o = nd->agreed_upto; o < upto; o++)
         if (W.is_committed[o] && W.committed[o] != nd->lval[o])
-            violation("node %d holds %" PRIu64 " at %" PRIu64 " below its watermark, committed %" PRIu64,
+            violation("node %d holds %" PRIu64 " at %" PRIu64
+                      " below its watermark, committed %" PRIu64,
                       id, nd->lval[o], o, W.committed[o]);
     if (upto > nd->agreed_upto)
         nd->agreed_upto = upto;
@@ -495,7 +523,8 @@ static void ack(int id, const pend_t *p)
     node_t *nd = &W.nodes[id];
     if (p->epoch < 4096) {
         if (W.ack_node[p->epoch] && W.ack_node[p->epoch] != id)
-            violation("nodes %d and %d both acknowledge in epoch %u", W.ack_node[p->epoch], id, p->epoch);
+            violation("nodes %d and %d both acknowledge in epoch %u", W.ack_node[p->epoch], id,
+                      p->epoch);
         W.ack_node[p->epoch] = id;
     }
     if (W.is_acked[p->off] && W.acked[p->off] != p->val && !W.unclean_done)
@@ -515,7 +544,8 @@ static void ack(int id, const pend_t *p)
             W.nodes[j].s.lead_epoch > p->epoch && !W.unclean_done &&
             (p->off >= W.nodes[j].end || W.nodes[j].lval[p->off] != p->val))
             violation("node %d acknowledged %" PRIu64 " in epoch %u after node %d leads epoch %u "
-                      "without it", id, p->val, p->epoch, j, W.nodes[j].s.lead_epoch);
+                      "without it",
+                      id, p->val, p->epoch, j, W.nodes[j].s.lead_epoch);
 }
 
 static void set_ends(int id, uint64_t hw, uint64_t qend)
@@ -523,7 +553,8 @@ static void set_ends(int id, uint64_t hw, uint64_t qend)
     node_t *nd = &W.nodes[id];
     for (uint64_t o = nd->committed_upto; o < hw && o < nd->end; o++) {
         if (W.is_committed[o] && W.committed[o] != nd->lval[o] && !W.unclean_done)
-            violation("offset %" PRIu64 " committed as %" PRIu64 ", node %d's watermark passes %" PRIu64,
+            violation("offset %" PRIu64 " committed as %" PRIu64
+                      ", node %d's watermark passes %" PRIu64,
                       o, W.committed[o], id, nd->lval[o]);
         W.is_committed[o] = true;
         W.committed[o] = nd->lval[o];
@@ -616,7 +647,8 @@ static void perform(int id, const mqd_rsm_act_t *a, const mqd_rsm_ev_t *ev, cons
         nd->lk[a->node] = (lk_t){.link = ev->link, .next_send = a->offset, .hw_sent = UINT64_MAX};
         break;
     case MQD_RSM_ACT_REFUSE_LINK:
-        m.type = M_REFUSE, m.link = ev->link, m.cond = a->cond, m.epoch = a->epoch, m.offset = a->offset;
+        m.type = M_REFUSE, m.link = ev->link, m.cond = a->cond, m.epoch = a->epoch,
+        m.offset = a->offset;
         send_msg(id, (int)a->node, m);
         break;
     case MQD_RSM_ACT_ATTACH:
@@ -674,10 +706,11 @@ static void step(int id, mqd_rsm_ev_t *ev, const item_t *it)
         size_t len = 0;
         for (size_t i = 0; i < out.n && len < sizeof acts - 20; i++)
             if (out.a[i].type != MQD_RSM_ACT_LOG)
-                len += (size_t)snprintf(acts + len, sizeof acts - len, " %s", mqd_rsm_act_name(out.a[i].type));
+                len += (size_t)snprintf(acts + len, sizeof acts - len, " %s",
+                                        mqd_rsm_act_name(out.a[i].type));
         if (len || tracing)
-            trace("node %d %s node=%u off=%" PRIu64 " ->%s", id, mqd_rsm_ev_name(ev->type), ev->node,
-                  ev->offset, acts);
+            trace("node %d %s node=%u off=%" PRIu64 " ->%s", id, mqd_rsm_ev_name(ev->type),
+                  ev->node, ev->offset, acts);
     }
     mqd_rsm_act_t acts[MQD_RSM_MAX_ACTIONS];
     size_t n = out.n;
@@ -698,6 +731,7 @@ static void start_node(int id)
     nd->ctx.n_alive = 0;
     nd->ctx.controller = false;
     nd->registered = false;
+    nd->snap_out = false;
     nd->lease_live = false;
     nd->flink = 0;
     nd->npend = 0;
@@ -742,6 +776,17 @@ static void update_controller(node_t *nd, int id)
     nd->ctx.controller = low == (uint32_t)id;
 }
 
+/* The snapshot of a start (once its lease is there): the watch's events count after it. */
+static void snapshot(node_t *nd, int id)
+{
+    if (nd->registered || nd->snap_out)
+        return;
+    item_t s = at(Q_ETCD, id, 0);
+    s.type = E_SNAPSHOT;
+    nd->snap_out = true;
+    etcd_request(nd, id, s);
+}
+
 static void on_reply(int id, item_t *r)
 {
     node_t *nd = &W.nodes[id];
@@ -754,6 +799,7 @@ static void on_reply(int id, item_t *r)
             nd->deadline = r->sent + nd->ctx.lease_ms; /* from the send: never later than etcd */
             if (!nd->lease_live && nd->deadline > local(nd)) { /* it had not expired in etcd */
                 nd->lease_live = true;
+                snapshot(nd, id);
                 ev.type = MQD_RSM_EV_LEASE;
                 ev.flag = true;
                 step(id, &ev, NULL);
@@ -770,18 +816,18 @@ static void on_reply(int id, item_t *r)
             return;
         nd->deadline = r->sent + nd->ctx.lease_ms;
         nd->lease_live = true;
-        if (!nd->registered) { /* the snapshot of a start: the watch's events count after it */
-            item_t s = at(Q_ETCD, id, 0);
-            s.type = E_SNAPSHOT;
-            etcd_request(nd, id, s);
-        }
+        snapshot(nd, id);
         ev.type = MQD_RSM_EV_LEASE;
         ev.flag = true;
         return step(id, &ev, NULL);
     case E_SNAPSHOT:
         if (nd->registered)
             return;
+        nd->snap_out = false;
+        if (!r->flag) /* asked again, as a watch that could not start */
+            return snapshot(nd, id);
         nd->registered = true;
+        nd->snap_rev = (int64_t)r->hw;
         nd->ctx.n_alive = 0;
         for (int j = 1; j <= W.n; j++)
             if (W.key[j].present)
@@ -804,8 +850,10 @@ static void on_reply(int id, item_t *r)
     case E_READ:
         for (int j = 1; r->flag && j <= W.n; j++)
             if (W.rep[j].present) {
-                mqd_rsm_ev_t rep = {.type = MQD_RSM_EV_REPORT, .node = (uint32_t)j,
-                                    .epoch = W.rep[j].epoch, .offset = W.rep[j].end};
+                mqd_rsm_ev_t rep = {.type = MQD_RSM_EV_REPORT,
+                                    .node = (uint32_t)j,
+                                    .epoch = W.rep[j].epoch,
+                                    .offset = W.rep[j].end};
                 step(id, &rep, NULL);
             }
         ev.type = MQD_RSM_EV_REPORTS_READ;
@@ -817,14 +865,14 @@ static void on_reply(int id, item_t *r)
 static void on_watch(int id, item_t *w)
 {
     node_t *nd = &W.nodes[id];
-    if (nd->etcd_cut) { /* held until the node reaches etcd again */
+    if (nd->etcd_cut || !nd->registered) { /* held until etcd is reached, the snapshot read */
         w->t = W.now + 50;
         nd->watch_t = w->t;
         push(*w);
         return;
     }
-    if (!nd->registered)
-        return; /* the snapshot brings it */
+    if (w->rev <= nd->snap_rev)
+        return; /* the snapshot had it */
     mqd_rsm_ev_t ev = {0};
     if (w->flag) {
         ev.type = MQD_RSM_EV_STATE, ev.ps = w->ps, ev.mod_rev = w->rev;
@@ -856,9 +904,7 @@ static void on_msg(int id, item_t *m)
             if (m->ep[i] > ev.epoch)
                 ev.epoch = m->ep[i];
         return step(id, &ev, m);
-    case M_SETTLE:
-        ev.type = MQD_RSM_EV_PROGRESS, ev.offset = m->offset;
-        return step(id, &ev, m);
+    case M_SETTLE: ev.type = MQD_RSM_EV_PROGRESS, ev.offset = m->offset; return step(id, &ev, m);
     case M_CLOSE:
         if (nd->lk[m->from].link == m->link) { /* a follower's link went */
             nd->lk[m->from].link = 0;
@@ -905,7 +951,8 @@ static void produce(void)
     if (out.n || nd->end >= MAXLOG || nd->npend >= MAXPEND)
         return; /* refused */
     uint64_t val = ++W.next_val;
-    nd->pend[nd->npend++] = (pend_t){.off = nd->end, .val = val, .acks = acks, .epoch = nd->s.lead_epoch};
+    nd->pend[nd->npend++] =
+        (pend_t){.off = nd->end, .val = val, .acks = acks, .epoch = nd->s.lead_epoch};
     nd->lep[nd->end] = nd->s.lead_epoch;
     nd->lval[nd->end++] = val;
     trace("send %" PRIu64 " to node %d at %" PRIu64, val, id, nd->end - 1);
@@ -922,7 +969,8 @@ static void consume(void)
         for (uint64_t o = W.cpos; o < upto; o++) {
             if (W.is_committed[o] && W.committed[o] != nd->lval[o] && !W.unclean_done)
                 violation("the consumer reads %" PRIu64 " at %" PRIu64 " from node %d, %" PRIu64
-                          " was read or committed there before", nd->lval[o], o, i, W.committed[o]);
+                          " was read or committed there before",
+                          nd->lval[o], o, i, W.committed[o]);
             W.is_committed[o] = true; /* what a consumer read must never change */
             W.committed[o] = nd->lval[o];
         }
@@ -936,20 +984,30 @@ static void fault(void)
 {
     int id = (int)rnd_in(1, W.n), other = (int)rnd_in(1, W.n);
     node_t *nd = &W.nodes[id];
-    switch (rnd() % 6) {
+    switch (rnd() % 13) {
     case 0:
     case 1:
+    case 2:
+    case 3:
         if (nd->up)
             crash(id, rnd_in(50, 3000));
         break;
-    case 2:
+    case 4: /* a power cut: every node at once, each back after its own while */
+        trace("POWER CUT");
+        for (int i = 1; i <= W.n; i++)
+            if (W.nodes[i].up)
+                crash(i, rnd_in(100, 2500));
+        break;
+    case 5:
+    case 6:
         if (!nd->etcd_cut) {
             nd->etcd_cut = true;
             trace("CUT node %d from etcd", id);
             push(at(Q_HEAL_ETCD, id, rnd_in(200, 5000)));
         }
         break;
-    case 3:
+    case 7:
+    case 8:
         if (other != id && !W.cut[id][other]) {
             W.cut[id][other] = W.cut[other][id] = true;
             trace("PARTITION %d | %d", id, other);
@@ -1064,7 +1122,6 @@ static void happen(item_t *it)
 
 /* ---- one seed ---- */
 
-
 static bool run_seed(uint64_t seed, bool quiet)
 {
     memset(&W, 0, sizeof W);
@@ -1085,8 +1142,12 @@ static bool run_seed(uint64_t seed, bool quiet)
     W.ps_rev = W.rev = 1;
     for (int i = 1; i <= W.n; i++) {
         node_t *nd = &W.nodes[i];
-        nd->ctx = (mqd_rsm_ctx_t){.self = (uint32_t)i, .replica_lag_ms = lag, .lease_ms = lease,
-                                  .cand_wait_ms = 1000, .reattach_ms = 500, .min_isr = min_isr,
+        nd->ctx = (mqd_rsm_ctx_t){.self = (uint32_t)i,
+                                  .replica_lag_ms = lag,
+                                  .lease_ms = lease,
+                                  .cand_wait_ms = 1000,
+                                  .reattach_ms = 500,
+                                  .min_isr = min_isr,
                                   .unclean = W.unclean};
         nd->clock_off = rnd_in(0, 100000);
         start_node(i);
@@ -1144,6 +1205,8 @@ static const struct {
     {"elect-first", MQD_RSM_BUG_ELECT_FIRST},   {"skip-divergence", MQD_RSM_BUG_SKIP_DIVERGENCE},
     {"ack-unsynced", MQD_RSM_BUG_ACK_UNSYNCED}, {"hw-from-log", MQD_RSM_BUG_HW_FROM_LOG},
     {"unclean", MQD_RSM_BUG_UNCLEAN},           {"stale-fetch", MQD_RSM_BUG_STALE_FETCH},
+    {"same-epoch", MQD_RSM_BUG_SAME_EPOCH},     {"state-isr", MQD_RSM_BUG_STATE_ISR},
+    {"rejoin-at-hw", MQD_RSM_BUG_REJOIN_HW},
 };
 
 int main(int argc, char **argv)
@@ -1177,7 +1240,8 @@ int main(int argc, char **argv)
             bug = true;
             i++;
         } else {
-            fprintf(stderr, "usage: sim_rsm [--seed S [--trace]] [--seeds N] [--from S] [--quorum] [--bug NAME]\n");
+            fprintf(stderr, "usage: sim_rsm [--seed S [--trace]] [--seeds N] [--from S] [--quorum] "
+                            "[--bug NAME]\n");
             return 2;
         }
     }

@@ -140,16 +140,26 @@ static void set_ctx(script_t *sc, const words_t *w)
     for (int i = 1; i < w->n; i++) {
         const char *k = w->k[i];
         uint32_t v = (uint32_t)num(w->v[i]);
-        if (!strcmp(k, "self")) c->self = v;
-        else if (!strcmp(k, "lag")) c->replica_lag_ms = v;
-        else if (!strcmp(k, "lease")) c->lease_ms = v;
-        else if (!strcmp(k, "wait")) c->cand_wait_ms = v;
-        else if (!strcmp(k, "reattach")) c->reattach_ms = v;
-        else if (!strcmp(k, "min_isr")) c->min_isr = v;
-        else if (!strcmp(k, "unclean")) c->unclean = v != 0;
-        else if (!strcmp(k, "controller")) c->controller = v != 0;
-        else if (!strcmp(k, "stopping")) c->stopping = v != 0;
-        else fail(sc, "unknown ctx key %s%s", k, "");
+        if (!strcmp(k, "self"))
+            c->self = v;
+        else if (!strcmp(k, "lag"))
+            c->replica_lag_ms = v;
+        else if (!strcmp(k, "lease"))
+            c->lease_ms = v;
+        else if (!strcmp(k, "wait"))
+            c->cand_wait_ms = v;
+        else if (!strcmp(k, "reattach"))
+            c->reattach_ms = v;
+        else if (!strcmp(k, "min_isr"))
+            c->min_isr = v;
+        else if (!strcmp(k, "unclean"))
+            c->unclean = v != 0;
+        else if (!strcmp(k, "controller"))
+            c->controller = v != 0;
+        else if (!strcmp(k, "stopping"))
+            c->stopping = v != 0;
+        else
+            fail(sc, "unknown ctx key %s%s", k, "");
     }
 }
 
@@ -158,27 +168,45 @@ static void event(script_t *sc, int type, const words_t *w)
     mqd_rsm_ev_t ev = {.type = type, .now_ms = sc->now};
     for (int i = 1; i < w->n; i++) {
         const char *k = w->k[i], *v = w->v[i];
-        if (!strcmp(k, "node")) ev.node = (uint32_t)num(v);
-        else if (!strcmp(k, "epoch")) ev.epoch = ev.ps.epoch = (uint32_t)num(v);
-        else if (!strcmp(k, "last_epoch")) ev.last_epoch = (uint32_t)num(v);
-        else if (!strcmp(k, "largest")) ev.largest = (uint32_t)num(v);
-        else if (!strcmp(k, "count")) ev.count = (uint32_t)num(v);
-        else if (!strcmp(k, "offset")) ev.offset = num(v);
-        else if (!strcmp(k, "end")) ev.end = num(v);
-        else if (!strcmp(k, "hw")) ev.hw = num(v);
-        else if (!strcmp(k, "epoch_end")) ev.epoch_end = num(v);
-        else if (!strcmp(k, "log_start")) ev.log_start = num(v);
-        else if (!strcmp(k, "link")) ev.link = num(v);
-        else if (!strcmp(k, "rev")) ev.mod_rev = (int64_t)num(v);
-        else if (!strcmp(k, "leader")) ev.ps.leader = (uint32_t)num(v);
-        else if (!strcmp(k, "replicas")) ev.ps.n_replicas = ids(v, ev.ps.replicas);
-        else if (!strcmp(k, "isr")) ev.ps.n_isr = ids(v, ev.ps.isr);
-        else if (!strcmp(k, "acks")) ev.acks = (uint32_t)acks_of(v);
-        else if (!strcmp(k, "cond")) ev.cond = (mqd_rsm_cond_t)cond_of(v);
+        if (!strcmp(k, "node"))
+            ev.node = (uint32_t)num(v);
+        else if (!strcmp(k, "epoch"))
+            ev.epoch = ev.ps.epoch = (uint32_t)num(v);
+        else if (!strcmp(k, "last_epoch"))
+            ev.last_epoch = (uint32_t)num(v);
+        else if (!strcmp(k, "largest"))
+            ev.largest = (uint32_t)num(v);
+        else if (!strcmp(k, "count"))
+            ev.count = (uint32_t)num(v);
+        else if (!strcmp(k, "offset"))
+            ev.offset = num(v);
+        else if (!strcmp(k, "end"))
+            ev.end = num(v);
+        else if (!strcmp(k, "hw"))
+            ev.hw = num(v);
+        else if (!strcmp(k, "epoch_end"))
+            ev.epoch_end = num(v);
+        else if (!strcmp(k, "log_start"))
+            ev.log_start = num(v);
+        else if (!strcmp(k, "link"))
+            ev.link = num(v);
+        else if (!strcmp(k, "rev"))
+            ev.mod_rev = (int64_t)num(v);
+        else if (!strcmp(k, "leader"))
+            ev.ps.leader = (uint32_t)num(v);
+        else if (!strcmp(k, "replicas"))
+            ev.ps.n_replicas = ids(v, ev.ps.replicas);
+        else if (!strcmp(k, "isr"))
+            ev.ps.n_isr = ids(v, ev.ps.isr);
+        else if (!strcmp(k, "acks"))
+            ev.acks = (uint32_t)acks_of(v);
+        else if (!strcmp(k, "cond"))
+            ev.cond = (mqd_rsm_cond_t)cond_of(v);
         else if (!strcmp(k, "start") || !strcmp(k, "ok") || !strcmp(k, "live") ||
                  !strcmp(k, "stopping"))
             ev.flag = num(v) != 0;
-        else fail(sc, "unknown event key %s%s", k, "");
+        else
+            fail(sc, "unknown event key %s%s", k, "");
     }
     sc->out.n = 0;
     sc->out.overflow = false;
@@ -200,18 +228,43 @@ static bool matches(const mqd_rsm_act_t *a, const words_t *w, script_t *sc)
     for (int i = 2; i < w->n; i++) {
         const char *k = w->k[i], *v = w->v[i];
         bool cas = a->type == MQD_RSM_ACT_CAS;
-        if (!strcmp(k, "node")) { if (a->node != num(v)) return false; }
-        else if (!strcmp(k, "epoch")) { if ((cas ? a->ps.epoch : a->epoch) != num(v)) return false; }
-        else if (!strcmp(k, "offset")) { if (a->offset != num(v)) return false; }
-        else if (!strcmp(k, "hw")) { if (a->hw != num(v)) return false; }
-        else if (!strcmp(k, "rev")) { if ((uint64_t)a->mod_rev != num(v)) return false; }
-        else if (!strcmp(k, "leader")) { if (a->ps.leader != num(v)) return false; }
-        else if (!strcmp(k, "isr")) { if (!same_ids(a->ps.isr, a->ps.n_isr, v)) return false; }
-        else if (!strcmp(k, "replicas")) { if (!same_ids(a->ps.replicas, a->ps.n_replicas, v)) return false; }
-        else if (!strcmp(k, "acks")) { if ((int)a->acks != acks_of(v)) return false; }
-        else if (!strcmp(k, "cond")) { if ((int)a->cond != cond_of(v)) return false; }
-        else if (!strcmp(k, "stopping")) { if (a->flag != (num(v) != 0)) return false; }
-        else { fail(sc, "unknown action key %s%s", k, ""); return false; }
+        if (!strcmp(k, "node")) {
+            if (a->node != num(v))
+                return false;
+        } else if (!strcmp(k, "epoch")) {
+            if ((cas ? a->ps.epoch : a->epoch) != num(v))
+                return false;
+        } else if (!strcmp(k, "offset")) {
+            if (a->offset != num(v))
+                return false;
+        } else if (!strcmp(k, "hw")) {
+            if (a->hw != num(v))
+                return false;
+        } else if (!strcmp(k, "rev")) {
+            if ((uint64_t)a->mod_rev != num(v))
+                return false;
+        } else if (!strcmp(k, "leader")) {
+            if (a->ps.leader != num(v))
+                return false;
+        } else if (!strcmp(k, "isr")) {
+            if (!same_ids(a->ps.isr, a->ps.n_isr, v))
+                return false;
+        } else if (!strcmp(k, "replicas")) {
+            if (!same_ids(a->ps.replicas, a->ps.n_replicas, v))
+                return false;
+        } else if (!strcmp(k, "acks")) {
+            if ((int)a->acks != acks_of(v))
+                return false;
+        } else if (!strcmp(k, "cond")) {
+            if ((int)a->cond != cond_of(v))
+                return false;
+        } else if (!strcmp(k, "stopping")) {
+            if (a->flag != (num(v) != 0))
+                return false;
+        } else {
+            fail(sc, "unknown action key %s%s", k, "");
+            return false;
+        }
     }
     return true;
 }
@@ -220,8 +273,10 @@ static void dump(script_t *sc)
 {
     for (size_t i = 0; i < sc->out.n; i++) {
         const mqd_rsm_act_t *a = &sc->out.a[i];
-        fprintf(stderr, "    %s node=%" PRIu32 " epoch=%" PRIu32 " offset=%" PRIu64 " hw=%" PRIu64
-                " cond=%s%s%s\n", mqd_rsm_act_name(a->type), a->node,
+        fprintf(stderr,
+                "    %s node=%" PRIu32 " epoch=%" PRIu32 " offset=%" PRIu64 " hw=%" PRIu64
+                " cond=%s%s%s\n",
+                mqd_rsm_act_name(a->type), a->node,
                 a->type == MQD_RSM_ACT_CAS ? a->ps.epoch : a->epoch, a->offset, a->hw,
                 mqd_rsm_cond_name(a->cond), a->text[0] ? " text: " : "", a->text);
     }
@@ -280,17 +335,30 @@ static void check(script_t *sc, const words_t *w)
                 fail(sc, "the in-sync set is not %s%s", v, "");
             continue;
         }
-        if (!strcmp(k, "leader")) got = s->ps.leader;
-        else if (!strcmp(k, "epoch")) got = s->ps.epoch;
-        else if (!strcmp(k, "hw")) got = s->hw;
-        else if (!strcmp(k, "end")) got = s->end;
-        else if (!strcmp(k, "stable")) got = s->stable;
-        else if (!strcmp(k, "fenced")) got = s->fenced;
-        else if (!strcmp(k, "may_ack")) got = mqd_rsm_may_ack(&sc->ctx, s);
-        else if (!strcmp(k, "offline")) got = s->offline;
-        else if (!strcmp(k, "cas_out")) got = s->cas_out;
-        else if (!strcmp(k, "handover")) got = s->handover_ms != 0;
-        else { fail(sc, "unknown check %s%s", k, ""); continue; }
+        if (!strcmp(k, "leader"))
+            got = s->ps.leader;
+        else if (!strcmp(k, "epoch"))
+            got = s->ps.epoch;
+        else if (!strcmp(k, "hw"))
+            got = s->hw;
+        else if (!strcmp(k, "end"))
+            got = s->end;
+        else if (!strcmp(k, "stable"))
+            got = s->stable;
+        else if (!strcmp(k, "fenced"))
+            got = s->fenced;
+        else if (!strcmp(k, "may_ack"))
+            got = mqd_rsm_may_ack(&sc->ctx, s);
+        else if (!strcmp(k, "offline"))
+            got = s->offline;
+        else if (!strcmp(k, "cas_out"))
+            got = s->cas_out;
+        else if (!strcmp(k, "handover"))
+            got = s->handover_ms != 0;
+        else {
+            fail(sc, "unknown check %s%s", k, "");
+            continue;
+        }
         snprintf(buf, sizeof buf, "%" PRIu64, got);
         if (got != num(v))
             fail(sc, "%s is %s", k, buf);
@@ -315,19 +383,27 @@ static void command(script_t *sc, char *line)
         return;
     const char *c = w.k[0];
     int t;
-    if (!strcmp(c, "ctx")) set_ctx(sc, &w);
-    else if (!strcmp(c, "alive")) set_alive(sc, &w);
+    if (!strcmp(c, "ctx"))
+        set_ctx(sc, &w);
+    else if (!strcmp(c, "alive"))
+        set_alive(sc, &w);
     else if (!strcmp(c, "time")) {
         int64_t now = w.n > 1 ? (int64_t)num(w.k[1]) : 0;
         if (now < sc->now)
             fail(sc, "time goes back%s%s", "", "");
         sc->now = now;
-    } else if (!strcmp(c, "expect")) expect(sc, &w, true);
-    else if (!strcmp(c, "expect-none")) expect(sc, &w, false);
-    else if (!strcmp(c, "expect-actions")) expect_actions(sc, &w);
-    else if (!strcmp(c, "check")) check(sc, &w);
-    else if ((t = ev_type(c)) > 0) event(sc, t, &w);
-    else fail(sc, "unknown command %s%s", c, "");
+    } else if (!strcmp(c, "expect"))
+        expect(sc, &w, true);
+    else if (!strcmp(c, "expect-none"))
+        expect(sc, &w, false);
+    else if (!strcmp(c, "expect-actions"))
+        expect_actions(sc, &w);
+    else if (!strcmp(c, "check"))
+        check(sc, &w);
+    else if ((t = ev_type(c)) > 0)
+        event(sc, t, &w);
+    else
+        fail(sc, "unknown command %s%s", c, "");
 }
 
 static int run_script(const char *path, const char *name)
@@ -340,8 +416,12 @@ static int run_script(const char *path, const char *name)
     static script_t sc; /* big: not on the stack */
     memset(&sc, 0, sizeof sc);
     sc.name = name;
-    sc.ctx = (mqd_rsm_ctx_t){.self = 1, .replica_lag_ms = 1000, .lease_ms = 3000,
-                             .cand_wait_ms = 1000, .reattach_ms = 500, .min_isr = 1};
+    sc.ctx = (mqd_rsm_ctx_t){.self = 1,
+                             .replica_lag_ms = 1000,
+                             .lease_ms = 3000,
+                             .cand_wait_ms = 1000,
+                             .reattach_ms = 500,
+                             .min_isr = 1};
     mqd_rsm_init(&sc.s);
     char line[1024];
     while (fgets(line, sizeof line, f)) {
