@@ -405,13 +405,13 @@ static void try_attach(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *ou
     s->attach_at_ms = 0;
 }
 
-static void unlink_fol(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, int64_t again_ms)
+/* The fetch link is gone (or never was): attach again after again_ms. */
+static void unlink_fol(mqd_rsm_t *s, int64_t again_ms)
 {
     s->fol_linked = false;
     s->attach_at_ms = s->now_ms + again_ms;
     if (!s->attach_at_ms) /* 0 means "none" */
         s->attach_at_ms = 1;
-    (void)ctx;
 }
 
 static void fol_start(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out)
@@ -421,7 +421,7 @@ static void fol_start(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out
     mqd_rsm_act_t *a = emit(out, MQD_RSM_ACT_FOLLOW);
     a->node = s->ps.leader;
     a->epoch = s->ps.epoch;
-    unlink_fol(ctx, s, 0);
+    unlink_fol(s, 0);
     try_attach(ctx, s, out);
 }
 
@@ -439,7 +439,7 @@ static void fol_epoch(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out
     if (!s->fol_linked || s->link_epoch == s->ps.epoch)
         return;
     emit(out, MQD_RSM_ACT_DETACH);
-    unlink_fol(ctx, s, 0);
+    unlink_fol(s, 0);
     try_attach(ctx, s, out);
 }
 
@@ -448,7 +448,7 @@ static void resync(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, mqd_rsm_out_t *out, c
     say(out, MQD_RSM_LOG_WARN, "run from node %" PRIu32 " not appended (%s): fetching again",
         s->fol_leader, why);
     emit(out, MQD_RSM_ACT_RESYNC);
-    unlink_fol(ctx, s, ctx->reattach_ms);
+    unlink_fol(s, ctx->reattach_ms);
 }
 
 static void run(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t *ev, mqd_rsm_out_t *out)
@@ -486,7 +486,7 @@ static void link_down(const mqd_rsm_ctx_t *ctx, mqd_rsm_t *s, const mqd_rsm_ev_t
 {
     if (s->role != MQD_RSM_ROLE_FOLLOWER)
         return;
-    unlink_fol(ctx, s, ctx->reattach_ms);
+    unlink_fol(s, ctx->reattach_ms);
     if (ev->cond == MQD_RSM_COND_DIVERGED) {
         /* KIP-279: the lower of where the leader's epoch ends and where it ends here */
         uint64_t to = ev->epoch_end < ev->offset ? ev->epoch_end : ev->offset;
