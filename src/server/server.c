@@ -396,6 +396,15 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
         goto err;
     if ((rc = mqd_metrics_start(s)) != 0)
         goto err;
+    /* before the listeners: whoever sees the port open may signal (a SIGHUP that came
+     * earlier was lost when the process had it ignored, as under nohup: test 68) */
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    _Static_assert(MQD_ARRAY_LEN(sigs) <= MQD_SRV_EV_SIG, "a signal event each");
+    struct event **ev_sig = mqd_srv_ev_sig(s);
+    for (size_t i = 0; i < MQD_ARRAY_LEN(sigs); i++) {
+        ev_sig[i] = evsignal_new(base, sigs[i], on_signal, s);
+        event_add(ev_sig[i], NULL);
+    }
     mqd_listener_t *listeners = calloc(conf->n_listen ? conf->n_listen : 1, sizeof *listeners);
     mqd_srv_set_listeners(s, listeners);
     rc = listeners ? mqd_accept_guard_init(s) : MQD_ENOMEM;
@@ -405,13 +414,6 @@ int mqd_server_new(mqd_conf_t *conf, const char *conf_path, mqd_server_t **out)
         if ((rc = listen_one(s, conf->listen[i])) != 0)
             goto err;
     mqd_fd_note_base(s); /* what connections may use is what is left (core/fdroom.c) */
-    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
-    _Static_assert(MQD_ARRAY_LEN(sigs) <= MQD_SRV_EV_SIG, "a signal event each");
-    struct event **ev_sig = mqd_srv_ev_sig(s);
-    for (size_t i = 0; i < MQD_ARRAY_LEN(sigs); i++) {
-        ev_sig[i] = evsignal_new(base, sigs[i], on_signal, s);
-        event_add(ev_sig[i], NULL);
-    }
     signal(SIGPIPE, SIG_IGN);
     *out = s;
     return 0;
