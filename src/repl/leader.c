@@ -48,6 +48,7 @@ int mqd_repl_lead_start(rpart_t *rp)
         *f = (rflw_t){.rp = rp, .id = rp->ps.replicas[i], .caught_ms = now, .probe_ms = now};
     }
     ld->epoch = rp->ps.epoch;
+    ld->epoch_start = mqd_plog_end_offset(mqd_part_log(rp->local));
     mqd_plog_set_epoch(mqd_part_log(rp->local), ld->epoch);
     mqd_plog_set_commit_tap(mqd_part_log(rp->local), tap, rp);
     /* what it knew as a follower (never goes back); after a restart nothing is known:
@@ -303,7 +304,11 @@ static void watermark(rpart_t *rp)
     size_t n_isr = 0;
     for (uint32_t i = 0; i < ld->n; i++) {
         all_leo[i] = ld->f[i].leo;
-        if (mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, ld->f[i].id))
+        /* "maximal ISR" (Kafka's KIP-497 rule, found by sim_rsm): a follower whose rejoin
+         * is being written counts already, or it could be elected holding less than the
+         * watermark settled meanwhile */
+        if (mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, ld->f[i].id) ||
+            (ld->f[i].joining && rp->cas_out))
             isr_leo[n_isr++] = ld->f[i].leo;
     }
     uint64_t hw = mqd_repl_hw(stable, isr_leo, n_isr);
@@ -319,7 +324,14 @@ static void watermark(rpart_t *rp)
 /* The in-sync set the leader wants: a follower stays while it caught up within
  * replica_lag_ms (caught up = it reached the log end the leader had at the previous
  * tick: under steady load a follower is always a little behind the very end) and
- * rejoins once it is connected, reached the watermark and caught up within the lag. */
+ * rejoins once it is connected, reached the watermark and the leader's log end at the
+ * start of its epoch (a new leader's watermark can lag what the old one settled:
+ * KAFKA-7128, found by sim_rsm) and caught up within the lag. */
+static uint64_t rejoin_floor(const lead_t *ld)
+{
+    return ld->hw > ld->epoch_start ? ld->hw : ld->epoch_start;
+}
+
 static void isr_check(rpart_t *rp, int64_t now)
 {
     lead_t *ld = rp->lead;
@@ -345,9 +357,13 @@ static void isr_check(rpart_t *rp, int64_t now)
         const mqd_cluster_node_t *node = mqd_repl_node(rp->r, f->id);
         bool fetching = f->ls && now - f->caught_ms <= (int64_t)rp->r->conf->lease_ttl_ms / 2;
         bool gone = node && !node->alive && !fetching;
-        bool want = f->leaving || gone ? false : in ? fresh : f->ls && fresh && f->leo >= ld->hw;
+        bool want = f->leaving || gone ? false
+                    : in               ? fresh
+                                       : f->ls && fresh && f->leo >= rejoin_floor(ld);
         if (want)
             ps.isr[ps.n_isr++] = f->id;
+        if (!rp->cas_out)
+            f->joining = want && !in;
         if (want != in) {
             change = true;
             MQD_NOTICE("repl",
@@ -356,8 +372,9 @@ static void isr_check(rpart_t *rp, int64_t now)
                        rp->topic, rp->part, f->id, want ? "rejoins" : "leaves", f->leo, end);
         }
     }
-    if (change && !rp->cas_out)
-        mqd_repl_part_cas(rp, &ps);
+    if (change && !rp->cas_out && mqd_repl_part_cas(rp, &ps) != 0)
+        for (uint32_t i = 0; i < ld->n; i++)
+            ld->f[i].joining = false; /* not sent */
 }
 
 /* A follower out of the in-sync set whose settlement just reached the watermark and the
@@ -368,7 +385,8 @@ static void rejoin_now(rflw_t *f)
 {
     rpart_t *rp = f->rp;
     lead_t *ld = rp->lead;
-    if (!ld || !f->ls || f->leaving || rp->cas_out || f->leo < f->probe_end || f->leo < ld->hw ||
+    if (!ld || !f->ls || f->leaving || rp->cas_out || f->leo < f->probe_end ||
+        f->leo < rejoin_floor(ld) ||
         mqd_repl_pstate_has(rp->ps.isr, rp->ps.n_isr, f->id) || rp->ps.n_isr >= MQD_REPL_MAX_RF)
         return;
     mqd_repl_pstate_t ps = rp->ps;
@@ -378,7 +396,7 @@ static void rejoin_now(rflw_t *f)
                "%s/%u: node %" PRIu32 " rejoins the in-sync set (its end %" PRIu64
                ", leader's %" PRIu64 "): caught up",
                rp->topic, rp->part, f->id, f->leo, mqd_plog_end_offset(mqd_part_log(rp->local)));
-    mqd_repl_part_cas(rp, &ps);
+    f->joining = mqd_repl_part_cas(rp, &ps) == 0;
 }
 
 void mqd_repl_lead_work(rpart_t *rp, int64_t now_ms)
@@ -408,6 +426,7 @@ void mqd_repl_lead_epoch(rpart_t *rp)
     MQD_NOTICE("repl", "%s/%u: still the leader, now in epoch %" PRIu32 " (was %" PRIu32 ")",
                rp->topic, rp->part, rp->ps.epoch, ld->epoch);
     ld->epoch = rp->ps.epoch;
+    ld->epoch_start = mqd_plog_end_offset(mqd_part_log(rp->local));
     mqd_plog_set_epoch(mqd_part_log(rp->local), ld->epoch);
     for (uint32_t i = 0; i < ld->n; i++)
         drop_link(&ld->f[i]);

@@ -31,6 +31,8 @@ typedef struct rflw {
     uint64_t tag;
     bool leaving; /* it closed its link with MQD_REPL_LEAVING (a clean stop): out of the
                      in-sync set at once, until it attaches again */
+    bool joining; /* a CAS adding it to the in-sync set is in flight: the watermark counts
+                     it already (once etcd has it, it may be elected) */
 } rflw_t;
 
 /* The condition a follower closes its fetch link with when its node stops cleanly: the
@@ -55,6 +57,8 @@ typedef struct lead {
     size_t n_g;
     uint64_t run_start, run_end; /* the last run of group records appended back to back */
     uint32_t epoch;              /* the epoch its records are stamped with (mqd_plog_set_epoch) */
+    uint64_t epoch_start;        /* its log end when it took the lead: a follower rejoins the
+                                    in-sync set only past it (and the watermark) */
 } lead_t;
 
 typedef struct fol {
