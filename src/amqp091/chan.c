@@ -67,15 +67,21 @@ static void send_confirm(a091_conn_t *c, uint16_t chan, uint64_t seq, bool ack)
     }
 }
 
+/* Channel id of generation gen, if it is still open and not closing (an outcome that
+ * arrives late belongs to a channel closed, or closed and opened again, meanwhile). */
+static a091_chan_t *live_chan(a091_conn_t *c, uint16_t id, uint8_t gen)
+{
+    a091_chan_t *ch = !c->dead && id <= c->channel_max ? c->chans[id] : NULL;
+    return ch && ch->open && !ch->closing && ch->gen == gen ? ch : NULL;
+}
+
 /* The commit point settled a publish (core's notify, part_commit.c / partfail.c). */
 static void on_confirm(void *arg, uint64_t tag, uint64_t outcome, const char *cond,
                        const char *desc)
 {
     a091_conn_t *c = arg;
     uint16_t id = (uint16_t)(tag >> 48);
-    uint8_t gen = (uint8_t)(tag >> 40);
-    a091_chan_t *ch = !c->dead && id <= c->channel_max ? c->chans[id] : NULL;
-    if (ch && ch->open && !ch->closing && ch->gen == gen) {
+    if (live_chan(c, id, (uint8_t)(tag >> 40))) {
         if (outcome != PN_ACCEPTED)
             MQD_NOTICE_RL("amqp091", "peer=%s publish nacked: %s %s", c->peer, cond ? cond : "",
                           desc ? desc : "");
@@ -134,8 +140,8 @@ a091_multi_t *a091_multi_new(a091_conn_t *c, a091_chan_t *ch, uint64_t tag, bool
 static void commit_done(a091_multi_t *mu)
 {
     a091_conn_t *c = mu->c;
-    a091_chan_t *ch = !c->dead && mu->chan <= c->channel_max ? c->chans[mu->chan] : NULL;
-    if (ch && ch->open && !ch->closing && ch->gen == mu->gen) {
+    a091_chan_t *ch = live_chan(c, mu->chan, mu->gen);
+    if (ch) {
         a091_tx_committed(c, ch, !mu->nack);
         a091_flush(c);
     }
